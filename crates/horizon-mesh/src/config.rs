@@ -1,0 +1,297 @@
+//! Sites, the backbone RTT matrix and every threshold, parsed once and valid by construction.
+
+use crate::ids::{SiteId, SiteName};
+use crate::player::Role;
+
+/// A configuration problem, naming what is wrong.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("no sites are configured")]
+    NoSites,
+    #[error("site {0} is listed twice")]
+    DuplicateSite(SiteName),
+    #[error("the core site {0} is not in the site list")]
+    UnknownCore(SiteName),
+    #[error("backbone pair {a}-{b} names an unknown site")]
+    UnknownSiteInPair { a: String, b: String },
+    #[error("backbone pair {0}-{0} pairs a site with itself (its RTT is always 0)")]
+    SelfPair(SiteName),
+    #[error("backbone pair {a}-{b} is given more than once (pairs are unordered)")]
+    DuplicatePair { a: SiteName, b: SiteName },
+    #[error("backbone RTT between {a} and {b} is missing")]
+    MissingPair { a: SiteName, b: SiteName },
+    #[error("backbone RTT {a}-{b} = {ms} ms must be a finite number >= 0")]
+    BadRtt { a: SiteName, b: SiteName, ms: f64 },
+    #[error("more than {max} sites are configured")]
+    TooManySites { max: usize },
+    #[error("threshold {key} = {value} is invalid: {why}")]
+    BadThreshold { key: &'static str, value: f64, why: &'static str },
+}
+
+/// The most sites a mesh may have (the scoring keeps per-site arrays).
+pub const MAX_SITES: usize = 64;
+
+/// The configured sites, the core site and the backbone RTT between every pair.
+#[derive(Clone, Debug)]
+pub struct Sites {
+    names: Vec<SiteName>,
+    core: SiteId,
+    /// Row-major `n × n`, symmetric, zero diagonal, milliseconds.
+    backbone_ms: Vec<f64>,
+}
+
+impl Sites {
+    /// Builds the site table. `backbone` must give every unordered pair exactly once.
+    /// Returns every problem found, not just the first.
+    pub fn new(
+        names: Vec<SiteName>,
+        core: &SiteName,
+        backbone: &[(SiteName, SiteName, f64)],
+    ) -> Result<Self, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        if names.is_empty() {
+            errors.push(ConfigError::NoSites);
+        }
+        if names.len() > MAX_SITES {
+            errors.push(ConfigError::TooManySites { max: MAX_SITES });
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                errors.push(ConfigError::DuplicateSite(n.clone()));
+            }
+        }
+        let index = |n: &SiteName| names.iter().position(|m| m == n);
+        let core_ix = index(core);
+        if core_ix.is_none() && !names.is_empty() {
+            errors.push(ConfigError::UnknownCore(core.clone()));
+        }
+        let n = names.len();
+        let mut matrix = vec![f64::NAN; n * n];
+        for i in 0..n {
+            matrix[i * n + i] = 0.0;
+        }
+        for (a, b, ms) in backbone {
+            let (Some(i), Some(j)) = (index(a), index(b)) else {
+                errors.push(ConfigError::UnknownSiteInPair {
+                    a: a.to_string(),
+                    b: b.to_string(),
+                });
+                continue;
+            };
+            if i == j {
+                errors.push(ConfigError::SelfPair(a.clone()));
+                continue;
+            }
+            if !ms.is_finite() || *ms < 0.0 {
+                errors.push(ConfigError::BadRtt { a: a.clone(), b: b.clone(), ms: *ms });
+                continue;
+            }
+            if !matrix[i * n + j].is_nan() {
+                errors.push(ConfigError::DuplicatePair { a: a.clone(), b: b.clone() });
+                continue;
+            }
+            matrix[i * n + j] = *ms;
+            matrix[j * n + i] = *ms;
+        }
+        for i in 0..n {
+            for j in i + 1..n {
+                if matrix[i * n + j].is_nan() {
+                    errors.push(ConfigError::MissingPair {
+                        a: names[i].clone(),
+                        b: names[j].clone(),
+                    });
+                }
+            }
+        }
+        match core_ix {
+            Some(c) if errors.is_empty() => Ok(Sites {
+                names,
+                core: SiteId(c as u16),
+                backbone_ms: matrix,
+            }),
+            _ => Err(errors),
+        }
+    }
+
+    /// Number of sites.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Always false: a `Sites` has at least the core site.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn core(&self) -> SiteId {
+        self.core
+    }
+
+    pub fn id(&self, name: &str) -> Option<SiteId> {
+        self.names.iter().position(|n| n.as_str() == name).map(|i| SiteId(i as u16))
+    }
+
+    pub fn name(&self, id: SiteId) -> &SiteName {
+        &self.names[id.index()]
+    }
+
+    /// Every site, in configuration order.
+    pub fn ids(&self) -> impl ExactSizeIterator<Item = SiteId> + Clone + use<> {
+        (0..self.names.len() as u16).map(SiteId)
+    }
+
+    /// Backbone RTT in ms between two sites (0 for the same site).
+    pub fn backbone_ms(&self, a: SiteId, b: SiteId) -> f64 {
+        self.backbone_ms[a.index() * self.names.len() + b.index()]
+    }
+
+    /// Records a new measurement of the backbone RTT (agents measure it continuously).
+    /// Non-finite or negative samples are ignored.
+    pub fn set_backbone_ms(&mut self, a: SiteId, b: SiteId, ms: f64) {
+        if a == b || !ms.is_finite() || ms < 0.0 {
+            return;
+        }
+        let n = self.names.len();
+        self.backbone_ms[a.index() * n + b.index()] = ms;
+        self.backbone_ms[b.index() * n + a.index()] = ms;
+    }
+}
+
+/// Weight of each counted role in a group's cost. NPCs always weigh 0 and are never counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weights {
+    pub pilot: f64,
+    pub player: f64,
+    pub afk: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights { pilot: 2.0, player: 1.0, afk: 0.05 }
+    }
+}
+
+impl Weights {
+    pub fn of(&self, role: Role) -> f64 {
+        match role {
+            Role::Pilot => self.pilot,
+            Role::Player => self.player,
+            Role::Afk => self.afk,
+            Role::Npc => 0.0,
+        }
+    }
+}
+
+/// Every threshold of SPEC sections 3, 4 and 6, with the SPEC defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Thresholds {
+    /// Scoring period.
+    pub period_ms: u64,
+    /// Fairness cap on any counted player's latency.
+    pub cap_ms: f64,
+    /// Minimum gain per counted player (weighted) to move a bubble.
+    pub gain_ms: f64,
+    /// How long the same better site must stay best before a move.
+    pub dwell_ms: u64,
+    /// Minimum time between two moves of a bubble (failover excepted).
+    pub hold_ms: u64,
+    pub weights: Weights,
+    /// Grouping radius at rest; players this close interact.
+    pub group_radius_m: f64,
+    /// Border margin at rest: a member closer than this to its bubble's edge moves the border.
+    pub border_margin_m: f64,
+    /// Preventive-merge distance at rest: groups closer than this share one site.
+    pub merge_distance_m: f64,
+    /// Speed scaling: every distance above grows by `speed × lead_s`.
+    pub lead_s: f64,
+    /// Players one game server holds before its region is split.
+    pub players_per_server: u32,
+    /// A server below this tick rate is overloaded.
+    pub tps_min: f64,
+    /// Overload must last this long before a split.
+    pub split_sustain_ms: u64,
+    /// Combined load must stay low this long before a merge (30 one-second samples).
+    pub merge_low_ms: u64,
+    /// Two parts merge when their players fit in this share of one server.
+    pub merge_fill_ratio: f64,
+    /// No split or merge in a bubble for this long after its last change.
+    pub settle_ms: u64,
+    /// Lease validity from the holder's renewal send time.
+    pub lease_ttl_ms: u64,
+    /// Extra wait before re-granting an expired lease elsewhere (clock drift).
+    pub lease_drift_margin_ms: u64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            period_ms: 5_000,
+            cap_ms: 180.0,
+            gain_ms: 25.0,
+            dwell_ms: 30_000,
+            hold_ms: 180_000,
+            weights: Weights::default(),
+            group_radius_m: 300.0,
+            border_margin_m: 300.0,
+            merge_distance_m: 2_000.0,
+            lead_s: 30.0,
+            players_per_server: 75,
+            tps_min: 20.0,
+            split_sustain_ms: 10_000,
+            merge_low_ms: 30_000,
+            merge_fill_ratio: 0.8,
+            settle_ms: 15_000,
+            lease_ttl_ms: 30_000,
+            lease_drift_margin_ms: 2_000,
+        }
+    }
+}
+
+impl Thresholds {
+    /// Checks every value, returning all problems found.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut check = |key: &'static str, value: f64, ok: bool, why: &'static str| {
+            if !ok || !value.is_finite() {
+                errors.push(ConfigError::BadThreshold { key, value, why });
+            }
+        };
+        let pos = "must be > 0";
+        let nonneg = "must be >= 0";
+        check("period_ms", self.period_ms as f64, self.period_ms > 0, pos);
+        check("cap_ms", self.cap_ms, self.cap_ms > 0.0, pos);
+        check("gain_ms", self.gain_ms, self.gain_ms >= 0.0, nonneg);
+        check("weights.pilot", self.weights.pilot, self.weights.pilot > 0.0, pos);
+        check("weights.player", self.weights.player, self.weights.player > 0.0, pos);
+        check("weights.afk", self.weights.afk, self.weights.afk > 0.0, pos);
+        check("group_radius_m", self.group_radius_m, self.group_radius_m > 0.0, pos);
+        check("border_margin_m", self.border_margin_m, self.border_margin_m > 0.0, pos);
+        check(
+            "merge_distance_m",
+            self.merge_distance_m,
+            self.merge_distance_m >= self.group_radius_m,
+            "must be >= group_radius_m (players farther apart than the merge distance are never grouped)",
+        );
+        check("lead_s", self.lead_s, self.lead_s >= 0.0, nonneg);
+        check(
+            "players_per_server",
+            self.players_per_server as f64,
+            self.players_per_server > 0,
+            pos,
+        );
+        check("tps_min", self.tps_min, self.tps_min >= 0.0, nonneg);
+        check(
+            "merge_fill_ratio",
+            self.merge_fill_ratio,
+            self.merge_fill_ratio > 0.0 && self.merge_fill_ratio <= 1.0,
+            "must be in (0, 1]",
+        );
+        check("lease_ttl_ms", self.lease_ttl_ms as f64, self.lease_ttl_ms > 0, pos);
+        if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+
+    /// `margin(v) = base + v · lead` (SPEC section 4).
+    pub fn scaled(&self, base_m: f64, speed_mps: f64) -> f64 {
+        base_m + speed_mps * self.lead_s
+    }
+}

@@ -1,0 +1,35 @@
+//! # horizon-mesh — the brain of Horizon
+//!
+//! Everything SMD-G *decides*, with no I/O: no sockets, no tasks, no clock reads. Time and inputs
+//! are arguments; decisions come out as [`Command`]s that the core daemon, the simulator and the
+//! tests all carry out the same way.
+//!
+//! - [`config`]: sites, backbone RTTs and thresholds, valid by construction.
+//! - [`grouping`]: proximity groups with speed-scaled radii (hash grid + union-find).
+//! - [`scoring`]: `cost(S) = Σ w · latency`, the fairness cap, tie-breaks and hysteresis.
+//! - [`mesh`]: bubbles — creation, moving borders, preventive merge, splits — and placement.
+//! - [`lease`]: epochs, grants, batched renewals, expiry and the fencing checks sinks call.
+//!
+//! The API is poll-style: `handle_*(…)` in, [`Mesh::poll_command`] out, and
+//! [`Mesh::poll_timeout`] says when to call [`Mesh::handle_timeout`] again.
+
+pub mod bubble;
+pub mod config;
+pub mod geom;
+pub mod grouping;
+pub mod ids;
+pub mod lease;
+pub mod mesh;
+pub mod player;
+pub mod scoring;
+pub mod time;
+
+pub use bubble::{Bubble, Cut};
+pub use config::{ConfigError, Sites, Thresholds, Weights};
+pub use geom::{Aabb, Vec3};
+pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
+pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
+pub use mesh::{Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig, TickStats};
+pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
+pub use scoring::{Hysteresis, MoveReason, SiteScore, Tally, Verdict};
+pub use time::{Span, Time};

@@ -1,0 +1,108 @@
+//! Players as the brain sees them: home site locked at join, session-minimum access RTT, role, motion.
+
+use crate::geom::Vec3;
+use crate::ids::{PlayerId, SiteId, WorldId};
+
+/// What a connected entity is doing; decides its weight in scoring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Flies a ship (weight 2.0 by default).
+    Pilot,
+    /// A playing human (1.0).
+    Player,
+    /// A human with no input for a while (0.05).
+    Afk,
+    /// Not a player: weight 0, never counted anywhere.
+    Npc,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "pilot" => Role::Pilot,
+            "player" => Role::Player,
+            "afk" => Role::Afk,
+            "npc" => Role::Npc,
+            _ => return None,
+        })
+    }
+
+    pub fn is_counted(self) -> bool {
+        self != Role::Npc
+    }
+}
+
+/// A player joining: what the home agent's gateway knows at connection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlayerJoin {
+    pub id: PlayerId,
+    /// The site with the lowest RTT measured at connection; fixed for the session.
+    pub home: SiteId,
+    /// First access RTT measured by the infrastructure (never reported by the client).
+    pub access_rtt_ms: f64,
+    pub role: Role,
+    pub world: WorldId,
+    pub position: Vec3,
+    pub velocity: Vec3,
+}
+
+/// A change to a connected player. `None` fields are unchanged. The home site cannot change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlayerUpdate {
+    /// A new access RTT sample: the decision uses the session minimum.
+    pub access_rtt_ms: Option<f64>,
+    pub role: Option<Role>,
+    pub world: Option<WorldId>,
+    pub position: Option<Vec3>,
+    pub velocity: Option<Vec3>,
+}
+
+/// A connected player.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Player {
+    pub id: PlayerId,
+    pub home: SiteId,
+    /// The minimum access RTT observed this session: a delay can only raise an RTT.
+    pub access_rtt_min_ms: f64,
+    pub role: Role,
+    pub world: WorldId,
+    pub position: Vec3,
+    pub velocity: Vec3,
+}
+
+impl Player {
+    pub(crate) fn from_join(j: &PlayerJoin) -> Self {
+        Player {
+            id: j.id,
+            home: j.home,
+            access_rtt_min_ms: j.access_rtt_ms,
+            role: j.role,
+            world: j.world,
+            position: j.position,
+            velocity: j.velocity,
+        }
+    }
+
+    pub(crate) fn apply(&mut self, u: &PlayerUpdate) {
+        if let Some(rtt) = u.access_rtt_ms {
+            self.access_rtt_min_ms = self.access_rtt_min_ms.min(rtt);
+        }
+        if let Some(r) = u.role {
+            self.role = r;
+        }
+        if let Some(w) = u.world {
+            self.world = w;
+        }
+        if let Some(p) = u.position {
+            self.position = p;
+        }
+        if let Some(v) = u.velocity {
+            self.velocity = v;
+        }
+    }
+
+    pub fn speed(&self) -> f64 {
+        self.velocity.norm()
+    }
+}

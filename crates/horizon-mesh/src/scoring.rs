@@ -1,0 +1,249 @@
+//! Site scoring (SPEC section 3) and the hysteresis state machine.
+//!
+//! `latency(p, S) = access_rtt_min(p) + backbone(home(p), S)` and
+//! `cost(S) = Σ w(p) · latency(p, S)`. Both only need, per home site, the sum of weights and the
+//! largest access RTT of the group's counted players: a [`Tally`]. Scoring a group is then
+//! `O(sites²)` whatever its size, which is what makes a million players cheap.
+
+use crate::config::{Sites, Thresholds};
+use crate::ids::SiteId;
+use crate::player::Player;
+use crate::time::{Span, Time};
+
+/// Costs closer than this are equal (sums of floats).
+const EPS: f64 = 1e-6;
+
+/// Per-home-site aggregates of a set of players. NPCs are never added.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tally {
+    /// Σ w per home site.
+    pub weight: Vec<f64>,
+    /// Largest access RTT per home site; `-inf` when no counted player has that home.
+    pub max_access_ms: Vec<f64>,
+    /// Σ w over all counted players.
+    pub sum_w: f64,
+    /// Σ w · access over all counted players.
+    pub sum_w_access: f64,
+    /// Number of counted players.
+    pub counted: u32,
+}
+
+impl Tally {
+    pub fn new(n_sites: usize) -> Self {
+        Tally {
+            weight: vec![0.0; n_sites],
+            max_access_ms: vec![f64::NEG_INFINITY; n_sites],
+            sum_w: 0.0,
+            sum_w_access: 0.0,
+            counted: 0,
+        }
+    }
+
+    /// Resets to empty, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.weight.fill(0.0);
+        self.max_access_ms.fill(f64::NEG_INFINITY);
+        self.sum_w = 0.0;
+        self.sum_w_access = 0.0;
+        self.counted = 0;
+    }
+
+    /// Adds a player with weight `w`; a weight of 0 (NPC) adds nothing.
+    pub fn add(&mut self, p: &Player, w: f64) {
+        if w <= 0.0 {
+            return;
+        }
+        let h = p.home.index();
+        self.weight[h] += w;
+        self.max_access_ms[h] = self.max_access_ms[h].max(p.access_rtt_min_ms);
+        self.sum_w += w;
+        self.sum_w_access += w * p.access_rtt_min_ms;
+        self.counted += 1;
+    }
+
+    /// Adds another tally (a union of groups).
+    pub fn merge(&mut self, o: &Tally) {
+        for h in 0..self.weight.len() {
+            self.weight[h] += o.weight[h];
+            self.max_access_ms[h] = self.max_access_ms[h].max(o.max_access_ms[h]);
+        }
+        self.sum_w += o.sum_w;
+        self.sum_w_access += o.sum_w_access;
+        self.counted += o.counted;
+    }
+
+    /// `cost(S)` in weighted milliseconds.
+    pub fn cost(&self, sites: &Sites, s: SiteId) -> f64 {
+        let mut c = self.sum_w_access;
+        for h in sites.ids() {
+            let w = self.weight[h.index()];
+            if w > 0.0 {
+                c += w * sites.backbone_ms(h, s);
+            }
+        }
+        c
+    }
+
+    /// The worst counted player's latency if simulated at `s` (0 when nobody is counted).
+    pub fn worst_ms(&self, sites: &Sites, s: SiteId) -> f64 {
+        let mut worst: f64 = 0.0;
+        for h in sites.ids() {
+            let a = self.max_access_ms[h.index()];
+            if a.is_finite() {
+                worst = worst.max(a + sites.backbone_ms(h, s));
+            }
+        }
+        worst
+    }
+
+    /// Home sites present among the counted players.
+    pub fn homes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.weight.len()).filter(|&h| self.weight[h] > 0.0)
+    }
+}
+
+/// The latency used for decisions for player `p` simulated at `s`.
+pub fn latency_ms(sites: &Sites, p: &Player, s: SiteId) -> f64 {
+    p.access_rtt_min_ms + sites.backbone_ms(p.home, s)
+}
+
+/// One candidate's figures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SiteScore {
+    pub site: SiteId,
+    pub cost: f64,
+    pub worst_ms: f64,
+}
+
+impl SiteScore {
+    pub fn of(t: &Tally, sites: &Sites, site: SiteId) -> Self {
+        SiteScore { site, cost: t.cost(sites, site), worst_ms: t.worst_ms(sites, site) }
+    }
+}
+
+/// The best allowed site for a tally (SPEC section 3 rules 1 and 2).
+///
+/// `candidate(s)` says whether `s` can host the group now; the core site always can, so it is
+/// always considered. `current` is where the group is, for the "stay" tie-break.
+pub fn best_site(
+    t: &Tally,
+    sites: &Sites,
+    cap_ms: f64,
+    current: Option<SiteId>,
+    mut candidate: impl FnMut(SiteId) -> bool,
+) -> SiteScore {
+    let core = sites.core();
+    let mut best: Option<SiteScore> = None;
+    let mut best_capped: Option<SiteScore> = None;
+    for s in sites.ids() {
+        if s != core && !candidate(s) {
+            continue;
+        }
+        let sc = SiteScore::of(t, sites, s);
+        let better = |b: &Option<SiteScore>| b.is_none_or(|b| prefer(&sc, &b, current, core));
+        if sc.worst_ms <= cap_ms + EPS && better(&best_capped) {
+            best_capped = Some(sc);
+        }
+        if better(&best) {
+            best = Some(sc);
+        }
+    }
+    // The core is always a candidate, so `best` is always set.
+    best_capped.or(best).unwrap_or(SiteScore { site: core, cost: 0.0, worst_ms: 0.0 })
+}
+
+/// Whether `a` beats `b`: lower cost, then lower worst latency, then staying, then the core site,
+/// then configuration order (so the result never depends on iteration order).
+fn prefer(a: &SiteScore, b: &SiteScore, current: Option<SiteId>, core: SiteId) -> bool {
+    if (a.cost - b.cost).abs() > EPS {
+        return a.cost < b.cost;
+    }
+    if (a.worst_ms - b.worst_ms).abs() > EPS {
+        return a.worst_ms < b.worst_ms;
+    }
+    let stay = |s: SiteId| Some(s) == current;
+    if stay(a.site) != stay(b.site) {
+        return stay(a.site);
+    }
+    if (a.site == core) != (b.site == core) {
+        return a.site == core;
+    }
+    a.site < b.site
+}
+
+/// Why a bubble changed site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveReason {
+    /// The gain per counted player reached the threshold, after dwell and hold.
+    Gain,
+    /// The current site breaks the fairness cap and the best one does not.
+    Cap,
+    /// Preventive merge: two bubbles of different sites came within the merge distance.
+    Merge,
+    /// The bubble waited in a core zone and a server became ready on a better site.
+    ServerReady,
+    /// The site lost its lease (link loss, no server): hold and dwell are ignored.
+    Failover,
+}
+
+/// The hysteresis state of one bubble (SPEC section 3 rule 3).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Hysteresis {
+    /// The site that has been best continuously, and since when.
+    pub best_since: Option<(SiteId, Time)>,
+    /// When the bubble last changed site.
+    pub last_move: Option<Time>,
+}
+
+/// What [`Hysteresis::decide`] concluded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Verdict {
+    /// The current site is best, or nothing justifies a move.
+    Stay,
+    /// A better site qualifies but dwell or hold is not over yet.
+    Wait,
+    Move(MoveReason),
+}
+
+impl Hysteresis {
+    /// Decides whether a bubble on `current` moves to `best`, given both sites' scores.
+    pub fn decide(
+        &mut self,
+        now: Time,
+        current: &SiteScore,
+        best: &SiteScore,
+        sum_w: f64,
+        th: &Thresholds,
+    ) -> Verdict {
+        if best.site == current.site {
+            self.best_since = None;
+            return Verdict::Stay;
+        }
+        let since = match self.best_since {
+            Some((s, t)) if s == best.site => t,
+            _ => {
+                self.best_since = Some((best.site, now));
+                now
+            }
+        };
+        let gain = if sum_w > 0.0 { (current.cost - best.cost) / sum_w } else { 0.0 };
+        let cap_fix = current.worst_ms > th.cap_ms + EPS && best.worst_ms <= th.cap_ms + EPS;
+        let reason = if gain >= th.gain_ms - EPS {
+            MoveReason::Gain
+        } else if cap_fix {
+            MoveReason::Cap
+        } else {
+            return Verdict::Stay;
+        };
+        let dwelt = now.since(since) >= Span::from_ms(th.dwell_ms);
+        let held = self.last_move.is_none_or(|t| now.since(t) >= Span::from_ms(th.hold_ms));
+        if dwelt && held { Verdict::Move(reason) } else { Verdict::Wait }
+    }
+
+    /// Records a move (of any reason, failover included) at `now`.
+    pub fn moved(&mut self, now: Time) {
+        self.last_move = Some(now);
+        self.best_since = None;
+    }
+}
