@@ -101,12 +101,20 @@ mod tests {
     use super::*;
 
     fn boxed(x0: f64, x1: f64) -> Aabb {
-        Aabb { min: Vec3::new(x0, 0.0, 0.0), max: Vec3::new(x1, 10.0, 10.0) }
+        Aabb {
+            min: Vec3::new(x0, 0.0, 0.0),
+            max: Vec3::new(x1, 10.0, 10.0),
+        }
     }
 
     #[test]
     fn widest_gap_picks_the_largest_hole_and_never_cuts_a_group() {
-        let groups = [boxed(0.0, 10.0), boxed(5.0, 20.0), boxed(100.0, 110.0), boxed(30.0, 40.0)];
+        let groups = [
+            boxed(0.0, 10.0),
+            boxed(5.0, 20.0),
+            boxed(100.0, 110.0),
+            boxed(30.0, 40.0),
+        ];
         let (axis, at, width) = widest_gap(&groups).unwrap();
         assert_eq!((axis, at, width), (0, 70.0, 60.0));
         for g in &groups {
@@ -117,8 +125,22 @@ mod tests {
 
     #[test]
     fn cuts_partition_the_bounds() {
-        let b = Aabb { min: Vec3::ZERO, max: Vec3::new(100.0, 100.0, 100.0) };
-        let cuts = [Cut { part: 0, axis: 0, at: 50.0 }, Cut { part: 1, axis: 1, at: 20.0 }];
+        let b = Aabb {
+            min: Vec3::ZERO,
+            max: Vec3::new(100.0, 100.0, 100.0),
+        };
+        let cuts = [
+            Cut {
+                part: 0,
+                axis: 0,
+                at: 50.0,
+            },
+            Cut {
+                part: 1,
+                axis: 1,
+                at: 20.0,
+            },
+        ];
         let parts = parts_of(b, &cuts);
         assert_eq!(parts.len(), 3);
         assert_eq!(part_of(&parts, Vec3::new(10.0, 90.0, 5.0)), 0);

@@ -171,14 +171,18 @@ impl Grouper {
 
     /// Groups `items`; `base` is the smallest radius (the grid cell size).
     pub fn group(&mut self, items: &[Item], base: f64) -> Groups {
-        assert!(base > 0.0 && base.is_finite(), "grouping base radius must be > 0");
+        assert!(
+            base > 0.0 && base.is_finite(),
+            "grouping base radius must be > 0"
+        );
         let n = items.len();
         self.parent.clear();
         self.parent.extend(0..n as u32);
         self.rank.clear();
         self.rank.resize(n, 0);
 
-        self.cells.build(items.iter().map(|it| CellKey::of(it.world, it.pos, base)));
+        self.cells
+            .build(items.iter().map(|it| CellKey::of(it.world, it.pos, base)));
         let cells = std::mem::take(&mut self.cells);
 
         for c in 0..cells.len() {
@@ -227,7 +231,8 @@ impl Grouper {
         let mut at = 0;
         while at < fast.len() {
             let level = level_of(items[fast[at] as usize].radius);
-            let end = at + fast[at..].partition_point(|&j| level_of(items[j as usize].radius) == level);
+            let end =
+                at + fast[at..].partition_point(|&j| level_of(items[j as usize].radius) == level);
             let scale = 4i32.pow(level);
             let mut coarse = std::mem::take(&mut self.coarse);
             coarse.build(cells.keys.iter().map(|k| k.coarse(scale)));
@@ -244,7 +249,10 @@ impl Grouper {
                             for &c in coarse.bucket(cb) {
                                 let k = cells.keys[c as usize];
                                 let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * base;
-                                let cell = Aabb { min: lo, max: lo + Vec3::new(base, base, base) };
+                                let cell = Aabb {
+                                    min: lo,
+                                    max: lo + Vec3::new(base, base, base),
+                                };
                                 if cell.dist_sq(it.pos) > r * r {
                                     continue;
                                 }
@@ -327,7 +335,11 @@ impl Grouper {
             members[fill[g as usize] as usize] = i as u32;
             fill[g as usize] += 1;
         }
-        Groups { group_of, offsets, members }
+        Groups {
+            group_of,
+            offsets,
+            members,
+        }
     }
 }
 
@@ -353,7 +365,11 @@ mod tests {
     use super::*;
 
     fn item(x: f64, r: f64) -> Item {
-        Item { world: WorldId(0), pos: Vec3::new(x, 0.0, 0.0), radius: r }
+        Item {
+            world: WorldId(0),
+            pos: Vec3::new(x, 0.0, 0.0),
+            radius: r,
+        }
     }
 
     /// Reference: O(n²) components.
@@ -381,13 +397,20 @@ mod tests {
     fn same_partition(groups: &Groups, reference: &[usize]) -> bool {
         let n = reference.len();
         (0..n).all(|i| {
-            (0..n).all(|j| (groups.group_of(i) == groups.group_of(j)) == (reference[i] == reference[j]))
+            (0..n).all(|j| {
+                (groups.group_of(i) == groups.group_of(j)) == (reference[i] == reference[j])
+            })
         })
     }
 
     #[test]
     fn chain_links_and_gap_separates() {
-        let items = [item(0.0, 300.0), item(250.0, 300.0), item(520.0, 300.0), item(900.0, 300.0)];
+        let items = [
+            item(0.0, 300.0),
+            item(250.0, 300.0),
+            item(520.0, 300.0),
+            item(900.0, 300.0),
+        ];
         let g = Grouper::new().group(&items, 300.0);
         assert_eq!(g.len(), 2);
         assert_eq!(g.members(0), &[0, 1, 2]);
@@ -404,7 +427,11 @@ mod tests {
     #[test]
     fn fast_ship_reaches_far() {
         // A ship at 1 km/s with a 30 s lead reaches 30.3 km.
-        let items = [item(0.0, 30_300.0), item(25_000.0, 300.0), item(40_000.0, 300.0)];
+        let items = [
+            item(0.0, 30_300.0),
+            item(25_000.0, 300.0),
+            item(40_000.0, 300.0),
+        ];
         let g = Grouper::new().group(&items, 300.0);
         assert_eq!(g.len(), 2);
         assert_eq!(g.members(0), &[0, 1]);

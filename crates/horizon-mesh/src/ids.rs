@@ -23,7 +23,9 @@ impl SiteName {
         if ok {
             Ok(SiteName(name.to_owned()))
         } else {
-            Err(InvalidSiteName { name: name.to_owned() })
+            Err(InvalidSiteName {
+                name: name.to_owned(),
+            })
         }
     }
 

@@ -50,7 +50,11 @@ pub enum InputError {
     #[error("bubble {0} does not exist")]
     UnknownBubble(BubbleId),
     #[error("{field} must be finite{extra}, got {value}")]
-    BadNumber { field: &'static str, value: f64, extra: &'static str },
+    BadNumber {
+        field: &'static str,
+        value: f64,
+        extra: &'static str,
+    },
     #[error("home site index {0} is not configured")]
     UnknownSite(usize),
     #[error(transparent)]
@@ -67,6 +71,8 @@ pub enum CreateReason {
     ServerReady,
     /// Part of a bubble walked away from the rest (beyond the merge distance).
     Split,
+    /// The players arrived from a bubble of another world (a planet, open space).
+    Travel,
 }
 
 /// Why a bubble ended.
@@ -113,15 +119,35 @@ pub enum Command {
         reason: MoveReason,
     },
     /// Fold bubble `from` into `into` (preventive merge); `from`'s lease is revoked.
-    Merge { into: BubbleId, from: BubbleId, from_site: SiteId, into_site: SiteId, players: Vec<PlayerId> },
+    Merge {
+        into: BubbleId,
+        from: BubbleId,
+        from_site: SiteId,
+        into_site: SiteId,
+        players: Vec<PlayerId>,
+    },
     /// End a bubble and revoke its lease.
-    Delete { bubble: BubbleId, site: SiteId, epoch: Epoch, reason: DeleteReason },
+    Delete {
+        bubble: BubbleId,
+        site: SiteId,
+        epoch: Epoch,
+        reason: DeleteReason,
+    },
     /// Moving border: the bubble's box follows its players.
     Border { bubble: BubbleId, bounds: Aabb },
     /// Re-cut a bubble across `parts.len()` servers of its site.
-    Servers { bubble: BubbleId, site: SiteId, parts: Vec<Aabb>, reason: LoadReason },
+    Servers {
+        bubble: BubbleId,
+        site: SiteId,
+        parts: Vec<Aabb>,
+        reason: LoadReason,
+    },
     /// A bubble's lease expired: its site stopped, players see "reconnecting" until the failover.
-    Stalled { bubble: BubbleId, site: SiteId, since: Time },
+    Stalled {
+        bubble: BubbleId,
+        site: SiteId,
+        since: Time,
+    },
 }
 
 /// Figures of one tick, for logs, metrics and benchmarks.
@@ -160,6 +186,8 @@ pub struct Mesh {
     ready: Vec<Option<u32>>,
     used: Vec<u32>,
     down: Vec<bool>,
+    /// Slots freed during a tick, reusable only from the next one (slots name bubbles within a tick).
+    retired_slots: Vec<u32>,
     next_tick: Time,
     commands: VecDeque<Command>,
     last_stats: TickStats,
@@ -179,6 +207,21 @@ struct Scratch {
     slot_tally: Vec<u32>,
     /// Per bubble slot: created, moved or merged this tick (no scoring until the next one).
     touched: Vec<bool>,
+    /// Per bubble slot at the start of the tick: its site and hysteresis (split-offs inherit them).
+    prior: Vec<Option<(SiteId, Hysteresis)>>,
+    /// Counted players per bubble slot, as compressed rows (player indices).
+    member_offsets: Vec<u32>,
+    member_list: Vec<u32>,
+}
+
+impl Scratch {
+    fn members(&self, slot: u32) -> &[u32] {
+        let s = slot as usize;
+        if s + 1 >= self.member_offsets.len() {
+            return &[];
+        }
+        &self.member_list[self.member_offsets[s] as usize..self.member_offsets[s + 1] as usize]
+    }
 }
 
 impl Mesh {
@@ -205,6 +248,7 @@ impl Mesh {
             ready: vec![None; n],
             used: vec![0; n],
             down: vec![false; n],
+            retired_slots: Vec::new(),
             next_tick: now,
             commands: VecDeque::new(),
             last_stats: TickStats::default(),
@@ -234,7 +278,10 @@ impl Mesh {
 
     /// A player changed (position, velocity, role, world, or a new access RTT sample).
     pub fn handle_update(&mut self, id: PlayerId, update: &PlayerUpdate) -> Result<(), InputError> {
-        let &i = self.player_index.get(&id).ok_or(InputError::UnknownPlayer(id))?;
+        let &i = self
+            .player_index
+            .get(&id)
+            .ok_or(InputError::UnknownPlayer(id))?;
         if let Some(r) = update.access_rtt_ms {
             check_rtt(r)?;
         }
@@ -250,7 +297,10 @@ impl Mesh {
 
     /// A player disconnected.
     pub fn handle_leave(&mut self, id: PlayerId) -> Result<(), InputError> {
-        let i = self.player_index.remove(&id).ok_or(InputError::UnknownPlayer(id))? as usize;
+        let i = self
+            .player_index
+            .remove(&id)
+            .ok_or(InputError::UnknownPlayer(id))? as usize;
         self.players.swap_remove(i);
         self.player_bubble.swap_remove(i);
         self.fresh.swap_remove(i);
@@ -284,16 +334,33 @@ impl Mesh {
         bubbles: &[(BubbleId, Epoch)],
         now: Time,
     ) -> Vec<Result<Time, LeaseError<SiteId>>> {
-        bubbles.iter().map(|&(b, e)| self.leases.renew(b, site, e, now)).collect()
+        bubbles
+            .iter()
+            .map(|&(b, e)| self.leases.renew(b, site, e, now))
+            .collect()
     }
 
     /// A game server reported its tick rate for part `part` of a bubble.
-    pub fn handle_server_load(&mut self, bubble: BubbleId, part: usize, tps: f64) -> Result<(), InputError> {
+    pub fn handle_server_load(
+        &mut self,
+        bubble: BubbleId,
+        part: usize,
+        tps: f64,
+    ) -> Result<(), InputError> {
         if !tps.is_finite() || tps < 0.0 {
-            return Err(InputError::BadNumber { field: "tps", value: tps, extra: " and >= 0" });
+            return Err(InputError::BadNumber {
+                field: "tps",
+                value: tps,
+                extra: " and >= 0",
+            });
         }
-        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
-        let b = self.bubbles[slot as usize].as_mut().ok_or(InputError::UnknownBubble(bubble))?;
+        let slot = *self
+            .bubble_index
+            .get(&bubble)
+            .ok_or(InputError::UnknownBubble(bubble))?;
+        let b = self.bubbles[slot as usize]
+            .as_mut()
+            .ok_or(InputError::UnknownBubble(bubble))?;
         let n = b.servers() as usize;
         b.load.tps.resize(n, None);
         if let Some(t) = b.load.tps.get_mut(part) {
@@ -304,8 +371,16 @@ impl Mesh {
 
     /// The holder of `bubble` (sealed at `epoch`) cannot simulate it any more — its server crashed
     /// and the site has no spare. Failover to another site at once, ignoring hold and dwell.
-    pub fn handle_bubble_lost(&mut self, bubble: BubbleId, epoch: Epoch, now: Time) -> Result<(), InputError> {
-        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
+    pub fn handle_bubble_lost(
+        &mut self,
+        bubble: BubbleId,
+        epoch: Epoch,
+        now: Time,
+    ) -> Result<(), InputError> {
+        let slot = *self
+            .bubble_index
+            .get(&bubble)
+            .ok_or(InputError::UnknownBubble(bubble))?;
         let (site, servers) = {
             let b = self.bubble(slot);
             (b.site, b.servers())
@@ -313,7 +388,15 @@ impl Mesh {
         let tally = self.tally_of_slot(slot);
         let target = self.failover_target(&tally, site, servers);
         let lease = self.leases.transfer(bubble, epoch, target, now)?;
-        self.relocate(slot, target, lease.epoch, MoveReason::Failover, now);
+        let players = self.slot_players(slot);
+        self.relocate(
+            slot,
+            target,
+            lease.epoch,
+            MoveReason::Failover,
+            now,
+            players,
+        );
         Ok(())
     }
 
@@ -321,7 +404,9 @@ impl Mesh {
 
     /// When [`Mesh::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Time {
-        self.leases.poll_timeout().map_or(self.next_tick, |t| t.min(self.next_tick))
+        self.leases
+            .poll_timeout()
+            .map_or(self.next_tick, |t| t.min(self.next_tick))
     }
 
     /// Runs what is due at `now`: lease expiries, and the tick when its period has come.
@@ -360,7 +445,9 @@ impl Mesh {
     }
 
     pub fn player(&self, id: PlayerId) -> Option<&Player> {
-        self.player_index.get(&id).map(|&i| &self.players[i as usize])
+        self.player_index
+            .get(&id)
+            .map(|&i| &self.players[i as usize])
     }
 
     pub fn bubbles(&self) -> impl Iterator<Item = &Bubble> {
@@ -368,7 +455,9 @@ impl Mesh {
     }
 
     pub fn bubble_by_id(&self, id: BubbleId) -> Option<&Bubble> {
-        self.bubble_index.get(&id).and_then(|&s| self.bubbles[s as usize].as_ref())
+        self.bubble_index
+            .get(&id)
+            .and_then(|&s| self.bubbles[s as usize].as_ref())
     }
 
     /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
@@ -399,11 +488,15 @@ impl Mesh {
 
     fn bubble(&self, slot: u32) -> &Bubble {
         // Invariant: slots handed around within a tick refer to live bubbles.
-        self.bubbles[slot as usize].as_ref().expect("live bubble slot")
+        self.bubbles[slot as usize]
+            .as_ref()
+            .expect("live bubble slot")
     }
 
     fn bubble_mut(&mut self, slot: u32) -> &mut Bubble {
-        self.bubbles[slot as usize].as_mut().expect("live bubble slot")
+        self.bubbles[slot as usize]
+            .as_mut()
+            .expect("live bubble slot")
     }
 
     fn free(&self, s: SiteId) -> u32 {
@@ -426,7 +519,11 @@ impl Mesh {
             if let Some(&slot) = self.bubble_index.get(&id) {
                 let b = self.bubble_mut(slot);
                 b.stalled_since = Some(lease.expires_at);
-                let cmd = Command::Stalled { bubble: id, site: b.site, since: lease.expires_at };
+                let cmd = Command::Stalled {
+                    bubble: id,
+                    site: b.site,
+                    since: lease.expires_at,
+                };
                 self.commands.push_back(cmd);
             }
         }
@@ -434,7 +531,10 @@ impl Mesh {
 
     /// One scoring period. Returns its figures (also kept in [`Mesh::last_stats`]).
     pub fn tick(&mut self, now: Time) -> TickStats {
-        let mut stats = TickStats { players: self.players.len() as u32, ..TickStats::default() };
+        let mut stats = TickStats {
+            players: self.players.len() as u32,
+            ..TickStats::default()
+        };
         let mut sc = std::mem::take(&mut self.scratch);
 
         // 1. Clusters at the speed-scaled merge distance.
@@ -443,7 +543,11 @@ impl Mesh {
         for (i, p) in self.players.iter().enumerate() {
             if p.role.is_counted() {
                 let radius = self.th.scaled(self.th.merge_distance_m, p.speed());
-                sc.items.push(Item { world: p.world, pos: p.position, radius });
+                sc.items.push(Item {
+                    world: p.world,
+                    pos: p.position,
+                    radius,
+                });
                 sc.item_player.push(i as u32);
             } else {
                 self.player_bubble[i] = NONE;
@@ -469,11 +573,18 @@ impl Mesh {
                 margin = margin.max(self.th.scaled(self.th.border_margin_m, p.speed()));
             }
             // Invariant: a group has at least one member.
-            sc.cluster_box.push((bx.expect("non-empty cluster"), margin));
+            sc.cluster_box
+                .push((bx.expect("non-empty cluster"), margin));
         }
 
         // 2. Continuity: which cluster owns which bubble.
         let nslots = self.bubbles.len();
+        sc.prior.clear();
+        sc.prior.extend(
+            self.bubbles
+                .iter()
+                .map(|b| b.as_ref().map(|b| (b.site, b.hysteresis))),
+        );
         let mut owner: Vec<Option<(u32, f64, PlayerId)>> = vec![None; nslots];
         let mut claims: Vec<Vec<(u32, f64, PlayerId)>> = vec![Vec::new(); nc];
         for (c, claim) in claims.iter_mut().enumerate() {
@@ -481,7 +592,11 @@ impl Mesh {
                 let pi = sc.item_player[it as usize] as usize;
                 let slot = self.player_bubble[pi];
                 let p = &self.players[pi];
-                if slot == NONE || self.bubbles[slot as usize].as_ref().is_none_or(|b| b.world != p.world) {
+                if slot == NONE
+                    || self.bubbles[slot as usize]
+                        .as_ref()
+                        .is_none_or(|b| b.world != p.world)
+                {
                     continue;
                 }
                 let w = self.weight(p);
@@ -515,7 +630,9 @@ impl Mesh {
                 .map(|e| e.0)
                 .collect();
             let slot = match owned.len() {
-                0 if claims[c].is_empty() => self.create_new(c, &clusters, &mut sc, now, &mut stats),
+                0 if claims[c].is_empty() => {
+                    self.create_new(c, &clusters, &mut sc, now, &mut stats)
+                }
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
                     let source = claims[c]
@@ -523,8 +640,9 @@ impl Mesh {
                         .max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.cmp(&a.2)))
                         .map(|e| e.0)
                         .expect("non-empty claims");
-                    let site = self.bubble(source).site;
-                    let hysteresis = self.bubble(source).hysteresis;
+                    // Invariant: a claimed slot was live at the start of the tick.
+                    let (site, hysteresis) =
+                        sc.prior[source as usize].expect("claimed slot was live");
                     self.create_split(c, &clusters, &mut sc, site, hysteresis, now, &mut stats)
                 }
                 1 => {
@@ -534,15 +652,31 @@ impl Mesh {
                 _ => {
                     owned.sort_by(|a, b| {
                         let (wa, wb) = (weight_in(&claims[c], *a), weight_in(&claims[c], *b));
-                        wb.total_cmp(&wa).then(self.bubble(*a).id.cmp(&self.bubble(*b).id))
+                        wb.total_cmp(&wa)
+                            .then(self.bubble(*a).id.cmp(&self.bubble(*b).id))
                     });
                     for &s in &owned {
                         sc.slot_tally[s as usize] = c as u32;
                     }
-                    let players = self.cluster_players(&clusters, &sc, c);
+                    let members: Vec<(PlayerId, u32)> = clusters
+                        .members(c)
+                        .iter()
+                        .map(|&it| {
+                            let pi = sc.item_player[it as usize] as usize;
+                            (self.players[pi].id, self.player_bubble[pi])
+                        })
+                        .collect();
                     let t = sc.tallies[c].clone();
                     let (bx, m) = sc.cluster_box[c];
-                    self.merge_bubbles(&owned, &t, bx.expand(2.0 * m), players, &mut sc, now, &mut stats)
+                    self.merge_bubbles(
+                        &owned,
+                        &t,
+                        bx.expand(2.0 * m),
+                        members,
+                        &mut sc,
+                        now,
+                        &mut stats,
+                    )
                 }
             };
             sc.cluster_bubble[c] = slot;
@@ -577,17 +711,24 @@ impl Mesh {
             let bounds = self.bubble(slot).bounds;
             let near_edge = clusters.members(c).iter().any(|&it| {
                 let p = &self.players[sc.item_player[it as usize] as usize];
-                bounds.inner_distance(p.position) < self.th.scaled(self.th.border_margin_m, p.speed())
+                bounds.inner_distance(p.position)
+                    < self.th.scaled(self.th.border_margin_m, p.speed())
             });
             if near_edge {
                 let b = self.bubble_mut(slot);
                 b.bounds = bx.expand(2.0 * m);
-                let cmd = Command::Border { bubble: b.id, bounds: b.bounds };
+                let cmd = Command::Border {
+                    bubble: b.id,
+                    bounds: b.bounds,
+                };
                 self.commands.push_back(cmd);
                 stats.borders += 1;
             }
         }
-        self.resolve_overlaps(&mut sc, now, &mut stats);
+        self.index_members(&mut sc);
+        if self.resolve_overlaps(&mut sc, now, &mut stats) {
+            self.index_members(&mut sc);
+        }
 
         // 4. Scoring, hysteresis and failover.
         sc.touched.resize(self.bubbles.len(), false);
@@ -606,7 +747,15 @@ impl Mesh {
             if b.stalled_since.is_some() {
                 let target = self.failover_target(tally, site, servers);
                 if let Ok(lease) = self.leases.grant(id, target, now) {
-                    self.relocate(slot, target, lease.epoch, MoveReason::Failover, now);
+                    let players = member_ids(&self.players, sc.members(slot));
+                    self.relocate(
+                        slot,
+                        target,
+                        lease.epoch,
+                        MoveReason::Failover,
+                        now,
+                        players,
+                    );
                     stats.moved += 1;
                 }
                 continue;
@@ -617,11 +766,15 @@ impl Mesh {
             });
             let sum_w = tally.sum_w;
             let th = self.th.clone();
-            let verdict = self.bubble_mut(slot).hysteresis.decide(now, &current, &best, sum_w, &th);
+            let verdict = self
+                .bubble_mut(slot)
+                .hysteresis
+                .decide(now, &current, &best, sum_w, &th);
             if let crate::scoring::Verdict::Move(reason) = verdict {
                 let epoch = self.bubble(slot).epoch;
                 if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
-                    self.relocate(slot, best.site, lease.epoch, reason, now);
+                    let players = member_ids(&self.players, sc.members(slot));
+                    self.relocate(slot, best.site, lease.epoch, reason, now, players);
                     stats.moved += 1;
                 }
             }
@@ -630,11 +783,15 @@ impl Mesh {
         // 5. Load: split across more servers of the site, or undo the latest split.
         self.balance_load(&mut sc, now, &mut stats);
 
+        self.free_slots.append(&mut self.retired_slots);
         for f in self.fresh.iter_mut() {
             *f = false;
         }
         stats.bubbles = self.bubbles().count() as u32;
-        stats.in_zone = self.player_bubble.iter().zip(&self.players)
+        stats.in_zone = self
+            .player_bubble
+            .iter()
+            .zip(&self.players)
             .filter(|(s, p)| **s == NONE && p.role.is_counted())
             .count() as u32;
         self.scratch = sc;
@@ -675,11 +832,21 @@ impl Mesh {
     }
 
     fn failover_target(&self, tally: &Tally, failed: SiteId, servers: u32) -> SiteId {
-        best_site(tally, &self.sites, self.th.cap_ms, None, |s| s != failed && self.can_host(s, servers)).site
+        best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
+            s != failed && self.can_host(s, servers)
+        })
+        .site
     }
 
     /// Puts a new bubble in `slot` and accounts its server.
-    fn insert_bubble(&mut self, site: SiteId, world: WorldId, bounds: Aabb, now: Time, hysteresis: Hysteresis) -> Option<(u32, Epoch)> {
+    fn insert_bubble(
+        &mut self,
+        site: SiteId,
+        world: WorldId,
+        bounds: Aabb,
+        now: Time,
+        hysteresis: Hysteresis,
+    ) -> Option<(u32, Epoch)> {
         let id = BubbleId(self.next_bubble);
         let lease = self.leases.grant(id, site, now).ok()?;
         self.next_bubble += 1;
@@ -689,7 +856,10 @@ impl Mesh {
             world,
             bounds,
             epoch: lease.epoch,
-            hysteresis: Hysteresis { best_since: None, last_move: hysteresis.last_move },
+            hysteresis: Hysteresis {
+                best_since: None,
+                last_move: hysteresis.last_move,
+            },
             created_at: now,
             cuts: Vec::new(),
             players: 0,
@@ -719,29 +889,56 @@ impl Mesh {
     }
 
     /// A cluster that was nowhere (fresh players) or waiting in a core-site zone.
-    fn create_new(&mut self, c: usize, clusters: &Groups, sc: &mut Scratch, now: Time, stats: &mut TickStats) -> u32 {
+    fn create_new(
+        &mut self,
+        c: usize,
+        clusters: &Groups,
+        sc: &mut Scratch,
+        now: Time,
+        stats: &mut TickStats,
+    ) -> u32 {
+        let members = clusters.members(c);
+        let fresh = members
+            .iter()
+            .all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
+        // Where were they? Nowhere (fresh), in a bubble of another world, or in a core-site zone.
+        let travelled_from = members.iter().find_map(|&it| {
+            let slot = self.player_bubble[sc.item_player[it as usize] as usize];
+            sc.prior
+                .get(slot as usize)
+                .copied()
+                .flatten()
+                .map(|(site, _)| site)
+        });
         let tally = &sc.tallies[c];
         let homes: Vec<usize> = tally.homes().collect();
-        let site = if let [h] = homes[..] {
-            // Alone or among players of the same home: on the home site, or wait in a core zone.
-            let home = self.sites.ids().nth(h).unwrap_or(self.sites.core());
-            if !self.can_host(home, 1) {
-                return NONE;
-            }
-            home
-        } else {
-            best_site(tally, &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1)).site
+        let home = match homes[..] {
+            [h] => self.sites.ids().nth(h),
+            _ => None,
         };
-        let fresh = clusters.members(c).iter().all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
+        let site = match home {
+            // Alone, or among players of the same home: on the home site...
+            Some(home) if self.can_host(home, 1) => home,
+            // ... or wait in a core-site zone until it has a server ready.
+            Some(_) if travelled_from.is_none() => return NONE,
+            _ => {
+                best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
+                    self.can_host(s, 1)
+                })
+                .site
+            }
+        };
         let (bx, m) = sc.cluster_box[c];
-        let world = self.players[sc.item_player[clusters.members(c)[0] as usize] as usize].world;
-        let Some((slot, epoch)) = self.insert_bubble(site, world, bx.expand(2.0 * m), now, Hysteresis::default()) else {
+        let world = self.players[sc.item_player[members[0] as usize] as usize].world;
+        let Some((slot, epoch)) =
+            self.insert_bubble(site, world, bx.expand(2.0 * m), now, Hysteresis::default())
+        else {
             return NONE;
         };
-        let (previous_site, reason) = if fresh {
-            (None, CreateReason::Join)
-        } else {
-            (Some(self.sites.core()), CreateReason::ServerReady)
+        let (previous_site, reason) = match travelled_from {
+            _ if fresh => (None, CreateReason::Join),
+            Some(site) => (Some(site), CreateReason::Travel),
+            None => (Some(self.sites.core()), CreateReason::ServerReady),
         };
         let players = self.cluster_players(clusters, sc, c);
         let b = self.bubble(slot);
@@ -776,11 +973,15 @@ impl Mesh {
         let site = if self.can_host(parent_site, 1) {
             parent_site
         } else {
-            best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1)).site
+            best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| {
+                self.can_host(s, 1)
+            })
+            .site
         };
         let (bx, m) = sc.cluster_box[c];
         let world = self.players[sc.item_player[clusters.members(c)[0] as usize] as usize].world;
-        let Some((slot, epoch)) = self.insert_bubble(site, world, bx.expand(2.0 * m), now, parent) else {
+        let Some((slot, epoch)) = self.insert_bubble(site, world, bx.expand(2.0 * m), now, parent)
+        else {
             return NONE;
         };
         let players = self.cluster_players(clusters, sc, c);
@@ -809,7 +1010,7 @@ impl Mesh {
         slots: &[u32],
         tally: &Tally,
         bounds: Aabb,
-        players: Vec<PlayerId>,
+        members: Vec<(PlayerId, u32)>,
         sc: &mut Scratch,
         now: Time,
         stats: &mut TickStats,
@@ -825,14 +1026,19 @@ impl Mesh {
             .find(|&s| self.bubble(s).site == best.site)
             .unwrap_or(slots[0]);
         let into = self.bubble(survivor).id;
+        let mut players: Vec<PlayerId> = members.iter().map(|m| m.0).collect();
+        players.sort_unstable();
         for &s in slots.iter().filter(|&&s| s != survivor) {
             let b = self.bubble(s);
+            let mut moving: Vec<PlayerId> =
+                members.iter().filter(|m| m.1 == s).map(|m| m.0).collect();
+            moving.sort_unstable();
             let cmd = Command::Merge {
                 into,
                 from: b.id,
                 from_site: b.site,
                 into_site: best.site,
-                players: players.clone(),
+                players: moving,
             };
             self.commands.push_back(cmd);
             self.remove(s);
@@ -844,19 +1050,34 @@ impl Mesh {
         let (id, site, epoch) = (b.id, b.site, b.epoch);
         if site != best.site {
             if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
-                self.relocate(survivor, best.site, lease.epoch, MoveReason::Merge, now);
+                self.relocate(
+                    survivor,
+                    best.site,
+                    lease.epoch,
+                    MoveReason::Merge,
+                    now,
+                    players,
+                );
                 stats.moved += 1;
             }
         } else {
-            self.commands.push_back(Command::Border { bubble: id, bounds });
+            self.commands
+                .push_back(Command::Border { bubble: id, bounds });
         }
         Self::mark_touched(sc, survivor);
         survivor
     }
 
     /// Moves a bubble to `to` under `epoch` and reports it.
-    fn relocate(&mut self, slot: u32, to: SiteId, epoch: Epoch, reason: MoveReason, now: Time) {
-        let players = self.slot_players(slot);
+    fn relocate(
+        &mut self,
+        slot: u32,
+        to: SiteId,
+        epoch: Epoch,
+        reason: MoveReason,
+        now: Time,
+        players: Vec<PlayerId>,
+    ) {
         let b = self.bubble_mut(slot);
         let (from, servers, id) = (b.site, b.servers(), b.id);
         b.site = to;
@@ -865,35 +1086,68 @@ impl Mesh {
         b.hysteresis.moved(now);
         self.used[from.index()] = self.used[from.index()].saturating_sub(servers);
         self.used[to.index()] += servers;
-        self.commands.push_back(Command::Move { bubble: id, from, to, epoch, players, reason });
+        self.commands.push_back(Command::Move {
+            bubble: id,
+            from,
+            to,
+            epoch,
+            players,
+            reason,
+        });
     }
 
-    /// Frees a slot (its lease revoked, its servers released) without reporting.
+    /// Frees a slot (its lease revoked, its servers released) without reporting. Its players are
+    /// reassigned by the caller; the slot is reused from the next tick on.
     fn remove(&mut self, slot: u32) {
         if let Some(b) = self.bubbles[slot as usize].take() {
             let _ = self.leases.revoke(b.id, b.epoch);
             self.bubble_index.remove(&b.id);
             self.used[b.site.index()] = self.used[b.site.index()].saturating_sub(b.servers());
-            self.free_slots.push(slot);
-            for s in self.player_bubble.iter_mut() {
-                if *s == slot {
-                    *s = NONE;
-                }
+            self.retired_slots.push(slot);
+        }
+    }
+
+    /// Builds the per-bubble member rows from `player_bubble`.
+    fn index_members(&self, sc: &mut Scratch) {
+        let n = self.bubbles.len();
+        sc.member_offsets.clear();
+        sc.member_offsets.resize(n + 1, 0);
+        for (p, &s) in self.players.iter().zip(&self.player_bubble) {
+            if s != NONE && p.role.is_counted() {
+                sc.member_offsets[s as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            sc.member_offsets[i + 1] += sc.member_offsets[i];
+        }
+        let mut fill = sc.member_offsets[..n].to_vec();
+        sc.member_list.clear();
+        sc.member_list.resize(sc.member_offsets[n] as usize, 0);
+        for (i, (p, &s)) in self.players.iter().zip(&self.player_bubble).enumerate() {
+            if s != NONE && p.role.is_counted() {
+                sc.member_list[fill[s as usize] as usize] = i as u32;
+                fill[s as usize] += 1;
             }
         }
     }
 
     fn delete(&mut self, slot: u32, reason: DeleteReason) {
         let b = self.bubble(slot);
-        let cmd = Command::Delete { bubble: b.id, site: b.site, epoch: b.epoch, reason };
+        let cmd = Command::Delete {
+            bubble: b.id,
+            site: b.site,
+            epoch: b.epoch,
+            reason,
+        };
         self.commands.push_back(cmd);
         self.remove(slot);
     }
 
     /// Merges bubbles whose boxes overlap (a fast ship's margins can reach past the merge
     /// distance), until no two bubbles of a world overlap.
-    fn resolve_overlaps(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
-        for _round in 0..16 {
+    fn resolve_overlaps(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) -> bool {
+        let mut merged = false;
+        for _round in 0..64 {
             let mut boxes: Vec<(WorldId, Aabb, u32)> = self
                 .bubbles
                 .iter()
@@ -913,8 +1167,9 @@ impl Mesh {
                 }
             }
             if pairs.is_empty() {
-                return;
+                break;
             }
+            merged = true;
             // Merge each pair's components; the first pair of each round is enough to make
             // progress, the rest are picked up by the next round with fresh boxes.
             let (a, b) = pairs[0];
@@ -925,13 +1180,20 @@ impl Mesh {
                     tally.merge(&sc.tallies[t as usize]);
                 }
             }
-            let heavier_first = if self.bubble(a).players >= self.bubble(b).players { [a, b] } else { [b, a] };
+            let heavier_first = if self.bubble(a).players >= self.bubble(b).players {
+                [a, b]
+            } else {
+                [b, a]
+            };
             let bounds = self.bubble(a).bounds.hull(self.bubble(b).bounds);
-            let mut players = self.slot_players(a);
-            players.extend(self.slot_players(b));
-            players.sort_unstable();
+            let members: Vec<(PlayerId, u32)> = [a, b]
+                .iter()
+                .flat_map(|&s| sc.members(s).iter().map(move |&pi| (pi, s)))
+                .map(|(pi, s)| (self.players[pi as usize].id, s))
+                .collect();
             let keep_tally = if ta != NONE { ta } else { tb };
-            let survivor = self.merge_bubbles(&heavier_first, &tally, bounds, players, sc, now, stats);
+            let survivor =
+                self.merge_bubbles(&heavier_first, &tally, bounds, members, sc, now, stats);
             if keep_tally != NONE {
                 sc.tallies[keep_tally as usize] = tally;
             }
@@ -946,7 +1208,9 @@ impl Mesh {
             }
             sc.slot_tally.resize(self.bubbles.len(), NONE);
             sc.slot_tally[survivor as usize] = keep_tally;
+            self.index_members(sc);
         }
+        merged
     }
 
     fn balance_load(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
@@ -971,15 +1235,27 @@ impl Mesh {
             }
         }
         for slot in 0..self.bubbles.len() {
-            let Some(b) = self.bubbles[slot].as_mut() else { continue };
+            let Some(b) = self.bubbles[slot].as_mut() else {
+                continue;
+            };
             b.players = counts[slot].iter().sum();
             if b.stalled_since.is_some() {
                 continue;
             }
-            let low_tps = |i: usize| b.load.tps.get(i).copied().flatten().is_some_and(|t| t < self.th.tps_min);
+            let low_tps = |i: usize| {
+                b.load
+                    .tps
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|t| t < self.th.tps_min)
+            };
             let hot = (0..counts[slot].len()).filter(|&i| counts[slot][i] > pps || low_tps(i));
             let hottest = hot.max_by_key(|&i| counts[slot][i]);
-            let settled = b.load.last_change.is_none_or(|t| now.since(t) >= Span::from_ms(self.th.settle_ms));
+            let settled = b
+                .load
+                .last_change
+                .is_none_or(|t| now.since(t) >= Span::from_ms(self.th.settle_ms));
             if let Some(part) = hottest {
                 b.load.low_since = None;
                 let since = *b.load.overloaded_since.get_or_insert(now);
@@ -990,7 +1266,9 @@ impl Mesh {
                 if !self.can_host(site, 1) {
                     continue;
                 }
-                let Some(cut) = self.cut_for(slot as u32, &parts[slot], part) else { continue };
+                let Some(cut) = self.cut_for(sc, slot as u32, &parts[slot], part) else {
+                    continue;
+                };
                 let b = self.bubble_mut(slot as u32);
                 b.cuts.push(cut);
                 self.after_load_change(slot as u32, 1, LoadReason::Overload, now);
@@ -1025,20 +1303,28 @@ impl Mesh {
         b.load.tps = vec![None; b.servers() as usize];
         let (id, site, parts) = (b.id, b.site, b.parts());
         let used = &mut self.used[site.index()];
-        *used = if delta > 0 { *used + 1 } else { used.saturating_sub(1) };
-        self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });
+        *used = if delta > 0 {
+            *used + 1
+        } else {
+            used.saturating_sub(1)
+        };
+        self.commands.push_back(Command::Servers {
+            bubble: id,
+            site,
+            parts,
+            reason,
+        });
     }
 
     /// Where to cut part `part` of a bubble: the widest gap between its groups (grouping radius),
     /// so that no group is ever cut. `None` if its players form one unbroken group.
-    fn cut_for(&self, slot: u32, parts: &[Aabb], part: usize) -> Option<Cut> {
+    fn cut_for(&self, sc: &Scratch, slot: u32, parts: &[Aabb], part: usize) -> Option<Cut> {
         let bx = parts[part];
-        let members: Vec<&Player> = self
-            .players
+        let members: Vec<&Player> = sc
+            .members(slot)
             .iter()
-            .zip(&self.player_bubble)
-            .filter(|(p, s)| **s == slot && p.role.is_counted() && part_of(parts, p.position) == part)
-            .map(|(p, _)| p)
+            .map(|&i| &self.players[i as usize])
+            .filter(|p| part_of(parts, p.position) == part)
             .collect();
         let items: Vec<Item> = members
             .iter()
@@ -1052,12 +1338,25 @@ impl Mesh {
         let boxes: Vec<Aabb> = (0..groups.len())
             .map(|g| {
                 let m = groups.members(g);
-                m.iter().fold(Aabb::point(items[m[0] as usize].pos), |b, &i| b.include(items[i as usize].pos))
+                m.iter()
+                    .fold(Aabb::point(items[m[0] as usize].pos), |b, &i| {
+                        b.include(items[i as usize].pos)
+                    })
             })
             .collect();
         let (axis, at, _) = widest_gap(&boxes)?;
-        (bx.min.axis(axis) < at && at < bx.max.axis(axis)).then_some(Cut { part: part as u16, axis: axis as u8, at })
+        (bx.min.axis(axis) < at && at < bx.max.axis(axis)).then_some(Cut {
+            part: part as u16,
+            axis: axis as u8,
+            at,
+        })
     }
+}
+
+fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
+    let mut v: Vec<PlayerId> = members.iter().map(|&i| players[i as usize].id).collect();
+    v.sort_unstable();
+    v
 }
 
 fn weight_in(claims: &[(u32, f64, PlayerId)], slot: u32) -> f64 {
@@ -1068,7 +1367,11 @@ fn check_rtt(ms: f64) -> Result<(), InputError> {
     if ms.is_finite() && ms >= 0.0 {
         Ok(())
     } else {
-        Err(InputError::BadNumber { field: "access_rtt_ms", value: ms, extra: " and >= 0" })
+        Err(InputError::BadNumber {
+            field: "access_rtt_ms",
+            value: ms,
+            extra: " and >= 0",
+        })
     }
 }
 
@@ -1076,8 +1379,14 @@ fn check_vec(field: &'static str, v: Vec3) -> Result<(), InputError> {
     if v.is_finite() {
         Ok(())
     } else {
-        let bad = [v.x, v.y, v.z].into_iter().find(|c| !c.is_finite()).unwrap_or(f64::NAN);
-        Err(InputError::BadNumber { field, value: bad, extra: "" })
+        let bad = [v.x, v.y, v.z]
+            .into_iter()
+            .find(|c| !c.is_finite())
+            .unwrap_or(f64::NAN);
+        Err(InputError::BadNumber {
+            field,
+            value: bad,
+            extra: "",
+        })
     }
 }
-

@@ -1,0 +1,497 @@
+//! Runs a scenario through the real brain in virtual time, checking invariants after every step.
+
+use std::collections::BTreeMap;
+
+use horizon_mesh::{
+    Command, ConfigError, Generation, Mesh, MeshConfig, MoveReason, PlayerId, PlayerUpdate, SiteId,
+    Time,
+};
+use serde::Serialize;
+
+use crate::scenario::{EventKind, Scenario};
+
+/// A run that could not complete.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RunError {
+    #[error("configuration refused by the mesh: {0:?}")]
+    Config(Vec<ConfigError>),
+    /// A broken invariant is a bug in the brain: the seed and time reproduce it.
+    #[error("invariant broken at t = {t_s} s (seed {seed}): {what}")]
+    Invariant { seed: u64, t_s: f64, what: String },
+}
+
+/// One change of the site simulating a group of players.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MoveRecord {
+    pub t_s: f64,
+    pub players: Vec<String>,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+}
+
+/// Where a player ended.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FinalPlayer {
+    pub site: String,
+    pub latency_ms: f64,
+}
+
+/// One line of the readable timeline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimelineEntry {
+    pub t_s: f64,
+    pub kind: &'static str,
+    pub text: String,
+}
+
+/// Counters over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunStats {
+    pub ticks: u64,
+    pub created: u64,
+    pub moved: u64,
+    pub merged: u64,
+    pub deleted: u64,
+    pub borders: u64,
+    pub load_changes: u64,
+    pub stalled: u64,
+    pub max_bubbles: u64,
+    pub max_servers: u64,
+}
+
+/// The result of a run. Serialised as the `--json` document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub name: String,
+    pub seed: u64,
+    pub duration_s: f64,
+    pub tick_s: f64,
+    pub moves: Vec<MoveRecord>,
+    #[serde(rename = "final")]
+    pub final_players: BTreeMap<String, FinalPlayer>,
+    /// Bubbles alive at the end, per site.
+    pub bubbles_by_site: BTreeMap<String, u32>,
+    /// Game servers simulating bubbles at the end, per site.
+    pub servers_by_site: BTreeMap<String, u32>,
+    pub stats: RunStats,
+    pub timeline: Vec<TimelineEntry>,
+}
+
+struct Run<'a> {
+    sc: &'a Scenario,
+    mesh: Mesh,
+    names: Vec<String>,
+    site_of: BTreeMap<PlayerId, SiteId>,
+    last_move: BTreeMap<horizon_mesh::BubbleId, Time>,
+    report: Report,
+}
+
+/// Runs `sc` to its end.
+pub fn run(sc: &Scenario) -> Result<Report, RunError> {
+    let config = MeshConfig {
+        sites: sc.sites.clone(),
+        thresholds: sc.thresholds.clone(),
+        generation: Generation(1),
+    };
+    let mut mesh = Mesh::new(config, Time::ZERO).map_err(RunError::Config)?;
+    for &(site, ready) in &sc.ready {
+        mesh.handle_site_capacity(site, ready);
+    }
+    let mut run = Run {
+        sc,
+        mesh,
+        names: sc.players.iter().map(|p| p.name.clone()).collect(),
+        site_of: BTreeMap::new(),
+        last_move: BTreeMap::new(),
+        report: Report {
+            name: sc.name.clone(),
+            seed: sc.seed,
+            duration_s: sc.duration_ms as f64 / 1000.0,
+            tick_s: sc.tick_ms as f64 / 1000.0,
+            moves: Vec::new(),
+            final_players: BTreeMap::new(),
+            bubbles_by_site: BTreeMap::new(),
+            servers_by_site: BTreeMap::new(),
+            stats: RunStats::default(),
+            timeline: Vec::new(),
+        },
+    };
+    run.go()?;
+    Ok(run.report)
+}
+
+impl Run<'_> {
+    fn name(&self, id: PlayerId) -> &str {
+        &self.names[(id.0 - 1) as usize]
+    }
+
+    fn site(&self, s: SiteId) -> String {
+        self.mesh.sites().name(s).to_string()
+    }
+
+    fn note(&mut self, now: Time, kind: &'static str, text: String) {
+        self.report.timeline.push(TimelineEntry {
+            t_s: now.as_secs_f64(),
+            kind,
+            text,
+        });
+    }
+
+    fn list(&self, players: &[PlayerId]) -> String {
+        const SHOWN: usize = 8;
+        let mut s: Vec<&str> = players.iter().take(SHOWN).map(|&p| self.name(p)).collect();
+        let more = players.len().saturating_sub(SHOWN);
+        let extra = if more > 0 {
+            format!(" … (+{more})")
+        } else {
+            String::new()
+        };
+        s.sort_unstable();
+        format!("{}{extra}", s.join(" "))
+    }
+
+    fn go(&mut self) -> Result<(), RunError> {
+        let sc = self.sc;
+        let mut joins: Vec<usize> = (0..sc.players.len()).collect();
+        joins.sort_by_key(|&i| (sc.players[i].join_ms, i));
+        let mut leaves: Vec<usize> = (0..sc.players.len())
+            .filter(|&i| sc.players[i].leave_ms.is_some())
+            .collect();
+        leaves.sort_by_key(|&i| (sc.players[i].leave_ms, i));
+        let (mut next_join, mut next_leave, mut next_event) = (0, 0, 0);
+        let mut link_up = vec![true; sc.sites.len()];
+        let mut t_ms = 0u64;
+        let mut prev_ms = 0u64;
+        loop {
+            let now = Time::from_ms(t_ms);
+            let dt_s = (t_ms - prev_ms) as f64 / 1000.0;
+            // Motion since the previous step.
+            if dt_s > 0.0 {
+                let moving: Vec<(PlayerId, horizon_mesh::Vec3)> = self
+                    .mesh
+                    .players()
+                    .iter()
+                    .filter(|p| p.velocity.norm_sq() > 0.0)
+                    .map(|p| (p.id, p.position + p.velocity * dt_s))
+                    .collect();
+                for (id, pos) in moving {
+                    let update = PlayerUpdate {
+                        position: Some(pos),
+                        ..Default::default()
+                    };
+                    self.mesh
+                        .handle_update(id, &update)
+                        .map_err(|e| self.broken(now, e.to_string()))?;
+                }
+            }
+            while next_join < joins.len() && sc.players[joins[next_join]].join_ms <= t_ms {
+                let p = &sc.players[joins[next_join]];
+                self.mesh
+                    .handle_join(p.join.clone())
+                    .map_err(|e| self.broken(now, e.to_string()))?;
+                next_join += 1;
+            }
+            while next_event < sc.events.len() && sc.events[next_event].at_ms <= t_ms {
+                match &sc.events[next_event].kind {
+                    EventKind::Player { player, update } => {
+                        if self.mesh.handle_update(*player, update).is_err() {
+                            let text =
+                                format!("event for {} ignored: not connected", self.name(*player));
+                            self.note(now, "warning", text);
+                        }
+                    }
+                    EventKind::SiteCapacity { site, ready } => {
+                        self.mesh.handle_site_capacity(*site, *ready);
+                        let n = ready.map_or("unlimited".to_owned(), |n| n.to_string());
+                        let text = format!("{}: {n} ready servers", self.site(*site));
+                        self.note(now, "site", text);
+                    }
+                    EventKind::SiteLink { site, up } => {
+                        self.mesh.handle_site_link(*site, *up);
+                        link_up[site.index()] = *up;
+                        let text = format!(
+                            "{}: link to core {}",
+                            self.site(*site),
+                            if *up { "up" } else { "down" }
+                        );
+                        self.note(now, "site", text);
+                    }
+                }
+                next_event += 1;
+            }
+            while next_leave < leaves.len()
+                && sc.players[leaves[next_leave]]
+                    .leave_ms
+                    .is_some_and(|l| l <= t_ms)
+            {
+                let id = sc.players[leaves[next_leave]].join.id;
+                if self.mesh.handle_leave(id).is_ok() {
+                    self.site_of.remove(&id);
+                }
+                next_leave += 1;
+            }
+            // The agents of sites with a link renew their leases, one batch per site.
+            for site in sc.sites.ids() {
+                if link_up[site.index()] {
+                    let batch: Vec<_> = self
+                        .mesh
+                        .bubbles()
+                        .filter(|b| b.site == site && b.stalled_since.is_none())
+                        .map(|b| (b.id, b.epoch))
+                        .collect();
+                    let _ = self.mesh.handle_renewal(site, &batch, now);
+                }
+            }
+            self.mesh.handle_timeout(now);
+            self.report.stats.ticks += 1;
+            while let Some(cmd) = self.mesh.poll_command() {
+                self.apply(now, cmd)?;
+            }
+            self.check(now)?;
+            if t_ms >= sc.duration_ms {
+                break;
+            }
+            prev_ms = t_ms;
+            t_ms = (t_ms + sc.tick_ms).min(sc.duration_ms);
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn broken(&self, now: Time, what: String) -> RunError {
+        RunError::Invariant {
+            seed: self.sc.seed,
+            t_s: now.as_secs_f64(),
+            what,
+        }
+    }
+
+    /// Records a change of site for the listed players that actually change.
+    fn record_move(&mut self, now: Time, players: &[PlayerId], to: SiteId, reason: &str) {
+        let mut by_from: BTreeMap<SiteId, Vec<PlayerId>> = BTreeMap::new();
+        for &p in players {
+            if let Some(prev) = self.site_of.insert(p, to) {
+                if prev != to {
+                    by_from.entry(prev).or_default().push(p);
+                }
+            }
+        }
+        for (from, ps) in by_from {
+            let mut names: Vec<String> = ps.iter().map(|&p| self.name(p).to_owned()).collect();
+            names.sort();
+            self.report.moves.push(MoveRecord {
+                t_s: now.as_secs_f64(),
+                players: names,
+                from: self.site(from),
+                to: self.site(to),
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    fn apply(&mut self, now: Time, cmd: Command) -> Result<(), RunError> {
+        let s = &mut self.report.stats;
+        match cmd {
+            Command::Create {
+                bubble,
+                site,
+                previous_site,
+                players,
+                reason,
+                ..
+            } => {
+                s.created += 1;
+                let reason = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                match previous_site {
+                    None => players.iter().for_each(|&p| {
+                        self.site_of.insert(p, site);
+                    }),
+                    Some(_) => self.record_move(now, &players, site, &reason),
+                }
+                let text = format!(
+                    "{bubble} on {} for {} ({reason})",
+                    self.site(site),
+                    self.list(&players)
+                );
+                self.note(now, "create", text);
+            }
+            Command::Move {
+                bubble,
+                from,
+                to,
+                players,
+                reason,
+                ..
+            } => {
+                s.moved += 1;
+                if matches!(reason, MoveReason::Gain | MoveReason::Cap) {
+                    let hold = horizon_mesh::Span::from_ms(self.sc.thresholds.hold_ms);
+                    if let Some(&last) = self.last_move.get(&bubble) {
+                        if now.since(last) < hold {
+                            return Err(self.broken(
+                                now,
+                                format!("{bubble} moved twice within the hold time"),
+                            ));
+                        }
+                    }
+                }
+                self.last_move.insert(bubble, now);
+                let r = move_reason(reason);
+                self.record_move(now, &players, to, r);
+                let text = format!(
+                    "{bubble} {} -> {}: {} ({r})",
+                    self.site(from),
+                    self.site(to),
+                    self.list(&players)
+                );
+                self.note(now, "move", text);
+            }
+            Command::Merge {
+                into,
+                from,
+                from_site,
+                into_site,
+                players,
+            } => {
+                s.merged += 1;
+                self.last_move.insert(into, now);
+                self.record_move(now, &players, into_site, "merge");
+                let text = format!(
+                    "{from} ({}) into {into} ({}): {}",
+                    self.site(from_site),
+                    self.site(into_site),
+                    self.list(&players)
+                );
+                self.note(now, "merge", text);
+            }
+            Command::Delete { bubble, site, .. } => {
+                s.deleted += 1;
+                let text = format!("{bubble} on {} (empty)", self.site(site));
+                self.note(now, "delete", text);
+            }
+            Command::Border { .. } => s.borders += 1,
+            Command::Servers {
+                bubble,
+                site,
+                parts,
+                reason,
+            } => {
+                s.load_changes += 1;
+                let why = match reason {
+                    horizon_mesh::LoadReason::Overload => "overload",
+                    horizon_mesh::LoadReason::Underload => "underload",
+                };
+                let text = format!(
+                    "{bubble} on {}: {} servers ({why})",
+                    self.site(site),
+                    parts.len()
+                );
+                self.note(now, "servers", text);
+            }
+            Command::Stalled { bubble, site, .. } => {
+                s.stalled += 1;
+                let text = format!(
+                    "{bubble} on {}: lease expired, players reconnecting",
+                    self.site(site)
+                );
+                self.note(now, "stalled", text);
+            }
+        }
+        Ok(())
+    }
+
+    /// Invariants after every step: the record of who is where matches the brain, no two bubbles
+    /// of a world overlap, every running bubble holds the current epoch of its region.
+    fn check(&mut self, now: Time) -> Result<(), RunError> {
+        let present: Vec<(PlayerId, Option<SiteId>)> = self
+            .mesh
+            .players()
+            .iter()
+            .map(|p| (p.id, self.mesh.site_of(p.id)))
+            .collect();
+        for (id, site) in present {
+            match site {
+                None => {
+                    self.site_of.remove(&id);
+                }
+                Some(site) => {
+                    let recorded = *self.site_of.entry(id).or_insert(site);
+                    if recorded != site {
+                        let what = format!(
+                            "{} is simulated on {} but no command moved them from {}",
+                            self.name(id),
+                            self.site(site),
+                            self.site(recorded)
+                        );
+                        return Err(self.broken(now, what));
+                    }
+                }
+            }
+        }
+        let mut boxes: Vec<_> = self
+            .mesh
+            .bubbles()
+            .map(|b| (b.world, b.bounds, b.id))
+            .collect();
+        boxes.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
+        for i in 0..boxes.len() {
+            for j in i + 1..boxes.len() {
+                if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
+                    break;
+                }
+                if boxes[i].1.overlaps(&boxes[j].1) {
+                    return Err(self.broken(
+                        now,
+                        format!("bubbles {} and {} overlap", boxes[i].2, boxes[j].2),
+                    ));
+                }
+            }
+        }
+        for b in self.mesh.bubbles() {
+            if b.stalled_since.is_none() && !self.mesh.leases().is_current(b.id, b.epoch) {
+                return Err(self.broken(now, format!("{} runs without the current epoch", b.id)));
+            }
+        }
+        let bubbles = self.mesh.bubbles().count() as u64;
+        let servers: u64 = self.mesh.bubbles().map(|b| b.servers() as u64).sum();
+        let s = &mut self.report.stats;
+        s.max_bubbles = s.max_bubbles.max(bubbles);
+        s.max_servers = s.max_servers.max(servers);
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        for p in self.mesh.players() {
+            if let (Some(site), Some(latency)) =
+                (self.mesh.site_of(p.id), self.mesh.latency_of(p.id))
+            {
+                let fp = FinalPlayer {
+                    site: self.site(site),
+                    latency_ms: latency,
+                };
+                self.report
+                    .final_players
+                    .insert(self.name(p.id).to_owned(), fp);
+            }
+        }
+        for b in self.mesh.bubbles() {
+            let site = self.mesh.sites().name(b.site).to_string();
+            *self.report.bubbles_by_site.entry(site.clone()).or_default() += 1;
+            *self.report.servers_by_site.entry(site).or_default() += b.servers();
+        }
+    }
+}
+
+fn move_reason(r: MoveReason) -> &'static str {
+    match r {
+        MoveReason::Gain => "gain",
+        MoveReason::Cap => "cap",
+        MoveReason::Merge => "merge",
+        MoveReason::ServerReady => "server_ready",
+        MoveReason::Failover => "failover",
+    }
+}
