@@ -118,6 +118,15 @@ pub enum Command {
         players: Vec<PlayerId>,
         reason: MoveReason,
     },
+    /// Players enter an existing bubble: fresh connections (`from_site` is `None`), players leaving
+    /// a core-site zone, or a border crossing from another bubble (a single-player handover when
+    /// the site changes).
+    Enter {
+        bubble: BubbleId,
+        site: SiteId,
+        from_site: Option<SiteId>,
+        players: Vec<PlayerId>,
+    },
     /// Fold bubble `from` into `into` (preventive merge); `from`'s lease is revoked.
     Merge {
         into: BubbleId,
@@ -209,6 +218,8 @@ struct Scratch {
     touched: Vec<bool>,
     /// Per bubble slot at the start of the tick: its site and hysteresis (split-offs inherit them).
     prior: Vec<Option<(SiteId, Hysteresis)>>,
+    /// Per bubble slot at the start of the tick: the slot it was merged into, if it was.
+    absorbed_into: Vec<u32>,
     /// Counted players per bubble slot, as compressed rows (player indices).
     member_offsets: Vec<u32>,
     member_list: Vec<u32>,
@@ -585,6 +596,8 @@ impl Mesh {
                 .iter()
                 .map(|b| b.as_ref().map(|b| (b.site, b.hysteresis))),
         );
+        sc.absorbed_into.clear();
+        sc.absorbed_into.resize(nslots, NONE);
         let mut owner: Vec<Option<(u32, f64, PlayerId)>> = vec![None; nslots];
         let mut claims: Vec<Vec<(u32, f64, PlayerId)>> = vec![Vec::new(); nc];
         for (c, claim) in claims.iter_mut().enumerate() {
@@ -668,15 +681,7 @@ impl Mesh {
                         .collect();
                     let t = sc.tallies[c].clone();
                     let (bx, m) = sc.cluster_box[c];
-                    self.merge_bubbles(
-                        &owned,
-                        &t,
-                        bx.expand(2.0 * m),
-                        members,
-                        &mut sc,
-                        now,
-                        &mut stats,
-                    )
+                    self.merge_bubbles(&owned, &t, bx.expand(2.0 * m), members, &mut sc, &mut stats)
                 }
             };
             sc.cluster_bubble[c] = slot;
@@ -694,6 +699,7 @@ impl Mesh {
             }
         }
 
+        self.report_entries(&clusters, &sc);
         for c in 0..nc {
             let slot = sc.cluster_bubble[c];
             for &it in clusters.members(c) {
@@ -726,7 +732,7 @@ impl Mesh {
             }
         }
         self.index_members(&mut sc);
-        if self.resolve_overlaps(&mut sc, now, &mut stats) {
+        if self.resolve_overlaps(&mut sc, &mut stats) {
             self.index_members(&mut sc);
         }
 
@@ -797,6 +803,52 @@ impl Mesh {
         self.scratch = sc;
         self.last_stats = stats;
         stats
+    }
+
+    /// Reports players who enter a bubble that existed before this tick, other than through a
+    /// merge (whose command lists them): fresh connections, players from a zone, border crossings.
+    fn report_entries(&mut self, clusters: &Groups, sc: &Scratch) {
+        let core = self.sites.core();
+        for c in 0..clusters.len() {
+            let slot = sc.cluster_bubble[c];
+            if slot == NONE || sc.prior.get(slot as usize).is_none_or(|p| p.is_none()) {
+                continue; // in a zone, or a bubble created this tick (its command lists everyone)
+            }
+            let mut entering: Vec<(Option<SiteId>, PlayerId)> = Vec::new();
+            for &it in clusters.members(c) {
+                let pi = sc.item_player[it as usize] as usize;
+                let prev = self.player_bubble[pi];
+                if prev == slot || sc.absorbed_into.get(prev as usize) == Some(&slot) {
+                    continue;
+                }
+                let from = if self.fresh[pi] {
+                    None
+                } else if prev == NONE {
+                    Some(core)
+                } else {
+                    sc.prior
+                        .get(prev as usize)
+                        .copied()
+                        .flatten()
+                        .map(|(site, _)| site)
+                };
+                entering.push((from, self.players[pi].id));
+            }
+            if entering.is_empty() {
+                continue;
+            }
+            entering.sort_unstable();
+            let (id, site) = (self.bubble(slot).id, self.bubble(slot).site);
+            for chunk in entering.chunk_by(|a, b| a.0 == b.0) {
+                let players = chunk.iter().map(|e| e.1).collect();
+                self.commands.push_back(Command::Enter {
+                    bubble: id,
+                    site,
+                    from_site: chunk[0].0,
+                    players,
+                });
+            }
+        }
     }
 
     fn cluster_players(&self, clusters: &Groups, sc: &Scratch, c: usize) -> Vec<PlayerId> {
@@ -1001,9 +1053,10 @@ impl Mesh {
         slot
     }
 
-    /// Preventive merge of `slots` (heaviest first) whose union is described by `tally`. The union
-    /// goes to the site scoring picks for it, ignoring hold and dwell (they must not meet across a
-    /// site border). Returns the surviving slot.
+    /// Preventive merge of `slots` (heaviest first) whose union is described by `tally`, at once
+    /// (they must not meet across a site border). The union stays on whichever of their sites
+    /// scores best for it; no bubble changes site here, so hold and dwell keep governing moves,
+    /// and the next ticks may move the union like any bubble. Returns the surviving slot.
     #[allow(clippy::too_many_arguments)]
     fn merge_bubbles(
         &mut self,
@@ -1012,22 +1065,19 @@ impl Mesh {
         bounds: Aabb,
         members: Vec<(PlayerId, u32)>,
         sc: &mut Scratch,
-        now: Time,
         stats: &mut TickStats,
     ) -> u32 {
         let sites_of: Vec<SiteId> = slots.iter().map(|&s| self.bubble(s).site).collect();
-        let heaviest = sites_of[0];
-        let best = best_site(tally, &self.sites, self.th.cap_ms, Some(heaviest), |s| {
-            sites_of.contains(&s) || self.can_host(s, 1)
+        let best = best_site(tally, &self.sites, self.th.cap_ms, Some(sites_of[0]), |s| {
+            sites_of.contains(&s)
         });
+        // The core site is always scored; if it won without hosting any of them, keep the heaviest.
         let survivor = slots
             .iter()
             .copied()
             .find(|&s| self.bubble(s).site == best.site)
             .unwrap_or(slots[0]);
-        let into = self.bubble(survivor).id;
-        let mut players: Vec<PlayerId> = members.iter().map(|m| m.0).collect();
-        players.sort_unstable();
+        let (into, into_site) = (self.bubble(survivor).id, self.bubble(survivor).site);
         for &s in slots.iter().filter(|&&s| s != survivor) {
             let b = self.bubble(s);
             let mut moving: Vec<PlayerId> =
@@ -1037,33 +1087,23 @@ impl Mesh {
                 into,
                 from: b.id,
                 from_site: b.site,
-                into_site: best.site,
+                into_site,
                 players: moving,
             };
             self.commands.push_back(cmd);
             self.remove(s);
+            if let Some(a) = sc.absorbed_into.get_mut(s as usize) {
+                *a = survivor;
+            }
             stats.merged += 1;
         }
         let b = self.bubble_mut(survivor);
         b.bounds = bounds;
         b.hysteresis.best_since = None;
-        let (id, site, epoch) = (b.id, b.site, b.epoch);
-        if site != best.site {
-            if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
-                self.relocate(
-                    survivor,
-                    best.site,
-                    lease.epoch,
-                    MoveReason::Merge,
-                    now,
-                    players,
-                );
-                stats.moved += 1;
-            }
-        } else {
-            self.commands
-                .push_back(Command::Border { bubble: id, bounds });
-        }
+        self.commands.push_back(Command::Border {
+            bubble: into,
+            bounds,
+        });
         Self::mark_touched(sc, survivor);
         survivor
     }
@@ -1145,7 +1185,7 @@ impl Mesh {
 
     /// Merges bubbles whose boxes overlap (a fast ship's margins can reach past the merge
     /// distance), until no two bubbles of a world overlap.
-    fn resolve_overlaps(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) -> bool {
+    fn resolve_overlaps(&mut self, sc: &mut Scratch, stats: &mut TickStats) -> bool {
         let mut merged = false;
         for _round in 0..64 {
             let mut boxes: Vec<(WorldId, Aabb, u32)> = self
@@ -1192,8 +1232,7 @@ impl Mesh {
                 .map(|(pi, s)| (self.players[pi as usize].id, s))
                 .collect();
             let keep_tally = if ta != NONE { ta } else { tb };
-            let survivor =
-                self.merge_bubbles(&heavier_first, &tally, bounds, members, sc, now, stats);
+            let survivor = self.merge_bubbles(&heavier_first, &tally, bounds, members, sc, stats);
             if keep_tally != NONE {
                 sc.tallies[keep_tally as usize] = tally;
             }

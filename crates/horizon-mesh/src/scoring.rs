@@ -187,8 +187,6 @@ pub enum MoveReason {
     Gain,
     /// The current site breaks the fairness cap and the best one does not.
     Cap,
-    /// Preventive merge: two bubbles of different sites came within the merge distance.
-    Merge,
     /// The bubble waited in a core zone and a server became ready on a better site.
     ServerReady,
     /// The site lost its lease (link loss, no server): hold and dwell are ignored.

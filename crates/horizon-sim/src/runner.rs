@@ -350,6 +350,26 @@ impl Run<'_> {
                 );
                 self.note(now, "move", text);
             }
+            Command::Enter {
+                bubble,
+                site,
+                from_site,
+                players,
+            } => {
+                match from_site {
+                    None => players.iter().for_each(|&p| {
+                        self.site_of.insert(p, site);
+                    }),
+                    Some(_) => self.record_move(now, &players, site, "border"),
+                }
+                let from = from_site.map_or("connection".to_owned(), |s| self.site(s));
+                let text = format!(
+                    "{bubble} on {} from {from}: {}",
+                    self.site(site),
+                    self.list(&players)
+                );
+                self.note(now, "enter", text);
+            }
             Command::Merge {
                 into,
                 from,
@@ -490,7 +510,6 @@ fn move_reason(r: MoveReason) -> &'static str {
     match r {
         MoveReason::Gain => "gain",
         MoveReason::Cap => "cap",
-        MoveReason::Merge => "merge",
         MoveReason::ServerReady => "server_ready",
         MoveReason::Failover => "failover",
     }
