@@ -636,19 +636,17 @@ impl Mesh {
         sc.touched.resize(nslots, false);
         sc.cluster_bubble.clear();
         sc.cluster_bubble.resize(nc, NONE);
-        for c in 0..nc {
-            let mut owned: Vec<u32> = claims[c]
+        for (c, claim) in claims.iter().enumerate() {
+            let mut owned: Vec<u32> = claim
                 .iter()
                 .filter(|e| owner[e.0 as usize].is_some_and(|o| o.0 == c as u32))
                 .map(|e| e.0)
                 .collect();
             let slot = match owned.len() {
-                0 if claims[c].is_empty() => {
-                    self.create_new(c, &clusters, &mut sc, now, &mut stats)
-                }
+                0 if claim.is_empty() => self.create_new(c, &clusters, &mut sc, now, &mut stats),
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
-                    let source = claims[c]
+                    let source = claim
                         .iter()
                         .max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.cmp(&a.2)))
                         .map(|e| e.0)
@@ -664,7 +662,7 @@ impl Mesh {
                 }
                 _ => {
                     owned.sort_by(|a, b| {
-                        let (wa, wb) = (weight_in(&claims[c], *a), weight_in(&claims[c], *b));
+                        let (wa, wb) = (weight_in(claim, *a), weight_in(claim, *b));
                         wb.total_cmp(&wa)
                             .then(self.bubble(*a).id.cmp(&self.bubble(*b).id))
                     });

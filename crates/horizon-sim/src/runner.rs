@@ -271,10 +271,10 @@ impl Run<'_> {
     fn record_move(&mut self, now: Time, players: &[PlayerId], to: SiteId, reason: &str) {
         let mut by_from: BTreeMap<SiteId, Vec<PlayerId>> = BTreeMap::new();
         for &p in players {
-            if let Some(prev) = self.site_of.insert(p, to) {
-                if prev != to {
-                    by_from.entry(prev).or_default().push(p);
-                }
+            if let Some(prev) = self.site_of.insert(p, to)
+                && prev != to
+            {
+                by_from.entry(prev).or_default().push(p);
             }
         }
         for (from, ps) in by_from {
@@ -330,13 +330,12 @@ impl Run<'_> {
                 s.moved += 1;
                 if matches!(reason, MoveReason::Gain | MoveReason::Cap) {
                     let hold = horizon_mesh::Span::from_ms(self.sc.thresholds.hold_ms);
-                    if let Some(&last) = self.last_move.get(&bubble) {
-                        if now.since(last) < hold {
-                            return Err(self.broken(
-                                now,
-                                format!("{bubble} moved twice within the hold time"),
-                            ));
-                        }
+                    if let Some(&last) = self.last_move.get(&bubble)
+                        && now.since(last) < hold
+                    {
+                        return Err(
+                            self.broken(now, format!("{bubble} moved twice within the hold time"))
+                        );
                     }
                 }
                 self.last_move.insert(bubble, now);
