@@ -73,27 +73,42 @@ pub fn part_of(parts: &[Aabb], p: Vec3) -> usize {
 }
 
 /// Where to cut a population so no group is cut: the widest gap between groups' extents on any
-/// axis. `groups` gives each group's box. Returns `(axis, at, gap width)`, or `None` when every
-/// axis is covered end to end by overlapping groups (nothing can be cut without cutting a group).
-pub fn widest_gap(groups: &[Aabb]) -> Option<(usize, f64, f64)> {
-    let mut best: Option<(usize, f64, f64)> = None;
-    let mut spans: Vec<(f64, f64)> = Vec::with_capacity(groups.len());
+/// axis; among gaps equally wide (within a metre), the one that splits the players most evenly.
+/// `groups` gives each group's box and player count. Returns `(axis, at, gap width)`, or `None`
+/// when every axis is covered end to end by overlapping groups (nothing can be cut without
+/// cutting a group).
+pub fn widest_gap(groups: &[(Aabb, u32)]) -> Option<(usize, f64, f64)> {
+    const SAME_WIDTH_M: f64 = 1.0;
+    let total: u32 = groups.iter().map(|g| g.1).sum();
+    // (axis, at, width, imbalance)
+    let mut best: Option<(usize, f64, f64, u32)> = None;
+    let mut spans: Vec<(f64, f64, u32)> = Vec::with_capacity(groups.len());
     for axis in 0..3 {
         spans.clear();
-        spans.extend(groups.iter().map(|g| (g.min.axis(axis), g.max.axis(axis))));
+        spans.extend(
+            groups
+                .iter()
+                .map(|(b, n)| (b.min.axis(axis), b.max.axis(axis), *n)),
+        );
         spans.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut reach = f64::NEG_INFINITY;
-        for &(lo, hi) in &spans {
+        let mut below = 0u32;
+        for &(lo, hi, n) in &spans {
             if reach.is_finite() && lo > reach {
                 let width = lo - reach;
-                if best.is_none_or(|b| width > b.2) {
-                    best = Some((axis, (lo + reach) / 2.0, width));
+                let imbalance = below.abs_diff(total - below);
+                let better = best.is_none_or(|b| {
+                    width > b.2 + SAME_WIDTH_M || (width > b.2 - SAME_WIDTH_M && imbalance < b.3)
+                });
+                if better {
+                    best = Some((axis, (lo + reach) / 2.0, width, imbalance));
                 }
             }
             reach = reach.max(hi);
+            below += n;
         }
     }
-    best
+    best.map(|(axis, at, width, _)| (axis, at, width))
 }
 
 #[cfg(test)]
@@ -110,17 +125,28 @@ mod tests {
     #[test]
     fn widest_gap_picks_the_largest_hole_and_never_cuts_a_group() {
         let groups = [
-            boxed(0.0, 10.0),
-            boxed(5.0, 20.0),
-            boxed(100.0, 110.0),
-            boxed(30.0, 40.0),
+            (boxed(0.0, 10.0), 3),
+            (boxed(5.0, 20.0), 3),
+            (boxed(100.0, 110.0), 3),
+            (boxed(30.0, 40.0), 3),
         ];
         let (axis, at, width) = widest_gap(&groups).unwrap();
         assert_eq!((axis, at, width), (0, 70.0, 60.0));
-        for g in &groups {
+        for (g, _) in &groups {
             assert!(!(g.min.x < at && at < g.max.x), "the cut crosses a group");
         }
-        assert_eq!(widest_gap(&[boxed(0.0, 10.0), boxed(5.0, 20.0)]), None);
+        assert_eq!(
+            widest_gap(&[(boxed(0.0, 10.0), 1), (boxed(5.0, 20.0), 1)]),
+            None
+        );
+    }
+
+    #[test]
+    fn equal_gaps_are_broken_towards_the_even_split() {
+        let groups: Vec<(Aabb, u32)> = (0..4)
+            .map(|g| (boxed(g as f64 * 100.0, g as f64 * 100.0 + 10.0), 30))
+            .collect();
+        assert_eq!(widest_gap(&groups), Some((0, 155.0, 90.0)));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod ids;
 pub mod lease;
 pub mod mesh;
 pub mod player;
+pub mod rng;
 pub mod scoring;
 pub mod time;
 

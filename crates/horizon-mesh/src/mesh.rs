@@ -1372,13 +1372,15 @@ impl Mesh {
             })
             .collect();
         let groups = Grouper::new().group(&items, self.th.group_radius_m);
-        let boxes: Vec<Aabb> = (0..groups.len())
+        let boxes: Vec<(Aabb, u32)> = (0..groups.len())
             .map(|g| {
                 let m = groups.members(g);
-                m.iter()
-                    .fold(Aabb::point(items[m[0] as usize].pos), |b, &i| {
-                        b.include(items[i as usize].pos)
-                    })
+                let first = Aabb::point(items[m[0] as usize].pos);
+                (
+                    m.iter()
+                        .fold(first, |b, &i| b.include(items[i as usize].pos)),
+                    m.len() as u32,
+                )
             })
             .collect();
         let (axis, at, _) = widest_gap(&boxes)?;

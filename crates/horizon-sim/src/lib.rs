@@ -6,7 +6,6 @@
 //! checks the invariants after every step and returns a [`Report`]: a readable timeline, every
 //! change of site, and where each player ended with the latency used for decisions.
 
-pub mod rng;
 pub mod runner;
 pub mod scenario;
 mod text;

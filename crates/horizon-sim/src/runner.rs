@@ -377,7 +377,6 @@ impl Run<'_> {
                 players,
             } => {
                 s.merged += 1;
-                self.last_move.insert(into, now);
                 self.record_move(now, &players, into_site, "merge");
                 let text = format!(
                     "{from} ({}) into {into} ({}): {}",

@@ -9,7 +9,7 @@ use horizon_mesh::{
 };
 use serde::Deserialize;
 
-use crate::rng::Rng;
+use horizon_mesh::rng::Rng;
 
 /// Limits that keep a scenario from exhausting memory or running forever.
 pub const MAX_PLAYERS: usize = 2_000_000;

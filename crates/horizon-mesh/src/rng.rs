@@ -1,5 +1,5 @@
-//! A tiny seeded generator (SplitMix64): stable across versions, so a run is reproducible from
-//! (seed, commit) alone.
+//! A tiny seeded generator (SplitMix64) for simulations and tests: stable across versions, so a
+//! run is reproducible from (seed, commit) alone.
 
 #[derive(Clone, Debug)]
 pub struct Rng(u64);

@@ -1,0 +1,156 @@
+//! Helpers shared by the brain's integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use horizon_mesh::{
+    Command, Generation, Mesh, MeshConfig, PlayerId, PlayerJoin, Role, SiteId, SiteName, Sites,
+    Thresholds, Time, Vec3, WorldId,
+};
+
+pub const PAR: usize = 0;
+pub const MTL: usize = 1;
+pub const HKG: usize = 2;
+
+/// PAR (core), MTL, HKG with the SPEC's default backbone RTTs.
+pub fn sites() -> Sites {
+    let n = |s: &str| SiteName::new(s).unwrap();
+    Sites::new(
+        vec![n("PAR"), n("MTL"), n("HKG")],
+        &n("PAR"),
+        &[
+            (n("PAR"), n("MTL"), 85.0),
+            (n("PAR"), n("HKG"), 185.0),
+            (n("MTL"), n("HKG"), 225.0),
+        ],
+    )
+    .unwrap()
+}
+
+pub fn site(i: usize) -> SiteId {
+    sites().ids().nth(i).unwrap()
+}
+
+pub fn mesh(th: Thresholds) -> Mesh {
+    Mesh::new(
+        MeshConfig {
+            sites: sites(),
+            thresholds: th,
+            generation: Generation(1),
+        },
+        Time::ZERO,
+    )
+    .unwrap()
+}
+
+pub fn join(id: u64, home: usize, rtt: f64, role: Role, pos: Vec3) -> PlayerJoin {
+    PlayerJoin {
+        id: PlayerId(id),
+        home: site(home),
+        access_rtt_ms: rtt,
+        role,
+        world: WorldId(0),
+        position: pos,
+        velocity: Vec3::ZERO,
+    }
+}
+
+pub fn at(x: f64) -> Vec3 {
+    Vec3::new(x, 0.0, 0.0)
+}
+
+/// Runs ticks every period from `from_s` to `to_s` inclusive, renewing every lease (all links up),
+/// and returns every command emitted with its time.
+pub fn run(mesh: &mut Mesh, from_s: u64, to_s: u64) -> Vec<(Time, Command)> {
+    let period = mesh.thresholds().period_ms / 1000;
+    let mut out = Vec::new();
+    let mut t = from_s;
+    while t <= to_s {
+        let now = Time::from_secs(t);
+        renew_all(mesh, now, &[]);
+        mesh.handle_timeout(now);
+        while let Some(c) = mesh.poll_command() {
+            out.push((now, c));
+        }
+        t += period.max(1);
+    }
+    out
+}
+
+/// Renews every bubble's lease except those of the `silent` sites.
+pub fn renew_all(mesh: &mut Mesh, now: Time, silent: &[SiteId]) {
+    let sites: Vec<SiteId> = mesh.sites().ids().collect();
+    for s in sites {
+        if silent.contains(&s) {
+            continue;
+        }
+        let batch: Vec<_> = mesh
+            .bubbles()
+            .filter(|b| b.site == s && b.stalled_since.is_none())
+            .map(|b| (b.id, b.epoch))
+            .collect();
+        let _ = mesh.handle_renewal(s, &batch, now);
+    }
+}
+
+pub fn moves(cmds: &[(Time, Command)]) -> Vec<(Time, SiteId, SiteId)> {
+    cmds.iter()
+        .filter_map(|(t, c)| match c {
+            Command::Move { from, to, .. } => Some((*t, *from, *to)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A seeded population: `n` players in clusters of 1–20 (a few of 60–150), mixed homes, some
+/// pilots, AFK players and NPCs, some moving, spread over two worlds.
+pub fn population(seed: u64, n: usize) -> Vec<PlayerJoin> {
+    use horizon_mesh::rng::Rng;
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(n);
+    let mut id = 1;
+    while out.len() < n {
+        let size = if rng.unit() < 0.03 {
+            60 + rng.below(90)
+        } else {
+            1 + rng.below(20)
+        } as usize;
+        let center = Vec3::new(
+            rng.range(-2e5, 2e5),
+            rng.range(-2e5, 2e5),
+            rng.range(-2e3, 2e3),
+        );
+        let world = WorldId(rng.below(2) as u32);
+        let main_home = rng.below(3) as usize;
+        let spread = rng.range(10.0, 1500.0);
+        let speed = if rng.unit() < 0.2 {
+            rng.range(1.0, 300.0)
+        } else {
+            0.0
+        };
+        let dir = Vec3::new(rng.range(-1.0, 1.0), rng.range(-1.0, 1.0), 0.0);
+        for _ in 0..size.min(n - out.len()) {
+            let home = if rng.unit() < 0.7 {
+                main_home
+            } else {
+                rng.below(3) as usize
+            };
+            let role = match rng.below(20) {
+                0 => Role::Npc,
+                1 | 2 => Role::Afk,
+                3..=5 => Role::Pilot,
+                _ => Role::Player,
+            };
+            let offset = Vec3::new(rng.range(-spread, spread), rng.range(-spread, spread), 0.0);
+            out.push(PlayerJoin {
+                id: PlayerId(id),
+                home: site(home),
+                access_rtt_ms: rng.range(2.0, 60.0),
+                role,
+                world,
+                position: center + offset,
+                velocity: dir * speed,
+            });
+            id += 1;
+        }
+    }
+    out
+}
