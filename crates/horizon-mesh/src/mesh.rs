@@ -691,7 +691,9 @@ impl Mesh {
 
         // Bubbles nobody owns any more are deleted.
         for slot in 0..nslots as u32 {
-            if owner[slot as usize].is_none() && self.bubbles[slot as usize].is_some() {
+            // Only bubbles live at the start: a slot freed earlier may hold a bubble created just now.
+            let was_live = sc.prior[slot as usize].is_some();
+            if was_live && owner[slot as usize].is_none() && self.bubbles[slot as usize].is_some() {
                 self.delete(slot, DeleteReason::Empty);
                 stats.deleted += 1;
             }
