@@ -1,1 +1,176 @@
-fn main() {}
+//! One full tick (grouping + scoring + hysteresis + bubble decisions) at 10^4, 10^5 and 10^6
+//! players, next to a plain memory copy of the same player records for the ratio.
+//!
+//! The population is realistic for an MMO: mostly groups of 1–20, a few large events of a few
+//! hundred, homes weighted 50/30/20 %, pilots, AFK players and NPCs, a tenth of the players moving
+//! (walking to fast ships) between ticks. Density is kept constant as the population grows. Motion
+//! is applied outside the timed section; only `Mesh::tick` is measured.
+//!
+//! Run: `cargo bench -p horizon-mesh --bench tick`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use horizon_mesh::rng::Rng;
+use horizon_mesh::{
+    Generation, Mesh, MeshConfig, Player, PlayerId, PlayerJoin, PlayerUpdate, Role, SiteName,
+    Sites, Thresholds, Time, Vec3, WorldId,
+};
+
+fn sites() -> Sites {
+    let n = |s: &str| SiteName::new(s).expect("valid site name");
+    Sites::new(
+        vec![n("PAR"), n("MTL"), n("HKG")],
+        &n("PAR"),
+        &[
+            (n("PAR"), n("MTL"), 85.0),
+            (n("PAR"), n("HKG"), 185.0),
+            (n("MTL"), n("HKG"), 225.0),
+        ],
+    )
+    .expect("valid sites")
+}
+
+fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
+    let s = sites();
+    let homes: Vec<_> = s.ids().collect();
+    let mut rng = Rng::new(seed);
+    // About 1,000 players per 100 km × 100 km × 10 km of space, in 8 worlds.
+    let half = 50_000.0 * (n as f64 / 1_000.0).sqrt();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let size = if rng.unit() < 0.0005 {
+            200 + rng.below(400)
+        } else {
+            1 + rng.below(20)
+        };
+        let center = Vec3::new(
+            rng.range(-half, half),
+            rng.range(-half, half),
+            rng.range(-5e3, 5e3),
+        );
+        let world = WorldId(rng.below(8) as u32);
+        let spread = if size > 100 {
+            1_500.0
+        } else {
+            rng.range(5.0, 200.0)
+        };
+        let main = (rng.below(10) as usize).min(9);
+        let main_home = homes[[0, 0, 0, 0, 0, 1, 1, 1, 2, 2][main]];
+        for _ in 0..(size as usize).min(n - out.len()) {
+            let home = if rng.unit() < 0.8 {
+                main_home
+            } else {
+                homes[rng.below(3) as usize]
+            };
+            let role = match rng.below(20) {
+                0 => Role::Npc,
+                1 | 2 => Role::Afk,
+                3..=5 => Role::Pilot,
+                _ => Role::Player,
+            };
+            let velocity = if rng.unit() < 0.1 {
+                let speed = if rng.unit() < 0.8 {
+                    rng.range(1.0, 8.0)
+                } else {
+                    rng.range(50.0, 500.0)
+                };
+                Vec3::new(rng.range(-1.0, 1.0), rng.range(-1.0, 1.0), 0.0) * speed
+            } else {
+                Vec3::ZERO
+            };
+            let offset = Vec3::new(rng.range(-spread, spread), rng.range(-spread, spread), 0.0);
+            out.push(PlayerJoin {
+                id: PlayerId(out.len() as u64 + 1),
+                home,
+                access_rtt_ms: rng.range(3.0, 60.0),
+                role,
+                world,
+                position: center + offset,
+                velocity,
+            });
+        }
+    }
+    out
+}
+
+fn setup(n: usize) -> Mesh {
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(1),
+    };
+    let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
+    for j in population(n, 42) {
+        mesh.handle_join(j).expect("valid join");
+    }
+    // Two ticks to reach the steady state (bubbles exist).
+    for t in [0, 5] {
+        mesh.tick(Time::from_secs(t));
+        while mesh.poll_command().is_some() {}
+    }
+    mesh
+}
+
+fn advance(mesh: &mut Mesh, dt_s: f64) {
+    let moves: Vec<(PlayerId, Vec3)> = mesh
+        .players()
+        .iter()
+        .filter(|p| p.velocity.norm_sq() > 0.0)
+        .map(|p| (p.id, p.position + p.velocity * dt_s))
+        .collect();
+    for (id, pos) in moves {
+        let _ = mesh.handle_update(
+            id,
+            &PlayerUpdate {
+                position: Some(pos),
+                ..Default::default()
+            },
+        );
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tick");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(8));
+    for n in [10_000usize, 100_000, 1_000_000] {
+        let mut mesh = setup(n);
+        let stats = mesh.last_stats();
+        eprintln!(
+            "n = {n}: {} counted, {} clusters, {} bubbles, {} in zones",
+            stats.counted, stats.clusters, stats.bubbles, stats.in_zone
+        );
+        group.throughput(Throughput::Elements(n as u64));
+        let mut t = 10;
+        group.bench_with_input(BenchmarkId::new("full", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    advance(&mut mesh, 5.0);
+                    let start = Instant::now();
+                    black_box(mesh.tick(Time::from_secs(t)));
+                    total += start.elapsed();
+                    while mesh.poll_command().is_some() {}
+                    t += 5;
+                }
+                total
+            })
+        });
+        let src: Vec<Player> = mesh.players().to_vec();
+        let mut dst = src.clone();
+        group.bench_with_input(BenchmarkId::new("memcpy_players", n), &n, |b, _| {
+            b.iter(|| {
+                dst.clone_from_slice(black_box(&src));
+                black_box(&dst);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -308,19 +308,27 @@ impl Grouper {
     }
 
     fn collect(&mut self, n: usize) -> Groups {
+        let roots: Vec<u32> = (0..n as u32).map(|i| self.find(i)).collect();
+        Groups::from_labels(&roots, n)
+    }
+}
+
+impl Groups {
+    /// Groups items by label (`labels[i] < bound`): one group per distinct label, ordered by
+    /// smallest member, members ascending.
+    pub fn from_labels(labels: &[u32], bound: usize) -> Groups {
         const NONE: u32 = u32::MAX;
-        let mut group_of_root = vec![NONE; n];
-        let mut group_of = Vec::with_capacity(n);
+        let mut group_of_label = vec![NONE; bound];
+        let mut group_of = Vec::with_capacity(labels.len());
         let mut counts: Vec<u32> = Vec::new();
-        for i in 0..n as u32 {
-            let r = self.find(i) as usize;
-            if group_of_root[r] == NONE {
-                group_of_root[r] = counts.len() as u32;
+        for &l in labels {
+            let g = &mut group_of_label[l as usize];
+            if *g == NONE {
+                *g = counts.len() as u32;
                 counts.push(0);
             }
-            let g = group_of_root[r];
-            counts[g as usize] += 1;
-            group_of.push(g);
+            counts[*g as usize] += 1;
+            group_of.push(*g);
         }
         let mut offsets = Vec::with_capacity(counts.len() + 1);
         let mut acc = 0;
@@ -330,7 +338,7 @@ impl Grouper {
             offsets.push(acc);
         }
         let mut fill = offsets[..counts.len()].to_vec();
-        let mut members = vec![0; n];
+        let mut members = vec![0; labels.len()];
         for (i, &g) in group_of.iter().enumerate() {
             members[fill[g as usize] as usize] = i as u32;
             fill[g as usize] += 1;

@@ -565,28 +565,16 @@ impl Mesh {
             }
         }
         stats.counted = sc.items.len() as u32;
-        let clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
+        let mut clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
+        self.describe(&clusters, &mut sc);
+        // Clusters whose claimed boxes overlap form one unit (a fast ship's margins can reach
+        // past the merge distance), until every unit's box is clear of the others.
+        while let Some(units) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) {
+            clusters = units;
+            self.describe(&clusters, &mut sc);
+        }
         let nc = clusters.len();
         stats.clusters = nc as u32;
-        while sc.tallies.len() < nc {
-            sc.tallies.push(Tally::new(self.sites.len()));
-        }
-        sc.cluster_box.clear();
-        for c in 0..nc {
-            let t = &mut sc.tallies[c];
-            t.clear();
-            let mut bx: Option<Aabb> = None;
-            let mut margin: f64 = 0.0;
-            for &it in clusters.members(c) {
-                let p = &self.players[sc.item_player[it as usize] as usize];
-                t.add(p, self.th.weights.of(p.role));
-                bx = Some(bx.map_or(Aabb::point(p.position), |b| b.include(p.position)));
-                margin = margin.max(self.th.scaled(self.th.border_margin_m, p.speed()));
-            }
-            // Invariant: a group has at least one member.
-            sc.cluster_box
-                .push((bx.expect("non-empty cluster"), margin));
-        }
 
         // 2. Continuity: which cluster owns which bubble.
         let nslots = self.bubbles.len();
@@ -707,34 +695,9 @@ impl Mesh {
             }
         }
 
-        // 3. Moving borders, then no overlap.
-        for c in 0..nc {
-            let slot = sc.cluster_bubble[c];
-            if slot == NONE || sc.touched.get(slot as usize).copied().unwrap_or(false) {
-                continue;
-            }
-            let (bx, m) = sc.cluster_box[c];
-            let bounds = self.bubble(slot).bounds;
-            let near_edge = clusters.members(c).iter().any(|&it| {
-                let p = &self.players[sc.item_player[it as usize] as usize];
-                bounds.inner_distance(p.position)
-                    < self.th.scaled(self.th.border_margin_m, p.speed())
-            });
-            if near_edge {
-                let b = self.bubble_mut(slot);
-                b.bounds = bx.expand(2.0 * m);
-                let cmd = Command::Border {
-                    bubble: b.id,
-                    bounds: b.bounds,
-                };
-                self.commands.push_back(cmd);
-                stats.borders += 1;
-            }
-        }
+        // 3. Moving borders, and no two regions overlapping.
+        self.settle_bounds(&clusters, &sc, &mut stats);
         self.index_members(&mut sc);
-        if self.resolve_overlaps(&mut sc, &mut stats) {
-            self.index_members(&mut sc);
-        }
 
         // 4. Scoring, hysteresis and failover.
         sc.touched.resize(self.bubbles.len(), false);
@@ -848,6 +811,30 @@ impl Mesh {
                     players,
                 });
             }
+        }
+    }
+
+    /// Per cluster: tally, member box and the largest speed-scaled border margin.
+    fn describe(&self, clusters: &Groups, sc: &mut Scratch) {
+        let nc = clusters.len();
+        while sc.tallies.len() < nc {
+            sc.tallies.push(Tally::new(self.sites.len()));
+        }
+        sc.cluster_box.clear();
+        for c in 0..nc {
+            let t = &mut sc.tallies[c];
+            t.clear();
+            let members = clusters.members(c);
+            let first = self.players[sc.item_player[members[0] as usize] as usize].position;
+            let mut bx = Aabb::point(first);
+            let mut margin: f64 = 0.0;
+            for &it in members {
+                let p = &self.players[sc.item_player[it as usize] as usize];
+                t.add(p, self.th.weights.of(p.role));
+                bx = bx.include(p.position);
+                margin = margin.max(self.th.scaled(self.th.border_margin_m, p.speed()));
+            }
+            sc.cluster_box.push((bx, margin));
         }
     }
 
@@ -1078,11 +1065,15 @@ impl Mesh {
             .find(|&s| self.bubble(s).site == best.site)
             .unwrap_or(slots[0]);
         let (into, into_site) = (self.bubble(survivor).id, self.bubble(survivor).site);
+        let mut by_slot = members;
+        by_slot.sort_unstable_by_key(|m| (m.1, m.0));
         for &s in slots.iter().filter(|&&s| s != survivor) {
             let b = self.bubble(s);
-            let mut moving: Vec<PlayerId> =
-                members.iter().filter(|m| m.1 == s).map(|m| m.0).collect();
-            moving.sort_unstable();
+            let (lo, hi) = (
+                by_slot.partition_point(|m| m.1 < s),
+                by_slot.partition_point(|m| m.1 <= s),
+            );
+            let moving: Vec<PlayerId> = by_slot[lo..hi].iter().map(|m| m.0).collect();
             let cmd = Command::Merge {
                 into,
                 from: b.id,
@@ -1185,71 +1176,71 @@ impl Mesh {
 
     /// Merges bubbles whose boxes overlap (a fast ship's margins can reach past the merge
     /// distance), until no two bubbles of a world overlap.
-    fn resolve_overlaps(&mut self, sc: &mut Scratch, stats: &mut TickStats) -> bool {
-        let mut merged = false;
-        for _round in 0..64 {
-            let mut boxes: Vec<(WorldId, Aabb, u32)> = self
-                .bubbles
-                .iter()
-                .enumerate()
-                .filter_map(|(s, b)| b.as_ref().map(|b| (b.world, b.bounds, s as u32)))
-                .collect();
-            boxes.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
-            let mut pairs = Vec::new();
-            for i in 0..boxes.len() {
-                for j in i + 1..boxes.len() {
-                    if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
-                        break;
+    /// Moving border: a bubble keeps its box while every member stays farther than its margin
+    /// from the edge; otherwise the box is reset to the one its players claim (their box grown by
+    /// twice the margin), so the border moves with them. Claims of different bubbles (and of
+    /// players waiting in zones) never overlap, so resetting any stale box that overlaps another
+    /// region ends with no overlap at all.
+    fn settle_bounds(&mut self, clusters: &Groups, sc: &Scratch, stats: &mut TickStats) {
+        let mut claims: Vec<Option<Aabb>> = vec![None; self.bubbles.len()];
+        let mut obstacles: Vec<(WorldId, Aabb, u32)> = Vec::new();
+        for c in 0..clusters.len() {
+            let slot = sc.cluster_bubble[c];
+            let claimed = claim(sc.cluster_box[c]);
+            if slot == NONE {
+                let world = sc.items[clusters.members(c)[0] as usize].world;
+                obstacles.push((world, claimed, NONE));
+                continue;
+            }
+            claims[slot as usize] = Some(claimed);
+            let bounds = self.bubble(slot).bounds;
+            let near_edge = bounds != claimed
+                && clusters.members(c).iter().any(|&it| {
+                    let p = &self.players[sc.item_player[it as usize] as usize];
+                    bounds.inner_distance(p.position)
+                        < self.th.scaled(self.th.border_margin_m, p.speed())
+                });
+            if near_edge {
+                self.set_bounds(slot, claimed, stats);
+            }
+        }
+        // Bounded: each round resets at least one stale box to its claim.
+        loop {
+            let mut boxes: Vec<(WorldId, Aabb, u32)> = obstacles.clone();
+            for (slot, b) in self.bubbles.iter().enumerate() {
+                if let Some(b) = b {
+                    boxes.push((b.world, b.bounds, slot as u32));
+                }
+            }
+            let mut reset = false;
+            for (a, b) in overlapping(&mut boxes) {
+                for slot in [a, b] {
+                    if slot == NONE {
+                        continue;
                     }
-                    if boxes[i].1.overlaps(&boxes[j].1) {
-                        pairs.push((boxes[i].2, boxes[j].2));
+                    // Invariant: every live bubble holds one cluster, so it has a claim.
+                    let claimed = claims[slot as usize].expect("a live bubble has a claim");
+                    if self.bubble(slot).bounds != claimed {
+                        self.set_bounds(slot, claimed, stats);
+                        reset = true;
                     }
                 }
             }
-            if pairs.is_empty() {
+            if !reset {
                 break;
             }
-            merged = true;
-            // Merge each pair's components; the first pair of each round is enough to make
-            // progress, the rest are picked up by the next round with fresh boxes.
-            let (a, b) = pairs[0];
-            let (ta, tb) = (sc.slot_tally[a as usize], sc.slot_tally[b as usize]);
-            let mut tally = Tally::new(self.sites.len());
-            for t in [ta, tb] {
-                if t != NONE {
-                    tally.merge(&sc.tallies[t as usize]);
-                }
-            }
-            let heavier_first = if self.bubble(a).players >= self.bubble(b).players {
-                [a, b]
-            } else {
-                [b, a]
-            };
-            let bounds = self.bubble(a).bounds.hull(self.bubble(b).bounds);
-            let members: Vec<(PlayerId, u32)> = [a, b]
-                .iter()
-                .flat_map(|&s| sc.members(s).iter().map(move |&pi| (pi, s)))
-                .map(|(pi, s)| (self.players[pi as usize].id, s))
-                .collect();
-            let keep_tally = if ta != NONE { ta } else { tb };
-            let survivor = self.merge_bubbles(&heavier_first, &tally, bounds, members, sc, stats);
-            if keep_tally != NONE {
-                sc.tallies[keep_tally as usize] = tally;
-            }
-            for s in [a, b] {
-                if s != survivor {
-                    for p in self.player_bubble.iter_mut() {
-                        if *p == s {
-                            *p = survivor;
-                        }
-                    }
-                }
-            }
-            sc.slot_tally.resize(self.bubbles.len(), NONE);
-            sc.slot_tally[survivor as usize] = keep_tally;
-            self.index_members(sc);
         }
-        merged
+    }
+
+    fn set_bounds(&mut self, slot: u32, bounds: Aabb, stats: &mut TickStats) {
+        let b = self.bubble_mut(slot);
+        b.bounds = bounds;
+        let cmd = Command::Border {
+            bubble: b.id,
+            bounds,
+        };
+        self.commands.push_back(cmd);
+        stats.borders += 1;
     }
 
     fn balance_load(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
@@ -1392,6 +1383,61 @@ impl Mesh {
             at,
         })
     }
+}
+
+/// The box a cluster claims: its members' box grown by twice their largest margin.
+fn claim((bx, margin): (Aabb, f64)) -> Aabb {
+    bx.expand(2.0 * margin)
+}
+
+/// Overlapping pairs among `boxes` (same world), by sweeping along x.
+fn overlapping(boxes: &mut [(WorldId, Aabb, u32)]) -> Vec<(u32, u32)> {
+    boxes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
+    let mut pairs = Vec::new();
+    for i in 0..boxes.len() {
+        for j in i + 1..boxes.len() {
+            if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
+                break;
+            }
+            if boxes[i].1.overlaps(&boxes[j].1) {
+                pairs.push((boxes[i].2, boxes[j].2));
+            }
+        }
+    }
+    pairs
+}
+
+/// Joins clusters whose claimed boxes overlap; `None` when no two overlap.
+fn unite_overlapping(clusters: &Groups, items: &[Item], boxes: &[(Aabb, f64)]) -> Option<Groups> {
+    let mut claims: Vec<(WorldId, Aabb, u32)> = (0..clusters.len())
+        .map(|c| {
+            (
+                items[clusters.members(c)[0] as usize].world,
+                claim(boxes[c]),
+                c as u32,
+            )
+        })
+        .collect();
+    let pairs = overlapping(&mut claims);
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut root: Vec<u32> = (0..clusters.len() as u32).collect();
+    fn find(root: &mut [u32], mut x: u32) -> u32 {
+        while root[x as usize] != x {
+            root[x as usize] = root[root[x as usize] as usize];
+            x = root[x as usize];
+        }
+        x
+    }
+    for (a, b) in pairs {
+        let (ra, rb) = (find(&mut root, a), find(&mut root, b));
+        root[ra.max(rb) as usize] = ra.min(rb);
+    }
+    let labels: Vec<u32> = (0..items.len())
+        .map(|it| find(&mut root, clusters.group_of(it) as u32))
+        .collect();
+    Some(Groups::from_labels(&labels, clusters.len()))
 }
 
 fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
