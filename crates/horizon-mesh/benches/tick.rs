@@ -3,7 +3,8 @@
 //!
 //! The population is realistic for an MMO: mostly groups of 1–20, a few large events of a few
 //! hundred, homes weighted 50/30/20 %, pilots, AFK players and NPCs, a tenth of the players moving
-//! (walking to fast ships) between ticks. Density is kept constant as the population grows. Motion
+//! (walking to fast ships) between ticks. Density is kept constant as the population grows.
+//! Each run prints how many units of placement and bubbles the population forms. Motion
 //! is applied outside the timed section; only `Mesh::tick` is measured.
 //!
 //! Run: `cargo bench -p horizon-mesh --bench tick`
@@ -36,8 +37,9 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
     let s = sites();
     let homes: Vec<_> = s.ids().collect();
     let mut rng = Rng::new(seed);
-    // About 1,000 players per 100 km × 100 km × 10 km of space, in 8 worlds.
-    let half = 50_000.0 * (n as f64 / 1_000.0).sqrt();
+    // Open space is vast: about 1,000 players per 400 km × 400 km, in 16 worlds, so groups sit
+    // ~100 km apart, several times the reach of a fast ship (2 km + 500 m/s × 30 s).
+    let half = 200_000.0 * (n as f64 / 1_000.0).sqrt();
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
         let size = if rng.unit() < 0.0005 {
@@ -50,7 +52,7 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
             rng.range(-half, half),
             rng.range(-5e3, 5e3),
         );
-        let world = WorldId(rng.below(8) as u32);
+        let world = WorldId(rng.below(16) as u32);
         let spread = if size > 100 {
             1_500.0
         } else {

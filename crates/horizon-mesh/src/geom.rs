@@ -144,6 +144,17 @@ impl Aabb {
         c.dist_sq(p)
     }
 
+    /// Squared distance between the two boxes (0 when they touch or overlap).
+    pub fn dist_sq_box(&self, o: &Aabb) -> f64 {
+        let gap = |lo1: f64, hi1: f64, lo2: f64, hi2: f64| (lo2 - hi1).max(lo1 - hi2).max(0.0);
+        let (dx, dy, dz) = (
+            gap(self.min.x, self.max.x, o.min.x, o.max.x),
+            gap(self.min.y, self.max.y, o.min.y, o.max.y),
+            gap(self.min.z, self.max.z, o.min.z, o.max.z),
+        );
+        dx * dx + dy * dy + dz * dz
+    }
+
     /// Length along `axis`.
     pub fn extent(&self, axis: usize) -> f64 {
         self.max.axis(axis) - self.min.axis(axis)

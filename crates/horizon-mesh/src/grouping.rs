@@ -55,6 +55,17 @@ impl Groups {
     }
 }
 
+/// Octant `o` (bit 0: upper x half, bit 1: y, bit 2: z) of cell `key`.
+fn octant_box(key: CellKey, o: usize, base: f64) -> Aabb {
+    let half = base / 2.0;
+    let min = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * base
+        + Vec3::new((o & 1) as f64, ((o >> 1) & 1) as f64, ((o >> 2) & 1) as f64) * half;
+    Aabb {
+        min,
+        max: min + Vec3::new(half, half, half),
+    }
+}
+
 /// The coarsest grid level; radii above `base × 4^MAX_LEVEL` are clamped to it.
 const MAX_LEVEL: u32 = 12;
 
@@ -162,6 +173,8 @@ pub struct Grouper {
     cells: Buckets,
     coarse: Buckets,
     fast: Vec<u32>,
+    /// Per cell: where each of its 8 octants starts in `cells.order` (and where the last ends).
+    octants: Vec<[u32; 9]>,
 }
 
 impl Grouper {
@@ -183,21 +196,33 @@ impl Grouper {
 
         self.cells
             .build(items.iter().map(|it| CellKey::of(it.world, it.pos, base)));
-        let cells = std::mem::take(&mut self.cells);
+        let mut cells = std::mem::take(&mut self.cells);
+        self.sort_octants(items, base, &mut cells);
 
         for c in 0..cells.len() {
-            let here = cells.bucket(c);
-            for (a, &i) in here.iter().enumerate() {
-                for &j in &here[a + 1..] {
-                    self.link(items, i, j);
+            // Everyone in one octant is within its diagonal (0.87 × base) of each other: linked.
+            for o in 0..8 {
+                let members = self.octant(&cells, c, o);
+                if let Some((&first, rest)) = members.split_first() {
+                    for &j in rest {
+                        let (a, b) = (self.find(first), self.find(j));
+                        if a != b {
+                            self.union(a, b);
+                        }
+                    }
+                }
+            }
+            for o1 in 0..8 {
+                for o2 in o1 + 1..8 {
+                    self.link_octants(items, base, &cells, (c, o1), (c, o2));
                 }
             }
             let key = cells.keys[c];
             for &(dx, dy, dz) in &FORWARD {
                 if let Some(d) = cells.get(&key.offset(dx, dy, dz)) {
-                    for &i in here {
-                        for &j in cells.bucket(d) {
-                            self.link(items, i, j);
+                    for o1 in 0..8 {
+                        for o2 in 0..8 {
+                            self.link_octants(items, base, &cells, (c, o1), (d, o2));
                         }
                     }
                 }
@@ -207,6 +232,85 @@ impl Grouper {
         self.link_fast(items, base, &cells);
         self.cells = cells;
         self.collect(n)
+    }
+
+    /// Orders each cell's items by octant (half-cell) and records where each octant starts.
+    fn sort_octants(&mut self, items: &[Item], base: f64, cells: &mut Buckets) {
+        let half = base / 2.0;
+        let octant_of = |i: u32, key: CellKey| -> usize {
+            let p = items[i as usize].pos;
+            let lo = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * base;
+            ((p.x - lo.x >= half) as usize)
+                | ((p.y - lo.y >= half) as usize) << 1
+                | ((p.z - lo.z >= half) as usize) << 2
+        };
+        self.octants.clear();
+        let mut scratch: Vec<u32> = Vec::new();
+        for c in 0..cells.len() {
+            let (start, end) = (cells.start[c] as usize, cells.start[c + 1] as usize);
+            let key = cells.keys[c];
+            let mut offsets = [start as u32; 9];
+            if end - start == 1 {
+                let o = octant_of(cells.order[start], key);
+                offsets[o + 1..].fill(end as u32);
+            } else {
+                let mut counts = [0u32; 8];
+                for &i in &cells.order[start..end] {
+                    counts[octant_of(i, key)] += 1;
+                }
+                for o in 0..8 {
+                    offsets[o + 1] = offsets[o] + counts[o];
+                }
+                let mut fill = offsets;
+                scratch.clear();
+                scratch.extend_from_slice(&cells.order[start..end]);
+                for &i in &scratch {
+                    let o = octant_of(i, key);
+                    cells.order[fill[o] as usize] = i;
+                    fill[o] += 1;
+                }
+            }
+            self.octants.push(offsets);
+        }
+    }
+
+    fn octant<'c>(&self, cells: &'c Buckets, c: usize, o: usize) -> &'c [u32] {
+        let off = &self.octants[c];
+        &cells.order[off[o] as usize..off[o + 1] as usize]
+    }
+
+    /// Links two octants if any pair of their items is close enough. Each octant is already one
+    /// component, so the first link joins them all and the search stops.
+    fn link_octants(
+        &mut self,
+        items: &[Item],
+        base: f64,
+        cells: &Buckets,
+        (c1, o1): (usize, usize),
+        (c2, o2): (usize, usize),
+    ) {
+        let (a, b) = (self.octant(cells, c1, o1), self.octant(cells, c2, o2));
+        if a.is_empty() || b.is_empty() {
+            return;
+        }
+        if octant_box(cells.keys[c1], o1, base).dist_sq_box(&octant_box(cells.keys[c2], o2, base))
+            > base * base
+        {
+            return;
+        }
+        let (ra, rb) = (self.find(a[0]), self.find(b[0]));
+        if ra == rb {
+            return;
+        }
+        for &i in a {
+            for &j in b {
+                let (x, y) = (&items[i as usize], &items[j as usize]);
+                if x.pos.dist_sq(y.pos) <= base * base {
+                    self.union(ra, rb);
+                    return;
+                }
+            }
+        }
     }
 
     /// Pairs farther apart than `base` but within a fast item's radius.
@@ -459,6 +563,30 @@ mod tests {
             }).collect();
             let groups = Grouper::new().group(&items, 300.0);
             proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+        }
+
+        /// Dense crowds: many items per cell and per octant.
+        #[test]
+        fn matches_brute_force_in_crowds(
+            pts in proptest::collection::vec((-500.0f64..500.0, -500.0f64..500.0, -5.0f64..5.0), 0..150),
+            base in 20.0f64..300.0,
+        ) {
+            let items: Vec<Item> = pts.iter().map(|&(x, y, z)| Item {
+                world: WorldId(0),
+                pos: Vec3::new(x, y, z),
+                radius: base,
+            }).collect();
+            let groups = Grouper::new().group(&items, base);
+            proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+        }
+
+        /// Items at the same position are always one group.
+        #[test]
+        fn identical_positions_are_one_group(
+            x in -1e7f64..1e7, y in -1e7f64..1e7, n in 2usize..40, base in 1.0f64..5_000.0,
+        ) {
+            let items = vec![Item { world: WorldId(3), pos: Vec3::new(x, y, 0.0), radius: base }; n];
+            proptest::prop_assert_eq!(Grouper::new().group(&items, base).len(), 1);
         }
     }
 }

@@ -667,7 +667,14 @@ impl Mesh {
                         .collect();
                     let t = sc.tallies[c].clone();
                     let (bx, m) = sc.cluster_box[c];
-                    self.merge_bubbles(&owned, &t, bx.expand(2.0 * m), members, &mut sc, &mut stats)
+                    self.merge_bubbles(
+                        &owned,
+                        &t,
+                        claimed_box((bx, m)),
+                        members,
+                        &mut sc,
+                        &mut stats,
+                    )
                 }
             };
             sc.cluster_bubble[c] = slot;
@@ -969,9 +976,13 @@ impl Mesh {
         };
         let (bx, m) = sc.cluster_box[c];
         let world = self.players[sc.item_player[members[0] as usize] as usize].world;
-        let Some((slot, epoch)) =
-            self.insert_bubble(site, world, bx.expand(2.0 * m), now, Hysteresis::default())
-        else {
+        let Some((slot, epoch)) = self.insert_bubble(
+            site,
+            world,
+            claimed_box((bx, m)),
+            now,
+            Hysteresis::default(),
+        ) else {
             return NONE;
         };
         let (previous_site, reason) = match travelled_from {
@@ -1019,7 +1030,8 @@ impl Mesh {
         };
         let (bx, m) = sc.cluster_box[c];
         let world = self.players[sc.item_player[clusters.members(c)[0] as usize] as usize].world;
-        let Some((slot, epoch)) = self.insert_bubble(site, world, bx.expand(2.0 * m), now, parent)
+        let Some((slot, epoch)) =
+            self.insert_bubble(site, world, claimed_box((bx, m)), now, parent)
         else {
             return NONE;
         };
@@ -1176,17 +1188,17 @@ impl Mesh {
 
     /// Merges bubbles whose boxes overlap (a fast ship's margins can reach past the merge
     /// distance), until no two bubbles of a world overlap.
-    /// Moving border: a bubble keeps its box while every member stays farther than its margin
-    /// from the edge; otherwise the box is reset to the one its players claim (their box grown by
-    /// twice the margin), so the border moves with them. Claims of different bubbles (and of
-    /// players waiting in zones) never overlap, so resetting any stale box that overlaps another
-    /// region ends with no overlap at all.
+    /// Moving border: a bubble keeps its box while every member stays farther than half its
+    /// margin from the edge; otherwise the box is reset to the one its players claim (their box
+    /// grown by the margin), so the border moves with them, a margin at a time. Claims of
+    /// different bubbles (and of players waiting in zones) never overlap, so resetting any stale
+    /// box that overlaps another region ends with no overlap at all.
     fn settle_bounds(&mut self, clusters: &Groups, sc: &Scratch, stats: &mut TickStats) {
         let mut claims: Vec<Option<Aabb>> = vec![None; self.bubbles.len()];
         let mut obstacles: Vec<(WorldId, Aabb, u32)> = Vec::new();
         for c in 0..clusters.len() {
             let slot = sc.cluster_bubble[c];
-            let claimed = claim(sc.cluster_box[c]);
+            let claimed = claimed_box(sc.cluster_box[c]);
             if slot == NONE {
                 let world = sc.items[clusters.members(c)[0] as usize].world;
                 obstacles.push((world, claimed, NONE));
@@ -1197,8 +1209,8 @@ impl Mesh {
             let near_edge = bounds != claimed
                 && clusters.members(c).iter().any(|&it| {
                     let p = &self.players[sc.item_player[it as usize] as usize];
-                    bounds.inner_distance(p.position)
-                        < self.th.scaled(self.th.border_margin_m, p.speed())
+                    let margin = self.th.scaled(self.th.border_margin_m, p.speed());
+                    bounds.inner_distance(p.position) < margin / 2.0
                 });
             if near_edge {
                 self.set_bounds(slot, claimed, stats);
@@ -1385,9 +1397,9 @@ impl Mesh {
     }
 }
 
-/// The box a cluster claims: its members' box grown by twice their largest margin.
-fn claim((bx, margin): (Aabb, f64)) -> Aabb {
-    bx.expand(2.0 * margin)
+/// The box a cluster claims: its members' box grown by their largest speed-scaled margin.
+fn claimed_box((bx, margin): (Aabb, f64)) -> Aabb {
+    bx.expand(margin)
 }
 
 /// Overlapping pairs among `boxes` (same world), by sweeping along x.
@@ -1413,7 +1425,7 @@ fn unite_overlapping(clusters: &Groups, items: &[Item], boxes: &[(Aabb, f64)]) -
         .map(|c| {
             (
                 items[clusters.members(c)[0] as usize].world,
-                claim(boxes[c]),
+                claimed_box(boxes[c]),
                 c as u32,
             )
         })
