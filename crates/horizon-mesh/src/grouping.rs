@@ -172,7 +172,6 @@ pub struct Grouper {
     rank: Vec<u8>,
     cells: Buckets,
     coarse: Buckets,
-    fast: Vec<u32>,
     /// Per cell: where each of its 8 octants starts in `cells.order` (and where the last ends).
     octants: Vec<[u32; 9]>,
 }
@@ -313,16 +312,11 @@ impl Grouper {
         }
     }
 
-    /// Pairs farther apart than `base` but within a fast item's radius.
+    /// Pairs farther apart than `base` but within a fast item's radius. Work is per cell holding
+    /// fast items (a moving group shares one search), on a coarse grid whose cell is at least the
+    /// largest radius there, looking at the 27 coarse cells around.
     fn link_fast(&mut self, items: &[Item], base: f64, cells: &Buckets) {
         let max_radius = base * 4f64.powi(MAX_LEVEL as i32);
-        self.fast.clear();
-        self.fast.extend(
-            (0..items.len() as u32).filter(|&i| items[i as usize].radius > base * (1.0 + 1e-12)),
-        );
-        if self.fast.is_empty() {
-            return;
-        }
         let level_of = |r: f64| -> u32 {
             let mut k = 1;
             while k < MAX_LEVEL && r > base * 4f64.powi(k as i32) {
@@ -330,37 +324,57 @@ impl Grouper {
             }
             k
         };
-        let mut fast = std::mem::take(&mut self.fast);
-        fast.sort_by_key(|&j| level_of(items[j as usize].radius));
-        let mut at = 0;
-        while at < fast.len() {
-            let level = level_of(items[fast[at] as usize].radius);
-            let end =
-                at + fast[at..].partition_point(|&j| level_of(items[j as usize].radius) == level);
+        // (level, cell, largest radius) of every cell holding a fast item.
+        let mut hot: Vec<(u32, u32, f64)> = (0..cells.len())
+            .filter_map(|c| {
+                let r = cells
+                    .bucket(c)
+                    .iter()
+                    .map(|&i| items[i as usize].radius)
+                    .fold(0.0, f64::max);
+                (r > base * (1.0 + 1e-12)).then(|| {
+                    let r = r.min(max_radius);
+                    (level_of(r), c as u32, r)
+                })
+            })
+            .collect();
+        if hot.is_empty() {
+            return;
+        }
+        hot.sort_by_key(|h| (h.0, h.1));
+        let cell_box = |c: usize| {
+            let k = cells.keys[c];
+            let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * base;
+            Aabb {
+                min: lo,
+                max: lo + Vec3::new(base, base, base),
+            }
+        };
+        let mut coarse = std::mem::take(&mut self.coarse);
+        let mut built = None;
+        for &(level, c, reach) in &hot {
             let scale = 4i32.pow(level);
-            let mut coarse = std::mem::take(&mut self.coarse);
-            coarse.build(cells.keys.iter().map(|k| k.coarse(scale)));
-            for &j in &fast[at..end] {
-                let it = items[j as usize];
-                let r = it.radius.min(max_radius);
-                let home = CellKey::of(it.world, it.pos, base).coarse(scale);
-                for dx in -1..=1 {
-                    for dy in -1..=1 {
-                        for dz in -1..=1 {
-                            let Some(cb) = coarse.get(&home.offset(dx, dy, dz)) else {
+            if built != Some(level) {
+                coarse.build(cells.keys.iter().map(|k| k.coarse(scale)));
+                built = Some(level);
+            }
+            let here = cell_box(c as usize);
+            let home = cells.keys[c as usize].coarse(scale);
+            for dx in -1..=1 {
+                for dy in -1..=1 {
+                    for dz in -1..=1 {
+                        let Some(cb) = coarse.get(&home.offset(dx, dy, dz)) else {
+                            continue;
+                        };
+                        for &d in coarse.bucket(cb) {
+                            if here.dist_sq_box(&cell_box(d as usize)) > reach * reach {
                                 continue;
-                            };
-                            for &c in coarse.bucket(cb) {
-                                let k = cells.keys[c as usize];
-                                let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * base;
-                                let cell = Aabb {
-                                    min: lo,
-                                    max: lo + Vec3::new(base, base, base),
-                                };
-                                if cell.dist_sq(it.pos) > r * r {
+                            }
+                            for &i in cells.bucket(c as usize) {
+                                if items[i as usize].radius <= base {
                                     continue;
                                 }
-                                for &i in cells.bucket(c as usize) {
+                                for &j in cells.bucket(d as usize) {
                                     if i != j {
                                         self.link(items, i, j);
                                     }
@@ -370,10 +384,8 @@ impl Grouper {
                     }
                 }
             }
-            self.coarse = coarse;
-            at = end;
         }
-        self.fast = fast;
+        self.coarse = coarse;
     }
 
     #[inline]

@@ -1,0 +1,574 @@
+//! The mesh: players in, placement decisions out (SPEC sections 3, 4 and 6).
+//!
+//! Poll-style and sans-IO: feed it with `handle_*(…, now)`, call [`Mesh::handle_timeout`] when
+//! [`Mesh::poll_timeout`] says so, and drain [`Mesh::poll_command`]. Every tick (5 s by default):
+//!
+//! 1. **Clusters.** Counted players (NPCs never count) are grouped at the speed-scaled *merge*
+//!    distance: groups closer than it must share a site (preventive merge), so the cluster is the
+//!    unit of placement and a bubble always holds whole clusters.
+//! 2. **Continuity.** Each cluster keeps the bubble most of its weight was in. A cluster that owns
+//!    no bubble is created one (or split off its old one); a cluster owning several merges them on
+//!    the site the scoring picks for the union; a bubble nobody owns is deleted.
+//! 3. **Borders.** A member closer to its bubble's edge than its margin moves the border with it;
+//!    bubbles whose boxes would overlap are merged, so no two regions ever overlap.
+//! 4. **Scoring and hysteresis** pick each bubble's site; failover ignores hold and dwell.
+//! 5. **Load.** Within a site, an overloaded bubble is cut across more servers through the widest
+//!    gap between its groups; the latest cut is undone when load stays low.
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use crate::bubble::{Bubble, Cut, LoadState, part_of, widest_gap};
+use crate::config::{ConfigError, Sites, Thresholds};
+use crate::geom::{Aabb, Vec3};
+use crate::grouping::{Grouper, Groups, Item};
+use crate::ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, WorldId};
+use crate::lease::{LeaseError, LeaseTable};
+use crate::player::{Player, PlayerJoin, PlayerUpdate};
+use crate::scoring::{Hysteresis, MoveReason, SiteScore, Tally, best_site, latency_ms};
+use crate::time::{Span, Time};
+
+const NONE: u32 = u32::MAX;
+
+/// Everything the mesh is configured with.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    pub sites: Sites,
+    pub thresholds: Thresholds,
+    /// The core generation, persisted by the caller before serving (epochs build on it).
+    pub generation: Generation,
+}
+
+/// A refused input; the mesh is unchanged.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InputError {
+    #[error("player {0:?} is already connected")]
+    DuplicatePlayer(PlayerId),
+    #[error("player {0:?} is not connected")]
+    UnknownPlayer(PlayerId),
+    #[error("bubble {0} does not exist")]
+    UnknownBubble(BubbleId),
+    #[error("{field} must be finite{extra}, got {value}")]
+    BadNumber {
+        field: &'static str,
+        value: f64,
+        extra: &'static str,
+    },
+    #[error("home site index {0} is not configured")]
+    UnknownSite(usize),
+    #[error(transparent)]
+    Lease(#[from] LeaseError<SiteId>),
+}
+
+/// Why a bubble was created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateReason {
+    /// Players connected and nobody from another home site was near.
+    Join,
+    /// The players waited in a core-site zone until a server was ready on their site.
+    ServerReady,
+    /// Part of a bubble walked away from the rest (beyond the merge distance).
+    Split,
+    /// The players arrived from a bubble of another world (a planet, open space).
+    Travel,
+}
+
+/// Why a bubble ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteReason {
+    /// Its last counted player left.
+    Empty,
+}
+
+/// Why a bubble's server count changed within its site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadReason {
+    /// A part had more players than a server holds, or a low tick rate, for the sustain time.
+    Overload,
+    /// The latest split's two parts stayed low long enough: undone.
+    Underload,
+}
+
+/// What the daemons (and the simulator) must carry out. Player lists are sorted.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    /// Create a bubble on `site` and grant it `epoch`. `previous_site` is where these players were
+    /// simulated until now (`None` for fresh connections): a change of site needs a handover.
+    Create {
+        bubble: BubbleId,
+        site: SiteId,
+        previous_site: Option<SiteId>,
+        world: WorldId,
+        bounds: Aabb,
+        epoch: Epoch,
+        players: Vec<PlayerId>,
+        reason: CreateReason,
+    },
+    /// Hand a bubble over to another site under the new `epoch` (SPEC section 5).
+    Move {
+        bubble: BubbleId,
+        from: SiteId,
+        to: SiteId,
+        epoch: Epoch,
+        players: Vec<PlayerId>,
+        reason: MoveReason,
+    },
+    /// Players enter an existing bubble: fresh connections (`from_site` is `None`), players leaving
+    /// a core-site zone, or a border crossing from another bubble (a single-player handover when
+    /// the site changes).
+    Enter {
+        bubble: BubbleId,
+        site: SiteId,
+        from_site: Option<SiteId>,
+        players: Vec<PlayerId>,
+    },
+    /// Fold bubble `from` into `into` (preventive merge); `from`'s lease is revoked.
+    Merge {
+        into: BubbleId,
+        from: BubbleId,
+        from_site: SiteId,
+        into_site: SiteId,
+        players: Vec<PlayerId>,
+    },
+    /// End a bubble and revoke its lease.
+    Delete {
+        bubble: BubbleId,
+        site: SiteId,
+        epoch: Epoch,
+        reason: DeleteReason,
+    },
+    /// Moving border: the bubble's box follows its players.
+    Border { bubble: BubbleId, bounds: Aabb },
+    /// Re-cut a bubble across `parts.len()` servers of its site.
+    Servers {
+        bubble: BubbleId,
+        site: SiteId,
+        parts: Vec<Aabb>,
+        reason: LoadReason,
+    },
+    /// A bubble's lease expired: its site stopped, players see "reconnecting" until the failover.
+    Stalled {
+        bubble: BubbleId,
+        site: SiteId,
+        since: Time,
+    },
+}
+
+/// Figures of one tick, for logs, metrics and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct TickStats {
+    pub players: u32,
+    pub counted: u32,
+    pub clusters: u32,
+    pub bubbles: u32,
+    pub in_zone: u32,
+    pub created: u32,
+    pub moved: u32,
+    pub merged: u32,
+    pub deleted: u32,
+    pub borders: u32,
+    pub load_changes: u32,
+}
+
+/// The brain. See the module documentation.
+#[derive(Debug)]
+pub struct Mesh {
+    sites: Sites,
+    th: Thresholds,
+    players: Vec<Player>,
+    /// Per player: slot of its bubble, or `NONE` (core zone, or NPC).
+    player_bubble: Vec<u32>,
+    /// Per player: joined since the last tick.
+    fresh: Vec<bool>,
+    player_index: FxHashMap<PlayerId, u32>,
+    bubbles: Vec<Option<Bubble>>,
+    free_slots: Vec<u32>,
+    bubble_index: FxHashMap<BubbleId, u32>,
+    next_bubble: u64,
+    leases: LeaseTable<BubbleId, SiteId>,
+    /// Ready servers per site (`None`: unlimited). The core site can always host, through zones.
+    ready: Vec<Option<u32>>,
+    used: Vec<u32>,
+    down: Vec<bool>,
+    /// Slots freed during a tick, reusable only from the next one (slots name bubbles within a tick).
+    retired_slots: Vec<u32>,
+    next_tick: Time,
+    commands: VecDeque<Command>,
+    last_stats: TickStats,
+    scratch: Scratch,
+}
+
+mod load;
+mod tick;
+mod units;
+
+/// Per-tick buffers, kept to avoid reallocating a million-entry vector every 5 s.
+#[derive(Debug, Default)]
+struct Scratch {
+    grouper: Grouper,
+    items: Vec<Item>,
+    item_player: Vec<u32>,
+    tallies: Vec<Tally>,
+    cluster_box: Vec<(Aabb, f64)>,
+    cluster_bubble: Vec<u32>,
+    /// Per bubble slot: the tally index (cluster) describing it this tick.
+    slot_tally: Vec<u32>,
+    /// Per bubble slot: created, moved or merged this tick (no scoring until the next one).
+    touched: Vec<bool>,
+    /// Per bubble slot at the start of the tick: its site and hysteresis (split-offs inherit them).
+    prior: Vec<Option<(SiteId, Hysteresis)>>,
+    /// Per bubble slot at the start of the tick: the slot it was merged into, if it was.
+    absorbed_into: Vec<u32>,
+    /// Counted players per bubble slot, as compressed rows (player indices).
+    member_offsets: Vec<u32>,
+    member_list: Vec<u32>,
+}
+
+impl Scratch {
+    fn members(&self, slot: u32) -> &[u32] {
+        let s = slot as usize;
+        if s + 1 >= self.member_offsets.len() {
+            return &[];
+        }
+        &self.member_list[self.member_offsets[s] as usize..self.member_offsets[s + 1] as usize]
+    }
+}
+
+impl Mesh {
+    pub fn new(config: MeshConfig, now: Time) -> Result<Self, Vec<ConfigError>> {
+        config.thresholds.validate()?;
+        let n = config.sites.len();
+        let th = config.thresholds;
+        Ok(Mesh {
+            leases: LeaseTable::new(
+                config.generation,
+                Span::from_ms(th.lease_ttl_ms),
+                Span::from_ms(th.lease_drift_margin_ms),
+            ),
+            sites: config.sites,
+            th,
+            players: Vec::new(),
+            player_bubble: Vec::new(),
+            fresh: Vec::new(),
+            player_index: FxHashMap::default(),
+            bubbles: Vec::new(),
+            free_slots: Vec::new(),
+            bubble_index: FxHashMap::default(),
+            next_bubble: 1,
+            ready: vec![None; n],
+            used: vec![0; n],
+            down: vec![false; n],
+            retired_slots: Vec::new(),
+            next_tick: now,
+            commands: VecDeque::new(),
+            last_stats: TickStats::default(),
+            scratch: Scratch::default(),
+        })
+    }
+
+    // ---- inputs -------------------------------------------------------------------------------
+
+    /// A player connected to their home agent.
+    pub fn handle_join(&mut self, join: PlayerJoin) -> Result<(), InputError> {
+        if self.player_index.contains_key(&join.id) {
+            return Err(InputError::DuplicatePlayer(join.id));
+        }
+        if join.home.index() >= self.sites.len() {
+            return Err(InputError::UnknownSite(join.home.index()));
+        }
+        check_rtt(join.access_rtt_ms)?;
+        check_vec("position", join.position)?;
+        check_vec("velocity", join.velocity)?;
+        self.player_index.insert(join.id, self.players.len() as u32);
+        self.players.push(Player::from_join(&join));
+        self.player_bubble.push(NONE);
+        self.fresh.push(true);
+        Ok(())
+    }
+
+    /// A player changed (position, velocity, role, world, or a new access RTT sample).
+    pub fn handle_update(&mut self, id: PlayerId, update: &PlayerUpdate) -> Result<(), InputError> {
+        let &i = self
+            .player_index
+            .get(&id)
+            .ok_or(InputError::UnknownPlayer(id))?;
+        if let Some(r) = update.access_rtt_ms {
+            check_rtt(r)?;
+        }
+        if let Some(p) = update.position {
+            check_vec("position", p)?;
+        }
+        if let Some(v) = update.velocity {
+            check_vec("velocity", v)?;
+        }
+        self.players[i as usize].apply(update);
+        Ok(())
+    }
+
+    /// A player disconnected.
+    pub fn handle_leave(&mut self, id: PlayerId) -> Result<(), InputError> {
+        let i = self
+            .player_index
+            .remove(&id)
+            .ok_or(InputError::UnknownPlayer(id))? as usize;
+        self.players.swap_remove(i);
+        self.player_bubble.swap_remove(i);
+        self.fresh.swap_remove(i);
+        if let Some(moved) = self.players.get(i) {
+            self.player_index.insert(moved.id, i as u32);
+        }
+        Ok(())
+    }
+
+    /// How many servers are ready on a site (`None`: unlimited).
+    pub fn handle_site_capacity(&mut self, site: SiteId, ready: Option<u32>) {
+        self.ready[site.index()] = ready;
+    }
+
+    /// A site's agent lost (or regained) its link to the core. A down site gets nothing new; its
+    /// bubbles keep running until their leases expire, then fail over.
+    pub fn handle_site_link(&mut self, site: SiteId, up: bool) {
+        self.down[site.index()] = !up;
+    }
+
+    /// A backbone RTT measurement between two sites.
+    pub fn handle_backbone_rtt(&mut self, a: SiteId, b: SiteId, rtt_ms: f64) {
+        self.sites.set_backbone_ms(a, b, rtt_ms);
+    }
+
+    /// A batched lease renewal from one site's agent, sent at `sent_at` by its clock and received
+    /// at `now`. Returns the outcome for each bubble in order.
+    pub fn handle_renewal(
+        &mut self,
+        site: SiteId,
+        bubbles: &[(BubbleId, Epoch)],
+        now: Time,
+    ) -> Vec<Result<Time, LeaseError<SiteId>>> {
+        bubbles
+            .iter()
+            .map(|&(b, e)| self.leases.renew(b, site, e, now))
+            .collect()
+    }
+
+    /// A game server reported its tick rate for part `part` of a bubble.
+    pub fn handle_server_load(
+        &mut self,
+        bubble: BubbleId,
+        part: usize,
+        tps: f64,
+    ) -> Result<(), InputError> {
+        if !tps.is_finite() || tps < 0.0 {
+            return Err(InputError::BadNumber {
+                field: "tps",
+                value: tps,
+                extra: " and >= 0",
+            });
+        }
+        let slot = *self
+            .bubble_index
+            .get(&bubble)
+            .ok_or(InputError::UnknownBubble(bubble))?;
+        let b = self.bubbles[slot as usize]
+            .as_mut()
+            .ok_or(InputError::UnknownBubble(bubble))?;
+        let n = b.servers() as usize;
+        b.load.tps.resize(n, None);
+        if let Some(t) = b.load.tps.get_mut(part) {
+            *t = Some(tps);
+        }
+        Ok(())
+    }
+
+    /// The holder of `bubble` (sealed at `epoch`) cannot simulate it any more — its server crashed
+    /// and the site has no spare. Failover to another site at once, ignoring hold and dwell.
+    pub fn handle_bubble_lost(
+        &mut self,
+        bubble: BubbleId,
+        epoch: Epoch,
+        now: Time,
+    ) -> Result<(), InputError> {
+        let slot = *self
+            .bubble_index
+            .get(&bubble)
+            .ok_or(InputError::UnknownBubble(bubble))?;
+        let (site, servers) = {
+            let b = self.bubble(slot);
+            (b.site, b.servers())
+        };
+        let tally = self.tally_of_slot(slot);
+        let target = self.failover_target(&tally, site, servers);
+        let lease = self.leases.transfer(bubble, epoch, target, now)?;
+        let players = self.slot_players(slot);
+        self.relocate(
+            slot,
+            target,
+            lease.epoch,
+            MoveReason::Failover,
+            now,
+            players,
+        );
+        Ok(())
+    }
+
+    // ---- poll ---------------------------------------------------------------------------------
+
+    /// When [`Mesh::handle_timeout`] must be called next.
+    pub fn poll_timeout(&self) -> Time {
+        self.leases
+            .poll_timeout()
+            .map_or(self.next_tick, |t| t.min(self.next_tick))
+    }
+
+    /// Runs what is due at `now`: lease expiries, and the tick when its period has come.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.expire_leases(now);
+        if now >= self.next_tick {
+            self.tick(now);
+            self.next_tick = now + Span::from_ms(self.th.period_ms);
+        }
+    }
+
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    // ---- reading ------------------------------------------------------------------------------
+
+    pub fn sites(&self) -> &Sites {
+        &self.sites
+    }
+
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.th
+    }
+
+    pub fn leases(&self) -> &LeaseTable<BubbleId, SiteId> {
+        &self.leases
+    }
+
+    pub fn last_stats(&self) -> TickStats {
+        self.last_stats
+    }
+
+    pub fn players(&self) -> &[Player] {
+        &self.players
+    }
+
+    pub fn player(&self, id: PlayerId) -> Option<&Player> {
+        self.player_index
+            .get(&id)
+            .map(|&i| &self.players[i as usize])
+    }
+
+    pub fn bubbles(&self) -> impl Iterator<Item = &Bubble> {
+        self.bubbles.iter().flatten()
+    }
+
+    pub fn bubble_by_id(&self, id: BubbleId) -> Option<&Bubble> {
+        self.bubble_index
+            .get(&id)
+            .and_then(|&s| self.bubbles[s as usize].as_ref())
+    }
+
+    /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
+    pub fn bubble_of(&self, id: PlayerId) -> Option<&Bubble> {
+        let &i = self.player_index.get(&id)?;
+        match self.player_bubble[i as usize] {
+            NONE => None,
+            s => self.bubbles[s as usize].as_ref(),
+        }
+    }
+
+    /// The site simulating a counted player: its bubble's, else the core site (zones).
+    pub fn site_of(&self, id: PlayerId) -> Option<SiteId> {
+        let p = self.player(id)?;
+        if !p.role.is_counted() {
+            return None;
+        }
+        Some(self.bubble_of(id).map_or(self.sites.core(), |b| b.site))
+    }
+
+    /// The latency used for decisions for a player where they are simulated now.
+    pub fn latency_of(&self, id: PlayerId) -> Option<f64> {
+        let site = self.site_of(id)?;
+        self.player(id).map(|p| latency_ms(&self.sites, p, site))
+    }
+
+    // ---- the tick -----------------------------------------------------------------------------
+
+    fn bubble(&self, slot: u32) -> &Bubble {
+        // Invariant: slots handed around within a tick refer to live bubbles.
+        self.bubbles[slot as usize]
+            .as_ref()
+            .expect("live bubble slot")
+    }
+
+    fn bubble_mut(&mut self, slot: u32) -> &mut Bubble {
+        self.bubbles[slot as usize]
+            .as_mut()
+            .expect("live bubble slot")
+    }
+
+    fn free(&self, s: SiteId) -> u32 {
+        if s == self.sites.core() {
+            return u32::MAX;
+        }
+        self.ready[s.index()].map_or(u32::MAX, |r| r.saturating_sub(self.used[s.index()]))
+    }
+
+    fn can_host(&self, s: SiteId, servers: u32) -> bool {
+        !self.down[s.index()] && self.free(s) >= servers
+    }
+
+    fn weight(&self, p: &Player) -> f64 {
+        self.th.weights.of(p.role)
+    }
+
+    fn expire_leases(&mut self, now: Time) {
+        for (id, lease) in self.leases.expire(now) {
+            if let Some(&slot) = self.bubble_index.get(&id) {
+                let b = self.bubble_mut(slot);
+                b.stalled_since = Some(lease.expires_at);
+                let cmd = Command::Stalled {
+                    bubble: id,
+                    site: b.site,
+                    since: lease.expires_at,
+                };
+                self.commands.push_back(cmd);
+            }
+        }
+    }
+}
+
+fn check_rtt(ms: f64) -> Result<(), InputError> {
+    if ms.is_finite() && ms >= 0.0 {
+        Ok(())
+    } else {
+        Err(InputError::BadNumber {
+            field: "access_rtt_ms",
+            value: ms,
+            extra: " and >= 0",
+        })
+    }
+}
+
+fn check_vec(field: &'static str, v: Vec3) -> Result<(), InputError> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        let bad = [v.x, v.y, v.z]
+            .into_iter()
+            .find(|c| !c.is_finite())
+            .unwrap_or(f64::NAN);
+        Err(InputError::BadNumber {
+            field,
+            value: bad,
+            extra: "",
+        })
+    }
+}

@@ -1,0 +1,712 @@
+//! The tick: units of placement, continuity with existing bubbles, borders and scoring.
+
+use super::units::{claimed_box, overlapping, unite_overlapping};
+use super::*;
+
+impl Mesh {
+    /// One scoring period. Returns its figures (also kept in [`Mesh::last_stats`]).
+    pub fn tick(&mut self, now: Time) -> TickStats {
+        let mut stats = TickStats {
+            players: self.players.len() as u32,
+            ..TickStats::default()
+        };
+        let mut sc = std::mem::take(&mut self.scratch);
+
+        // 1. Clusters at the speed-scaled merge distance.
+        sc.items.clear();
+        sc.item_player.clear();
+        for (i, p) in self.players.iter().enumerate() {
+            if p.role.is_counted() {
+                let radius = self.th.scaled(self.th.merge_distance_m, p.speed());
+                sc.items.push(Item {
+                    world: p.world,
+                    pos: p.position,
+                    radius,
+                });
+                sc.item_player.push(i as u32);
+            } else {
+                self.player_bubble[i] = NONE;
+            }
+        }
+        stats.counted = sc.items.len() as u32;
+        let mut clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
+        self.describe(&clusters, &mut sc);
+        // Clusters whose claimed boxes overlap form one unit (a fast ship's margins can reach
+        // past the merge distance), until every unit's box is clear of the others.
+        while let Some(units) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) {
+            clusters = units;
+            self.describe(&clusters, &mut sc);
+        }
+        let nc = clusters.len();
+        stats.clusters = nc as u32;
+
+        // 2. Continuity: which cluster owns which bubble.
+        let nslots = self.bubbles.len();
+        sc.prior.clear();
+        sc.prior.extend(
+            self.bubbles
+                .iter()
+                .map(|b| b.as_ref().map(|b| (b.site, b.hysteresis))),
+        );
+        sc.absorbed_into.clear();
+        sc.absorbed_into.resize(nslots, NONE);
+        let mut owner: Vec<Option<(u32, f64, PlayerId)>> = vec![None; nslots];
+        let mut claims: Vec<Vec<(u32, f64, PlayerId)>> = vec![Vec::new(); nc];
+        for (c, claim) in claims.iter_mut().enumerate() {
+            for &it in clusters.members(c) {
+                let pi = sc.item_player[it as usize] as usize;
+                let slot = self.player_bubble[pi];
+                let p = &self.players[pi];
+                if slot == NONE
+                    || self.bubbles[slot as usize]
+                        .as_ref()
+                        .is_none_or(|b| b.world != p.world)
+                {
+                    continue;
+                }
+                let w = self.weight(p);
+                match claim.iter_mut().find(|e| e.0 == slot) {
+                    Some(e) => {
+                        e.1 += w;
+                        e.2 = e.2.min(p.id);
+                    }
+                    None => claim.push((slot, w, p.id)),
+                }
+            }
+            for &(slot, w, min_id) in claim.iter() {
+                let better = owner[slot as usize]
+                    .is_none_or(|(_, ow, oid)| w > ow || (w == ow && min_id < oid));
+                if better {
+                    owner[slot as usize] = Some((c as u32, w, min_id));
+                }
+            }
+        }
+
+        sc.slot_tally.clear();
+        sc.slot_tally.resize(nslots, NONE);
+        sc.touched.clear();
+        sc.touched.resize(nslots, false);
+        sc.cluster_bubble.clear();
+        sc.cluster_bubble.resize(nc, NONE);
+        for (c, claim) in claims.iter().enumerate() {
+            let mut owned: Vec<u32> = claim
+                .iter()
+                .filter(|e| owner[e.0 as usize].is_some_and(|o| o.0 == c as u32))
+                .map(|e| e.0)
+                .collect();
+            let slot = match owned.len() {
+                0 if claim.is_empty() => self.create_new(c, &clusters, &mut sc, now, &mut stats),
+                0 => {
+                    // Invariant: a non-empty claim list has a heaviest entry.
+                    let source = claim
+                        .iter()
+                        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.cmp(&a.2)))
+                        .map(|e| e.0)
+                        .expect("non-empty claims");
+                    // Invariant: a claimed slot was live at the start of the tick.
+                    let (site, hysteresis) =
+                        sc.prior[source as usize].expect("claimed slot was live");
+                    self.create_split(c, &clusters, &mut sc, site, hysteresis, now, &mut stats)
+                }
+                1 => {
+                    sc.slot_tally[owned[0] as usize] = c as u32;
+                    owned[0]
+                }
+                _ => {
+                    owned.sort_by(|a, b| {
+                        let (wa, wb) = (weight_in(claim, *a), weight_in(claim, *b));
+                        wb.total_cmp(&wa)
+                            .then(self.bubble(*a).id.cmp(&self.bubble(*b).id))
+                    });
+                    for &s in &owned {
+                        sc.slot_tally[s as usize] = c as u32;
+                    }
+                    let members: Vec<(PlayerId, u32)> = clusters
+                        .members(c)
+                        .iter()
+                        .map(|&it| {
+                            let pi = sc.item_player[it as usize] as usize;
+                            (self.players[pi].id, self.player_bubble[pi])
+                        })
+                        .collect();
+                    let t = sc.tallies[c].clone();
+                    let (bx, m) = sc.cluster_box[c];
+                    self.merge_bubbles(
+                        &owned,
+                        &t,
+                        claimed_box((bx, m)),
+                        members,
+                        &mut sc,
+                        &mut stats,
+                    )
+                }
+            };
+            sc.cluster_bubble[c] = slot;
+            if slot != NONE {
+                sc.slot_tally.resize(self.bubbles.len(), NONE);
+                sc.slot_tally[slot as usize] = c as u32;
+            }
+        }
+
+        // Bubbles nobody owns any more are deleted.
+        for slot in 0..nslots as u32 {
+            // Only bubbles live at the start: a slot freed earlier may hold a bubble created just now.
+            let was_live = sc.prior[slot as usize].is_some();
+            if was_live && owner[slot as usize].is_none() && self.bubbles[slot as usize].is_some() {
+                self.delete(slot, DeleteReason::Empty);
+                stats.deleted += 1;
+            }
+        }
+
+        self.report_entries(&clusters, &sc);
+        for c in 0..nc {
+            let slot = sc.cluster_bubble[c];
+            for &it in clusters.members(c) {
+                self.player_bubble[sc.item_player[it as usize] as usize] = slot;
+            }
+        }
+
+        // 3. Moving borders, and no two regions overlapping.
+        self.settle_bounds(&clusters, &sc, &mut stats);
+        self.index_members(&mut sc);
+
+        // 4. Scoring, hysteresis and failover.
+        sc.touched.resize(self.bubbles.len(), false);
+        sc.slot_tally.resize(self.bubbles.len(), NONE);
+        for slot in 0..self.bubbles.len() as u32 {
+            if self.bubbles[slot as usize].is_none() || sc.touched[slot as usize] {
+                continue;
+            }
+            let ti = sc.slot_tally[slot as usize];
+            if ti == NONE {
+                continue;
+            }
+            let tally = &sc.tallies[ti as usize];
+            let b = self.bubble(slot);
+            let (id, site, servers) = (b.id, b.site, b.servers());
+            if b.stalled_since.is_some() {
+                let target = self.failover_target(tally, site, servers);
+                if let Ok(lease) = self.leases.grant(id, target, now) {
+                    let players = member_ids(&self.players, sc.members(slot));
+                    self.relocate(
+                        slot,
+                        target,
+                        lease.epoch,
+                        MoveReason::Failover,
+                        now,
+                        players,
+                    );
+                    stats.moved += 1;
+                }
+                continue;
+            }
+            let current = SiteScore::of(tally, &self.sites, site);
+            let best = best_site(tally, &self.sites, self.th.cap_ms, Some(site), |s| {
+                s == site || self.can_host(s, servers)
+            });
+            let sum_w = tally.sum_w;
+            let th = self.th.clone();
+            let verdict = self
+                .bubble_mut(slot)
+                .hysteresis
+                .decide(now, &current, &best, sum_w, &th);
+            if let crate::scoring::Verdict::Move(reason) = verdict {
+                let epoch = self.bubble(slot).epoch;
+                if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
+                    let players = member_ids(&self.players, sc.members(slot));
+                    self.relocate(slot, best.site, lease.epoch, reason, now, players);
+                    stats.moved += 1;
+                }
+            }
+        }
+
+        // 5. Load: split across more servers of the site, or undo the latest split.
+        self.balance_load(&mut sc, now, &mut stats);
+
+        self.free_slots.append(&mut self.retired_slots);
+        for f in self.fresh.iter_mut() {
+            *f = false;
+        }
+        stats.bubbles = self.bubbles().count() as u32;
+        stats.in_zone = self
+            .player_bubble
+            .iter()
+            .zip(&self.players)
+            .filter(|(s, p)| **s == NONE && p.role.is_counted())
+            .count() as u32;
+        self.scratch = sc;
+        self.last_stats = stats;
+        stats
+    }
+
+    /// Reports players who enter a bubble that existed before this tick, other than through a
+    /// merge (whose command lists them): fresh connections, players from a zone, border crossings.
+    pub(super) fn report_entries(&mut self, clusters: &Groups, sc: &Scratch) {
+        let core = self.sites.core();
+        for c in 0..clusters.len() {
+            let slot = sc.cluster_bubble[c];
+            if slot == NONE || sc.prior.get(slot as usize).is_none_or(|p| p.is_none()) {
+                continue; // in a zone, or a bubble created this tick (its command lists everyone)
+            }
+            let mut entering: Vec<(Option<SiteId>, PlayerId)> = Vec::new();
+            for &it in clusters.members(c) {
+                let pi = sc.item_player[it as usize] as usize;
+                let prev = self.player_bubble[pi];
+                if prev == slot || sc.absorbed_into.get(prev as usize) == Some(&slot) {
+                    continue;
+                }
+                let from = if self.fresh[pi] {
+                    None
+                } else if prev == NONE {
+                    Some(core)
+                } else {
+                    sc.prior
+                        .get(prev as usize)
+                        .copied()
+                        .flatten()
+                        .map(|(site, _)| site)
+                };
+                entering.push((from, self.players[pi].id));
+            }
+            if entering.is_empty() {
+                continue;
+            }
+            entering.sort_unstable();
+            let (id, site) = (self.bubble(slot).id, self.bubble(slot).site);
+            for chunk in entering.chunk_by(|a, b| a.0 == b.0) {
+                let players = chunk.iter().map(|e| e.1).collect();
+                self.commands.push_back(Command::Enter {
+                    bubble: id,
+                    site,
+                    from_site: chunk[0].0,
+                    players,
+                });
+            }
+        }
+    }
+
+    pub(super) fn cluster_players(
+        &self,
+        clusters: &Groups,
+        sc: &Scratch,
+        c: usize,
+    ) -> Vec<PlayerId> {
+        let mut v: Vec<PlayerId> = clusters
+            .members(c)
+            .iter()
+            .map(|&it| self.players[sc.item_player[it as usize] as usize].id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub(super) fn slot_players(&self, slot: u32) -> Vec<PlayerId> {
+        let mut v: Vec<PlayerId> = self
+            .player_bubble
+            .iter()
+            .zip(&self.players)
+            .filter(|(s, _)| **s == slot)
+            .map(|(_, p)| p.id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub(super) fn tally_of_slot(&self, slot: u32) -> Tally {
+        let mut t = Tally::new(self.sites.len());
+        for (s, p) in self.player_bubble.iter().zip(&self.players) {
+            if *s == slot {
+                t.add(p, self.weight(p));
+            }
+        }
+        t
+    }
+
+    pub(super) fn failover_target(&self, tally: &Tally, failed: SiteId, servers: u32) -> SiteId {
+        best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
+            s != failed && self.can_host(s, servers)
+        })
+        .site
+    }
+
+    /// Puts a new bubble in `slot` and accounts its server.
+    pub(super) fn insert_bubble(
+        &mut self,
+        site: SiteId,
+        world: WorldId,
+        bounds: Aabb,
+        now: Time,
+        hysteresis: Hysteresis,
+    ) -> Option<(u32, Epoch)> {
+        let id = BubbleId(self.next_bubble);
+        let lease = self.leases.grant(id, site, now).ok()?;
+        self.next_bubble += 1;
+        let bubble = Bubble {
+            id,
+            site,
+            world,
+            bounds,
+            epoch: lease.epoch,
+            hysteresis: Hysteresis {
+                best_since: None,
+                last_move: hysteresis.last_move,
+            },
+            created_at: now,
+            cuts: Vec::new(),
+            players: 0,
+            stalled_since: None,
+            load: LoadState::default(),
+        };
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.bubbles[s as usize] = Some(bubble);
+                s
+            }
+            None => {
+                self.bubbles.push(Some(bubble));
+                self.bubbles.len() as u32 - 1
+            }
+        };
+        self.bubble_index.insert(id, slot);
+        self.used[site.index()] += 1;
+        Some((slot, lease.epoch))
+    }
+
+    pub(super) fn mark_touched(sc: &mut Scratch, slot: u32) {
+        if sc.touched.len() <= slot as usize {
+            sc.touched.resize(slot as usize + 1, false);
+        }
+        sc.touched[slot as usize] = true;
+    }
+
+    /// A cluster that was nowhere (fresh players) or waiting in a core-site zone.
+    pub(super) fn create_new(
+        &mut self,
+        c: usize,
+        clusters: &Groups,
+        sc: &mut Scratch,
+        now: Time,
+        stats: &mut TickStats,
+    ) -> u32 {
+        let members = clusters.members(c);
+        let fresh = members
+            .iter()
+            .all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
+        // Where were they? Nowhere (fresh), in a bubble of another world, or in a core-site zone.
+        let travelled_from = members.iter().find_map(|&it| {
+            let slot = self.player_bubble[sc.item_player[it as usize] as usize];
+            sc.prior
+                .get(slot as usize)
+                .copied()
+                .flatten()
+                .map(|(site, _)| site)
+        });
+        let tally = &sc.tallies[c];
+        let homes: Vec<usize> = tally.homes().collect();
+        let home = match homes[..] {
+            [h] => self.sites.ids().nth(h),
+            _ => None,
+        };
+        let site = match home {
+            // Alone, or among players of the same home: on the home site...
+            Some(home) if self.can_host(home, 1) => home,
+            // ... or wait in a core-site zone until it has a server ready.
+            Some(_) if travelled_from.is_none() => return NONE,
+            _ => {
+                best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
+                    self.can_host(s, 1)
+                })
+                .site
+            }
+        };
+        let (bx, m) = sc.cluster_box[c];
+        let world = self.players[sc.item_player[members[0] as usize] as usize].world;
+        let Some((slot, epoch)) = self.insert_bubble(
+            site,
+            world,
+            claimed_box((bx, m)),
+            now,
+            Hysteresis::default(),
+        ) else {
+            return NONE;
+        };
+        let (previous_site, reason) = match travelled_from {
+            _ if fresh => (None, CreateReason::Join),
+            Some(site) => (Some(site), CreateReason::Travel),
+            None => (Some(self.sites.core()), CreateReason::ServerReady),
+        };
+        let players = self.cluster_players(clusters, sc, c);
+        let b = self.bubble(slot);
+        self.commands.push_back(Command::Create {
+            bubble: b.id,
+            site,
+            previous_site,
+            world,
+            bounds: b.bounds,
+            epoch,
+            players,
+            reason,
+        });
+        Self::mark_touched(sc, slot);
+        stats.created += 1;
+        slot
+    }
+
+    /// A cluster that walked away from its bubble: a new bubble, on the same site if it can host
+    /// it (no handover), keeping the parent's last move so hold still applies.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_split(
+        &mut self,
+        c: usize,
+        clusters: &Groups,
+        sc: &mut Scratch,
+        parent_site: SiteId,
+        parent: Hysteresis,
+        now: Time,
+        stats: &mut TickStats,
+    ) -> u32 {
+        let site = if self.can_host(parent_site, 1) {
+            parent_site
+        } else {
+            best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| {
+                self.can_host(s, 1)
+            })
+            .site
+        };
+        let (bx, m) = sc.cluster_box[c];
+        let world = self.players[sc.item_player[clusters.members(c)[0] as usize] as usize].world;
+        let Some((slot, epoch)) =
+            self.insert_bubble(site, world, claimed_box((bx, m)), now, parent)
+        else {
+            return NONE;
+        };
+        let players = self.cluster_players(clusters, sc, c);
+        let b = self.bubble(slot);
+        self.commands.push_back(Command::Create {
+            bubble: b.id,
+            site,
+            previous_site: Some(parent_site),
+            world,
+            bounds: b.bounds,
+            epoch,
+            players,
+            reason: CreateReason::Split,
+        });
+        Self::mark_touched(sc, slot);
+        stats.created += 1;
+        slot
+    }
+
+    /// Preventive merge of `slots` (heaviest first) whose union is described by `tally`, at once
+    /// (they must not meet across a site border). The union stays on whichever of their sites
+    /// scores best for it; no bubble changes site here, so hold and dwell keep governing moves,
+    /// and the next ticks may move the union like any bubble. Returns the surviving slot.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn merge_bubbles(
+        &mut self,
+        slots: &[u32],
+        tally: &Tally,
+        bounds: Aabb,
+        members: Vec<(PlayerId, u32)>,
+        sc: &mut Scratch,
+        stats: &mut TickStats,
+    ) -> u32 {
+        let sites_of: Vec<SiteId> = slots.iter().map(|&s| self.bubble(s).site).collect();
+        let best = best_site(tally, &self.sites, self.th.cap_ms, Some(sites_of[0]), |s| {
+            sites_of.contains(&s)
+        });
+        // The core site is always scored; if it won without hosting any of them, keep the heaviest.
+        let survivor = slots
+            .iter()
+            .copied()
+            .find(|&s| self.bubble(s).site == best.site)
+            .unwrap_or(slots[0]);
+        let (into, into_site) = (self.bubble(survivor).id, self.bubble(survivor).site);
+        let mut by_slot = members;
+        by_slot.sort_unstable_by_key(|m| (m.1, m.0));
+        for &s in slots.iter().filter(|&&s| s != survivor) {
+            let b = self.bubble(s);
+            let (lo, hi) = (
+                by_slot.partition_point(|m| m.1 < s),
+                by_slot.partition_point(|m| m.1 <= s),
+            );
+            let moving: Vec<PlayerId> = by_slot[lo..hi].iter().map(|m| m.0).collect();
+            let cmd = Command::Merge {
+                into,
+                from: b.id,
+                from_site: b.site,
+                into_site,
+                players: moving,
+            };
+            self.commands.push_back(cmd);
+            self.remove(s);
+            if let Some(a) = sc.absorbed_into.get_mut(s as usize) {
+                *a = survivor;
+            }
+            stats.merged += 1;
+        }
+        let b = self.bubble_mut(survivor);
+        b.bounds = bounds;
+        b.hysteresis.best_since = None;
+        self.commands.push_back(Command::Border {
+            bubble: into,
+            bounds,
+        });
+        Self::mark_touched(sc, survivor);
+        survivor
+    }
+
+    /// Moves a bubble to `to` under `epoch` and reports it.
+    pub(super) fn relocate(
+        &mut self,
+        slot: u32,
+        to: SiteId,
+        epoch: Epoch,
+        reason: MoveReason,
+        now: Time,
+        players: Vec<PlayerId>,
+    ) {
+        let b = self.bubble_mut(slot);
+        let (from, servers, id) = (b.site, b.servers(), b.id);
+        b.site = to;
+        b.epoch = epoch;
+        b.stalled_since = None;
+        b.hysteresis.moved(now);
+        self.used[from.index()] = self.used[from.index()].saturating_sub(servers);
+        self.used[to.index()] += servers;
+        self.commands.push_back(Command::Move {
+            bubble: id,
+            from,
+            to,
+            epoch,
+            players,
+            reason,
+        });
+    }
+
+    /// Frees a slot (its lease revoked, its servers released) without reporting. Its players are
+    /// reassigned by the caller; the slot is reused from the next tick on.
+    pub(super) fn remove(&mut self, slot: u32) {
+        if let Some(b) = self.bubbles[slot as usize].take() {
+            let _ = self.leases.revoke(b.id, b.epoch);
+            self.bubble_index.remove(&b.id);
+            self.used[b.site.index()] = self.used[b.site.index()].saturating_sub(b.servers());
+            self.retired_slots.push(slot);
+        }
+    }
+
+    /// Builds the per-bubble member rows from `player_bubble`.
+    pub(super) fn index_members(&self, sc: &mut Scratch) {
+        let n = self.bubbles.len();
+        sc.member_offsets.clear();
+        sc.member_offsets.resize(n + 1, 0);
+        for (p, &s) in self.players.iter().zip(&self.player_bubble) {
+            if s != NONE && p.role.is_counted() {
+                sc.member_offsets[s as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            sc.member_offsets[i + 1] += sc.member_offsets[i];
+        }
+        let mut fill = sc.member_offsets[..n].to_vec();
+        sc.member_list.clear();
+        sc.member_list.resize(sc.member_offsets[n] as usize, 0);
+        for (i, (p, &s)) in self.players.iter().zip(&self.player_bubble).enumerate() {
+            if s != NONE && p.role.is_counted() {
+                sc.member_list[fill[s as usize] as usize] = i as u32;
+                fill[s as usize] += 1;
+            }
+        }
+    }
+
+    pub(super) fn delete(&mut self, slot: u32, reason: DeleteReason) {
+        let b = self.bubble(slot);
+        let cmd = Command::Delete {
+            bubble: b.id,
+            site: b.site,
+            epoch: b.epoch,
+            reason,
+        };
+        self.commands.push_back(cmd);
+        self.remove(slot);
+    }
+
+    /// Merges bubbles whose boxes overlap (a fast ship's margins can reach past the merge
+    /// distance), until no two bubbles of a world overlap.
+    /// Moving border: a bubble keeps its box while every member stays farther than half its
+    /// margin from the edge; otherwise the box is reset to the one its players claim (their box
+    /// grown by the margin), so the border moves with them, a margin at a time. Claims of
+    /// different bubbles (and of players waiting in zones) never overlap, so resetting any stale
+    /// box that overlaps another region ends with no overlap at all.
+    pub(super) fn settle_bounds(&mut self, clusters: &Groups, sc: &Scratch, stats: &mut TickStats) {
+        let mut claims: Vec<Option<Aabb>> = vec![None; self.bubbles.len()];
+        let mut obstacles: Vec<(WorldId, Aabb, u32)> = Vec::new();
+        for c in 0..clusters.len() {
+            let slot = sc.cluster_bubble[c];
+            let claimed = claimed_box(sc.cluster_box[c]);
+            if slot == NONE {
+                let world = sc.items[clusters.members(c)[0] as usize].world;
+                obstacles.push((world, claimed, NONE));
+                continue;
+            }
+            claims[slot as usize] = Some(claimed);
+            let bounds = self.bubble(slot).bounds;
+            let near_edge = bounds != claimed
+                && clusters.members(c).iter().any(|&it| {
+                    let p = &self.players[sc.item_player[it as usize] as usize];
+                    let margin = self.th.scaled(self.th.border_margin_m, p.speed());
+                    bounds.inner_distance(p.position) < margin / 2.0
+                });
+            if near_edge {
+                self.set_bounds(slot, claimed, stats);
+            }
+        }
+        // Bounded: each round resets at least one stale box to its claim.
+        loop {
+            let mut boxes: Vec<(WorldId, Aabb, u32)> = obstacles.clone();
+            for (slot, b) in self.bubbles.iter().enumerate() {
+                if let Some(b) = b {
+                    boxes.push((b.world, b.bounds, slot as u32));
+                }
+            }
+            let mut reset = false;
+            for (a, b) in overlapping(&mut boxes) {
+                for slot in [a, b] {
+                    if slot == NONE {
+                        continue;
+                    }
+                    // Invariant: every live bubble holds one cluster, so it has a claim.
+                    let claimed = claims[slot as usize].expect("a live bubble has a claim");
+                    if self.bubble(slot).bounds != claimed {
+                        self.set_bounds(slot, claimed, stats);
+                        reset = true;
+                    }
+                }
+            }
+            if !reset {
+                break;
+            }
+        }
+    }
+
+    pub(super) fn set_bounds(&mut self, slot: u32, bounds: Aabb, stats: &mut TickStats) {
+        let b = self.bubble_mut(slot);
+        b.bounds = bounds;
+        let cmd = Command::Border {
+            bubble: b.id,
+            bounds,
+        };
+        self.commands.push_back(cmd);
+        stats.borders += 1;
+    }
+}
+
+pub(super) fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
+    let mut v: Vec<PlayerId> = members.iter().map(|&i| players[i as usize].id).collect();
+    v.sort_unstable();
+    v
+}
+
+pub(super) fn weight_in(claims: &[(u32, f64, PlayerId)], slot: u32) -> f64 {
+    claims.iter().find(|e| e.0 == slot).map_or(0.0, |e| e.1)
+}
