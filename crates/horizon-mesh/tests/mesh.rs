@@ -1,5 +1,7 @@
 //! Behaviour of the brain, one SPEC rule at a time.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
+
 mod common;
 
 use common::*;

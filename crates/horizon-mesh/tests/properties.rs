@@ -1,6 +1,8 @@
 //! Invariants of the brain, as property tests over seeded populations. A failure prints the
 //! minimal failing input, seed included: rerun with it to reproduce.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -200,10 +202,10 @@ proptest! {
             m.handle_timeout(now);
             while let Some(c) = m.poll_command() {
                 if let Command::Move { bubble, reason, .. } = c {
-                    if reason != MoveReason::Failover {
-                        if let Some(&t) = last.get(&bubble) {
-                            prop_assert!(now.since(t) >= hold, "seed {seed}: {bubble} moved at {t} and {now}");
-                        }
+                    if reason != MoveReason::Failover
+                        && let Some(&t) = last.get(&bubble)
+                    {
+                        prop_assert!(now.since(t) >= hold, "seed {seed}: {bubble} moved at {t} and {now}");
                     }
                     last.insert(bubble, now);
                 }
