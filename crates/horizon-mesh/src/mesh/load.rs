@@ -3,35 +3,32 @@
 use super::*;
 
 impl Mesh {
+    /// Splits a bubble whose part is overloaded (more players than a server holds, or a low tick
+    /// rate) for the sustain time, through the widest gap between its groups; undoes the latest
+    /// split once its two parts have stayed low long enough. A settle window follows each change.
     pub(super) fn balance_load(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
         let pps = self.th.players_per_server;
-        // Counted players per bubble part.
-        let mut counts: Vec<Vec<u32>> = Vec::with_capacity(self.bubbles.len());
-        let mut parts: Vec<Vec<Aabb>> = Vec::with_capacity(self.bubbles.len());
-        for b in &self.bubbles {
-            let p = b.as_ref().map(|b| b.parts()).unwrap_or_default();
-            counts.push(vec![0; p.len()]);
-            parts.push(p);
-        }
-        for (p, &slot) in self.players.iter().zip(&self.player_bubble) {
-            if slot != NONE && p.role.is_counted() {
-                let s = slot as usize;
-                if parts[s].len() == 1 {
-                    counts[s][0] += 1;
-                } else {
-                    let k = part_of(&parts[s], p.position);
-                    counts[s][k] += 1;
-                }
-            }
-        }
-        for slot in 0..self.bubbles.len() {
-            let Some(b) = self.bubbles[slot].as_mut() else {
+        let settle = Span::from_ms(self.th.settle_ms);
+        for slot in 0..self.bubbles.len() as u32 {
+            let members = sc.members(slot);
+            let Some(b) = self.bubbles[slot as usize].as_mut() else {
                 continue;
             };
-            b.players = counts[slot].iter().sum();
+            b.players = members.len() as u32;
             if b.stalled_since.is_some() {
                 continue;
             }
+            // Counted players per part; a bubble on one server needs no geometry.
+            let parts = if b.cuts.is_empty() { vec![] } else { b.parts() };
+            let counts: Vec<u32> = if parts.is_empty() {
+                vec![b.players]
+            } else {
+                let mut counts = vec![0; parts.len()];
+                for &pi in members {
+                    counts[part_of(&parts, self.players[pi as usize].position)] += 1;
+                }
+                counts
+            };
             let low_tps = |i: usize| {
                 b.load
                     .tps
@@ -40,33 +37,33 @@ impl Mesh {
                     .flatten()
                     .is_some_and(|t| t < self.th.tps_min)
             };
-            let hot = (0..counts[slot].len()).filter(|&i| counts[slot][i] > pps || low_tps(i));
-            let hottest = hot.max_by_key(|&i| counts[slot][i]);
-            let settled = b
-                .load
-                .last_change
-                .is_none_or(|t| now.since(t) >= Span::from_ms(self.th.settle_ms));
+            let hottest = (0..counts.len())
+                .filter(|&i| counts[i] > pps || low_tps(i))
+                .max_by_key(|&i| counts[i]);
+            let settled = b.load.last_change.is_none_or(|t| now.since(t) >= settle);
             if let Some(part) = hottest {
                 b.load.low_since = None;
                 let since = *b.load.overloaded_since.get_or_insert(now);
                 if now.since(since) < Span::from_ms(self.th.split_sustain_ms) || !settled {
                     continue;
                 }
-                let site = b.site;
-                if !self.can_host(site, 1) {
+                let parts = if parts.is_empty() {
+                    vec![b.bounds]
+                } else {
+                    parts
+                };
+                if !self.can_host(self.bubble(slot).site, 1) {
                     continue;
                 }
-                let Some(cut) = self.cut_for(sc, slot as u32, &parts[slot], part) else {
+                let Some(cut) = self.cut_for(sc, slot, &parts, part) else {
                     continue;
                 };
-                let b = self.bubble_mut(slot as u32);
-                b.cuts.push(cut);
-                self.after_load_change(slot as u32, 1, LoadReason::Overload, now);
+                self.bubble_mut(slot).cuts.push(cut);
+                self.after_load_change(slot, 1, LoadReason::Overload, now);
                 stats.load_changes += 1;
-                sc.touched.resize(self.bubbles.len(), false);
             } else if let Some(last) = b.cuts.last().copied() {
                 b.load.overloaded_since = None;
-                let pair = counts[slot][last.part as usize] + counts[slot][b.cuts.len()];
+                let pair = counts[last.part as usize] + counts[b.cuts.len()];
                 if (pair as f64) > pps as f64 * self.th.merge_fill_ratio {
                     b.load.low_since = None;
                     continue;
@@ -76,7 +73,7 @@ impl Mesh {
                     continue;
                 }
                 b.cuts.pop();
-                self.after_load_change(slot as u32, -1, LoadReason::Underload, now);
+                self.after_load_change(slot, -1, LoadReason::Underload, now);
                 stats.load_changes += 1;
             } else {
                 b.load.overloaded_since = None;

@@ -185,6 +185,8 @@ pub struct Mesh {
     player_bubble: Vec<u32>,
     /// Per player: joined since the last tick.
     fresh: Vec<bool>,
+    /// How many players joined since the last tick (the `fresh` flags to reset).
+    fresh_count: usize,
     player_index: FxHashMap<PlayerId, u32>,
     bubbles: Vec<Option<Bubble>>,
     free_slots: Vec<u32>,
@@ -214,6 +216,8 @@ struct Scratch {
     items: Vec<Item>,
     item_player: Vec<u32>,
     tallies: Vec<Tally>,
+    /// The other half of `tallies`' double buffer, used while joining units.
+    spare_tallies: Vec<Tally>,
     cluster_box: Vec<(Aabb, f64)>,
     cluster_bubble: Vec<u32>,
     /// Per bubble slot: the tally index (cluster) describing it this tick.
@@ -255,6 +259,7 @@ impl Mesh {
             players: Vec::new(),
             player_bubble: Vec::new(),
             fresh: Vec::new(),
+            fresh_count: 0,
             player_index: FxHashMap::default(),
             bubbles: Vec::new(),
             free_slots: Vec::new(),
@@ -288,6 +293,7 @@ impl Mesh {
         self.players.push(Player::from_join(&join));
         self.player_bubble.push(NONE);
         self.fresh.push(true);
+        self.fresh_count += 1;
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! The tick: units of placement, continuity with existing bubbles, borders and scoring.
 
-use super::units::{claimed_box, overlapping, unite_overlapping};
+use super::units::{claimed_box, overlapping};
 use super::*;
+use crate::scoring::Verdict;
 
 impl Mesh {
     /// One scoring period. Returns its figures (also kept in [`Mesh::last_stats`]).
@@ -12,35 +13,40 @@ impl Mesh {
         };
         let mut sc = std::mem::take(&mut self.scratch);
 
-        // 1. Clusters at the speed-scaled merge distance.
-        sc.items.clear();
-        sc.item_player.clear();
-        for (i, p) in self.players.iter().enumerate() {
-            if p.role.is_counted() {
-                let radius = self.th.scaled(self.th.merge_distance_m, p.speed());
-                sc.items.push(Item {
-                    world: p.world,
-                    pos: p.position,
-                    radius,
-                });
-                sc.item_player.push(i as u32);
-            } else {
-                self.player_bubble[i] = NONE;
-            }
-        }
+        // 1. Units of placement.
+        let units = self.form_units(&mut sc);
         stats.counted = sc.items.len() as u32;
-        let mut clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
-        self.describe(&clusters, &mut sc);
-        // Clusters whose claimed boxes overlap form one unit (a fast ship's margins can reach
-        // past the merge distance), until every unit's box is clear of the others.
-        while let Some(units) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) {
-            clusters = units;
-            self.describe(&clusters, &mut sc);
-        }
-        let nc = clusters.len();
-        stats.clusters = nc as u32;
+        stats.clusters = units.len() as u32;
+        // 2. Continuity with the bubbles of the previous tick.
+        self.place_units(&units, &mut sc, now, &mut stats);
+        // 3. Moving borders, and no two regions overlapping.
+        self.settle_bounds(&units, &sc, &mut stats);
+        self.index_members(&mut sc);
+        // 4. Scoring, hysteresis and failover.
+        self.score_bubbles(&mut sc, now, &mut stats);
+        // 5. Load: split across more servers of the site, or undo the latest split.
+        self.balance_load(&mut sc, now, &mut stats);
 
-        // 2. Continuity: which cluster owns which bubble.
+        self.free_slots.append(&mut self.retired_slots);
+        if self.fresh_count > 0 {
+            self.fresh.fill(false);
+            self.fresh_count = 0;
+        }
+        stats.bubbles = self.bubble_index.len() as u32;
+        stats.in_zone = (0..units.len())
+            .filter(|&u| sc.cluster_bubble[u] == NONE)
+            .map(|u| units.members(u).len() as u32)
+            .sum();
+        self.scratch = sc;
+        self.last_stats = stats;
+        stats
+    }
+
+    /// Which unit keeps which bubble: each unit claims the bubbles its members were in, and a
+    /// bubble goes to the unit holding most of its weight. A unit owning none gets a new bubble
+    /// (or waits in a zone), one owning several merges them, a bubble nobody owns is deleted.
+    fn place_units(&mut self, units: &Groups, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
+        let nc = units.len();
         let nslots = self.bubbles.len();
         sc.prior.clear();
         sc.prior.extend(
@@ -50,10 +56,15 @@ impl Mesh {
         );
         sc.absorbed_into.clear();
         sc.absorbed_into.resize(nslots, NONE);
+
+        // Claims as compressed rows: unit c claims claims[claim_start[c]..claim_start[c + 1]].
         let mut owner: Vec<Option<(u32, f64, PlayerId)>> = vec![None; nslots];
-        let mut claims: Vec<Vec<(u32, f64, PlayerId)>> = vec![Vec::new(); nc];
-        for (c, claim) in claims.iter_mut().enumerate() {
-            for &it in clusters.members(c) {
+        let mut claims: Vec<Claim> = Vec::new();
+        let mut claim_start: Vec<u32> = Vec::with_capacity(nc + 1);
+        for c in 0..nc {
+            let start = claims.len();
+            claim_start.push(start as u32);
+            for &it in units.members(c) {
                 let pi = sc.item_player[it as usize] as usize;
                 let slot = self.player_bubble[pi];
                 let p = &self.players[pi];
@@ -65,22 +76,27 @@ impl Mesh {
                     continue;
                 }
                 let w = self.weight(p);
-                match claim.iter_mut().find(|e| e.0 == slot) {
+                match claims[start..].iter_mut().find(|e| e.slot == slot) {
                     Some(e) => {
-                        e.1 += w;
-                        e.2 = e.2.min(p.id);
+                        e.weight += w;
+                        e.min_id = e.min_id.min(p.id);
                     }
-                    None => claim.push((slot, w, p.id)),
+                    None => claims.push(Claim {
+                        slot,
+                        weight: w,
+                        min_id: p.id,
+                    }),
                 }
             }
-            for &(slot, w, min_id) in claim.iter() {
-                let better = owner[slot as usize]
-                    .is_none_or(|(_, ow, oid)| w > ow || (w == ow && min_id < oid));
+            for e in &claims[start..] {
+                let better = owner[e.slot as usize]
+                    .is_none_or(|(_, ow, oid)| e.weight > ow || (e.weight == ow && e.min_id < oid));
                 if better {
-                    owner[slot as usize] = Some((c as u32, w, min_id));
+                    owner[e.slot as usize] = Some((c as u32, e.weight, e.min_id));
                 }
             }
         }
+        claim_start.push(claims.len() as u32);
 
         sc.slot_tally.clear();
         sc.slot_tally.resize(nslots, NONE);
@@ -88,40 +104,37 @@ impl Mesh {
         sc.touched.resize(nslots, false);
         sc.cluster_bubble.clear();
         sc.cluster_bubble.resize(nc, NONE);
-        for (c, claim) in claims.iter().enumerate() {
+        for c in 0..nc {
+            let claim = &claims[claim_start[c] as usize..claim_start[c + 1] as usize];
             let mut owned: Vec<u32> = claim
                 .iter()
-                .filter(|e| owner[e.0 as usize].is_some_and(|o| o.0 == c as u32))
-                .map(|e| e.0)
+                .filter(|e| owner[e.slot as usize].is_some_and(|o| o.0 == c as u32))
+                .map(|e| e.slot)
                 .collect();
             let slot = match owned.len() {
-                0 if claim.is_empty() => self.create_new(c, &clusters, &mut sc, now, &mut stats),
+                0 if claim.is_empty() => self.create_new(c, units, sc, now, stats),
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
                     let source = claim
                         .iter()
-                        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.cmp(&a.2)))
-                        .map(|e| e.0)
+                        .max_by(|a, b| a.weight.total_cmp(&b.weight).then(b.min_id.cmp(&a.min_id)))
+                        .map(|e| e.slot)
                         .expect("non-empty claims");
                     // Invariant: a claimed slot was live at the start of the tick.
                     let (site, hysteresis) =
                         sc.prior[source as usize].expect("claimed slot was live");
-                    self.create_split(c, &clusters, &mut sc, site, hysteresis, now, &mut stats)
+                    self.create_split(c, units, sc, site, hysteresis, now, stats)
                 }
-                1 => {
-                    sc.slot_tally[owned[0] as usize] = c as u32;
-                    owned[0]
-                }
+                1 => owned[0],
                 _ => {
-                    owned.sort_by(|a, b| {
-                        let (wa, wb) = (weight_in(claim, *a), weight_in(claim, *b));
-                        wb.total_cmp(&wa)
-                            .then(self.bubble(*a).id.cmp(&self.bubble(*b).id))
+                    let weight =
+                        |s: u32| claim.iter().find(|e| e.slot == s).map_or(0.0, |e| e.weight);
+                    owned.sort_by(|&a, &b| {
+                        weight(b)
+                            .total_cmp(&weight(a))
+                            .then(self.bubble(a).id.cmp(&self.bubble(b).id))
                     });
-                    for &s in &owned {
-                        sc.slot_tally[s as usize] = c as u32;
-                    }
-                    let members: Vec<(PlayerId, u32)> = clusters
+                    let members: Vec<(PlayerId, u32)> = units
                         .members(c)
                         .iter()
                         .map(|&it| {
@@ -130,15 +143,8 @@ impl Mesh {
                         })
                         .collect();
                     let t = sc.tallies[c].clone();
-                    let (bx, m) = sc.cluster_box[c];
-                    self.merge_bubbles(
-                        &owned,
-                        &t,
-                        claimed_box((bx, m)),
-                        members,
-                        &mut sc,
-                        &mut stats,
-                    )
+                    let bounds = claimed_box(sc.cluster_box[c]);
+                    self.merge_bubbles(&owned, &t, bounds, members, sc, stats)
                 }
             };
             sc.cluster_bubble[c] = slot;
@@ -148,9 +154,9 @@ impl Mesh {
             }
         }
 
-        // Bubbles nobody owns any more are deleted.
+        // Bubbles nobody owns any more are deleted (only those live at the start: a slot freed
+        // earlier may hold a bubble created just now).
         for slot in 0..nslots as u32 {
-            // Only bubbles live at the start: a slot freed earlier may hold a bubble created just now.
             let was_live = sc.prior[slot as usize].is_some();
             if was_live && owner[slot as usize].is_none() && self.bubbles[slot as usize].is_some() {
                 self.delete(slot, DeleteReason::Empty);
@@ -158,19 +164,18 @@ impl Mesh {
             }
         }
 
-        self.report_entries(&clusters, &sc);
+        self.report_entries(units, sc);
         for c in 0..nc {
             let slot = sc.cluster_bubble[c];
-            for &it in clusters.members(c) {
+            for &it in units.members(c) {
                 self.player_bubble[sc.item_player[it as usize] as usize] = slot;
             }
         }
+    }
 
-        // 3. Moving borders, and no two regions overlapping.
-        self.settle_bounds(&clusters, &sc, &mut stats);
-        self.index_members(&mut sc);
-
-        // 4. Scoring, hysteresis and failover.
+    /// Scores every bubble not placed this tick and applies hysteresis; stalled bubbles (expired
+    /// lease) fail over as soon as the lease and its drift margin allow.
+    fn score_bubbles(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
         sc.touched.resize(self.bubbles.len(), false);
         sc.slot_tally.resize(self.bubbles.len(), NONE);
         for slot in 0..self.bubbles.len() as u32 {
@@ -204,14 +209,12 @@ impl Mesh {
             let best = best_site(tally, &self.sites, self.th.cap_ms, Some(site), |s| {
                 s == site || self.can_host(s, servers)
             });
-            let sum_w = tally.sum_w;
-            let th = self.th.clone();
-            let verdict = self
-                .bubble_mut(slot)
-                .hysteresis
-                .decide(now, &current, &best, sum_w, &th);
-            if let crate::scoring::Verdict::Move(reason) = verdict {
-                let epoch = self.bubble(slot).epoch;
+            let (sum_w, th) = (tally.sum_w, &self.th);
+            let Some(b) = self.bubbles[slot as usize].as_mut() else {
+                continue;
+            };
+            if let Verdict::Move(reason) = b.hysteresis.decide(now, &current, &best, sum_w, th) {
+                let epoch = b.epoch;
                 if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
                     let players = member_ids(&self.players, sc.members(slot));
                     self.relocate(slot, best.site, lease.epoch, reason, now, players);
@@ -219,24 +222,6 @@ impl Mesh {
                 }
             }
         }
-
-        // 5. Load: split across more servers of the site, or undo the latest split.
-        self.balance_load(&mut sc, now, &mut stats);
-
-        self.free_slots.append(&mut self.retired_slots);
-        for f in self.fresh.iter_mut() {
-            *f = false;
-        }
-        stats.bubbles = self.bubbles().count() as u32;
-        stats.in_zone = self
-            .player_bubble
-            .iter()
-            .zip(&self.players)
-            .filter(|(s, p)| **s == NONE && p.role.is_counted())
-            .count() as u32;
-        self.scratch = sc;
-        self.last_stats = stats;
-        stats
     }
 
     /// Reports players who enter a bubble that existed before this tick, other than through a
@@ -600,8 +585,9 @@ impl Mesh {
         let n = self.bubbles.len();
         sc.member_offsets.clear();
         sc.member_offsets.resize(n + 1, 0);
-        for (p, &s) in self.players.iter().zip(&self.player_bubble) {
-            if s != NONE && p.role.is_counted() {
+        for &pi in &sc.item_player {
+            let s = self.player_bubble[pi as usize];
+            if s != NONE {
                 sc.member_offsets[s as usize + 1] += 1;
             }
         }
@@ -611,9 +597,10 @@ impl Mesh {
         let mut fill = sc.member_offsets[..n].to_vec();
         sc.member_list.clear();
         sc.member_list.resize(sc.member_offsets[n] as usize, 0);
-        for (i, (p, &s)) in self.players.iter().zip(&self.player_bubble).enumerate() {
-            if s != NONE && p.role.is_counted() {
-                sc.member_list[fill[s as usize] as usize] = i as u32;
+        for &pi in &sc.item_player {
+            let s = self.player_bubble[pi as usize];
+            if s != NONE {
+                sc.member_list[fill[s as usize] as usize] = pi;
                 fill[s as usize] += 1;
             }
         }
@@ -707,6 +694,12 @@ pub(super) fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
     v
 }
 
-pub(super) fn weight_in(claims: &[(u32, f64, PlayerId)], slot: u32) -> f64 {
-    claims.iter().find(|e| e.0 == slot).map_or(0.0, |e| e.1)
+/// A unit's claim on a bubble its members were in.
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    slot: u32,
+    /// Weight of the unit's members that were in the bubble.
+    weight: f64,
+    /// Smallest of their ids (the tie-break).
+    min_id: PlayerId,
 }

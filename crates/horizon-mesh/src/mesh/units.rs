@@ -3,6 +3,59 @@
 use super::*;
 
 impl Mesh {
+    /// Groups counted players at the speed-scaled merge distance, then joins groups whose
+    /// claimed boxes overlap (a fast ship's margins reach past the merge distance) until every
+    /// unit's box is clear of the others. Leaves each unit's tally and box in `sc`.
+    pub(super) fn form_units(&mut self, sc: &mut Scratch) -> Groups {
+        sc.items.clear();
+        sc.item_player.clear();
+        for (i, p) in self.players.iter().enumerate() {
+            if p.role.is_counted() {
+                let radius = self.th.scaled(self.th.merge_distance_m, p.speed());
+                sc.items.push(Item {
+                    world: p.world,
+                    pos: p.position,
+                    radius,
+                });
+                sc.item_player.push(i as u32);
+            } else {
+                self.player_bubble[i] = NONE;
+            }
+        }
+        let mut units = sc.grouper.group(&sc.items, self.th.merge_distance_m);
+        self.describe(&units, sc);
+        // Bounded: every round joins at least two units.
+        while let Some(root) = unite_overlapping(&units, &sc.items, &sc.cluster_box) {
+            let labels: Vec<u32> = (0..sc.items.len())
+                .map(|it| root[units.group_of(it)])
+                .collect();
+            let joined = Groups::from_labels(&labels, units.len());
+            // The joined units' figures are the sums of their parts': no pass over players.
+            let mut tallies = std::mem::take(&mut sc.spare_tallies);
+            while tallies.len() < joined.len() {
+                tallies.push(Tally::new(self.sites.len()));
+            }
+            let mut boxes: Vec<Option<(Aabb, f64)>> = vec![None; joined.len()];
+            for t in tallies.iter_mut().take(joined.len()) {
+                t.clear();
+            }
+            for c in 0..units.len() {
+                let g = joined.group_of(units.members(c)[0] as usize);
+                tallies[g].merge(&sc.tallies[c]);
+                let (bx, m) = sc.cluster_box[c];
+                boxes[g] = Some(boxes[g].map_or((bx, m), |(b, n)| (b.hull(bx), n.max(m))));
+            }
+            sc.spare_tallies = std::mem::replace(&mut sc.tallies, tallies);
+            // Invariant: every joined unit holds at least one former unit.
+            sc.cluster_box = boxes
+                .into_iter()
+                .map(|b| b.expect("non-empty unit"))
+                .collect();
+            units = joined;
+        }
+        units
+    }
+
     /// Per cluster: tally, member box and the largest speed-scaled border margin.
     pub(super) fn describe(&self, clusters: &Groups, sc: &mut Scratch) {
         let nc = clusters.len();
@@ -50,16 +103,17 @@ pub(super) fn overlapping(boxes: &mut [(WorldId, Aabb, u32)]) -> Vec<(u32, u32)>
     pairs
 }
 
-/// Joins clusters whose claimed boxes overlap; `None` when no two overlap.
+/// For each unit, the root of the units it must join because their claimed boxes overlap;
+/// `None` when no two overlap.
 pub(super) fn unite_overlapping(
-    clusters: &Groups,
+    units: &Groups,
     items: &[Item],
     boxes: &[(Aabb, f64)],
-) -> Option<Groups> {
-    let mut claims: Vec<(WorldId, Aabb, u32)> = (0..clusters.len())
+) -> Option<Vec<u32>> {
+    let mut claims: Vec<(WorldId, Aabb, u32)> = (0..units.len())
         .map(|c| {
             (
-                items[clusters.members(c)[0] as usize].world,
+                items[units.members(c)[0] as usize].world,
                 claimed_box(boxes[c]),
                 c as u32,
             )
@@ -69,7 +123,7 @@ pub(super) fn unite_overlapping(
     if pairs.is_empty() {
         return None;
     }
-    let mut root: Vec<u32> = (0..clusters.len() as u32).collect();
+    let mut root: Vec<u32> = (0..units.len() as u32).collect();
     fn find(root: &mut [u32], mut x: u32) -> u32 {
         while root[x as usize] != x {
             root[x as usize] = root[root[x as usize] as usize];
@@ -81,8 +135,9 @@ pub(super) fn unite_overlapping(
         let (ra, rb) = (find(&mut root, a), find(&mut root, b));
         root[ra.max(rb) as usize] = ra.min(rb);
     }
-    let labels: Vec<u32> = (0..items.len())
-        .map(|it| find(&mut root, clusters.group_of(it) as u32))
-        .collect();
-    Some(Groups::from_labels(&labels, clusters.len()))
+    Some(
+        (0..units.len() as u32)
+            .map(|c| find(&mut root, c))
+            .collect(),
+    )
 }
