@@ -2,14 +2,17 @@
 //!
 //! Two items of the same world are linked when `distance <= max(r_i, r_j)`; a group is a connected
 //! component of that graph. Radii are speed-scaled (`base + speed × lead`), so a fast ship reaches
-//! far while walkers reach `base`. The work is linear-ish in the number of items:
+//! far while walkers reach a little more than `base`. The work is linear in the number of items:
 //!
-//! - every item goes into a hash grid of cell size `base`; pairs closer than `base` are found in the
-//!   item's cell and its 13 forward neighbours (each cell pair is visited once);
-//! - items with a larger radius ("fast") are rare; each searches a coarser grid whose cell is at least
-//!   its radius (cells grow by 4× per level), looking at the 27 coarse cells around it;
-//! - a union-find with path halving and union by rank joins linked items; a pair already in one
-//!   component is never measured again.
+//! - items go into a hash grid of cells `2 × base` wide, each cut into 4 × 4 × 4 sub-cells
+//!   `base / 2` wide. Items sharing a sub-cell are within `0.87 × base` of each other: linked
+//!   without measuring. Each cell's items are sorted by sub-cell into *runs*;
+//! - runs of a cell and of its 13 forward neighbours (each cell pair once) are compared when their
+//!   sub-cells are within reach; a run is one component, so the first link found ends the search;
+//! - items reaching farther than a cell (fast ships) are rare; each cell holding one searches a
+//!   coarser grid whose cell is at least its reach (4× per level), in the 27 coarse cells around.
+//!
+//! A union-find with path halving and union by rank joins linked items.
 
 use rustc_hash::FxHashMap;
 
@@ -55,18 +58,7 @@ impl Groups {
     }
 }
 
-/// Octant `o` (bit 0: upper x half, bit 1: y, bit 2: z) of cell `key`.
-fn octant_box(key: CellKey, o: usize, base: f64) -> Aabb {
-    let half = base / 2.0;
-    let min = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * base
-        + Vec3::new((o & 1) as f64, ((o >> 1) & 1) as f64, ((o >> 2) & 1) as f64) * half;
-    Aabb {
-        min,
-        max: min + Vec3::new(half, half, half),
-    }
-}
-
-/// The coarsest grid level; radii above `base × 4^MAX_LEVEL` are clamped to it.
+/// The coarsest grid level; reaches above `cell × 4^MAX_LEVEL` are clamped to it.
 const MAX_LEVEL: u32 = 12;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,13 +117,22 @@ impl Buckets {
         self.bucket_of.clear();
         self.start.clear();
         let n = keys.len();
+        let mut last: Option<(CellKey, u32)> = None;
         for key in keys {
-            let next = self.keys.len() as u32;
-            let b = *self.index.entry(key).or_insert(next);
-            if b == next {
-                self.keys.push(key);
-                self.start.push(0);
-            }
+            // Neighbours in the input often share a cell: skip the hash for a repeated key.
+            let b = match last {
+                Some((k, b)) if k == key => b,
+                _ => {
+                    let next = self.keys.len() as u32;
+                    let b = *self.index.entry(key).or_insert(next);
+                    if b == next {
+                        self.keys.push(key);
+                        self.start.push(0);
+                    }
+                    last = Some((key, b));
+                    b
+                }
+            };
             self.start[b as usize] += 1;
             self.bucket_of.push(b);
         }
@@ -172,154 +173,170 @@ pub struct Grouper {
     rank: Vec<u8>,
     cells: Buckets,
     coarse: Buckets,
-    /// Per cell: where each of its 8 octants starts in `cells.order` (and where the last ends).
-    octants: Vec<[u32; 9]>,
+    /// Runs of items sharing a sub-cell, cell after cell.
+    runs: Vec<Run>,
+    /// Per cell: its first run (and, at `c + 1`, the end of its runs).
+    cell_runs: Vec<u32>,
 }
+
+/// Items of one cell sharing one sub-cell: `cells.order[start..end]`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    sub: u8,
+    start: u32,
+    end: u32,
+    /// The largest radius among them.
+    reach: f64,
+}
+
+/// Sub-cells per cell along each axis.
+const SUBS: usize = 4;
 
 impl Grouper {
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Groups `items`; `base` is the smallest radius (the grid cell size).
+    /// Groups `items`; `base` is the smallest radius.
+    ///
+    /// # Panics
+    /// If `base` is not a finite number > 0 (configuration validation guarantees it).
     pub fn group(&mut self, items: &[Item], base: f64) -> Groups {
         assert!(
             base > 0.0 && base.is_finite(),
             "grouping base radius must be > 0"
         );
         let n = items.len();
+        let cell = 2.0 * base;
         self.parent.clear();
         self.parent.extend(0..n as u32);
         self.rank.clear();
         self.rank.resize(n, 0);
 
         self.cells
-            .build(items.iter().map(|it| CellKey::of(it.world, it.pos, base)));
+            .build(items.iter().map(|it| CellKey::of(it.world, it.pos, cell)));
         let mut cells = std::mem::take(&mut self.cells);
-        self.sort_octants(items, base, &mut cells);
+        self.build_runs(items, cell, &mut cells);
 
         for c in 0..cells.len() {
-            // Everyone in one octant is within its diagonal (0.87 × base) of each other: linked.
-            for o in 0..8 {
-                let members = self.octant(&cells, c, o);
-                if let Some((&first, rest)) = members.split_first() {
-                    for &j in rest {
-                        let (a, b) = (self.find(first), self.find(j));
-                        if a != b {
-                            self.union(a, b);
-                        }
+            let (r0, r1) = (self.cell_runs[c] as usize, self.cell_runs[c + 1] as usize);
+            // A sub-cell's diagonal is 0.87 × base: its items are all linked.
+            for r in r0..r1 {
+                let run = self.runs[r];
+                let first = cells.order[run.start as usize];
+                for k in run.start + 1..run.end {
+                    let (a, b) = (self.find(first), self.find(cells.order[k as usize]));
+                    if a != b {
+                        self.union(a, b);
                     }
                 }
             }
-            for o1 in 0..8 {
-                for o2 in o1 + 1..8 {
-                    self.link_octants(items, base, &cells, (c, o1), (c, o2));
+            let key = cells.keys[c];
+            for a in r0..r1 {
+                for b in a + 1..r1 {
+                    self.link_runs(items, &cells, (key, a), (key, b), cell);
                 }
             }
-            let key = cells.keys[c];
             for &(dx, dy, dz) in &FORWARD {
                 if let Some(d) = cells.get(&key.offset(dx, dy, dz)) {
-                    for o1 in 0..8 {
-                        for o2 in 0..8 {
-                            self.link_octants(items, base, &cells, (c, o1), (d, o2));
+                    let other = cells.keys[d];
+                    for a in r0..r1 {
+                        for b in self.cell_runs[d] as usize..self.cell_runs[d + 1] as usize {
+                            self.link_runs(items, &cells, (key, a), (other, b), cell);
                         }
                     }
                 }
             }
         }
 
-        self.link_fast(items, base, &cells);
+        self.link_fast(items, cell, &cells);
         self.cells = cells;
         self.collect(n)
     }
 
-    /// Orders each cell's items by octant (half-cell) and records where each octant starts.
-    fn sort_octants(&mut self, items: &[Item], base: f64, cells: &mut Buckets) {
-        let half = base / 2.0;
-        let octant_of = |i: u32, key: CellKey| -> usize {
+    /// Sorts each cell's items by sub-cell and records the runs.
+    fn build_runs(&mut self, items: &[Item], cell: f64, cells: &mut Buckets) {
+        let sub = cell / SUBS as f64;
+        let sub_of = |i: u32, key: CellKey| -> u8 {
             let p = items[i as usize].pos;
-            let lo = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * base;
-            ((p.x - lo.x >= half) as usize)
-                | ((p.y - lo.y >= half) as usize) << 1
-                | ((p.z - lo.z >= half) as usize) << 2
+            let lo = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * cell;
+            let axis = |v: f64| ((v / sub) as usize).min(SUBS - 1);
+            let (x, y, z) = (axis(p.x - lo.x), axis(p.y - lo.y), axis(p.z - lo.z));
+            (x + SUBS * y + SUBS * SUBS * z) as u8
         };
-        self.octants.clear();
-        let mut scratch: Vec<u32> = Vec::new();
+        self.runs.clear();
+        self.cell_runs.clear();
         for c in 0..cells.len() {
+            self.cell_runs.push(self.runs.len() as u32);
             let (start, end) = (cells.start[c] as usize, cells.start[c + 1] as usize);
             let key = cells.keys[c];
-            let mut offsets = [start as u32; 9];
-            if end - start == 1 {
-                let o = octant_of(cells.order[start], key);
-                offsets[o + 1..].fill(end as u32);
-            } else {
-                let mut counts = [0u32; 8];
-                for &i in &cells.order[start..end] {
-                    counts[octant_of(i, key)] += 1;
-                }
-                for o in 0..8 {
-                    offsets[o + 1] = offsets[o] + counts[o];
-                }
-                let mut fill = offsets;
-                scratch.clear();
-                scratch.extend_from_slice(&cells.order[start..end]);
-                for &i in &scratch {
-                    let o = octant_of(i, key);
-                    cells.order[fill[o] as usize] = i;
-                    fill[o] += 1;
-                }
+            let slice = &mut cells.order[start..end];
+            if slice.len() > 1 {
+                slice.sort_unstable_by_key(|&i| sub_of(i, key));
             }
-            self.octants.push(offsets);
+            let mut k = start;
+            while k < end {
+                let s = sub_of(cells.order[k], key);
+                let mut reach: f64 = 0.0;
+                let mut e = k;
+                while e < end && sub_of(cells.order[e], key) == s {
+                    reach = reach.max(items[cells.order[e] as usize].radius);
+                    e += 1;
+                }
+                self.runs.push(Run {
+                    sub: s,
+                    start: k as u32,
+                    end: e as u32,
+                    reach,
+                });
+                k = e;
+            }
         }
+        self.cell_runs.push(self.runs.len() as u32);
     }
 
-    fn octant<'c>(&self, cells: &'c Buckets, c: usize, o: usize) -> &'c [u32] {
-        let off = &self.octants[c];
-        &cells.order[off[o] as usize..off[o + 1] as usize]
-    }
-
-    /// Links two octants if any pair of their items is close enough. Each octant is already one
+    /// Links two runs if any pair of their items is within reach. Each run is already one
     /// component, so the first link joins them all and the search stops.
-    fn link_octants(
+    fn link_runs(
         &mut self,
         items: &[Item],
-        base: f64,
         cells: &Buckets,
-        (c1, o1): (usize, usize),
-        (c2, o2): (usize, usize),
+        (ka, a): (CellKey, usize),
+        (kb, b): (CellKey, usize),
+        cell: f64,
     ) {
-        let (a, b) = (self.octant(cells, c1, o1), self.octant(cells, c2, o2));
-        if a.is_empty() || b.is_empty() {
+        let (ra, rb) = (self.runs[a], self.runs[b]);
+        let reach = ra.reach.max(rb.reach);
+        if sub_box(ka, ra.sub, cell).dist_sq_box(&sub_box(kb, rb.sub, cell)) > reach * reach {
             return;
         }
-        if octant_box(cells.keys[c1], o1, base).dist_sq_box(&octant_box(cells.keys[c2], o2, base))
-            > base * base
-        {
+        let (ca, cb) = (
+            self.find(cells.order[ra.start as usize]),
+            self.find(cells.order[rb.start as usize]),
+        );
+        if ca == cb {
             return;
         }
-        let (ra, rb) = (self.find(a[0]), self.find(b[0]));
-        if ra == rb {
-            return;
-        }
-        for &i in a {
-            for &j in b {
+        for &i in &cells.order[ra.start as usize..ra.end as usize] {
+            for &j in &cells.order[rb.start as usize..rb.end as usize] {
                 let (x, y) = (&items[i as usize], &items[j as usize]);
-                if x.pos.dist_sq(y.pos) <= base * base {
-                    self.union(ra, rb);
+                let r = x.radius.max(y.radius);
+                if x.pos.dist_sq(y.pos) <= r * r {
+                    self.union(ca, cb);
                     return;
                 }
             }
         }
     }
 
-    /// Pairs farther apart than `base` but within a fast item's radius. Work is per cell holding
-    /// fast items (a moving group shares one search), on a coarse grid whose cell is at least the
-    /// largest radius there, looking at the 27 coarse cells around.
-    fn link_fast(&mut self, items: &[Item], base: f64, cells: &Buckets) {
-        let max_radius = base * 4f64.powi(MAX_LEVEL as i32);
+    /// Pairs farther apart than a cell but within a fast item's radius. Work is per cell holding
+    /// fast items (a group moving together shares one search), on a coarse grid whose cell is at
+    /// least the largest radius there, looking at the 27 coarse cells around.
+    fn link_fast(&mut self, items: &[Item], cell: f64, cells: &Buckets) {
+        let max_radius = cell * 4f64.powi(MAX_LEVEL as i32);
         let level_of = |r: f64| -> u32 {
             let mut k = 1;
-            while k < MAX_LEVEL && r > base * 4f64.powi(k as i32) {
+            while k < MAX_LEVEL && r > cell * 4f64.powi(k as i32) {
                 k += 1;
             }
             k
@@ -327,12 +344,9 @@ impl Grouper {
         // (level, cell, largest radius) of every cell holding a fast item.
         let mut hot: Vec<(u32, u32, f64)> = (0..cells.len())
             .filter_map(|c| {
-                let r = cells
-                    .bucket(c)
-                    .iter()
-                    .map(|&i| items[i as usize].radius)
-                    .fold(0.0, f64::max);
-                (r > base * (1.0 + 1e-12)).then(|| {
+                let runs = &self.runs[self.cell_runs[c] as usize..self.cell_runs[c + 1] as usize];
+                let r = runs.iter().map(|r| r.reach).fold(0.0, f64::max);
+                (r > cell).then(|| {
                     let r = r.min(max_radius);
                     (level_of(r), c as u32, r)
                 })
@@ -344,10 +358,10 @@ impl Grouper {
         hot.sort_by_key(|h| (h.0, h.1));
         let cell_box = |c: usize| {
             let k = cells.keys[c];
-            let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * base;
+            let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * cell;
             Aabb {
                 min: lo,
-                max: lo + Vec3::new(base, base, base),
+                max: lo + Vec3::new(cell, cell, cell),
             }
         };
         let mut coarse = std::mem::take(&mut self.coarse);
@@ -371,7 +385,7 @@ impl Grouper {
                                 continue;
                             }
                             for &i in cells.bucket(c as usize) {
-                                if items[i as usize].radius <= base {
+                                if items[i as usize].radius <= cell {
                                     continue;
                                 }
                                 for &j in cells.bucket(d as usize) {
@@ -464,6 +478,19 @@ impl Groups {
             offsets,
             members,
         }
+    }
+}
+
+/// Sub-cell `sub` of cell `key`.
+fn sub_box(key: CellKey, sub: u8, cell: f64) -> Aabb {
+    let size = cell / SUBS as f64;
+    let s = sub as usize;
+    let (x, y, z) = (s % SUBS, (s / SUBS) % SUBS, s / (SUBS * SUBS));
+    let min = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * cell
+        + Vec3::new(x as f64, y as f64, z as f64) * size;
+    Aabb {
+        min,
+        max: min + Vec3::new(size, size, size),
     }
 }
 

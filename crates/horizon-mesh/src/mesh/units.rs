@@ -22,37 +22,36 @@ impl Mesh {
                 self.player_bubble[i] = NONE;
             }
         }
-        let mut units = sc.grouper.group(&sc.items, self.th.merge_distance_m);
-        self.describe(&units, sc);
-        // Bounded: every round joins at least two units.
-        while let Some(root) = unite_overlapping(&units, &sc.items, &sc.cluster_box) {
-            let labels: Vec<u32> = (0..sc.items.len())
-                .map(|it| root[units.group_of(it)])
-                .collect();
-            let joined = Groups::from_labels(&labels, units.len());
-            // The joined units' figures are the sums of their parts': no pass over players.
-            let mut tallies = std::mem::take(&mut sc.spare_tallies);
-            while tallies.len() < joined.len() {
-                tallies.push(Tally::new(self.sites.len()));
-            }
-            let mut boxes: Vec<Option<(Aabb, f64)>> = vec![None; joined.len()];
-            for t in tallies.iter_mut().take(joined.len()) {
-                t.clear();
-            }
-            for c in 0..units.len() {
-                let g = joined.group_of(units.members(c)[0] as usize);
-                tallies[g].merge(&sc.tallies[c]);
-                let (bx, m) = sc.cluster_box[c];
-                boxes[g] = Some(boxes[g].map_or((bx, m), |(b, n)| (b.hull(bx), n.max(m))));
-            }
-            sc.spare_tallies = std::mem::replace(&mut sc.tallies, tallies);
-            // Invariant: every joined unit holds at least one former unit.
-            sc.cluster_box = boxes
-                .into_iter()
-                .map(|b| b.expect("non-empty unit"))
-                .collect();
-            units = joined;
+        let clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
+        self.describe(&clusters, sc);
+        let Some(root) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) else {
+            return clusters;
+        };
+        let labels: Vec<u32> = (0..sc.items.len())
+            .map(|it| root[clusters.group_of(it)])
+            .collect();
+        let units = Groups::from_labels(&labels, clusters.len());
+        // A unit's figures are the sums of its clusters': no second pass over players.
+        let mut tallies = std::mem::take(&mut sc.spare_tallies);
+        while tallies.len() < units.len() {
+            tallies.push(Tally::new(self.sites.len()));
         }
+        for t in tallies.iter_mut().take(units.len()) {
+            t.clear();
+        }
+        let mut boxes: Vec<Option<(Aabb, f64)>> = vec![None; units.len()];
+        for c in 0..clusters.len() {
+            let u = units.group_of(clusters.members(c)[0] as usize);
+            tallies[u].merge(&sc.tallies[c]);
+            let (bx, m) = sc.cluster_box[c];
+            boxes[u] = Some(boxes[u].map_or((bx, m), |(b, n)| (b.hull(bx), n.max(m))));
+        }
+        sc.spare_tallies = std::mem::replace(&mut sc.tallies, tallies);
+        // Invariant: every unit holds at least one cluster.
+        sc.cluster_box = boxes
+            .into_iter()
+            .map(|b| b.expect("non-empty unit"))
+            .collect();
         units
     }
 
@@ -103,27 +102,14 @@ pub(super) fn overlapping(boxes: &mut [(WorldId, Aabb, u32)]) -> Vec<(u32, u32)>
     pairs
 }
 
-/// For each unit, the root of the units it must join because their claimed boxes overlap;
-/// `None` when no two overlap.
+/// For each cluster, the cluster representing its unit: clusters whose claimed boxes overlap
+/// are joined, and joined boxes are checked again until no two units' boxes overlap. `None` when
+/// no two clusters overlap. Works on boxes only; at most as many rounds as clusters.
 pub(super) fn unite_overlapping(
-    units: &Groups,
+    clusters: &Groups,
     items: &[Item],
     boxes: &[(Aabb, f64)],
 ) -> Option<Vec<u32>> {
-    let mut claims: Vec<(WorldId, Aabb, u32)> = (0..units.len())
-        .map(|c| {
-            (
-                items[units.members(c)[0] as usize].world,
-                claimed_box(boxes[c]),
-                c as u32,
-            )
-        })
-        .collect();
-    let pairs = overlapping(&mut claims);
-    if pairs.is_empty() {
-        return None;
-    }
-    let mut root: Vec<u32> = (0..units.len() as u32).collect();
     fn find(root: &mut [u32], mut x: u32) -> u32 {
         while root[x as usize] != x {
             root[x as usize] = root[root[x as usize] as usize];
@@ -131,13 +117,35 @@ pub(super) fn unite_overlapping(
         }
         x
     }
-    for (a, b) in pairs {
-        let (ra, rb) = (find(&mut root, a), find(&mut root, b));
-        root[ra.max(rb) as usize] = ra.min(rb);
+    let world = |c: usize| items[clusters.members(c)[0] as usize].world;
+    let mut root: Vec<u32> = (0..clusters.len() as u32).collect();
+    let mut unit_box: Vec<(Aabb, f64)> = boxes.to_vec();
+    let mut reps: Vec<u32> = root.clone();
+    let mut joined = false;
+    loop {
+        let mut claims: Vec<(WorldId, Aabb, u32)> = reps
+            .iter()
+            .map(|&c| (world(c as usize), claimed_box(unit_box[c as usize]), c))
+            .collect();
+        let pairs = overlapping(&mut claims);
+        if pairs.is_empty() {
+            return joined.then_some(
+                (0..clusters.len() as u32)
+                    .map(|c| find(&mut root, c))
+                    .collect(),
+            );
+        }
+        joined = true;
+        for (a, b) in pairs {
+            let (ra, rb) = (find(&mut root, a), find(&mut root, b));
+            if ra == rb {
+                continue;
+            }
+            let (keep, gone) = (ra.min(rb), ra.max(rb));
+            root[gone as usize] = keep;
+            let ((ka, ma), (kb, mb)) = (unit_box[keep as usize], unit_box[gone as usize]);
+            unit_box[keep as usize] = (ka.hull(kb), ma.max(mb));
+        }
+        reps.retain(|&c| root[c as usize] == c);
     }
-    Some(
-        (0..units.len() as u32)
-            .map(|c| find(&mut root, c))
-            .collect(),
-    )
 }
