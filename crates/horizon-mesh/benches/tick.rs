@@ -24,11 +24,7 @@ fn sites() -> Sites {
     Sites::new(
         vec![n("PAR"), n("MTL"), n("HKG")],
         &n("PAR"),
-        &[
-            (n("PAR"), n("MTL"), 85.0),
-            (n("PAR"), n("HKG"), 185.0),
-            (n("MTL"), n("HKG"), 225.0),
-        ],
+        &[(n("PAR"), n("MTL"), 85.0), (n("PAR"), n("HKG"), 185.0), (n("MTL"), n("HKG"), 225.0)],
     )
     .expect("valid sites")
 }
@@ -42,30 +38,15 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
     let half = 200_000.0 * (n as f64 / 1_000.0).sqrt();
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let size = if rng.unit() < 0.0005 {
-            200 + rng.below(400)
-        } else {
-            1 + rng.below(20)
-        };
-        let center = Vec3::new(
-            rng.range(-half, half),
-            rng.range(-half, half),
-            rng.range(-5e3, 5e3),
-        );
+        let size = if rng.unit() < 0.0005 { 200 + rng.below(400) } else { 1 + rng.below(20) };
+        let center =
+            Vec3::new(rng.range(-half, half), rng.range(-half, half), rng.range(-5e3, 5e3));
         let world = WorldId(rng.below(16) as u32);
-        let spread = if size > 100 {
-            1_500.0
-        } else {
-            rng.range(5.0, 200.0)
-        };
+        let spread = if size > 100 { 1_500.0 } else { rng.range(5.0, 200.0) };
         let main = (rng.below(10) as usize).min(9);
         let main_home = homes[[0, 0, 0, 0, 0, 1, 1, 1, 2, 2][main]];
         for _ in 0..(size as usize).min(n - out.len()) {
-            let home = if rng.unit() < 0.8 {
-                main_home
-            } else {
-                homes[rng.below(3) as usize]
-            };
+            let home = if rng.unit() < 0.8 { main_home } else { homes[rng.below(3) as usize] };
             let role = match rng.below(20) {
                 0 => Role::Npc,
                 1 | 2 => Role::Afk,
@@ -73,11 +54,8 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
                 _ => Role::Player,
             };
             let velocity = if rng.unit() < 0.1 {
-                let speed = if rng.unit() < 0.8 {
-                    rng.range(1.0, 8.0)
-                } else {
-                    rng.range(50.0, 500.0)
-                };
+                let speed =
+                    if rng.unit() < 0.8 { rng.range(1.0, 8.0) } else { rng.range(50.0, 500.0) };
                 Vec3::new(rng.range(-1.0, 1.0), rng.range(-1.0, 1.0), 0.0) * speed
             } else {
                 Vec3::ZERO
@@ -98,11 +76,8 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
 }
 
 fn setup(n: usize) -> Mesh {
-    let config = MeshConfig {
-        sites: sites(),
-        thresholds: Thresholds::default(),
-        generation: Generation(1),
-    };
+    let config =
+        MeshConfig { sites: sites(), thresholds: Thresholds::default(), generation: Generation(1) };
     let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
     for j in population(n, 42) {
         mesh.handle_join(j).expect("valid join");
@@ -123,13 +98,7 @@ fn advance(mesh: &mut Mesh, dt_s: f64) {
         .map(|p| (p.id, p.position + p.velocity * dt_s))
         .collect();
     for (id, pos) in moves {
-        let _ = mesh.handle_update(
-            id,
-            &PlayerUpdate {
-                position: Some(pos),
-                ..Default::default()
-            },
-        );
+        let _ = mesh.handle_update(id, &PlayerUpdate { position: Some(pos), ..Default::default() });
     }
 }
 

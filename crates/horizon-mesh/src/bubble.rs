@@ -85,11 +85,7 @@ pub fn widest_gap(groups: &[(Aabb, u32)]) -> Option<(usize, f64, f64)> {
     let mut spans: Vec<(f64, f64, u32)> = Vec::with_capacity(groups.len());
     for axis in 0..3 {
         spans.clear();
-        spans.extend(
-            groups
-                .iter()
-                .map(|(b, n)| (b.min.axis(axis), b.max.axis(axis), *n)),
-        );
+        spans.extend(groups.iter().map(|(b, n)| (b.min.axis(axis), b.max.axis(axis), *n)));
         spans.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut reach = f64::NEG_INFINITY;
         let mut below = 0u32;
@@ -116,10 +112,7 @@ mod tests {
     use super::*;
 
     fn boxed(x0: f64, x1: f64) -> Aabb {
-        Aabb {
-            min: Vec3::new(x0, 0.0, 0.0),
-            max: Vec3::new(x1, 10.0, 10.0),
-        }
+        Aabb { min: Vec3::new(x0, 0.0, 0.0), max: Vec3::new(x1, 10.0, 10.0) }
     }
 
     #[test]
@@ -135,38 +128,20 @@ mod tests {
         for (g, _) in &groups {
             assert!(!(g.min.x < at && at < g.max.x), "the cut crosses a group");
         }
-        assert_eq!(
-            widest_gap(&[(boxed(0.0, 10.0), 1), (boxed(5.0, 20.0), 1)]),
-            None
-        );
+        assert_eq!(widest_gap(&[(boxed(0.0, 10.0), 1), (boxed(5.0, 20.0), 1)]), None);
     }
 
     #[test]
     fn equal_gaps_are_broken_towards_the_even_split() {
-        let groups: Vec<(Aabb, u32)> = (0..4)
-            .map(|g| (boxed(g as f64 * 100.0, g as f64 * 100.0 + 10.0), 30))
-            .collect();
+        let groups: Vec<(Aabb, u32)> =
+            (0..4).map(|g| (boxed(g as f64 * 100.0, g as f64 * 100.0 + 10.0), 30)).collect();
         assert_eq!(widest_gap(&groups), Some((0, 155.0, 90.0)));
     }
 
     #[test]
     fn cuts_partition_the_bounds() {
-        let b = Aabb {
-            min: Vec3::ZERO,
-            max: Vec3::new(100.0, 100.0, 100.0),
-        };
-        let cuts = [
-            Cut {
-                part: 0,
-                axis: 0,
-                at: 50.0,
-            },
-            Cut {
-                part: 1,
-                axis: 1,
-                at: 20.0,
-            },
-        ];
+        let b = Aabb { min: Vec3::ZERO, max: Vec3::new(100.0, 100.0, 100.0) };
+        let cuts = [Cut { part: 0, axis: 0, at: 50.0 }, Cut { part: 1, axis: 1, at: 20.0 }];
         let parts = parts_of(b, &cuts);
         assert_eq!(parts.len(), 3);
         assert_eq!(part_of(&parts, Vec3::new(10.0, 90.0, 5.0)), 0);

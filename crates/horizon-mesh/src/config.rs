@@ -25,11 +25,7 @@ pub enum ConfigError {
     #[error("more than {max} sites are configured")]
     TooManySites { max: usize },
     #[error("threshold {key} = {value} is invalid: {why}")]
-    BadThreshold {
-        key: &'static str,
-        value: f64,
-        why: &'static str,
-    },
+    BadThreshold { key: &'static str, value: f64, why: &'static str },
 }
 
 /// The most sites a mesh may have (the scoring keeps per-site arrays).
@@ -76,10 +72,7 @@ impl Sites {
         }
         for (a, b, ms) in backbone {
             let (Some(i), Some(j)) = (index(a), index(b)) else {
-                errors.push(ConfigError::UnknownSiteInPair {
-                    a: a.to_string(),
-                    b: b.to_string(),
-                });
+                errors.push(ConfigError::UnknownSiteInPair { a: a.to_string(), b: b.to_string() });
                 continue;
             };
             if i == j {
@@ -87,18 +80,11 @@ impl Sites {
                 continue;
             }
             if !ms.is_finite() || *ms < 0.0 {
-                errors.push(ConfigError::BadRtt {
-                    a: a.clone(),
-                    b: b.clone(),
-                    ms: *ms,
-                });
+                errors.push(ConfigError::BadRtt { a: a.clone(), b: b.clone(), ms: *ms });
                 continue;
             }
             if !matrix[i * n + j].is_nan() {
-                errors.push(ConfigError::DuplicatePair {
-                    a: a.clone(),
-                    b: b.clone(),
-                });
+                errors.push(ConfigError::DuplicatePair { a: a.clone(), b: b.clone() });
                 continue;
             }
             matrix[i * n + j] = *ms;
@@ -115,11 +101,9 @@ impl Sites {
             }
         }
         match core_ix {
-            Some(c) if errors.is_empty() => Ok(Sites {
-                names,
-                core: SiteId(c as u16),
-                backbone_ms: matrix,
-            }),
+            Some(c) if errors.is_empty() => {
+                Ok(Sites { names, core: SiteId(c as u16), backbone_ms: matrix })
+            }
             _ => Err(errors),
         }
     }
@@ -139,10 +123,7 @@ impl Sites {
     }
 
     pub fn id(&self, name: &str) -> Option<SiteId> {
-        self.names
-            .iter()
-            .position(|n| n.as_str() == name)
-            .map(|i| SiteId(i as u16))
+        self.names.iter().position(|n| n.as_str() == name).map(|i| SiteId(i as u16))
     }
 
     pub fn name(&self, id: SiteId) -> &SiteName {
@@ -181,11 +162,7 @@ pub struct Weights {
 
 impl Default for Weights {
     fn default() -> Self {
-        Weights {
-            pilot: 2.0,
-            player: 1.0,
-            afk: 0.05,
-        }
+        Weights { pilot: 2.0, player: 1.0, afk: 0.05 }
     }
 }
 
@@ -279,31 +256,11 @@ impl Thresholds {
         check("period_ms", self.period_ms as f64, self.period_ms > 0, pos);
         check("cap_ms", self.cap_ms, self.cap_ms > 0.0, pos);
         check("gain_ms", self.gain_ms, self.gain_ms >= 0.0, nonneg);
-        check(
-            "weights.pilot",
-            self.weights.pilot,
-            self.weights.pilot > 0.0,
-            pos,
-        );
-        check(
-            "weights.player",
-            self.weights.player,
-            self.weights.player > 0.0,
-            pos,
-        );
+        check("weights.pilot", self.weights.pilot, self.weights.pilot > 0.0, pos);
+        check("weights.player", self.weights.player, self.weights.player > 0.0, pos);
         check("weights.afk", self.weights.afk, self.weights.afk > 0.0, pos);
-        check(
-            "group_radius_m",
-            self.group_radius_m,
-            self.group_radius_m > 0.0,
-            pos,
-        );
-        check(
-            "border_margin_m",
-            self.border_margin_m,
-            self.border_margin_m > 0.0,
-            pos,
-        );
+        check("group_radius_m", self.group_radius_m, self.group_radius_m > 0.0, pos);
+        check("border_margin_m", self.border_margin_m, self.border_margin_m > 0.0, pos);
         check(
             "merge_distance_m",
             self.merge_distance_m,
@@ -324,17 +281,8 @@ impl Thresholds {
             self.merge_fill_ratio > 0.0 && self.merge_fill_ratio <= 1.0,
             "must be in (0, 1]",
         );
-        check(
-            "lease_ttl_ms",
-            self.lease_ttl_ms as f64,
-            self.lease_ttl_ms > 0,
-            pos,
-        );
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
-        }
+        check("lease_ttl_ms", self.lease_ttl_ms as f64, self.lease_ttl_ms > 0, pos);
+        if errors.is_empty() { Ok(()) } else { Err(errors) }
     }
 
     /// `margin(v) = base + v · lead` (SPEC section 4).

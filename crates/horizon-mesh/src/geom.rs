@@ -11,11 +11,7 @@ pub struct Vec3 {
 }
 
 impl Vec3 {
-    pub const ZERO: Vec3 = Vec3 {
-        x: 0.0,
-        y: 0.0,
-        z: 0.0,
-    };
+    pub const ZERO: Vec3 = Vec3 { x: 0.0, y: 0.0, z: 0.0 };
 
     pub const fn new(x: f64, y: f64, z: f64) -> Self {
         Vec3 { x, y, z }
@@ -91,27 +87,18 @@ impl Aabb {
 
     /// The smallest box holding `self` and `p`.
     pub fn include(self, p: Vec3) -> Self {
-        Aabb {
-            min: self.min.min(p),
-            max: self.max.max(p),
-        }
+        Aabb { min: self.min.min(p), max: self.max.max(p) }
     }
 
     /// The smallest box holding both.
     pub fn hull(self, o: Aabb) -> Self {
-        Aabb {
-            min: self.min.min(o.min),
-            max: self.max.max(o.max),
-        }
+        Aabb { min: self.min.min(o.min), max: self.max.max(o.max) }
     }
 
     /// The box grown by `m` metres on every side.
     pub fn expand(self, m: f64) -> Self {
         let d = Vec3::new(m, m, m);
-        Aabb {
-            min: self.min - d,
-            max: self.max + d,
-        }
+        Aabb { min: self.min - d, max: self.max + d }
     }
 
     /// Whether the two boxes share interior volume (touching faces do not overlap).

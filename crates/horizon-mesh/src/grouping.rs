@@ -202,10 +202,7 @@ impl Grouper {
     /// # Panics
     /// If `base` is not a finite number > 0 (configuration validation guarantees it).
     pub fn group(&mut self, items: &[Item], base: f64) -> Groups {
-        assert!(
-            base > 0.0 && base.is_finite(),
-            "grouping base radius must be > 0"
-        );
+        assert!(base > 0.0 && base.is_finite(), "grouping base radius must be > 0");
         let n = items.len();
         let cell = 2.0 * base;
         self.parent.clear();
@@ -213,8 +210,7 @@ impl Grouper {
         self.rank.clear();
         self.rank.resize(n, 0);
 
-        self.cells
-            .build(items.iter().map(|it| CellKey::of(it.world, it.pos, cell)));
+        self.cells.build(items.iter().map(|it| CellKey::of(it.world, it.pos, cell)));
         let mut cells = std::mem::take(&mut self.cells);
         self.build_runs(items, cell, &mut cells);
 
@@ -283,12 +279,7 @@ impl Grouper {
                     reach = reach.max(items[cells.order[e] as usize].radius);
                     e += 1;
                 }
-                self.runs.push(Run {
-                    sub: s,
-                    start: k as u32,
-                    end: e as u32,
-                    reach,
-                });
+                self.runs.push(Run { sub: s, start: k as u32, end: e as u32, reach });
                 k = e;
             }
         }
@@ -310,10 +301,8 @@ impl Grouper {
         if sub_box(ka, ra.sub, cell).dist_sq_box(&sub_box(kb, rb.sub, cell)) > reach * reach {
             return;
         }
-        let (ca, cb) = (
-            self.find(cells.order[ra.start as usize]),
-            self.find(cells.order[rb.start as usize]),
-        );
+        let (ca, cb) =
+            (self.find(cells.order[ra.start as usize]), self.find(cells.order[rb.start as usize]));
         if ca == cb {
             return;
         }
@@ -359,10 +348,7 @@ impl Grouper {
         let cell_box = |c: usize| {
             let k = cells.keys[c];
             let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * cell;
-            Aabb {
-                min: lo,
-                max: lo + Vec3::new(cell, cell, cell),
-            }
+            Aabb { min: lo, max: lo + Vec3::new(cell, cell, cell) }
         };
         let mut coarse = std::mem::take(&mut self.coarse);
         let mut built = None;
@@ -473,11 +459,7 @@ impl Groups {
             members[fill[g as usize] as usize] = i as u32;
             fill[g as usize] += 1;
         }
-        Groups {
-            group_of,
-            offsets,
-            members,
-        }
+        Groups { group_of, offsets, members }
     }
 }
 
@@ -488,10 +470,7 @@ fn sub_box(key: CellKey, sub: u8, cell: f64) -> Aabb {
     let (x, y, z) = (s % SUBS, (s / SUBS) % SUBS, s / (SUBS * SUBS));
     let min = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * cell
         + Vec3::new(x as f64, y as f64, z as f64) * size;
-    Aabb {
-        min,
-        max: min + Vec3::new(size, size, size),
-    }
+    Aabb { min, max: min + Vec3::new(size, size, size) }
 }
 
 /// The 13 neighbour offsets that are lexicographically after (0, 0, 0): each cell pair once.
@@ -516,11 +495,7 @@ mod tests {
     use super::*;
 
     fn item(x: f64, r: f64) -> Item {
-        Item {
-            world: WorldId(0),
-            pos: Vec3::new(x, 0.0, 0.0),
-            radius: r,
-        }
+        Item { world: WorldId(0), pos: Vec3::new(x, 0.0, 0.0), radius: r }
     }
 
     /// Reference: O(n²) components.
@@ -556,12 +531,7 @@ mod tests {
 
     #[test]
     fn chain_links_and_gap_separates() {
-        let items = [
-            item(0.0, 300.0),
-            item(250.0, 300.0),
-            item(520.0, 300.0),
-            item(900.0, 300.0),
-        ];
+        let items = [item(0.0, 300.0), item(250.0, 300.0), item(520.0, 300.0), item(900.0, 300.0)];
         let g = Grouper::new().group(&items, 300.0);
         assert_eq!(g.len(), 2);
         assert_eq!(g.members(0), &[0, 1, 2]);
@@ -578,11 +548,7 @@ mod tests {
     #[test]
     fn fast_ship_reaches_far() {
         // A ship at 1 km/s with a 30 s lead reaches 30.3 km.
-        let items = [
-            item(0.0, 30_300.0),
-            item(25_000.0, 300.0),
-            item(40_000.0, 300.0),
-        ];
+        let items = [item(0.0, 30_300.0), item(25_000.0, 300.0), item(40_000.0, 300.0)];
         let g = Grouper::new().group(&items, 300.0);
         assert_eq!(g.len(), 2);
         assert_eq!(g.members(0), &[0, 1]);

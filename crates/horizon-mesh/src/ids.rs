@@ -23,9 +23,7 @@ impl SiteName {
         if ok {
             Ok(SiteName(name.to_owned()))
         } else {
-            Err(InvalidSiteName {
-                name: name.to_owned(),
-            })
+            Err(InvalidSiteName { name: name.to_owned() })
         }
     }
 

@@ -20,10 +20,7 @@ pub enum LeaseError<H: Debug> {
     #[error("region is leased to {holder:?} until {until} (expiry plus drift margin)")]
     Held { holder: H, until: Time },
     #[error("epoch {given} is not current (current {current:?})")]
-    Fenced {
-        given: Epoch,
-        current: Option<Epoch>,
-    },
+    Fenced { given: Epoch, current: Option<Epoch> },
     #[error("no lease for this region")]
     NoLease,
     #[error("lease expired at {0}; ask for a new grant")]
@@ -79,21 +76,14 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
     }
 
     fn next_epoch(&mut self) -> Result<Epoch, LeaseError<H>> {
-        self.counter = self
-            .counter
-            .checked_add(1)
-            .ok_or(LeaseError::EpochsExhausted(self.generation))?;
+        self.counter =
+            self.counter.checked_add(1).ok_or(LeaseError::EpochsExhausted(self.generation))?;
         Ok(Epoch::new(self.generation, self.counter))
     }
 
     fn issue(&mut self, region: R, holder: H, now: Time) -> Result<Lease<H>, LeaseError<H>> {
         let epoch = self.next_epoch()?;
-        let lease = Lease {
-            holder,
-            epoch,
-            expires_at: now + self.ttl,
-            state: LeaseState::Active,
-        };
+        let lease = Lease { holder, epoch, expires_at: now + self.ttl, state: LeaseState::Active };
         self.leases.insert(region, lease);
         self.newest.insert(region, epoch);
         Ok(lease)
@@ -105,10 +95,7 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         if let Some(l) = self.leases.get(&region) {
             let until = l.expires_at + self.drift;
             if now < until {
-                return Err(LeaseError::Held {
-                    holder: l.holder,
-                    until,
-                });
+                return Err(LeaseError::Held { holder: l.holder, until });
             }
         }
         self.issue(region, holder, now)
@@ -125,10 +112,7 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
     ) -> Result<Lease<H>, LeaseError<H>> {
         let current = self.leases.get(&region).map(|l| l.epoch);
         if current != Some(from) {
-            return Err(LeaseError::Fenced {
-                given: from,
-                current,
-            });
+            return Err(LeaseError::Fenced { given: from, current });
         }
         self.issue(region, to, now)
     }
@@ -144,10 +128,7 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         let ttl = self.ttl;
         let l = self.leases.get_mut(&region).ok_or(LeaseError::NoLease)?;
         if l.epoch != epoch || l.holder != holder {
-            return Err(LeaseError::Fenced {
-                given: epoch,
-                current: Some(l.epoch),
-            });
+            return Err(LeaseError::Fenced { given: epoch, current: Some(l.epoch) });
         }
         if l.state == LeaseState::Expired || now >= l.expires_at {
             l.state = LeaseState::Expired;
@@ -161,10 +142,7 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
     pub fn revoke(&mut self, region: R, epoch: Epoch) -> Result<(), LeaseError<H>> {
         let current = self.leases.get(&region).map(|l| l.epoch);
         if current != Some(epoch) {
-            return Err(LeaseError::Fenced {
-                given: epoch,
-                current,
-            });
+            return Err(LeaseError::Fenced { given: epoch, current });
         }
         self.leases.remove(&region);
         Ok(())
@@ -233,18 +211,13 @@ pub struct StaleEpoch {
 
 impl<R: Copy + Ord> EpochFence<R> {
     pub fn new() -> Self {
-        EpochFence {
-            newest: BTreeMap::new(),
-        }
+        EpochFence { newest: BTreeMap::new() }
     }
 
     pub fn admit(&mut self, region: R, epoch: Epoch) -> Result<(), StaleEpoch> {
         let newest = self.newest.entry(region).or_insert(epoch);
         if epoch < *newest {
-            return Err(StaleEpoch {
-                given: epoch,
-                newest: *newest,
-            });
+            return Err(StaleEpoch { given: epoch, newest: *newest });
         }
         *newest = epoch;
         Ok(())
@@ -258,11 +231,7 @@ mod tests {
     type Table = LeaseTable<u32, char>;
 
     fn table(generation: u32) -> Table {
-        LeaseTable::new(
-            Generation(generation),
-            Span::from_secs(30),
-            Span::from_secs(2),
-        )
+        LeaseTable::new(Generation(generation), Span::from_secs(30), Span::from_secs(2))
     }
 
     #[test]
@@ -271,16 +240,10 @@ mod tests {
         let a = t.grant(7, 'a', Time::ZERO).unwrap();
         assert_eq!(
             t.grant(7, 'b', Time::from_secs(31)),
-            Err(LeaseError::Held {
-                holder: 'a',
-                until: Time::from_secs(32)
-            })
+            Err(LeaseError::Held { holder: 'a', until: Time::from_secs(32) })
         );
         assert_eq!(t.expire(Time::from_secs(30)).len(), 1);
-        assert!(
-            t.expire(Time::from_secs(31)).is_empty(),
-            "expired leases are reported once"
-        );
+        assert!(t.expire(Time::from_secs(31)).is_empty(), "expired leases are reported once");
         let b = t.grant(7, 'b', Time::from_secs(32)).unwrap();
         assert!(b.epoch > a.epoch);
         assert!(!t.is_current(7, a.epoch));
@@ -291,10 +254,7 @@ mod tests {
     fn renewal_extends_and_fences_old_epochs() {
         let mut t = table(1);
         let a = t.grant(1, 'a', Time::ZERO).unwrap();
-        assert_eq!(
-            t.renew(1, 'a', a.epoch, Time::from_secs(20)),
-            Ok(Time::from_secs(50))
-        );
+        assert_eq!(t.renew(1, 'a', a.epoch, Time::from_secs(20)), Ok(Time::from_secs(50)));
         let b = t.transfer(1, a.epoch, 'b', Time::from_secs(21)).unwrap();
         assert!(matches!(
             t.renew(1, 'a', a.epoch, Time::from_secs(22)),
@@ -316,10 +276,7 @@ mod tests {
         let mut old = table(1);
         let mut last = Epoch(0);
         for _ in 0..5 {
-            last = old
-                .grant(1, 'a', Time::from_secs(100))
-                .map(|l| l.epoch)
-                .unwrap_or(last);
+            last = old.grant(1, 'a', Time::from_secs(100)).map(|l| l.epoch).unwrap_or(last);
             old.revoke(1, last).unwrap();
         }
         let mut restarted = table(2);
@@ -332,17 +289,8 @@ mod tests {
         let mut f = EpochFence::new();
         assert!(f.admit(1, Epoch(5)).is_ok());
         assert!(f.admit(1, Epoch(5)).is_ok());
-        assert_eq!(
-            f.admit(1, Epoch(4)),
-            Err(StaleEpoch {
-                given: Epoch(4),
-                newest: Epoch(5)
-            })
-        );
-        assert!(
-            f.admit(2, Epoch(1)).is_ok(),
-            "regions are fenced independently"
-        );
+        assert_eq!(f.admit(1, Epoch(4)), Err(StaleEpoch { given: Epoch(4), newest: Epoch(5) }));
+        assert!(f.admit(2, Epoch(1)).is_ok(), "regions are fenced independently");
     }
 
     proptest::proptest! {

@@ -117,11 +117,7 @@ pub struct SiteScore {
 
 impl SiteScore {
     pub fn of(t: &Tally, sites: &Sites, site: SiteId) -> Self {
-        SiteScore {
-            site,
-            cost: t.cost(sites, site),
-            worst_ms: t.worst_ms(sites, site),
-        }
+        SiteScore { site, cost: t.cost(sites, site), worst_ms: t.worst_ms(sites, site) }
     }
 }
 
@@ -153,11 +149,7 @@ pub fn best_site(
         }
     }
     // The core is always a candidate, so `best` is always set.
-    best_capped.or(best).unwrap_or(SiteScore {
-        site: core,
-        cost: 0.0,
-        worst_ms: 0.0,
-    })
+    best_capped.or(best).unwrap_or(SiteScore { site: core, cost: 0.0, worst_ms: 0.0 })
 }
 
 /// Whether `a` beats `b`: lower cost, then lower worst latency, then staying, then the core site,
@@ -233,11 +225,7 @@ impl Hysteresis {
                 now
             }
         };
-        let gain = if sum_w > 0.0 {
-            (current.cost - best.cost) / sum_w
-        } else {
-            0.0
-        };
+        let gain = if sum_w > 0.0 { (current.cost - best.cost) / sum_w } else { 0.0 };
         let cap_fix = current.worst_ms > th.cap_ms + EPS && best.worst_ms <= th.cap_ms + EPS;
         let reason = if gain >= th.gain_ms - EPS {
             MoveReason::Gain
@@ -247,14 +235,8 @@ impl Hysteresis {
             return Verdict::Stay;
         };
         let dwelt = now.since(since) >= Span::from_ms(th.dwell_ms);
-        let held = self
-            .last_move
-            .is_none_or(|t| now.since(t) >= Span::from_ms(th.hold_ms));
-        if dwelt && held {
-            Verdict::Move(reason)
-        } else {
-            Verdict::Wait
-        }
+        let held = self.last_move.is_none_or(|t| now.since(t) >= Span::from_ms(th.hold_ms));
+        if dwelt && held { Verdict::Move(reason) } else { Verdict::Wait }
     }
 
     /// Records a move (of any reason, failover included) at `now`.

@@ -17,8 +17,7 @@ fn th() -> Thresholds {
 #[test]
 fn a_lone_player_gets_a_bubble_on_their_home_site_without_handover() {
     let mut m = mesh(th());
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     let cmds = run(&mut m, 0, 60);
     assert!(matches!(
         &cmds[0].1,
@@ -33,8 +32,7 @@ fn a_lone_player_gets_a_bubble_on_their_home_site_without_handover() {
 fn without_a_ready_server_the_player_waits_in_a_core_zone_then_gets_a_bubble_at_once() {
     let mut m = mesh(th());
     m.handle_site_capacity(site(HKG), Some(0));
-    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
     let cmds = run(&mut m, 0, 30);
     assert!(cmds.is_empty(), "{cmds:?}");
     assert_eq!(m.site_of(PlayerId(1)), Some(site(PAR)));
@@ -51,32 +49,24 @@ fn without_a_ready_server_the_player_waits_in_a_core_zone_then_gets_a_bubble_at_
 #[test]
 fn the_majority_wins_after_the_dwell_time_and_not_before() {
     let mut m = mesh(th());
-    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     for id in 2..=4 {
-        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10.0)))
-            .unwrap();
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10.0))).unwrap();
     }
     let cmds = run(&mut m, 5, 60);
     let mv = moves(&cmds);
     assert_eq!(mv, vec![(Time::from_secs(35), site(PAR), site(MTL))]);
-    assert_eq!(
-        m.latency_of(PlayerId(1)),
-        Some(95.0),
-        "the price of the minority"
-    );
+    assert_eq!(m.latency_of(PlayerId(1)), Some(95.0), "the price of the minority");
 }
 
 #[test]
 fn hold_blocks_a_second_move_for_three_minutes() {
     let mut m = mesh(th());
-    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     for id in 2..=4 {
-        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64)))
-            .unwrap();
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64))).unwrap();
     }
     let first = moves(&run(&mut m, 5, 35));
     assert_eq!(first.len(), 1);
@@ -85,27 +75,20 @@ fn hold_blocks_a_second_move_for_three_minutes() {
         m.handle_leave(PlayerId(id)).unwrap();
     }
     for id in 10..14 {
-        m.handle_join(join(id, PAR, 10.0, Role::Player, at(id as f64)))
-            .unwrap();
+        m.handle_join(join(id, PAR, 10.0, Role::Player, at(id as f64))).unwrap();
     }
     let second = moves(&run(&mut m, 40, 300));
-    assert_eq!(
-        second,
-        vec![(Time::from_secs(35 + 180), site(MTL), site(PAR))]
-    );
+    assert_eq!(second, vec![(Time::from_secs(35 + 180), site(MTL), site(PAR))]);
 }
 
 #[test]
 fn a_cap_violation_moves_the_bubble_even_without_cost_gain() {
     let mut m = mesh(th());
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
-    m.handle_join(join(2, MTL, 10.0, Role::Player, at(5.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m.handle_join(join(2, MTL, 10.0, Role::Player, at(5.0))).unwrap();
     run(&mut m, 0, 0);
     // A Parisian with a slow access: 100 + 85 = 185 ms in Montreal breaks the 180 ms cap.
-    m.handle_join(join(3, PAR, 100.0, Role::Player, at(10.0)))
-        .unwrap();
+    m.handle_join(join(3, PAR, 100.0, Role::Player, at(10.0))).unwrap();
     let cmds = run(&mut m, 5, 60);
     let reasons: Vec<_> = cmds
         .iter()
@@ -114,23 +97,16 @@ fn a_cap_violation_moves_the_bubble_even_without_cost_gain() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        reasons,
-        vec![(Time::from_secs(35), site(PAR), MoveReason::Cap)]
-    );
+    assert_eq!(reasons, vec![(Time::from_secs(35), site(PAR), MoveReason::Cap)]);
 }
 
 #[test]
 fn players_farther_than_the_merge_distance_never_share_a_bubble() {
     let mut m = mesh(th());
-    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0)))
-        .unwrap();
-    m.handle_join(join(2, MTL, 10.0, Role::Player, at(2_100.0)))
-        .unwrap();
-    m.handle_join(join(3, PAR, 10.0, Role::Player, at(10_000.0)))
-        .unwrap();
-    m.handle_join(join(4, MTL, 10.0, Role::Player, at(11_900.0)))
-        .unwrap();
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
+    m.handle_join(join(2, MTL, 10.0, Role::Player, at(2_100.0))).unwrap();
+    m.handle_join(join(3, PAR, 10.0, Role::Player, at(10_000.0))).unwrap();
+    m.handle_join(join(4, MTL, 10.0, Role::Player, at(11_900.0))).unwrap();
     run(&mut m, 0, 0);
     let b = |id| m.bubble_of(PlayerId(id)).map(|b| b.id);
     assert_ne!(b(1), b(2));
@@ -141,8 +117,7 @@ fn players_farther_than_the_merge_distance_never_share_a_bubble() {
 fn npcs_never_get_a_bubble_nor_a_site() {
     let mut m = mesh(th());
     for id in 1..=20 {
-        m.handle_join(join(id, MTL, 10.0, Role::Npc, at(id as f64)))
-            .unwrap();
+        m.handle_join(join(id, MTL, 10.0, Role::Npc, at(id as f64))).unwrap();
     }
     assert!(run(&mut m, 0, 30).is_empty());
     assert_eq!(m.site_of(PlayerId(1)), None);
@@ -155,30 +130,18 @@ fn preventive_merge_happens_before_the_groups_meet() {
     a.velocity = Vec3::new(5.0, 0.0, 0.0);
     m.handle_join(a).unwrap();
     for id in 2..=3 {
-        m.handle_join(join(id, MTL, 10.0, Role::Player, at(5_000.0 + id as f64)))
-            .unwrap();
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(5_000.0 + id as f64))).unwrap();
     }
     let mut merged_at = None;
     for t in (0..=1_000).step_by(5) {
         let now = Time::from_secs(t);
         let x = 5.0 * t as f64;
-        m.handle_update(
-            PlayerId(1),
-            &PlayerUpdate {
-                position: Some(at(x)),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        m.handle_update(PlayerId(1), &PlayerUpdate { position: Some(at(x)), ..Default::default() })
+            .unwrap();
         renew_all(&mut m, now, &[]);
         m.handle_timeout(now);
         while let Some(c) = m.poll_command() {
-            if let Command::Merge {
-                from_site,
-                into_site,
-                ..
-            } = c
-            {
+            if let Command::Merge { from_site, into_site, .. } = c {
                 assert_eq!((from_site, into_site), (site(PAR), site(MTL)));
                 merged_at.get_or_insert(x);
             }
@@ -186,10 +149,7 @@ fn preventive_merge_happens_before_the_groups_meet() {
     }
     let x = merged_at.expect("the groups merged");
     let gap = 5_000.0 - x;
-    assert!(
-        gap > 300.0 && gap <= 2_000.0 + 5.0 * 30.0,
-        "merged {gap} m before meeting"
-    );
+    assert!(gap > 300.0 && gap <= 2_000.0 + 5.0 * 30.0, "merged {gap} m before meeting");
 }
 
 #[test]
@@ -203,24 +163,15 @@ fn the_border_moves_with_a_walker_and_always_contains_the_players() {
     for t in (0..=1_200).step_by(5) {
         let now = Time::from_secs(t);
         let pos = at(1.5 * t as f64);
-        m.handle_update(
-            PlayerId(1),
-            &PlayerUpdate {
-                position: Some(pos),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        m.handle_update(PlayerId(1), &PlayerUpdate { position: Some(pos), ..Default::default() })
+            .unwrap();
         renew_all(&mut m, now, &[]);
         m.handle_timeout(now);
         while let Some(c) = m.poll_command() {
             borders += matches!(c, Command::Border { .. }) as u32;
         }
         let b = m.bubble_of(PlayerId(1)).unwrap();
-        assert!(
-            b.bounds.contains(pos),
-            "player outside their bubble at {t} s"
-        );
+        assert!(b.bounds.contains(pos), "player outside their bubble at {t} s");
         bubble_ids.insert(b.id);
     }
     assert!(borders >= 2, "the border should have moved ({borders})");
@@ -232,19 +183,9 @@ fn event(m: &mut Mesh) {
     let mut id = 1;
     for g in 0..4 {
         for k in 0..30 {
-            let pos = Vec3::new(
-                g as f64 * 600.0 + (k % 6) as f64 * 5.0,
-                (k / 6) as f64 * 5.0,
-                0.0,
-            );
-            m.handle_join(join(
-                id,
-                [PAR, MTL, HKG][(id % 3) as usize],
-                10.0,
-                Role::Player,
-                pos,
-            ))
-            .unwrap();
+            let pos = Vec3::new(g as f64 * 600.0 + (k % 6) as f64 * 5.0, (k / 6) as f64 * 5.0, 0.0);
+            m.handle_join(join(id, [PAR, MTL, HKG][(id % 3) as usize], 10.0, Role::Player, pos))
+                .unwrap();
             id += 1;
         }
     }
@@ -261,21 +202,9 @@ fn a_large_event_stays_on_one_site_and_is_cut_between_groups_across_servers() {
     assert_eq!(b.servers(), 2);
     let first_split = cmds
         .iter()
-        .find(|(_, c)| {
-            matches!(
-                c,
-                Command::Servers {
-                    reason: LoadReason::Overload,
-                    ..
-                }
-            )
-        })
+        .find(|(_, c)| matches!(c, Command::Servers { reason: LoadReason::Overload, .. }))
         .map(|(t, _)| *t);
-    assert_eq!(
-        first_split,
-        Some(Time::from_secs(10)),
-        "overload must be sustained 10 s"
-    );
+    assert_eq!(first_split, Some(Time::from_secs(10)), "overload must be sustained 10 s");
     // No group is cut: the four groups each sit in one part.
     let parts = b.parts();
     for g in 0..4 {
@@ -284,10 +213,7 @@ fn a_large_event_stays_on_one_site_and_is_cut_between_groups_across_servers() {
             let p = m.player(PlayerId(id)).unwrap().position;
             horizon_mesh::bubble::part_of(&parts, p)
         };
-        assert!(
-            ids.iter().all(|&id| part_of(id) == part_of(ids[0])),
-            "group {g} was cut"
-        );
+        assert!(ids.iter().all(|&id| part_of(id) == part_of(ids[0])), "group {g} was cut");
     }
 }
 
@@ -304,30 +230,17 @@ fn the_latest_split_is_undone_when_load_stays_low() {
     let cmds = run(&mut m, 35, 200);
     let undone: Vec<_> = cmds
         .iter()
-        .filter(|(_, c)| {
-            matches!(
-                c,
-                Command::Servers {
-                    reason: LoadReason::Underload,
-                    ..
-                }
-            )
-        })
+        .filter(|(_, c)| matches!(c, Command::Servers { reason: LoadReason::Underload, .. }))
         .map(|(t, _)| *t)
         .collect();
-    assert_eq!(
-        undone,
-        vec![Time::from_secs(65)],
-        "30 s of low load, then one merge"
-    );
+    assert_eq!(undone, vec![Time::from_secs(65)], "30 s of low load, then one merge");
     assert_eq!(m.bubbles().next().unwrap().servers(), 1);
 }
 
 #[test]
 fn a_silent_relay_fails_over_to_the_core_only_after_lease_and_margin() {
     let mut m = mesh(th());
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 60);
     let old = m.bubble_of(PlayerId(1)).unwrap().epoch;
     m.handle_site_link(site(MTL), false);
@@ -340,75 +253,46 @@ fn a_silent_relay_fails_over_to_the_core_only_after_lease_and_margin() {
             seen.push((t, c));
         }
     }
-    let stalled = seen
-        .iter()
-        .find(|(_, c)| matches!(c, Command::Stalled { .. }))
-        .map(|x| x.0);
-    assert_eq!(
-        stalled,
-        Some(90),
-        "lease runs 30 s from the last renewal at 60 s"
-    );
+    let stalled = seen.iter().find(|(_, c)| matches!(c, Command::Stalled { .. })).map(|x| x.0);
+    assert_eq!(stalled, Some(90), "lease runs 30 s from the last renewal at 60 s");
     let failover = seen
         .iter()
         .find_map(|(t, c)| match c {
-            Command::Move {
-                to,
-                reason: MoveReason::Failover,
-                epoch,
-                ..
-            } => Some((*t, *to, *epoch)),
+            Command::Move { to, reason: MoveReason::Failover, epoch, .. } => {
+                Some((*t, *to, *epoch))
+            }
             _ => None,
         })
         .expect("a failover");
-    assert!(
-        failover.0 >= 92,
-        "re-granted at {} s, before lease + margin",
-        failover.0
-    );
+    assert!(failover.0 >= 92, "re-granted at {} s, before lease + margin", failover.0);
     assert_eq!(failover.1, site(PAR));
     assert!(failover.2 > old);
-    assert!(
-        !m.leases()
-            .is_current(m.bubble_of(PlayerId(1)).unwrap().id, old)
-    );
+    assert!(!m.leases().is_current(m.bubble_of(PlayerId(1)).unwrap().id, old));
 }
 
 #[test]
 fn a_lost_bubble_fails_over_at_once_ignoring_hold() {
     let mut m = mesh(th());
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     let b = m.bubble_of(PlayerId(1)).unwrap().clone();
-    m.handle_bubble_lost(b.id, b.epoch, Time::from_secs(1))
-        .unwrap();
+    m.handle_bubble_lost(b.id, b.epoch, Time::from_secs(1)).unwrap();
     let cmd = m.poll_command().unwrap();
     assert!(
         matches!(cmd, Command::Move { reason: MoveReason::Failover, to, .. } if to == site(PAR))
     );
-    assert!(
-        m.handle_bubble_lost(b.id, b.epoch, Time::from_secs(2))
-            .is_err(),
-        "stale epoch"
-    );
+    assert!(m.handle_bubble_lost(b.id, b.epoch, Time::from_secs(2)).is_err(), "stale epoch");
 }
 
 #[test]
 fn epochs_of_a_new_generation_exceed_every_older_one() {
     let mut m1 = mesh(th());
-    m1.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m1.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m1, 0, 0);
     let old = m1.bubble_of(PlayerId(1)).unwrap().epoch;
-    let cfg = MeshConfig {
-        sites: sites(),
-        thresholds: th(),
-        generation: Generation(2),
-    };
+    let cfg = MeshConfig { sites: sites(), thresholds: th(), generation: Generation(2) };
     let mut m2 = Mesh::new(cfg, Time::ZERO).unwrap();
-    m2.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m2.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m2, 0, 0);
     assert!(m2.bubble_of(PlayerId(1)).unwrap().epoch > old);
 }
@@ -416,26 +300,15 @@ fn epochs_of_a_new_generation_exceed_every_older_one() {
 #[test]
 fn travelling_to_another_world_creates_a_bubble_there() {
     let mut m = mesh(th());
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
-    let update = PlayerUpdate {
-        world: Some(WorldId(7)),
-        ..Default::default()
-    };
+    let update = PlayerUpdate { world: Some(WorldId(7)), ..Default::default() };
     m.handle_update(PlayerId(1), &update).unwrap();
     let cmds = run(&mut m, 5, 5);
-    assert!(cmds.iter().any(|(_, c)| matches!(
-        c,
-        Command::Create {
-            reason: CreateReason::Travel,
-            ..
-        }
-    )));
     assert!(
-        cmds.iter()
-            .any(|(_, c)| matches!(c, Command::Delete { .. }))
+        cmds.iter().any(|(_, c)| matches!(c, Command::Create { reason: CreateReason::Travel, .. }))
     );
+    assert!(cmds.iter().any(|(_, c)| matches!(c, Command::Delete { .. })));
     assert_eq!(m.bubble_of(PlayerId(1)).unwrap().world, WorldId(7));
 }
 
@@ -444,42 +317,23 @@ fn bad_inputs_are_refused_with_a_clear_error() {
     let mut m = mesh(th());
     let mut bad = join(1, MTL, 10.0, Role::Player, at(0.0));
     bad.position.y = f64::NAN;
-    assert!(matches!(
-        m.handle_join(bad),
-        Err(InputError::BadNumber {
-            field: "position",
-            ..
-        })
-    ));
+    assert!(matches!(m.handle_join(bad), Err(InputError::BadNumber { field: "position", .. })));
     assert!(matches!(
         m.handle_join(join(1, MTL, -1.0, Role::Player, at(0.0))),
-        Err(InputError::BadNumber {
-            field: "access_rtt_ms",
-            ..
-        })
+        Err(InputError::BadNumber { field: "access_rtt_ms", .. })
     ));
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     assert_eq!(
         m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))),
         Err(InputError::DuplicatePlayer(PlayerId(1)))
     );
-    assert_eq!(
-        m.handle_leave(PlayerId(9)),
-        Err(InputError::UnknownPlayer(PlayerId(9)))
-    );
-    let inf = PlayerUpdate {
-        velocity: Some(Vec3::new(f64::INFINITY, 0.0, 0.0)),
-        ..Default::default()
-    };
+    assert_eq!(m.handle_leave(PlayerId(9)), Err(InputError::UnknownPlayer(PlayerId(9))));
+    let inf =
+        PlayerUpdate { velocity: Some(Vec3::new(f64::INFINITY, 0.0, 0.0)), ..Default::default() };
     assert!(m.handle_update(PlayerId(1), &inf).is_err());
     let mut bad_th = th();
     bad_th.cap_ms = -5.0;
-    let cfg = MeshConfig {
-        sites: sites(),
-        thresholds: bad_th,
-        generation: Generation(1),
-    };
+    let cfg = MeshConfig { sites: sites(), thresholds: bad_th, generation: Generation(1) };
     assert!(Mesh::new(cfg, Time::ZERO).is_err());
 }
 
@@ -487,8 +341,7 @@ fn bad_inputs_are_refused_with_a_clear_error() {
 fn poll_timeout_names_the_next_tick_or_lease_event() {
     let mut m = mesh(th());
     assert_eq!(m.poll_timeout(), Time::ZERO);
-    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0)))
-        .unwrap();
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     m.handle_timeout(Time::ZERO);
     assert_eq!(m.poll_timeout(), Time::from_secs(5));
     assert_eq!(Time::from_secs(5).since(Time::ZERO), Span::from_secs(5));

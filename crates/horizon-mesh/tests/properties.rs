@@ -50,14 +50,8 @@ fn simulate(
             .map(|p| (p.id, p.position + p.velocity * TICK_S as f64))
             .collect();
         for (id, pos) in moved {
-            m.handle_update(
-                id,
-                &PlayerUpdate {
-                    position: Some(pos),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            m.handle_update(id, &PlayerUpdate { position: Some(pos), ..Default::default() })
+                .unwrap();
         }
         hook(tick, &mut m);
         renew_all(&mut m, now, &[]);
@@ -68,11 +62,7 @@ fn simulate(
         }
         check(tick, &m, &commands[from..]);
     }
-    let sites = m
-        .players()
-        .iter()
-        .map(|p| (p.id, m.site_of(p.id)))
-        .collect();
+    let sites = m.players().iter().map(|p| (p.id, m.site_of(p.id))).collect();
     Outcome { commands, sites }
 }
 
@@ -91,30 +81,18 @@ fn check_structure(tick: u64, m: &Mesh, _: &[(Time, Command)]) {
                 b.id
             );
         }
-        assert!(
-            m.leases().is_current(a.id, a.epoch),
-            "tick {tick}: {} lost its epoch",
-            a.id
-        );
+        assert!(m.leases().is_current(a.id, a.epoch), "tick {tick}: {} lost its epoch", a.id);
     }
     for p in m.players() {
         if let Some(b) = m.bubble_of(p.id) {
-            assert!(
-                b.bounds.contains(p.position),
-                "tick {tick}: {:?} outside {}",
-                p.id,
-                b.id
-            );
+            assert!(b.bounds.contains(p.position), "tick {tick}: {:?} outside {}", p.id, b.id);
             assert_eq!(b.world, p.world);
         }
     }
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: 12,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { cases: 12, ..ProptestConfig::default() }
 }
 
 proptest! {

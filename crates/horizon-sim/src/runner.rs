@@ -131,22 +131,14 @@ impl Run<'_> {
     }
 
     fn note(&mut self, now: Time, kind: &'static str, text: String) {
-        self.report.timeline.push(TimelineEntry {
-            t_s: now.as_secs_f64(),
-            kind,
-            text,
-        });
+        self.report.timeline.push(TimelineEntry { t_s: now.as_secs_f64(), kind, text });
     }
 
     fn list(&self, players: &[PlayerId]) -> String {
         const SHOWN: usize = 8;
         let mut s: Vec<&str> = players.iter().take(SHOWN).map(|&p| self.name(p)).collect();
         let more = players.len().saturating_sub(SHOWN);
-        let extra = if more > 0 {
-            format!(" … (+{more})")
-        } else {
-            String::new()
-        };
+        let extra = if more > 0 { format!(" … (+{more})") } else { String::new() };
         s.sort_unstable();
         format!("{}{extra}", s.join(" "))
     }
@@ -155,9 +147,8 @@ impl Run<'_> {
         let sc = self.sc;
         let mut joins: Vec<usize> = (0..sc.players.len()).collect();
         joins.sort_by_key(|&i| (sc.players[i].join_ms, i));
-        let mut leaves: Vec<usize> = (0..sc.players.len())
-            .filter(|&i| sc.players[i].leave_ms.is_some())
-            .collect();
+        let mut leaves: Vec<usize> =
+            (0..sc.players.len()).filter(|&i| sc.players[i].leave_ms.is_some()).collect();
         leaves.sort_by_key(|&i| (sc.players[i].leave_ms, i));
         let (mut next_join, mut next_leave, mut next_event) = (0, 0, 0);
         let mut link_up = vec![true; sc.sites.len()];
@@ -176,10 +167,7 @@ impl Run<'_> {
                     .map(|p| (p.id, p.position + p.velocity * dt_s))
                     .collect();
                 for (id, pos) in moving {
-                    let update = PlayerUpdate {
-                        position: Some(pos),
-                        ..Default::default()
-                    };
+                    let update = PlayerUpdate { position: Some(pos), ..Default::default() };
                     self.mesh
                         .handle_update(id, &update)
                         .map_err(|e| self.broken(now, e.to_string()))?;
@@ -221,9 +209,7 @@ impl Run<'_> {
                 next_event += 1;
             }
             while next_leave < leaves.len()
-                && sc.players[leaves[next_leave]]
-                    .leave_ms
-                    .is_some_and(|l| l <= t_ms)
+                && sc.players[leaves[next_leave]].leave_ms.is_some_and(|l| l <= t_ms)
             {
                 let id = sc.players[leaves[next_leave]].join.id;
                 if self.mesh.handle_leave(id).is_ok() {
@@ -260,11 +246,7 @@ impl Run<'_> {
     }
 
     fn broken(&self, now: Time, what: String) -> RunError {
-        RunError::Invariant {
-            seed: self.sc.seed,
-            t_s: now.as_secs_f64(),
-            what,
-        }
+        RunError::Invariant { seed: self.sc.seed, t_s: now.as_secs_f64(), what }
     }
 
     /// Records a change of site for the listed players that actually change.
@@ -293,14 +275,7 @@ impl Run<'_> {
     fn apply(&mut self, now: Time, cmd: Command) -> Result<(), RunError> {
         let s = &mut self.report.stats;
         match cmd {
-            Command::Create {
-                bubble,
-                site,
-                previous_site,
-                players,
-                reason,
-                ..
-            } => {
+            Command::Create { bubble, site, previous_site, players, reason, .. } => {
                 s.created += 1;
                 let reason = serde_json::to_value(reason)
                     .ok()
@@ -319,14 +294,7 @@ impl Run<'_> {
                 );
                 self.note(now, "create", text);
             }
-            Command::Move {
-                bubble,
-                from,
-                to,
-                players,
-                reason,
-                ..
-            } => {
+            Command::Move { bubble, from, to, players, reason, .. } => {
                 s.moved += 1;
                 if matches!(reason, MoveReason::Gain | MoveReason::Cap) {
                     let hold = horizon_mesh::Span::from_ms(self.sc.thresholds.hold_ms);
@@ -349,12 +317,7 @@ impl Run<'_> {
                 );
                 self.note(now, "move", text);
             }
-            Command::Enter {
-                bubble,
-                site,
-                from_site,
-                players,
-            } => {
+            Command::Enter { bubble, site, from_site, players } => {
                 match from_site {
                     None => players.iter().for_each(|&p| {
                         self.site_of.insert(p, site);
@@ -362,20 +325,11 @@ impl Run<'_> {
                     Some(_) => self.record_move(now, &players, site, "border"),
                 }
                 let from = from_site.map_or("connection".to_owned(), |s| self.site(s));
-                let text = format!(
-                    "{bubble} on {} from {from}: {}",
-                    self.site(site),
-                    self.list(&players)
-                );
+                let text =
+                    format!("{bubble} on {} from {from}: {}", self.site(site), self.list(&players));
                 self.note(now, "enter", text);
             }
-            Command::Merge {
-                into,
-                from,
-                from_site,
-                into_site,
-                players,
-            } => {
+            Command::Merge { into, from, from_site, into_site, players } => {
                 s.merged += 1;
                 self.record_move(now, &players, into_site, "merge");
                 let text = format!(
@@ -392,30 +346,20 @@ impl Run<'_> {
                 self.note(now, "delete", text);
             }
             Command::Border { .. } => s.borders += 1,
-            Command::Servers {
-                bubble,
-                site,
-                parts,
-                reason,
-            } => {
+            Command::Servers { bubble, site, parts, reason } => {
                 s.load_changes += 1;
                 let why = match reason {
                     horizon_mesh::LoadReason::Overload => "overload",
                     horizon_mesh::LoadReason::Underload => "underload",
                 };
-                let text = format!(
-                    "{bubble} on {}: {} servers ({why})",
-                    self.site(site),
-                    parts.len()
-                );
+                let text =
+                    format!("{bubble} on {}: {} servers ({why})", self.site(site), parts.len());
                 self.note(now, "servers", text);
             }
             Command::Stalled { bubble, site, .. } => {
                 s.stalled += 1;
-                let text = format!(
-                    "{bubble} on {}: lease expired, players reconnecting",
-                    self.site(site)
-                );
+                let text =
+                    format!("{bubble} on {}: lease expired, players reconnecting", self.site(site));
                 self.note(now, "stalled", text);
             }
         }
@@ -425,12 +369,8 @@ impl Run<'_> {
     /// Invariants after every step: the record of who is where matches the brain, no two bubbles
     /// of a world overlap, every running bubble holds the current epoch of its region.
     fn check(&mut self, now: Time) -> Result<(), RunError> {
-        let present: Vec<(PlayerId, Option<SiteId>)> = self
-            .mesh
-            .players()
-            .iter()
-            .map(|p| (p.id, self.mesh.site_of(p.id)))
-            .collect();
+        let present: Vec<(PlayerId, Option<SiteId>)> =
+            self.mesh.players().iter().map(|p| (p.id, self.mesh.site_of(p.id))).collect();
         for (id, site) in present {
             match site {
                 None => {
@@ -450,11 +390,7 @@ impl Run<'_> {
                 }
             }
         }
-        let mut boxes: Vec<_> = self
-            .mesh
-            .bubbles()
-            .map(|b| (b.world, b.bounds, b.id))
-            .collect();
+        let mut boxes: Vec<_> = self.mesh.bubbles().map(|b| (b.world, b.bounds, b.id)).collect();
         boxes.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
         for i in 0..boxes.len() {
             for j in i + 1..boxes.len() {
@@ -487,13 +423,8 @@ impl Run<'_> {
             if let (Some(site), Some(latency)) =
                 (self.mesh.site_of(p.id), self.mesh.latency_of(p.id))
             {
-                let fp = FinalPlayer {
-                    site: self.site(site),
-                    latency_ms: latency,
-                };
-                self.report
-                    .final_players
-                    .insert(self.name(p.id).to_owned(), fp);
+                let fp = FinalPlayer { site: self.site(site), latency_ms: latency };
+                self.report.final_players.insert(self.name(p.id).to_owned(), fp);
             }
         }
         for b in self.mesh.bubbles() {

@@ -34,12 +34,7 @@ pub struct ScenarioError {
 impl fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        write!(
-            f,
-            "{}: {n} problem{}",
-            self.file.display(),
-            if n == 1 { "" } else { "s" }
-        )?;
+        write!(f, "{}: {n} problem{}", self.file.display(), if n == 1 { "" } else { "s" })?;
         for p in &self.problems {
             write!(f, "\n  {}: {}", p.key, p.why)?;
         }
@@ -175,18 +170,9 @@ pub struct ScenarioPlayer {
 /// Something that happens at a time.
 #[derive(Clone, Debug)]
 pub enum EventKind {
-    Player {
-        player: PlayerId,
-        update: PlayerUpdate,
-    },
-    SiteCapacity {
-        site: SiteId,
-        ready: Option<u32>,
-    },
-    SiteLink {
-        site: SiteId,
-        up: bool,
-    },
+    Player { player: PlayerId, update: PlayerUpdate },
+    SiteCapacity { site: SiteId, ready: Option<u32> },
+    SiteLink { site: SiteId, up: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -215,15 +201,9 @@ impl Scenario {
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
             file: path.to_owned(),
-            problems: vec![Problem {
-                key: "file".into(),
-                why: format!("cannot read: {e}"),
-            }],
+            problems: vec![Problem { key: "file".into(), why: format!("cannot read: {e}") }],
         })?;
-        Self::parse(&text).map_err(|problems| ScenarioError {
-            file: path.to_owned(),
-            problems,
-        })
+        Self::parse(&text).map_err(|problems| ScenarioError { file: path.to_owned(), problems })
     }
 
     /// Parses and validates scenario text.
@@ -246,18 +226,12 @@ struct Builder {
 
 impl Builder {
     fn bad(&mut self, key: impl Into<String>, why: impl Into<String>) {
-        self.problems.push(Problem {
-            key: key.into(),
-            why: why.into(),
-        });
+        self.problems.push(Problem { key: key.into(), why: why.into() });
     }
 
     fn seconds(&mut self, key: &str, s: f64) -> u64 {
         if !s.is_finite() || s < 0.0 {
-            self.bad(
-                key,
-                format!("must be a finite number of seconds >= 0, got {s}"),
-            );
+            self.bad(key, format!("must be a finite number of seconds >= 0, got {s}"));
             return 0;
         }
         if s > MAX_DURATION_S {
@@ -283,10 +257,7 @@ impl Builder {
         match role {
             None => Role::Player,
             Some(r) => Role::parse(r).unwrap_or_else(|| {
-                self.bad(
-                    key,
-                    format!("unknown role {r:?}: use pilot, player, afk or npc"),
-                );
+                self.bad(key, format!("unknown role {r:?}: use pilot, player, afk or npc"));
                 Role::Player
             }),
         }
@@ -304,10 +275,7 @@ impl Builder {
 
     fn rtt(&mut self, key: &str, ms: f64) -> f64 {
         if !ms.is_finite() || ms < 0.0 {
-            self.bad(
-                key,
-                format!("must be a finite number of milliseconds >= 0, got {ms}"),
-            );
+            self.bad(key, format!("must be a finite number of milliseconds >= 0, got {ms}"));
             return 0.0;
         }
         ms
@@ -319,10 +287,7 @@ impl Builder {
         if tick_ms == 0 {
             self.bad("tick_s", "must be > 0");
         } else if duration_ms / tick_ms > MAX_STEPS {
-            self.bad(
-                "tick_s",
-                format!("duration_s / tick_s exceeds {MAX_STEPS} steps"),
-            );
+            self.bad("tick_s", format!("duration_s / tick_s exceeds {MAX_STEPS} steps"));
         }
         if raw.name.trim().is_empty() {
             self.bad("name", "must not be empty");
@@ -337,10 +302,7 @@ impl Builder {
         for (name, &n) in &raw.sites.ready_servers {
             match sites.id(name) {
                 Some(s) => ready.push((s, Some(n))),
-                None => self.bad(
-                    format!("sites.ready_servers.{name}"),
-                    "not a site in sites.list",
-                ),
+                None => self.bad(format!("sites.ready_servers.{name}"), "not a site in sites.list"),
             }
         }
 
@@ -349,10 +311,7 @@ impl Builder {
         for (i, p) in raw.players.iter().enumerate() {
             let key = |f: &str| format!("players[{i}].{f}");
             let Some(home) = sites.id(&p.home) else {
-                self.bad(
-                    key("home"),
-                    format!("{:?} is not a site in sites.list", p.home),
-                );
+                self.bad(key("home"), format!("{:?} is not a site in sites.list", p.home));
                 continue;
             };
             let join = PlayerJoin {
@@ -364,25 +323,14 @@ impl Builder {
                 position: self.vec3(&key("position"), p.position),
                 velocity: self.vec3(&key("velocity"), p.velocity),
             };
-            self.add_player(
-                &mut players,
-                &mut index,
-                &key("id"),
-                &p.id,
-                join,
-                p.join_s,
-                p.leave_s,
-            );
+            self.add_player(&mut players, &mut index, &key("id"), &p.id, join, p.join_s, p.leave_s);
         }
         let mut rng = Rng::new(raw.seed);
         for (i, c) in raw.crowds.iter().enumerate() {
             self.crowd(i, c, &sites, &mut rng, &mut players, &mut index);
         }
         if players.len() > MAX_PLAYERS {
-            self.bad(
-                "players",
-                format!("at most {MAX_PLAYERS} players, got {}", players.len()),
-            );
+            self.bad("players", format!("at most {MAX_PLAYERS} players, got {}", players.len()));
         }
 
         let mut events = Vec::new();
@@ -406,19 +354,13 @@ impl Builder {
                     "changes nothing: give access_rtt_ms, role, world, position or velocity",
                 );
             }
-            events.push(TimedEvent {
-                at_ms,
-                kind: EventKind::Player { player, update },
-            });
+            events.push(TimedEvent { at_ms, kind: EventKind::Player { player, update } });
         }
         for (i, e) in raw.site_events.iter().enumerate() {
             let key = |f: &str| format!("site_events[{i}].{f}");
             let at_ms = self.seconds(&key("at_s"), e.at_s);
             let Some(site) = sites.id(&e.site) else {
-                self.bad(
-                    key("site"),
-                    format!("{:?} is not a site in sites.list", e.site),
-                );
+                self.bad(key("site"), format!("{:?} is not a site in sites.list", e.site));
                 continue;
             };
             if e.ready_servers.is_none() && e.link_up.is_none() {
@@ -429,16 +371,10 @@ impl Builder {
             }
             if let Some(n) = e.ready_servers {
                 let ready = u32::try_from(n).ok();
-                events.push(TimedEvent {
-                    at_ms,
-                    kind: EventKind::SiteCapacity { site, ready },
-                });
+                events.push(TimedEvent { at_ms, kind: EventKind::SiteCapacity { site, ready } });
             }
             if let Some(up) = e.link_up {
-                events.push(TimedEvent {
-                    at_ms,
-                    kind: EventKind::SiteLink { site, up },
-                });
+                events.push(TimedEvent { at_ms, kind: EventKind::SiteLink { site, up } });
             }
         }
         events.sort_by_key(|e| e.at_ms);
@@ -482,12 +418,7 @@ impl Builder {
         if leave_ms.is_some_and(|l| l <= join_ms) {
             self.bad(key.replace(".id", ".leave_s"), "must be after join_s");
         }
-        players.push(ScenarioPlayer {
-            name: name.to_owned(),
-            join,
-            join_ms,
-            leave_ms,
-        });
+        players.push(ScenarioPlayer { name: name.to_owned(), join, join_ms, leave_ms });
     }
 
     fn crowd(
@@ -519,10 +450,7 @@ impl Builder {
         let total: f64 = shares.iter().map(|s| s.1).sum();
         let [lo, hi] = c.access_rtt_ms.unwrap_or([5.0, 30.0]);
         if !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi) {
-            self.bad(
-                key("access_rtt_ms"),
-                "must be [min, max] with 0 <= min <= max",
-            );
+            self.bad(key("access_rtt_ms"), "must be [min, max] with 0 <= min <= max");
             return;
         }
         let radius = c.radius_m.unwrap_or(100.0);
@@ -548,11 +476,7 @@ impl Builder {
             // A point uniformly in the sphere (rejection sampling, bounded).
             let mut offset = Vec3::ZERO;
             for _ in 0..64 {
-                let v = Vec3::new(
-                    rng.range(-1.0, 1.0),
-                    rng.range(-1.0, 1.0),
-                    rng.range(-1.0, 1.0),
-                );
+                let v = Vec3::new(rng.range(-1.0, 1.0), rng.range(-1.0, 1.0), rng.range(-1.0, 1.0));
                 if v.norm_sq() <= 1.0 {
                     offset = v * radius;
                     break;
@@ -568,15 +492,7 @@ impl Builder {
                 velocity: Vec3::ZERO,
             };
             let name = format!("{}{}", c.id_prefix, j + 1);
-            self.add_player(
-                players,
-                index,
-                &key("id_prefix"),
-                &name,
-                join,
-                c.join_s,
-                c.leave_s,
-            );
+            self.add_player(players, index, &key("id_prefix"), &name, join, c.join_s, c.leave_s);
         }
     }
 
@@ -620,30 +536,18 @@ impl Builder {
     }
 
     fn thresholds(&mut self, raw: &RawThresholds, tick_ms: u64) -> Thresholds {
-        let mut t = Thresholds {
-            period_ms: tick_ms.max(1),
-            ..Thresholds::default()
-        };
+        let mut t = Thresholds { period_ms: tick_ms.max(1), ..Thresholds::default() };
         let ms = |b: &mut Self, key: &str, v: Option<f64>, d: u64| {
             v.map_or(d, |s| b.seconds(&format!("thresholds.{key}"), s))
         };
         t.dwell_ms = ms(self, "dwell_s", raw.dwell_s, t.dwell_ms);
         t.hold_ms = ms(self, "hold_s", raw.hold_s, t.hold_ms);
-        t.split_sustain_ms = ms(
-            self,
-            "split_sustain_s",
-            raw.split_sustain_s,
-            t.split_sustain_ms,
-        );
+        t.split_sustain_ms = ms(self, "split_sustain_s", raw.split_sustain_s, t.split_sustain_ms);
         t.merge_low_ms = ms(self, "merge_low_s", raw.merge_low_s, t.merge_low_ms);
         t.settle_ms = ms(self, "settle_s", raw.settle_s, t.settle_ms);
         t.lease_ttl_ms = ms(self, "lease_ttl_s", raw.lease_ttl_s, t.lease_ttl_ms);
-        t.lease_drift_margin_ms = ms(
-            self,
-            "lease_drift_margin_s",
-            raw.lease_drift_margin_s,
-            t.lease_drift_margin_ms,
-        );
+        t.lease_drift_margin_ms =
+            ms(self, "lease_drift_margin_s", raw.lease_drift_margin_s, t.lease_drift_margin_ms);
         t.cap_ms = raw.cap_ms.unwrap_or(t.cap_ms);
         t.gain_ms = raw.gain_ms.unwrap_or(t.gain_ms);
         t.group_radius_m = raw.group_radius_m.unwrap_or(t.group_radius_m);

@@ -36,30 +36,20 @@ pub fn render_text(r: &Report, verbose: bool) -> String {
         let _ = writeln!(out, "  {name:<16} {:<6} {:>7.1} ms", f.site, f.latency_ms);
     }
     if r.final_players.len() > SHOWN {
-        let _ = writeln!(
-            out,
-            "  … and {} more (use --json for all)",
-            r.final_players.len() - SHOWN
-        );
+        let _ =
+            writeln!(out, "  … and {} more (use --json for all)", r.final_players.len() - SHOWN);
     }
     let sites: Vec<String> = r
         .bubbles_by_site
         .iter()
         .map(|(s, n)| {
-            format!(
-                "{s}: {n} bubbles / {} servers",
-                r.servers_by_site.get(s).copied().unwrap_or(0)
-            )
+            format!("{s}: {n} bubbles / {} servers", r.servers_by_site.get(s).copied().unwrap_or(0))
         })
         .collect();
     let _ = writeln!(
         out,
         "  {}",
-        if sites.is_empty() {
-            "no bubbles".to_owned()
-        } else {
-            sites.join(", ")
-        }
+        if sites.is_empty() { "no bubbles".to_owned() } else { sites.join(", ") }
     );
     out
 }

@@ -42,11 +42,7 @@ enum Sim {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Sim(Sim::Run {
-            file,
-            json,
-            verbose,
-        }) => sim_run(&file, json, verbose),
+        Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
     }
 }
 

@@ -30,12 +30,7 @@ impl Mesh {
                 counts
             };
             let low_tps = |i: usize| {
-                b.load
-                    .tps
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|t| t < self.th.tps_min)
+                b.load.tps.get(i).copied().flatten().is_some_and(|t| t < self.th.tps_min)
             };
             let hottest = (0..counts.len())
                 .filter(|&i| counts[i] > pps || low_tps(i))
@@ -47,11 +42,7 @@ impl Mesh {
                 if now.since(since) < Span::from_ms(self.th.split_sustain_ms) || !settled {
                     continue;
                 }
-                let parts = if parts.is_empty() {
-                    vec![b.bounds]
-                } else {
-                    parts
-                };
+                let parts = if parts.is_empty() { vec![b.bounds] } else { parts };
                 if !self.can_host(self.bubble(slot).site, 1) {
                     continue;
                 }
@@ -96,17 +87,8 @@ impl Mesh {
         b.load.tps = vec![None; b.servers() as usize];
         let (id, site, parts) = (b.id, b.site, b.parts());
         let used = &mut self.used[site.index()];
-        *used = if delta > 0 {
-            *used + 1
-        } else {
-            used.saturating_sub(1)
-        };
-        self.commands.push_back(Command::Servers {
-            bubble: id,
-            site,
-            parts,
-            reason,
-        });
+        *used = if delta > 0 { *used + 1 } else { used.saturating_sub(1) };
+        self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });
     }
 
     /// Where to cut part `part` of a bubble: the widest gap between its groups (grouping radius),
@@ -138,11 +120,7 @@ impl Mesh {
             .map(|g| {
                 let m = groups.members(g);
                 let first = Aabb::point(items[m[0] as usize].pos);
-                (
-                    m.iter()
-                        .fold(first, |b, &i| b.include(items[i as usize].pos)),
-                    m.len() as u32,
-                )
+                (m.iter().fold(first, |b, &i| b.include(items[i as usize].pos)), m.len() as u32)
             })
             .collect();
         let (axis, at, _) = widest_gap(&boxes)?;

@@ -50,11 +50,7 @@ pub enum InputError {
     #[error("bubble {0} does not exist")]
     UnknownBubble(BubbleId),
     #[error("{field} must be finite{extra}, got {value}")]
-    BadNumber {
-        field: &'static str,
-        value: f64,
-        extra: &'static str,
-    },
+    BadNumber { field: &'static str, value: f64, extra: &'static str },
     #[error("home site index {0} is not configured")]
     UnknownSite(usize),
     #[error(transparent)]
@@ -121,12 +117,7 @@ pub enum Command {
     /// Players enter an existing bubble: fresh connections (`from_site` is `None`), players leaving
     /// a core-site zone, or a border crossing from another bubble (a single-player handover when
     /// the site changes).
-    Enter {
-        bubble: BubbleId,
-        site: SiteId,
-        from_site: Option<SiteId>,
-        players: Vec<PlayerId>,
-    },
+    Enter { bubble: BubbleId, site: SiteId, from_site: Option<SiteId>, players: Vec<PlayerId> },
     /// Fold bubble `from` into `into` (preventive merge); `from`'s lease is revoked.
     Merge {
         into: BubbleId,
@@ -136,27 +127,13 @@ pub enum Command {
         players: Vec<PlayerId>,
     },
     /// End a bubble and revoke its lease.
-    Delete {
-        bubble: BubbleId,
-        site: SiteId,
-        epoch: Epoch,
-        reason: DeleteReason,
-    },
+    Delete { bubble: BubbleId, site: SiteId, epoch: Epoch, reason: DeleteReason },
     /// Moving border: the bubble's box follows its players.
     Border { bubble: BubbleId, bounds: Aabb },
     /// Re-cut a bubble across `parts.len()` servers of its site.
-    Servers {
-        bubble: BubbleId,
-        site: SiteId,
-        parts: Vec<Aabb>,
-        reason: LoadReason,
-    },
+    Servers { bubble: BubbleId, site: SiteId, parts: Vec<Aabb>, reason: LoadReason },
     /// A bubble's lease expired: its site stopped, players see "reconnecting" until the failover.
-    Stalled {
-        bubble: BubbleId,
-        site: SiteId,
-        since: Time,
-    },
+    Stalled { bubble: BubbleId, site: SiteId, since: Time },
 }
 
 /// Figures of one tick, for logs, metrics and benchmarks.
@@ -299,10 +276,7 @@ impl Mesh {
 
     /// A player changed (position, velocity, role, world, or a new access RTT sample).
     pub fn handle_update(&mut self, id: PlayerId, update: &PlayerUpdate) -> Result<(), InputError> {
-        let &i = self
-            .player_index
-            .get(&id)
-            .ok_or(InputError::UnknownPlayer(id))?;
+        let &i = self.player_index.get(&id).ok_or(InputError::UnknownPlayer(id))?;
         if let Some(r) = update.access_rtt_ms {
             check_rtt(r)?;
         }
@@ -318,10 +292,7 @@ impl Mesh {
 
     /// A player disconnected.
     pub fn handle_leave(&mut self, id: PlayerId) -> Result<(), InputError> {
-        let i = self
-            .player_index
-            .remove(&id)
-            .ok_or(InputError::UnknownPlayer(id))? as usize;
+        let i = self.player_index.remove(&id).ok_or(InputError::UnknownPlayer(id))? as usize;
         self.players.swap_remove(i);
         self.player_bubble.swap_remove(i);
         self.fresh.swap_remove(i);
@@ -355,10 +326,7 @@ impl Mesh {
         bubbles: &[(BubbleId, Epoch)],
         now: Time,
     ) -> Vec<Result<Time, LeaseError<SiteId>>> {
-        bubbles
-            .iter()
-            .map(|&(b, e)| self.leases.renew(b, site, e, now))
-            .collect()
+        bubbles.iter().map(|&(b, e)| self.leases.renew(b, site, e, now)).collect()
     }
 
     /// A game server reported its tick rate for part `part` of a bubble.
@@ -369,19 +337,10 @@ impl Mesh {
         tps: f64,
     ) -> Result<(), InputError> {
         if !tps.is_finite() || tps < 0.0 {
-            return Err(InputError::BadNumber {
-                field: "tps",
-                value: tps,
-                extra: " and >= 0",
-            });
+            return Err(InputError::BadNumber { field: "tps", value: tps, extra: " and >= 0" });
         }
-        let slot = *self
-            .bubble_index
-            .get(&bubble)
-            .ok_or(InputError::UnknownBubble(bubble))?;
-        let b = self.bubbles[slot as usize]
-            .as_mut()
-            .ok_or(InputError::UnknownBubble(bubble))?;
+        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
+        let b = self.bubbles[slot as usize].as_mut().ok_or(InputError::UnknownBubble(bubble))?;
         let n = b.servers() as usize;
         b.load.tps.resize(n, None);
         if let Some(t) = b.load.tps.get_mut(part) {
@@ -398,10 +357,7 @@ impl Mesh {
         epoch: Epoch,
         now: Time,
     ) -> Result<(), InputError> {
-        let slot = *self
-            .bubble_index
-            .get(&bubble)
-            .ok_or(InputError::UnknownBubble(bubble))?;
+        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let (site, servers) = {
             let b = self.bubble(slot);
             (b.site, b.servers())
@@ -410,14 +366,7 @@ impl Mesh {
         let target = self.failover_target(&tally, site, servers);
         let lease = self.leases.transfer(bubble, epoch, target, now)?;
         let players = self.slot_players(slot);
-        self.relocate(
-            slot,
-            target,
-            lease.epoch,
-            MoveReason::Failover,
-            now,
-            players,
-        );
+        self.relocate(slot, target, lease.epoch, MoveReason::Failover, now, players);
         Ok(())
     }
 
@@ -425,9 +374,7 @@ impl Mesh {
 
     /// When [`Mesh::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Time {
-        self.leases
-            .poll_timeout()
-            .map_or(self.next_tick, |t| t.min(self.next_tick))
+        self.leases.poll_timeout().map_or(self.next_tick, |t| t.min(self.next_tick))
     }
 
     /// Runs what is due at `now`: lease expiries, and the tick when its period has come.
@@ -466,9 +413,7 @@ impl Mesh {
     }
 
     pub fn player(&self, id: PlayerId) -> Option<&Player> {
-        self.player_index
-            .get(&id)
-            .map(|&i| &self.players[i as usize])
+        self.player_index.get(&id).map(|&i| &self.players[i as usize])
     }
 
     pub fn bubbles(&self) -> impl Iterator<Item = &Bubble> {
@@ -476,9 +421,7 @@ impl Mesh {
     }
 
     pub fn bubble_by_id(&self, id: BubbleId) -> Option<&Bubble> {
-        self.bubble_index
-            .get(&id)
-            .and_then(|&s| self.bubbles[s as usize].as_ref())
+        self.bubble_index.get(&id).and_then(|&s| self.bubbles[s as usize].as_ref())
     }
 
     /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
@@ -509,15 +452,11 @@ impl Mesh {
 
     fn bubble(&self, slot: u32) -> &Bubble {
         // Invariant: slots handed around within a tick refer to live bubbles.
-        self.bubbles[slot as usize]
-            .as_ref()
-            .expect("live bubble slot")
+        self.bubbles[slot as usize].as_ref().expect("live bubble slot")
     }
 
     fn bubble_mut(&mut self, slot: u32) -> &mut Bubble {
-        self.bubbles[slot as usize]
-            .as_mut()
-            .expect("live bubble slot")
+        self.bubbles[slot as usize].as_mut().expect("live bubble slot")
     }
 
     fn free(&self, s: SiteId) -> u32 {
@@ -540,11 +479,7 @@ impl Mesh {
             if let Some(&slot) = self.bubble_index.get(&id) {
                 let b = self.bubble_mut(slot);
                 b.stalled_since = Some(lease.expires_at);
-                let cmd = Command::Stalled {
-                    bubble: id,
-                    site: b.site,
-                    since: lease.expires_at,
-                };
+                let cmd = Command::Stalled { bubble: id, site: b.site, since: lease.expires_at };
                 self.commands.push_back(cmd);
             }
         }
@@ -555,11 +490,7 @@ fn check_rtt(ms: f64) -> Result<(), InputError> {
     if ms.is_finite() && ms >= 0.0 {
         Ok(())
     } else {
-        Err(InputError::BadNumber {
-            field: "access_rtt_ms",
-            value: ms,
-            extra: " and >= 0",
-        })
+        Err(InputError::BadNumber { field: "access_rtt_ms", value: ms, extra: " and >= 0" })
     }
 }
 
@@ -567,14 +498,7 @@ fn check_vec(field: &'static str, v: Vec3) -> Result<(), InputError> {
     if v.is_finite() {
         Ok(())
     } else {
-        let bad = [v.x, v.y, v.z]
-            .into_iter()
-            .find(|c| !c.is_finite())
-            .unwrap_or(f64::NAN);
-        Err(InputError::BadNumber {
-            field,
-            value: bad,
-            extra: "",
-        })
+        let bad = [v.x, v.y, v.z].into_iter().find(|c| !c.is_finite()).unwrap_or(f64::NAN);
+        Err(InputError::BadNumber { field, value: bad, extra: "" })
     }
 }

@@ -7,10 +7,7 @@ use crate::scoring::Verdict;
 impl Mesh {
     /// One scoring period. Returns its figures (also kept in [`Mesh::last_stats`]).
     pub fn tick(&mut self, now: Time) -> TickStats {
-        let mut stats = TickStats {
-            players: self.players.len() as u32,
-            ..TickStats::default()
-        };
+        let mut stats = TickStats { players: self.players.len() as u32, ..TickStats::default() };
         let mut sc = std::mem::take(&mut self.scratch);
 
         // 1. Units of placement.
@@ -49,11 +46,7 @@ impl Mesh {
         let nc = units.len();
         let nslots = self.bubbles.len();
         sc.prior.clear();
-        sc.prior.extend(
-            self.bubbles
-                .iter()
-                .map(|b| b.as_ref().map(|b| (b.site, b.hysteresis))),
-        );
+        sc.prior.extend(self.bubbles.iter().map(|b| b.as_ref().map(|b| (b.site, b.hysteresis))));
         sc.absorbed_into.clear();
         sc.absorbed_into.resize(nslots, NONE);
 
@@ -69,9 +62,7 @@ impl Mesh {
                 let slot = self.player_bubble[pi];
                 let p = &self.players[pi];
                 if slot == NONE
-                    || self.bubbles[slot as usize]
-                        .as_ref()
-                        .is_none_or(|b| b.world != p.world)
+                    || self.bubbles[slot as usize].as_ref().is_none_or(|b| b.world != p.world)
                 {
                     continue;
                 }
@@ -81,11 +72,7 @@ impl Mesh {
                         e.weight += w;
                         e.min_id = e.min_id.min(p.id);
                     }
-                    None => claims.push(Claim {
-                        slot,
-                        weight: w,
-                        min_id: p.id,
-                    }),
+                    None => claims.push(Claim { slot, weight: w, min_id: p.id }),
                 }
             }
             for e in &claims[start..] {
@@ -193,14 +180,7 @@ impl Mesh {
                 let target = self.failover_target(tally, site, servers);
                 if let Ok(lease) = self.leases.grant(id, target, now) {
                     let players = member_ids(&self.players, sc.members(slot));
-                    self.relocate(
-                        slot,
-                        target,
-                        lease.epoch,
-                        MoveReason::Failover,
-                        now,
-                        players,
-                    );
+                    self.relocate(slot, target, lease.epoch, MoveReason::Failover, now, players);
                     stats.moved += 1;
                 }
                 continue;
@@ -245,11 +225,7 @@ impl Mesh {
                 } else if prev == NONE {
                     Some(core)
                 } else {
-                    sc.prior
-                        .get(prev as usize)
-                        .copied()
-                        .flatten()
-                        .map(|(site, _)| site)
+                    sc.prior.get(prev as usize).copied().flatten().map(|(site, _)| site)
                 };
                 entering.push((from, self.players[pi].id));
             }
@@ -332,10 +308,7 @@ impl Mesh {
             world,
             bounds,
             epoch: lease.epoch,
-            hysteresis: Hysteresis {
-                best_since: None,
-                last_move: hysteresis.last_move,
-            },
+            hysteresis: Hysteresis { best_since: None, last_move: hysteresis.last_move },
             created_at: now,
             cuts: Vec::new(),
             players: 0,
@@ -374,17 +347,11 @@ impl Mesh {
         stats: &mut TickStats,
     ) -> u32 {
         let members = clusters.members(c);
-        let fresh = members
-            .iter()
-            .all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
+        let fresh = members.iter().all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
         // Where were they? Nowhere (fresh), in a bubble of another world, or in a core-site zone.
         let travelled_from = members.iter().find_map(|&it| {
             let slot = self.player_bubble[sc.item_player[it as usize] as usize];
-            sc.prior
-                .get(slot as usize)
-                .copied()
-                .flatten()
-                .map(|(site, _)| site)
+            sc.prior.get(slot as usize).copied().flatten().map(|(site, _)| site)
         });
         let tally = &sc.tallies[c];
         let homes: Vec<usize> = tally.homes().collect();
@@ -397,22 +364,13 @@ impl Mesh {
             Some(home) if self.can_host(home, 1) => home,
             // ... or wait in a core-site zone until it has a server ready.
             Some(_) if travelled_from.is_none() => return NONE,
-            _ => {
-                best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
-                    self.can_host(s, 1)
-                })
-                .site
-            }
+            _ => best_site(tally, &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1)).site,
         };
         let (bx, m) = sc.cluster_box[c];
         let world = self.players[sc.item_player[members[0] as usize] as usize].world;
-        let Some((slot, epoch)) = self.insert_bubble(
-            site,
-            world,
-            claimed_box((bx, m)),
-            now,
-            Hysteresis::default(),
-        ) else {
+        let Some((slot, epoch)) =
+            self.insert_bubble(site, world, claimed_box((bx, m)), now, Hysteresis::default())
+        else {
             return NONE;
         };
         let (previous_site, reason) = match travelled_from {
@@ -453,10 +411,8 @@ impl Mesh {
         let site = if self.can_host(parent_site, 1) {
             parent_site
         } else {
-            best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| {
-                self.can_host(s, 1)
-            })
-            .site
+            best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1))
+                .site
         };
         let (bx, m) = sc.cluster_box[c];
         let world = self.players[sc.item_player[clusters.members(c)[0] as usize] as usize].world;
@@ -501,28 +457,18 @@ impl Mesh {
             sites_of.contains(&s)
         });
         // The core site is always scored; if it won without hosting any of them, keep the heaviest.
-        let survivor = slots
-            .iter()
-            .copied()
-            .find(|&s| self.bubble(s).site == best.site)
-            .unwrap_or(slots[0]);
+        let survivor =
+            slots.iter().copied().find(|&s| self.bubble(s).site == best.site).unwrap_or(slots[0]);
         let (into, into_site) = (self.bubble(survivor).id, self.bubble(survivor).site);
         let mut by_slot = members;
         by_slot.sort_unstable_by_key(|m| (m.1, m.0));
         for &s in slots.iter().filter(|&&s| s != survivor) {
             let b = self.bubble(s);
-            let (lo, hi) = (
-                by_slot.partition_point(|m| m.1 < s),
-                by_slot.partition_point(|m| m.1 <= s),
-            );
+            let (lo, hi) =
+                (by_slot.partition_point(|m| m.1 < s), by_slot.partition_point(|m| m.1 <= s));
             let moving: Vec<PlayerId> = by_slot[lo..hi].iter().map(|m| m.0).collect();
-            let cmd = Command::Merge {
-                into,
-                from: b.id,
-                from_site: b.site,
-                into_site,
-                players: moving,
-            };
+            let cmd =
+                Command::Merge { into, from: b.id, from_site: b.site, into_site, players: moving };
             self.commands.push_back(cmd);
             self.remove(s);
             if let Some(a) = sc.absorbed_into.get_mut(s as usize) {
@@ -533,10 +479,7 @@ impl Mesh {
         let b = self.bubble_mut(survivor);
         b.bounds = bounds;
         b.hysteresis.best_since = None;
-        self.commands.push_back(Command::Border {
-            bubble: into,
-            bounds,
-        });
+        self.commands.push_back(Command::Border { bubble: into, bounds });
         Self::mark_touched(sc, survivor);
         survivor
     }
@@ -559,14 +502,7 @@ impl Mesh {
         b.hysteresis.moved(now);
         self.used[from.index()] = self.used[from.index()].saturating_sub(servers);
         self.used[to.index()] += servers;
-        self.commands.push_back(Command::Move {
-            bubble: id,
-            from,
-            to,
-            epoch,
-            players,
-            reason,
-        });
+        self.commands.push_back(Command::Move { bubble: id, from, to, epoch, players, reason });
     }
 
     /// Frees a slot (its lease revoked, its servers released) without reporting. Its players are
@@ -608,12 +544,7 @@ impl Mesh {
 
     pub(super) fn delete(&mut self, slot: u32, reason: DeleteReason) {
         let b = self.bubble(slot);
-        let cmd = Command::Delete {
-            bubble: b.id,
-            site: b.site,
-            epoch: b.epoch,
-            reason,
-        };
+        let cmd = Command::Delete { bubble: b.id, site: b.site, epoch: b.epoch, reason };
         self.commands.push_back(cmd);
         self.remove(slot);
     }
@@ -679,10 +610,7 @@ impl Mesh {
     pub(super) fn set_bounds(&mut self, slot: u32, bounds: Aabb, stats: &mut TickStats) {
         let b = self.bubble_mut(slot);
         b.bounds = bounds;
-        let cmd = Command::Border {
-            bubble: b.id,
-            bounds,
-        };
+        let cmd = Command::Border { bubble: b.id, bounds };
         self.commands.push_back(cmd);
         stats.borders += 1;
     }

@@ -12,11 +12,7 @@ impl Mesh {
         for (i, p) in self.players.iter().enumerate() {
             if p.role.is_counted() {
                 let radius = self.th.scaled(self.th.merge_distance_m, p.speed());
-                sc.items.push(Item {
-                    world: p.world,
-                    pos: p.position,
-                    radius,
-                });
+                sc.items.push(Item { world: p.world, pos: p.position, radius });
                 sc.item_player.push(i as u32);
             } else {
                 self.player_bubble[i] = NONE;
@@ -27,9 +23,7 @@ impl Mesh {
         let Some(root) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) else {
             return clusters;
         };
-        let labels: Vec<u32> = (0..sc.items.len())
-            .map(|it| root[clusters.group_of(it)])
-            .collect();
+        let labels: Vec<u32> = (0..sc.items.len()).map(|it| root[clusters.group_of(it)]).collect();
         let units = Groups::from_labels(&labels, clusters.len());
         // A unit's figures are the sums of its clusters': no second pass over players.
         let mut tallies = std::mem::take(&mut sc.spare_tallies);
@@ -48,10 +42,7 @@ impl Mesh {
         }
         sc.spare_tallies = std::mem::replace(&mut sc.tallies, tallies);
         // Invariant: every unit holds at least one cluster.
-        sc.cluster_box = boxes
-            .into_iter()
-            .map(|b| b.expect("non-empty unit"))
-            .collect();
+        sc.cluster_box = boxes.into_iter().map(|b| b.expect("non-empty unit")).collect();
         units
     }
 
@@ -129,11 +120,8 @@ pub(super) fn unite_overlapping(
             .collect();
         let pairs = overlapping(&mut claims);
         if pairs.is_empty() {
-            return joined.then_some(
-                (0..clusters.len() as u32)
-                    .map(|c| find(&mut root, c))
-                    .collect(),
-            );
+            return joined
+                .then_some((0..clusters.len() as u32).map(|c| find(&mut root, c)).collect());
         }
         joined = true;
         for (a, b) in pairs {

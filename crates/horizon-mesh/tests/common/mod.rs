@@ -16,11 +16,7 @@ pub fn sites() -> Sites {
     Sites::new(
         vec![n("PAR"), n("MTL"), n("HKG")],
         &n("PAR"),
-        &[
-            (n("PAR"), n("MTL"), 85.0),
-            (n("PAR"), n("HKG"), 185.0),
-            (n("MTL"), n("HKG"), 225.0),
-        ],
+        &[(n("PAR"), n("MTL"), 85.0), (n("PAR"), n("HKG"), 185.0), (n("MTL"), n("HKG"), 225.0)],
     )
     .unwrap()
 }
@@ -30,15 +26,8 @@ pub fn site(i: usize) -> SiteId {
 }
 
 pub fn mesh(th: Thresholds) -> Mesh {
-    Mesh::new(
-        MeshConfig {
-            sites: sites(),
-            thresholds: th,
-            generation: Generation(1),
-        },
-        Time::ZERO,
-    )
-    .unwrap()
+    Mesh::new(MeshConfig { sites: sites(), thresholds: th, generation: Generation(1) }, Time::ZERO)
+        .unwrap()
 }
 
 pub fn join(id: u64, home: usize, rtt: f64, role: Role, pos: Vec3) -> PlayerJoin {
@@ -108,31 +97,15 @@ pub fn population(seed: u64, n: usize) -> Vec<PlayerJoin> {
     let mut out = Vec::with_capacity(n);
     let mut id = 1;
     while out.len() < n {
-        let size = if rng.unit() < 0.03 {
-            60 + rng.below(90)
-        } else {
-            1 + rng.below(20)
-        } as usize;
-        let center = Vec3::new(
-            rng.range(-2e5, 2e5),
-            rng.range(-2e5, 2e5),
-            rng.range(-2e3, 2e3),
-        );
+        let size = if rng.unit() < 0.03 { 60 + rng.below(90) } else { 1 + rng.below(20) } as usize;
+        let center = Vec3::new(rng.range(-2e5, 2e5), rng.range(-2e5, 2e5), rng.range(-2e3, 2e3));
         let world = WorldId(rng.below(2) as u32);
         let main_home = rng.below(3) as usize;
         let spread = rng.range(10.0, 1500.0);
-        let speed = if rng.unit() < 0.2 {
-            rng.range(1.0, 300.0)
-        } else {
-            0.0
-        };
+        let speed = if rng.unit() < 0.2 { rng.range(1.0, 300.0) } else { 0.0 };
         let dir = Vec3::new(rng.range(-1.0, 1.0), rng.range(-1.0, 1.0), 0.0);
         for _ in 0..size.min(n - out.len()) {
-            let home = if rng.unit() < 0.7 {
-                main_home
-            } else {
-                rng.below(3) as usize
-            };
+            let home = if rng.unit() < 0.7 { main_home } else { rng.below(3) as usize };
             let role = match rng.below(20) {
                 0 => Role::Npc,
                 1 | 2 => Role::Afk,
