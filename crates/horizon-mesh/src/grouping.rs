@@ -28,8 +28,8 @@ pub struct Item {
     pub radius: f64,
 }
 
-/// Groups as compressed rows: group `g` holds `members(g)`, ascending item indices.
-/// Groups are ordered by their smallest member.
+/// Groups as compressed rows: group `g` holds `members(g)`. From [`Grouper::group`], members are
+/// ascending item indices and groups are ordered by their smallest member.
 #[derive(Clone, Debug, Default)]
 pub struct Groups {
     group_of: Vec<u32>,
@@ -262,25 +262,29 @@ impl Grouper {
         };
         self.runs.clear();
         self.cell_runs.clear();
+        let mut keyed: Vec<(u8, u32)> = Vec::new();
         for c in 0..cells.len() {
             self.cell_runs.push(self.runs.len() as u32);
             let (start, end) = (cells.start[c] as usize, cells.start[c + 1] as usize);
             let key = cells.keys[c];
-            let slice = &mut cells.order[start..end];
-            if slice.len() > 1 {
-                slice.sort_unstable_by_key(|&i| sub_of(i, key));
+            keyed.clear();
+            keyed.extend(cells.order[start..end].iter().map(|&i| (sub_of(i, key), i)));
+            if keyed.len() > 1 {
+                keyed.sort_unstable();
             }
-            let mut k = start;
-            while k < end {
-                let s = sub_of(cells.order[k], key);
-                let mut reach: f64 = 0.0;
-                let mut e = k;
-                while e < end && sub_of(cells.order[e], key) == s {
-                    reach = reach.max(items[cells.order[e] as usize].radius);
-                    e += 1;
-                }
-                self.runs.push(Run { sub: s, start: k as u32, end: e as u32, reach });
-                k = e;
+            for (k, &(_, i)) in keyed.iter().enumerate() {
+                cells.order[start + k] = i;
+            }
+            let mut first = start;
+            for run in keyed.chunk_by(|a, b| a.0 == b.0) {
+                let reach = run.iter().map(|&(_, i)| items[i as usize].radius).fold(0.0, f64::max);
+                self.runs.push(Run {
+                    sub: run[0].0,
+                    start: first as u32,
+                    end: (first + run.len()) as u32,
+                    reach,
+                });
+                first += run.len();
             }
         }
         self.cell_runs.push(self.runs.len() as u32);
@@ -430,6 +434,45 @@ impl Grouper {
 }
 
 impl Groups {
+    /// Joins groups: group `g` joins group `root[g]`, where every root is its own root and is the
+    /// smallest group it gathers. Joined groups are ordered by root; members keep the order of
+    /// the groups they came from. Linear and sequential: no pass over labels per item.
+    pub fn join(&self, root: &[u32]) -> Groups {
+        const NONE: u32 = u32::MAX;
+        let n = self.len();
+        let mut joined_of = vec![NONE; n];
+        let mut sizes: Vec<u32> = Vec::new();
+        for g in 0..n {
+            let r = root[g] as usize;
+            if joined_of[r] == NONE {
+                joined_of[r] = sizes.len() as u32;
+                sizes.push(0);
+            }
+            sizes[joined_of[r] as usize] += self.members(g).len() as u32;
+        }
+        let mut offsets = Vec::with_capacity(sizes.len() + 1);
+        offsets.push(0);
+        let mut acc = 0;
+        for c in &sizes {
+            acc += c;
+            offsets.push(acc);
+        }
+        let mut fill = offsets[..sizes.len()].to_vec();
+        let mut members = vec![0; self.members.len()];
+        let mut group_of = vec![0; self.group_of.len()];
+        for g in 0..n {
+            let u = joined_of[root[g] as usize];
+            let from = self.members(g);
+            let at = fill[u as usize] as usize;
+            members[at..at + from.len()].copy_from_slice(from);
+            for &i in from {
+                group_of[i as usize] = u;
+            }
+            fill[u as usize] += from.len() as u32;
+        }
+        Groups { group_of, offsets, members }
+    }
+
     /// Groups items by label (`labels[i] < bound`): one group per distinct label, ordered by
     /// smallest member, members ascending.
     pub fn from_labels(labels: &[u32], bound: usize) -> Groups {

@@ -569,11 +569,12 @@ impl Mesh {
             }
             claims[slot as usize] = Some(claimed);
             let bounds = self.bubble(slot).bounds;
+            // An item's radius is `merge + v·lead`, so its border margin is `border + v·lead`.
+            let lead_part = |it: u32| sc.items[it as usize].radius - self.th.merge_distance_m;
             let near_edge = bounds != claimed
                 && clusters.members(c).iter().any(|&it| {
-                    let p = &self.players[sc.item_player[it as usize] as usize];
-                    let margin = self.th.scaled(self.th.border_margin_m, p.speed());
-                    bounds.inner_distance(p.position) < margin / 2.0
+                    let margin = self.th.border_margin_m + lead_part(it);
+                    bounds.inner_distance(sc.items[it as usize].pos) < margin / 2.0
                 });
             if near_edge {
                 self.set_bounds(slot, claimed, stats);

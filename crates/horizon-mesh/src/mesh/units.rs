@@ -23,8 +23,7 @@ impl Mesh {
         let Some(root) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) else {
             return clusters;
         };
-        let labels: Vec<u32> = (0..sc.items.len()).map(|it| root[clusters.group_of(it)]).collect();
-        let units = Groups::from_labels(&labels, clusters.len());
+        let units = clusters.join(&root);
         // A unit's figures are the sums of its clusters': no second pass over players.
         let mut tallies = std::mem::take(&mut sc.spare_tallies);
         while tallies.len() < units.len() {
