@@ -1,0 +1,240 @@
+//! The SPEC's acceptance cases, run as the bundled scenario files, and bad files refused clearly.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
+
+use std::path::PathBuf;
+
+use horizon_sim::{Report, Scenario, run};
+
+fn file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../simulations/scenarios").join(name)
+}
+
+fn report(name: &str) -> Report {
+    let sc = Scenario::load(&file(name)).unwrap_or_else(|e| panic!("{e}"));
+    run(&sc).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn site<'a>(r: &'a Report, player: &str) -> &'a str {
+    &r.final_players.get(player).unwrap_or_else(|| panic!("{player} not in final")).site
+}
+
+fn latency(r: &Report, player: &str) -> f64 {
+    r.final_players[player].latency_ms
+}
+
+#[test]
+fn three_montreal_and_one_paris_go_to_montreal_after_the_dwell() {
+    let r = report("three-mtl-one-par.toml");
+    for p in ["m1", "m2", "m3", "p1"] {
+        assert_eq!(site(&r, p), "MTL");
+    }
+    assert_eq!(r.moves.len(), 1);
+    let m = &r.moves[0];
+    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("PAR", "MTL", "gain"));
+    assert_eq!(m.t_s, 35.0, "Montreal became best at 5 s; the dwell is 30 s");
+    assert_eq!(latency(&r, "p1"), 95.0, "the Parisian pays ~90 ms: the price of the minority");
+}
+
+#[test]
+fn two_against_two_never_moves() {
+    let r = report("two-vs-two.toml");
+    assert!(r.moves.is_empty(), "{:?}", r.moves);
+    assert_eq!(site(&r, "a_p1"), "MTL", "a group created in Montreal stays there");
+    assert_eq!(site(&r, "b_m1"), "PAR", "a tie at creation goes to the core site");
+}
+
+#[test]
+fn one_player_per_continent_plays_in_paris() {
+    let r = report("three-continents.toml");
+    for p in ["p1", "m1", "h1"] {
+        assert_eq!(site(&r, p), "PAR");
+    }
+    assert!(r.moves.is_empty());
+}
+
+#[test]
+fn a_large_event_stays_on_one_site_and_spreads_over_servers() {
+    let r = report("large-event.toml");
+    assert_eq!(r.final_players.len(), 100);
+    assert!(r.final_players.values().all(|f| f.site == "PAR"), "one site for all");
+    assert_eq!(r.bubbles_by_site.get("PAR"), Some(&1));
+    assert_eq!(r.servers_by_site.get("PAR"), Some(&2), "100 players at 75 per server");
+    assert!(r.moves.is_empty());
+}
+
+#[test]
+fn pilots_count_double_afk_almost_nothing_npcs_nothing() {
+    let r = report("weights.toml");
+    assert_eq!(site(&r, "pilot_par"), "MTL", "the Montreal pilot outweighs the Parisian");
+    assert_eq!(site(&r, "afk_par"), "PAR", "three AFK Montrealers weigh 0.15");
+    assert_eq!(site(&r, "npc_par"), "PAR", "fifty NPCs weigh nothing");
+    assert!(!r.final_players.keys().any(|k| k.starts_with("npc_mtl")), "NPCs have no site");
+}
+
+#[test]
+fn inflating_ping_or_switching_vpn_attracts_nothing() {
+    let r = report("anti-cheat.toml");
+    assert!(r.moves.is_empty(), "{:?}", r.moves);
+    assert_eq!(site(&r, "m1"), "PAR");
+    assert_eq!(latency(&r, "m1"), 12.0 + 85.0, "decisions keep the session minimum");
+}
+
+#[test]
+fn a_home_site_without_servers_waits_in_a_core_zone() {
+    let r = report("night-in-hong-kong.toml");
+    assert_eq!(r.moves.len(), 1);
+    let m = &r.moves[0];
+    assert_eq!((m.t_s, m.from.as_str(), m.to.as_str()), (60.0, "PAR", "HKG"));
+    assert_eq!(m.reason, "server_ready");
+    assert_eq!(latency(&r, "h1"), 10.0);
+}
+
+#[test]
+fn a_relay_that_loses_its_link_fails_over_after_lease_and_margin() {
+    let r = report("relay-link-loss.toml");
+    let m = &r.moves[0];
+    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("MTL", "PAR", "failover"));
+    // Last renewal at 55 s, lease 30 s, margin 2 s: not before 87 s; ticks are 5 s apart.
+    assert_eq!(m.t_s, 90.0);
+    assert!(r.timeline.iter().any(|e| e.kind == "stalled" && e.t_s == 85.0));
+}
+
+#[test]
+fn groups_from_two_sites_merge_before_they_meet() {
+    let r = report("preventive-merge.toml");
+    assert_eq!(r.moves.len(), 1);
+    let m = &r.moves[0];
+    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("PAR", "MTL", "merge"));
+    // The Parisians drive at 10 m/s from 4 km away: at 170 s they are still 2.3 km apart.
+    assert_eq!(m.t_s, 170.0);
+    assert!(r.stats.borders > 0, "their border moved with them before the merge");
+}
+
+#[test]
+fn every_bundled_scenario_runs_and_is_deterministic() {
+    let dir = file("");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let sc = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            let a = serde_json::to_string(&run(&sc).unwrap()).unwrap();
+            let b = serde_json::to_string(&run(&sc).unwrap()).unwrap();
+            assert_eq!(a, b, "{} is not deterministic", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 9, "found only {n} scenarios in {}", dir.display());
+}
+
+#[test]
+fn the_json_report_has_the_documented_shape() {
+    let r = report("three-mtl-one-par.toml");
+    let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["name"], "3 Montreal + 1 Paris");
+    assert_eq!(v["seed"], 1);
+    let m = &v["moves"][0];
+    assert_eq!(m["t_s"], 35.0);
+    assert_eq!(m["players"], serde_json::json!(["m1", "m2", "m3", "p1"]));
+    assert_eq!(
+        (m["from"].as_str(), m["to"].as_str(), m["reason"].as_str()),
+        (Some("PAR"), Some("MTL"), Some("gain"))
+    );
+    assert_eq!(v["final"]["m1"], serde_json::json!({"site": "MTL", "latency_ms": 10.0}));
+}
+
+const GOOD_SITES: &str = r#"
+[sites]
+core = "PAR"
+list = ["PAR", "MTL"]
+[sites.backbone_rtt_ms]
+PAR-MTL = 85
+"#;
+
+fn problems(text: &str) -> Vec<(String, String)> {
+    match Scenario::parse(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(p) => p.into_iter().map(|p| (p.key, p.why)).collect(),
+    }
+}
+
+#[test]
+fn bad_files_are_refused_with_the_key_and_the_reason() {
+    let base = format!("name = \"x\"\nduration_s = 60\n{GOOD_SITES}");
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[[players]]\nid = \"a\"\nhome = \"XXX\"\naccess_rtt_ms = 10\n",
+            "players[0].home",
+            "not a site",
+        ),
+        (
+            "[[players]]\nid = \"a\"\nhome = \"PAR\"\naccess_rtt_ms = -3\n",
+            "players[0].access_rtt_ms",
+            ">= 0",
+        ),
+        (
+            "[[players]]\nid = \"a\"\nhome = \"PAR\"\naccess_rtt_ms = 3\nrole = \"king\"\n",
+            "players[0].role",
+            "unknown role",
+        ),
+        (
+            "[[players]]\nid = \"a\"\nhome = \"PAR\"\naccess_rtt_ms = 3\n[[players]]\nid = \"a\"\nhome = \"MTL\"\naccess_rtt_ms = 3\n",
+            "players[1].id",
+            "used twice",
+        ),
+        (
+            "[[players]]\nid = \"a\"\nhome = \"PAR\"\naccess_rtt_ms = 3\njoin_s = 10\nleave_s = 5\n",
+            "players[0].leave_s",
+            "after join_s",
+        ),
+        (
+            "[[events]]\nat_s = 5\nplayer = \"ghost\"\nrole = \"afk\"\n",
+            "events[0].player",
+            "no player",
+        ),
+        ("[thresholds]\ncap_ms = -1\n", "thresholds", "cap_ms"),
+        ("[[site_events]]\nat_s = 5\nsite = \"PAR\"\n", "site_events[0]", "changes nothing"),
+    ];
+    for (extra, key, why) in cases {
+        let found = problems(&format!("{base}{extra}"));
+        assert!(
+            found.iter().any(|(k, w)| k == key && w.contains(why)),
+            "expected {key}: …{why}… in {found:?}"
+        );
+    }
+}
+
+#[test]
+fn site_configuration_errors_are_all_reported() {
+    let text = r#"
+name = "x"
+duration_s = 60
+[sites]
+core = "LON"
+list = ["PAR", "MTL", "HKG", "PAR"]
+[sites.backbone_rtt_ms]
+PAR-MTL = 85
+PAR-PAR = 3
+"#;
+    let found = problems(text);
+    let all = format!("{found:?}");
+    for expected in ["listed twice", "core site LON", "MTL and HKG", "with itself"] {
+        assert!(all.contains(expected), "{expected} missing in {all}");
+    }
+}
+
+#[test]
+fn syntax_errors_and_unknown_keys_name_the_line() {
+    let found = problems("name = \"x\"\nduration_s = 60\nspeling = 3\n");
+    assert!(found[0].1.contains("speling"), "{found:?}");
+    let found = problems("name = \"x\"\nduration_s = [\n");
+    assert_eq!(found[0].0, "file");
+    assert!(found[0].1.contains("line"), "{found:?}");
+}
+
+#[test]
+fn a_missing_file_is_an_error_not_a_panic() {
+    let err = Scenario::load(&file("does-not-exist.toml")).unwrap_err();
+    assert!(err.to_string().contains("cannot read"), "{err}");
+}
