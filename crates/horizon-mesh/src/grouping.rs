@@ -442,8 +442,8 @@ impl Groups {
         let n = self.len();
         let mut joined_of = vec![NONE; n];
         let mut sizes: Vec<u32> = Vec::new();
-        for g in 0..n {
-            let r = root[g] as usize;
+        for (g, &r) in root.iter().enumerate().take(n) {
+            let r = r as usize;
             if joined_of[r] == NONE {
                 joined_of[r] = sizes.len() as u32;
                 sizes.push(0);
