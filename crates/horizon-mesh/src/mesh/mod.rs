@@ -208,6 +208,7 @@ struct Scratch {
     /// Counted players per bubble slot, as compressed rows (player indices).
     member_offsets: Vec<u32>,
     member_list: Vec<u32>,
+    sweep: units::Sweep,
 }
 
 impl Scratch {

@@ -1,6 +1,6 @@
 //! The tick: units of placement, continuity with existing bubbles, borders and scoring.
 
-use super::units::{claimed_box, overlapping};
+use super::units::claimed_box;
 use super::*;
 use crate::scoring::Verdict;
 
@@ -17,7 +17,7 @@ impl Mesh {
         // 2. Continuity with the bubbles of the previous tick.
         self.place_units(&units, &mut sc, now, &mut stats);
         // 3. Moving borders, and no two regions overlapping.
-        self.settle_bounds(&units, &sc, &mut stats);
+        self.settle_bounds(&units, &mut sc, &mut stats);
         self.index_members(&mut sc);
         // 4. Scoring, hysteresis and failover.
         self.score_bubbles(&mut sc, now, &mut stats);
@@ -556,15 +556,19 @@ impl Mesh {
     /// grown by the margin), so the border moves with them, a margin at a time. Claims of
     /// different bubbles (and of players waiting in zones) never overlap, so resetting any stale
     /// box that overlaps another region ends with no overlap at all.
-    pub(super) fn settle_bounds(&mut self, clusters: &Groups, sc: &Scratch, stats: &mut TickStats) {
+    pub(super) fn settle_bounds(
+        &mut self,
+        clusters: &Groups,
+        sc: &mut Scratch,
+        stats: &mut TickStats,
+    ) {
         let mut claims: Vec<Option<Aabb>> = vec![None; self.bubbles.len()];
-        let mut obstacles: Vec<(WorldId, Aabb, u32)> = Vec::new();
+        let mut obstacles: Vec<(WorldId, Aabb)> = Vec::new();
         for c in 0..clusters.len() {
             let slot = sc.cluster_bubble[c];
             let claimed = claimed_box(sc.cluster_box[c]);
             if slot == NONE {
-                let world = sc.items[clusters.members(c)[0] as usize].world;
-                obstacles.push((world, claimed, NONE));
+                obstacles.push((sc.items[clusters.members(c)[0] as usize].world, claimed));
                 continue;
             }
             claims[slot as usize] = Some(claimed);
@@ -582,14 +586,17 @@ impl Mesh {
         }
         // Bounded: each round resets at least one stale box to its claim.
         loop {
-            let mut boxes: Vec<(WorldId, Aabb, u32)> = obstacles.clone();
+            sc.sweep.clear();
+            for &(world, bx) in &obstacles {
+                sc.sweep.push(world, bx, NONE);
+            }
             for (slot, b) in self.bubbles.iter().enumerate() {
                 if let Some(b) = b {
-                    boxes.push((b.world, b.bounds, slot as u32));
+                    sc.sweep.push(b.world, b.bounds, slot as u32);
                 }
             }
             let mut reset = false;
-            for (a, b) in overlapping(&mut boxes) {
+            for &(a, b) in sc.sweep.overlapping() {
                 for slot in [a, b] {
                     if slot == NONE {
                         continue;

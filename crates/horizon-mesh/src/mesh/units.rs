@@ -20,7 +20,8 @@ impl Mesh {
         }
         let clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
         self.describe(&clusters, sc);
-        let Some(root) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box) else {
+        let Some(root) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box, &mut sc.sweep)
+        else {
             return clusters;
         };
         let units = clusters.join(&root);
@@ -75,21 +76,51 @@ pub(super) fn claimed_box((bx, margin): (Aabb, f64)) -> Aabb {
     bx.expand(margin)
 }
 
-/// Overlapping pairs among `boxes` (same world), by sweeping along x.
-pub(super) fn overlapping(boxes: &mut [(WorldId, Aabb, u32)]) -> Vec<(u32, u32)> {
-    boxes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
-    let mut pairs = Vec::new();
-    for i in 0..boxes.len() {
-        for j in i + 1..boxes.len() {
-            if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
-                break;
-            }
-            if boxes[i].1.overlaps(&boxes[j].1) {
-                pairs.push((boxes[i].2, boxes[j].2));
+/// Finds the overlapping pairs among boxes of the same world: sort on (world, min x) as compact
+/// integer keys, then sweep along x. Keeps its buffers from tick to tick.
+#[derive(Debug, Default)]
+pub(super) struct Sweep {
+    boxes: Vec<(WorldId, Aabb, u32)>,
+    order: Vec<(u32, u64, u32)>,
+    pairs: Vec<(u32, u32)>,
+}
+
+impl Sweep {
+    pub(super) fn clear(&mut self) {
+        self.boxes.clear();
+    }
+
+    pub(super) fn push(&mut self, world: WorldId, bx: Aabb, id: u32) {
+        self.boxes.push((world, bx, id));
+    }
+
+    /// The ids of every overlapping pair pushed since the last `clear`.
+    pub(super) fn overlapping(&mut self) -> &[(u32, u32)] {
+        // f64 → u64 preserving order (no NaN here: positions are checked at the door).
+        let ordered = |x: f64| {
+            let b = x.to_bits();
+            if b >> 63 == 1 { !b } else { b | 1 << 63 }
+        };
+        self.order.clear();
+        self.order.extend(
+            self.boxes.iter().enumerate().map(|(i, (w, b, _))| (w.0, ordered(b.min.x), i as u32)),
+        );
+        self.order.sort_unstable();
+        self.pairs.clear();
+        for (k, &(world, _, i)) in self.order.iter().enumerate() {
+            let a = &self.boxes[i as usize];
+            for &(w, _, j) in &self.order[k + 1..] {
+                let b = &self.boxes[j as usize];
+                if w != world || b.1.min.x >= a.1.max.x {
+                    break;
+                }
+                if a.1.overlaps(&b.1) {
+                    self.pairs.push((a.2, b.2));
+                }
             }
         }
+        &self.pairs
     }
-    pairs
 }
 
 /// For each cluster, the cluster representing its unit: clusters whose claimed boxes overlap
@@ -99,6 +130,7 @@ pub(super) fn unite_overlapping(
     clusters: &Groups,
     items: &[Item],
     boxes: &[(Aabb, f64)],
+    sweep: &mut Sweep,
 ) -> Option<Vec<u32>> {
     fn find(root: &mut [u32], mut x: u32) -> u32 {
         while root[x as usize] != x {
@@ -107,23 +139,24 @@ pub(super) fn unite_overlapping(
         }
         x
     }
-    let world = |c: usize| items[clusters.members(c)[0] as usize].world;
+    let world: Vec<WorldId> =
+        (0..clusters.len()).map(|c| items[clusters.members(c)[0] as usize].world).collect();
     let mut root: Vec<u32> = (0..clusters.len() as u32).collect();
     let mut unit_box: Vec<(Aabb, f64)> = boxes.to_vec();
     let mut reps: Vec<u32> = root.clone();
     let mut joined = false;
     loop {
-        let mut claims: Vec<(WorldId, Aabb, u32)> = reps
-            .iter()
-            .map(|&c| (world(c as usize), claimed_box(unit_box[c as usize]), c))
-            .collect();
-        let pairs = overlapping(&mut claims);
+        sweep.clear();
+        for &c in &reps {
+            sweep.push(world[c as usize], claimed_box(unit_box[c as usize]), c);
+        }
+        let pairs = sweep.overlapping();
         if pairs.is_empty() {
             return joined
                 .then_some((0..clusters.len() as u32).map(|c| find(&mut root, c)).collect());
         }
         joined = true;
-        for (a, b) in pairs {
+        for &(a, b) in pairs {
             let (ra, rb) = (find(&mut root, a), find(&mut root, b));
             if ra == rb {
                 continue;
