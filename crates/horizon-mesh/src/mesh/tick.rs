@@ -366,33 +366,13 @@ impl Mesh {
             Some(_) if travelled_from.is_none() => return NONE,
             _ => best_site(tally, &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1)).site,
         };
-        let (bx, m) = sc.cluster_box[c];
-        let world = self.players[sc.item_player[members[0] as usize] as usize].world;
-        let Some((slot, epoch)) =
-            self.insert_bubble(site, world, claimed_box((bx, m)), now, Hysteresis::default())
-        else {
-            return NONE;
-        };
         let (previous_site, reason) = match travelled_from {
             _ if fresh => (None, CreateReason::Join),
             Some(site) => (Some(site), CreateReason::Travel),
             None => (Some(self.sites.core()), CreateReason::ServerReady),
         };
-        let players = self.cluster_players(clusters, sc, c);
-        let b = self.bubble(slot);
-        self.commands.push_back(Command::Create {
-            bubble: b.id,
-            site,
-            previous_site,
-            world,
-            bounds: b.bounds,
-            epoch,
-            players,
-            reason,
-        });
-        Self::mark_touched(sc, slot);
-        stats.created += 1;
-        slot
+        let origin = Origin { previous_site, reason, hysteresis: Hysteresis::default() };
+        self.create_bubble(c, clusters, sc, site, origin, now, stats)
     }
 
     /// A cluster that walked away from its bubble: a new bubble, on the same site if it can host
@@ -414,24 +394,43 @@ impl Mesh {
             best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1))
                 .site
         };
-        let (bx, m) = sc.cluster_box[c];
-        let world = self.players[sc.item_player[clusters.members(c)[0] as usize] as usize].world;
-        let Some((slot, epoch)) =
-            self.insert_bubble(site, world, claimed_box((bx, m)), now, parent)
+        let origin = Origin {
+            previous_site: Some(parent_site),
+            reason: CreateReason::Split,
+            hysteresis: parent,
+        };
+        self.create_bubble(c, clusters, sc, site, origin, now, stats)
+    }
+
+    /// Creates cluster `c`'s bubble on `site` and announces it. `NONE` if the lease is refused.
+    #[allow(clippy::too_many_arguments)]
+    fn create_bubble(
+        &mut self,
+        c: usize,
+        clusters: &Groups,
+        sc: &mut Scratch,
+        site: SiteId,
+        origin: Origin,
+        now: Time,
+        stats: &mut TickStats,
+    ) -> u32 {
+        let world = sc.items[clusters.members(c)[0] as usize].world;
+        let bounds = claimed_box(sc.cluster_box[c]);
+        let Some((slot, epoch)) = self.insert_bubble(site, world, bounds, now, origin.hysteresis)
         else {
             return NONE;
         };
         let players = self.cluster_players(clusters, sc, c);
-        let b = self.bubble(slot);
+        let id = self.bubble(slot).id;
         self.commands.push_back(Command::Create {
-            bubble: b.id,
+            bubble: id,
             site,
-            previous_site: Some(parent_site),
+            previous_site: origin.previous_site,
             world,
-            bounds: b.bounds,
+            bounds,
             epoch,
             players,
-            reason: CreateReason::Split,
+            reason: origin.reason,
         });
         Self::mark_touched(sc, slot);
         stats.created += 1;
@@ -638,4 +637,12 @@ struct Claim {
     weight: f64,
     /// Smallest of their ids (the tie-break).
     min_id: PlayerId,
+}
+
+/// Where a new bubble's players come from, and the hysteresis it starts with.
+#[derive(Clone, Copy, Debug)]
+struct Origin {
+    previous_site: Option<SiteId>,
+    reason: CreateReason,
+    hysteresis: Hysteresis,
 }
