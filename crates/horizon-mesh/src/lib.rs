@@ -31,7 +31,8 @@ pub use geom::{Aabb, Vec3};
 pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
-    Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig, TickStats,
+    BorderReason, Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig,
+    TickStats,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Tally, Verdict};

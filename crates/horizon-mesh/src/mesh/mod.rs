@@ -89,6 +89,18 @@ pub enum LoadReason {
     Underload,
 }
 
+/// Why a bubble's box changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BorderReason {
+    /// A member came within half its margin of the edge: the border moves with the players.
+    NearEdge,
+    /// The old box overlapped another region's claim: reset to the players' own claim.
+    Overlap,
+    /// Bubbles merged: the union's box.
+    Merge,
+}
+
 /// What the daemons (and the simulator) must carry out. Player lists are sorted.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
@@ -129,7 +141,7 @@ pub enum Command {
     /// End a bubble and revoke its lease.
     Delete { bubble: BubbleId, site: SiteId, epoch: Epoch, reason: DeleteReason },
     /// Moving border: the bubble's box follows its players.
-    Border { bubble: BubbleId, bounds: Aabb },
+    Border { bubble: BubbleId, bounds: Aabb, reason: BorderReason },
     /// Re-cut a bubble across `parts.len()` servers of its site.
     Servers { bubble: BubbleId, site: SiteId, parts: Vec<Aabb>, reason: LoadReason },
     /// A bubble's lease expired: its site stopped, players see "reconnecting" until the failover.

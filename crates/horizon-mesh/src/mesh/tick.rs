@@ -478,7 +478,11 @@ impl Mesh {
         let b = self.bubble_mut(survivor);
         b.bounds = bounds;
         b.hysteresis.best_since = None;
-        self.commands.push_back(Command::Border { bubble: into, bounds });
+        self.commands.push_back(Command::Border {
+            bubble: into,
+            bounds,
+            reason: BorderReason::Merge,
+        });
         Self::mark_touched(sc, survivor);
         survivor
     }
@@ -580,7 +584,7 @@ impl Mesh {
                     bounds.inner_distance(sc.items[it as usize].pos) < margin / 2.0
                 });
             if near_edge {
-                self.set_bounds(slot, claimed, stats);
+                self.set_bounds(slot, claimed, BorderReason::NearEdge, stats);
             }
         }
         // Bounded: each round resets at least one stale box to its claim.
@@ -603,7 +607,7 @@ impl Mesh {
                     // Invariant: every live bubble holds one cluster, so it has a claim.
                     let claimed = claims[slot as usize].expect("a live bubble has a claim");
                     if self.bubble(slot).bounds != claimed {
-                        self.set_bounds(slot, claimed, stats);
+                        self.set_bounds(slot, claimed, BorderReason::Overlap, stats);
                         reset = true;
                     }
                 }
@@ -614,10 +618,16 @@ impl Mesh {
         }
     }
 
-    pub(super) fn set_bounds(&mut self, slot: u32, bounds: Aabb, stats: &mut TickStats) {
+    pub(super) fn set_bounds(
+        &mut self,
+        slot: u32,
+        bounds: Aabb,
+        reason: BorderReason,
+        stats: &mut TickStats,
+    ) {
         let b = self.bubble_mut(slot);
         b.bounds = bounds;
-        let cmd = Command::Border { bubble: b.id, bounds };
+        let cmd = Command::Border { bubble: b.id, bounds, reason };
         self.commands.push_back(cmd);
         stats.borders += 1;
     }
