@@ -3,17 +3,19 @@
 //! Poll-style and sans-IO: feed it with `handle_*(…, now)`, call [`Mesh::handle_timeout`] when
 //! [`Mesh::poll_timeout`] says so, and drain [`Mesh::poll_command`]. Every tick (5 s by default):
 //!
-//! 1. **Clusters.** Counted players (NPCs never count) are grouped at the speed-scaled *merge*
-//!    distance: groups closer than it must share a site (preventive merge), so the cluster is the
-//!    unit of placement and a bubble always holds whole clusters.
-//! 2. **Continuity.** Each cluster keeps the bubble most of its weight was in. A cluster that owns
-//!    no bubble is created one (or split off its old one); a cluster owning several merges them on
-//!    the site the scoring picks for the union; a bubble nobody owns is deleted.
-//! 3. **Borders.** A member closer to its bubble's edge than its margin moves the border with it;
-//!    bubbles whose boxes would overlap are merged, so no two regions ever overlap.
+//! 1. **Units** (`units.rs`). Counted players (NPCs never count) are grouped at the speed-scaled
+//!    *merge* distance: groups closer than that must share a site before they meet (preventive
+//!    merge). Groups whose claimed boxes (members' box grown by their border margin) overlap are
+//!    joined too. A unit is placed whole: a bubble always holds exactly one unit.
+//! 2. **Continuity** (`tick.rs`). Each unit keeps the bubble most of its weight was in. A unit
+//!    owning no bubble gets one (on the home site, or waits in a core zone for a server); a unit
+//!    that walked off gets its own bubble on the same site; a unit owning several merges them onto
+//!    whichever of their sites scores best for the union; a bubble nobody owns is deleted.
+//! 3. **Borders.** A member within half its margin of its bubble's edge moves the border; a stale
+//!    box that overlaps another region is reset to its claim, so no two regions ever overlap.
 //! 4. **Scoring and hysteresis** pick each bubble's site; failover ignores hold and dwell.
-//! 5. **Load.** Within a site, an overloaded bubble is cut across more servers through the widest
-//!    gap between its groups; the latest cut is undone when load stays low.
+//! 5. **Load** (`load.rs`). Within a site, an overloaded bubble is cut across more servers through
+//!    the widest gap between its groups; the latest cut is undone when load stays low.
 
 use std::collections::VecDeque;
 
@@ -130,7 +132,8 @@ pub enum Command {
     /// a core-site zone, or a border crossing from another bubble (a single-player handover when
     /// the site changes).
     Enter { bubble: BubbleId, site: SiteId, from_site: Option<SiteId>, players: Vec<PlayerId> },
-    /// Fold bubble `from` into `into` (preventive merge); `from`'s lease is revoked.
+    /// Fold bubble `from` into `into` (preventive merge): `players` (those of `from`) change site
+    /// when `from_site != into_site`; `from`'s lease is revoked.
     Merge {
         into: BubbleId,
         from: BubbleId,
