@@ -210,7 +210,7 @@ struct Scratch {
     tallies: Vec<Tally>,
     /// The other half of `tallies`' double buffer, used while joining units.
     spare_tallies: Vec<Tally>,
-    cluster_box: Vec<(Aabb, f64)>,
+    extents: Vec<units::Extent>,
     cluster_bubble: Vec<u32>,
     /// Per bubble slot: the tally index (cluster) describing it this tick.
     slot_tally: Vec<u32>,

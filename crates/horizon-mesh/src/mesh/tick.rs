@@ -1,6 +1,5 @@
 //! The tick: units of placement, continuity with existing bubbles, borders and scoring.
 
-use super::units::claimed_box;
 use super::*;
 use crate::scoring::Verdict;
 
@@ -130,7 +129,7 @@ impl Mesh {
                         })
                         .collect();
                     let t = sc.tallies[c].clone();
-                    let bounds = claimed_box(sc.cluster_box[c]);
+                    let bounds = sc.extents[c].claim();
                     self.merge_bubbles(&owned, &t, bounds, members, sc, stats)
                 }
             };
@@ -414,8 +413,7 @@ impl Mesh {
         now: Time,
         stats: &mut TickStats,
     ) -> u32 {
-        let world = sc.items[clusters.members(c)[0] as usize].world;
-        let bounds = claimed_box(sc.cluster_box[c]);
+        let (world, bounds) = (sc.extents[c].world, sc.extents[c].claim());
         let Some((slot, epoch)) = self.insert_bubble(site, world, bounds, now, origin.hysteresis)
         else {
             return NONE;
@@ -569,9 +567,9 @@ impl Mesh {
         let mut obstacles: Vec<(WorldId, Aabb)> = Vec::new();
         for c in 0..clusters.len() {
             let slot = sc.cluster_bubble[c];
-            let claimed = claimed_box(sc.cluster_box[c]);
+            let claimed = sc.extents[c].claim();
             if slot == NONE {
-                obstacles.push((sc.items[clusters.members(c)[0] as usize].world, claimed));
+                obstacles.push((sc.extents[c].world, claimed));
                 continue;
             }
             claims[slot as usize] = Some(claimed);

@@ -20,8 +20,7 @@ impl Mesh {
         }
         let clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
         self.describe(&clusters, sc);
-        let Some(root) = unite_overlapping(&clusters, &sc.items, &sc.cluster_box, &mut sc.sweep)
-        else {
+        let Some(root) = unite_overlapping(&sc.extents, &mut sc.sweep) else {
             return clusters;
         };
         let units = clusters.join(&root);
@@ -33,16 +32,16 @@ impl Mesh {
         for t in tallies.iter_mut().take(units.len()) {
             t.clear();
         }
-        let mut boxes: Vec<Option<(Aabb, f64)>> = vec![None; units.len()];
+        let mut boxes: Vec<Option<Extent>> = vec![None; units.len()];
         for c in 0..clusters.len() {
             let u = units.group_of(clusters.members(c)[0] as usize);
             tallies[u].merge(&sc.tallies[c]);
-            let (bx, m) = sc.cluster_box[c];
-            boxes[u] = Some(boxes[u].map_or((bx, m), |(b, n)| (b.hull(bx), n.max(m))));
+            let e = sc.extents[c];
+            boxes[u] = Some(boxes[u].map_or(e, |b| b.join(&e)));
         }
         sc.spare_tallies = std::mem::replace(&mut sc.tallies, tallies);
         // Invariant: every unit holds at least one cluster.
-        sc.cluster_box = boxes.into_iter().map(|b| b.expect("non-empty unit")).collect();
+        sc.extents = boxes.into_iter().map(|b| b.expect("non-empty unit")).collect();
         units
     }
 
@@ -52,28 +51,50 @@ impl Mesh {
         while sc.tallies.len() < nc {
             sc.tallies.push(Tally::new(self.sites.len()));
         }
-        sc.cluster_box.clear();
+        sc.extents.clear();
+        // An item's radius is `merge + v·lead`, so its border margin is `border + v·lead`.
+        let extra = self.th.border_margin_m - self.th.merge_distance_m;
         for c in 0..nc {
             let t = &mut sc.tallies[c];
             t.clear();
             let members = clusters.members(c);
-            let first = self.players[sc.item_player[members[0] as usize] as usize].position;
-            let mut bx = Aabb::point(first);
-            let mut margin: f64 = 0.0;
+            let first = &sc.items[members[0] as usize];
+            let mut extent =
+                Extent { world: first.world, bounds: Aabb::point(first.pos), margin: 0.0 };
             for &it in members {
+                let item = &sc.items[it as usize];
                 let p = &self.players[sc.item_player[it as usize] as usize];
                 t.add(p, self.th.weights.of(p.role));
-                bx = bx.include(p.position);
-                margin = margin.max(self.th.scaled(self.th.border_margin_m, p.speed()));
+                extent.bounds = extent.bounds.include(item.pos);
+                extent.margin = extent.margin.max(item.radius + extra);
             }
-            sc.cluster_box.push((bx, margin));
+            sc.extents.push(extent);
         }
     }
 }
 
-/// The box a cluster claims: its members' box grown by their largest speed-scaled margin.
-pub(super) fn claimed_box((bx, margin): (Aabb, f64)) -> Aabb {
-    bx.expand(margin)
+/// Where a cluster (or unit) is: its world, its members' box and their largest speed-scaled
+/// border margin.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Extent {
+    pub(super) world: WorldId,
+    pub(super) bounds: Aabb,
+    pub(super) margin: f64,
+}
+
+impl Extent {
+    /// The box it claims: its members' box grown by their largest margin.
+    pub(super) fn claim(&self) -> Aabb {
+        self.bounds.expand(self.margin)
+    }
+
+    fn join(&self, o: &Extent) -> Extent {
+        Extent {
+            world: self.world,
+            bounds: self.bounds.hull(o.bounds),
+            margin: self.margin.max(o.margin),
+        }
+    }
 }
 
 /// Finds the overlapping pairs among boxes of the same world: sort on (world, min x) as compact
@@ -81,7 +102,7 @@ pub(super) fn claimed_box((bx, margin): (Aabb, f64)) -> Aabb {
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
     boxes: Vec<(WorldId, Aabb, u32)>,
-    order: Vec<(u32, u64, u32)>,
+    order: Vec<(u32, u64, u64, u32)>,
     pairs: Vec<(u32, u32)>,
 }
 
@@ -101,19 +122,23 @@ impl Sweep {
             let b = x.to_bits();
             if b >> 63 == 1 { !b } else { b | 1 << 63 }
         };
+        // (world, min x, max x, index): the sweep reads only this dense array until two boxes
+        // overlap along x, so it does not chase every box in memory.
         self.order.clear();
         self.order.extend(
-            self.boxes.iter().enumerate().map(|(i, (w, b, _))| (w.0, ordered(b.min.x), i as u32)),
+            self.boxes
+                .iter()
+                .enumerate()
+                .map(|(i, (w, b, _))| (w.0, ordered(b.min.x), ordered(b.max.x), i as u32)),
         );
         self.order.sort_unstable();
         self.pairs.clear();
-        for (k, &(world, _, i)) in self.order.iter().enumerate() {
-            let a = &self.boxes[i as usize];
-            for &(w, _, j) in &self.order[k + 1..] {
-                let b = &self.boxes[j as usize];
-                if w != world || b.1.min.x >= a.1.max.x {
+        for (k, &(world, _, max_x, i)) in self.order.iter().enumerate() {
+            for &(w, min_x, _, j) in &self.order[k + 1..] {
+                if w != world || min_x >= max_x {
                     break;
                 }
+                let (a, b) = (&self.boxes[i as usize], &self.boxes[j as usize]);
                 if a.1.overlaps(&b.1) {
                     self.pairs.push((a.2, b.2));
                 }
@@ -126,12 +151,7 @@ impl Sweep {
 /// For each cluster, the cluster representing its unit: clusters whose claimed boxes overlap
 /// are joined, and joined boxes are checked again until no two units' boxes overlap. `None` when
 /// no two clusters overlap. Works on boxes only; at most as many rounds as clusters.
-pub(super) fn unite_overlapping(
-    clusters: &Groups,
-    items: &[Item],
-    boxes: &[(Aabb, f64)],
-    sweep: &mut Sweep,
-) -> Option<Vec<u32>> {
+pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option<Vec<u32>> {
     fn find(root: &mut [u32], mut x: u32) -> u32 {
         while root[x as usize] != x {
             root[x as usize] = root[root[x as usize] as usize];
@@ -139,21 +159,20 @@ pub(super) fn unite_overlapping(
         }
         x
     }
-    let world: Vec<WorldId> =
-        (0..clusters.len()).map(|c| items[clusters.members(c)[0] as usize].world).collect();
-    let mut root: Vec<u32> = (0..clusters.len() as u32).collect();
-    let mut unit_box: Vec<(Aabb, f64)> = boxes.to_vec();
+    let n = extents.len();
+    let mut root: Vec<u32> = (0..n as u32).collect();
+    let mut unit: Vec<Extent> = extents.to_vec();
     let mut reps: Vec<u32> = root.clone();
     let mut joined = false;
     loop {
         sweep.clear();
         for &c in &reps {
-            sweep.push(world[c as usize], claimed_box(unit_box[c as usize]), c);
+            let e = &unit[c as usize];
+            sweep.push(e.world, e.claim(), c);
         }
         let pairs = sweep.overlapping();
         if pairs.is_empty() {
-            return joined
-                .then_some((0..clusters.len() as u32).map(|c| find(&mut root, c)).collect());
+            return joined.then_some((0..n as u32).map(|c| find(&mut root, c)).collect());
         }
         joined = true;
         for &(a, b) in pairs {
@@ -163,8 +182,7 @@ pub(super) fn unite_overlapping(
             }
             let (keep, gone) = (ra.min(rb), ra.max(rb));
             root[gone as usize] = keep;
-            let ((ka, ma), (kb, mb)) = (unit_box[keep as usize], unit_box[gone as usize]);
-            unit_box[keep as usize] = (ka.hull(kb), ma.max(mb));
+            unit[keep as usize] = unit[keep as usize].join(&unit[gone as usize]);
         }
         reps.retain(|&c| root[c as usize] == c);
     }
