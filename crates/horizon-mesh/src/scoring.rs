@@ -179,10 +179,19 @@ pub enum MoveReason {
     Gain,
     /// The current site breaks the fairness cap and the best one does not.
     Cap,
-    /// The bubble waited in a core zone and a server became ready on a better site.
-    ServerReady,
     /// The site lost its lease (link loss, no server): hold and dwell are ignored.
     Failover,
+}
+
+impl MoveReason {
+    /// The name used in reports (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveReason::Gain => "gain",
+            MoveReason::Cap => "cap",
+            MoveReason::Failover => "failover",
+        }
+    }
 }
 
 /// The hysteresis state of one bubble (SPEC section 3 rule 3).

@@ -275,22 +275,15 @@ impl Run<'_> {
     fn apply(&mut self, now: Time, cmd: Command) -> Result<(), RunError> {
         let s = &mut self.report.stats;
         match cmd {
-            Command::Create { bubble, site, previous_site, players, reason, .. } => {
+            Command::Create { bubble, site, players, reason, .. } => {
                 s.created += 1;
-                let reason = serde_json::to_value(reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                match previous_site {
-                    None => players.iter().for_each(|&p| {
-                        self.site_of.insert(p, site);
-                    }),
-                    Some(_) => self.record_move(now, &players, site, &reason),
-                }
+                // Fresh connections have no site yet: recording them logs no move.
+                self.record_move(now, &players, site, reason.as_str());
                 let text = format!(
-                    "{bubble} on {} for {} ({reason})",
+                    "{bubble} on {} for {} ({})",
                     self.site(site),
-                    self.list(&players)
+                    self.list(&players),
+                    reason.as_str()
                 );
                 self.note(now, "create", text);
             }
@@ -307,7 +300,7 @@ impl Run<'_> {
                     }
                 }
                 self.last_move.insert(bubble, now);
-                let r = move_reason(reason);
+                let r = reason.as_str();
                 self.record_move(now, &players, to, r);
                 let text = format!(
                     "{bubble} {} -> {}: {} ({r})",
@@ -318,12 +311,8 @@ impl Run<'_> {
                 self.note(now, "move", text);
             }
             Command::Enter { bubble, site, from_site, players } => {
-                match from_site {
-                    None => players.iter().for_each(|&p| {
-                        self.site_of.insert(p, site);
-                    }),
-                    Some(_) => self.record_move(now, &players, site, "border"),
-                }
+                // Fresh connections have no site yet: recording them logs no move.
+                self.record_move(now, &players, site, "border");
                 let from = from_site.map_or("connection".to_owned(), |s| self.site(s));
                 let text =
                     format!("{bubble} on {} from {from}: {}", self.site(site), self.list(&players));
@@ -432,14 +421,5 @@ impl Run<'_> {
             *self.report.bubbles_by_site.entry(site.clone()).or_default() += 1;
             *self.report.servers_by_site.entry(site).or_default() += b.servers();
         }
-    }
-}
-
-fn move_reason(r: MoveReason) -> &'static str {
-    match r {
-        MoveReason::Gain => "gain",
-        MoveReason::Cap => "cap",
-        MoveReason::ServerReady => "server_ready",
-        MoveReason::Failover => "failover",
     }
 }

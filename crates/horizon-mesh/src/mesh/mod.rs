@@ -73,6 +73,18 @@ pub enum CreateReason {
     Travel,
 }
 
+impl CreateReason {
+    /// The name used in reports (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CreateReason::Join => "join",
+            CreateReason::ServerReady => "server_ready",
+            CreateReason::Split => "split",
+            CreateReason::Travel => "travel",
+        }
+    }
+}
+
 /// Why a bubble ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
