@@ -142,11 +142,6 @@ impl Aabb {
         dx * dx + dy * dy + dz * dz
     }
 
-    /// Length along `axis`.
-    pub fn extent(&self, axis: usize) -> f64 {
-        self.max.axis(axis) - self.min.axis(axis)
-    }
-
     /// The two halves of a cut at `at` across `axis`.
     pub fn cut(&self, axis: usize, at: f64) -> (Aabb, Aabb) {
         let at = at.clamp(self.min.axis(axis), self.max.axis(axis));

@@ -169,11 +169,6 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         out
     }
 
-    /// When an expired lease's region may be granted again.
-    pub fn regrant_at(&self, region: R) -> Option<Time> {
-        self.leases.get(&region).map(|l| l.expires_at + self.drift)
-    }
-
     /// The next time something happens on its own: an expiry, or the end of a drift margin.
     pub fn poll_timeout(&self) -> Option<Time> {
         self.leases
