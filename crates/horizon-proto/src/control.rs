@@ -1,0 +1,201 @@
+//! core ↔ agent: the control channel. One connection per agent, opened by the agent, mutual
+//! TLS with site certificates. Both sides send requests; each variant says who sends it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{Channel, Never, kinds};
+use crate::frame::ChannelId;
+use crate::types::{
+    Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Role, Tick, Vec3,
+};
+
+/// The control channel's types.
+#[derive(Debug)]
+pub enum Control {}
+
+impl Channel for Control {
+    const ID: ChannelId = ChannelId::Control;
+    type Request = Request;
+    type Reply = Reply;
+    type Stream = Backup;
+    type Datagram = Never;
+}
+
+/// A request on the control channel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// agent → core, first request of every connection (full state sync): everything the agent
+    /// holds. The core answers with the authoritative set: what to keep, what to stop.
+    Register {
+        site: Name,
+        /// The agent's build, for the status page.
+        build: Name,
+        /// Address other agents reach this agent's transfer endpoint at (`host:port`).
+        transfer_addr: String,
+        servers: Vec<ServerLoad>,
+        /// Leases the agent's servers hold right now, with the last tick simulated.
+        held: Vec<Held>,
+    },
+    /// agent → core, every few seconds: the scoring inputs seen at this site.
+    Report {
+        joins: Vec<PlayerJoin>,
+        leaves: Vec<PlayerId>,
+        players: Vec<PlayerSample>,
+        backbone: Vec<BackboneSample>,
+        servers: Vec<ServerLoad>,
+    },
+    /// agent → core: one batched renewal for every lease of the site. The agent counts each
+    /// granted lease's `ttl_ms` from when it sent this request.
+    Renew { leases: Vec<LeaseRef> },
+    /// agent (target) → core: the bubble runs here from `tick` under `epoch`; commit it.
+    Started { handover: HandoverId, bubble: BubbleId, epoch: Epoch, tick: Tick },
+    /// agent → core: a handover cannot go on (target not ready in time, transfer broken).
+    Failed { handover: HandoverId, reason: String },
+    /// core → agent: simulate a new bubble on a ready server of this site under `lease`.
+    Create { bubble: BubbleId, region: Region, lease: Lease },
+    /// core → agent: a bubble's border moved.
+    Resize { lease: LeaseRef, region: Region },
+    /// core → agent: start a handover. Sent to the target first (`lease` is its pre-authorised
+    /// epoch `e+1`, valid only once the seal arrives), then to the source (`lease` is the current
+    /// one) which opens the transfer to `target_addr`.
+    Prepare {
+        handover: HandoverId,
+        bubble: BubbleId,
+        source: Name,
+        target: Name,
+        target_addr: String,
+        lease: Lease,
+        /// The target must be ready (snapshot applied, deltas flowing) within this; else abort.
+        deadline_ms: u32,
+    },
+    /// core → agent (source): freeze at the next tick and send the seal to the target.
+    Freeze { handover: HandoverId },
+    /// core → agent (source): the target committed; drop the sealed bubble.
+    Commit { handover: HandoverId },
+    /// core → agent (both): give up before the freeze; the source simply continues.
+    Abort { handover: HandoverId, reason: String },
+    /// core → agent: stop simulating these bubbles now (merge, delete, failover).
+    Revoke { leases: Vec<LeaseRef> },
+}
+
+kinds!(Request {
+    Register => "register",
+    Report => "report",
+    Renew => "renew",
+    Started => "started",
+    Failed => "failed",
+    Create => "create",
+    Resize => "resize",
+    Prepare => "prepare",
+    Freeze => "freeze",
+    Commit => "commit",
+    Abort => "abort",
+    Revoke => "revoke",
+});
+
+/// A reply on the control channel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The request was applied (or had already been: replies to a retried id are the same).
+    Done,
+    /// To `Register`: the core's view, which the agent adopts.
+    Registered {
+        /// The core's generation (the high half of every epoch it grants).
+        generation: u32,
+        /// The scoring tick, for the agent's report cadence.
+        tick_ms: u32,
+        /// Leases to keep (renewed from now), with their current epoch.
+        keep: Vec<Lease>,
+        /// Bubbles to stop at once: their lease is gone or moved elsewhere.
+        stop: Vec<LeaseRef>,
+        /// The other sites' agents, for probes and transfers.
+        peers: Vec<Peer>,
+    },
+    /// To `Renew`: `granted` run for `ttl_ms` from the renewal's send time; the others must stop.
+    Renewed { ttl_ms: u32, granted: Vec<LeaseRef>, refused: Vec<LeaseRef> },
+    /// To `Prepare` (target): ready to receive the transfer.
+    Prepared { handover: HandoverId },
+    /// To `Freeze` (source): frozen and sealed at `tick`; the seal is on its way to the target.
+    Frozen { handover: HandoverId, tick: Tick },
+}
+
+kinds!(Reply {
+    Done => "done",
+    Registered => "registered",
+    Renewed => "renewed",
+    Prepared => "prepared",
+    Frozen => "frozen",
+});
+
+/// A lease held at an agent, reported at registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub lease: LeaseRef,
+    pub tick: Tick,
+}
+
+/// Another site's agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub site: Name,
+    pub transfer_addr: String,
+}
+
+/// A player who joined at this site (their home, chosen by lowest RTT at connection).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlayerJoin {
+    pub player: PlayerId,
+    /// The access RTT to this site at connection, measured by the agent (never client-supplied).
+    pub access_rtt_ms: f32,
+    pub role: Role,
+    pub world: crate::types::WorldId,
+    pub pos: Vec3,
+    pub vel: Vec3,
+}
+
+/// A player's latest state, as seen by their home agent.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlayerSample {
+    pub player: PlayerId,
+    /// Latest access RTT measured by the agent (QUIC path RTT), milliseconds.
+    pub access_rtt_ms: f32,
+    pub role: Role,
+    pub world: crate::types::WorldId,
+    pub pos: Vec3,
+    pub vel: Vec3,
+}
+
+/// This site's measured link to another site.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackboneSample {
+    pub site: Name,
+    /// Smoothed round trip, milliseconds; `None` when the link is down.
+    pub rtt_ms: Option<f32>,
+    /// Share of probes lost over the last report period, 0–1.
+    pub loss: f32,
+}
+
+/// One game server of this site.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerLoad {
+    pub server: Name,
+    /// Simulation ticks per second over the last second.
+    pub tps: f32,
+    pub players: u32,
+    pub chunks_loading: u32,
+    /// Registered, tps ≥ 58, no chunk loading, holding no bubble: can take a bubble now.
+    pub ready: bool,
+    pub bubbles: Vec<BubbleId>,
+}
+
+/// Stream items on the control channel (agent → core): the universe backup. The core keeps
+/// the latest copy of every bubble, accepted only under the bubble's current epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backup {
+    /// One chunk of a state copy of a bubble at `tick`.
+    Chunk { lease: LeaseRef, tick: Tick, index: u32, total: u32, bytes: Blob },
+}
+
+kinds!(Backup {
+    Chunk => "backup_chunk",
+});

@@ -1,0 +1,104 @@
+//! player ↔ agent: the gateway. A player connects once to their home site's agent (the lowest
+//! RTT at connection) and stays connected whichever site simulates them; handovers re-route
+//! behind the gateway without a reconnection. The agent measures the player's RTT itself.
+
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{Channel, kinds};
+use crate::frame::ChannelId;
+use crate::types::{Blob, BubbleId, Name, PlayerId, Role, Seq, Tick, Vec3, WorldId};
+
+/// The gateway channel's types.
+#[derive(Debug)]
+pub enum Gateway {}
+
+impl Channel for Gateway {
+    const ID: ChannelId = ChannelId::Gateway;
+    type Request = Request;
+    type Reply = Reply;
+    type Stream = Item;
+    type Datagram = Datagram;
+}
+
+/// A player's request to their gateway.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Enter the universe (after the hello authenticated the player's token).
+    Join { role: Role, world: WorldId, pos: Vec3 },
+    /// Change role (e.g. take a ship's controls).
+    SetRole { role: Role },
+    /// Leave the universe; the connection may close after the reply.
+    Leave,
+}
+
+kinds!(Request {
+    Join => "join",
+    SetRole => "set_role",
+    Leave => "leave",
+});
+
+/// The gateway's reply to a player.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Done,
+    /// To `Join`: this site is the player's home for the session. `resume_after` is the next
+    /// input seq the player should send (1 for a new session).
+    Joined {
+        player: PlayerId,
+        home: Name,
+        resume_after: Seq,
+    },
+}
+
+kinds!(Reply {
+    Done => "done",
+    Joined => "joined",
+});
+
+/// Items of the gateway's streams.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Item {
+    /// player → gateway: one input. `seq` starts at 1 and grows by one; a retried input keeps
+    /// its seq and is applied once.
+    Input { seq: Seq, bytes: Blob },
+    /// gateway → player: the state after `tick` of the bubble simulating the player, with the
+    /// highest input seq it reflects.
+    Update { bubble: BubbleId, tick: Tick, acked: Seq, bytes: Blob },
+    /// gateway → player: the simulation is unreachable for now (a relay lost the core); keep the
+    /// connection, resume when updates come back.
+    Reconnecting { reason: String },
+}
+
+kinds!(Item {
+    Input => "input",
+    Update => "update",
+    Reconnecting => "reconnecting",
+});
+
+/// Unreliable traffic between a player and the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Datagram {
+    /// player → gateway: the player's own position as soon as the client computed it, ahead of
+    /// the next input batch. Older `seq`s than the newest seen are dropped.
+    Position {
+        seq: u32,
+        world: WorldId,
+        pos: Vec3,
+        vel: Vec3,
+    },
+    /// Either way: an echo request, timestamped by the sender's clock.
+    Ping {
+        nonce: u64,
+        sent_us: u64,
+    },
+    Pong {
+        nonce: u64,
+        sent_us: u64,
+    },
+}
+
+kinds!(Datagram {
+    Position => "position",
+    Ping => "ping",
+    Pong => "pong",
+});

@@ -1,0 +1,122 @@
+//! agent ↔ game server: the QUIC agent protocol Godot servers speak. The game server dials its
+//! site's agent and authenticates with a token in the hello. A server simulates a region only
+//! while it holds a valid lease for it, and stamps everything it writes with the lease's epoch.
+
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{Channel, Never, kinds};
+use crate::frame::ChannelId;
+use crate::state::{Delta, Inputs, Seal, Snapshot, Update};
+use crate::types::{Blob, BubbleId, Epoch, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick};
+
+/// The server channel's types.
+#[derive(Debug)]
+pub enum Server {}
+
+impl Channel for Server {
+    const ID: ChannelId = ChannelId::Server;
+    type Request = Request;
+    type Reply = Reply;
+    type Stream = Item;
+    type Datagram = Never;
+}
+
+/// A request between an agent and one of its game servers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// server → agent, first request: who it is and how much it can take.
+    Register { server: Name, build: Name, max_players: u32 },
+    /// server → agent: loaded and able to take a region (tps ≥ 58, no chunk loading).
+    Ready,
+    /// server → agent, once per second: health and load.
+    Load { tps: f32, players: u32, chunks_loading: u32 },
+    /// agent → server: simulate `region` as bubble `lease.bubble` under `lease`, from the
+    /// snapshot that follows on a stream (`from_snapshot`) or from an empty region.
+    Assign { lease: Lease, region: Region, from_snapshot: bool },
+    /// agent → server: batched renewal; the server counts `ttl_ms` from when it receives it
+    /// minus `sent_ago_ms`, i.e. from the agent's own renewal send time.
+    Renew { leases: Vec<LeaseRef>, ttl_ms: u32, sent_ago_ms: u32 },
+    /// agent → server: the bubble's border moved.
+    Resize { lease: LeaseRef, region: Region },
+    /// agent → server: stop at the next tick and seal (the seal follows on the stream).
+    Freeze { lease: LeaseRef },
+    /// agent → server: stop simulating now, no seal (revoked or expired).
+    Release { lease: LeaseRef },
+    /// agent → server: a player enters the bubble with this state (empty for a new player).
+    Join { lease: LeaseRef, player: PlayerId, last_applied: Seq, state: Blob },
+    /// agent → server: a player leaves the bubble; the reply carries their state.
+    Leave { lease: LeaseRef, player: PlayerId },
+}
+
+kinds!(Request {
+    Register => "register",
+    Ready => "ready",
+    Load => "load",
+    Assign => "assign",
+    Renew => "renew",
+    Resize => "resize",
+    Freeze => "freeze",
+    Release => "release",
+    Join => "join",
+    Leave => "leave",
+});
+
+/// A reply between an agent and a game server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Done,
+    /// To `Register`: how often to send `Load`.
+    Registered {
+        load_every_ms: u32,
+    },
+    /// To `Freeze`: stopped after `tick`.
+    Frozen {
+        tick: Tick,
+    },
+    /// To `Leave`: the player's state and last applied input, for a border crossing.
+    Left {
+        last_applied: Seq,
+        state: Blob,
+    },
+    /// To `Assign` with an epoch the server already saw superseded.
+    Stale {
+        newest: Epoch,
+    },
+    /// To `Release`: the bubbles the server simulated last, for the record.
+    Released {
+        bubble: BubbleId,
+        tick: Tick,
+    },
+}
+
+kinds!(Reply {
+    Done => "done",
+    Registered => "registered",
+    Frozen => "frozen",
+    Left => "left",
+    Stale => "stale",
+    Released => "released",
+});
+
+/// Items of the streams between an agent and a game server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Item {
+    /// Either way: a bubble's full state (to a new holder, or from a holder for a backup).
+    Snapshot(Snapshot),
+    /// server → agent: each tick's changes (streamed to a handover target, kept as backup).
+    Delta(Delta),
+    /// server → agent: the final word after `Freeze`.
+    Seal(Seal),
+    /// agent → server: players' inputs.
+    Inputs(Inputs),
+    /// server → agent: state for players.
+    Update(Update),
+}
+
+kinds!(Item {
+    Snapshot => "snapshot",
+    Delta => "delta",
+    Seal => "seal",
+    Inputs => "inputs",
+    Update => "update",
+});

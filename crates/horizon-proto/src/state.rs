@@ -1,0 +1,66 @@
+//! State in motion, shared by the transfer and server channels: snapshots, deltas, seals,
+//! inputs and state updates. The game's bytes are opaque [`Blob`]s; Horizon frames, fences and
+//! orders them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Blob, BubbleId, Epoch, PlayerId, Seq, Tick};
+
+/// One chunk of a bubble's full state at `tick`. A snapshot is `total` chunks, `index` 0-based,
+/// each at most [`crate::MAX_CHUNK_BYTES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub bubble: BubbleId,
+    pub epoch: Epoch,
+    pub tick: Tick,
+    pub index: u32,
+    pub total: u32,
+    pub bytes: Blob,
+}
+
+/// The changes of one tick, applied in tick order on top of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    pub bubble: BubbleId,
+    pub epoch: Epoch,
+    pub tick: Tick,
+    pub bytes: Blob,
+}
+
+/// The last word of a writer: it stopped at `tick` and will never write `epoch` again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seal {
+    pub bubble: BubbleId,
+    pub epoch: Epoch,
+    pub tick: Tick,
+    /// The changes of `tick` itself (may be empty).
+    pub final_delta: Blob,
+    /// For every player of the bubble, the last input sequence number applied.
+    pub last_applied: Vec<(PlayerId, Seq)>,
+}
+
+/// One player input. The simulating server applies each `(player, seq)` at most once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    pub player: PlayerId,
+    pub seq: Seq,
+    pub bytes: Blob,
+}
+
+/// Inputs for one bubble, in arrival order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inputs {
+    pub bubble: BubbleId,
+    pub inputs: Vec<Input>,
+}
+
+/// What some players see after `tick`: one message per tick per bubble, fanned out by gateways.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Update {
+    pub bubble: BubbleId,
+    pub epoch: Epoch,
+    pub tick: Tick,
+    /// Per player, the highest input seq reflected in this state (click-to-screen ends here).
+    pub acked: Vec<(PlayerId, Seq)>,
+    pub bytes: Blob,
+}

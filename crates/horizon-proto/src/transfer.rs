@@ -1,0 +1,94 @@
+//! agent ↔ agent: state transfer for handovers and border crossings, inputs forwarded from a
+//! player's home gateway to the site that simulates them, updates back, and backbone probes.
+//! Mutual TLS with site certificates; one connection per pair of sites, opened by either.
+
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{Channel, kinds};
+use crate::frame::ChannelId;
+use crate::state::{Delta, Inputs, Seal, Snapshot, Update};
+use crate::types::{Blob, BubbleId, Epoch, HandoverId, PlayerId, Seq};
+
+/// The transfer channel's types.
+#[derive(Debug)]
+pub enum Transfer {}
+
+impl Channel for Transfer {
+    const ID: ChannelId = ChannelId::Transfer;
+    type Request = Request;
+    type Reply = Reply;
+    type Stream = Item;
+    type Datagram = Probe;
+}
+
+/// A request between agents.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// source → target: the stream that follows carries this handover's snapshot, deltas and
+    /// seal. The target checks `epoch` against its pre-authorisation from the core.
+    Open { handover: HandoverId, bubble: BubbleId, epoch: Epoch },
+    /// A player crosses from a bubble simulated at the sender into one simulated at the
+    /// receiver: the player's state and the last input applied.
+    Cross {
+        player: PlayerId,
+        from: BubbleId,
+        to: BubbleId,
+        /// The epoch the receiver holds `to` under (fencing).
+        epoch: Epoch,
+        last_applied: Seq,
+        state: Blob,
+    },
+}
+
+kinds!(Request {
+    Open => "open",
+    Cross => "cross",
+});
+
+/// A reply between agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Done,
+    /// To `Open`: send from this tick (the target already has everything before it).
+    Accepted {
+        from_tick: crate::types::Tick,
+    },
+}
+
+kinds!(Reply {
+    Done => "done",
+    Accepted => "accepted",
+});
+
+/// Items of the long-lived streams between agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Item {
+    Snapshot(Snapshot),
+    Delta(Delta),
+    Seal(Seal),
+    /// Home gateway → simulating site: players' inputs, in order.
+    Inputs(Inputs),
+    /// Simulating site → home gateway: state for that site's players.
+    Update(Update),
+}
+
+kinds!(Item {
+    Snapshot => "snapshot",
+    Delta => "delta",
+    Seal => "seal",
+    Inputs => "inputs",
+    Update => "update",
+});
+
+/// Backbone RTT probes, as datagrams. The prober timestamps with its own clock; the echo
+/// returns it untouched, so clocks never need to agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Probe {
+    Ping { seq: u32, sent_us: u64 },
+    Echo { seq: u32, sent_us: u64 },
+}
+
+kinds!(Probe {
+    Ping => "ping",
+    Echo => "echo",
+});
