@@ -17,7 +17,7 @@ pub trait Message: Serialize + DeserializeOwned + Debug + Send + Sync + 'static 
 }
 
 /// One channel: which ALPN/header byte it uses and what travels on it.
-pub trait Channel: Send + Sync + 'static {
+pub trait Channel: Debug + Send + Sync + 'static {
     const ID: ChannelId;
     /// Sent on a fresh bidirectional stream, answered by one [`Channel::Reply`].
     type Request: Message;

@@ -1,0 +1,589 @@
+//! One established connection of a channel: typed requests, long-lived streams, datagrams, and
+//! the inbound side that serves the peer's requests (with replay by request id).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use horizon_proto::frame::{decode, decode_header, decode_payload};
+use horizon_proto::{
+    Channel, ErrorCode, Fault, HEADER_BYTES, Name, ReplyFrame, RequestFrame, RequestId,
+};
+use tokio::sync::mpsc;
+
+use crate::error::Error;
+use crate::limits::Limits;
+
+/// A connection of channel `C` after a successful hello. Cheap to clone.
+pub struct Conn<C: Channel> {
+    pub(crate) quic: quinn::Connection,
+    pub(crate) version: u8,
+    pub(crate) peer: Name,
+    pub(crate) limits: Arc<Limits>,
+    pub(crate) ids: Arc<AtomicU64>,
+    pub(crate) counters: Arc<Counters>,
+    _channel: PhantomData<fn() -> C>,
+}
+
+impl<C: Channel> Clone for Conn<C> {
+    fn clone(&self) -> Self {
+        Conn {
+            quic: self.quic.clone(),
+            version: self.version,
+            peer: self.peer.clone(),
+            limits: self.limits.clone(),
+            ids: self.ids.clone(),
+            counters: self.counters.clone(),
+            _channel: PhantomData,
+        }
+    }
+}
+
+impl<C: Channel> std::fmt::Debug for Conn<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("channel", &C::ID)
+            .field("peer", &self.peer)
+            .field("version", &self.version)
+            .field("remote", &self.quic.remote_address())
+            .finish()
+    }
+}
+
+/// What the transport saw, for metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Inbound datagrams dropped because the application's queue was full.
+    pub datagrams_dropped: AtomicU64,
+    /// Retried requests answered from memory instead of being run again.
+    pub replays: AtomicU64,
+}
+
+/// Path statistics of a connection, from quinn (the server-side measurement: nothing here
+/// comes from the peer's word).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkStats {
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Lowest round-trip time seen.
+    pub min_rtt: Duration,
+    pub sent_packets: u64,
+    pub lost_packets: u64,
+    pub congestion_events: u64,
+}
+
+impl LinkStats {
+    /// Share of sent packets declared lost, 0–1.
+    pub fn loss(&self) -> f64 {
+        if self.sent_packets == 0 {
+            0.0
+        } else {
+            self.lost_packets as f64 / self.sent_packets as f64
+        }
+    }
+}
+
+impl<C: Channel> Conn<C> {
+    pub(crate) fn new(
+        quic: quinn::Connection,
+        version: u8,
+        peer: Name,
+        limits: Arc<Limits>,
+        ids: Arc<AtomicU64>,
+    ) -> Self {
+        Conn { quic, version, peer, limits, ids, counters: Arc::default(), _channel: PhantomData }
+    }
+
+    /// The peer's name from its hello (verified against its certificate on site channels).
+    pub fn peer(&self) -> &Name {
+        &self.peer
+    }
+
+    /// The negotiated protocol version.
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
+    pub fn remote_address(&self) -> std::net::SocketAddr {
+        self.quic.remote_address()
+    }
+
+    /// Identifies this connection among the successive connections of a link.
+    pub fn id(&self) -> usize {
+        self.quic.stable_id()
+    }
+
+    pub fn stats(&self) -> LinkStats {
+        let path = self.quic.stats().path;
+        LinkStats {
+            rtt: path.rtt,
+            min_rtt: path.min_rtt,
+            sent_packets: path.sent_packets,
+            lost_packets: path.lost_packets,
+            congestion_events: path.congestion_events,
+        }
+    }
+
+    /// The underlying quinn connection (for measurements and tests that need raw streams).
+    pub fn quic(&self) -> &quinn::Connection {
+        &self.quic
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// A fresh request id.
+    pub fn next_id(&self) -> RequestId {
+        RequestId(self.ids.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Sends a request and waits for its reply, at most the request timeout.
+    pub async fn request(&self, body: &C::Request) -> Result<C::Reply, Error> {
+        let ms = self.limits.request_timeout.as_millis() as u64;
+        tokio::time::timeout(self.limits.request_timeout, self.call(self.next_id(), body))
+            .await
+            .map_err(|_| Error::Timeout { ms })?
+    }
+
+    /// Sends a request under `id` on a new stream and reads its reply. No timeout: callers
+    /// wrap it (a [`crate::Link`] retries the same id on the next connection).
+    pub async fn call(&self, id: RequestId, body: &C::Request) -> Result<C::Reply, Error> {
+        let mut frame = Vec::new();
+        let request = RequestFrame { id, body };
+        horizon_proto::frame::encode(
+            &request,
+            self.version,
+            C::ID,
+            self.limits.max_frame_bytes,
+            &mut frame,
+        )?;
+        let (mut send, mut recv) = self.quic.open_bi().await?;
+        send.write_all(&frame).await?;
+        // Finishing only fails if the stream was reset, which read_frame reports next.
+        let _ = send.finish();
+        let Some(payload) = self.read_frame(&mut recv).await? else {
+            return Err(Error::Lost(format!(
+                "{} closed the request stream without a reply",
+                self.peer
+            )));
+        };
+        let reply: ReplyFrame<C::Reply> = self.decoded(decode_payload(&payload))?;
+        if reply.id != id {
+            let why = format!("reply for request {} on the stream of request {}", reply.id.0, id.0);
+            self.close(ErrorCode::Malformed, &why);
+            return Err(Error::Closed { code: ErrorCode::Malformed, reason: why });
+        }
+        reply.result.map_err(Error::Fault)
+    }
+
+    /// Sends an unreliable datagram. Fails if it is over the limit or the peer disabled them.
+    pub fn send_datagram(&self, datagram: &C::Datagram) -> Result<(), Error> {
+        let frame = horizon_proto::frame::to_frame(
+            datagram,
+            self.version,
+            C::ID,
+            self.limits.max_datagram_bytes,
+        )?;
+        self.quic.send_datagram(Bytes::from(frame)).map_err(|e| match e {
+            quinn::SendDatagramError::ConnectionLost(e) => e.into(),
+            other => Error::Lost(other.to_string()),
+        })
+    }
+
+    /// Opens a long-lived stream of items to the peer.
+    pub async fn open_stream(&self) -> Result<StreamSender<C>, Error> {
+        let send = self.quic.open_uni().await?;
+        Ok(StreamSender { send, conn: self.clone(), buf: Vec::new() })
+    }
+
+    /// Closes the connection with a code the peer will see.
+    pub fn close(&self, code: ErrorCode, reason: &str) {
+        self.quic.close(quinn::VarInt::from(code.to_u16()), reason.as_bytes());
+    }
+
+    /// Waits until the connection is closed and says why.
+    pub async fn closed(&self) -> Error {
+        self.quic.closed().await.into()
+    }
+
+    /// Reads one frame's payload; `None` when the stream ended cleanly between frames. A bad
+    /// frame closes the connection with its error code.
+    pub(crate) async fn read_frame(
+        &self,
+        recv: &mut quinn::RecvStream,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let mut head = [0u8; HEADER_BYTES];
+        match recv.read_exact(&mut head).await {
+            Ok(()) => {}
+            Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+            Err(quinn::ReadExactError::FinishedEarly(got)) => {
+                return self.decoded(Err(horizon_proto::DecodeError::Truncated {
+                    got,
+                    needed: HEADER_BYTES,
+                }));
+            }
+            Err(quinn::ReadExactError::ReadError(e)) => return Err(e.into()),
+        }
+        let header =
+            self.decoded(decode_header(&head, self.version, C::ID, self.limits.max_frame_bytes))?;
+        let mut payload = vec![0u8; header.len];
+        match recv.read_exact(&mut payload).await {
+            Ok(()) => Ok(Some(payload)),
+            Err(quinn::ReadExactError::FinishedEarly(got)) => {
+                self.decoded(Err(horizon_proto::DecodeError::Truncated {
+                    got: HEADER_BYTES + got,
+                    needed: HEADER_BYTES + header.len,
+                }))
+            }
+            Err(quinn::ReadExactError::ReadError(e)) => Err(e.into()),
+        }
+    }
+
+    /// Passes a decode result through, closing the connection on a bad frame.
+    pub(crate) fn decoded<T>(
+        &self,
+        result: Result<T, horizon_proto::DecodeError>,
+    ) -> Result<T, Error> {
+        result.map_err(|e| {
+            tracing::warn!(channel = C::ID.as_str(), peer = %self.peer, error = %e, "bad frame, closing");
+            self.close(e.code(), &e.to_string());
+            Error::Frame(e)
+        })
+    }
+}
+
+/// The sending end of a long-lived stream. Sending waits while the peer's flow-control window
+/// is full: a slow reader slows the writer down instead of growing a buffer.
+pub struct StreamSender<C: Channel> {
+    send: quinn::SendStream,
+    conn: Conn<C>,
+    buf: Vec<u8>,
+}
+
+impl<C: Channel> std::fmt::Debug for StreamSender<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamSender").field("conn", &self.conn).finish()
+    }
+}
+
+impl<C: Channel> StreamSender<C> {
+    pub async fn send(&mut self, item: &C::Stream) -> Result<(), Error> {
+        self.buf.clear();
+        horizon_proto::frame::encode(
+            item,
+            self.conn.version,
+            C::ID,
+            self.conn.limits.max_frame_bytes,
+            &mut self.buf,
+        )?;
+        self.send.write_all(&self.buf).await?;
+        Ok(())
+    }
+
+    /// Ends the stream cleanly; the receiver's `next` then returns `None`.
+    pub fn finish(mut self) {
+        // Only fails on an already reset stream, where there is nothing left to finish.
+        let _ = self.send.finish();
+    }
+}
+
+/// The receiving end of a long-lived stream.
+pub struct StreamReceiver<C: Channel> {
+    recv: quinn::RecvStream,
+    conn: Conn<C>,
+}
+
+impl<C: Channel> std::fmt::Debug for StreamReceiver<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamReceiver").field("conn", &self.conn).finish()
+    }
+}
+
+impl<C: Channel> StreamReceiver<C> {
+    /// The next item, or `None` when the sender finished the stream.
+    pub async fn next(&mut self) -> Result<Option<C::Stream>, Error> {
+        let Some(payload) = self.conn.read_frame(&mut self.recv).await? else { return Ok(None) };
+        self.conn.decoded(decode_payload(&payload)).map(Some)
+    }
+}
+
+/// Something the peer sent on its own initiative.
+#[derive(Debug)]
+pub enum Inbound<C: Channel> {
+    Request(InboundRequest<C>),
+    Stream(StreamReceiver<C>),
+    Datagram(C::Datagram),
+}
+
+/// A request from the peer, to be answered once with [`InboundRequest::reply`].
+pub struct InboundRequest<C: Channel> {
+    pub id: RequestId,
+    pub body: C::Request,
+    send: Option<quinn::SendStream>,
+    conn: Conn<C>,
+    replies: Arc<Replies>,
+}
+
+impl<C: Channel> std::fmt::Debug for InboundRequest<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundRequest").field("id", &self.id).field("body", &self.body).finish()
+    }
+}
+
+impl<C: Channel> InboundRequest<C> {
+    /// The peer's name.
+    pub fn peer(&self) -> &Name {
+        &self.conn.peer
+    }
+
+    /// Answers the request. The reply is remembered, so a retry of the same id (after a
+    /// reconnection, say) gets it again without the request running twice.
+    pub async fn reply(mut self, result: Result<C::Reply, Fault>) -> Result<(), Error> {
+        let frame = ReplyFrame { id: self.id, result };
+        let mut bytes = Vec::new();
+        let encoded = horizon_proto::frame::encode(
+            &frame,
+            self.conn.version,
+            C::ID,
+            self.conn.limits.max_frame_bytes,
+            &mut bytes,
+        );
+        if let Err(e) = encoded {
+            // Too large a reply: the peer gets a fault instead, and so does a retry.
+            let fault = ReplyFrame::<C::Reply> {
+                id: self.id,
+                result: Err(Fault::new(e.code(), e.to_string())),
+            };
+            bytes.clear();
+            horizon_proto::frame::encode(
+                &fault,
+                self.conn.version,
+                C::ID,
+                self.conn.limits.max_frame_bytes,
+                &mut bytes,
+            )?;
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        self.replies.done(self.id, bytes.clone());
+        // `send` is only taken here, and `reply` consumes self.
+        let Some(mut send) = self.send.take() else { return Ok(()) };
+        send.write_all(&bytes).await?;
+        let _ = send.finish();
+        Ok(())
+    }
+}
+
+impl<C: Channel> Drop for InboundRequest<C> {
+    fn drop(&mut self) {
+        if let Some(mut send) = self.send.take() {
+            // Dropped without a reply: forget it so a retry runs it, and tell the peer now.
+            self.replies.forget(self.id);
+            let _ = send.reset(quinn::VarInt::from(ErrorCode::Internal.to_u16()));
+        }
+    }
+}
+
+/// Replies remembered for one peer, by request id (bounded, oldest first out).
+#[derive(Debug)]
+pub(crate) struct Replies {
+    slots: Mutex<ReplySlots>,
+}
+
+#[derive(Debug)]
+struct ReplySlots {
+    map: HashMap<RequestId, Slot>,
+    order: VecDeque<RequestId>,
+    cap: usize,
+}
+
+#[derive(Debug)]
+enum Slot {
+    /// Running; the hash of the request's bytes tells a retry from a different request.
+    Pending(u64),
+    Done(u64, Arc<[u8]>),
+}
+
+enum Seen {
+    New,
+    Running,
+    Replied(Arc<[u8]>),
+    Conflict,
+}
+
+impl Replies {
+    pub(crate) fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Replies {
+            slots: Mutex::new(ReplySlots { map: HashMap::new(), order: VecDeque::new(), cap }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReplySlots> {
+        // A panic while holding this lock leaves plain data; the map stays usable.
+        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn check(&self, id: RequestId, hash: u64) -> Seen {
+        let mut slots = self.lock();
+        match slots.map.get(&id) {
+            Some(Slot::Pending(h)) if *h == hash => Seen::Running,
+            Some(Slot::Done(h, bytes)) if *h == hash => Seen::Replied(bytes.clone()),
+            Some(_) => Seen::Conflict,
+            None => {
+                slots.map.insert(id, Slot::Pending(hash));
+                slots.order.push_back(id);
+                while slots.order.len() > slots.cap {
+                    if let Some(old) = slots.order.pop_front() {
+                        slots.map.remove(&old);
+                    }
+                }
+                Seen::New
+            }
+        }
+    }
+
+    fn done(&self, id: RequestId, bytes: Arc<[u8]>) {
+        let mut slots = self.lock();
+        if let Some(slot) = slots.map.get_mut(&id) {
+            let hash = match slot {
+                Slot::Pending(h) | Slot::Done(h, _) => *h,
+            };
+            *slot = Slot::Done(hash, bytes);
+        }
+    }
+
+    fn forget(&self, id: RequestId) {
+        let mut slots = self.lock();
+        slots.map.remove(&id);
+        slots.order.retain(|&o| o != id);
+    }
+}
+
+/// Starts the tasks that read what the peer initiates (requests, streams, datagrams) and hands
+/// it to `inbound`. They stop when the connection closes or `inbound` is dropped.
+pub(crate) fn serve_inbound<C: Channel>(
+    conn: &Conn<C>,
+    replies: Arc<Replies>,
+    inbound: mpsc::Sender<Inbound<C>>,
+) {
+    tokio::spawn(accept_requests(conn.clone(), replies, inbound.clone()));
+    tokio::spawn(accept_streams(conn.clone(), inbound.clone()));
+    tokio::spawn(accept_datagrams(conn.clone(), inbound));
+}
+
+async fn accept_requests<C: Channel>(
+    conn: Conn<C>,
+    replies: Arc<Replies>,
+    inbound: mpsc::Sender<Inbound<C>>,
+) {
+    while let Ok((send, recv)) = conn.quic.accept_bi().await {
+        tokio::spawn(serve_request(conn.clone(), replies.clone(), inbound.clone(), send, recv));
+    }
+}
+
+async fn serve_request<C: Channel>(
+    conn: Conn<C>,
+    replies: Arc<Replies>,
+    inbound: mpsc::Sender<Inbound<C>>,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let payload = match conn.read_frame(&mut recv).await {
+        Ok(Some(payload)) => payload,
+        Ok(None) => {
+            conn.decoded::<()>(Err(horizon_proto::DecodeError::Truncated {
+                got: 0,
+                needed: HEADER_BYTES,
+            }))
+            .ok();
+            return;
+        }
+        Err(_) => return,
+    };
+    let Ok(request) = conn.decoded(decode_payload::<RequestFrame<C::Request>>(&payload)) else {
+        return;
+    };
+    let hash = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        payload.hash(&mut h);
+        h.finish()
+    };
+    let id = request.id;
+    let immediate = |result: Result<C::Reply, Fault>| {
+        horizon_proto::frame::to_frame(
+            &ReplyFrame { id, result },
+            conn.version,
+            C::ID,
+            conn.limits.max_frame_bytes,
+        )
+    };
+    let bytes: Arc<[u8]> = match replies.check(id, hash) {
+        Seen::New => {
+            let request = InboundRequest {
+                id,
+                body: request.body,
+                send: Some(send),
+                conn: conn.clone(),
+                replies,
+            };
+            // Awaiting here is the back-pressure: while the application is behind, this
+            // stream stays open and the peer's request credit runs out.
+            let _ = inbound.send(Inbound::Request(request)).await;
+            return;
+        }
+        Seen::Replied(bytes) => {
+            conn.counters.replays.fetch_add(1, Ordering::Relaxed);
+            bytes
+        }
+        Seen::Running => {
+            match immediate(Err(Fault::new(ErrorCode::Busy, "request still running; retry later")))
+            {
+                Ok(bytes) => bytes.into(),
+                Err(_) => return,
+            }
+        }
+        Seen::Conflict => {
+            let fault = Fault::new(
+                ErrorCode::Conflict,
+                format!("request id {} was used for another request", id.0),
+            );
+            match immediate(Err(fault)) {
+                Ok(bytes) => bytes.into(),
+                Err(_) => return,
+            }
+        }
+    };
+    if send.write_all(&bytes).await.is_ok() {
+        let _ = send.finish();
+    }
+}
+
+async fn accept_streams<C: Channel>(conn: Conn<C>, inbound: mpsc::Sender<Inbound<C>>) {
+    while let Ok(recv) = conn.quic.accept_uni().await {
+        if inbound.send(Inbound::Stream(StreamReceiver { recv, conn: conn.clone() })).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn accept_datagrams<C: Channel>(conn: Conn<C>, inbound: mpsc::Sender<Inbound<C>>) {
+    while let Ok(bytes) = conn.quic.read_datagram().await {
+        let max = conn.limits.max_datagram_bytes;
+        let Ok(datagram) = conn.decoded(decode::<C::Datagram>(&bytes, conn.version, C::ID, max))
+        else {
+            return;
+        };
+        match inbound.try_send(Inbound::Datagram(datagram)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                conn.counters.datagrams_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! What can go wrong on a link, in words a caller can act on.
+
+use horizon_proto::{DecodeError, EncodeError, ErrorCode, Fault};
+
+/// A transport error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The endpoint could not be set up (bad address, socket in use, TLS config).
+    #[error("endpoint: {0}")]
+    Setup(String),
+    /// The QUIC/TLS handshake failed (unreachable, untrusted certificate, no common ALPN).
+    #[error("connect to {addr}: {why}")]
+    Connect { addr: std::net::SocketAddr, why: String },
+    /// The peer refused the hello (version mismatch, unauthorized, …).
+    #[error("hello refused: {0}")]
+    Refused(Fault),
+    /// The peer answered a request with a fault.
+    #[error("request refused: {0}")]
+    Fault(Fault),
+    /// The connection was closed with an error code (by the peer or by us).
+    #[error("connection closed with {code}: {reason}")]
+    Closed { code: ErrorCode, reason: String },
+    /// The connection was lost (timeout, reset, endpoint gone). A [`crate::Link`] reconnects.
+    #[error("connection lost: {0}")]
+    Lost(String),
+    /// No answer in time (reconnections included).
+    #[error("no answer within {ms} ms")]
+    Timeout { ms: u64 },
+    /// The peer sent bytes that are not a valid frame; the connection is closed with its code.
+    #[error("bad frame from peer: {0}")]
+    Frame(#[from] DecodeError),
+    /// We tried to send something over a limit.
+    #[error("cannot send: {0}")]
+    Encode(#[from] EncodeError),
+    /// The link was shut down by its owner.
+    #[error("link shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// The connection is gone and a new one may succeed (a retry by id is safe).
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, Error::Lost(_) | Error::Closed { .. })
+    }
+
+    /// The code to report to the peer or to metrics.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Refused(fault) | Error::Fault(fault) => fault.code,
+            Error::Closed { code, .. } => *code,
+            Error::Timeout { .. } => ErrorCode::Timeout,
+            Error::Frame(e) => e.code(),
+            Error::Encode(e) => e.code(),
+            Error::Shutdown => ErrorCode::ShuttingDown,
+            Error::Setup(_) | Error::Connect { .. } | Error::Lost(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl From<quinn::ConnectionError> for Error {
+    fn from(e: quinn::ConnectionError) -> Self {
+        match e {
+            quinn::ConnectionError::ApplicationClosed(close) => {
+                let code = u16::try_from(close.error_code.into_inner())
+                    .map_or(ErrorCode::Other(u16::MAX), ErrorCode::from);
+                Error::Closed { code, reason: String::from_utf8_lossy(&close.reason).into_owned() }
+            }
+            other => Error::Lost(other.to_string()),
+        }
+    }
+}
+
+impl From<quinn::WriteError> for Error {
+    fn from(e: quinn::WriteError) -> Self {
+        match e {
+            quinn::WriteError::ConnectionLost(e) => e.into(),
+            other => Error::Lost(other.to_string()),
+        }
+    }
+}
+
+impl From<quinn::ReadError> for Error {
+    fn from(e: quinn::ReadError) -> Self {
+        match e {
+            quinn::ReadError::ConnectionLost(e) => e.into(),
+            other => Error::Lost(other.to_string()),
+        }
+    }
+}

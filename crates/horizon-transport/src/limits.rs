@@ -1,0 +1,94 @@
+//! Every bound of the transport in one place. Nothing grows without a limit: streams, frames,
+//! queues, remembered replies, waiting time.
+
+use std::time::Duration;
+
+use horizon_proto::{MAX_DATAGRAM_BYTES, MAX_FRAME_BYTES};
+
+/// Limits of one endpoint. The defaults suit the control and transfer channels.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest frame payload accepted on a stream or request.
+    pub max_frame_bytes: usize,
+    /// Largest datagram accepted (header included).
+    pub max_datagram_bytes: usize,
+    /// Requests a peer may have open at once (QUIC bidirectional stream credit). A peer over
+    /// it waits for credit: back-pressure, not buffering.
+    pub max_concurrent_requests: u32,
+    /// Long-lived streams a peer may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Inbound requests and streams queued for the application before the transport stops
+    /// reading more (back-pressure again).
+    pub inbound_queue: usize,
+    /// Inbound datagrams queued for the application; beyond it they are dropped and counted
+    /// (they are unreliable anyway).
+    pub datagram_queue: usize,
+    /// Replies remembered per peer to answer a retried request id without running it twice.
+    pub remembered_replies: usize,
+    /// Peers whose replies are remembered by a listener (oldest forgotten first).
+    pub remembered_peers: usize,
+    /// How long a request may wait for its reply, reconnections included.
+    pub request_timeout: Duration,
+    /// How long the hello may take.
+    pub handshake_timeout: Duration,
+    /// A connection silent this long is dead.
+    pub idle_timeout: Duration,
+    /// Keep-alive pings, so idle links are not mistaken for dead ones.
+    pub keep_alive: Duration,
+    /// Reconnection backoff: first wait and ceiling (doubling, with jitter).
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+    /// Flow-control window per stream and per connection (bytes in flight before the receiver
+    /// must read).
+    pub stream_window_bytes: u32,
+    pub connection_window_bytes: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: MAX_FRAME_BYTES,
+            max_datagram_bytes: MAX_DATAGRAM_BYTES,
+            max_concurrent_requests: 256,
+            max_concurrent_streams: 64,
+            inbound_queue: 256,
+            datagram_queue: 1024,
+            remembered_replies: 4096,
+            remembered_peers: 1024,
+            request_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(2),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            stream_window_bytes: 8 << 20,
+            connection_window_bytes: 32 << 20,
+        }
+    }
+}
+
+impl Limits {
+    /// The quinn transport config these limits imply.
+    pub fn transport_config(&self) -> quinn::TransportConfig {
+        let mut config = quinn::TransportConfig::default();
+        config
+            .max_concurrent_bidi_streams(self.max_concurrent_requests.into())
+            .max_concurrent_uni_streams(self.max_concurrent_streams.into())
+            .keep_alive_interval(Some(self.keep_alive))
+            .stream_receive_window(self.stream_window_bytes.into())
+            .receive_window(self.connection_window_bytes.into())
+            .send_window(u64::from(self.connection_window_bytes))
+            .datagram_receive_buffer_size(Some(self.datagram_queue * self.max_datagram_bytes))
+            .datagram_send_buffer_size(self.datagram_queue * self.max_datagram_bytes);
+        // Path MTU discovery may find large packets (loopback, jumbo frames): fewer packets,
+        // less CPU per byte. It starts from the safe 1200 and only grows where the path allows.
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(65_527);
+        config.mtu_discovery_config(Some(mtu));
+        // The idle timeout is at most 2^62 ms; ours are seconds.
+        if let Ok(idle) = quinn::IdleTimeout::try_from(self.idle_timeout) {
+            config.max_idle_timeout(Some(idle));
+        }
+        config
+    }
+}

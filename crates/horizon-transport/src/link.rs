@@ -1,0 +1,228 @@
+//! The client side of a channel: one connection to one peer, re-established as a whole when
+//! it breaks (with backoff), and requests that survive the break by being retried under the
+//! same id until their deadline.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use horizon_proto::{Channel, ErrorCode};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::conn::{Conn, Inbound, Replies, serve_inbound};
+use crate::error::Error;
+use crate::handshake::{self, HelloParams};
+use crate::limits::Limits;
+
+/// Where and how to connect.
+#[derive(Debug)]
+pub struct Dial {
+    /// The local endpoint to connect from (one per process is enough).
+    pub endpoint: quinn::Endpoint,
+    pub addr: SocketAddr,
+    /// The name the server's certificate must carry (see [`crate::site_dns_name`]).
+    pub server_name: String,
+    pub config: quinn::ClientConfig,
+    pub hello: HelloParams,
+    pub limits: Limits,
+}
+
+/// A change of the link's state. After every `Up`, the owner resynchronises its full state
+/// with the peer (the resync hook of SPEC section 6).
+#[derive(Debug)]
+pub enum LinkEvent<C: Channel> {
+    Up(Conn<C>),
+    Down(Error),
+    /// A connection attempt failed; the next one is in `wait`.
+    Retry {
+        error: Error,
+        wait: Duration,
+    },
+}
+
+/// The parts of a link: the handle for requests, its state changes, and what the peer sends
+/// on its own initiative (over every successive connection).
+#[derive(Debug)]
+pub struct LinkParts<C: Channel> {
+    pub link: Link<C>,
+    pub events: mpsc::Receiver<LinkEvent<C>>,
+    pub inbound: mpsc::Receiver<Inbound<C>>,
+}
+
+/// A self-healing connection to one peer. Cheap to clone; dropping every clone closes it.
+#[derive(Debug)]
+pub struct Link<C: Channel> {
+    current: watch::Receiver<Option<Conn<C>>>,
+    limits: Arc<Limits>,
+    ids: Arc<AtomicU64>,
+    _stop: Arc<watch::Sender<bool>>,
+}
+
+impl<C: Channel> Clone for Link<C> {
+    fn clone(&self) -> Self {
+        Link {
+            current: self.current.clone(),
+            limits: self.limits.clone(),
+            ids: self.ids.clone(),
+            _stop: self._stop.clone(),
+        }
+    }
+}
+
+impl<C: Channel> Link<C> {
+    /// Starts connecting in the background. The owner must keep reading `events` and
+    /// `inbound` (both are bounded; a full queue pauses the link).
+    pub fn connect(dial: Dial) -> LinkParts<C> {
+        let limits = Arc::new(dial.limits.clone());
+        let ids = Arc::new(AtomicU64::new(fastrand::u64(..u64::MAX / 2)));
+        let (current_tx, current) = watch::channel(None);
+        let (stop_tx, stop) = watch::channel(false);
+        let (events_tx, events) = mpsc::channel(16);
+        let (inbound_tx, inbound) = mpsc::channel(limits.inbound_queue);
+        let supervisor = Supervisor {
+            dial,
+            limits: limits.clone(),
+            ids: ids.clone(),
+            current: current_tx,
+            events: events_tx,
+            inbound: inbound_tx,
+            stop,
+        };
+        tokio::spawn(supervisor.run());
+        LinkParts { link: Link { current, limits, ids, _stop: Arc::new(stop_tx) }, events, inbound }
+    }
+
+    /// The connection right now, if up.
+    pub fn current(&self) -> Option<Conn<C>> {
+        self.current.borrow().clone()
+    }
+
+    /// Waits for a connection, at most `within`.
+    pub async fn connected(&self, within: Duration) -> Result<Conn<C>, Error> {
+        let mut current = self.current.clone();
+        let found = tokio::time::timeout(within, current.wait_for(Option::is_some)).await;
+        match found {
+            Ok(Ok(conn)) => conn.clone().ok_or(Error::Shutdown),
+            Ok(Err(_)) => Err(Error::Shutdown),
+            Err(_) => Err(Error::Timeout { ms: within.as_millis() as u64 }),
+        }
+    }
+
+    /// Sends a request and waits for its reply. If the connection breaks first, the request is
+    /// sent again under the same id on the next connection (the peer answers a repeated id
+    /// from memory), until the request timeout; then it fails with [`Error::Timeout`].
+    pub async fn request(&self, body: &C::Request) -> Result<C::Reply, Error> {
+        let id =
+            horizon_proto::RequestId(self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let timeout = self.limits.request_timeout;
+        let deadline = Instant::now() + timeout;
+        let timed_out = || Error::Timeout { ms: timeout.as_millis() as u64 };
+        let mut current = self.current.clone();
+        let mut failed_on: Option<usize> = None;
+        loop {
+            let wait = current.wait_for(|c| c.as_ref().is_some_and(|c| Some(c.id()) != failed_on));
+            let conn = match tokio::time::timeout_at(deadline, wait).await {
+                Ok(Ok(conn)) => conn.clone().ok_or(Error::Shutdown)?,
+                Ok(Err(_)) => return Err(Error::Shutdown),
+                Err(_) => return Err(timed_out()),
+            };
+            match tokio::time::timeout_at(deadline, conn.call(id, body)).await {
+                Err(_) => return Err(timed_out()),
+                Ok(Err(e)) if e.is_connection_lost() => {
+                    tracing::debug!(channel = C::ID.as_str(), request = id.0, error = %e, "retrying on the next connection");
+                    failed_on = Some(conn.id());
+                }
+                Ok(result) => return result,
+            }
+        }
+    }
+}
+
+struct Supervisor<C: Channel> {
+    dial: Dial,
+    limits: Arc<Limits>,
+    ids: Arc<AtomicU64>,
+    current: watch::Sender<Option<Conn<C>>>,
+    events: mpsc::Sender<LinkEvent<C>>,
+    inbound: mpsc::Sender<Inbound<C>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl<C: Channel> Supervisor<C> {
+    async fn run(self) {
+        let replies = Replies::new(self.limits.remembered_replies);
+        let mut backoff = self.limits.reconnect_min;
+        // The owner never sends: dropping the last `Link` closes the channel, which is the stop.
+        let mut stop = self.stop.clone();
+        loop {
+            let attempt = tokio::select! {
+                attempt = self.connect_once() => attempt,
+                _ = stop.changed() => return,
+            };
+            match attempt {
+                Ok(conn) => {
+                    backoff = self.limits.reconnect_min;
+                    serve_inbound(&conn, replies.clone(), self.inbound.clone());
+                    self.current.send_replace(Some(conn.clone()));
+                    if self.events.send(LinkEvent::Up(conn.clone())).await.is_err() {
+                        conn.close(ErrorCode::ShuttingDown, "link dropped");
+                        return;
+                    }
+                    let why = tokio::select! {
+                        why = conn.closed() => why,
+                        _ = stop.changed() => {
+                            conn.close(ErrorCode::ShuttingDown, "link closed by its owner");
+                            self.current.send_replace(None);
+                            return;
+                        }
+                    };
+                    self.current.send_replace(None);
+                    tracing::info!(channel = C::ID.as_str(), peer = %self.dial.addr, reason = %why, "link down");
+                    if self.events.send(LinkEvent::Down(why)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    // Jitter keeps many agents from reconnecting in lockstep.
+                    let wait = backoff.mul_f64(0.5 + fastrand::f64() / 2.0);
+                    backoff = (backoff * 2).min(self.limits.reconnect_max);
+                    tracing::info!(channel = C::ID.as_str(), peer = %self.dial.addr, error = %error, wait_ms = wait.as_millis() as u64, "connect failed");
+                    if self.events.send(LinkEvent::Retry { error, wait }).await.is_err() {
+                        return;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            }
+        }
+    }
+
+    async fn connect_once(&self) -> Result<Conn<C>, Error> {
+        let dial = &self.dial;
+        let connecting = dial
+            .endpoint
+            .connect_with(dial.config.clone(), dial.addr, &dial.server_name)
+            .map_err(|e| Error::Connect { addr: dial.addr, why: e.to_string() })?;
+        let quic = match tokio::time::timeout(self.limits.handshake_timeout, connecting).await {
+            Ok(Ok(quic)) => quic,
+            Ok(Err(e)) => return Err(Error::Connect { addr: dial.addr, why: e.to_string() }),
+            Err(_) => {
+                return Err(Error::Connect {
+                    addr: dial.addr,
+                    why: "handshake timed out".to_owned(),
+                });
+            }
+        };
+        handshake::client::<C>(quic, &dial.hello, self.limits.clone(), self.ids.clone()).await
+    }
+}
+
+/// A client endpoint on an ephemeral port of `ip` (e.g. `127.0.0.1` or `0.0.0.0`).
+pub fn client_endpoint(ip: std::net::IpAddr) -> Result<quinn::Endpoint, Error> {
+    quinn::Endpoint::client(SocketAddr::new(ip, 0))
+        .map_err(|e| Error::Setup(format!("client endpoint on {ip}: {e}")))
+}

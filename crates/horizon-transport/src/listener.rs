@@ -1,0 +1,146 @@
+//! The server side of a channel: accepts connections, runs the hello, keeps one connection per
+//! peer (a newer one replaces the older), and hands each peer to the application.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use horizon_proto::{Channel, ErrorCode, Hello, Name};
+use tokio::sync::mpsc;
+
+use crate::conn::{Conn, Inbound, Replies, serve_inbound};
+use crate::error::Error;
+use crate::handshake::{self, Authenticator};
+use crate::limits::Limits;
+
+/// A peer that completed its hello. A reconnection of the same peer arrives as a new `Peer`
+/// (the previous connection is closed): that is the server side's cue to resynchronise.
+#[derive(Debug)]
+pub struct Peer<C: Channel> {
+    pub conn: Conn<C>,
+    /// What the peer initiates: requests, streams, datagrams.
+    pub inbound: mpsc::Receiver<Inbound<C>>,
+    pub hello: Hello,
+}
+
+/// Accepts connections of channel `C` on one UDP socket.
+#[derive(Debug)]
+pub struct Listener<C: Channel> {
+    endpoint: quinn::Endpoint,
+    peers: mpsc::Receiver<Peer<C>>,
+}
+
+#[derive(Default)]
+struct PeerBook {
+    current: HashMap<Name, quinn::Connection>,
+    replies: HashMap<Name, Arc<Replies>>,
+    order: VecDeque<Name>,
+}
+
+impl<C: Channel> Listener<C> {
+    /// Binds `addr` and starts accepting. `name` is what the welcome tells clients we are.
+    pub fn bind(
+        addr: SocketAddr,
+        config: quinn::ServerConfig,
+        name: Name,
+        auth: Arc<dyn Authenticator>,
+        limits: Limits,
+    ) -> Result<Self, Error> {
+        let endpoint = quinn::Endpoint::server(config, addr)
+            .map_err(|e| Error::Setup(format!("bind {addr}: {e}")))?;
+        let (tx, peers) = mpsc::channel(limits.inbound_queue);
+        tokio::spawn(accept_loop::<C>(endpoint.clone(), name, auth, Arc::new(limits), tx));
+        Ok(Listener { endpoint, peers })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.endpoint.local_addr().map_err(|e| Error::Setup(e.to_string()))
+    }
+
+    /// The next peer that completed its hello; `None` once the listener is closed.
+    pub async fn accept(&mut self) -> Option<Peer<C>> {
+        self.peers.recv().await
+    }
+
+    /// Closes every connection and stops accepting.
+    pub fn close(&self, reason: &str) {
+        self.endpoint
+            .close(quinn::VarInt::from(ErrorCode::ShuttingDown.to_u16()), reason.as_bytes());
+    }
+}
+
+async fn accept_loop<C: Channel>(
+    endpoint: quinn::Endpoint,
+    name: Name,
+    auth: Arc<dyn Authenticator>,
+    limits: Arc<Limits>,
+    peers: mpsc::Sender<Peer<C>>,
+) {
+    let book = Arc::new(Mutex::new(PeerBook::default()));
+    let ids = Arc::new(AtomicU64::new(fastrand::u64(..u64::MAX / 2)));
+    let session = fastrand::u64(..);
+    while let Some(incoming) = endpoint.accept().await {
+        let (name, auth, limits, peers, book, ids) =
+            (name.clone(), auth.clone(), limits.clone(), peers.clone(), book.clone(), ids.clone());
+        tokio::spawn(async move {
+            let quic = match incoming.await {
+                Ok(quic) => quic,
+                Err(e) => {
+                    tracing::info!(channel = C::ID.as_str(), error = %e, "handshake failed");
+                    return;
+                }
+            };
+            let Ok((conn, hello)) = handshake::server::<C>(
+                quic.clone(),
+                &name,
+                session,
+                auth.as_ref(),
+                limits.clone(),
+                ids,
+            )
+            .await
+            else {
+                return;
+            };
+            let replies = {
+                let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(old) = book.current.insert(hello.peer.clone(), quic.clone()) {
+                    let reason = b"replaced by a newer connection from the same peer";
+                    old.close(quinn::VarInt::from(ErrorCode::Conflict.to_u16()), reason);
+                }
+                remembered_replies(&mut book, &hello.peer, &limits)
+            };
+            tracing::info!(channel = C::ID.as_str(), peer = %hello.peer, version = conn.version(), "peer connected");
+            let (tx, inbound) = mpsc::channel(limits.inbound_queue);
+            serve_inbound(&conn, replies, tx);
+            let peer_name = hello.peer.clone();
+            if peers.send(Peer { conn: conn.clone(), inbound, hello }).await.is_err() {
+                conn.close(ErrorCode::ShuttingDown, "listener closed");
+                return;
+            }
+            let why = conn.closed().await;
+            tracing::info!(channel = C::ID.as_str(), peer = %peer_name, reason = %why, "peer disconnected");
+            let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if book.current.get(&peer_name).is_some_and(|c| c.stable_id() == quic.stable_id()) {
+                book.current.remove(&peer_name);
+            }
+        });
+    }
+}
+
+/// The peer's reply memory, kept across its reconnections; the oldest peer is forgotten when
+/// too many are remembered.
+fn remembered_replies(book: &mut PeerBook, peer: &Name, limits: &Limits) -> Arc<Replies> {
+    if let Some(replies) = book.replies.get(peer) {
+        return replies.clone();
+    }
+    while book.replies.len() >= limits.remembered_peers.max(1) {
+        let Some(old) = book.order.pop_front() else { break };
+        book.replies.remove(&old);
+    }
+    let replies = Replies::new(limits.remembered_replies);
+    book.replies.insert(peer.clone(), replies.clone());
+    book.order.push_back(peer.clone());
+    replies
+}

@@ -1,0 +1,452 @@
+//! The transport over real QUIC on loopback: requests, streams, datagrams, mutual TLS,
+//! versions, bad frames, partitions through the WAN emulator, and RTT measurement.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use horizon_proto::control::{self, Control};
+use horizon_proto::server::{self, Server};
+use horizon_proto::transfer::{self, Transfer};
+use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, Tick};
+use horizon_transport::netem::{Netem, NetemConfig, Shape};
+use horizon_transport::{Error, Inbound, Listener, SharedToken};
+
+fn lease(n: u64) -> LeaseRef {
+    LeaseRef { bubble: BubbleId(n), epoch: Epoch(1 << 32 | n) }
+}
+
+/// Serves every control peer: `Renew` grants what it is asked and counts each execution;
+/// `Revoke` never answers (for timeouts).
+fn serve_control(
+    mut listener: Listener<Control>,
+    executed: Arc<AtomicUsize>,
+    hold: Option<Arc<tokio::sync::Notify>>,
+) -> Arc<std::sync::Mutex<Vec<horizon_transport::Conn<Control>>>> {
+    let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = conns.clone();
+    tokio::spawn(async move {
+        while let Some(mut peer) = listener.accept().await {
+            seen.lock().unwrap().push(peer.conn.clone());
+            let (executed, hold) = (executed.clone(), hold.clone());
+            tokio::spawn(async move {
+                while let Some(inbound) = peer.inbound.recv().await {
+                    let Inbound::Request(request) = inbound else { continue };
+                    match &request.body {
+                        control::Request::Renew { leases } => {
+                            executed.fetch_add(1, Ordering::SeqCst);
+                            let reply = control::Reply::Renewed {
+                                ttl_ms: 30_000,
+                                granted: leases.clone(),
+                                refused: vec![],
+                            };
+                            if let Some(hold) = &hold {
+                                hold.notified().await;
+                            }
+                            let _ = request.reply(Ok(reply)).await;
+                        }
+                        control::Request::Revoke { .. } => std::mem::forget(request),
+                        _ => {
+                            let _ = request
+                                .reply(Err(Fault::new(ErrorCode::Unexpected, "not in this test")))
+                                .await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    conns
+}
+
+#[tokio::test]
+async fn requests_streams_and_datagrams_over_mutual_tls() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    let executed = Arc::new(AtomicUsize::new(0));
+    serve_control(listener, executed.clone(), None);
+
+    let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let reply = parts
+        .link
+        .request(&control::Request::Renew { leases: vec![lease(1), lease(2)] })
+        .await
+        .unwrap();
+    assert_eq!(
+        reply,
+        control::Reply::Renewed {
+            ttl_ms: 30_000,
+            granted: vec![lease(1), lease(2)],
+            refused: vec![]
+        }
+    );
+    let refused = parts
+        .link
+        .request(&control::Request::Commit { handover: horizon_proto::HandoverId(1) })
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Fault(Fault { code: ErrorCode::Unexpected, .. }))),
+        "{refused:?}"
+    );
+    assert_eq!(executed.load(Ordering::SeqCst), 1);
+
+    // Transfer channel: streams keep order, datagrams arrive.
+    let mut listener = site_listener::<Transfer>(&pki, "MTL", &limits);
+    let addr = listener.local_addr().unwrap();
+    let mut parts = site_link::<Transfer>(&pki, "PAR", "MTL", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let mut peer = listener.accept().await.unwrap();
+    assert_eq!(peer.hello.peer.as_str(), "PAR");
+    let conn = parts.link.current().unwrap();
+    let mut stream = conn.open_stream().await.unwrap();
+    for tick in 0..100 {
+        let delta = horizon_proto::Delta {
+            bubble: BubbleId(7),
+            epoch: Epoch(1),
+            tick: Tick(tick),
+            bytes: horizon_proto::Blob(vec![tick as u8; 10_000]),
+        };
+        stream.send(&transfer::Item::Delta(delta)).await.unwrap();
+    }
+    stream.finish();
+    conn.send_datagram(&transfer::Probe::Ping { seq: 1, sent_us: 5 }).unwrap();
+    let (mut ticks, mut pings) = (Vec::new(), 0);
+    while ticks.len() < 100 || pings == 0 {
+        match tokio::time::timeout(Duration::from_secs(5), peer.inbound.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Inbound::Stream(mut receiver) => {
+                while let Some(item) = receiver.next().await.unwrap() {
+                    let transfer::Item::Delta(delta) = item else {
+                        panic!("only deltas were sent")
+                    };
+                    assert_eq!(delta.bytes.0.len(), 10_000);
+                    ticks.push(delta.tick.0);
+                }
+            }
+            Inbound::Datagram(transfer::Probe::Ping { seq: 1, sent_us: 5 }) => pings += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(ticks, (0..100).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_certificate_from_another_ca_is_refused() {
+    let (pki, stranger) = (Pki::new(), Pki::new());
+    let limits = quick_limits();
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    serve_control(listener, Arc::default(), None);
+    // The stranger trusts our CA (so it would accept the server) but its own cert is foreign.
+    let config = horizon_transport::tls::client_config(
+        &pki.ca.roots().unwrap(),
+        Some(&stranger.ca.identity("MTL").unwrap()),
+        horizon_proto::ChannelId::Control,
+        &limits,
+    )
+    .unwrap();
+    let mut parts = horizon_transport::Link::<Control>::connect(horizon_transport::Dial {
+        endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap(),
+        addr,
+        server_name: horizon_transport::site_dns_name("PAR"),
+        config,
+        hello: horizon_transport::HelloParams::new(name("MTL")),
+        limits: limits.clone(),
+    });
+    let failure = next_failure(&mut parts, Duration::from_secs(5)).await;
+    assert!(failure.contains("invalid peer certificate"), "{failure}");
+    let request = parts.link.request(&control::Request::Renew { leases: vec![] }).await;
+    assert!(
+        matches!(request, Err(Error::Timeout { .. })),
+        "never connected, never hangs: {request:?}"
+    );
+
+    // And a site may not claim to be another site than its certificate says.
+    let mut parts = site_link::<Control>(&pki, "HKG", "PAR", addr, &limits);
+    // site_link says hello as the site whose certificate it presents; lie instead:
+    drop(parts.link);
+    let config = horizon_transport::tls::client_config(
+        &pki.ca.roots().unwrap(),
+        Some(&pki.ca.identity("HKG").unwrap()),
+        horizon_proto::ChannelId::Control,
+        &limits,
+    )
+    .unwrap();
+    parts = horizon_transport::Link::<Control>::connect(horizon_transport::Dial {
+        endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap(),
+        addr,
+        server_name: horizon_transport::site_dns_name("PAR"),
+        config,
+        hello: horizon_transport::HelloParams::new(name("MTL")),
+        limits: limits.clone(),
+    });
+    let failure = next_failure(&mut parts, Duration::from_secs(5)).await;
+    assert!(failure.contains("unauthorized") && failure.contains("MTL"), "{failure}");
+}
+
+#[tokio::test]
+async fn a_version_mismatch_is_refused_with_a_clear_error() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    serve_control(listener, Arc::default(), None);
+    let config = horizon_transport::tls::client_config(
+        &pki.ca.roots().unwrap(),
+        Some(&pki.ca.identity("MTL").unwrap()),
+        horizon_proto::ChannelId::Control,
+        &limits,
+    )
+    .unwrap();
+    let mut hello = horizon_transport::HelloParams::new(name("MTL"));
+    (hello.min_version, hello.max_version) = (7, 9);
+    let mut parts = horizon_transport::Link::<Control>::connect(horizon_transport::Dial {
+        endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap(),
+        addr,
+        server_name: horizon_transport::site_dns_name("PAR"),
+        config,
+        hello,
+        limits: limits.clone(),
+    });
+    let failure = next_failure(&mut parts, Duration::from_secs(5)).await;
+    assert!(
+        failure.contains("version_mismatch")
+            && failure.contains("we speak 1..=1, the client 7..=9"),
+        "{failure}"
+    );
+}
+
+/// Opens a raw request stream on an established connection and sends `bytes` as is.
+async fn send_raw(conn: &quinn::Connection, bytes: &[u8]) -> Error {
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    let _ = send.finish();
+    tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.unwrap().into()
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_frames_close_the_connection_with_their_code() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    let executed = Arc::new(AtomicUsize::new(0));
+    serve_control(listener, executed.clone(), None);
+    let cases: [(&[u8], ErrorCode); 4] = [
+        (b"GET / HTTP/1.1\r\n\r\n", ErrorCode::Malformed),
+        (b"HZ\x01\x01\x00\x00\x00\x03\xff\xff\xff", ErrorCode::Malformed),
+        (b"HZ\x01\x01\x00\x20\x00\x00", ErrorCode::TooLarge),
+        (b"HZ\x01\x04\x00\x00\x00\x01\x00", ErrorCode::WrongChannel),
+    ];
+    for (bytes, code) in cases {
+        let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
+        wait_up(&mut parts, Duration::from_secs(5)).await;
+        let conn = parts.link.current().unwrap();
+        let closed = send_raw(conn.quic(), bytes).await;
+        assert!(
+            matches!(&closed, Error::Closed { code: c, .. } if *c == code),
+            "{bytes:?}: {closed}"
+        );
+    }
+    // The listener survived all of it.
+    let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    parts.link.request(&control::Request::Renew { leases: vec![] }).await.unwrap();
+    assert_eq!(executed.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_request_without_an_answer_times_out_instead_of_hanging() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    serve_control(listener, Arc::default(), None);
+    let limits =
+        horizon_transport::Limits { request_timeout: Duration::from_millis(300), ..limits };
+    let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let started = tokio::time::Instant::now();
+    let result = parts.link.request(&control::Request::Revoke { leases: vec![] }).await;
+    assert!(matches!(result, Err(Error::Timeout { ms: 300 })), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn game_servers_authenticate_with_a_token() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let mut listener = token_listener::<Server>(&pki, "MTL", SharedToken("s3cret".into()), &limits);
+    let addr = listener.local_addr().unwrap();
+    let dial = |token: &str| {
+        let config = horizon_transport::tls::client_config(
+            &pki.ca.roots().unwrap(),
+            None,
+            horizon_proto::ChannelId::Server,
+            &limits,
+        )
+        .unwrap();
+        horizon_transport::Link::<Server>::connect(horizon_transport::Dial {
+            endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into())
+                .unwrap(),
+            addr,
+            server_name: horizon_transport::site_dns_name("MTL"),
+            config,
+            hello: horizon_transport::HelloParams::new(name("mtl-gs-0")).with_token(token),
+            limits: limits.clone(),
+        })
+    };
+    let mut bad = dial("guess");
+    let failure = next_failure(&mut bad, Duration::from_secs(5)).await;
+    assert!(failure.contains("unauthorized"), "{failure}");
+    let mut good = dial("s3cret");
+    wait_up(&mut good, Duration::from_secs(5)).await;
+    let mut peer = listener.accept().await.unwrap();
+    assert_eq!(peer.hello.peer.as_str(), "mtl-gs-0");
+    let link = good.link.clone();
+    let ask = tokio::spawn(async move { link.request(&server::Request::Ready).await });
+    let Some(Inbound::Request(request)) = peer.inbound.recv().await else { panic!("a request") };
+    assert_eq!(request.body, server::Request::Ready);
+    request.reply(Ok(server::Reply::Done)).await.unwrap();
+    assert_eq!(ask.await.unwrap().unwrap(), server::Reply::Done);
+}
+
+#[tokio::test]
+async fn a_partition_is_survived_by_reconnect_resync_and_a_retry_applied_once() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    let executed = Arc::new(AtomicUsize::new(0));
+    let hold = Arc::new(tokio::sync::Notify::new());
+    let served = serve_control(listener, executed.clone(), Some(hold.clone()));
+    let netem =
+        Netem::start(NetemConfig::new(loopback(), addr, Duration::from_millis(20))).await.unwrap();
+    let limits = horizon_transport::Limits { request_timeout: Duration::from_secs(8), ..limits };
+    let mut parts = site_link::<Control>(&pki, "MTL", "PAR", netem.local_addr(), &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+
+    // The core receives a renewal and, while it works on it, the network splits: the reply
+    // is lost with the connection.
+    let link = parts.link.clone();
+    let renew = tokio::spawn(async move {
+        link.request(&control::Request::Renew { leases: vec![lease(3)] }).await
+    });
+    while executed.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    netem.handle().partition(true);
+    hold.notify_one();
+    let down = next_failure(&mut parts, Duration::from_secs(5)).await;
+    assert!(down.contains("lost") || down.contains("timed out"), "{down}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    netem.handle().partition(false);
+
+    // The link comes back on its own (the owner resyncs on Up), and the retried renewal is
+    // answered from the core's memory: granted once, executed once.
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let reply = renew.await.unwrap().unwrap();
+    assert_eq!(
+        reply,
+        control::Reply::Renewed { ttl_ms: 30_000, granted: vec![lease(3)], refused: vec![] }
+    );
+    assert_eq!(executed.load(Ordering::SeqCst), 1, "the retried request ran twice");
+    let served = served.lock().unwrap();
+    assert_eq!(served.len(), 2, "one connection before the partition, one after");
+    let replays: u64 = served.iter().map(|c| c.counters().replays.load(Ordering::SeqCst)).sum();
+    assert_eq!(replays, 1, "the retry was answered from the core's memory");
+}
+
+#[tokio::test]
+async fn rtt_through_the_emulator_is_the_configured_rtt() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let mut listener = site_listener::<Transfer>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    let netem =
+        Netem::start(NetemConfig::new(loopback(), addr, Duration::from_millis(85))).await.unwrap();
+    let mut parts = site_link::<Transfer>(&pki, "MTL", "PAR", netem.local_addr(), &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let _peer = listener.accept().await.unwrap();
+    let conn = parts.link.current().unwrap();
+    // A few round trips refine quinn's estimate; probes are what agents send anyway.
+    for seq in 0..20 {
+        conn.send_datagram(&transfer::Probe::Ping { seq, sent_us: 0 }).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = conn.stats();
+    let rtt_ms = stats.min_rtt.as_secs_f64() * 1e3;
+    assert!((85.0..=91.0).contains(&rtt_ms), "min RTT {rtt_ms:.1} ms through an 85 ms emulator");
+    let smoothed = stats.rtt.as_secs_f64() * 1e3;
+    assert!((85.0..=100.0).contains(&smoothed), "smoothed RTT {smoothed:.1} ms");
+
+    // Loss shows in the statistics too.
+    netem.handle().set_forward(Shape { loss: 0.3, ..Shape::half_rtt(Duration::from_millis(85)) });
+    let mut stream = conn.open_stream().await.unwrap();
+    for tick in 0..200 {
+        let delta = horizon_proto::Delta {
+            bubble: BubbleId(1),
+            epoch: Epoch(1),
+            tick: Tick(tick),
+            bytes: horizon_proto::Blob(vec![0; 1000]),
+        };
+        stream.send(&transfer::Item::Delta(delta)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(conn.stats().lost_packets > 0 && conn.stats().loss() > 0.0, "{:?}", conn.stats());
+}
+
+#[tokio::test]
+async fn a_slow_reader_back_pressures_the_writer() {
+    let pki = Pki::new();
+    let limits = horizon_transport::Limits {
+        stream_window_bytes: 256 << 10,
+        connection_window_bytes: 512 << 10,
+        ..quick_limits()
+    };
+    let mut listener = site_listener::<Transfer>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    let mut parts = site_link::<Transfer>(&pki, "MTL", "PAR", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let mut peer = listener.accept().await.unwrap();
+    let conn = parts.link.current().unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            let mut stream = conn.open_stream().await.unwrap();
+            for tick in 0..64 {
+                let delta = horizon_proto::Delta {
+                    bubble: BubbleId(1),
+                    epoch: Epoch(1),
+                    tick: Tick(tick),
+                    bytes: horizon_proto::Blob(vec![0; 64 << 10]),
+                };
+                stream.send(&transfer::Item::Delta(delta)).await.unwrap();
+                sent.fetch_add(1, Ordering::SeqCst);
+            }
+            stream.finish();
+        })
+    };
+    // Nobody reads: the writer stops once the window is full (4 MiB would be 64 items).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = sent.load(Ordering::SeqCst);
+    assert!(before < 16, "{before} items of 64 KiB went out with a 256 KiB window and no reader");
+    let Some(Inbound::Stream(mut receiver)) = peer.inbound.recv().await else { panic!("a stream") };
+    let mut got = 0;
+    while receiver.next().await.unwrap().is_some() {
+        got += 1;
+    }
+    writer.await.unwrap();
+    assert_eq!(got, 64);
+}
