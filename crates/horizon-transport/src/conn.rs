@@ -26,8 +26,13 @@ pub struct Conn<C: Channel> {
     pub(crate) limits: Arc<Limits>,
     pub(crate) ids: Arc<AtomicU64>,
     pub(crate) counters: Arc<Counters>,
+    serial: u64,
     _channel: PhantomData<fn() -> C>,
 }
+
+/// Numbers connections in this process (quinn's `stable_id` is an address, reused after a
+/// connection is freed, so it cannot tell a new connection from a dead one).
+static SERIALS: AtomicU64 = AtomicU64::new(1);
 
 impl<C: Channel> Clone for Conn<C> {
     fn clone(&self) -> Self {
@@ -38,6 +43,7 @@ impl<C: Channel> Clone for Conn<C> {
             limits: self.limits.clone(),
             ids: self.ids.clone(),
             counters: self.counters.clone(),
+            serial: self.serial,
             _channel: PhantomData,
         }
     }
@@ -95,7 +101,17 @@ impl<C: Channel> Conn<C> {
         limits: Arc<Limits>,
         ids: Arc<AtomicU64>,
     ) -> Self {
-        Conn { quic, version, peer, limits, ids, counters: Arc::default(), _channel: PhantomData }
+        let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
+        Conn {
+            quic,
+            version,
+            peer,
+            limits,
+            ids,
+            counters: Arc::default(),
+            serial,
+            _channel: PhantomData,
+        }
     }
 
     /// The peer's name from its hello (verified against its certificate on site channels).
@@ -112,9 +128,9 @@ impl<C: Channel> Conn<C> {
         self.quic.remote_address()
     }
 
-    /// Identifies this connection among the successive connections of a link.
-    pub fn id(&self) -> usize {
-        self.quic.stable_id()
+    /// Identifies this connection among every connection of the process (never reused).
+    pub fn id(&self) -> u64 {
+        self.serial
     }
 
     pub fn stats(&self) -> LinkStats {

@@ -120,7 +120,7 @@ impl<C: Channel> Link<C> {
         let deadline = Instant::now() + timeout;
         let timed_out = || Error::Timeout { ms: timeout.as_millis() as u64 };
         let mut current = self.current.clone();
-        let mut failed_on: Option<usize> = None;
+        let mut failed_on: Option<u64> = None;
         loop {
             let wait = current.wait_for(|c| c.as_ref().is_some_and(|c| Some(c.id()) != failed_on));
             let conn = match tokio::time::timeout_at(deadline, wait).await {
