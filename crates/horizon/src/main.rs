@@ -23,6 +23,59 @@ enum Command {
     /// Simulations over the real placement brain.
     #[command(subcommand)]
     Sim(Sim),
+    /// Certificates for the sites' mutual TLS (a dev CA, so the local mesh needs no manual step).
+    #[command(subcommand)]
+    Certs(Certs),
+    /// A WAN emulator: a UDP proxy adding delay, jitter, loss and partitions, changed at run time
+    /// by commands on stdin (`delay 100`, `loss 0.01 forward`, `partition on`, `stats`, `help`).
+    Netem(NetemArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum Certs {
+    /// Create a dev CA and one certificate per site in DIR (`ca.pem`, `ca.key`, `<SITE>.pem`,
+    /// `<SITE>.key`). Refuses to replace an existing CA without --force.
+    Init {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Comma-separated site names, e.g. PAR,MTL,HKG.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sites: Vec<String>,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Sign a certificate for one more site with the CA already in DIR.
+    Add {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        site: String,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct NetemArgs {
+    /// Address clients send to.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Address packets are forwarded to.
+    #[arg(long)]
+    upstream: std::net::SocketAddr,
+    /// One-way delay each direction, in ms (half the round trip).
+    #[arg(long, default_value_t = 0.0)]
+    delay_ms: f64,
+    /// One-way delay of the back direction (upstream → client), if different.
+    #[arg(long)]
+    back_delay_ms: Option<f64>,
+    /// Extra delay per packet, uniform in 0..=J ms, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    jitter_ms: f64,
+    /// Share of packets dropped each direction, 0–1.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Seed of the loss and jitter draws.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -43,7 +96,113 @@ enum Sim {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
+        Command::Certs(certs) => certs_command(certs),
+        Command::Netem(args) => netem_command(args),
     }
+}
+
+fn site_names(sites: &[String]) -> Result<Vec<String>, String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for site in sites {
+        let name = horizon_mesh::SiteName::new(site.trim()).map_err(|e| e.to_string())?;
+        if !seen.insert(name.clone()) {
+            return Err(format!("site {name} is listed twice"));
+        }
+        out.push(name.to_string());
+    }
+    Ok(out)
+}
+
+fn certs_command(certs: Certs) -> ExitCode {
+    let result = match certs {
+        Certs::Init { dir, sites, force } => site_names(&sites).and_then(|sites| {
+            let sites: Vec<&str> = sites.iter().map(String::as_str).collect();
+            horizon_transport::tls::DevCa::new(dir).create(&sites, force).map_err(|e| e.to_string())
+        }),
+        Certs::Add { dir, site } => site_names(&[site]).and_then(|sites| {
+            horizon_transport::tls::DevCa::new(dir).add_site(&sites[0]).map_err(|e| e.to_string())
+        }),
+    };
+    match result {
+        Ok(written) => {
+            for path in written {
+                println!("wrote {}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+fn netem_command(args: NetemArgs) -> ExitCode {
+    use horizon_transport::netem::{Netem, NetemConfig, Shape, command, describe};
+    let shape = |delay_ms: f64| -> Result<Shape, String> {
+        let ms = |what: &str, v: f64| {
+            if (0.0..=60_000.0).contains(&v) {
+                Ok(std::time::Duration::from_secs_f64(v / 1000.0))
+            } else {
+                Err(format!("--{what} {v} is outside 0..=60000"))
+            }
+        };
+        if !(0.0..=1.0).contains(&args.loss) {
+            return Err(format!("--loss {} is outside 0..=1", args.loss));
+        }
+        Ok(Shape {
+            delay: ms("delay-ms", delay_ms)?,
+            jitter: ms("jitter-ms", args.jitter_ms)?,
+            loss: args.loss,
+        })
+    };
+    let shapes = shape(args.delay_ms)
+        .and_then(|f| Ok((f, shape(args.back_delay_ms.unwrap_or(args.delay_ms))?)));
+    let (forward, back) = match shapes {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let mut config = NetemConfig::new(args.listen, args.upstream, std::time::Duration::ZERO);
+        (config.forward, config.back, config.seed) = (forward, back, args.seed);
+        let netem = match Netem::start(config).await {
+            Ok(netem) => netem,
+            Err(e) => {
+                eprintln!("error: cannot listen on {}: {e}", args.listen);
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        };
+        println!("netem {} -> {}: {}", netem.local_addr(), args.upstream, describe(netem.handle()));
+        let mut lines =
+            tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
+        loop {
+            tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => match command(netem.handle(), &line) {
+                        Ok(text) => println!("{text}"),
+                        Err(e) => println!("error: {e}"),
+                    },
+                    // stdin closed (e.g. run in the background): keep forwarding until killed.
+                    Ok(None) | Err(_) => std::future::pending::<()>().await,
+                },
+                _ = tokio::signal::ctrl_c() => {
+                    println!("{}", describe(netem.handle()));
+                    return ExitCode::SUCCESS;
+                }
+            }
+        }
+    })
 }
 
 fn sim_run(file: &std::path::Path, json: bool, verbose: bool) -> ExitCode {

@@ -54,3 +54,98 @@ fn a_bad_file_exits_64_and_names_the_key() {
     let missing = horizon().args(["sim", "run", "/nonexistent/x.toml"]).output().unwrap();
     assert_eq!(missing.status.code(), Some(64));
 }
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("horizon-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn certs_init_writes_a_ca_and_site_certificates_and_refuses_to_overwrite() {
+    let dir = temp_dir("certs");
+    let out = horizon()
+        .args(["certs", "init", "--sites", "PAR,MTL"])
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["ca.pem", "ca.key", "PAR.pem", "PAR.key", "MTL.pem", "MTL.key"] {
+        assert!(dir.join(file).exists(), "{file} missing");
+    }
+    let again = horizon()
+        .args(["certs", "init", "--sites", "PAR"])
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let add =
+        horizon().args(["certs", "add", "--site", "HKG"]).arg("--dir").arg(&dir).output().unwrap();
+    assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
+    assert!(dir.join("HKG.pem").exists());
+    let bad = horizon()
+        .args(["certs", "add", "--site", "PAR-2"])
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("PAR-2"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn netem_delays_packets_and_obeys_commands_on_stdin() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+
+    let upstream = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let port = {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut child = horizon()
+        .args(["netem", "--delay-ms", "40", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--upstream", &upstream_addr.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("forward 40.0"), "{line}");
+
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    upstream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let started = Instant::now();
+    client.send_to(b"ping", ("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 16];
+    let (n, via) = upstream.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"ping");
+    upstream.send_to(b"pong", via).unwrap();
+    let n = client.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"pong");
+    assert!(started.elapsed() >= Duration::from_millis(80), "round trip {:?}", started.elapsed());
+
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "partition on").unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("partition on"), "{line}");
+    client.send_to(b"lost", ("127.0.0.1", port)).unwrap();
+    upstream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(upstream.recv_from(&mut buf).is_err(), "a packet crossed the partition");
+    writeln!(stdin, "delay fast").unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with("error:") && line.contains("fast"), "{line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
