@@ -1,1 +1,260 @@
-fn main() {}
+//! Transport figures on loopback, each next to its baseline in the same run (compare ratios;
+//! absolute numbers depend on the machine):
+//! - control round trip: a typed request over QUIC (mutual TLS, one stream per request) vs a raw
+//!   UDP echo;
+//! - bulk state transfer: snapshot chunks over one QUIC stream vs a plain TCP copy of the same
+//!   bytes.
+//!
+//! `cargo bench -p horizon-transport --bench transport` (add `-- --quick` for a short run).
+#![allow(clippy::unwrap_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use horizon_proto::control::{self, Control};
+use horizon_proto::transfer::{self, Transfer};
+use horizon_proto::{Blob, BubbleId, Epoch, MAX_CHUNK_BYTES, Name, Snapshot, Tick};
+use horizon_transport::tls::{DevCa, client_config, server_config};
+use horizon_transport::{
+    Dial, HelloParams, Inbound, Limits, Link, LinkEvent, Listener, SiteCertificate,
+    client_endpoint, site_dns_name,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn loopback() -> SocketAddr {
+    (Ipv4Addr::LOCALHOST, 0).into()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+struct Sites {
+    ca: DevCa,
+    limits: Limits,
+}
+
+impl Sites {
+    fn listener<C: horizon_proto::Channel>(&self) -> Listener<C> {
+        let config = server_config(
+            &self.ca.identity("PAR").unwrap(),
+            Some(&self.ca.roots().unwrap()),
+            C::ID,
+            &self.limits,
+        )
+        .unwrap();
+        Listener::bind(
+            loopback(),
+            config,
+            Name::new("PAR").unwrap(),
+            Arc::new(SiteCertificate),
+            self.limits.clone(),
+        )
+        .unwrap()
+    }
+
+    async fn link<C: horizon_proto::Channel>(&self, addr: SocketAddr) -> Link<C> {
+        let config = client_config(
+            &self.ca.roots().unwrap(),
+            Some(&self.ca.identity("MTL").unwrap()),
+            C::ID,
+            &self.limits,
+        )
+        .unwrap();
+        let mut parts = Link::<C>::connect(Dial {
+            endpoint: client_endpoint(Ipv4Addr::LOCALHOST.into()).unwrap(),
+            addr,
+            server_name: site_dns_name("PAR"),
+            config,
+            hello: HelloParams::new(Name::new("MTL").unwrap()),
+            limits: self.limits.clone(),
+        });
+        let Some(LinkEvent::Up(_)) = parts.events.recv().await else {
+            panic!("link did not come up")
+        };
+        // Keep draining so the link never pauses on a full event queue.
+        tokio::spawn(async move { while parts.events.recv().await.is_some() {} });
+        parts.link
+    }
+}
+
+async fn quic_round_trips(sites: &Sites, n: usize) -> Vec<Duration> {
+    let mut listener = sites.listener::<Control>();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Some(mut peer) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(Inbound::Request(request)) = peer.inbound.recv().await {
+                    let control::Request::Renew { leases } = &request.body else { continue };
+                    let reply = control::Reply::Renewed {
+                        ttl_ms: 30_000,
+                        granted: leases.clone(),
+                        refused: vec![],
+                    };
+                    let _ = request.reply(Ok(reply)).await;
+                }
+            });
+        }
+    });
+    let link = sites.link::<Control>(addr).await;
+    let body = control::Request::Renew {
+        leases: (0..8)
+            .map(|b| horizon_proto::LeaseRef { bubble: BubbleId(b), epoch: Epoch(1 << 32 | b) })
+            .collect(),
+    };
+    for _ in 0..200 {
+        link.request(&body).await.unwrap();
+    }
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        link.request(&body).await.unwrap();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times
+}
+
+async fn udp_round_trips(n: usize) -> Vec<Duration> {
+    let server = tokio::net::UdpSocket::bind(loopback()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((len, from)) = server.recv_from(&mut buf).await {
+            let _ = server.send_to(&buf[..len], from).await;
+        }
+    });
+    let client = tokio::net::UdpSocket::bind(loopback()).await.unwrap();
+    client.connect(addr).await.unwrap();
+    let payload = [7u8; 100];
+    let mut buf = [0u8; 2048];
+    for _ in 0..200 {
+        client.send(&payload).await.unwrap();
+        client.recv(&mut buf).await.unwrap();
+    }
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        client.send(&payload).await.unwrap();
+        client.recv(&mut buf).await.unwrap();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times
+}
+
+async fn quic_bulk(sites: &Sites, total: usize) -> Duration {
+    let mut listener = sites.listener::<Transfer>();
+    let addr = listener.local_addr().unwrap();
+    let link = sites.link::<Transfer>(addr).await;
+    let mut peer = listener.accept().await.unwrap();
+    let chunks = total / MAX_CHUNK_BYTES;
+    let conn = link.current().unwrap();
+    let started = Instant::now();
+    let writer = tokio::spawn(async move {
+        let mut stream = conn.open_stream().await.unwrap();
+        let bytes = Blob(vec![0x5a; MAX_CHUNK_BYTES - 64]);
+        for index in 0..chunks as u32 {
+            let item = transfer::Item::Snapshot(Snapshot {
+                bubble: BubbleId(1),
+                epoch: Epoch(1),
+                tick: Tick(1),
+                index,
+                total: chunks as u32,
+                bytes: bytes.clone(),
+            });
+            stream.send(&item).await.unwrap();
+        }
+        stream.finish();
+    });
+    let Some(Inbound::Stream(mut receiver)) = peer.inbound.recv().await else { panic!("a stream") };
+    let mut got = 0;
+    while receiver.next().await.unwrap().is_some() {
+        got += 1;
+    }
+    let elapsed = started.elapsed();
+    writer.await.unwrap();
+    let path = link.current().unwrap().quic().stats().path;
+    eprintln!(
+        "  (quic path: mtu {} bytes, {} packets sent, {} lost, probes {} lost {})",
+        path.current_mtu,
+        path.sent_packets,
+        path.lost_packets,
+        path.sent_plpmtud_probes,
+        path.lost_plpmtud_probes
+    );
+    assert_eq!(got, chunks);
+    elapsed
+}
+
+async fn tcp_bulk(total: usize) -> Duration {
+    let listener = tokio::net::TcpListener::bind(loopback()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0;
+        loop {
+            let n = socket.read(&mut buf).await.unwrap();
+            if n == 0 {
+                return got;
+            }
+            got += n;
+        }
+    });
+    let started = Instant::now();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let chunk = vec![0x5a; MAX_CHUNK_BYTES];
+    for _ in 0..total / MAX_CHUNK_BYTES {
+        socket.write_all(&chunk).await.unwrap();
+    }
+    socket.shutdown().await.unwrap();
+    let got = reader.await.unwrap();
+    assert_eq!(got, total / MAX_CHUNK_BYTES * MAX_CHUNK_BYTES);
+    started.elapsed()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (round_trips, bulk_mib, runs) = if quick { (500, 64, 1) } else { (5000, 512, 3) };
+    let dir = std::env::temp_dir().join(format!("horizon-bench-{}", std::process::id()));
+    let ca = DevCa::new(&dir);
+    ca.create(&["PAR", "MTL"], true).unwrap();
+    let sites = Sites { ca, limits: Limits::default() };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let quic = quic_round_trips(&sites, round_trips).await;
+        let udp = udp_round_trips(round_trips).await;
+        println!("control round trip on loopback ({round_trips} sequential requests)");
+        for (name, t) in [("quic request/reply", &quic), ("raw udp echo", &udp)] {
+            println!(
+                "  {name:<20} p50 {:>7.1} µs  p99 {:>7.1} µs",
+                us(percentile(t, 0.5)),
+                us(percentile(t, 0.99))
+            );
+        }
+        println!(
+            "  ratio p50 quic/udp   {:.1}×",
+            us(percentile(&quic, 0.5)) / us(percentile(&udp, 0.5))
+        );
+
+        let total = bulk_mib << 20;
+        let (mut best_quic, mut best_tcp) = (Duration::MAX, Duration::MAX);
+        for _ in 0..runs {
+            best_quic = best_quic.min(quic_bulk(&sites, total).await);
+            best_tcp = best_tcp.min(tcp_bulk(total).await);
+        }
+        let mbps = |d: Duration| total as f64 / d.as_secs_f64() / 1e6;
+        println!("bulk transfer on loopback ({bulk_mib} MiB, best of {runs})");
+        println!("  quic stream (snapshot chunks) {:>8.0} MB/s", mbps(best_quic));
+        println!("  plain tcp copy                {:>8.0} MB/s", mbps(best_tcp));
+        println!("  ratio quic/tcp                {:.2}", mbps(best_quic) / mbps(best_tcp));
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -223,6 +223,31 @@ impl<C: Channel> Supervisor<C> {
 
 /// A client endpoint on an ephemeral port of `ip` (e.g. `127.0.0.1` or `0.0.0.0`).
 pub fn client_endpoint(ip: std::net::IpAddr) -> Result<quinn::Endpoint, Error> {
-    quinn::Endpoint::client(SocketAddr::new(ip, 0))
-        .map_err(|e| Error::Setup(format!("client endpoint on {ip}: {e}")))
+    endpoint(SocketAddr::new(ip, 0), None)
+}
+
+/// Socket buffer asked of the kernel for every endpoint, each direction.
+const UDP_BUFFER_BYTES: usize = 4 << 20;
+
+/// An endpoint on `addr` with socket buffers sized for bulk state transfer.
+pub(crate) fn endpoint(
+    addr: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+) -> Result<quinn::Endpoint, Error> {
+    let fail = |e: &dyn std::fmt::Display| Error::Setup(format!("endpoint on {addr}: {e}"));
+    let config = quinn::EndpointConfig::default();
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .map_err(|e| fail(&e))?;
+    // Room for bursts of large packets: the kernel's default (~200 KiB) overflows at a few
+    // hundred MB/s, and those drops look like congestion. Best effort: the kernel caps it.
+    let _ = socket.set_recv_buffer_size(UDP_BUFFER_BYTES);
+    let _ = socket.set_send_buffer_size(UDP_BUFFER_BYTES);
+    socket.bind(&addr.into()).map_err(|e| fail(&e))?;
+    let socket: std::net::UdpSocket = socket.into();
+    quinn::Endpoint::new(config, server, socket, Arc::new(quinn::TokioRuntime))
+        .map_err(|e| fail(&e))
 }

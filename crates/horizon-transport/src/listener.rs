@@ -47,8 +47,7 @@ impl<C: Channel> Listener<C> {
         auth: Arc<dyn Authenticator>,
         limits: Limits,
     ) -> Result<Self, Error> {
-        let endpoint = quinn::Endpoint::server(config, addr)
-            .map_err(|e| Error::Setup(format!("bind {addr}: {e}")))?;
+        let endpoint = crate::link::endpoint(addr, Some(config))?;
         let (tx, peers) = mpsc::channel(limits.inbound_queue);
         tokio::spawn(accept_loop::<C>(endpoint.clone(), name, auth, Arc::new(limits), tx));
         Ok(Listener { endpoint, peers })
