@@ -38,7 +38,7 @@ pub enum Request {
     },
     /// agent → core, every few seconds: the scoring inputs seen at this site.
     Report {
-        joins: Vec<PlayerJoin>,
+        joins: Vec<PlayerSample>,
         leaves: Vec<PlayerId>,
         players: Vec<PlayerSample>,
         backbone: Vec<BackboneSample>,
@@ -141,19 +141,8 @@ pub struct Peer {
     pub transfer_addr: String,
 }
 
-/// A player who joined at this site (their home, chosen by lowest RTT at connection).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PlayerJoin {
-    pub player: PlayerId,
-    /// The access RTT to this site at connection, measured by the agent (never client-supplied).
-    pub access_rtt_ms: f32,
-    pub role: Role,
-    pub world: crate::types::WorldId,
-    pub pos: Vec3,
-    pub vel: Vec3,
-}
-
-/// A player's latest state, as seen by their home agent.
+/// A player as seen by their home agent: at connection (in `joins`, where the RTT is the one
+/// measured at connection) or now (in `players`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlayerSample {
     pub player: PlayerId,

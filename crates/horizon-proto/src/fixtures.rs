@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::channel::{Channel, Hello, Message, ReplyFrame, RequestFrame, Welcome};
 use crate::error::{ErrorCode, Fault};
 use crate::frame::{ChannelId, MAX_DATAGRAM_BYTES, MAX_FRAME_BYTES, PROTOCOL_VERSION, to_frame};
-use crate::state::{Delta, Input, Inputs, Seal, Snapshot, Update};
+use crate::state::{Delta, Input, Inputs, Seal, Snapshot, StateItem, Update};
 use crate::types::{
     Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, RequestId,
     Role, Seq, Tick, Vec3, WorldId,
@@ -177,7 +177,7 @@ pub fn all() -> Vec<Fixture> {
                 held: vec![control::Held { lease: lref, tick: Tick(1000) }],
             },
             control::Request::Report {
-                joins: vec![control::PlayerJoin {
+                joins: vec![control::PlayerSample {
                     player: PlayerId(5),
                     access_rtt_ms: 9.5,
                     role: Role::Pilot,
@@ -262,11 +262,11 @@ pub fn all() -> Vec<Fixture> {
         ],
         vec![transfer::Reply::Done, transfer::Reply::Accepted { from_tick: Tick(0) }],
         vec![
-            transfer::Item::Snapshot(snapshot.clone()),
-            transfer::Item::Delta(delta.clone()),
-            transfer::Item::Seal(seal.clone()),
-            transfer::Item::Inputs(inputs.clone()),
-            transfer::Item::Update(update.clone()),
+            StateItem::Snapshot(snapshot.clone()),
+            StateItem::Delta(delta.clone()),
+            StateItem::Seal(seal.clone()),
+            StateItem::Inputs(inputs.clone()),
+            StateItem::Update(update.clone()),
         ],
         vec![
             transfer::Probe::Ping { seq: 1, sent_us: 1_000_000 },
@@ -305,11 +305,11 @@ pub fn all() -> Vec<Fixture> {
             server::Reply::Released { bubble, tick: Tick(1002) },
         ],
         vec![
-            server::Item::Snapshot(snapshot),
-            server::Item::Delta(delta),
-            server::Item::Seal(seal),
-            server::Item::Inputs(inputs),
-            server::Item::Update(update),
+            StateItem::Snapshot(snapshot),
+            StateItem::Delta(delta),
+            StateItem::Seal(seal),
+            StateItem::Inputs(inputs),
+            StateItem::Update(update),
         ],
         vec![],
     );

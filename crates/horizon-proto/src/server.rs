@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::{Channel, Never, kinds};
 use crate::frame::ChannelId;
-use crate::state::{Delta, Inputs, Seal, Snapshot, Update};
+use crate::state::StateItem;
 use crate::types::{Blob, BubbleId, Epoch, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick};
 
 /// The server channel's types.
@@ -17,7 +17,7 @@ impl Channel for Server {
     const ID: ChannelId = ChannelId::Server;
     type Request = Request;
     type Reply = Reply;
-    type Stream = Item;
+    type Stream = StateItem;
     type Datagram = Never;
 }
 
@@ -96,27 +96,4 @@ kinds!(Reply {
     Left => "left",
     Stale => "stale",
     Released => "released",
-});
-
-/// Items of the streams between an agent and a game server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Item {
-    /// Either way: a bubble's full state (to a new holder, or from a holder for a backup).
-    Snapshot(Snapshot),
-    /// server → agent: each tick's changes (streamed to a handover target, kept as backup).
-    Delta(Delta),
-    /// server → agent: the final word after `Freeze`.
-    Seal(Seal),
-    /// agent → server: players' inputs.
-    Inputs(Inputs),
-    /// server → agent: state for players.
-    Update(Update),
-}
-
-kinds!(Item {
-    Snapshot => "snapshot",
-    Delta => "delta",
-    Seal => "seal",
-    Inputs => "inputs",
-    Update => "update",
 });

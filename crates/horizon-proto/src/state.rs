@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::channel::kinds;
 use crate::types::{Blob, BubbleId, Epoch, PlayerId, Seq, Tick};
 
 /// One chunk of a bubble's full state at `tick`. A snapshot is `total` chunks, `index` 0-based,
@@ -64,3 +65,27 @@ pub struct Update {
     pub acked: Vec<(PlayerId, Seq)>,
     pub bytes: Blob,
 }
+
+/// Items of the long-lived streams that carry state: between agents (transfer channel) and
+/// between an agent and its game servers (server channel).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StateItem {
+    /// A bubble's full state: to a new holder, or from a holder for a backup.
+    Snapshot(Snapshot),
+    /// Each tick's changes (streamed to a handover target, kept as backup).
+    Delta(Delta),
+    /// The writer's final word after a freeze.
+    Seal(Seal),
+    /// Players' inputs, towards whoever simulates them (home gateway → simulating site → server).
+    Inputs(Inputs),
+    /// State for players, back towards their home gateway.
+    Update(Update),
+}
+
+kinds!(StateItem {
+    Snapshot => "snapshot",
+    Delta => "delta",
+    Seal => "seal",
+    Inputs => "inputs",
+    Update => "update",
+});

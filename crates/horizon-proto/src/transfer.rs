@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::{Channel, kinds};
 use crate::frame::ChannelId;
-use crate::state::{Delta, Inputs, Seal, Snapshot, Update};
+use crate::state::StateItem;
 use crate::types::{Blob, BubbleId, Epoch, HandoverId, PlayerId, Seq};
 
 /// The transfer channel's types.
@@ -17,7 +17,7 @@ impl Channel for Transfer {
     const ID: ChannelId = ChannelId::Transfer;
     type Request = Request;
     type Reply = Reply;
-    type Stream = Item;
+    type Stream = StateItem;
     type Datagram = Probe;
 }
 
@@ -58,26 +58,6 @@ pub enum Reply {
 kinds!(Reply {
     Done => "done",
     Accepted => "accepted",
-});
-
-/// Items of the long-lived streams between agents.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Item {
-    Snapshot(Snapshot),
-    Delta(Delta),
-    Seal(Seal),
-    /// Home gateway → simulating site: players' inputs, in order.
-    Inputs(Inputs),
-    /// Simulating site → home gateway: state for that site's players.
-    Update(Update),
-}
-
-kinds!(Item {
-    Snapshot => "snapshot",
-    Delta => "delta",
-    Seal => "seal",
-    Inputs => "inputs",
-    Update => "update",
 });
 
 /// Backbone RTT probes, as datagrams. The prober timestamps with its own clock; the echo

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use horizon_proto::control::{self, Control};
-use horizon_proto::transfer::{self, Transfer};
+use horizon_proto::transfer::Transfer;
 use horizon_proto::{Blob, BubbleId, Epoch, MAX_CHUNK_BYTES, Name, Snapshot, Tick};
 use horizon_transport::tls::{DevCa, client_config, server_config};
 use horizon_transport::{
@@ -160,7 +160,7 @@ async fn quic_bulk(sites: &Sites, total: usize) -> Duration {
         let mut stream = conn.open_stream().await.unwrap();
         let bytes = Blob(vec![0x5a; MAX_CHUNK_BYTES - 64]);
         for index in 0..chunks as u32 {
-            let item = transfer::Item::Snapshot(Snapshot {
+            let item = horizon_proto::StateItem::Snapshot(Snapshot {
                 bubble: BubbleId(1),
                 epoch: Epoch(1),
                 tick: Tick(1),

@@ -14,7 +14,7 @@ use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, Tick};
 use horizon_transport::netem::{Netem, NetemConfig, Shape};
-use horizon_transport::{Error, Inbound, Listener, SharedToken};
+use horizon_transport::{Error, HelloParams, Inbound, Listener, SharedToken};
 
 fn lease(n: u64) -> LeaseRef {
     LeaseRef { bubble: BubbleId(n), epoch: Epoch(1 << 32 | n) }
@@ -113,7 +113,7 @@ async fn requests_streams_and_datagrams_over_mutual_tls() {
             tick: Tick(tick),
             bytes: horizon_proto::Blob(vec![tick as u8; 10_000]),
         };
-        stream.send(&transfer::Item::Delta(delta)).await.unwrap();
+        stream.send(&horizon_proto::StateItem::Delta(delta)).await.unwrap();
     }
     stream.finish();
     conn.send_datagram(&transfer::Probe::Ping { seq: 1, sent_us: 5 }).unwrap();
@@ -126,7 +126,7 @@ async fn requests_streams_and_datagrams_over_mutual_tls() {
         {
             Inbound::Stream(mut receiver) => {
                 while let Some(item) = receiver.next().await.unwrap() {
-                    let transfer::Item::Delta(delta) = item else {
+                    let horizon_proto::StateItem::Delta(delta) = item else {
                         panic!("only deltas were sent")
                     };
                     assert_eq!(delta.bytes.0.len(), 10_000);
@@ -148,21 +148,9 @@ async fn a_certificate_from_another_ca_is_refused() {
     let addr = listener.local_addr().unwrap();
     serve_control(listener, Arc::default(), None);
     // The stranger trusts our CA (so it would accept the server) but its own cert is foreign.
-    let config = horizon_transport::tls::client_config(
-        &pki.ca.roots().unwrap(),
-        Some(&stranger.ca.identity("MTL").unwrap()),
-        horizon_proto::ChannelId::Control,
-        &limits,
-    )
-    .unwrap();
-    let mut parts = horizon_transport::Link::<Control>::connect(horizon_transport::Dial {
-        endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap(),
-        addr,
-        server_name: horizon_transport::site_dns_name("PAR"),
-        config,
-        hello: horizon_transport::HelloParams::new(name("MTL")),
-        limits: limits.clone(),
-    });
+    let foreign = Some(stranger.ca.identity("MTL").unwrap());
+    let mut parts =
+        dial::<Control>(&pki, foreign, "PAR", addr, HelloParams::new(name("MTL")), &limits);
     let failure = next_failure(&mut parts, Duration::from_secs(5)).await;
     assert!(failure.contains("invalid peer certificate"), "{failure}");
     let request = parts.link.request(&control::Request::Renew { leases: vec![] }).await;
@@ -172,24 +160,8 @@ async fn a_certificate_from_another_ca_is_refused() {
     );
 
     // And a site may not claim to be another site than its certificate says.
-    let mut parts = site_link::<Control>(&pki, "HKG", "PAR", addr, &limits);
-    // site_link says hello as the site whose certificate it presents; lie instead:
-    drop(parts.link);
-    let config = horizon_transport::tls::client_config(
-        &pki.ca.roots().unwrap(),
-        Some(&pki.ca.identity("HKG").unwrap()),
-        horizon_proto::ChannelId::Control,
-        &limits,
-    )
-    .unwrap();
-    parts = horizon_transport::Link::<Control>::connect(horizon_transport::Dial {
-        endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap(),
-        addr,
-        server_name: horizon_transport::site_dns_name("PAR"),
-        config,
-        hello: horizon_transport::HelloParams::new(name("MTL")),
-        limits: limits.clone(),
-    });
+    let hkg = Some(pki.ca.identity("HKG").unwrap());
+    let mut parts = dial::<Control>(&pki, hkg, "PAR", addr, HelloParams::new(name("MTL")), &limits);
     let failure = next_failure(&mut parts, Duration::from_secs(5)).await;
     assert!(failure.contains("unauthorized") && failure.contains("MTL"), "{failure}");
 }
@@ -201,23 +173,10 @@ async fn a_version_mismatch_is_refused_with_a_clear_error() {
     let listener = site_listener::<Control>(&pki, "PAR", &limits);
     let addr = listener.local_addr().unwrap();
     serve_control(listener, Arc::default(), None);
-    let config = horizon_transport::tls::client_config(
-        &pki.ca.roots().unwrap(),
-        Some(&pki.ca.identity("MTL").unwrap()),
-        horizon_proto::ChannelId::Control,
-        &limits,
-    )
-    .unwrap();
-    let mut hello = horizon_transport::HelloParams::new(name("MTL"));
+    let mut hello = HelloParams::new(name("MTL"));
     (hello.min_version, hello.max_version) = (7, 9);
-    let mut parts = horizon_transport::Link::<Control>::connect(horizon_transport::Dial {
-        endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap(),
-        addr,
-        server_name: horizon_transport::site_dns_name("PAR"),
-        config,
-        hello,
-        limits: limits.clone(),
-    });
+    let mut parts =
+        dial::<Control>(&pki, Some(pki.ca.identity("MTL").unwrap()), "PAR", addr, hello, &limits);
     let failure = next_failure(&mut parts, Duration::from_secs(5)).await;
     assert!(
         failure.contains("version_mismatch")
@@ -288,28 +247,14 @@ async fn game_servers_authenticate_with_a_token() {
     let limits = quick_limits();
     let mut listener = token_listener::<Server>(&pki, "MTL", SharedToken("s3cret".into()), &limits);
     let addr = listener.local_addr().unwrap();
-    let dial = |token: &str| {
-        let config = horizon_transport::tls::client_config(
-            &pki.ca.roots().unwrap(),
-            None,
-            horizon_proto::ChannelId::Server,
-            &limits,
-        )
-        .unwrap();
-        horizon_transport::Link::<Server>::connect(horizon_transport::Dial {
-            endpoint: horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into())
-                .unwrap(),
-            addr,
-            server_name: horizon_transport::site_dns_name("MTL"),
-            config,
-            hello: horizon_transport::HelloParams::new(name("mtl-gs-0")).with_token(token),
-            limits: limits.clone(),
-        })
+    let server = |token: &str| {
+        let hello = HelloParams::new(name("mtl-gs-0")).with_token(token);
+        dial::<Server>(&pki, None, "MTL", addr, hello, &limits)
     };
-    let mut bad = dial("guess");
+    let mut bad = server("guess");
     let failure = next_failure(&mut bad, Duration::from_secs(5)).await;
     assert!(failure.contains("unauthorized"), "{failure}");
-    let mut good = dial("s3cret");
+    let mut good = server("s3cret");
     wait_up(&mut good, Duration::from_secs(5)).await;
     let mut peer = listener.accept().await.unwrap();
     assert_eq!(peer.hello.peer.as_str(), "mtl-gs-0");
@@ -400,7 +345,7 @@ async fn rtt_through_the_emulator_is_the_configured_rtt() {
             tick: Tick(tick),
             bytes: horizon_proto::Blob(vec![0; 1000]),
         };
-        stream.send(&transfer::Item::Delta(delta)).await.unwrap();
+        stream.send(&horizon_proto::StateItem::Delta(delta)).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(conn.stats().lost_packets > 0 && conn.stats().loss() > 0.0, "{:?}", conn.stats());
@@ -432,7 +377,7 @@ async fn a_slow_reader_back_pressures_the_writer() {
                     tick: Tick(tick),
                     bytes: horizon_proto::Blob(vec![0; 64 << 10]),
                 };
-                stream.send(&transfer::Item::Delta(delta)).await.unwrap();
+                stream.send(&horizon_proto::StateItem::Delta(delta)).await.unwrap();
                 sent.fetch_add(1, Ordering::SeqCst);
             }
             stream.finish();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use horizon_proto::{Channel, Name};
-use horizon_transport::tls::{DevCa, client_config, server_config};
+use horizon_transport::tls::{DevCa, Identity, client_config, server_config};
 use horizon_transport::{
     Authenticator, Dial, HelloParams, Limits, Link, LinkEvent, LinkParts, Listener,
     SiteCertificate, client_endpoint, site_dns_name,
@@ -102,19 +102,26 @@ pub fn site_link<C: Channel>(
     addr: SocketAddr,
     limits: &Limits,
 ) -> LinkParts<C> {
-    let config = client_config(
-        &pki.ca.roots().unwrap(),
-        Some(&pki.ca.identity(from).unwrap()),
-        C::ID,
-        limits,
-    )
-    .unwrap();
+    dial(pki, Some(pki.ca.identity(from).unwrap()), to, addr, HelloParams::new(name(from)), limits)
+}
+
+/// A link to site `to` at `addr` that trusts `pki`'s CA, presents `identity` (if any) and says
+/// `hello`: for the tests that lie about who they are.
+pub fn dial<C: Channel>(
+    pki: &Pki,
+    identity: Option<Identity>,
+    to: &str,
+    addr: SocketAddr,
+    hello: HelloParams,
+    limits: &Limits,
+) -> LinkParts<C> {
+    let config = client_config(&pki.ca.roots().unwrap(), identity.as_ref(), C::ID, limits).unwrap();
     Link::connect(Dial {
         endpoint: client_endpoint(Ipv4Addr::LOCALHOST.into()).unwrap(),
         addr,
         server_name: site_dns_name(to),
         config,
-        hello: HelloParams::new(name(from)),
+        hello,
         limits: limits.clone(),
     })
 }
