@@ -63,14 +63,31 @@ fn serve_control(
     conns
 }
 
+/// A core at PAR serving control requests (see `serve_control`): its address, the count of
+/// executed renewals, and its peers' connections.
+struct Core {
+    addr: std::net::SocketAddr,
+    executed: Arc<AtomicUsize>,
+    conns: Arc<std::sync::Mutex<Vec<horizon_transport::Conn<Control>>>>,
+}
+
+fn core(
+    pki: &Pki,
+    limits: &horizon_transport::Limits,
+    hold: Option<Arc<tokio::sync::Notify>>,
+) -> Core {
+    let listener = site_listener::<Control>(pki, "PAR", limits);
+    let addr = listener.local_addr().unwrap();
+    let executed = Arc::new(AtomicUsize::new(0));
+    let conns = serve_control(listener, executed.clone(), hold);
+    Core { addr, executed, conns }
+}
+
 #[tokio::test]
 async fn requests_streams_and_datagrams_over_mutual_tls() {
     let pki = Pki::new();
     let limits = quick_limits();
-    let listener = site_listener::<Control>(&pki, "PAR", &limits);
-    let addr = listener.local_addr().unwrap();
-    let executed = Arc::new(AtomicUsize::new(0));
-    serve_control(listener, executed.clone(), None);
+    let Core { addr, executed, .. } = core(&pki, &limits, None);
 
     let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
     wait_up(&mut parts, Duration::from_secs(5)).await;
@@ -144,9 +161,7 @@ async fn requests_streams_and_datagrams_over_mutual_tls() {
 async fn a_certificate_from_another_ca_is_refused() {
     let (pki, stranger) = (Pki::new(), Pki::new());
     let limits = quick_limits();
-    let listener = site_listener::<Control>(&pki, "PAR", &limits);
-    let addr = listener.local_addr().unwrap();
-    serve_control(listener, Arc::default(), None);
+    let addr = core(&pki, &limits, None).addr;
     // The stranger trusts our CA (so it would accept the server) but its own cert is foreign.
     let foreign = Some(stranger.ca.identity("MTL").unwrap());
     let mut parts =
@@ -170,9 +185,7 @@ async fn a_certificate_from_another_ca_is_refused() {
 async fn a_version_mismatch_is_refused_with_a_clear_error() {
     let pki = Pki::new();
     let limits = quick_limits();
-    let listener = site_listener::<Control>(&pki, "PAR", &limits);
-    let addr = listener.local_addr().unwrap();
-    serve_control(listener, Arc::default(), None);
+    let addr = core(&pki, &limits, None).addr;
     let mut hello = HelloParams::new(name("MTL"));
     (hello.min_version, hello.max_version) = (7, 9);
     let mut parts =
@@ -197,10 +210,7 @@ async fn send_raw(conn: &quinn::Connection, bytes: &[u8]) -> Error {
 async fn malformed_and_oversized_frames_close_the_connection_with_their_code() {
     let pki = Pki::new();
     let limits = quick_limits();
-    let listener = site_listener::<Control>(&pki, "PAR", &limits);
-    let addr = listener.local_addr().unwrap();
-    let executed = Arc::new(AtomicUsize::new(0));
-    serve_control(listener, executed.clone(), None);
+    let Core { addr, executed, .. } = core(&pki, &limits, None);
     let cases: [(&[u8], ErrorCode); 4] = [
         (b"GET / HTTP/1.1\r\n\r\n", ErrorCode::Malformed),
         (b"HZ\x01\x01\x00\x00\x00\x03\xff\xff\xff", ErrorCode::Malformed),
@@ -228,9 +238,7 @@ async fn malformed_and_oversized_frames_close_the_connection_with_their_code() {
 async fn a_request_without_an_answer_times_out_instead_of_hanging() {
     let pki = Pki::new();
     let limits = quick_limits();
-    let listener = site_listener::<Control>(&pki, "PAR", &limits);
-    let addr = listener.local_addr().unwrap();
-    serve_control(listener, Arc::default(), None);
+    let addr = core(&pki, &limits, None).addr;
     let limits =
         horizon_transport::Limits { request_timeout: Duration::from_millis(300), ..limits };
     let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
@@ -270,11 +278,8 @@ async fn game_servers_authenticate_with_a_token() {
 async fn a_partition_is_survived_by_reconnect_resync_and_a_retry_applied_once() {
     let pki = Pki::new();
     let limits = quick_limits();
-    let listener = site_listener::<Control>(&pki, "PAR", &limits);
-    let addr = listener.local_addr().unwrap();
-    let executed = Arc::new(AtomicUsize::new(0));
     let hold = Arc::new(tokio::sync::Notify::new());
-    let served = serve_control(listener, executed.clone(), Some(hold.clone()));
+    let Core { addr, executed, conns: served } = core(&pki, &limits, Some(hold.clone()));
     let netem =
         Netem::start(NetemConfig::new(loopback(), addr, Duration::from_millis(20))).await.unwrap();
     let limits = horizon_transport::Limits { request_timeout: Duration::from_secs(8), ..limits };

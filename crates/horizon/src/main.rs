@@ -186,15 +186,16 @@ fn netem_command(args: NetemArgs) -> ExitCode {
         println!("netem {} -> {}: {}", netem.local_addr(), args.upstream, describe(netem.handle()));
         let mut lines =
             tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
+        let mut stdin_open = true;
         loop {
             tokio::select! {
-                line = lines.next_line() => match line {
+                line = lines.next_line(), if stdin_open => match line {
                     Ok(Some(line)) => match command(netem.handle(), &line) {
                         Ok(text) => println!("{text}"),
                         Err(e) => println!("error: {e}"),
                     },
-                    // stdin closed (e.g. run in the background): keep forwarding until killed.
-                    Ok(None) | Err(_) => std::future::pending::<()>().await,
+                    // stdin closed (e.g. run in the background): keep forwarding until Ctrl-C.
+                    Ok(None) | Err(_) => stdin_open = false,
                 },
                 _ = tokio::signal::ctrl_c() => {
                     println!("{}", describe(netem.handle()));
