@@ -6,6 +6,8 @@
 //! upstream, so replies find their way back. Packets of one direction keep their order (jitter
 //! varies the delay without reordering), and each direction's queue is bounded: beyond
 //! `max_queue` packets in flight, packets are dropped and counted, like a router's buffer.
+//! A client address keeps its session (an upstream socket and two delay lines) for the life of
+//! the proxy; at most `max_sessions` clients are served, later ones are dropped and counted.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
