@@ -179,15 +179,17 @@ async fn quic_bulk(sites: &Sites, total: usize) -> Duration {
     }
     let elapsed = started.elapsed();
     writer.await.unwrap();
-    let path = link.current().unwrap().quic().stats().path;
+    let stats = link.current().unwrap().quic().stats();
     eprintln!(
-        "  (quic path: mtu {} bytes, {} packets sent, {} lost, probes {} lost {})",
-        path.current_mtu,
-        path.sent_packets,
-        path.lost_packets,
-        path.sent_plpmtud_probes,
-        path.lost_plpmtud_probes
+        "  (sender: mtu {} bytes, {} lost of {} packets, {} datagrams in {} send calls)",
+        stats.path.current_mtu,
+        stats.path.lost_packets,
+        stats.path.sent_packets,
+        stats.udp_tx.datagrams,
+        stats.udp_tx.ios,
     );
+    let rx = peer.conn.quic().stats().udp_rx;
+    eprintln!("  (receiver: {} datagrams in {} receive calls)", rx.datagrams, rx.ios);
     assert_eq!(got, chunks);
     elapsed
 }
