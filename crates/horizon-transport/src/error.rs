@@ -83,6 +83,13 @@ impl From<quinn::ReadError> for Error {
     fn from(e: quinn::ReadError) -> Self {
         match e {
             quinn::ReadError::ConnectionLost(e) => e.into(),
+            // The peer gave up on this stream (e.g. dropped a request without replying): the
+            // connection is fine, so this is an answer, not a reason to reconnect and retry.
+            quinn::ReadError::Reset(code) => {
+                let code = u16::try_from(code.into_inner())
+                    .map_or(ErrorCode::Other(u16::MAX), ErrorCode::from);
+                Error::Fault(Fault::new(code, "the peer reset the stream"))
+            }
             other => Error::Lost(other.to_string()),
         }
     }

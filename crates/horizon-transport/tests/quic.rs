@@ -50,6 +50,7 @@ fn serve_control(
                             let _ = request.reply(Ok(reply)).await;
                         }
                         control::Request::Revoke { .. } => std::mem::forget(request),
+                        control::Request::Abort { .. } => drop(request),
                         _ => {
                             let _ = request
                                 .reply(Err(Fault::new(ErrorCode::Unexpected, "not in this test")))
@@ -247,6 +248,26 @@ async fn a_request_without_an_answer_times_out_instead_of_hanging() {
     let result = parts.link.request(&control::Request::Revoke { leases: vec![] }).await;
     assert!(matches!(result, Err(Error::Timeout { ms: 300 })), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn a_request_dropped_without_a_reply_fails_at_once_as_internal() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let addr = core(&pki, &limits, None).addr;
+    let mut parts = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let abort =
+        control::Request::Abort { handover: horizon_proto::HandoverId(1), reason: String::new() };
+    let started = tokio::time::Instant::now();
+    let result = parts.link.request(&abort).await;
+    assert!(
+        matches!(result, Err(Error::Fault(Fault { code: ErrorCode::Internal, .. }))),
+        "{result:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1), "answered at once, not at the deadline");
+    // The connection is fine afterwards.
+    parts.link.request(&control::Request::Renew { leases: vec![] }).await.unwrap();
 }
 
 #[tokio::test]
