@@ -61,8 +61,7 @@ impl From<quinn::ConnectionError> for Error {
     fn from(e: quinn::ConnectionError) -> Self {
         match e {
             quinn::ConnectionError::ApplicationClosed(close) => {
-                let code = u16::try_from(close.error_code.into_inner())
-                    .map_or(ErrorCode::Other(u16::MAX), ErrorCode::from);
+                let code = stream_code(close.error_code);
                 Error::Closed { code, reason: String::from_utf8_lossy(&close.reason).into_owned() }
             }
             other => Error::Lost(other.to_string()),
@@ -74,6 +73,9 @@ impl From<quinn::WriteError> for Error {
     fn from(e: quinn::WriteError) -> Self {
         match e {
             quinn::WriteError::ConnectionLost(e) => e.into(),
+            quinn::WriteError::Stopped(code) => {
+                Error::Fault(Fault::new(stream_code(code), "the peer stopped the stream"))
+            }
             other => Error::Lost(other.to_string()),
         }
     }
@@ -86,11 +88,14 @@ impl From<quinn::ReadError> for Error {
             // The peer gave up on this stream (e.g. dropped a request without replying): the
             // connection is fine, so this is an answer, not a reason to reconnect and retry.
             quinn::ReadError::Reset(code) => {
-                let code = u16::try_from(code.into_inner())
-                    .map_or(ErrorCode::Other(u16::MAX), ErrorCode::from);
-                Error::Fault(Fault::new(code, "the peer reset the stream"))
+                Error::Fault(Fault::new(stream_code(code), "the peer reset the stream"))
             }
             other => Error::Lost(other.to_string()),
         }
     }
+}
+
+/// A stream or connection error code as ours (codes beyond `u16` are not ours).
+fn stream_code(code: quinn::VarInt) -> ErrorCode {
+    u16::try_from(code.into_inner()).map_or(ErrorCode::Other(u16::MAX), ErrorCode::from)
 }
