@@ -79,7 +79,15 @@ async fn accept_loop<C: Channel>(
     let book = Arc::new(Mutex::new(PeerBook::default()));
     let ids = Arc::new(AtomicU64::new(fastrand::u64(..u64::MAX / 2)));
     let session = fastrand::u64(..);
+    // Connections between arrival and the application's `accept`: bounded, so a flood of
+    // handshakes (or an application that stopped accepting) cannot pile up tasks.
+    let pending = Arc::new(tokio::sync::Semaphore::new(limits.inbound_queue.max(1)));
     while let Some(incoming) = endpoint.accept().await {
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            tracing::warn!(channel = C::ID.as_str(), remote = %incoming.remote_address(), "too many pending connections, refused");
+            incoming.refuse();
+            continue;
+        };
         let (name, auth, limits, peers, book, ids) =
             (name.clone(), auth.clone(), limits.clone(), peers.clone(), book.clone(), ids.clone());
         tokio::spawn(async move {
@@ -118,6 +126,7 @@ async fn accept_loop<C: Channel>(
                 conn.close(ErrorCode::ShuttingDown, "listener closed");
                 return;
             }
+            drop(permit);
             let why = conn.closed().await;
             tracing::info!(channel = C::ID.as_str(), peer = %peer_name, reason = %why, "peer disconnected");
             let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

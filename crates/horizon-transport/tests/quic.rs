@@ -421,3 +421,20 @@ async fn a_slow_reader_back_pressures_the_writer() {
     writer.await.unwrap();
     assert_eq!(got, 64);
 }
+
+#[tokio::test]
+async fn connections_the_application_does_not_accept_are_bounded() {
+    let pki = Pki::new();
+    let limits = horizon_transport::Limits { inbound_queue: 1, ..quick_limits() };
+    let listener = site_listener::<Control>(&pki, "PAR", &limits);
+    let addr = listener.local_addr().unwrap();
+    // Nobody calls `accept`: one peer waits in the queue, one waits for room, the next is refused.
+    let mut first = site_link::<Control>(&pki, "MTL", "PAR", addr, &limits);
+    wait_up(&mut first, Duration::from_secs(5)).await;
+    let mut second = site_link::<Control>(&pki, "HKG", "PAR", addr, &limits);
+    wait_up(&mut second, Duration::from_secs(5)).await;
+    let mut third = site_link::<Control>(&pki, "PAR", "PAR", addr, &limits);
+    let failure = next_failure(&mut third, Duration::from_secs(5)).await;
+    assert!(failure.to_lowercase().contains("refused"), "{failure}");
+    drop(listener);
+}
