@@ -354,7 +354,7 @@ pub fn reencode(
 }
 
 fn reencode_in<C: Channel>(part: Part, frame: &[u8]) -> Result<Vec<u8>, crate::DecodeError> {
-    use crate::frame::{MAX_HELLO_BYTES, decode, decode_header_any_version, decode_payload};
+    use crate::frame::{MAX_HELLO_BYTES, decode, decode_any_version};
     fn again<M: Serialize>(m: &M, channel: ChannelId, max: usize) -> Vec<u8> {
         // A decoded message is within the limit it was decoded under, so it re-encodes.
         #[allow(clippy::expect_used)]
@@ -363,9 +363,7 @@ fn reencode_in<C: Channel>(part: Part, frame: &[u8]) -> Result<Vec<u8>, crate::D
     let (v, id) = (PROTOCOL_VERSION, C::ID);
     Ok(match part {
         Part::Hello => {
-            decode_header_any_version(frame, id, MAX_HELLO_BYTES)?;
-            let hello: Hello =
-                decode_payload(frame.get(crate::HEADER_BYTES..).unwrap_or_default())?;
+            let hello: Hello = decode_any_version(frame, id, MAX_HELLO_BYTES)?;
             again(&hello, id, MAX_HELLO_BYTES)
         }
         Part::Welcome => {
@@ -394,10 +392,9 @@ pub const PARTS: [Part; 6] =
 
 /// The channel and part a fixture name starts with.
 pub fn parse_name(name: &str) -> Option<(ChannelId, Part)> {
-    let mut it = name.split('.');
-    let channel = ChannelId::ALL.into_iter().find(|c| Some(c.as_str()) == it.clone().next())?;
-    it.next();
-    let part = it.next()?;
+    let (channel, rest) = name.split_once('.')?;
+    let (part, _kind) = rest.split_once('.')?;
+    let channel = ChannelId::ALL.into_iter().find(|c| c.as_str() == channel)?;
     let part = PARTS.into_iter().find(|p| p.as_str() == part)?;
     Some((channel, part))
 }

@@ -214,7 +214,20 @@ pub fn decode<M: DeserializeOwned>(
     channel: ChannelId,
     max: usize,
 ) -> Result<M, DecodeError> {
-    let header = decode_header(bytes, version, channel, max)?;
+    decode_body(bytes, decode_header(bytes, version, channel, max)?)
+}
+
+/// As [`decode`] without the version check: the hello, before anything is negotiated.
+pub fn decode_any_version<M: DeserializeOwned>(
+    bytes: &[u8],
+    channel: ChannelId,
+    max: usize,
+) -> Result<M, DecodeError> {
+    decode_body(bytes, decode_header_any_version(bytes, channel, max)?)
+}
+
+/// The payload of a frame whose header was checked: exactly `header.len` bytes, one message.
+fn decode_body<M: DeserializeOwned>(bytes: &[u8], header: Header) -> Result<M, DecodeError> {
     let body = &bytes[HEADER_BYTES..];
     if body.len() < header.len {
         return Err(DecodeError::Truncated { got: bytes.len(), needed: HEADER_BYTES + header.len });

@@ -233,30 +233,12 @@ impl<C: Channel> Conn<C> {
         &self,
         recv: &mut quinn::RecvStream,
     ) -> Result<Option<Vec<u8>>, Error> {
-        let mut head = [0u8; HEADER_BYTES];
-        match recv.read_exact(&mut head).await {
-            Ok(()) => {}
-            Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
-            Err(quinn::ReadExactError::FinishedEarly(got)) => {
-                return self.decoded(Err(horizon_proto::DecodeError::Truncated {
-                    got,
-                    needed: HEADER_BYTES,
-                }));
-            }
-            Err(quinn::ReadExactError::ReadError(e)) => return Err(e.into()),
-        }
-        let header =
-            self.decoded(decode_header(&head, self.version, C::ID, self.limits.max_frame_bytes))?;
-        let mut payload = vec![0u8; header.len];
-        match recv.read_exact(&mut payload).await {
-            Ok(()) => Ok(Some(payload)),
-            Err(quinn::ReadExactError::FinishedEarly(got)) => {
-                self.decoded(Err(horizon_proto::DecodeError::Truncated {
-                    got: HEADER_BYTES + got,
-                    needed: HEADER_BYTES + header.len,
-                }))
-            }
-            Err(quinn::ReadExactError::ReadError(e)) => Err(e.into()),
+        let check =
+            |head: &[u8]| decode_header(head, self.version, C::ID, self.limits.max_frame_bytes);
+        match read_payload(recv, check).await {
+            Ok(payload) => Ok(payload),
+            Err(ReadFailure::Frame(e)) => self.decoded(Err(e)),
+            Err(ReadFailure::Read(e)) => Err(e.into()),
         }
     }
 
@@ -270,6 +252,40 @@ impl<C: Channel> Conn<C> {
             self.close(e.code(), &e.to_string());
             Error::Frame(e)
         })
+    }
+}
+
+/// Why [`read_payload`] found no frame.
+pub(crate) enum ReadFailure {
+    /// The bytes are not a valid frame (truncated, bad header).
+    Frame(horizon_proto::DecodeError),
+    /// The stream or connection failed.
+    Read(quinn::ReadError),
+}
+
+/// Reads one frame from `recv`: a header checked by `check`, then exactly its payload. `None`
+/// when the stream ended cleanly before a frame began. Closes nothing: callers decide.
+pub(crate) async fn read_payload(
+    recv: &mut quinn::RecvStream,
+    check: impl FnOnce(&[u8]) -> Result<horizon_proto::frame::Header, horizon_proto::DecodeError>,
+) -> Result<Option<Vec<u8>>, ReadFailure> {
+    let truncated =
+        |got, needed| ReadFailure::Frame(horizon_proto::DecodeError::Truncated { got, needed });
+    let mut head = [0u8; HEADER_BYTES];
+    match recv.read_exact(&mut head).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(quinn::ReadExactError::FinishedEarly(got)) => return Err(truncated(got, HEADER_BYTES)),
+        Err(quinn::ReadExactError::ReadError(e)) => return Err(ReadFailure::Read(e)),
+    }
+    let header = check(&head).map_err(ReadFailure::Frame)?;
+    let mut payload = vec![0u8; header.len];
+    match recv.read_exact(&mut payload).await {
+        Ok(()) => Ok(Some(payload)),
+        Err(quinn::ReadExactError::FinishedEarly(got)) => {
+            Err(truncated(HEADER_BYTES + got, HEADER_BYTES + header.len))
+        }
+        Err(quinn::ReadExactError::ReadError(e)) => Err(ReadFailure::Read(e)),
     }
 }
 

@@ -6,11 +6,11 @@ use std::sync::atomic::AtomicU64;
 
 use horizon_proto::frame::{decode_header_any_version, decode_payload, to_frame};
 use horizon_proto::{
-    Channel, ErrorCode, Fault, HEADER_BYTES, Hello, MAX_HELLO_BYTES, MIN_PROTOCOL_VERSION, Name,
+    Channel, ErrorCode, Fault, Hello, MAX_HELLO_BYTES, MIN_PROTOCOL_VERSION, Name,
     PROTOCOL_VERSION, Welcome, negotiate,
 };
 
-use crate::conn::Conn;
+use crate::conn::{Conn, ReadFailure, read_payload};
 use crate::error::Error;
 use crate::limits::Limits;
 use crate::tls::certificate_names_site;
@@ -87,16 +87,21 @@ impl Authenticator for SharedToken {
     }
 }
 
-/// Reads the hello-sized frame that starts a connection (any version in its header).
+/// Reads the hello-sized frame that starts a connection (any version in its header). A stream
+/// that ends or fails before a whole frame is a lost connection; a bad header is a bad frame.
 async fn read_hello_frame<C: Channel>(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, Error> {
-    let mut head = [0u8; HEADER_BYTES];
-    recv.read_exact(&mut head).await.map_err(|e| Error::Lost(format!("reading the hello: {e}")))?;
-    let header = decode_header_any_version(&head, C::ID, MAX_HELLO_BYTES)?;
-    let mut payload = vec![0u8; header.len];
-    recv.read_exact(&mut payload)
-        .await
-        .map_err(|e| Error::Lost(format!("reading the hello: {e}")))?;
-    Ok(payload)
+    let check = |head: &[u8]| decode_header_any_version(head, C::ID, MAX_HELLO_BYTES);
+    match read_payload(recv, check).await {
+        Ok(Some(payload)) => Ok(payload),
+        Ok(None) => {
+            Err(Error::Lost("reading the hello: stream finished early (0 bytes read)".to_owned()))
+        }
+        Err(ReadFailure::Frame(e @ horizon_proto::DecodeError::Truncated { .. })) => {
+            Err(Error::Lost(format!("reading the hello: {e}")))
+        }
+        Err(ReadFailure::Frame(e)) => Err(Error::Frame(e)),
+        Err(ReadFailure::Read(e)) => Err(Error::Lost(format!("reading the hello: {e}"))),
+    }
 }
 
 fn close_with(quic: &quinn::Connection, code: ErrorCode, reason: &str) {
