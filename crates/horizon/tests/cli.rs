@@ -61,37 +61,32 @@ fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// `horizon certs ARGS… --dir DIR`.
+fn certs(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    horizon().arg("certs").args(args).arg("--dir").arg(dir).output().unwrap()
+}
+
 #[test]
 fn certs_init_writes_a_ca_and_site_certificates_and_refuses_to_overwrite() {
+    use std::os::unix::fs::PermissionsExt;
+
     let dir = temp_dir("certs");
-    let out = horizon()
-        .args(["certs", "init", "--sites", "PAR,MTL"])
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = certs(&dir, &["init", "--sites", "PAR,MTL"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for file in ["ca.pem", "ca.key", "PAR.pem", "PAR.key", "MTL.pem", "MTL.key"] {
         assert!(dir.join(file).exists(), "{file} missing");
     }
-    let again = horizon()
-        .args(["certs", "init", "--sites", "PAR"])
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    for key in ["ca.key", "PAR.key"] {
+        let mode = std::fs::metadata(dir.join(key)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{key} is readable by others");
+    }
+    let again = certs(&dir, &["init", "--sites", "PAR"]);
     assert_eq!(again.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
-    let add =
-        horizon().args(["certs", "add", "--site", "HKG"]).arg("--dir").arg(&dir).output().unwrap();
+    let add = certs(&dir, &["add", "--site", "HKG"]);
     assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
     assert!(dir.join("HKG.pem").exists());
-    let bad = horizon()
-        .args(["certs", "add", "--site", "PAR-2"])
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let bad = certs(&dir, &["add", "--site", "PAR-2"]);
     assert_eq!(bad.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("PAR-2"));
     std::fs::remove_dir_all(&dir).unwrap();
