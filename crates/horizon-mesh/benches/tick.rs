@@ -76,8 +76,12 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
 }
 
 fn setup(n: usize) -> Mesh {
-    let config =
-        MeshConfig { sites: sites(), thresholds: Thresholds::default(), generation: Generation(1) };
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(1),
+        placement: Default::default(),
+    };
     let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
     for j in population(n, 42) {
         mesh.handle_join(j).expect("valid join");

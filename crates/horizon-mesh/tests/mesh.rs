@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use horizon_mesh::{
     Command, CreateReason, Generation, InputError, LoadReason, Mesh, MeshConfig, MoveReason,
-    PlayerId, PlayerUpdate, Role, Span, Thresholds, Time, Vec3, WorldId,
+    Placement, PlayerId, PlayerUpdate, Role, Span, Thresholds, Time, Vec3, WorldId,
 };
 
 fn th() -> Thresholds {
@@ -290,7 +290,12 @@ fn epochs_of_a_new_generation_exceed_every_older_one() {
     m1.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m1, 0, 0);
     let old = m1.bubble_of(PlayerId(1)).unwrap().epoch;
-    let cfg = MeshConfig { sites: sites(), thresholds: th(), generation: Generation(2) };
+    let cfg = MeshConfig {
+        sites: sites(),
+        thresholds: th(),
+        generation: Generation(2),
+        placement: Default::default(),
+    };
     let mut m2 = Mesh::new(cfg, Time::ZERO).unwrap();
     m2.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m2, 0, 0);
@@ -333,7 +338,12 @@ fn bad_inputs_are_refused_with_a_clear_error() {
     assert!(m.handle_update(PlayerId(1), &inf).is_err());
     let mut bad_th = th();
     bad_th.cap_ms = -5.0;
-    let cfg = MeshConfig { sites: sites(), thresholds: bad_th, generation: Generation(1) };
+    let cfg = MeshConfig {
+        sites: sites(),
+        thresholds: bad_th,
+        generation: Generation(1),
+        placement: Default::default(),
+    };
     assert!(Mesh::new(cfg, Time::ZERO).is_err());
 }
 
@@ -345,4 +355,99 @@ fn poll_timeout_names_the_next_tick_or_lease_event() {
     m.handle_timeout(Time::ZERO);
     assert_eq!(m.poll_timeout(), Time::from_secs(5));
     assert_eq!(Time::from_secs(5).since(Time::ZERO), Span::from_secs(5));
+}
+
+// ---- the baselines simulations compare SMD-G with --------------------------------------------
+
+/// 1 PAR player, then 3 MTL players joining them: SMD-G moves the bubble to MTL after the dwell.
+fn three_mtl_join_one_par(placement: Placement) -> (Mesh, Vec<(Time, Command)>) {
+    let mut m = mesh_placing(th(), placement);
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
+    let mut cmds = run(&mut m, 0, 0);
+    for id in 2..=4 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10.0))).unwrap();
+    }
+    cmds.extend(run(&mut m, 5, 600));
+    (m, cmds)
+}
+
+fn created_on(cmds: &[(Time, Command)]) -> Vec<usize> {
+    cmds.iter()
+        .filter_map(|(_, c)| match c {
+            Command::Create { site: s, .. } => Some(s.index()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn all_core_places_everything_on_the_core_site_and_never_moves() {
+    let (m, cmds) = three_mtl_join_one_par(Placement::AllCore);
+    assert!(moves(&cmds).is_empty());
+    assert_eq!(m.site_of(PlayerId(2)), Some(site(PAR)));
+    let mut m = mesh_placing(th(), Placement::AllCore);
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    let cmds = run(&mut m, 0, 300);
+    assert_eq!(created_on(&cmds), vec![PAR]);
+    assert_eq!(m.latency_of(PlayerId(1)), Some(195.0), "over the cap, and it stays");
+}
+
+#[test]
+fn creator_keeps_the_first_players_home_whoever_joins() {
+    let (m, cmds) = three_mtl_join_one_par(Placement::Creator);
+    assert_eq!(created_on(&cmds), vec![PAR]);
+    assert!(moves(&cmds).is_empty());
+    assert_eq!(m.latency_of(PlayerId(2)), Some(95.0), "the majority pays");
+    // Arriving together, the lowest id (the first to arrive) decides, not the majority.
+    let mut m = mesh_placing(th(), Placement::Creator);
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    for id in 2..=4 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64))).unwrap();
+    }
+    assert_eq!(created_on(&run(&mut m, 0, 0)), vec![HKG]);
+}
+
+#[test]
+fn one_shot_scores_once_at_creation_and_never_again() {
+    // Arriving together: scored like SMD-G (the majority's site)...
+    let mut m = mesh_placing(th(), Placement::OneShot);
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    for id in 2..=4 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64))).unwrap();
+    }
+    assert_eq!(created_on(&run(&mut m, 0, 0)), vec![MTL]);
+    // ... but a group that changes afterwards is never re-placed.
+    let (m, cmds) = three_mtl_join_one_par(Placement::OneShot);
+    assert!(moves(&cmds).is_empty());
+    assert_eq!(m.site_of(PlayerId(2)), Some(site(PAR)));
+    let (m, cmds) = three_mtl_join_one_par(Placement::Smdg);
+    assert_eq!(moves(&cmds).len(), 1);
+    assert_eq!(m.site_of(PlayerId(2)), Some(site(MTL)));
+}
+
+#[test]
+fn creator_merges_into_the_oldest_bubble_where_smdg_scores_the_union() {
+    // Two MTL walking to one PAR player who arrived first: the merge keeps PAR for `creator`,
+    // MTL (the union's best of the two sites) for SMD-G and one-shot.
+    for (placement, expected) in
+        [(Placement::Creator, PAR), (Placement::Smdg, MTL), (Placement::OneShot, MTL)]
+    {
+        let mut m = mesh_placing(th(), placement);
+        m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
+        run(&mut m, 0, 0);
+        for id in 2..=3 {
+            m.handle_join(join(id, MTL, 10.0, Role::Player, at(4_000.0 + id as f64))).unwrap();
+        }
+        run(&mut m, 5, 5);
+        for t in (10..=600).step_by(5) {
+            let x = (4_000.0 - 10.0 * t as f64).max(50.0);
+            for id in 2..=3 {
+                let u = PlayerUpdate { position: Some(at(x + id as f64)), ..Default::default() };
+                m.handle_update(PlayerId(id), &u).unwrap();
+            }
+            run(&mut m, t, t);
+        }
+        assert_eq!(m.site_of(PlayerId(1)), Some(site(expected)), "{placement:?}");
+        assert_eq!(m.site_of(PlayerId(2)), Some(site(expected)), "{placement:?}");
+    }
 }

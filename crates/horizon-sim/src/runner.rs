@@ -93,6 +93,7 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
         sites: sc.sites.clone(),
         thresholds: sc.thresholds.clone(),
         generation: Generation(1),
+        placement: horizon_mesh::Placement::Smdg,
     };
     let mut mesh = Mesh::new(config, Time::ZERO).map_err(RunError::Config)?;
     for &(site, ready) in &sc.ready {

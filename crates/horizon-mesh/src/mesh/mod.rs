@@ -40,6 +40,45 @@ pub struct MeshConfig {
     pub thresholds: Thresholds,
     /// The core generation, persisted by the caller before serving (epochs build on it).
     pub generation: Generation,
+    /// How bubbles are placed: SMD-G, or a baseline the simulator compares it with.
+    pub placement: Placement,
+}
+
+/// Where bubbles go. Production runs [`Placement::Smdg`]; the others are the policies a studio
+/// would otherwise use, kept in the brain so that simulations compare them on the very same
+/// grouping, bubbles, borders, merges and load splits, differing only in the choice of site.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// SPEC section 3: scored at creation and every tick, moved under hysteresis.
+    #[default]
+    Smdg,
+    /// Everything on the core site, never moved: today's single-site meshing.
+    AllCore,
+    /// On the home of the first player to arrive (the lowest player id: ids are handed out in
+    /// arrival order), never moved; a merge keeps the oldest bubble's site (room-based hosting).
+    Creator,
+    /// Scored once when the bubble is created (lowest cost within the fairness cap) or when groups
+    /// merge, never re-placed afterwards (session placement by a managed-hosting queue).
+    OneShot,
+}
+
+impl Placement {
+    pub const ALL: [Placement; 4] =
+        [Placement::Smdg, Placement::AllCore, Placement::Creator, Placement::OneShot];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Smdg => "smdg",
+            Placement::AllCore => "all_core",
+            Placement::Creator => "creator",
+            Placement::OneShot => "one_shot",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Placement> {
+        Placement::ALL.into_iter().find(|p| p.as_str() == s)
+    }
 }
 
 /// A refused input; the mesh is unchanged.
@@ -184,6 +223,7 @@ pub struct TickStats {
 pub struct Mesh {
     sites: Sites,
     th: Thresholds,
+    placement: Placement,
     players: Vec<Player>,
     /// Per player: slot of its bubble, or `NONE` (core zone, or NPC).
     player_bubble: Vec<u32>,
@@ -261,6 +301,7 @@ impl Mesh {
             ),
             sites: config.sites,
             th,
+            placement: config.placement,
             players: Vec::new(),
             player_bubble: Vec::new(),
             fresh: Vec::new(),

@@ -184,6 +184,10 @@ impl Mesh {
                 }
                 continue;
             }
+            if self.placement != Placement::Smdg {
+                // The baselines never re-place a running bubble.
+                continue;
+            }
             let current = SiteScore::of(tally, &self.sites, site);
             let best = best_site(tally, &self.sites, self.th.cap_ms, Some(site), |s| {
                 s == site || self.can_host(s, servers)
@@ -358,12 +362,28 @@ impl Mesh {
             [h] => self.sites.ids().nth(h),
             _ => None,
         };
-        let site = match home {
+        let best = |mesh: &Self| {
+            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, 1)).site
+        };
+        let site = match (self.placement, home) {
+            (Placement::AllCore, _) => self.sites.core(),
+            (Placement::Creator, _) => {
+                let first = members
+                    .iter()
+                    .map(|&it| &self.players[sc.item_player[it as usize] as usize])
+                    .filter(|p| p.role.is_counted())
+                    .min_by_key(|p| p.id);
+                match first {
+                    Some(p) if self.can_host(p.home, 1) => p.home,
+                    Some(_) if travelled_from.is_none() => return NONE,
+                    _ => best(self),
+                }
+            }
             // Alone, or among players of the same home: on the home site...
-            Some(home) if self.can_host(home, 1) => home,
+            (_, Some(home)) if self.can_host(home, 1) => home,
             // ... or wait in a core-site zone until it has a server ready.
-            Some(_) if travelled_from.is_none() => return NONE,
-            _ => best_site(tally, &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1)).site,
+            (_, Some(_)) if travelled_from.is_none() => return NONE,
+            _ => best(self),
         };
         let (previous_site, reason) = match travelled_from {
             _ if fresh => (None, CreateReason::Join),
@@ -449,13 +469,17 @@ impl Mesh {
         sc: &mut Scratch,
         stats: &mut TickStats,
     ) -> u32 {
-        let sites_of: Vec<SiteId> = slots.iter().map(|&s| self.bubble(s).site).collect();
-        let best = best_site(tally, &self.sites, self.th.cap_ms, Some(sites_of[0]), |s| {
-            sites_of.contains(&s)
-        });
-        // The core site is always scored; if it won without hosting any of them, keep the heaviest.
-        let survivor =
-            slots.iter().copied().find(|&s| self.bubble(s).site == best.site).unwrap_or(slots[0]);
+        let survivor = if self.placement == Placement::Creator {
+            // Rooms: everyone joins the oldest room, where it is.
+            slots.iter().copied().min_by_key(|&s| self.bubble(s).id).unwrap_or(slots[0])
+        } else {
+            let sites_of: Vec<SiteId> = slots.iter().map(|&s| self.bubble(s).site).collect();
+            let best = best_site(tally, &self.sites, self.th.cap_ms, Some(sites_of[0]), |s| {
+                sites_of.contains(&s)
+            });
+            // The core site is always scored; if it won hosting none of them, keep the heaviest.
+            slots.iter().copied().find(|&s| self.bubble(s).site == best.site).unwrap_or(slots[0])
+        };
         let (into, into_site) = (self.bubble(survivor).id, self.bubble(survivor).site);
         let mut by_slot = members;
         by_slot.sort_unstable_by_key(|m| (m.1, m.0));

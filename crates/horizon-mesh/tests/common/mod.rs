@@ -2,8 +2,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use horizon_mesh::{
-    Command, Generation, Mesh, MeshConfig, PlayerId, PlayerJoin, Role, SiteId, SiteName, Sites,
-    Thresholds, Time, Vec3, WorldId,
+    Command, Generation, Mesh, MeshConfig, Placement, PlayerId, PlayerJoin, Role, SiteId, SiteName,
+    Sites, Thresholds, Time, Vec3, WorldId,
 };
 
 pub const PAR: usize = 0;
@@ -26,8 +26,15 @@ pub fn site(i: usize) -> SiteId {
 }
 
 pub fn mesh(th: Thresholds) -> Mesh {
-    Mesh::new(MeshConfig { sites: sites(), thresholds: th, generation: Generation(1) }, Time::ZERO)
-        .unwrap()
+    mesh_placing(th, Placement::Smdg)
+}
+
+pub fn mesh_placing(th: Thresholds, placement: Placement) -> Mesh {
+    Mesh::new(
+        MeshConfig { sites: sites(), thresholds: th, generation: Generation(1), placement },
+        Time::ZERO,
+    )
+    .unwrap()
 }
 
 pub fn join(id: u64, home: usize, rtt: f64, role: Role, pos: Vec3) -> PlayerJoin {
