@@ -6,10 +6,13 @@
 //! checks the invariants after every step and returns a [`Report`]: a readable timeline, every
 //! change of site, and where each player ended with the latency used for decisions.
 
+pub mod measure;
+pub mod population;
 pub mod runner;
 pub mod scenario;
 mod text;
 
+pub use population::PopulationReport;
 pub use runner::{FinalPlayer, MoveRecord, Report, RunError, run};
 pub use scenario::{Problem, Scenario, ScenarioError};
 pub use text::render_text;

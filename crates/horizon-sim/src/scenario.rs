@@ -65,7 +65,7 @@ struct RawScenario {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawSites {
+pub(crate) struct RawSites {
     core: String,
     list: Vec<String>,
     #[serde(default)]
@@ -76,7 +76,7 @@ struct RawSites {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawThresholds {
+pub(crate) struct RawThresholds {
     cap_ms: Option<f64>,
     gain_ms: Option<f64>,
     dwell_s: Option<f64>,
@@ -219,17 +219,19 @@ impl Scenario {
 }
 
 #[derive(Default)]
-struct Builder {
-    problems: Vec<Problem>,
+pub(crate) struct Builder {
+    pub(crate) problems: Vec<Problem>,
     worlds: Vec<String>,
 }
 
+/// Collects every problem of a file while building its parts; shared by scenario and population
+/// files so sites and thresholds read the same everywhere.
 impl Builder {
-    fn bad(&mut self, key: impl Into<String>, why: impl Into<String>) {
+    pub(crate) fn bad(&mut self, key: impl Into<String>, why: impl Into<String>) {
         self.problems.push(Problem { key: key.into(), why: why.into() });
     }
 
-    fn seconds(&mut self, key: &str, s: f64) -> u64 {
+    pub(crate) fn seconds(&mut self, key: &str, s: f64) -> u64 {
         if !s.is_finite() || s < 0.0 {
             self.bad(key, format!("must be a finite number of seconds >= 0, got {s}"));
             return 0;
@@ -496,7 +498,7 @@ impl Builder {
         }
     }
 
-    fn sites(&mut self, raw: &RawSites) -> Option<Sites> {
+    pub(crate) fn sites(&mut self, raw: &RawSites) -> Option<Sites> {
         let mut names = Vec::new();
         for (i, n) in raw.list.iter().enumerate() {
             match SiteName::new(n) {
@@ -535,7 +537,7 @@ impl Builder {
         }
     }
 
-    fn thresholds(&mut self, raw: &RawThresholds, tick_ms: u64) -> Thresholds {
+    pub(crate) fn thresholds(&mut self, raw: &RawThresholds, tick_ms: u64) -> Thresholds {
         let mut t = Thresholds { period_ms: tick_ms.max(1), ..Thresholds::default() };
         let ms = |b: &mut Self, key: &str, v: Option<f64>, d: u64| {
             v.map_or(d, |s| b.seconds(&format!("thresholds.{key}"), s))

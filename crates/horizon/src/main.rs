@@ -91,11 +91,60 @@ enum Sim {
         #[arg(long)]
         verbose: bool,
     },
+    /// Run a day of players from several continents through SMD-G and the placement policies a
+    /// studio would otherwise use (all_core, creator, one_shot, nearest), on the same seed.
+    Population {
+        /// The population file (TOML); the bundled one by default. See docs/simulations.md.
+        file: Option<PathBuf>,
+        /// Average concurrent players (overrides the file).
+        #[arg(long)]
+        players: Option<u32>,
+        /// Seed (overrides the file).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Simulated hours (overrides the file).
+        #[arg(long)]
+        hours: Option<f64>,
+        /// Print one JSON document instead of the summary.
+        #[arg(long)]
+        json: bool,
+        /// Write report.md, report.json and the SVG plots into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Stage 1: from real RTT samples (CSV `player,site,rtt_ms`), how many players would gain
+    /// how much if simulated on their home site instead of the core site.
+    Measure {
+        /// The samples (CSV).
+        file: PathBuf,
+        /// The site everything is simulated at today.
+        #[arg(long)]
+        core: String,
+        /// Server frame time added for click-to-screen, in ms.
+        #[arg(long, default_value_t = 35.0)]
+        frame_ms: f64,
+        /// A player gains with at least this much less latency, in ms.
+        #[arg(long, default_value_t = 25.0)]
+        gain_ms: f64,
+        /// The fairness cap, in ms.
+        #[arg(long, default_value_t = 180.0)]
+        cap_ms: f64,
+        /// Print one JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
+        Command::Sim(Sim::Population { file, players, seed, hours, json, out }) => {
+            sim_population(file.as_deref(), (players, seed, hours), json, out.as_deref())
+        }
+        Command::Sim(Sim::Measure { file, core, frame_ms, gain_ms, cap_ms, json }) => {
+            let opts = horizon_sim::measure::MeasureOptions { core, frame_ms, gain_ms, cap_ms };
+            sim_measure(&file, &opts, json)
+        }
         Command::Certs(certs) => certs_command(certs),
         Command::Netem(args) => netem_command(args),
     }
@@ -240,5 +289,147 @@ fn sim_run(file: &std::path::Path, json: bool, verbose: bool) -> ExitCode {
             report.duration_s / wall.as_secs_f64().max(1e-9)
         );
     }
+    ExitCode::SUCCESS
+}
+
+fn print_json(value: &impl serde::Serialize) -> ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: cannot encode the report: {e}");
+            ExitCode::from(EXIT_BUG)
+        }
+    }
+}
+
+fn sim_population(
+    file: Option<&std::path::Path>,
+    (players, seed, hours): (Option<u32>, Option<u64>, Option<f64>),
+    json: bool,
+    out: Option<&std::path::Path>,
+) -> ExitCode {
+    use horizon_sim::population::{PopulationConfig, run_population};
+    let (cfg, source) = match file {
+        Some(f) => match PopulationConfig::load(f) {
+            Ok(c) => (c, f.display().to_string()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+        None => (PopulationConfig::default_population(), "the bundled population".to_owned()),
+    };
+    let cfg = match cfg.with_overrides(players, seed, hours) {
+        Ok(c) => c,
+        Err(problems) => {
+            for p in problems {
+                eprintln!("error: {}: {}", p.key, p.why);
+            }
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    eprintln!("{source}: seed {}, {} players, {} h, 5 policies", cfg.seed, cfg.players, cfg.hours);
+    let report = match run_population(&cfg, |p| {
+        eprintln!(
+            "  {:>5.1} / {} h simulated, {} online, {:.0} s wall ({:.0} sim-s per wall-s)",
+            p.sim_s / 3600.0,
+            p.total_s / 3600.0,
+            p.online,
+            p.wall_s,
+            p.sim_s / p.wall_s.max(1e-9)
+        );
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BUG);
+        }
+    };
+    if let Some(dir) = out {
+        let files = [
+            ("report.md", report.markdown()),
+            ("latency.svg", report.latency_svg()),
+            ("bubbles.svg", report.bubbles_svg()),
+            ("online.svg", report.online_svg()),
+            ("report.json", serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"),
+        ];
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("error: cannot create {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+        for (name, body) in files {
+            let path = dir.join(name);
+            if let Err(e) = std::fs::write(&path, body) {
+                eprintln!("error: cannot write {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if json {
+        return print_json(&report);
+    }
+    print_population_summary(&report);
+    ExitCode::SUCCESS
+}
+
+fn print_population_summary(r: &horizon_sim::PopulationReport) {
+    let sites: Vec<&String> = r.series.online_by_home.keys().collect();
+    println!(
+        "{}: seed {}, {} players, {} h, {:.0} sim-s per wall-s",
+        r.name, r.seed, r.players, r.hours, r.sim_seconds_per_wall_second
+    );
+    print!("\n{:<10}", "policy");
+    for s in &sites {
+        print!(" {:>16}", format!("{s} p50/p95"));
+    }
+    println!(" {:>9} {:>10} {:>9}", "over cap", "handovers", "reversed");
+    for name in ["smdg", "all_core", "creator", "one_shot", "nearest"] {
+        let Some(p) = r.policies.get(name) else { continue };
+        print!("{name:<10}");
+        for s in &sites {
+            let cell = p
+                .click_to_screen_ms
+                .get(*s)
+                .map_or("-".to_owned(), |x| format!("{:.0} / {:.0}", x.p50, x.p95));
+            print!(" {cell:>16}");
+        }
+        println!(
+            " {:>8.2}% {:>10} {:>8.1}%",
+            100.0 * p.over_cap_share,
+            p.handovers,
+            100.0 * p.reversed_within_10min_share
+        );
+    }
+    println!("\nclick-to-screen in ms per home site; --out DIR writes the full report with plots");
+}
+
+fn sim_measure(
+    file: &std::path::Path,
+    opts: &horizon_sim::measure::MeasureOptions,
+    json: bool,
+) -> ExitCode {
+    for (name, v) in
+        [("--frame-ms", opts.frame_ms), ("--gain-ms", opts.gain_ms), ("--cap-ms", opts.cap_ms)]
+    {
+        if !(v.is_finite() && v >= 0.0) {
+            eprintln!("error: {name} must be a number of milliseconds >= 0, got {v}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    let report = match horizon_sim::measure::measure_file(file, opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if json {
+        return print_json(&report);
+    }
+    print!("{}", report.text());
     ExitCode::SUCCESS
 }

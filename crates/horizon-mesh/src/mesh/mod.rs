@@ -56,10 +56,12 @@ pub enum Placement {
     /// Everything on the core site, never moved: today's single-site meshing.
     AllCore,
     /// On the home of the first player to arrive (the lowest player id: ids are handed out in
-    /// arrival order), never moved; a merge keeps the oldest bubble's site (room-based hosting).
+    /// arrival order), never moved; a merge keeps the oldest bubble's site; a group walking away
+    /// is a new room, placed by the same rule (room-based hosting).
     Creator,
-    /// Scored once when the bubble is created (lowest cost within the fairness cap) or when groups
-    /// merge, never re-placed afterwards (session placement by a managed-hosting queue).
+    /// Scored once when a group forms — a bubble is created, groups merge, or a group walks away
+    /// from its bubble — (lowest cost within the fairness cap), never re-placed afterwards
+    /// (session placement by a managed-hosting queue).
     OneShot,
 }
 

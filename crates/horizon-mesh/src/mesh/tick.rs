@@ -367,18 +367,11 @@ impl Mesh {
         };
         let site = match (self.placement, home) {
             (Placement::AllCore, _) => self.sites.core(),
-            (Placement::Creator, _) => {
-                let first = members
-                    .iter()
-                    .map(|&it| &self.players[sc.item_player[it as usize] as usize])
-                    .filter(|p| p.role.is_counted())
-                    .min_by_key(|p| p.id);
-                match first {
-                    Some(p) if self.can_host(p.home, 1) => p.home,
-                    Some(_) if travelled_from.is_none() => return NONE,
-                    _ => best(self),
-                }
-            }
+            (Placement::Creator, _) => match self.first_arrival(members, sc) {
+                Some(p) if self.can_host(p.home, 1) => p.home,
+                Some(_) if travelled_from.is_none() => return NONE,
+                _ => best(self),
+            },
             // Alone, or among players of the same home: on the home site...
             (_, Some(home)) if self.can_host(home, 1) => home,
             // ... or wait in a core-site zone until it has a server ready.
@@ -394,6 +387,15 @@ impl Mesh {
         self.create_bubble(c, clusters, sc, site, origin, now, stats)
     }
 
+    /// The counted member who arrived first (ids are handed out in arrival order).
+    fn first_arrival(&self, members: &[u32], sc: &Scratch) -> Option<&Player> {
+        members
+            .iter()
+            .map(|&it| &self.players[sc.item_player[it as usize] as usize])
+            .filter(|p| p.role.is_counted())
+            .min_by_key(|p| p.id)
+    }
+
     /// A cluster that walked away from its bubble: a new bubble, on the same site if it can host
     /// it (no handover), keeping the parent's last move so hold still applies.
     #[allow(clippy::too_many_arguments)]
@@ -407,11 +409,19 @@ impl Mesh {
         now: Time,
         stats: &mut TickStats,
     ) -> u32 {
-        let site = if self.can_host(parent_site, 1) {
-            parent_site
-        } else {
-            best_site(&sc.tallies[c], &self.sites, self.th.cap_ms, None, |s| self.can_host(s, 1))
-                .site
+        let tally = &sc.tallies[c];
+        let best = |mesh: &Self| {
+            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, 1)).site
+        };
+        let site = match self.placement {
+            Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 1) => parent_site,
+            // The baselines never re-place a bubble, so a group walking away is a new room or a
+            // new session, placed by their own rule.
+            Placement::Creator => match self.first_arrival(clusters.members(c), sc) {
+                Some(p) if self.can_host(p.home, 1) => p.home,
+                _ => best(self),
+            },
+            _ => best(self),
         };
         let origin = Origin {
             previous_site: Some(parent_site),

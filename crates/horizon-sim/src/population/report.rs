@@ -1,0 +1,476 @@
+//! The population report: JSON for machines, markdown with SVG plots for people.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// Percentiles of click-to-screen, in whole milliseconds (1 ms buckets, upper edge).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    /// Player-ticks measured.
+    pub samples: u64,
+}
+
+/// One policy's figures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyReport {
+    /// Per home site, over the player-time of playing humans (AFK and NPCs excluded).
+    pub click_to_screen_ms: BTreeMap<String, Percentiles>,
+    /// The same, only while a player is alone in their bubble (the article's lone player).
+    pub solo_click_to_screen_ms: BTreeMap<String, Percentiles>,
+    /// Share of player-time whose latency (network only) exceeds the fairness cap.
+    pub over_cap_share: f64,
+    /// Changes of site of a running simulation: moves, merges across sites, players leaving a
+    /// core zone or another world's bubble for a bubble on another site.
+    pub handovers: u64,
+    pub handovers_per_hour: f64,
+    /// Per hour and per 1,000 concurrent players (the mean over the run).
+    pub handovers_per_hour_per_1000: f64,
+    /// Bubble moves (scoring decisions and failovers).
+    pub moves: u64,
+    /// Share of moves that take a bubble back to the site it left less than 10 min before.
+    pub reversed_within_10min_share: f64,
+    /// Players crossing a border into a bubble on another site (single-player handovers).
+    pub border_crossings: u64,
+    /// Share of players whose mean latency is at least 25 ms below their mean under `all_core`.
+    pub gain_25ms_vs_all_core_share: f64,
+    pub max_bubbles_by_site: BTreeMap<String, u32>,
+    pub max_servers_by_site: BTreeMap<String, u32>,
+    /// Wall time this policy's worker took.
+    pub wall_s: f64,
+}
+
+/// Figures of the population itself, the same for every policy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PopulationFigures {
+    pub sessions: u64,
+    pub mean_online: f64,
+    pub peak_online: u64,
+    pub npcs: u64,
+    pub large_events: u64,
+    /// Of the player-time spent in a bubble with others, the share in a bubble mixing home sites.
+    pub mixed_home_share_of_grouped: f64,
+}
+
+/// Per site, sampled every `sample_every_s`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteSeries {
+    pub bubbles: BTreeMap<String, Vec<u32>>,
+    pub servers: BTreeMap<String, Vec<u32>>,
+    /// Counted players simulated on each site (bubbles and core zones).
+    pub simulated_players: BTreeMap<String, Vec<u32>>,
+}
+
+/// Time series over the run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Series {
+    pub t_h: Vec<f64>,
+    pub online_by_home: BTreeMap<String, Vec<u32>>,
+    pub policies: BTreeMap<String, SiteSeries>,
+}
+
+/// The result of `horizon sim population`; serialised as its `--json` document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PopulationReport {
+    pub name: String,
+    pub seed: u64,
+    pub players: u32,
+    pub hours: f64,
+    pub tick_s: f64,
+    pub frame_ms: f64,
+    pub cap_ms: f64,
+    /// Simulated time over the wall time of the whole run (every policy, in parallel).
+    pub sim_seconds_per_wall_second: f64,
+    pub wall_s: f64,
+    pub population: PopulationFigures,
+    pub policies: BTreeMap<String, PolicyReport>,
+    pub series: Series,
+    /// Click-to-screen histograms (1 ms buckets) per policy and home site, for the plots.
+    #[serde(skip)]
+    pub histograms: BTreeMap<String, BTreeMap<String, Vec<u64>>>,
+}
+
+/// Policies in the order reports show them.
+const ORDER: [&str; 5] = ["smdg", "all_core", "creator", "one_shot", "nearest"];
+const COLOURS: [&str; 6] = ["#1f6feb", "#d1242f", "#8250df", "#bf8700", "#6e7781", "#1a7f37"];
+
+impl PopulationReport {
+    fn ordered(&self) -> impl Iterator<Item = (&'static str, &PolicyReport)> {
+        ORDER.iter().filter_map(|&n| self.policies.get(n).map(|p| (n, p)))
+    }
+
+    fn sites(&self) -> Vec<String> {
+        self.series.online_by_home.keys().cloned().collect()
+    }
+
+    /// The markdown report; it links `latency.svg`, `bubbles.svg` and `online.svg`.
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let p = &self.population;
+        let _ = writeln!(md, "# Population report: {}\n", self.name);
+        let _ = writeln!(
+            md,
+            "Seed {}, {} average concurrent players over {} h (tick {} s), server frame time {} ms, \
+             fairness cap {} ms. {} sessions, {:.0} online on average, {} at peak, {} NPCs, {} large \
+             events. Of the player-time spent in a bubble with others, {:.1} % was in a bubble mixing \
+             home sites.\n",
+            self.seed,
+            self.players,
+            self.hours,
+            self.tick_s,
+            self.frame_ms,
+            self.cap_ms,
+            p.sessions,
+            p.mean_online,
+            p.peak_online,
+            p.npcs,
+            p.large_events,
+            100.0 * p.mixed_home_share_of_grouped
+        );
+        let _ = writeln!(
+            md,
+            "Ran at {:.0} simulated seconds per wall second ({:.1} s of wall time, every policy \
+             in parallel over the real `horizon-mesh`).\n",
+            self.sim_seconds_per_wall_second, self.wall_s
+        );
+        let sites = self.sites();
+        md.push_str("## Click-to-screen per home site (ms, p50 / p95 / p99)\n\n");
+        md.push_str(
+            "Network latency (access RTT + backbone RTT to the simulating site) plus the \
+                     server frame time, over the player-time of playing humans.\n\n",
+        );
+        let _ = write!(md, "| policy |");
+        for s in &sites {
+            let _ = write!(md, " {s} |");
+        }
+        md.push_str(" over cap | gain ≥ 25 ms vs all_core |\n|---|");
+        for _ in &sites {
+            md.push_str("---:|");
+        }
+        md.push_str("---:|---:|\n");
+        for (name, r) in self.ordered() {
+            let _ = write!(md, "| `{name}` |");
+            for s in &sites {
+                match r.click_to_screen_ms.get(s) {
+                    Some(x) => {
+                        let _ = write!(md, " {:.0} / {:.0} / {:.0} |", x.p50, x.p95, x.p99);
+                    }
+                    None => md.push_str(" – |"),
+                }
+            }
+            let _ = writeln!(
+                md,
+                " {:.2} % | {:.1} % |",
+                100.0 * r.over_cap_share,
+                100.0 * r.gain_25ms_vs_all_core_share
+            );
+        }
+        md.push_str(
+            "\n`nearest` puts every player on their own home site and ignores groups: it \
+                     cuts groups apart, so it is not playable; it is the lower bound.\n\n",
+        );
+        md.push_str("![click-to-screen distributions](latency.svg)\n\n");
+
+        md.push_str("## A player alone in their bubble (ms, p50)\n\n");
+        md.push_str(
+            "The article's headline: a Montreal player alone crosses the Atlantic twice per \
+                     step when simulated in Paris.\n\n| policy |",
+        );
+        for s in &sites {
+            let _ = write!(md, " {s} |");
+        }
+        md.push_str("\n|---|");
+        for _ in &sites {
+            md.push_str("---:|");
+        }
+        md.push('\n');
+        for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
+            let _ = write!(md, "| `{name}` |");
+            for s in &sites {
+                match r.solo_click_to_screen_ms.get(s) {
+                    Some(x) => {
+                        let _ = write!(md, " {:.0} |", x.p50);
+                    }
+                    None => md.push_str(" – |"),
+                }
+            }
+            md.push('\n');
+        }
+
+        md.push_str("\n## Handovers and stability\n\n");
+        md.push_str("| policy | handovers | per hour | per hour per 1,000 players | moves | \
+                     reversed within 10 min | border crossings |\n|---|---:|---:|---:|---:|---:|---:|\n");
+        for (name, r) in self.ordered() {
+            let _ = writeln!(
+                md,
+                "| `{name}` | {} | {:.1} | {:.2} | {} | {:.2} % | {} |",
+                r.handovers,
+                r.handovers_per_hour,
+                r.handovers_per_hour_per_1000,
+                r.moves,
+                100.0 * r.reversed_within_10min_share,
+                r.border_crossings
+            );
+        }
+        md.push_str(
+            "\nA handover is a change of the site simulating a running region: a move, a \
+                     merge across sites, or players leaving a core zone for a bubble elsewhere. \
+                     A move is *reversed* when the same bubble goes back to the site it left \
+                     within 10 minutes (flapping).\n\n",
+        );
+
+        md.push_str("## Bubbles and servers per site (maximum over the run)\n\n| policy |");
+        for s in &sites {
+            let _ = write!(md, " {s} bubbles | {s} servers |");
+        }
+        md.push_str("\n|---|");
+        for _ in &sites {
+            md.push_str("---:|---:|");
+        }
+        md.push('\n');
+        for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
+            let _ = write!(md, "| `{name}` |");
+            for s in &sites {
+                let b = r.max_bubbles_by_site.get(s).copied().unwrap_or(0);
+                let v = r.max_servers_by_site.get(s).copied().unwrap_or(0);
+                let _ = write!(md, " {b} | {v} |");
+            }
+            md.push('\n');
+        }
+        md.push_str("\n![bubbles per site over the day](bubbles.svg)\n\n");
+        md.push_str("![players online per home site](online.svg)\n");
+        md
+    }
+
+    /// Cumulative distributions of click-to-screen, one panel per home site, one line per policy.
+    pub fn latency_svg(&self) -> String {
+        let sites = self.sites();
+        let (pw, ph, x_max) = (300.0, 220.0, 400.0);
+        let mut svg = Svg::new(pw * sites.len() as f64 + 40.0, ph + 90.0);
+        svg.text(
+            20.0,
+            22.0,
+            14.0,
+            "Click-to-screen (ms): share of player-time at or below",
+            "start",
+        );
+        for (k, site) in sites.iter().enumerate() {
+            let panel = Panel { x0: 50.0 + k as f64 * pw, y0: 40.0, w: pw - 50.0, h: ph - 40.0 };
+            panel.axes(&mut svg, &format!("home {site}"), x_max, 1.0, "ms", 100.0, 0.25);
+            for (c, name) in ORDER.iter().enumerate() {
+                let Some(h) = self.histograms.get(*name).and_then(|m| m.get(site)) else {
+                    continue;
+                };
+                let total: u64 = h.iter().sum();
+                if total == 0 {
+                    continue;
+                }
+                let mut acc = 0u64;
+                let mut pts = vec![(0.0, 0.0)];
+                for (b, &n) in h.iter().enumerate().take(x_max as usize) {
+                    acc += n;
+                    pts.push(((b + 1) as f64, acc as f64 / total as f64));
+                }
+                panel.line(&mut svg, &pts, x_max, 1.0, COLOURS[c]);
+            }
+        }
+        legend(&mut svg, 50.0, ph + 60.0, &ORDER);
+        svg.finish()
+    }
+
+    /// Bubbles per site over the run, one panel per brain policy.
+    pub fn bubbles_svg(&self) -> String {
+        let names: Vec<&str> = ORDER.iter().copied().filter(|n| *n != "nearest").collect();
+        let sites = self.sites();
+        let (pw, ph) = (300.0, 200.0);
+        let mut svg = Svg::new(pw * names.len() as f64 + 40.0, ph + 90.0);
+        svg.text(20.0, 22.0, 14.0, "Bubbles per site over the run (hours, UTC)", "start");
+        let y_max = names
+            .iter()
+            .filter_map(|n| self.series.policies.get(*n))
+            .flat_map(|s| s.bubbles.values().flatten().copied())
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let y_max = nice(y_max);
+        for (k, name) in names.iter().enumerate() {
+            let panel = Panel { x0: 50.0 + k as f64 * pw, y0: 40.0, w: pw - 50.0, h: ph - 40.0 };
+            panel.axes(&mut svg, name, self.hours, y_max, "h", tick_step(self.hours), y_max / 4.0);
+            let Some(s) = self.series.policies.get(*name) else { continue };
+            for (c, site) in sites.iter().enumerate() {
+                let Some(v) = s.bubbles.get(site) else { continue };
+                let pts: Vec<(f64, f64)> =
+                    self.series.t_h.iter().zip(v).map(|(&t, &n)| (t, f64::from(n))).collect();
+                panel.line(&mut svg, &pts, self.hours, y_max, COLOURS[c]);
+            }
+        }
+        let labels: Vec<&str> = sites.iter().map(String::as_str).collect();
+        legend(&mut svg, 50.0, ph + 60.0, &labels);
+        svg.finish()
+    }
+
+    /// Players online per home site over the run.
+    pub fn online_svg(&self) -> String {
+        let sites = self.sites();
+        let (pw, ph) = (620.0, 240.0);
+        let mut svg = Svg::new(pw + 40.0, ph + 90.0);
+        svg.text(20.0, 22.0, 14.0, "Players online per home site (hours, UTC)", "start");
+        let y_max =
+            nice(self.series.online_by_home.values().flatten().copied().max().unwrap_or(1).max(1)
+                as f64);
+        let panel = Panel { x0: 60.0, y0: 40.0, w: pw - 60.0, h: ph - 40.0 };
+        panel.axes(&mut svg, "", self.hours, y_max, "h", tick_step(self.hours), y_max / 4.0);
+        for (c, site) in sites.iter().enumerate() {
+            let v = &self.series.online_by_home[site];
+            let pts: Vec<(f64, f64)> =
+                self.series.t_h.iter().zip(v).map(|(&t, &n)| (t, f64::from(n))).collect();
+            panel.line(&mut svg, &pts, self.hours, y_max, COLOURS[c]);
+        }
+        let labels: Vec<&str> = sites.iter().map(String::as_str).collect();
+        legend(&mut svg, 60.0, ph + 60.0, &labels);
+        svg.finish()
+    }
+}
+
+fn nice(x: f64) -> f64 {
+    let p = 10f64.powf(x.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * p).find(|&v| v >= x).unwrap_or(10.0 * p)
+}
+
+fn tick_step(hours: f64) -> f64 {
+    if hours > 12.0 {
+        6.0
+    } else if hours > 4.0 {
+        2.0
+    } else {
+        (hours / 4.0).max(0.25)
+    }
+}
+
+fn legend(svg: &mut Svg, x: f64, y: f64, labels: &[&str]) {
+    for (i, l) in labels.iter().enumerate() {
+        let x = x + i as f64 * 110.0;
+        svg.push(format!(
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"/>"#,
+            x + 24.0,
+            COLOURS[i % COLOURS.len()]
+        ));
+        svg.text(x + 30.0, y + 4.0, 12.0, l, "start");
+    }
+}
+
+/// A minimal SVG writer: enough for line charts that render on GitHub.
+struct Svg {
+    w: f64,
+    h: f64,
+    body: String,
+}
+
+impl Svg {
+    fn new(w: f64, h: f64) -> Self {
+        Svg { w, h, body: String::new() }
+    }
+
+    fn push(&mut self, s: String) {
+        self.body.push_str(&s);
+        self.body.push('\n');
+    }
+
+    fn text(&mut self, x: f64, y: f64, size: f64, s: &str, anchor: &str) {
+        let s = s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        self.push(format!(
+            r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" text-anchor="{anchor}">{s}</text>"#
+        ));
+    }
+
+    fn finish(self) -> String {
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+             viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\">\n\
+             <rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n{}</svg>\n",
+            self.body,
+            w = self.w,
+            h = self.h
+        )
+    }
+}
+
+struct Panel {
+    x0: f64,
+    y0: f64,
+    w: f64,
+    h: f64,
+}
+
+impl Panel {
+    fn px(&self, x: f64, x_max: f64) -> f64 {
+        self.x0 + self.w * (x / x_max).clamp(0.0, 1.0)
+    }
+
+    fn py(&self, y: f64, y_max: f64) -> f64 {
+        self.y0 + self.h * (1.0 - (y / y_max).clamp(0.0, 1.0))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn axes(
+        &self,
+        svg: &mut Svg,
+        title: &str,
+        x_max: f64,
+        y_max: f64,
+        unit: &str,
+        dx: f64,
+        dy: f64,
+    ) {
+        let (x1, y1) = (self.x0 + self.w, self.y0 + self.h);
+        svg.text(self.x0 + self.w / 2.0, self.y0 - 6.0, 12.0, title, "middle");
+        let mut y = 0.0;
+        while y <= y_max + 1e-9 {
+            let py = self.py(y, y_max);
+            svg.push(format!(
+                r##"<line x1="{:.1}" y1="{py:.1}" x2="{x1:.1}" y2="{py:.1}" stroke="#d0d7de" stroke-width="0.5"/>"##,
+                self.x0
+            ));
+            let label = if y_max <= 1.0 { format!("{:.0}%", y * 100.0) } else { format!("{y:.0}") };
+            svg.text(self.x0 - 4.0, py + 4.0, 10.0, &label, "end");
+            y += dy;
+        }
+        let mut x = 0.0;
+        while x <= x_max + 1e-9 {
+            let px = self.px(x, x_max);
+            svg.push(format!(
+                r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{y1:.1}" stroke="#d0d7de" stroke-width="0.5"/>"##,
+                self.y0
+            ));
+            svg.text(px, y1 + 14.0, 10.0, &format!("{x:.0}"), "middle");
+            x += dx;
+        }
+        svg.text(x1, y1 + 28.0, 10.0, unit, "end");
+        svg.push(format!(
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#57606a"/>"##,
+            self.x0, self.y0, self.w, self.h
+        ));
+    }
+
+    fn line(&self, svg: &mut Svg, pts: &[(f64, f64)], x_max: f64, y_max: f64, colour: &str) {
+        let mut d = String::new();
+        let mut last: Option<(f64, f64)> = None;
+        for &(x, y) in pts {
+            let (px, py) = (self.px(x, x_max), self.py(y, y_max));
+            // Thin the path: skip points that land on the same pixel as the previous one.
+            if last.is_some_and(|(lx, ly)| (px - lx).abs() < 0.5 && (py - ly).abs() < 0.5) {
+                continue;
+            }
+            let _ = write!(d, "{}{px:.1},{py:.1} ", if last.is_none() { "M" } else { "L" });
+            last = Some((px, py));
+        }
+        svg.push(format!(
+            r#"<path d="{}" fill="none" stroke="{colour}" stroke-width="1.6"/>"#,
+            d.trim_end()
+        ));
+    }
+}
