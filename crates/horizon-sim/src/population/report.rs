@@ -34,12 +34,18 @@ pub struct PolicyReport {
     pub moves: u64,
     /// Share of moves that take a bubble back to the site it left less than 10 min before.
     pub reversed_within_10min_share: f64,
+    /// Of those, reversals with exactly the same players (only roles, e.g. AFK, may differ):
+    /// flapping in a world that did not change.
+    pub reversed_same_players: u64,
     /// Players crossing a border into a bubble on another site (single-player handovers).
     pub border_crossings: u64,
     /// Share of players whose mean latency is at least 25 ms below their mean under `all_core`.
     pub gain_25ms_vs_all_core_share: f64,
     pub max_bubbles_by_site: BTreeMap<String, u32>,
     pub max_servers_by_site: BTreeMap<String, u32>,
+    /// The most counted players in one bubble, and the widest side of one bubble (sampled).
+    pub largest_bubble_players: u32,
+    pub widest_bubble_km: f64,
     /// Wall time this policy's worker took.
     pub wall_s: f64,
 }
@@ -202,17 +208,21 @@ impl PopulationReport {
         }
 
         md.push_str("\n## Handovers and stability\n\n");
-        md.push_str("| policy | handovers | per hour | per hour per 1,000 players | moves | \
-                     reversed within 10 min | border crossings |\n|---|---:|---:|---:|---:|---:|---:|\n");
+        md.push_str(
+            "| policy | handovers | per hour | per hour per 1,000 players | moves | \
+                     reversed within 10 min | … with the same players | border crossings |\n\
+                     |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
         for (name, r) in self.ordered() {
             let _ = writeln!(
                 md,
-                "| `{name}` | {} | {:.1} | {:.2} | {} | {:.2} % | {} |",
+                "| `{name}` | {} | {:.1} | {:.2} | {} | {:.2} % | {} | {} |",
                 r.handovers,
                 r.handovers_per_hour,
                 r.handovers_per_hour_per_1000,
                 r.moves,
                 100.0 * r.reversed_within_10min_share,
+                r.reversed_same_players,
                 r.border_crossings
             );
         }
@@ -227,11 +237,11 @@ impl PopulationReport {
         for s in &sites {
             let _ = write!(md, " {s} bubbles | {s} servers |");
         }
-        md.push_str("\n|---|");
+        md.push_str(" largest bubble (players) | widest bubble (km) |\n|---|");
         for _ in &sites {
             md.push_str("---:|---:|");
         }
-        md.push('\n');
+        md.push_str("---:|---:|\n");
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = write!(md, "| `{name}` |");
             for s in &sites {
@@ -239,7 +249,7 @@ impl PopulationReport {
                 let v = r.max_servers_by_site.get(s).copied().unwrap_or(0);
                 let _ = write!(md, " {b} | {v} |");
             }
-            md.push('\n');
+            let _ = writeln!(md, " {} | {} |", r.largest_bubble_players, r.widest_bubble_km);
         }
         md.push_str("\n![bubbles per site over the day](bubbles.svg)\n\n");
         md.push_str("![players online per home site](online.svg)\n");

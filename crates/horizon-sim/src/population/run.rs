@@ -124,12 +124,18 @@ pub(crate) struct Tracker {
     moves: u64,
     reversed: u64,
     crossings: u64,
-    last_move: FxHashMap<BubbleId, (SiteId, SiteId, Time)>,
+    /// Per bubble: its last move (from, to, when, a hash of its players then).
+    last_move: FxHashMap<BubbleId, (SiteId, SiteId, Time, u64)>,
+    /// Reversals with exactly the same players as the move they undo.
+    reversed_same_players: u64,
     bubbles: Vec<Vec<u32>>,
     servers: Vec<Vec<u32>>,
     simulated: Vec<Vec<u32>>,
     max_bubbles: Vec<u32>,
     max_servers: Vec<u32>,
+    /// The most players, and the widest side, of any one bubble seen.
+    largest_bubble: u32,
+    widest_bubble_m: f64,
     mixed_samples: u64,
     grouped_samples: u64,
     wall_s: f64,
@@ -152,11 +158,14 @@ impl Tracker {
             reversed: 0,
             crossings: 0,
             last_move: FxHashMap::default(),
+            reversed_same_players: 0,
             bubbles: vec![Vec::new(); n],
             servers: vec![Vec::new(); n],
             simulated: vec![Vec::new(); n],
             max_bubbles: vec![0; n],
             max_servers: vec![0; n],
+            largest_bubble: 0,
+            widest_bubble_m: 0.0,
             mixed_samples: 0,
             grouped_samples: 0,
             wall_s: 0.0,
@@ -185,17 +194,24 @@ impl Tracker {
 
     fn command(&mut self, cmd: &Command, now: Time) {
         match cmd {
-            Command::Move { bubble, from, to, .. } => {
+            Command::Move { bubble, from, to, players, .. } => {
                 self.handovers += 1;
                 self.moves += 1;
-                if let Some(&(pf, pt, at)) = self.last_move.get(bubble)
+                let who = {
+                    use std::hash::{Hash, Hasher};
+                    let mut h = rustc_hash::FxHasher::default();
+                    players.hash(&mut h);
+                    h.finish()
+                };
+                if let Some(&(pf, pt, at, before)) = self.last_move.get(bubble)
                     && pt == *from
                     && pf == *to
                     && now.since(at) <= Span::from_ms(REVERSAL_WINDOW_MS)
                 {
                     self.reversed += 1;
+                    self.reversed_same_players += u64::from(before == who);
                 }
-                self.last_move.insert(*bubble, (*from, *to, now));
+                self.last_move.insert(*bubble, (*from, *to, now, who));
             }
             Command::Merge { from, from_site, into_site, .. } => {
                 self.last_move.remove(from);
@@ -308,6 +324,9 @@ fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), 
     for b in mesh.bubbles() {
         bubbles[b.site.index()] += 1;
         servers[b.site.index()] += b.servers();
+        t.largest_bubble = t.largest_bubble.max(b.players);
+        let side = (b.bounds.max.x - b.bounds.min.x).max(b.bounds.max.y - b.bounds.min.y);
+        t.widest_bubble_m = t.widest_bubble_m.max(side);
         if !mesh.leases().is_current(b.id, b.epoch) {
             return Err(format!("{} runs without the current epoch", b.id));
         }
@@ -527,10 +546,13 @@ fn build_report(
                     / (mean_online / 1000.0).max(1e-9),
                 moves: t.moves,
                 reversed_within_10min_share: t.reversed as f64 / t.moves.max(1) as f64,
+                reversed_same_players: t.reversed_same_players,
                 border_crossings: t.crossings,
                 gain_25ms_vs_all_core_share: gain_share,
                 max_bubbles_by_site: by_site(&t.max_bubbles),
                 max_servers_by_site: by_site(&t.max_servers),
+                largest_bubble_players: t.largest_bubble,
+                widest_bubble_km: (t.widest_bubble_m / 100.0).round() / 10.0,
                 wall_s: t.wall_s,
             },
         );
