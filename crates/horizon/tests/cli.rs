@@ -144,3 +144,43 @@ fn netem_delays_packets_and_obeys_commands_on_stdin() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn sim_population_writes_the_report_and_prints_json() {
+    let dir = std::env::temp_dir().join(format!("horizon-pop-{}", std::process::id()));
+    let out = horizon()
+        .args(["sim", "population", "--players", "150", "--hours", "0.25", "--seed", "9"])
+        .args(["--json", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["seed"], 9);
+    assert_eq!(v["players"], 150);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("seed 9"), "the seed is printed: {stderr}");
+    for f in ["report.md", "report.json", "latency.svg", "bubbles.svg", "online.svg"] {
+        assert!(dir.join(f).is_file(), "{f} not written");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sim_population_and_measure_refuse_bad_input_with_exit_64() {
+    let out = horizon().args(["sim", "population", "--players", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--players"));
+    let out = horizon().args(["sim", "population"]).arg(scenario("tour.toml")).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let csv = std::env::temp_dir().join(format!("horizon-rtt-{}.csv", std::process::id()));
+    std::fs::write(&csv, "player,site,rtt_ms\nm1,PAR,95\nm1,MTL,10\nm2,MTL,oops\n").unwrap();
+    let out = horizon().args(["sim", "measure", "--core", "PAR"]).arg(&csv).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 4"));
+    std::fs::write(&csv, "player,site,rtt_ms\nm1,PAR,95\nm1,MTL,10\n").unwrap();
+    let out = horizon().args(["sim", "measure", "--core", "PAR"]).arg(&csv).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 players (100.0 %) would gain"));
+    std::fs::remove_file(&csv).unwrap();
+}

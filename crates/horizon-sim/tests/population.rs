@@ -1,0 +1,176 @@
+//! Population runs: determinism, each policy's defining property, reports, bad input, measure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on purpose.
+
+use horizon_sim::PopulationReport;
+use horizon_sim::measure::{MeasureOptions, measure};
+use horizon_sim::population::{PopulationConfig, run_population};
+
+/// A small, quick population: the bundled one, shrunk.
+fn small(players: u32, hours: f64, seed: u64) -> PopulationConfig {
+    PopulationConfig::default_population()
+        .with_overrides(Some(players), Some(seed), Some(hours))
+        .unwrap()
+}
+
+fn run(cfg: &PopulationConfig) -> PopulationReport {
+    run_population(cfg, |_| {}).unwrap_or_else(|e| panic!("seed {}: {e}", cfg.seed))
+}
+
+/// The JSON document without its wall-clock figures.
+fn stable_json(r: &PopulationReport) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap();
+    let o = v.as_object_mut().unwrap();
+    o.remove("sim_seconds_per_wall_second");
+    o.remove("wall_s");
+    for p in o["policies"].as_object_mut().unwrap().values_mut() {
+        p.as_object_mut().unwrap().remove("wall_s");
+    }
+    v
+}
+
+#[test]
+fn the_bundled_population_file_is_valid_and_is_the_default() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../simulations/population/default.toml");
+    let from_file = PopulationConfig::load(std::path::Path::new(path)).unwrap();
+    let default = PopulationConfig::default_population();
+    assert_eq!(from_file.seed, default.seed);
+    assert_eq!(from_file.players, 10_000);
+    assert_eq!(from_file.hours, 24.0);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_report_and_another_seed_does_not() {
+    let a = stable_json(&run(&small(300, 0.5, 11)));
+    let b = stable_json(&run(&small(300, 0.5, 11)));
+    assert_eq!(a, b, "seed 11 is not reproducible");
+    let c = stable_json(&run(&small(300, 0.5, 12)));
+    assert_ne!(a, c);
+}
+
+#[test]
+fn each_policy_keeps_its_defining_property() {
+    let cfg = small(600, 1.0, 3);
+    let r = run(&cfg);
+    let p = |n: &str| &r.policies[n];
+    let sites = ["PAR", "MTL", "HKG"];
+    // all_core: every player is simulated at the core: access + backbone to PAR, never moved.
+    let all_core = p("all_core");
+    assert_eq!(all_core.handovers, 0);
+    assert_eq!(all_core.max_bubbles_by_site["MTL"] + all_core.max_bubbles_by_site["HKG"], 0);
+    assert!(all_core.click_to_screen_ms["MTL"].p50 >= 12.0 + 85.0 + 35.0 - 10.0);
+    assert!(all_core.click_to_screen_ms["HKG"].p50 >= 185.0 + 35.0);
+    // nearest: access RTT only, the lower bound of every other policy at every percentile.
+    let nearest = p("nearest");
+    assert_eq!(nearest.over_cap_share, 0.0);
+    for name in ["smdg", "all_core", "creator", "one_shot"] {
+        for s in sites {
+            let (n, o) = (&nearest.click_to_screen_ms[s], &p(name).click_to_screen_ms[s]);
+            assert!(n.p50 <= o.p50 && n.p95 <= o.p95, "{name} beats the lower bound on {s}");
+        }
+    }
+    // The baselines never re-place a running bubble; SMD-G does.
+    for name in ["all_core", "creator", "one_shot"] {
+        assert_eq!(p(name).moves, 0, "{name} moved a bubble");
+    }
+    assert!(p("smdg").moves > 0);
+    // Same population for every policy: the same player-time is measured.
+    for s in sites {
+        let n = nearest.click_to_screen_ms[s].samples;
+        for name in ["smdg", "all_core", "creator", "one_shot"] {
+            assert_eq!(p(name).click_to_screen_ms[s].samples, n, "{name} {s}");
+        }
+    }
+    // A lone player is simulated at home under SMD-G: ~ access + frame, not the Atlantic twice.
+    let solo = &p("smdg").solo_click_to_screen_ms["MTL"];
+    assert!(solo.p50 < 70.0, "a lone MTL player: {solo:?}");
+    assert!(p("all_core").solo_click_to_screen_ms["MTL"].p50 > 120.0);
+}
+
+#[test]
+fn the_report_files_are_produced_and_well_formed() {
+    let r = run(&small(200, 0.5, 5));
+    let md = r.markdown();
+    for needle in ["# Population report", "| `smdg` |", "latency.svg", "bubbles.svg", "online.svg"]
+    {
+        assert!(md.contains(needle), "report.md lacks {needle:?}");
+    }
+    for svg in [r.latency_svg(), r.bubbles_svg(), r.online_svg()] {
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("<path d=\"M"), "a plot without a line");
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+    let json = serde_json::to_value(&r).unwrap();
+    for key in ["seed", "players", "sim_seconds_per_wall_second", "policies"] {
+        assert!(json.get(key).is_some(), "JSON lacks {key}");
+    }
+    let smdg = &json["policies"]["smdg"];
+    for key in [
+        "click_to_screen_ms",
+        "over_cap_share",
+        "handovers_per_hour_per_1000",
+        "reversed_within_10min_share",
+    ] {
+        assert!(smdg.get(key).is_some(), "smdg lacks {key}");
+    }
+    assert_eq!(json["policies"].as_object().unwrap().len(), 5);
+}
+
+#[test]
+fn bad_population_files_name_every_problem() {
+    let text = horizon_sim::population::config::DEFAULT
+        .replace("players = 10000", "players = 0")
+        .replace("share = 0.2", "share = 0.7")
+        .replace("fly_mps = [30, 250]", "fly_mps = [250, 30]")
+        .replace("[homes.HKG]", "[homes.SYD]");
+    let problems = PopulationConfig::parse(&text).unwrap_err();
+    let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+    for key in ["players", "behaviour.fly_mps", "homes.SYD"] {
+        assert!(keys.contains(&key), "{key} not reported in {problems:?}");
+    }
+    let syntax = PopulationConfig::parse("name = ").unwrap_err();
+    assert_eq!(syntax[0].key, "file");
+    let unknown = PopulationConfig::parse(&format!(
+        "{}\nsurprise = 1\n",
+        horizon_sim::population::config::DEFAULT.replacen("name =", "surprise_top = 2\nname =", 1)
+    ))
+    .unwrap_err();
+    assert!(unknown[0].why.contains("surprise"), "{unknown:?}");
+    let over = PopulationConfig::default_population().with_overrides(None, None, Some(-1.0));
+    assert_eq!(over.unwrap_err()[0].key, "--hours");
+}
+
+fn opts() -> MeasureOptions {
+    MeasureOptions { core: "PAR".into(), frame_ms: 35.0, gain_ms: 25.0, cap_ms: 180.0 }
+}
+
+#[test]
+fn measure_counts_who_gains_from_real_samples() {
+    let csv = "player,site,rtt_ms\n\
+               # a Montrealer, measured twice against MTL (the minimum counts)\n\
+               m1,PAR,95\nm1,MTL,14\nm1,MTL,10\nm1,HKG,240\n\
+               p1,PAR,12\np1,MTL,90\n\
+               h1,PAR,195\nh1,HKG,9\n\
+               x1,MTL,20\n";
+    let r = measure(csv, &opts()).unwrap();
+    assert_eq!(r.samples, 9);
+    assert_eq!((r.players, r.players_without_core_sample), (3, 1));
+    assert_eq!(r.gaining, 2);
+    let mtl = &r.by_home["MTL"];
+    assert_eq!((mtl.players, mtl.at_core_ms.p50, mtl.at_home_ms.p50), (1, 130.0, 45.0));
+    assert_eq!(mtl.gain_ms.p50, 85.0);
+    assert_eq!(r.by_home["HKG"].over_cap_at_core_share, 1.0);
+    assert_eq!(r.by_home["HKG"].over_cap_at_home_share, 0.0);
+    assert_eq!(r.by_home["PAR"].gaining_share, 0.0);
+}
+
+#[test]
+fn measure_rejects_bad_lines_with_their_number() {
+    let problems = measure("a,PAR,10\nb,PAR\nc,PAR,-3\nd,PAR,fast\n", &opts()).unwrap_err();
+    let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["line 2", "line 3", "line 4"]);
+    let no_core = measure("a,MTL,10\n", &opts()).unwrap_err();
+    assert_eq!(no_core[0].key, "--core");
+    assert!(no_core[0].why.contains("MTL"), "{no_core:?}");
+}
