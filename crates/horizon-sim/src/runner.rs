@@ -380,20 +380,8 @@ impl Run<'_> {
                 }
             }
         }
-        let mut boxes: Vec<_> = self.mesh.bubbles().map(|b| (b.world, b.bounds, b.id)).collect();
-        boxes.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
-        for i in 0..boxes.len() {
-            for j in i + 1..boxes.len() {
-                if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
-                    break;
-                }
-                if boxes[i].1.overlaps(&boxes[j].1) {
-                    return Err(self.broken(
-                        now,
-                        format!("bubbles {} and {} overlap", boxes[i].2, boxes[j].2),
-                    ));
-                }
-            }
+        if let Some((a, b)) = overlapping_bubbles(&self.mesh) {
+            return Err(self.broken(now, format!("bubbles {a} and {b} overlap")));
         }
         for b in self.mesh.bubbles() {
             if b.stalled_since.is_none() && !self.mesh.leases().is_current(b.id, b.epoch) {
@@ -423,4 +411,23 @@ impl Run<'_> {
             *self.report.servers_by_site.entry(site).or_default() += b.servers();
         }
     }
+}
+
+/// Two bubbles of one world whose boxes overlap, if any (sort on min x, then sweep).
+pub(crate) fn overlapping_bubbles(
+    mesh: &Mesh,
+) -> Option<(horizon_mesh::BubbleId, horizon_mesh::BubbleId)> {
+    let mut boxes: Vec<_> = mesh.bubbles().map(|b| (b.world, b.bounds, b.id)).collect();
+    boxes.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
+    for i in 0..boxes.len() {
+        for j in i + 1..boxes.len() {
+            if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
+                break;
+            }
+            if boxes[i].1.overlaps(&boxes[j].1) {
+                return Some((boxes[i].2, boxes[j].2));
+            }
+        }
+    }
+    None
 }

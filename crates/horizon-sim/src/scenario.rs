@@ -196,25 +196,34 @@ pub struct Scenario {
     pub worlds: Vec<String>,
 }
 
+/// Reads `path` and parses it with `parse`, naming the file in every problem.
+pub(crate) fn load_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, Vec<Problem>>,
+) -> Result<T, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: path.to_owned(),
+        problems: vec![Problem { key: "file".into(), why: format!("cannot read: {e}") }],
+    })?;
+    parse(&text).map_err(|problems| ScenarioError { file: path.to_owned(), problems })
+}
+
+/// Deserialises TOML text; a syntax error or an unknown key is one problem keyed `file`.
+pub(crate) fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Vec<Problem>> {
+    toml::from_str(text).map_err(|e: toml::de::Error| {
+        vec![Problem { key: "file".into(), why: e.to_string().trim_end().replace('\n', "\n    ") }]
+    })
+}
+
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: path.to_owned(),
-            problems: vec![Problem { key: "file".into(), why: format!("cannot read: {e}") }],
-        })?;
-        Self::parse(&text).map_err(|problems| ScenarioError { file: path.to_owned(), problems })
+        load_file(path, Self::parse)
     }
 
     /// Parses and validates scenario text.
     pub fn parse(text: &str) -> Result<Self, Vec<Problem>> {
-        let raw: RawScenario = toml::from_str(text).map_err(|e| {
-            vec![Problem {
-                key: "file".into(),
-                why: e.to_string().trim_end().replace('\n', "\n    "),
-            }]
-        })?;
-        Builder::default().build(raw)
+        Builder::default().build(from_toml::<RawScenario>(text)?)
     }
 }
 

@@ -7,7 +7,9 @@ use std::path::Path;
 use horizon_mesh::{SiteId, Sites, Thresholds};
 use serde::Deserialize;
 
-use crate::scenario::{Builder, Problem, RawSites, RawThresholds, ScenarioError};
+use crate::scenario::{
+    Builder, Problem, RawSites, RawThresholds, ScenarioError, from_toml, load_file,
+};
 
 /// Bounds that keep a population run finite.
 pub const MAX_PLAYERS: u32 = 2_000_000;
@@ -178,11 +180,7 @@ pub const DEFAULT: &str = include_str!("../../../../simulations/population/defau
 impl PopulationConfig {
     /// Reads and validates a population file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: path.to_owned(),
-            problems: vec![Problem { key: "file".into(), why: format!("cannot read: {e}") }],
-        })?;
-        Self::parse(&text).map_err(|problems| ScenarioError { file: path.to_owned(), problems })
+        load_file(path, Self::parse)
     }
 
     /// The bundled default population.
@@ -193,13 +191,7 @@ impl PopulationConfig {
 
     /// Parses and validates population text.
     pub fn parse(text: &str) -> Result<Self, Vec<Problem>> {
-        let raw: RawPopulation = toml::from_str(text).map_err(|e| {
-            vec![Problem {
-                key: "file".into(),
-                why: e.to_string().trim_end().replace('\n', "\n    "),
-            }]
-        })?;
-        build(raw)
+        build(from_toml::<RawPopulation>(text)?)
     }
 
     /// Overrides from the command line, checked like the file's values.

@@ -149,15 +149,9 @@ impl PopulationReport {
             "Network latency (access RTT + backbone RTT to the simulating site) plus the \
                      server frame time, over the player-time of playing humans.\n\n",
         );
-        let _ = write!(md, "| policy |");
-        for s in &sites {
-            let _ = write!(md, " {s} |");
-        }
-        md.push_str(" over cap | gain ≥ 25 ms vs all_core |\n|---|");
-        for _ in &sites {
-            md.push_str("---:|");
-        }
-        md.push_str("---:|---:|\n");
+        let mut columns: Vec<String> = sites.clone();
+        columns.extend(["over cap".to_owned(), "gain ≥ 25 ms vs all_core".to_owned()]);
+        table_header(&mut md, &columns);
         for (name, r) in self.ordered() {
             let _ = write!(md, "| `{name}` |");
             for s in &sites {
@@ -183,17 +177,10 @@ impl PopulationReport {
 
         md.push_str("## A player alone in their bubble (ms, p50)\n\n");
         md.push_str(
-            "The article's headline: a Montreal player alone crosses the Atlantic twice per \
-                     step when simulated in Paris.\n\n| policy |",
+            "The article's headline: simulated at the core, a player alone from another \
+                     continent crosses the backbone twice per step.\n\n",
         );
-        for s in &sites {
-            let _ = write!(md, " {s} |");
-        }
-        md.push_str("\n|---|");
-        for _ in &sites {
-            md.push_str("---:|");
-        }
-        md.push('\n');
+        table_header(&mut md, &sites);
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = write!(md, "| `{name}` |");
             for s in &sites {
@@ -233,15 +220,11 @@ impl PopulationReport {
                      within 10 minutes (flapping).\n\n",
         );
 
-        md.push_str("## Bubbles and servers per site (maximum over the run)\n\n| policy |");
-        for s in &sites {
-            let _ = write!(md, " {s} bubbles | {s} servers |");
-        }
-        md.push_str(" largest bubble (players) | widest bubble (km) |\n|---|");
-        for _ in &sites {
-            md.push_str("---:|---:|");
-        }
-        md.push_str("---:|---:|\n");
+        md.push_str("## Bubbles and servers per site (maximum over the run)\n\n");
+        let mut columns: Vec<String> =
+            sites.iter().flat_map(|s| [format!("{s} bubbles"), format!("{s} servers")]).collect();
+        columns.extend(["largest bubble (players)".to_owned(), "widest bubble (km)".to_owned()]);
+        table_header(&mut md, &columns);
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = write!(md, "| `{name}` |");
             for s in &sites {
@@ -344,6 +327,19 @@ impl PopulationReport {
         legend(&mut svg, 60.0, ph + 60.0, &labels);
         svg.finish()
     }
+}
+
+/// `| policy | a | b |` and its alignment row (figures right-aligned).
+fn table_header(md: &mut String, columns: &[String]) {
+    md.push_str("| policy |");
+    for c in columns {
+        let _ = write!(md, " {c} |");
+    }
+    md.push_str("\n|---|");
+    for _ in columns {
+        md.push_str("---:|");
+    }
+    md.push('\n');
 }
 
 fn nice(x: f64) -> f64 {

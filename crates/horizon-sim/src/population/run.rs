@@ -16,7 +16,7 @@ use super::model::{Population, Step};
 use super::report::{
     Percentiles, PolicyReport, PopulationFigures, PopulationReport, Series, SiteSeries,
 };
-use crate::runner::RunError;
+use crate::runner::{RunError, overlapping_bubbles};
 
 /// Steps buffered between the generator and each policy (bounded: a slow policy slows the
 /// generator instead of growing memory).
@@ -353,17 +353,8 @@ fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), 
             }
         }
     }
-    let mut boxes: Vec<_> = mesh.bubbles().map(|b| (b.world, b.bounds, b.id)).collect();
-    boxes.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min.x.total_cmp(&b.1.min.x)));
-    for i in 0..boxes.len() {
-        for j in i + 1..boxes.len() {
-            if boxes[j].0 != boxes[i].0 || boxes[j].1.min.x >= boxes[i].1.max.x {
-                break;
-            }
-            if boxes[i].1.overlaps(&boxes[j].1) {
-                return Err(format!("bubbles {} and {} overlap", boxes[i].2, boxes[j].2));
-            }
-        }
+    if let Some((a, b)) = overlapping_bubbles(mesh) {
+        return Err(format!("bubbles {a} and {b} overlap"));
     }
     for s in 0..n {
         t.bubbles[s].push(bubbles[s]);
