@@ -127,7 +127,7 @@ impl<'a> Population<'a> {
         for world in 0..cfg.worlds() {
             for _ in 0..p.pois_per_world {
                 let pos = Vec3::new(rng.range(0.0, size), rng.range(0.0, size), 0.0);
-                let community = p.draw_home(&mut rng);
+                let community = draw_home(&p.share_cdf, &mut rng);
                 p.pois_by_home[world as usize * n_sites + community].push(p.pois.len());
                 p.pois.push(Poi { world, pos, community });
             }
@@ -159,11 +159,6 @@ impl<'a> Population<'a> {
             v[a.home] += 1;
         }
         v
-    }
-
-    fn draw_home(&self, rng: &mut Rng) -> usize {
-        let u = rng.unit() * self.share_cdf.last().map_or(1.0, |s| s.1);
-        self.share_cdf.iter().find(|s| u < s.1).or(self.share_cdf.last()).map_or(0, |s| s.0)
     }
 
     /// Activity of home `h` at time `t` relative to its daily mean (mean 1 over a day).
@@ -367,7 +362,11 @@ impl<'a> Population<'a> {
         };
         self.push_agent(a, step);
         for _ in 1..size {
-            let home = if self.rng.unit() < b.party_mixed { self.draw_home_self() } else { h };
+            let home = if self.rng.unit() < b.party_mixed {
+                draw_home(&self.share_cdf, &mut self.rng)
+            } else {
+                h
+            };
             let offset = Vec3::new(self.rng.range(-15.0, 15.0), self.rng.range(-15.0, 15.0), 0.0);
             let id = self.new_id();
             let a = Agent {
@@ -386,13 +385,6 @@ impl<'a> Population<'a> {
             self.push_agent(a, step);
         }
         size
-    }
-
-    fn draw_home_self(&mut self) -> usize {
-        let mut rng = std::mem::replace(&mut self.rng, Rng::new(0));
-        let h = self.draw_home(&mut rng);
-        self.rng = rng;
-        h
     }
 
     /// Advances to the next tick and returns what happened during it.
@@ -616,6 +608,12 @@ impl<'a> Population<'a> {
             }
         }
     }
+}
+
+/// A home site (index) drawn by the cumulative shares.
+fn draw_home(share_cdf: &[(usize, f64)], rng: &mut Rng) -> usize {
+    let u = rng.unit() * share_cdf.last().map_or(1.0, |s| s.1);
+    share_cdf.iter().find(|s| u < s.1).or(share_cdf.last()).map_or(0, |s| s.0)
 }
 
 fn velocity(pos: Vec3, activity: Activity) -> Vec3 {
