@@ -387,7 +387,7 @@ fn print_population_summary(r: &horizon_sim::PopulationReport) {
         print!(" {:>16}", format!("{s} p50/p95"));
     }
     println!(" {:>9} {:>10} {:>9}", "over cap", "handovers", "reversed");
-    for name in ["smdg", "all_core", "creator", "one_shot", "nearest"] {
+    for name in horizon_sim::population::Policy::names() {
         let Some(p) = r.policies.get(name) else { continue };
         print!("{name:<10}");
         for s in &sites {

@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::run::Policy;
+
 /// Percentiles of click-to-screen, in whole milliseconds (1 ms buckets, upper edge).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Percentiles {
@@ -100,13 +102,11 @@ pub struct PopulationReport {
     pub histograms: BTreeMap<String, BTreeMap<String, Vec<u64>>>,
 }
 
-/// Policies in the order reports show them.
-const ORDER: [&str; 5] = ["smdg", "all_core", "creator", "one_shot", "nearest"];
 const COLOURS: [&str; 6] = ["#1f6feb", "#d1242f", "#8250df", "#bf8700", "#6e7781", "#1a7f37"];
 
 impl PopulationReport {
     fn ordered(&self) -> impl Iterator<Item = (&'static str, &PolicyReport)> {
-        ORDER.iter().filter_map(|&n| self.policies.get(n).map(|p| (n, p)))
+        Policy::names().into_iter().filter_map(|n| self.policies.get(n).map(|p| (n, p)))
     }
 
     fn sites(&self) -> Vec<String> {
@@ -254,8 +254,8 @@ impl PopulationReport {
         for (k, site) in sites.iter().enumerate() {
             let panel = Panel { x0: 50.0 + k as f64 * pw, y0: 40.0, w: pw - 50.0, h: ph - 40.0 };
             panel.axes(&mut svg, &format!("home {site}"), x_max, 1.0, "ms", 100.0, 0.25);
-            for (c, name) in ORDER.iter().enumerate() {
-                let Some(h) = self.histograms.get(*name).and_then(|m| m.get(site)) else {
+            for (c, name) in Policy::names().into_iter().enumerate() {
+                let Some(h) = self.histograms.get(name).and_then(|m| m.get(site)) else {
                     continue;
                 };
                 let total: u64 = h.iter().sum();
@@ -271,13 +271,14 @@ impl PopulationReport {
                 panel.line(&mut svg, &pts, x_max, 1.0, COLOURS[c]);
             }
         }
-        legend(&mut svg, 50.0, ph + 60.0, &ORDER);
+        legend(&mut svg, 50.0, ph + 60.0, &Policy::names());
         svg.finish()
     }
 
     /// Bubbles per site over the run, one panel per brain policy.
     pub fn bubbles_svg(&self) -> String {
-        let names: Vec<&str> = ORDER.iter().copied().filter(|n| *n != "nearest").collect();
+        let names: Vec<&str> =
+            Policy::names().into_iter().filter(|n| *n != Policy::Nearest.as_str()).collect();
         let sites = self.sites();
         let (pw, ph) = (300.0, 200.0);
         let mut svg = Svg::new(pw * names.len() as f64 + 40.0, ph + 90.0);

@@ -52,6 +52,11 @@ impl Policy {
             Policy::Nearest => "nearest",
         }
     }
+
+    /// The names of every policy, in the order reports show them.
+    pub fn names() -> [&'static str; 5] {
+        Policy::ALL.map(Policy::as_str)
+    }
 }
 
 /// Progress of a long run, reported every simulated hour.
@@ -297,14 +302,15 @@ fn run_brain(
             }
             t.command(&cmd, now);
         }
+        let core = cfg.sites.core();
         for p in mesh.players() {
             if !playing(p.role) {
                 continue;
             }
-            let Some(site) = mesh.site_of(p.id) else {
-                return Err(broken(step.t_ms, format!("player {} is nowhere", p.id.0)));
-            };
-            let solo = mesh.bubble_of(p.id).is_some_and(|b| b.players == 1);
+            // Outside a bubble, a counted player plays in a core-site zone.
+            let bubble = mesh.bubble_of(p.id);
+            let site = bubble.map_or(core, |b| b.site);
+            let solo = bubble.is_some_and(|b| b.players == 1);
             let latency = p.access_rtt_min_ms + cfg.sites.backbone_ms(p.home, site);
             t.sample(p.id, p.home, latency, solo);
         }
@@ -589,5 +595,45 @@ fn build_report(
                 )
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use horizon_mesh::{Epoch, Time};
+
+    use super::*;
+
+    #[test]
+    fn quantiles_are_the_upper_edge_of_their_millisecond() {
+        let mut h = Histogram::new();
+        for ms in [10.2, 10.9, 11.5, 40.0] {
+            h.add(ms);
+        }
+        h.add(1e9); // beyond the last bucket: kept in it
+        assert_eq!((h.quantile(0.4), h.quantile(0.6), h.quantile(0.8)), (11.0, 12.0, 41.0));
+        assert_eq!(h.quantile(1.0), BUCKETS as f64);
+        assert_eq!(Histogram::new().quantile(0.5), 0.0);
+    }
+
+    #[test]
+    fn a_move_back_within_ten_minutes_is_a_reversal_and_same_players_are_told_apart() {
+        let cfg = PopulationConfig::default_population();
+        let mut t = Tracker::new(Policy::Brain(Placement::Smdg), &cfg);
+        let s: Vec<SiteId> = cfg.sites.ids().collect();
+        let mv = |from: SiteId, to: SiteId, players: &[u64]| Command::Move {
+            bubble: BubbleId(1),
+            from,
+            to,
+            epoch: Epoch(1),
+            players: players.iter().map(|&p| PlayerId(p)).collect(),
+            reason: MoveReason::Gain,
+        };
+        t.command(&mv(s[0], s[1], &[1, 2]), Time::from_secs(0));
+        t.command(&mv(s[1], s[0], &[1, 2]), Time::from_secs(300)); // back, same players
+        t.command(&mv(s[0], s[1], &[1, 2, 3]), Time::from_secs(600)); // back, someone joined
+        t.command(&mv(s[1], s[2], &[1, 2, 3]), Time::from_secs(900)); // elsewhere
+        t.command(&mv(s[2], s[1], &[1, 2, 3]), Time::from_secs(1_501)); // back, too late
+        assert_eq!((t.moves, t.handovers, t.reversed, t.reversed_same_players), (5, 5, 2, 1));
     }
 }
