@@ -76,6 +76,14 @@ pub enum Request {
     Abort { handover: HandoverId, reason: String },
     /// core → agent: stop simulating these bubbles now (merge, delete, failover).
     Revoke { leases: Vec<LeaseRef> },
+    /// core → agent (simulating site): the bubble's players, all of them, each time the set
+    /// changes. Players who left for another bubble are in `departed`: the agent takes them out
+    /// of the game server and sends their state and last applied input to the new holder
+    /// (`transfer::Request::Cross`).
+    Members { lease: LeaseRef, players: Vec<Member>, departed: Vec<Departure> },
+    /// core → agent (home site): where these players are simulated from now on. The gateway
+    /// sends their inputs there and re-sends those not yet acknowledged.
+    Route { routes: Vec<PlayerRoute> },
 }
 
 kinds!(Request {
@@ -91,6 +99,8 @@ kinds!(Request {
     Commit => "commit",
     Abort => "abort",
     Revoke => "revoke",
+    Members => "members",
+    Route => "route",
 });
 
 /// A reply on the control channel.
@@ -139,6 +149,37 @@ pub struct Held {
 pub struct Peer {
     pub site: Name,
     pub transfer_addr: String,
+}
+
+/// A player of a bubble.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    pub player: PlayerId,
+    /// The player's home site, where their updates go.
+    pub home: Name,
+    /// Where the player was last reported, for a fresh player's spawn.
+    pub pos: Vec3,
+    /// The player comes from another bubble, whose holder sends their state (a `Cross`);
+    /// `false` for a fresh connection (empty state, no input applied yet).
+    pub crossing: bool,
+}
+
+/// A player who left a bubble for another one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Departure {
+    pub player: PlayerId,
+    /// The bubble the player now belongs to, under the epoch its holder runs.
+    pub to: LeaseRef,
+    /// The site simulating `to`.
+    pub site: Name,
+}
+
+/// Where one player is simulated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlayerRoute {
+    pub player: PlayerId,
+    pub bubble: BubbleId,
+    pub site: Name,
 }
 
 /// A player as seen by their home agent: at connection (in `joins`, where the RTT is the one

@@ -221,6 +221,27 @@ pub fn all() -> Vec<Fixture> {
             control::Request::Commit { handover },
             control::Request::Abort { handover, reason: "hysteresis hold".to_owned() },
             control::Request::Revoke { leases: vec![lref] },
+            control::Request::Members {
+                lease: lref,
+                players: vec![control::Member {
+                    player: PlayerId(5),
+                    home: name("MTL"),
+                    pos,
+                    crossing: true,
+                }],
+                departed: vec![control::Departure {
+                    player: PlayerId(6),
+                    to: LeaseRef { bubble: BubbleId(43), epoch },
+                    site: name("PAR"),
+                }],
+            },
+            control::Request::Route {
+                routes: vec![control::PlayerRoute {
+                    player: PlayerId(5),
+                    bubble,
+                    site: name("MTL"),
+                }],
+            },
         ],
         vec![
             control::Reply::Done,
@@ -295,6 +316,7 @@ pub fn all() -> Vec<Fixture> {
                 state: Blob::default(),
             },
             server::Request::Leave { lease: lref, player: PlayerId(5) },
+            server::Request::Copy { lease: lref, deltas: true },
         ],
         vec![
             server::Reply::Done,

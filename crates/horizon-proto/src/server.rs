@@ -46,6 +46,10 @@ pub enum Request {
     Join { lease: LeaseRef, player: PlayerId, last_applied: Seq, state: Blob },
     /// agent → server: a player leaves the bubble; the reply carries their state.
     Leave { lease: LeaseRef, player: PlayerId },
+    /// agent → server: send the bubble's full state on the stream now (a `Snapshot`), then,
+    /// with `deltas`, every tick's `Delta` until the freeze or release (handover prepare);
+    /// without, a single copy (universe backup).
+    Copy { lease: LeaseRef, deltas: bool },
 }
 
 kinds!(Request {
@@ -59,6 +63,7 @@ kinds!(Request {
     Release => "release",
     Join => "join",
     Leave => "leave",
+    Copy => "copy",
 });
 
 /// A reply between an agent and a game server.

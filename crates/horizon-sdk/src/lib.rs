@@ -1,0 +1,27 @@
+//! # horizon-sdk — the game server's side of the QUIC agent protocol
+//!
+//! A game server links this crate, implements [`Game`] for its simulation, and calls
+//! [`run`]. The SDK speaks the protocol of `docs/protocol.md` (server channel) with the site's
+//! agent: register with a token, announce readiness, report load every second, and hold
+//! regions under **leases**:
+//!
+//! - a region is simulated only while its lease is valid by the server's own monotonic clock
+//!   (counted from the agent's renewal send time); without one, inputs wait and nothing moves;
+//! - every input carries `(player, seq)` and is applied once, in order: an old `seq` is
+//!   dropped, a gap waits for the missing input (the gateway re-sends what is not acknowledged);
+//! - the state leaves the server as a snapshot plus one delta per tick (handover prepare,
+//!   backups) and, at a freeze, a seal with every player's last applied input. A target
+//!   server applies them and starts at the sealed tick + 1 under the next epoch.
+//!
+//! Deltas are the SDK's own event log of a tick (joins, leaves, inputs, the step), replayed on
+//! the target through the same [`Game`] methods: any deterministic game gets state transfer
+//! without writing a diff. [`reference`] is the reference game server (`horizon gameserver`).
+
+mod client;
+mod game;
+pub mod reference;
+mod region;
+
+pub use client::{Counters, ServerOptions, run};
+pub use game::Game;
+pub use region::{Phase, RegionError};

@@ -1,0 +1,161 @@
+//! The reference game server: a small deterministic simulation on the SDK, so that state
+//! transfer is real and checkable. `horizon gameserver` runs it.
+//!
+//! Each player is an entity with a position and a velocity in integer millimetres. An input
+//! is a new velocity ([`encode_input`]); a step moves every entity. Two counters make
+//! "applied once" observable from outside: `inputs` (how many inputs this entity ever had
+//! applied, carried across regions and handovers) and `last_seq`. Since inputs are applied
+//! once and in order from seq 1, `inputs == last_seq` always; a double application shows as
+//! `inputs > last_seq` in every later view. The region's `chain` hashes every step onto the
+//! previous one, so a view's `prev_chain` proves the state it came from: a handover that lost
+//! or replayed anything breaks the chain players see.
+
+use std::collections::BTreeMap;
+
+use horizon_proto::{BubbleId, PlayerId, Region, Seq, Tick};
+use serde::{Deserialize, Serialize};
+
+use crate::game::Game;
+
+/// One player's entity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entity {
+    /// Millimetres in the world's local frame.
+    pub pos: [i64; 3],
+    /// Millimetres per second.
+    pub vel: [i32; 3],
+    /// Inputs ever applied to this entity.
+    pub inputs: u64,
+    /// The seq of the last of them.
+    pub last_seq: u64,
+}
+
+/// A region's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    spawn: [i64; 3],
+    tick_ms: u32,
+    prev_chain: u64,
+    chain: u64,
+    entities: BTreeMap<PlayerId, Entity>,
+}
+
+/// What players receive after each step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    pub tick: Tick,
+    /// The chain before this step: equals the previous view's `chain`.
+    pub prev_chain: u64,
+    pub chain: u64,
+    pub entities: Vec<(PlayerId, Entity)>,
+}
+
+impl View {
+    pub fn decode(bytes: &[u8]) -> Option<View> {
+        postcard::from_bytes(bytes).ok()
+    }
+
+    pub fn entity(&self, player: PlayerId) -> Option<&Entity> {
+        self.entities.iter().find(|(p, _)| *p == player).map(|(_, e)| e)
+    }
+}
+
+/// An input's bytes: the new velocity, millimetres per second.
+pub fn encode_input(vel_mm_s: [i32; 3]) -> Vec<u8> {
+    vel_mm_s.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn decode_input(bytes: &[u8]) -> Option<[i32; 3]> {
+    if bytes.len() != 12 {
+        return None;
+    }
+    let v = |i: usize| i32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    Some([v(0), v(4), v(8)])
+}
+
+/// FNV-1a, 64 bits: tiny, stable across builds and platforms.
+fn fnv(seed: u64, bytes: &[u8]) -> u64 {
+    let mut h = seed ^ 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The reference game at a fixed tick length.
+#[derive(Clone, Copy, Debug)]
+pub struct Reference {
+    pub tick_ms: u32,
+}
+
+impl Game for Reference {
+    type State = State;
+
+    fn empty(&self, bubble: BubbleId, region: &Region) -> State {
+        let spawn = region.bounds.map_or([0; 3], |b| {
+            let mid = |lo: f64, hi: f64| ((lo + hi) * 500.0) as i64;
+            [mid(b.min.x, b.max.x), mid(b.min.y, b.max.y), mid(b.min.z, b.max.z)]
+        });
+        State {
+            spawn,
+            tick_ms: self.tick_ms,
+            prev_chain: 0,
+            chain: bubble.0,
+            entities: BTreeMap::new(),
+        }
+    }
+
+    fn encode(&self, state: &State) -> Vec<u8> {
+        postcard::to_stdvec(state).unwrap_or_default()
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<State, String> {
+        postcard::from_bytes(bytes).map_err(|e| e.to_string())
+    }
+
+    fn join(&self, state: &mut State, player: PlayerId, bytes: &[u8]) {
+        let entity =
+            postcard::from_bytes(bytes).unwrap_or(Entity { pos: state.spawn, ..Entity::default() });
+        state.entities.insert(player, entity);
+    }
+
+    fn leave(&self, state: &mut State, player: PlayerId) -> Vec<u8> {
+        state
+            .entities
+            .remove(&player)
+            .and_then(|e| postcard::to_stdvec(&e).ok())
+            .unwrap_or_default()
+    }
+
+    fn input(&self, state: &mut State, player: PlayerId, seq: Seq, bytes: &[u8]) {
+        let Some(entity) = state.entities.get_mut(&player) else { return };
+        if let Some(vel) = decode_input(bytes) {
+            entity.vel = vel;
+        }
+        entity.inputs += 1;
+        entity.last_seq = seq.0;
+    }
+
+    fn step(&self, state: &mut State, tick: Tick) {
+        let dt = i64::from(state.tick_ms);
+        for e in state.entities.values_mut() {
+            for (p, v) in e.pos.iter_mut().zip(e.vel) {
+                *p += i64::from(v) * dt / 1000;
+            }
+        }
+        let bytes = postcard::to_stdvec(&state.entities).unwrap_or_default();
+        state.prev_chain = state.chain;
+        state.chain = fnv(state.chain ^ tick.0, &bytes);
+    }
+
+    fn view(&self, state: &State, tick: Tick) -> Vec<u8> {
+        let view = View {
+            tick,
+            prev_chain: state.prev_chain,
+            chain: state.chain,
+            entities: state.entities.iter().map(|(&p, &e)| (p, e)).collect(),
+        };
+        postcard::to_stdvec(&view).unwrap_or_default()
+    }
+}

@@ -1,0 +1,500 @@
+//! One region held by a game server: its lease, its phase, exactly-once inputs, and the
+//! event log that makes deltas. Sans-IO: the client feeds it and sends what it returns.
+
+use std::collections::{BTreeMap, HashMap};
+
+use horizon_proto::{
+    Blob, BubbleId, Delta, Epoch, Input, LeaseRef, PlayerId, Region, Seal, Seq, Snapshot, Tick,
+    Update,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::game::Game;
+
+/// Inputs held per region while waiting for their turn (a gap, a player not joined yet, a
+/// standby waiting for its seal). Beyond it they are dropped: the gateway re-sends them.
+pub(crate) const MAX_PENDING_INPUTS: usize = 4096;
+
+/// Where a region is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A handover target: snapshot and deltas applied as they come, not simulated until the seal.
+    Standby,
+    /// Simulated every tick while the lease is valid.
+    Running,
+    /// Stopped and sealed at a freeze: never writes again under this epoch.
+    Sealed,
+}
+
+/// Why a state item was refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RegionError {
+    #[error("bubble {bubble}: epoch {given} is not the held epoch {held}")]
+    Epoch { bubble: u64, given: u64, held: u64 },
+    #[error("bubble {bubble}: {what} in phase {phase:?}")]
+    Phase { bubble: u64, what: &'static str, phase: Phase },
+    #[error("bubble {bubble}: bad state bytes: {why}")]
+    State { bubble: u64, why: String },
+    #[error("bubble {bubble}: delta for tick {got} while at tick {at}")]
+    Gap { bubble: u64, got: u64, at: u64 },
+}
+
+/// One entry of a tick's event log; a delta is the log of one tick.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Event {
+    Join { player: PlayerId, last_applied: Seq, bytes: Vec<u8> },
+    Leave { player: PlayerId },
+    Input { player: PlayerId, seq: Seq, bytes: Vec<u8> },
+    Step { tick: Tick },
+}
+
+/// The bytes of a snapshot: the game's state plus what the SDK keeps.
+#[derive(Serialize, Deserialize)]
+struct SnapshotBody {
+    tick: Tick,
+    last_applied: Vec<(PlayerId, Seq)>,
+    game: Vec<u8>,
+}
+
+/// What applying inputs did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Applied {
+    pub(crate) applied: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) dropped: u64,
+}
+
+pub(crate) struct Held<G: Game> {
+    pub(crate) lease: LeaseRef,
+    pub(crate) region: Region,
+    pub(crate) phase: Phase,
+    valid_until: Instant,
+    /// `None` only for a standby that has not received its snapshot yet.
+    state: Option<G::State>,
+    pub(crate) tick: Tick,
+    last_applied: HashMap<PlayerId, Seq>,
+    pending: BTreeMap<(PlayerId, Seq), Blob>,
+    /// The events since the last step: the next delta.
+    log: Vec<Event>,
+    /// Stream a delta every tick (a handover is being prepared).
+    pub(crate) mirroring: bool,
+    chunks: Vec<Option<Vec<u8>>>,
+}
+
+impl<G: Game> Held<G> {
+    /// A region to run from empty, or (`standby`) to fill from a snapshot first.
+    pub(crate) fn new(
+        game: &G,
+        lease: LeaseRef,
+        region: Region,
+        valid_until: Instant,
+        standby: bool,
+    ) -> Self {
+        Held {
+            lease,
+            region,
+            phase: if standby { Phase::Standby } else { Phase::Running },
+            valid_until,
+            state: (!standby).then(|| game.empty(lease.bubble, &region)),
+            tick: Tick(0),
+            last_applied: HashMap::new(),
+            pending: BTreeMap::new(),
+            log: Vec::new(),
+            mirroring: false,
+            chunks: Vec::new(),
+        }
+    }
+
+    pub(crate) fn bubble(&self) -> BubbleId {
+        self.lease.bubble
+    }
+
+    pub(crate) fn renew(&mut self, valid_until: Instant) {
+        self.valid_until = self.valid_until.max(valid_until);
+    }
+
+    /// Simulating now is allowed: running, with a lease valid by our own clock.
+    pub(crate) fn writable(&self, now: Instant) -> bool {
+        self.phase == Phase::Running && now < self.valid_until && self.state.is_some()
+    }
+
+    pub(crate) fn players(&self) -> usize {
+        self.last_applied.len()
+    }
+
+    pub(crate) fn join(&mut self, game: &G, player: PlayerId, last_applied: Seq, bytes: &[u8]) {
+        if let Some(state) = self.state.as_mut() {
+            game.join(state, player, bytes);
+        }
+        self.last_applied.insert(player, last_applied);
+        self.pending.retain(|&(p, s), _| p != player || s > last_applied);
+        self.log.push(Event::Join { player, last_applied, bytes: bytes.to_vec() });
+    }
+
+    /// Takes a player out; `None` if they were not here.
+    pub(crate) fn leave(&mut self, game: &G, player: PlayerId) -> Option<(Seq, Vec<u8>)> {
+        let last = self.last_applied.remove(&player)?;
+        let bytes = self.state.as_mut().map(|s| game.leave(s, player)).unwrap_or_default();
+        self.pending.retain(|&(p, _), _| p != player);
+        self.log.push(Event::Leave { player });
+        Some((last, bytes))
+    }
+
+    /// Takes inputs in: applied now if the region is writable and it is their turn, held
+    /// otherwise, dropped if already applied.
+    pub(crate) fn inputs(&mut self, game: &G, inputs: Vec<Input>, now: Instant) -> Applied {
+        let mut out = Applied::default();
+        for input in inputs {
+            let last = self.last_applied.get(&input.player).copied();
+            if last.is_some_and(|l| input.seq <= l) {
+                out.duplicates += 1;
+            } else if self.pending.len() < MAX_PENDING_INPUTS {
+                self.pending.insert((input.player, input.seq), input.bytes);
+            } else {
+                out.dropped += 1;
+            }
+        }
+        if self.writable(now) {
+            out.applied += self.drain(game);
+        }
+        out
+    }
+
+    /// Applies every held input whose turn has come.
+    fn drain(&mut self, game: &G) -> u64 {
+        let Some(state) = self.state.as_mut() else { return 0 };
+        let mut applied = 0;
+        let ready: Vec<(PlayerId, Seq)> = self.pending.keys().copied().collect();
+        for (player, seq) in ready {
+            let Some(last) = self.last_applied.get_mut(&player) else { continue };
+            if seq.0 <= last.0 {
+                self.pending.remove(&(player, seq));
+            } else if seq.0 == last.0 + 1 {
+                let Some(bytes) = self.pending.remove(&(player, seq)) else { continue };
+                game.input(state, player, seq, &bytes.0);
+                *last = seq;
+                applied += 1;
+                self.log.push(Event::Input { player, seq, bytes: bytes.0 });
+            }
+        }
+        applied
+    }
+
+    /// One tick: step, then the update for players and (when mirroring) the delta.
+    pub(crate) fn step(&mut self, game: &G, now: Instant) -> Option<(Update, Option<Delta>, u64)> {
+        if !self.writable(now) {
+            return None;
+        }
+        let applied = self.drain(game);
+        let state = self.state.as_mut()?;
+        self.tick = Tick(self.tick.0 + 1);
+        game.step(state, self.tick);
+        self.log.push(Event::Step { tick: self.tick });
+        let mut acked: Vec<(PlayerId, Seq)> =
+            self.last_applied.iter().map(|(&p, &s)| (p, s)).collect();
+        acked.sort_unstable();
+        let update = Update {
+            bubble: self.lease.bubble,
+            epoch: self.lease.epoch,
+            tick: self.tick,
+            acked,
+            bytes: Blob(game.view(state, self.tick)),
+        };
+        let log = std::mem::take(&mut self.log);
+        let delta = self.mirroring.then(|| Delta {
+            bubble: self.lease.bubble,
+            epoch: self.lease.epoch,
+            tick: self.tick,
+            bytes: Blob(encode_log(&log)),
+        });
+        Some((update, delta, applied))
+    }
+
+    /// The full state as snapshot chunks of at most `chunk` bytes. With `mirror`, deltas
+    /// follow from here: the log restarts, since the snapshot already holds its effects.
+    pub(crate) fn snapshot(&mut self, game: &G, chunk: usize, mirror: bool) -> Vec<Snapshot> {
+        if mirror {
+            self.log.clear();
+            self.mirroring = true;
+        }
+        let Some(state) = self.state.as_ref() else { return Vec::new() };
+        let mut last_applied: Vec<_> = self.last_applied.iter().map(|(&p, &s)| (p, s)).collect();
+        last_applied.sort_unstable();
+        let body = SnapshotBody { tick: self.tick, last_applied, game: game.encode(state) };
+        let bytes = postcard::to_stdvec(&body).unwrap_or_default();
+        let parts: Vec<&[u8]> =
+            if bytes.is_empty() { vec![&[]] } else { bytes.chunks(chunk.max(1)).collect() };
+        let total = parts.len() as u32;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, part)| Snapshot {
+                bubble: self.lease.bubble,
+                epoch: self.lease.epoch,
+                tick: self.tick,
+                index: i as u32,
+                total,
+                bytes: Blob(part.to_vec()),
+            })
+            .collect()
+    }
+
+    /// Stops for good under this epoch and says where: the seal.
+    pub(crate) fn seal(&mut self) -> Seal {
+        self.phase = Phase::Sealed;
+        let mut last_applied: Vec<_> = self.last_applied.iter().map(|(&p, &s)| (p, s)).collect();
+        last_applied.sort_unstable();
+        let log = std::mem::take(&mut self.log);
+        Seal {
+            bubble: self.lease.bubble,
+            epoch: self.lease.epoch,
+            tick: self.tick,
+            final_delta: Blob(encode_log(&log)),
+            last_applied,
+        }
+    }
+
+    /// A standby takes one snapshot chunk from the source (any epoch older than ours).
+    pub(crate) fn on_snapshot(&mut self, game: &G, s: Snapshot) -> Result<(), RegionError> {
+        self.standby_only("snapshot")?;
+        self.older_epoch(s.epoch)?;
+        if s.total == 0 || s.index >= s.total || s.total > 1 << 16 {
+            return Err(self.bad(format!("chunk {} of {}", s.index, s.total)));
+        }
+        if self.chunks.len() != s.total as usize {
+            self.chunks = vec![None; s.total as usize];
+        }
+        self.chunks[s.index as usize] = Some(s.bytes.0);
+        if self.chunks.iter().any(Option::is_none) {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = self.chunks.drain(..).flatten().flatten().collect();
+        let body: SnapshotBody =
+            postcard::from_bytes(&bytes).map_err(|e| self.bad(format!("snapshot: {e}")))?;
+        let state = game.decode(&body.game).map_err(|e| self.bad(e))?;
+        self.state = Some(state);
+        self.tick = body.tick;
+        self.last_applied = body.last_applied.into_iter().collect();
+        Ok(())
+    }
+
+    /// A standby replays one tick of the source. Ticks it already has are skipped.
+    pub(crate) fn on_delta(&mut self, game: &G, d: Delta) -> Result<(), RegionError> {
+        self.standby_only("delta")?;
+        self.older_epoch(d.epoch)?;
+        self.replay(game, d.tick, &d.bytes.0)
+    }
+
+    /// A standby takes the source's last word and becomes the writer from the next tick.
+    pub(crate) fn on_seal(&mut self, game: &G, seal: Seal) -> Result<(), RegionError> {
+        self.standby_only("seal")?;
+        self.older_epoch(seal.epoch)?;
+        if seal.tick != self.tick || self.state.is_none() {
+            return Err(RegionError::Gap {
+                bubble: self.bubble().0,
+                got: seal.tick.0,
+                at: self.tick.0,
+            });
+        }
+        // The final delta holds what happened after the last step (joins, inputs applied
+        // between ticks): it belongs to the next tick, which we now run.
+        self.apply_log(game, &seal.final_delta.0)?;
+        for (player, seq) in seal.last_applied {
+            self.last_applied.insert(player, seq);
+        }
+        self.phase = Phase::Running;
+        Ok(())
+    }
+
+    fn replay(&mut self, game: &G, tick: Tick, bytes: &[u8]) -> Result<(), RegionError> {
+        if tick.0 <= self.tick.0 {
+            return Ok(());
+        }
+        if self.state.is_none() || tick.0 != self.tick.0 + 1 {
+            return Err(RegionError::Gap { bubble: self.bubble().0, got: tick.0, at: self.tick.0 });
+        }
+        self.apply_log(game, bytes)
+    }
+
+    fn apply_log(&mut self, game: &G, bytes: &[u8]) -> Result<(), RegionError> {
+        let log: Vec<Event> = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            postcard::from_bytes(bytes).map_err(|e| self.bad(format!("delta: {e}")))?
+        };
+        let bubble = self.bubble().0;
+        let state = self.state.as_mut().ok_or(RegionError::Phase {
+            bubble,
+            what: "delta before the snapshot",
+            phase: self.phase,
+        })?;
+        for event in log {
+            match event {
+                Event::Join { player, last_applied, bytes } => {
+                    game.join(state, player, &bytes);
+                    self.last_applied.insert(player, last_applied);
+                }
+                Event::Leave { player } => {
+                    game.leave(state, player);
+                    self.last_applied.remove(&player);
+                }
+                Event::Input { player, seq, bytes } => {
+                    game.input(state, player, seq, &bytes);
+                    self.last_applied.insert(player, seq);
+                }
+                Event::Step { tick } => {
+                    game.step(state, tick);
+                    self.tick = tick;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn standby_only(&self, what: &'static str) -> Result<(), RegionError> {
+        if self.phase == Phase::Standby {
+            Ok(())
+        } else {
+            Err(RegionError::Phase { bubble: self.bubble().0, what, phase: self.phase })
+        }
+    }
+
+    /// State items from a handover source carry the epoch just before ours.
+    fn older_epoch(&self, given: Epoch) -> Result<(), RegionError> {
+        if given < self.lease.epoch {
+            Ok(())
+        } else {
+            Err(RegionError::Epoch {
+                bubble: self.bubble().0,
+                given: given.0,
+                held: self.lease.epoch.0,
+            })
+        }
+    }
+
+    fn bad(&self, why: String) -> RegionError {
+        RegionError::State { bubble: self.bubble().0, why }
+    }
+}
+
+fn encode_log(log: &[Event]) -> Vec<u8> {
+    if log.is_empty() {
+        return Vec::new();
+    }
+    // Events are plain data; postcard cannot fail on them.
+    postcard::to_stdvec(log).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::{Reference, View, encode_input};
+    use horizon_proto::WorldId;
+
+    const GAME: Reference = Reference { tick_ms: 50 };
+
+    fn lease(epoch: u64) -> LeaseRef {
+        LeaseRef { bubble: BubbleId(7), epoch: Epoch(epoch) }
+    }
+
+    fn input(player: u64, seq: u64) -> Input {
+        Input {
+            player: PlayerId(player),
+            seq: Seq(seq),
+            bytes: Blob(encode_input([1000, 0, -500])),
+        }
+    }
+
+    fn held(epoch: u64, standby: bool) -> Held<Reference> {
+        let region = Region { world: WorldId(1), bounds: None };
+        let until = Instant::now() + std::time::Duration::from_secs(60);
+        Held::new(&GAME, lease(epoch), region, until, standby)
+    }
+
+    #[test]
+    fn inputs_apply_once_and_in_order() {
+        let now = Instant::now();
+        let mut h = held(1, false);
+        h.join(&GAME, PlayerId(1), Seq(0), &[]);
+        // 2 waits for 1; 1 then releases both; a re-send of both is dropped.
+        assert_eq!(h.inputs(&GAME, vec![input(1, 2)], now).applied, 0);
+        assert_eq!(h.inputs(&GAME, vec![input(1, 1)], now).applied, 2);
+        let again = h.inputs(&GAME, vec![input(1, 1), input(1, 2)], now);
+        assert_eq!((again.applied, again.duplicates), (0, 2));
+        let (update, _, _) = h.step(&GAME, now).unwrap();
+        let view = View::decode(&update.bytes.0).unwrap();
+        let e = view.entity(PlayerId(1)).unwrap();
+        assert_eq!((e.inputs, e.last_seq), (2, 2));
+        assert_eq!(update.acked, vec![(PlayerId(1), Seq(2))]);
+    }
+
+    #[test]
+    fn nothing_moves_without_a_valid_lease() {
+        let mut h = held(1, false);
+        h.join(&GAME, PlayerId(1), Seq(0), &[]);
+        let later = Instant::now() + std::time::Duration::from_secs(61);
+        assert_eq!(h.inputs(&GAME, vec![input(1, 1)], later).applied, 0);
+        assert!(h.step(&GAME, later).is_none(), "expired lease: no step");
+        // A renewal brings it back and the held input is applied then.
+        h.renew(later + std::time::Duration::from_secs(30));
+        let (update, _, applied) = h.step(&GAME, later).unwrap();
+        assert_eq!(applied, 1);
+        assert_eq!(update.acked, vec![(PlayerId(1), Seq(1))]);
+    }
+
+    #[test]
+    fn a_standby_fed_snapshot_deltas_and_seal_continues_the_chain() {
+        let now = Instant::now();
+        let mut source = held(1, false);
+        for p in 1..=3 {
+            source.join(&GAME, PlayerId(p), Seq(0), &[]);
+        }
+        let mut seq = 0;
+        let mut feed = |h: &mut Held<Reference>| {
+            seq += 1;
+            let batch = (1..=3).map(|p| input(p, seq)).collect();
+            h.inputs(&GAME, batch, now);
+        };
+        for _ in 0..5 {
+            feed(&mut source);
+            source.step(&GAME, now);
+        }
+        let mut target = held(2, true);
+        for chunk in source.snapshot(&GAME, 16, true) {
+            target.on_snapshot(&GAME, chunk).unwrap();
+        }
+        let mut last_chain = 0;
+        for _ in 0..4 {
+            feed(&mut source);
+            let (update, delta, _) = source.step(&GAME, now).unwrap();
+            target.on_delta(&GAME, delta.unwrap()).unwrap();
+            last_chain = View::decode(&update.bytes.0).unwrap().chain;
+        }
+        // Inputs applied after the last step travel in the seal's final delta.
+        feed(&mut source);
+        let seal = source.seal();
+        assert!(source.step(&GAME, now).is_none(), "a sealed region never writes again");
+        let sealed_tick = seal.tick;
+        target.on_seal(&GAME, seal).unwrap();
+        // Re-sent inputs after the switch are recognised as applied.
+        let resent = target.inputs(&GAME, (1..=3).map(|p| input(p, seq)).collect(), now);
+        assert_eq!(resent.duplicates, 3);
+        let (update, _, _) = target.step(&GAME, now).unwrap();
+        let view = View::decode(&update.bytes.0).unwrap();
+        assert_eq!(view.tick, Tick(sealed_tick.0 + 1));
+        assert_eq!(view.prev_chain, last_chain, "the target starts from the sealed state");
+        for p in 1..=3 {
+            let e = view.entity(PlayerId(p)).unwrap();
+            assert_eq!((e.inputs, e.last_seq), (seq, seq), "every input applied once");
+        }
+    }
+
+    #[test]
+    fn a_standby_refuses_items_of_its_own_or_a_newer_epoch() {
+        let mut source = held(5, false);
+        let mut target = held(5, true);
+        let chunk = source.snapshot(&GAME, 1024, true).remove(0);
+        assert!(matches!(target.on_snapshot(&GAME, chunk), Err(RegionError::Epoch { .. })));
+    }
+}
