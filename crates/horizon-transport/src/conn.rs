@@ -373,6 +373,11 @@ impl<C: Channel> InboundRequest<C> {
         &self.conn.peer
     }
 
+    /// The connection the request came on (its RTT, its datagrams, its streams).
+    pub fn conn(&self) -> &Conn<C> {
+        &self.conn
+    }
+
     /// Answers the request. The reply is remembered, so a retry of the same id (after a
     /// reconnection, say) gets it again without the request running twice.
     pub async fn reply(mut self, result: Result<C::Reply, Fault>) -> Result<(), Error> {

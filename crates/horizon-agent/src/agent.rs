@@ -1,0 +1,1512 @@
+//! The agent's event loop. One task owns all state; connections are pumped into it through
+//! bounded queues, and anything that waits on another site runs in a spawned task that reports
+//! back as an [`Event::Task`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use horizon_proto::control::{self, Control};
+use horizon_proto::gateway::{self, Gateway};
+use horizon_proto::server::{self, Server};
+use horizon_proto::transfer::{self, Transfer};
+use horizon_proto::{
+    Blob, BubbleId, ChannelId, ErrorCode, Fault, HandoverId, Input, Inputs, Lease,
+    LeaseRef, Name, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
+};
+use horizon_transport::tls::{self, Identity, Roots};
+use horizon_transport::{
+    Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
+    SharedToken, SiteCertificate, client_endpoint,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::AgentConfig;
+use crate::driver::ServerDriver;
+
+/// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
+const EVENT_QUEUE: usize = 8192;
+/// Items queued per outbound stream (to a server, a player, a peer). Beyond it, updates are
+/// dropped (the next tick replaces them) and inputs wait for their re-send.
+const STREAM_QUEUE: usize = 2048;
+/// Inputs kept per player until acknowledged. Beyond it new inputs are refused and counted.
+const MAX_UNACKED: usize = 1024;
+/// An input not acknowledged after this is sent again to where the player is simulated.
+const RESEND_AFTER: Duration = Duration::from_millis(400);
+/// Crossings that arrived before the core's `Members`: kept this long, at most this many.
+const CROSSING_TTL: Duration = Duration::from_secs(30);
+const MAX_CROSSINGS: usize = 4096;
+/// A started server that has not registered after this is stopped.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("TLS material: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("transport: {0}")]
+    Transport(#[from] horizon_transport::Error),
+    #[error("site name {0:?}: {1}")]
+    Name(String, horizon_proto::NameTooLong),
+}
+
+/// Live figures of an agent (for tests and the demo).
+#[derive(Debug, Default)]
+pub struct AgentStats {
+    pub players: AtomicU64,
+    pub bubbles: AtomicU64,
+    pub servers: AtomicU64,
+    pub inputs_received: AtomicU64,
+    pub inputs_resent: AtomicU64,
+    pub inputs_refused: AtomicU64,
+    pub updates_delivered: AtomicU64,
+    pub crossings: AtomicU64,
+    pub handovers_in: AtomicU64,
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct AgentHandle {
+    pub site: String,
+    pub servers_addr: SocketAddr,
+    pub players_addr: SocketAddr,
+    pub transfer_addr: SocketAddr,
+    pub stats: Arc<AgentStats>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl AgentHandle {
+    /// Stops the agent and its game servers, and waits for it.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Starts an agent: binds its three listeners, dials the core, and runs until shut down.
+pub async fn start(
+    cfg: AgentConfig,
+    driver: Box<dyn ServerDriver>,
+) -> Result<AgentHandle, AgentError> {
+    let site_name = cfg.site.clone();
+    let roots = Roots::load(&cfg.ca)?;
+    let identity = Identity::load(&cfg.cert, &cfg.key)?;
+    let site = Name::new(cfg.site.clone()).map_err(|e| AgentError::Name(cfg.site.clone(), e))?;
+    let limits = Limits::default();
+    let servers = Listener::<Server>::bind(
+        cfg.listen_servers,
+        tls::server_config(&identity, None, ChannelId::Server, &limits)?,
+        site.clone(),
+        Arc::new(SharedToken(cfg.server_token.clone().into())),
+        limits.clone(),
+    )?;
+    let players = Listener::<Gateway>::bind(
+        cfg.listen_players,
+        tls::server_config(&identity, None, ChannelId::Gateway, &limits)?,
+        site.clone(),
+        Arc::new(SharedToken(cfg.player_token.clone().into())),
+        limits.clone(),
+    )?;
+    let transfers = Listener::<Transfer>::bind(
+        cfg.listen_transfer,
+        tls::server_config(&identity, Some(&roots), ChannelId::Transfer, &limits)?,
+        site.clone(),
+        Arc::new(SiteCertificate),
+        limits.clone(),
+    )?;
+    let (servers_addr, players_addr, transfer_addr) =
+        (servers.local_addr()?, players.local_addr()?, transfers.local_addr()?);
+    let endpoint = client_endpoint(cfg.listen_transfer.ip())?;
+    let core = Link::<Control>::connect(Dial {
+        endpoint: endpoint.clone(),
+        addr: cfg.core,
+        server_name: horizon_transport::site_dns_name(&cfg.core_site),
+        config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits)?,
+        hello: HelloParams::new(site.clone()),
+        limits: limits.clone(),
+    });
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let stats = Arc::new(AgentStats::default());
+    let (stop, stop_rx) = watch::channel(false);
+    pump_link(core.events, core.inbound, events_tx.clone());
+    accept_loop(servers, events_tx.clone(), Event::ServerUp);
+    accept_loop(players, events_tx.clone(), Event::PlayerUp);
+    accept_loop(transfers, events_tx.clone(), |p: Peer<Transfer>| Event::PeerUp(p.conn, Some(p.inbound)));
+    let agent = Agent {
+        site,
+        site_key: site_key(&cfg.site),
+        core: core.link,
+        registered: false,
+        driver,
+        next_server: 0,
+        starting: HashMap::new(),
+        servers: HashMap::new(),
+        bubbles: HashMap::new(),
+        players: HashMap::new(),
+        sessions: HashMap::new(),
+        next_player: 1,
+        peers: HashMap::new(),
+        dialed: HashMap::new(),
+        crossings: HashMap::new(),
+        awaiting: HashMap::new(),
+        mirrors: HashMap::new(),
+        pending_prepare: HashMap::new(),
+        joins: Vec::new(),
+        leaves: Vec::new(),
+        endpoint,
+        roots,
+        identity,
+        limits,
+        events: events_tx,
+        stats: stats.clone(),
+        cfg,
+    };
+    let task = tokio::spawn(agent.run(events_rx, stop_rx));
+    Ok(AgentHandle {
+        site: site_name,
+        servers_addr,
+        players_addr,
+        transfer_addr,
+        stats,
+        stop,
+        task,
+    })
+}
+
+
+/// Everything that reaches the loop.
+enum Event {
+    Core(LinkEvent<Control>),
+    CoreInbound(Inbound<Control>),
+    ServerUp(Peer<Server>),
+    ServerInbound(Name, u64, Inbound<Server>),
+    ServerItem(Name, StateItem),
+    ServerGone(Name, u64),
+    PlayerUp(Peer<Gateway>),
+    PlayerInbound(u64, Inbound<Gateway>),
+    PlayerItem(u64, gateway::Item),
+    PlayerGone(u64),
+    /// A transfer connection to another site: accepted (with its inbound) or dialed.
+    PeerUp(Conn<Transfer>, Option<mpsc::Receiver<Inbound<Transfer>>>),
+    PeerInbound(Name, Inbound<Transfer>),
+    PeerItem(Name, StateItem),
+    PeerGone(Name, u64),
+    /// A crossing between two bubbles of this site.
+    LocalCross(transfer::Request),
+    Task(Done),
+}
+
+/// Results of spawned work.
+enum Done {
+    Registered(control::Reply),
+    Renewed { sent: Instant, reply: control::Reply },
+    /// A handover source reached its target and may start mirroring.
+    SourceOpened {
+        handover: HandoverId,
+        bubble: BubbleId,
+        stream: Result<mpsc::Sender<StateItem>, String>,
+    },
+}
+
+struct Srv {
+    conn: Conn<Server>,
+    out: mpsc::Sender<StateItem>,
+    ready: bool,
+    tps: f32,
+    players: u32,
+    bubbles: Vec<BubbleId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Target of a handover: fed by the source, starts at the seal.
+    Standby { handover: HandoverId },
+    /// Source of a handover: still simulating until the freeze, then sealed.
+    Leaving { handover: HandoverId },
+}
+
+struct Local {
+    lease: Lease,
+    region: Region,
+    server: Name,
+    members: HashMap<PlayerId, Name>,
+    phase: Phase,
+}
+
+struct Gw {
+    session: u64,
+    conn: Conn<Gateway>,
+    out: mpsc::Sender<gateway::Item>,
+    role: Role,
+    world: WorldId,
+    pos: Vec3,
+    vel: Vec3,
+    position_seq: u32,
+    min_rtt_ms: f32,
+    route: Option<(BubbleId, Name)>,
+    unacked: BTreeMap<Seq, (Blob, Instant)>,
+    acked: Seq,
+}
+
+struct PeerLink {
+    conn: Conn<Transfer>,
+    out: mpsc::Sender<StateItem>,
+    rtt_ms: Option<f32>,
+    probes_sent: u32,
+    probes_back: u32,
+}
+
+struct Crossing {
+    at: Instant,
+    to: BubbleId,
+    last_applied: Seq,
+    state: Blob,
+}
+
+struct Agent {
+    cfg: AgentConfig,
+    site: Name,
+    site_key: u64,
+    core: Link<Control>,
+    registered: bool,
+    driver: Box<dyn ServerDriver>,
+    next_server: u32,
+    starting: HashMap<String, Instant>,
+    servers: HashMap<Name, Srv>,
+    bubbles: HashMap<BubbleId, Local>,
+    players: HashMap<PlayerId, Gw>,
+    sessions: HashMap<u64, PlayerId>,
+    next_player: u64,
+    peers: HashMap<Name, PeerLink>,
+    /// Links this agent dialed, kept alive by holding them.
+    dialed: HashMap<Name, Link<Transfer>>,
+    crossings: HashMap<PlayerId, Crossing>,
+    /// Players whose state is on its way from another bubble: player → bubble here.
+    awaiting: HashMap<PlayerId, BubbleId>,
+    /// Handover sources: the bubble's snapshot, deltas and seal go to the target.
+    mirrors: HashMap<BubbleId, (HandoverId, mpsc::Sender<StateItem>)>,
+    pending_prepare: HashMap<HandoverId, InboundRequest<Control>>,
+    joins: Vec<control::PlayerSample>,
+    leaves: Vec<PlayerId>,
+    endpoint: quinn::Endpoint,
+    roots: Roots,
+    identity: Identity,
+    limits: Limits,
+    events: mpsc::Sender<Event>,
+    stats: Arc<AgentStats>,
+}
+
+/// A per-site prefix for player ids, so two agents never hand out the same id.
+fn site_key(site: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in site.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h & 0xff_ffff) << 40
+}
+
+impl Agent {
+    async fn run(mut self, mut events: mpsc::Receiver<Event>, mut stop: watch::Receiver<bool>) {
+        let mut report = tokio::time::interval(Duration::from_millis(self.cfg.report_ms));
+        let mut renew = tokio::time::interval(Duration::from_millis(self.cfg.renew_ms));
+        let mut housekeeping = tokio::time::interval(Duration::from_millis(200));
+        let mut probe = tokio::time::interval(Duration::from_secs(1));
+        for t in [&mut report, &mut renew, &mut housekeeping, &mut probe] {
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        }
+        self.top_up_pool();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                Some(event) = events.recv() => self.event(event).await,
+                _ = report.tick() => self.report(),
+                _ = renew.tick() => self.renew(),
+                _ = housekeeping.tick() => self.housekeeping(),
+                _ = probe.tick() => self.probe(),
+            }
+        }
+        tracing::info!(site = %self.site, "agent stopping");
+        self.driver.stop_all();
+        for gw in self.players.values() {
+            gw.conn.close(ErrorCode::ShuttingDown, "agent stopping");
+        }
+        if let Some(conn) = self.core.current() {
+            conn.close(ErrorCode::ShuttingDown, "agent stopping");
+        }
+    }
+
+    async fn event(&mut self, event: Event) {
+        match event {
+            Event::Core(LinkEvent::Up(conn)) => self.register(conn),
+            Event::Core(LinkEvent::Down(e)) => {
+                tracing::warn!(site = %self.site, error = %e, "lost the core");
+                self.registered = false;
+            }
+            Event::Core(LinkEvent::Retry { error, wait }) => {
+                tracing::debug!(site = %self.site, %error, ?wait, "core unreachable");
+            }
+            Event::CoreInbound(Inbound::Request(req)) => self.core_request(req).await,
+            Event::CoreInbound(Inbound::Stream(_) | Inbound::Datagram(_)) => {}
+            Event::ServerUp(peer) => self.server_up(peer),
+            Event::ServerInbound(name, id, inbound) => self.server_inbound(name, id, inbound),
+            Event::ServerItem(name, item) => self.server_item(&name, item),
+            Event::ServerGone(name, id) => self.server_gone(name, id),
+            Event::PlayerUp(peer) => self.player_up(peer),
+            Event::PlayerInbound(session, inbound) => self.player_inbound(session, inbound),
+            Event::PlayerItem(session, item) => self.player_item(session, item),
+            Event::PlayerGone(session) => self.player_gone(session),
+            Event::PeerUp(conn, inbound) => self.peer_up(conn, inbound),
+            Event::PeerInbound(site, inbound) => self.peer_inbound(site, inbound).await,
+            Event::PeerItem(site, item) => self.peer_item(&site, item),
+            Event::PeerGone(site, id) => {
+                if self.peers.get(&site).is_some_and(|p| p.conn.id() == id) {
+                    self.peers.remove(&site);
+                    tracing::warn!(site = %self.site, peer = %site, "transfer link down");
+                }
+            }
+            Event::LocalCross(req) => {
+                let _ = self.peer_request(&req).await;
+            }
+            Event::Task(done) => self.task_done(done).await,
+        }
+    }
+
+    // ---- core link ---------------------------------------------------------------------------
+
+    fn register(&mut self, conn: Conn<Control>) {
+        let held = self
+            .bubbles
+            .values()
+            .filter(|b| b.phase == Phase::Running)
+            .map(|b| control::Held {
+                lease: LeaseRef { bubble: b.lease.bubble, epoch: b.lease.epoch },
+                tick: Tick(0),
+            })
+            .collect();
+        let register = control::Request::Register {
+            site: self.site.clone(),
+            build: name(env!("CARGO_PKG_VERSION")),
+            transfer_addr: self.cfg.advertise_transfer.clone(),
+            servers: self.server_loads(),
+            held,
+        };
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            match conn.request(&register).await {
+                Ok(reply) => {
+                    let _ = events.send(Event::Task(Done::Registered(reply))).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "registration failed; retried at reconnection"),
+            }
+        });
+    }
+
+    fn server_loads(&self) -> Vec<control::ServerLoad> {
+        self.servers
+            .iter()
+            .map(|(n, s)| control::ServerLoad {
+                server: n.clone(),
+                tps: s.tps,
+                players: s.players,
+                chunks_loading: 0,
+                ready: s.ready && s.bubbles.is_empty(),
+                bubbles: s.bubbles.clone(),
+            })
+            .collect()
+    }
+
+    async fn registered(&mut self, reply: control::Reply) {
+        let control::Reply::Registered { keep, stop, peers, generation, .. } = reply else {
+            tracing::warn!(?reply, "unexpected reply to register");
+            return;
+        };
+        self.registered = true;
+        tracing::info!(site = %self.site, generation, peers = peers.len(), "registered with the core");
+        for lease in keep {
+            if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
+                b.lease = lease;
+            }
+        }
+        for lref in stop {
+            self.drop_bubble(lref.bubble).await;
+        }
+        for peer in peers {
+            let addr = self
+                .cfg
+                .peers
+                .get(peer.site.as_str())
+                .copied()
+                .or_else(|| peer.transfer_addr.parse().ok());
+            let Some(addr) = addr else {
+                tracing::warn!(peer = %peer.site, addr = %peer.transfer_addr, "peer address unusable");
+                continue;
+            };
+            // One connection per pair: the site whose name sorts first dials.
+            if self.site.as_str() < peer.site.as_str() && !self.dialed.contains_key(&peer.site) {
+                self.dial_peer(peer.site, addr);
+            }
+        }
+    }
+
+    fn dial_peer(&mut self, site: Name, addr: SocketAddr) {
+        let config =
+            match tls::client_config(&self.roots, Some(&self.identity), ChannelId::Transfer, &self.limits) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %e, "transfer client config");
+                    return;
+                }
+            };
+        let parts = Link::<Transfer>::connect(Dial {
+            endpoint: self.endpoint.clone(),
+            addr,
+            server_name: horizon_transport::site_dns_name(site.as_str()),
+            config,
+            hello: HelloParams::new(self.site.clone()),
+            limits: self.limits.clone(),
+        });
+        let events = self.events.clone();
+        let mut link_events = parts.events;
+        let mut inbound = parts.inbound;
+        let peer = site.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    e = link_events.recv() => match e {
+                        Some(LinkEvent::Up(conn)) => {
+                            if events.send(Event::PeerUp(conn, None)).await.is_err() { break }
+                        }
+                        Some(_) => {}
+                        None => break,
+                    },
+                    i = inbound.recv() => match i {
+                        Some(i) => {
+                            if events.send(Event::PeerInbound(peer.clone(), i)).await.is_err() { break }
+                        }
+                        None => break,
+                    },
+                }
+            }
+        });
+        self.dialed.insert(site, parts.link);
+    }
+
+    fn report(&mut self) {
+        if !self.registered {
+            return;
+        }
+        let Some(conn) = self.core.current() else { return };
+        let players = self.players.iter().map(|(&id, gw)| self.sample(id, gw)).collect();
+        let backbone = self
+            .peers
+            .iter()
+            .map(|(site, p)| control::BackboneSample {
+                site: site.clone(),
+                rtt_ms: p.rtt_ms,
+                loss: if p.probes_sent == 0 {
+                    0.0
+                } else {
+                    1.0 - p.probes_back.min(p.probes_sent) as f32 / p.probes_sent as f32
+                },
+            })
+            .collect();
+        let report = control::Request::Report {
+            joins: std::mem::take(&mut self.joins),
+            leaves: std::mem::take(&mut self.leaves),
+            players,
+            backbone,
+            servers: self.server_loads(),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = conn.request(&report).await {
+                tracing::warn!(error = %e, "report lost");
+            }
+        });
+    }
+
+    fn sample(&self, id: PlayerId, gw: &Gw) -> control::PlayerSample {
+        control::PlayerSample {
+            player: id,
+            access_rtt_ms: gw.min_rtt_ms,
+            role: gw.role,
+            world: gw.world,
+            pos: gw.pos,
+            vel: gw.vel,
+        }
+    }
+
+    /// One batched renewal for every lease this site runs or stands by for. A handover source
+    /// is left out: its epoch is superseded, and it stops at the freeze well within its lease.
+    fn renew(&mut self) {
+        if !self.registered {
+            return;
+        }
+        let leases: Vec<LeaseRef> = self
+            .bubbles
+            .values()
+            .filter(|b| !matches!(b.phase, Phase::Leaving { .. }))
+            .map(|b| LeaseRef { bubble: b.lease.bubble, epoch: b.lease.epoch })
+            .collect();
+        if leases.is_empty() {
+            return;
+        }
+        let core = self.core.clone();
+        let events = self.events.clone();
+        let sent = Instant::now();
+        tokio::spawn(async move {
+            match core.request(&control::Request::Renew { leases }).await {
+                Ok(reply) => {
+                    let _ = events.send(Event::Task(Done::Renewed { sent, reply })).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "renewal lost"),
+            }
+        });
+    }
+
+    async fn renewed(&mut self, sent: Instant, reply: control::Reply) {
+        let control::Reply::Renewed { ttl_ms, granted, refused } = reply else { return };
+        let sent_ago_ms = sent.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
+        let mut per_server: HashMap<Name, Vec<LeaseRef>> = HashMap::new();
+        for l in granted {
+            if let Some(b) = self.bubbles.get(&l.bubble).filter(|b| b.lease.epoch == l.epoch) {
+                per_server.entry(b.server.clone()).or_default().push(l);
+            }
+        }
+        for (server, leases) in per_server {
+            let Some(srv) = self.servers.get(&server) else { continue };
+            let conn = srv.conn.clone();
+            let req = server::Request::Renew { leases, ttl_ms, sent_ago_ms };
+            tokio::spawn(async move {
+                let _ = conn.request(&req).await;
+            });
+        }
+        for l in refused {
+            if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
+                tracing::warn!(bubble = l.bubble.0, epoch = l.epoch.0, "renewal refused: stopping");
+                self.drop_bubble(l.bubble).await;
+            }
+        }
+    }
+
+    async fn core_request(&mut self, req: InboundRequest<Control>) {
+        use control::Request as R;
+        let result = match &req.body {
+            R::Create { bubble, region, lease } => self.create(*bubble, *region, *lease).await,
+            R::Resize { lease, region } => self.resize(*lease, *region).await,
+            R::Members { lease, players, departed } => {
+                self.members(*lease, players.clone(), departed.clone()).await
+            }
+            R::Route { routes } => {
+                self.route(routes.clone());
+                Ok(control::Reply::Done)
+            }
+            R::Prepare { handover, bubble, source, target, target_addr, lease, .. } => {
+                if target == &self.site {
+                    self.prepare_target(*handover, *bubble, source.clone(), *lease).await
+                } else if source == &self.site {
+                    let (h, b, t) = (*handover, *bubble, target.clone());
+                    let addr = target_addr.clone();
+                    self.prepare_source(h, b, t, addr, *lease, req);
+                    return;
+                } else {
+                    Err(Fault::new(ErrorCode::Unexpected, "prepare for a handover of other sites"))
+                }
+            }
+            R::Freeze { handover } => self.freeze(*handover).await,
+            R::Commit { handover } => {
+                let bubble = self.bubble_in(|p| p == Phase::Leaving { handover: *handover });
+                if let Some(bubble) = bubble {
+                    self.drop_bubble(bubble).await;
+                }
+                Ok(control::Reply::Done)
+            }
+            R::Abort { handover, reason } => {
+                tracing::warn!(handover = handover.0, %reason, "handover aborted");
+                if let Some(b) = self.bubble_in(|p| p == Phase::Standby { handover: *handover }) {
+                    self.drop_bubble(b).await;
+                }
+                if let Some(b) = self.bubble_in(|p| p == Phase::Leaving { handover: *handover }) {
+                    self.mirrors.remove(&b);
+                    if let Some(local) = self.bubbles.get_mut(&b) {
+                        local.phase = Phase::Running;
+                    }
+                }
+                Ok(control::Reply::Done)
+            }
+            R::Revoke { leases } => {
+                for l in leases.clone() {
+                    if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
+                        self.drop_bubble(l.bubble).await;
+                    }
+                }
+                Ok(control::Reply::Done)
+            }
+            R::Register { .. }
+            | R::Report { .. }
+            | R::Renew { .. }
+            | R::Started { .. }
+            | R::Failed { .. } => {
+                Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
+            }
+        };
+        let _ = req.reply(result).await;
+    }
+
+    fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {
+        self.bubbles.iter().find(|(_, b)| pred(b.phase)).map(|(&id, _)| id)
+    }
+
+    /// A ready server holding nothing, if any.
+    fn free_server(&self) -> Option<Name> {
+        let mut free: Vec<&Name> =
+            self.servers.iter().filter(|(_, s)| s.ready && s.bubbles.is_empty()).map(|(n, _)| n).collect();
+        free.sort();
+        free.first().map(|n| (*n).clone())
+    }
+
+    async fn assign(&mut self, lease: Lease, region: Region, standby: bool) -> Result<Name, Fault> {
+        let server = self
+            .free_server()
+            .ok_or_else(|| Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.site)))?;
+        let conn = self.servers[&server].conn.clone();
+        let reply = conn
+            .request(&server::Request::Assign { lease, region, from_snapshot: standby })
+            .await
+            .map_err(|e| Fault::new(ErrorCode::NotReady, format!("server {server}: {e}")))?;
+        if let server::Reply::Stale { newest } = reply {
+            return Err(Fault::new(ErrorCode::StaleEpoch, format!("server has epoch {}", newest.0)));
+        }
+        if let Some(s) = self.servers.get_mut(&server) {
+            s.bubbles.push(lease.bubble);
+        }
+        self.top_up_pool();
+        Ok(server)
+    }
+
+    async fn create(&mut self, bubble: BubbleId, region: Region, lease: Lease) -> Result<control::Reply, Fault> {
+        if let Some(b) = self.bubbles.get(&bubble) {
+            if b.lease.epoch == lease.epoch {
+                return Ok(control::Reply::Done);
+            }
+        }
+        let server = self.assign(lease, region, false).await?;
+        tracing::info!(site = %self.site, bubble = bubble.0, epoch = lease.epoch.0, %server, "bubble created");
+        self.bubbles.insert(
+            bubble,
+            Local { lease, region, server, members: HashMap::new(), phase: Phase::Running },
+        );
+        self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
+        Ok(control::Reply::Done)
+    }
+
+    async fn resize(&mut self, lease: LeaseRef, region: Region) -> Result<control::Reply, Fault> {
+        let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
+        b.region = region;
+        let lease = LeaseRef { bubble: lease.bubble, epoch: b.lease.epoch };
+        if let Some(srv) = self.servers.get(&b.server) {
+            let conn = srv.conn.clone();
+            tokio::spawn(async move {
+                let _ = conn.request(&server::Request::Resize { lease, region }).await;
+            });
+        }
+        Ok(control::Reply::Done)
+    }
+
+    /// The core's full member list of a bubble: join the new, release the departed.
+    async fn members(
+        &mut self,
+        lease: LeaseRef,
+        players: Vec<control::Member>,
+        departed: Vec<control::Departure>,
+    ) -> Result<control::Reply, Fault> {
+        let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
+        let held = LeaseRef { bubble: lease.bubble, epoch: b.lease.epoch };
+        let standby = matches!(b.phase, Phase::Standby { .. });
+        let server = b.server.clone();
+        let old: HashMap<PlayerId, Name> = std::mem::take(&mut b.members);
+        b.members = players.iter().map(|m| (m.player, m.home.clone())).collect();
+        if standby {
+            // The snapshot holds the players; the list only says where their updates go.
+            return Ok(control::Reply::Done);
+        }
+        let Some(conn) = self.servers.get(&server).map(|s| s.conn.clone()) else {
+            return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
+        };
+        for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
+            if m.crossing {
+                match self.crossings.remove(&m.player).filter(|c| c.to == lease.bubble) {
+                    Some(c) => self.join(&conn, held, m.player, c.last_applied, c.state).await,
+                    None => {
+                        self.awaiting.insert(m.player, lease.bubble);
+                    }
+                }
+            } else {
+                self.join(&conn, held, m.player, Seq(0), Blob::default()).await;
+            }
+        }
+        let departed: HashMap<PlayerId, control::Departure> =
+            departed.into_iter().map(|d| (d.player, d)).collect();
+        for player in old.keys().filter(|p| !players.iter().any(|m| m.player == **p)) {
+            let left = conn.request(&server::Request::Leave { lease: held, player: *player }).await;
+            let Ok(server::Reply::Left { last_applied, state }) = left else { continue };
+            if let Some(d) = departed.get(player) {
+                self.cross(*player, lease.bubble, d.clone(), last_applied, state);
+            }
+        }
+        Ok(control::Reply::Done)
+    }
+
+    async fn join(&mut self, conn: &Conn<Server>, lease: LeaseRef, player: PlayerId, last_applied: Seq, state: Blob) {
+        let req = server::Request::Join { lease, player, last_applied, state };
+        if let Err(e) = conn.request(&req).await {
+            tracing::warn!(player = player.0, error = %e, "join refused by the server");
+        }
+    }
+
+    /// Sends a departed player's state to the site that simulates them now.
+    fn cross(&mut self, player: PlayerId, from: BubbleId, d: control::Departure, last_applied: Seq, state: Blob) {
+        self.stats.crossings.fetch_add(1, Ordering::Relaxed);
+        let req = transfer::Request::Cross {
+            player,
+            from,
+            to: d.to.bubble,
+            epoch: d.to.epoch,
+            last_applied,
+            state,
+        };
+        if d.site == self.site {
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let _ = events.send(Event::LocalCross(req)).await;
+            });
+            return;
+        }
+        let Some(peer) = self.peers.get(&d.site) else {
+            tracing::warn!(player = player.0, site = %d.site, "no link to carry a crossing");
+            return;
+        };
+        let conn = peer.conn.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.request(&req).await {
+                tracing::warn!(player = player.0, error = %e, "crossing lost");
+            }
+        });
+    }
+
+    fn route(&mut self, routes: Vec<control::PlayerRoute>) {
+        for r in routes {
+            let Some(gw) = self.players.get_mut(&r.player) else { continue };
+            let new = Some((r.bubble, r.site));
+            if gw.route != new {
+                gw.route = new;
+                // Everything not acknowledged goes to the new holder, which applies each
+                // (player, seq) once.
+                let player = r.player;
+                self.send_unacked(player, Duration::ZERO);
+            }
+        }
+    }
+
+    async fn prepare_target(&mut self, handover: HandoverId, bubble: BubbleId, source: Name, lease: Lease) -> Result<control::Reply, Fault> {
+        if self.bubbles.get(&bubble).is_some_and(|b| b.phase == Phase::Standby { handover }) {
+            return Ok(control::Reply::Prepared { handover });
+        }
+        let region = Region { world: WorldId(0), bounds: None };
+        let server = self.assign(lease, region, true).await?;
+        tracing::info!(site = %self.site, bubble = bubble.0, from = %source, %server, "handover target standing by");
+        self.bubbles.insert(
+            bubble,
+            Local { lease, region, server, members: HashMap::new(), phase: Phase::Standby { handover } },
+        );
+        self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
+        Ok(control::Reply::Prepared { handover })
+    }
+
+    fn prepare_source(&mut self, handover: HandoverId, bubble: BubbleId, target: Name, _addr: String, lease: Lease, req: InboundRequest<Control>) {
+        let Some(local) = self.bubbles.get(&bubble).filter(|b| b.lease.epoch == lease.epoch) else {
+            tokio::spawn(req.reply(Err(unknown(bubble))));
+            return;
+        };
+        let _ = local;
+        let Some(peer) = self.peers.get(&target) else {
+            let fault = Fault::new(ErrorCode::NotReady, format!("no transfer link to {target}"));
+            tokio::spawn(req.reply(Err(fault)));
+            return;
+        };
+        self.pending_prepare.insert(handover, req);
+        let conn = peer.conn.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let open = transfer::Request::Open { handover, bubble, epoch: lease.epoch };
+            let stream = match conn.request(&open).await {
+                Ok(transfer::Reply::Accepted { .. }) => match conn.open_stream().await {
+                    Ok(sender) => Ok(stream_task(sender, STREAM_QUEUE)),
+                    Err(e) => Err(e.to_string()),
+                },
+                Ok(other) => Err(format!("unexpected reply {other:?}")),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = events.send(Event::Task(Done::SourceOpened { handover, bubble, stream })).await;
+        });
+    }
+
+    async fn source_opened(&mut self, handover: HandoverId, bubble: BubbleId, stream: Result<mpsc::Sender<StateItem>, String>) {
+        let Some(req) = self.pending_prepare.remove(&handover) else { return };
+        let result = match (stream, self.bubbles.get_mut(&bubble)) {
+            (Ok(tx), Some(local)) => {
+                local.phase = Phase::Leaving { handover };
+                let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+                let conn = self.servers.get(&local.server).map(|s| s.conn.clone());
+                self.mirrors.insert(bubble, (handover, tx));
+                match conn {
+                    Some(conn) => match conn.request(&server::Request::Copy { lease, deltas: true }).await {
+                        Ok(_) => Ok(control::Reply::Done),
+                        Err(e) => Err(Fault::new(ErrorCode::NotReady, format!("snapshot: {e}"))),
+                    },
+                    None => Err(Fault::new(ErrorCode::NotReady, "the bubble's server is gone")),
+                }
+            }
+            (Err(e), _) => Err(Fault::new(ErrorCode::NotReady, format!("transfer to target: {e}"))),
+            (_, None) => Err(unknown(bubble)),
+        };
+        if result.is_err() {
+            self.mirrors.remove(&bubble);
+            if let Some(local) = self.bubbles.get_mut(&bubble) {
+                local.phase = Phase::Running;
+            }
+        }
+        let _ = req.reply(result).await;
+    }
+
+    async fn freeze(&mut self, handover: HandoverId) -> Result<control::Reply, Fault> {
+        let bubble = self
+            .bubble_in(|p| p == Phase::Leaving { handover })
+            .ok_or_else(|| Fault::new(ErrorCode::Unexpected, format!("no handover {} here", handover.0)))?;
+        let local = &self.bubbles[&bubble];
+        let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+        let conn = self
+            .servers
+            .get(&local.server)
+            .map(|s| s.conn.clone())
+            .ok_or_else(|| Fault::new(ErrorCode::NotReady, "the bubble's server is gone"))?;
+        match conn.request(&server::Request::Freeze { lease }).await {
+            Ok(server::Reply::Frozen { tick }) => Ok(control::Reply::Frozen { handover, tick }),
+            Ok(other) => Err(Fault::new(ErrorCode::Internal, format!("server replied {other:?}"))),
+            Err(e) => Err(Fault::new(ErrorCode::NotReady, format!("freeze: {e}"))),
+        }
+    }
+
+    /// Stops simulating a bubble here (revoked, committed away, refused): the server releases
+    /// it and goes back to the pool.
+    async fn drop_bubble(&mut self, bubble: BubbleId) {
+        let Some(local) = self.bubbles.remove(&bubble) else { return };
+        self.mirrors.remove(&bubble);
+        self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
+        let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+        if let Some(srv) = self.servers.get_mut(&local.server) {
+            srv.bubbles.retain(|b| *b != bubble);
+            let conn = srv.conn.clone();
+            let _ = conn.request(&server::Request::Release { lease }).await;
+        }
+        tracing::info!(site = %self.site, bubble = bubble.0, "bubble released");
+    }
+
+    async fn task_done(&mut self, done: Done) {
+        match done {
+            Done::Registered(reply) => self.registered(reply).await,
+            Done::Renewed { sent, reply } => self.renewed(sent, reply).await,
+            Done::SourceOpened { handover, bubble, stream } => {
+                self.source_opened(handover, bubble, stream).await
+            }
+        }
+    }
+
+    // ---- game servers ------------------------------------------------------------------------
+
+    fn top_up_pool(&mut self) {
+        let spare = self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
+        for _ in spare..self.cfg.warm_pool {
+            let name = format!("{}-gs-{}", self.cfg.site.to_ascii_lowercase(), self.next_server);
+            self.next_server += 1;
+            match self.driver.start(&name) {
+                Ok(()) => {
+                    self.starting.insert(name, Instant::now());
+                }
+                Err(e) => {
+                    tracing::warn!(site = %self.site, error = %e, "cannot start a game server");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn server_up(&mut self, peer: Peer<Server>) {
+        let name = peer.hello.peer.clone();
+        let id = peer.conn.id();
+        let (conn, mut inbound) = (peer.conn, peer.inbound);
+        let events = self.events.clone();
+        let n = name.clone();
+        tokio::spawn(async move {
+            while let Some(i) = inbound.recv().await {
+                if let Inbound::Stream(mut rx) = i {
+                    let events = events.clone();
+                    let n = n.clone();
+                    tokio::spawn(async move {
+                        while let Ok(Some(item)) = rx.next().await {
+                            if events.send(Event::ServerItem(n.clone(), item)).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                } else if events.send(Event::ServerInbound(n.clone(), id, i)).await.is_err() {
+                    return;
+                }
+            }
+            let _ = events.send(Event::ServerGone(n, id)).await;
+        });
+        let out = open_stream_task(conn.clone());
+        self.starting.remove(name.as_str());
+        self.servers.insert(name, Srv { conn, out, ready: false, tps: 0.0, players: 0, bubbles: Vec::new() });
+        self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
+    }
+
+    fn server_inbound(&mut self, name: Name, id: u64, inbound: Inbound<Server>) {
+        let Inbound::Request(req) = inbound else { return };
+        let Some(srv) = self.servers.get_mut(&name).filter(|s| s.conn.id() == id) else { return };
+        let reply = match &req.body {
+            server::Request::Register { .. } => Ok(server::Reply::Registered { load_every_ms: 1000 }),
+            server::Request::Ready => {
+                srv.ready = true;
+                tracing::info!(site = %self.site, server = %name, "game server ready");
+                Ok(server::Reply::Done)
+            }
+            server::Request::Load { tps, players, .. } => {
+                srv.tps = *tps;
+                srv.players = *players;
+                Ok(server::Reply::Done)
+            }
+            _ => Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by a server")),
+        };
+        tokio::spawn(req.reply(reply));
+    }
+
+    fn server_item(&mut self, server: &Name, item: StateItem) {
+        match item {
+            StateItem::Update(update) => self.fan_out(server, update),
+            StateItem::Snapshot(ref s) => self.mirror(s.bubble, item.clone()),
+            StateItem::Delta(ref d) => self.mirror(d.bubble, item.clone()),
+            StateItem::Seal(ref s) => {
+                tracing::info!(site = %self.site, bubble = s.bubble.0, tick = s.tick.0, "sealed; seal sent to the target");
+                self.mirror(s.bubble, item.clone())
+            }
+            StateItem::Inputs(_) => {}
+        }
+    }
+
+    fn mirror(&mut self, bubble: BubbleId, item: StateItem) {
+        if let Some((handover, tx)) = self.mirrors.get(&bubble) {
+            if tx.try_send(item).is_err() {
+                tracing::warn!(handover = handover.0, "handover stream full or closed");
+            }
+        }
+    }
+
+    /// A server's update goes to every member's home gateway: directly for this site's
+    /// players, one copy per other home site.
+    fn fan_out(&mut self, server: &Name, update: Update) {
+        let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
+        if &local.server != server || update.epoch != local.lease.epoch {
+            return;
+        }
+        if let Phase::Standby { handover } = local.phase {
+            // The first update under the new epoch: the target runs. Tell the core.
+            local.phase = Phase::Running;
+            let started = control::Request::Started {
+                handover,
+                bubble: update.bubble,
+                epoch: update.epoch,
+                tick: update.tick,
+            };
+            tracing::info!(site = %self.site, bubble = update.bubble.0, tick = update.tick.0, "handover target started");
+            let core = self.core.clone();
+            tokio::spawn(async move {
+                if let Err(e) = core.request(&started).await {
+                    tracing::warn!(error = %e, "started not delivered");
+                }
+            });
+        }
+        let mut remote: Vec<Name> = Vec::new();
+        for (player, _) in &update.acked {
+            match local.members.get(player) {
+                Some(home) if home != &self.site => {
+                    if !remote.contains(home) {
+                        remote.push(home.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        for home in remote {
+            if let Some(peer) = self.peers.get(&home) {
+                let _ = peer.out.try_send(StateItem::Update(update.clone()));
+            }
+        }
+        self.deliver(&update);
+    }
+
+    /// Hands an update to this site's players it concerns.
+    fn deliver(&mut self, update: &Update) {
+        for (player, acked) in &update.acked {
+            let Some(gw) = self.players.get_mut(player) else { continue };
+            if gw.route.as_ref().is_some_and(|(b, _)| *b != update.bubble) {
+                continue;
+            }
+            if *acked > gw.acked {
+                gw.acked = *acked;
+                gw.unacked = gw.unacked.split_off(&Seq(acked.0 + 1));
+            }
+            let item = gateway::Item::Update {
+                bubble: update.bubble,
+                tick: update.tick,
+                acked: *acked,
+                bytes: update.bytes.clone(),
+            };
+            if gw.out.try_send(item).is_ok() {
+                self.stats.updates_delivered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn server_gone(&mut self, name: Name, id: u64) {
+        if !self.servers.get(&name).is_some_and(|s| s.conn.id() == id) {
+            return;
+        }
+        let Some(srv) = self.servers.remove(&name) else { return };
+        self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
+        self.driver.stop(name.as_str());
+        for bubble in srv.bubbles {
+            // Failover (restart from the latest copy on a spare, or on the core site) is the
+            // next step; until then the bubble stops here and its lease runs out at the core.
+            tracing::error!(site = %self.site, server = %name, bubble = bubble.0, "server gone with its bubble");
+            self.bubbles.remove(&bubble);
+        }
+        self.top_up_pool();
+    }
+
+    // ---- players -----------------------------------------------------------------------------
+
+    fn player_up(&mut self, peer: Peer<Gateway>) {
+        let session = peer.conn.id();
+        let mut inbound = peer.inbound;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            while let Some(i) = inbound.recv().await {
+                if let Inbound::Stream(mut rx) = i {
+                    let events = events.clone();
+                    tokio::spawn(async move {
+                        while let Ok(Some(item)) = rx.next().await {
+                            if events.send(Event::PlayerItem(session, item)).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                } else if events.send(Event::PlayerInbound(session, i)).await.is_err() {
+                    return;
+                }
+            }
+            let _ = events.send(Event::PlayerGone(session)).await;
+        });
+        // The connection is kept by its pump; the player exists from its Join.
+        let conn = peer.conn;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let _ = conn.closed().await;
+            let _ = events.send(Event::PlayerGone(session)).await;
+        });
+    }
+
+    fn player_inbound(&mut self, session: u64, inbound: Inbound<Gateway>) {
+        match inbound {
+            Inbound::Request(req) => {
+                let reply = self.player_request(session, &req);
+                tokio::spawn(req.reply(reply));
+            }
+            Inbound::Datagram(d) => self.player_datagram(session, d),
+            Inbound::Stream(_) => {}
+        }
+    }
+
+    fn player_request(&mut self, session: u64, req: &InboundRequest<Gateway>) -> Result<gateway::Reply, Fault> {
+        match &req.body {
+            gateway::Request::Join { role, world, pos } => {
+                if let Some(&player) = self.sessions.get(&session) {
+                    let acked = self.players.get(&player).map_or(Seq(0), |g| g.acked);
+                    return Ok(gateway::Reply::Joined { player, home: self.site.clone(), resume_after: Seq(acked.0 + 1) });
+                }
+                let conn = req.conn().clone();
+                let player = PlayerId(self.site_key | self.next_player);
+                self.next_player += 1;
+                let rtt = conn.stats().rtt.as_secs_f32() * 1000.0;
+                let out = open_stream_task(conn.clone());
+                let gw = Gw {
+                    session,
+                    conn,
+                    out,
+                    role: *role,
+                    world: *world,
+                    pos: *pos,
+                    vel: Vec3::default(),
+                    position_seq: 0,
+                    min_rtt_ms: rtt,
+                    route: None,
+                    unacked: BTreeMap::new(),
+                    acked: Seq(0),
+                };
+                self.joins.push(self.sample(player, &gw));
+                self.players.insert(player, gw);
+                self.sessions.insert(session, player);
+                self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
+                tracing::debug!(site = %self.site, player = player.0, rtt_ms = rtt, "player joined");
+                Ok(gateway::Reply::Joined { player, home: self.site.clone(), resume_after: Seq(1) })
+            }
+            gateway::Request::SetRole { role } => {
+                let gw = self.session_player(session)?;
+                gw.role = *role;
+                Ok(gateway::Reply::Done)
+            }
+            gateway::Request::Leave => {
+                self.player_gone(session);
+                Ok(gateway::Reply::Done)
+            }
+        }
+    }
+
+    fn session_player(&mut self, session: u64) -> Result<&mut Gw, Fault> {
+        let player = self.sessions.get(&session).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))?;
+        self.players.get_mut(player).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))
+    }
+
+    fn player_datagram(&mut self, session: u64, d: gateway::Datagram) {
+        let Ok(gw) = self.session_player(session) else { return };
+        match d {
+            gateway::Datagram::Position { seq, world, pos, vel } => {
+                if seq > gw.position_seq {
+                    gw.position_seq = seq;
+                    gw.world = world;
+                    gw.pos = pos;
+                    gw.vel = vel;
+                }
+            }
+            gateway::Datagram::Ping { nonce, sent_us } => {
+                let _ = gw.conn.send_datagram(&gateway::Datagram::Pong { nonce, sent_us });
+            }
+            gateway::Datagram::Pong { .. } => {}
+        }
+        // The QUIC estimator is the access RTT; the session minimum is what counts.
+        let rtt = gw.conn.stats().rtt.as_secs_f32() * 1000.0;
+        if rtt > 0.0 {
+            gw.min_rtt_ms = gw.min_rtt_ms.min(rtt);
+        }
+    }
+
+    fn player_item(&mut self, session: u64, item: gateway::Item) {
+        let gateway::Item::Input { seq, bytes } = item else { return };
+        let Some(&player) = self.sessions.get(&session) else { return };
+        let Some(gw) = self.players.get_mut(&player) else { return };
+        self.stats.inputs_received.fetch_add(1, Ordering::Relaxed);
+        if seq <= gw.acked || gw.unacked.contains_key(&seq) {
+            return;
+        }
+        if gw.unacked.len() >= MAX_UNACKED {
+            self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        gw.unacked.insert(seq, (bytes.clone(), Instant::now()));
+        if let Some((bubble, site)) = gw.route.clone() {
+            let input = Input { player, seq, bytes };
+            self.send_inputs(bubble, &site, vec![input]);
+        }
+    }
+
+    /// Inputs to whoever simulates `bubble`: this site's server, or another site's agent.
+    fn send_inputs(&self, bubble: BubbleId, site: &Name, inputs: Vec<Input>) {
+        let item = StateItem::Inputs(Inputs { bubble, inputs });
+        if site == &self.site {
+            if let Some(srv) = self.bubbles.get(&bubble).and_then(|b| self.servers.get(&b.server)) {
+                let _ = srv.out.try_send(item);
+            }
+        } else if let Some(peer) = self.peers.get(site) {
+            let _ = peer.out.try_send(item);
+        }
+    }
+
+    /// Sends again the inputs of `player` unacknowledged for at least `older_than`.
+    fn send_unacked(&mut self, player: PlayerId, older_than: Duration) {
+        let now = Instant::now();
+        let Some(gw) = self.players.get_mut(&player) else { return };
+        let Some((bubble, site)) = gw.route.clone() else { return };
+        let mut inputs = Vec::new();
+        for (seq, (bytes, sent)) in gw.unacked.iter_mut() {
+            if now.duration_since(*sent) >= older_than {
+                *sent = now;
+                inputs.push(Input { player, seq: *seq, bytes: bytes.clone() });
+            }
+        }
+        if inputs.is_empty() {
+            return;
+        }
+        if !older_than.is_zero() {
+            self.stats.inputs_resent.fetch_add(inputs.len() as u64, Ordering::Relaxed);
+        }
+        self.send_inputs(bubble, &site, inputs);
+    }
+
+    fn player_gone(&mut self, session: u64) {
+        let Some(player) = self.sessions.remove(&session) else { return };
+        if let Some(gw) = self.players.remove(&player) {
+            debug_assert_eq!(gw.session, session);
+            self.leaves.push(player);
+            self.joins.retain(|j| j.player != player);
+        }
+        self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
+    }
+
+    // ---- other sites -------------------------------------------------------------------------
+
+    fn peer_up(&mut self, conn: Conn<Transfer>, inbound: Option<mpsc::Receiver<Inbound<Transfer>>>) {
+        let site = conn.peer().clone();
+        let id = conn.id();
+        if let Some(mut inbound) = inbound {
+            let events = self.events.clone();
+            let s = site.clone();
+            tokio::spawn(async move {
+                while let Some(i) = inbound.recv().await {
+                    if events.send(Event::PeerInbound(s.clone(), i)).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = events.send(Event::PeerGone(s, id)).await;
+            });
+        }
+        let out = open_stream_task(conn.clone());
+        tracing::info!(site = %self.site, peer = %site, "transfer link up");
+        self.peers.insert(site, PeerLink { conn, out, rtt_ms: None, probes_sent: 0, probes_back: 0 });
+    }
+
+    async fn peer_inbound(&mut self, site: Name, inbound: Inbound<Transfer>) {
+        match inbound {
+            Inbound::Request(req) => {
+                let reply = self.peer_request(&req.body).await;
+                tokio::spawn(req.reply(reply));
+            }
+            Inbound::Stream(mut rx) => {
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    while let Ok(Some(item)) = rx.next().await {
+                        if events.send(Event::PeerItem(site.clone(), item)).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Inbound::Datagram(probe) => {
+                let Some(peer) = self.peers.get_mut(&site) else { return };
+                match probe {
+                    transfer::Probe::Ping { seq, sent_us } => {
+                        let _ = peer.conn.send_datagram(&transfer::Probe::Echo { seq, sent_us });
+                    }
+                    transfer::Probe::Echo { sent_us, .. } => {
+                        let rtt = (now_us().saturating_sub(sent_us)) as f32 / 1000.0;
+                        peer.probes_back += 1;
+                        peer.rtt_ms = Some(peer.rtt_ms.map_or(rtt, |r| 0.8 * r + 0.2 * rtt));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn peer_request(&mut self, body: &transfer::Request) -> Result<transfer::Reply, Fault> {
+        match body {
+            transfer::Request::Open { handover, bubble, epoch } => {
+                let local = self.bubbles.get(bubble).filter(|b| b.phase == Phase::Standby { handover: *handover });
+                let local = local.ok_or_else(|| {
+                    Fault::new(ErrorCode::NotReady, format!("no standby for handover {}", handover.0))
+                })?;
+                if *epoch >= local.lease.epoch {
+                    return Err(Fault::new(ErrorCode::StaleEpoch, "the source's epoch is not older"));
+                }
+                Ok(transfer::Reply::Accepted { from_tick: Tick(0) })
+            }
+            transfer::Request::Cross { player, to, epoch, last_applied, state, .. } => {
+                let here = self.bubbles.get(to).filter(|b| b.lease.epoch == *epoch);
+                if here.is_some() && self.awaiting.get(player) == Some(to) {
+                    self.awaiting.remove(player);
+                    let local = &self.bubbles[to];
+                    let lease = LeaseRef { bubble: *to, epoch: *epoch };
+                    if let Some(conn) = self.servers.get(&local.server).map(|s| s.conn.clone()) {
+                        self.join(&conn, lease, *player, *last_applied, state.clone()).await;
+                    }
+                } else if self.crossings.len() < MAX_CROSSINGS {
+                    self.crossings.insert(
+                        *player,
+                        Crossing { at: Instant::now(), to: *to, last_applied: *last_applied, state: state.clone() },
+                    );
+                } else {
+                    return Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"));
+                }
+                Ok(transfer::Reply::Done)
+            }
+        }
+    }
+
+    fn peer_item(&mut self, site: &Name, item: StateItem) {
+        match item {
+            StateItem::Inputs(inputs) => {
+                if let Some(srv) = self.bubbles.get(&inputs.bubble).and_then(|b| self.servers.get(&b.server)) {
+                    let _ = srv.out.try_send(StateItem::Inputs(inputs));
+                }
+            }
+            StateItem::Update(update) => self.deliver(&update),
+            StateItem::Snapshot(ref s) => self.to_standby(site, s.bubble, item.clone()),
+            StateItem::Delta(ref d) => self.to_standby(site, d.bubble, item.clone()),
+            StateItem::Seal(ref s) => {
+                tracing::info!(site = %self.site, bubble = s.bubble.0, tick = s.tick.0, "seal received");
+                self.to_standby(site, s.bubble, item.clone())
+            }
+        }
+    }
+
+    fn to_standby(&mut self, from: &Name, bubble: BubbleId, item: StateItem) {
+        let Some(local) = self.bubbles.get(&bubble) else { return };
+        if !matches!(local.phase, Phase::Standby { .. }) {
+            tracing::warn!(peer = %from, bubble = bubble.0, "state for a bubble not standing by");
+            return;
+        }
+        if let Some(srv) = self.servers.get(&local.server) {
+            let _ = srv.out.try_send(item);
+        }
+    }
+
+    fn probe(&mut self) {
+        let sent_us = now_us();
+        for peer in self.peers.values_mut() {
+            peer.probes_sent += 1;
+            let _ = peer.conn.send_datagram(&transfer::Probe::Ping { seq: peer.probes_sent, sent_us });
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        let players: Vec<PlayerId> = self.players.keys().copied().collect();
+        for p in players {
+            self.send_unacked(p, RESEND_AFTER);
+        }
+        let now = Instant::now();
+        self.crossings.retain(|_, c| now.duration_since(c.at) < CROSSING_TTL);
+        let late: Vec<String> = self
+            .starting
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) > START_TIMEOUT)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in late {
+            tracing::warn!(site = %self.site, server = %name, "server never registered: stopped");
+            self.starting.remove(&name);
+            self.driver.stop(&name);
+        }
+        for (name, why) in self.driver.poll_ended() {
+            tracing::warn!(site = %self.site, server = %name, %why, "game server ended");
+            self.starting.remove(&name);
+        }
+        self.top_up_pool();
+    }
+}
+
+fn unknown(bubble: BubbleId) -> Fault {
+    Fault::new(ErrorCode::UnknownBubble, format!("bubble {} is not here", bubble.0))
+}
+
+fn name(s: &str) -> Name {
+    Name::new(s.chars().take(16).collect::<String>()).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+/// Microseconds on a process-wide monotonic clock (probes compare only our own stamps).
+fn now_us() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// A task that owns an outbound stream; the returned queue feeds it.
+fn stream_task<C: horizon_proto::Channel>(
+    mut sender: horizon_transport::StreamSender<C>,
+    cap: usize,
+) -> mpsc::Sender<C::Stream>
+where
+    C::Stream: Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<C::Stream>(cap);
+    tokio::spawn(async move {
+        while let Some(item) = rx.recv().await {
+            if sender.send(&item).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// Opens a stream on `conn` in the background and feeds it from the returned queue.
+fn open_stream_task<C: horizon_proto::Channel>(conn: Conn<C>) -> mpsc::Sender<C::Stream>
+where
+    C::Stream: Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
+    tokio::spawn(async move {
+        let Ok(mut sender) = conn.open_stream().await else { return };
+        while let Some(item) = rx.recv().await {
+            if sender.send(&item).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+fn pump_link(
+    mut link_events: mpsc::Receiver<LinkEvent<Control>>,
+    mut inbound: mpsc::Receiver<Inbound<Control>>,
+    events: mpsc::Sender<Event>,
+) {
+    tokio::spawn(async move {
+        loop {
+            let event = tokio::select! {
+                e = link_events.recv() => match e { Some(e) => Event::Core(e), None => break },
+                i = inbound.recv() => match i { Some(i) => Event::CoreInbound(i), None => break },
+            };
+            if events.send(event).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+fn accept_loop<C: horizon_proto::Channel>(
+    mut listener: Listener<C>,
+    events: mpsc::Sender<Event>,
+    wrap: impl Fn(Peer<C>) -> Event + Send + 'static,
+) {
+    tokio::spawn(async move {
+        while let Some(peer) = listener.accept().await {
+            if events.send(wrap(peer)).await.is_err() {
+                break;
+            }
+        }
+        listener.close("agent stopping");
+    });
+}

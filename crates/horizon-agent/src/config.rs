@@ -1,0 +1,240 @@
+//! The agent's configuration: one TOML file, parsed once, every problem reported together.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Everything an agent runs with.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// This agent's site (`MTL`). Its certificate must name it.
+    pub site: String,
+    pub core: SocketAddr,
+    /// The core's site, whose certificate the core presents.
+    pub core_site: String,
+    pub listen_servers: SocketAddr,
+    pub listen_players: SocketAddr,
+    pub listen_transfer: SocketAddr,
+    /// Where other agents reach this one's transfer endpoint (told to the core).
+    pub advertise_transfer: String,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Game servers present this token in their hello.
+    pub server_token: String,
+    /// Players present this token in their hello.
+    pub player_token: String,
+    /// Ready game servers kept spare, holding nothing.
+    pub warm_pool: usize,
+    pub max_servers: usize,
+    pub server_tick_ms: u32,
+    /// The `horizon` binary the process driver runs (`gameserver` subcommand).
+    pub server_program: PathBuf,
+    /// Transfer addresses of other sites, overriding what the core says (per-pair routes).
+    pub peers: BTreeMap<String, SocketAddr>,
+    /// How often the agent reports players, servers and links to the core.
+    pub report_ms: u64,
+    /// How often leases are renewed (one batched request).
+    pub renew_ms: u64,
+}
+
+/// The file's shape.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    site: String,
+    core: String,
+    core_site: String,
+    listen: RawListen,
+    tls: RawTls,
+    #[serde(default)]
+    servers: RawServers,
+    #[serde(default)]
+    peers: BTreeMap<String, String>,
+    report_ms: Option<u64>,
+    renew_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    servers: String,
+    players: String,
+    transfer: String,
+    advertise_transfer: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServers {
+    program: Option<PathBuf>,
+    warm_pool: Option<usize>,
+    max: Option<usize>,
+    tick_ms: Option<u32>,
+}
+
+/// The environment variables holding the tokens (secrets stay out of files).
+pub const SERVER_TOKEN_ENV: &str = "HORIZON_SERVER_TOKEN";
+pub const PLAYER_TOKEN_ENV: &str = "HORIZON_PLAYER_TOKEN";
+
+impl AgentConfig {
+    /// Reads and checks `path`. Relative TLS paths are relative to the file. Tokens come from
+    /// the environment. Every problem is reported, one per line.
+    pub fn load(path: &Path) -> Result<AgentConfig, Vec<String>> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let env = |k: &str| std::env::var(k).ok();
+        AgentConfig::parse(&text, base, env).map_err(|errors| {
+            errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect()
+        })
+    }
+
+    /// Parses a config text; `env` looks up the token variables.
+    pub fn parse(
+        text: &str,
+        base: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<AgentConfig, Vec<String>> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
+        let mut errors = Vec::new();
+        let mut addr = |key: &str, value: &str| match value.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(format!("{key} = {value:?}: not an address (ip:port): {e}"));
+                SocketAddr::from(([0, 0, 0, 0], 0))
+            }
+        };
+        let core = addr("core", &raw.core);
+        let listen_servers = addr("listen.servers", &raw.listen.servers);
+        let listen_players = addr("listen.players", &raw.listen.players);
+        let listen_transfer = addr("listen.transfer", &raw.listen.transfer);
+        let peers: BTreeMap<String, SocketAddr> =
+            raw.peers.iter().map(|(site, a)| (site.clone(), addr(&format!("peers.{site}"), a))).collect();
+        let token = |var: &str, errors: &mut Vec<String>| {
+            env(var).filter(|t| !t.is_empty()).unwrap_or_else(|| {
+                errors.push(format!("environment variable {var} must hold the token"));
+                String::new()
+            })
+        };
+        let server_token = token(SERVER_TOKEN_ENV, &mut errors);
+        let player_token = token(PLAYER_TOKEN_ENV, &mut errors);
+        let warm_pool = raw.servers.warm_pool.unwrap_or(2);
+        let max_servers = raw.servers.max.unwrap_or(64);
+        if max_servers == 0 || warm_pool > max_servers {
+            errors.push(format!(
+                "servers.warm_pool ({warm_pool}) must be at most servers.max ({max_servers}), which must be > 0"
+            ));
+        }
+        let server_tick_ms = raw.servers.tick_ms.unwrap_or(33);
+        if !(5..=1000).contains(&server_tick_ms) {
+            errors.push(format!("servers.tick_ms = {server_tick_ms}: must be within 5..=1000"));
+        }
+        let report_ms = raw.report_ms.unwrap_or(1000);
+        let renew_ms = raw.renew_ms.unwrap_or(5000);
+        for (key, v) in [("report_ms", report_ms), ("renew_ms", renew_ms)] {
+            if !(100..=60_000).contains(&v) {
+                errors.push(format!("{key} = {v}: must be within 100..=60000"));
+            }
+        }
+        if raw.site.is_empty() || raw.site.len() > 16 {
+            errors.push(format!("site = {:?}: 1 to 16 characters", raw.site));
+        }
+        let server_program = match raw.servers.program {
+            Some(p) => base.join(p),
+            None => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("horizon")),
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(AgentConfig {
+            advertise_transfer: raw.listen.advertise_transfer.unwrap_or(raw.listen.transfer),
+            site: raw.site,
+            core,
+            core_site: raw.core_site,
+            listen_servers,
+            listen_players,
+            listen_transfer,
+            ca: base.join(raw.tls.ca),
+            cert: base.join(raw.tls.cert),
+            key: base.join(raw.tls.key),
+            server_token,
+            player_token,
+            warm_pool,
+            max_servers,
+            server_tick_ms,
+            server_program,
+            peers,
+            report_ms,
+            renew_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        site = "MTL"
+        core = "10.0.0.1:7400"
+        core_site = "PAR"
+        [listen]
+        servers = "127.0.0.1:7411"
+        players = "0.0.0.0:7412"
+        transfer = "0.0.0.0:7413"
+        advertise_transfer = "mtl.example:7413"
+        [tls]
+        ca = "certs/ca.pem"
+        cert = "certs/MTL.pem"
+        key = "certs/MTL.key"
+        [servers]
+        warm_pool = 3
+        [peers]
+        HKG = "127.0.0.1:7513"
+    "#;
+
+    fn tokens(k: &str) -> Option<String> {
+        Some(format!("secret-{k}"))
+    }
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let c = AgentConfig::parse(GOOD, Path::new("/etc/horizon"), tokens).unwrap();
+        assert_eq!(c.site, "MTL");
+        assert_eq!(c.ca, Path::new("/etc/horizon/certs/ca.pem"));
+        assert_eq!(c.warm_pool, 3);
+        assert_eq!(c.server_tick_ms, 33);
+        assert_eq!(c.advertise_transfer, "mtl.example:7413");
+        assert_eq!(c.peers["HKG"].port(), 7513);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let bad = GOOD
+            .replace("10.0.0.1:7400", "nowhere")
+            .replace("warm_pool = 3", "warm_pool = 99\nmax = 4\ntick_ms = 1");
+        let errors = AgentConfig::parse(&bad, Path::new("."), |_| None).unwrap_err();
+        let text = errors.join("\n");
+        for needle in ["core = \"nowhere\"", "warm_pool (99)", "tick_ms = 1", "HORIZON_SERVER_TOKEN", "HORIZON_PLAYER_TOKEN"] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let errors = AgentConfig::parse(&format!("{GOOD}\nwarm = 1"), Path::new("."), tokens)
+            .unwrap_err();
+        assert!(errors[0].contains("unknown field `warm`"), "{errors:?}");
+    }
+}

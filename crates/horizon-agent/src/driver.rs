@@ -1,0 +1,123 @@
+//! How an agent gets game servers: the [`ServerDriver`] seam. The agent decides *how many*
+//! (its warm pool) and *which* to stop; a driver only starts and stops them and says when one
+//! died. [`ProcessDriver`] runs `horizon gameserver` processes; a Kubernetes driver creates
+//! pods from a template behind the same trait.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tokio::process::{Child, Command};
+
+/// Why a driver could not start a server.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("cannot start {program}: {why}")]
+    Spawn { program: String, why: String },
+    #[error("at the limit of {max} servers")]
+    Full { max: usize },
+}
+
+/// Starts and stops this site's game servers. A started server dials the agent and registers
+/// under the name it was given; the agent counts it ready from then on.
+pub trait ServerDriver: Send + 'static {
+    /// Starts a server that registers as `name`.
+    fn start(&mut self, name: &str) -> Result<(), DriverError>;
+    /// Stops `name` (no-op if unknown or gone).
+    fn stop(&mut self, name: &str);
+    /// Servers that ended since the last call, with why.
+    fn poll_ended(&mut self) -> Vec<(String, String)>;
+    /// Stops everything (agent shutdown).
+    fn stop_all(&mut self);
+    /// Servers started and not ended.
+    fn running(&self) -> usize;
+}
+
+/// What every game server of the site is started with.
+#[derive(Clone, Debug)]
+pub struct ProcessOptions {
+    /// The `horizon` binary (its `gameserver` subcommand is run).
+    pub program: PathBuf,
+    pub agent: SocketAddr,
+    pub site: String,
+    /// CA certificate the server verifies the agent with.
+    pub ca: PathBuf,
+    /// Passed in the environment (`HORIZON_SERVER_TOKEN`), never on the command line.
+    pub token: String,
+    pub tick_ms: u32,
+    pub max_servers: usize,
+}
+
+/// Game servers as local child processes. Children die with the agent (`kill_on_drop`, and
+/// [`ServerDriver::stop_all`] on shutdown).
+#[derive(Debug)]
+pub struct ProcessDriver {
+    opts: ProcessOptions,
+    children: HashMap<String, Child>,
+}
+
+impl ProcessDriver {
+    pub fn new(opts: ProcessOptions) -> Self {
+        ProcessDriver { opts, children: HashMap::new() }
+    }
+}
+
+impl ServerDriver for ProcessDriver {
+    fn start(&mut self, name: &str) -> Result<(), DriverError> {
+        if self.children.len() >= self.opts.max_servers {
+            return Err(DriverError::Full { max: self.opts.max_servers });
+        }
+        let o = &self.opts;
+        let child = Command::new(&o.program)
+            .arg("gameserver")
+            .args(["--agent", &o.agent.to_string()])
+            .args(["--site", &o.site])
+            .args(["--name", name])
+            .arg("--ca")
+            .arg(&o.ca)
+            .args(["--tick-ms", &o.tick_ms.to_string()])
+            .env("HORIZON_SERVER_TOKEN", &o.token)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| DriverError::Spawn {
+                program: o.program.display().to_string(),
+                why: e.to_string(),
+            })?;
+        tracing::info!(site = %o.site, server = name, pid = child.id(), "game server started");
+        self.children.insert(name.to_owned(), child);
+        Ok(())
+    }
+
+    fn stop(&mut self, name: &str) {
+        if let Some(mut child) = self.children.remove(name) {
+            let _ = child.start_kill();
+        }
+    }
+
+    fn poll_ended(&mut self) -> Vec<(String, String)> {
+        let mut ended = Vec::new();
+        self.children.retain(|name, child| match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                ended.push((name.clone(), status.to_string()));
+                false
+            }
+            Err(e) => {
+                ended.push((name.clone(), e.to_string()));
+                false
+            }
+        });
+        ended
+    }
+
+    fn stop_all(&mut self) {
+        for (_, mut child) in self.children.drain() {
+            let _ = child.start_kill();
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.children.len()
+    }
+}
