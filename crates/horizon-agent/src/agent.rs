@@ -437,6 +437,12 @@ impl Agent {
         for lref in stop {
             self.drop_bubble(lref.bubble).await;
         }
+        self.adopt_peers(peers);
+    }
+
+    /// Dials the sites this agent must dial (one connection per pair: the site whose name
+    /// sorts first dials), at the configured address if any, else the one the core gave.
+    fn adopt_peers(&mut self, peers: Vec<control::Peer>) {
         for peer in peers {
             let addr = self
                 .cfg
@@ -605,6 +611,10 @@ impl Agent {
             }
             R::Route { routes } => {
                 self.route(routes.clone());
+                Ok(control::Reply::Done)
+            }
+            R::Peers { peers } => {
+                self.adopt_peers(peers.clone());
                 Ok(control::Reply::Done)
             }
             R::Prepare { handover, bubble, source, target, target_addr, lease, .. } => {

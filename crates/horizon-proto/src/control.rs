@@ -84,6 +84,8 @@ pub enum Request {
     /// core → agent (home site): where these players are simulated from now on. The gateway
     /// sends their inputs there and re-sends those not yet acknowledged.
     Route { routes: Vec<PlayerRoute> },
+    /// core → agent: the other sites' agents changed (one registered, or moved address).
+    Peers { peers: Vec<Peer> },
 }
 
 kinds!(Request {
@@ -101,6 +103,7 @@ kinds!(Request {
     Revoke => "revoke",
     Members => "members",
     Route => "route",
+    Peers => "peers",
 });
 
 /// A reply on the control channel.

@@ -242,6 +242,12 @@ pub fn all() -> Vec<Fixture> {
                     site: name("MTL"),
                 }],
             },
+            control::Request::Peers {
+                peers: vec![control::Peer {
+                    site: name("HKG"),
+                    transfer_addr: "10.0.2.2:7401".to_owned(),
+                }],
+            },
         ],
         vec![
             control::Reply::Done,

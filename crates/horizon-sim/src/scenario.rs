@@ -227,6 +227,29 @@ impl Scenario {
     }
 }
 
+/// Reads the `[sites]` and `[thresholds]` tables exactly as scenario files write them, for
+/// other files that configure a brain (the core's configuration). `period_ms` is the tick.
+pub fn sites_and_thresholds(
+    sites: toml::Value,
+    thresholds: Option<toml::Value>,
+    period_ms: u64,
+) -> Result<(Sites, Thresholds), Vec<Problem>> {
+    let mut b = Builder::default();
+    let raw_sites = RawSites::deserialize(sites)
+        .map_err(|e| vec![Problem { key: "sites".into(), why: e.to_string() }])?;
+    let raw_thresholds = match thresholds {
+        Some(t) => RawThresholds::deserialize(t)
+            .map_err(|e| vec![Problem { key: "thresholds".into(), why: e.to_string() }])?,
+        None => RawThresholds::default(),
+    };
+    let sites = b.sites(&raw_sites);
+    let thresholds = b.thresholds(&raw_thresholds, period_ms);
+    match sites {
+        Some(sites) if b.problems.is_empty() => Ok((sites, thresholds)),
+        _ => Err(b.problems),
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Builder {
     pub(crate) problems: Vec<Problem>,
