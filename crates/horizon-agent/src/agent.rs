@@ -13,8 +13,8 @@ use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{
-    Blob, BubbleId, ChannelId, ErrorCode, Fault, HandoverId, Input, Inputs, Lease,
-    LeaseRef, Name, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
+    Blob, BubbleId, ChannelId, ErrorCode, Fault, HandoverId, Input, Inputs, Lease, LeaseRef, Name,
+    PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
 };
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
@@ -40,6 +40,8 @@ const RESEND_AFTER: Duration = Duration::from_millis(400);
 /// Crossings that arrived before the core's `Members`: kept this long, at most this many.
 const CROSSING_TTL: Duration = Duration::from_secs(30);
 const MAX_CROSSINGS: usize = 4096;
+/// How often every running bubble's state is copied to the core (the universe backup).
+const BACKUP_EVERY: Duration = Duration::from_secs(10);
 /// A started server that has not registered after this is stopped.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -136,7 +138,9 @@ pub async fn start(
     pump_link(core.events, core.inbound, events_tx.clone());
     accept_loop(servers, events_tx.clone(), Event::ServerUp);
     accept_loop(players, events_tx.clone(), Event::PlayerUp);
-    accept_loop(transfers, events_tx.clone(), |p: Peer<Transfer>| Event::PeerUp(p.conn, Some(p.inbound)));
+    accept_loop(transfers, events_tx.clone(), |p: Peer<Transfer>| {
+        Event::PeerUp(p.conn, Some(p.inbound))
+    });
     let agent = Agent {
         site,
         site_key: site_key(&cfg.site),
@@ -158,6 +162,7 @@ pub async fn start(
         pending_prepare: HashMap::new(),
         joins: Vec::new(),
         leaves: Vec::new(),
+        backups: None,
         endpoint,
         roots,
         identity,
@@ -177,7 +182,6 @@ pub async fn start(
         task,
     })
 }
-
 
 /// Everything that reaches the loop.
 enum Event {
@@ -204,7 +208,10 @@ enum Event {
 /// Results of spawned work.
 enum Done {
     Registered(control::Reply),
-    Renewed { sent: Instant, reply: control::Reply },
+    Renewed {
+        sent: Instant,
+        reply: control::Reply,
+    },
     /// A handover source reached its target and may start mirroring.
     SourceOpened {
         handover: HandoverId,
@@ -226,9 +233,13 @@ struct Srv {
 enum Phase {
     Running,
     /// Target of a handover: fed by the source, starts at the seal.
-    Standby { handover: HandoverId },
+    Standby {
+        handover: HandoverId,
+    },
     /// Source of a handover: still simulating until the freeze, then sealed.
-    Leaving { handover: HandoverId },
+    Leaving {
+        handover: HandoverId,
+    },
 }
 
 struct Local {
@@ -294,6 +305,8 @@ struct Agent {
     pending_prepare: HashMap<HandoverId, InboundRequest<Control>>,
     joins: Vec<control::PlayerSample>,
     leaves: Vec<PlayerId>,
+    /// The universe backup stream to the core (opened at each registration).
+    backups: Option<mpsc::Sender<control::Backup>>,
     endpoint: quinn::Endpoint,
     roots: Roots,
     identity: Identity,
@@ -318,7 +331,8 @@ impl Agent {
         let mut renew = tokio::time::interval(Duration::from_millis(self.cfg.renew_ms));
         let mut housekeeping = tokio::time::interval(Duration::from_millis(200));
         let mut probe = tokio::time::interval(Duration::from_secs(1));
-        for t in [&mut report, &mut renew, &mut housekeeping, &mut probe] {
+        let mut backup = tokio::time::interval(BACKUP_EVERY);
+        for t in [&mut report, &mut renew, &mut housekeeping, &mut probe, &mut backup] {
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         }
         self.top_up_pool();
@@ -330,6 +344,7 @@ impl Agent {
                 _ = renew.tick() => self.renew(),
                 _ = housekeeping.tick() => self.housekeeping(),
                 _ = probe.tick() => self.probe(),
+                _ = backup.tick() => self.backup(),
             }
         }
         tracing::info!(site = %self.site, "agent stopping");
@@ -397,13 +412,16 @@ impl Agent {
             servers: self.server_loads(),
             held,
         };
+        self.backups = Some(open_stream_task(conn.clone()));
         let events = self.events.clone();
         tokio::spawn(async move {
             match conn.request(&register).await {
                 Ok(reply) => {
                     let _ = events.send(Event::Task(Done::Registered(reply))).await;
                 }
-                Err(e) => tracing::warn!(error = %e, "registration failed; retried at reconnection"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "registration failed; retried at reconnection")
+                }
             }
         });
     }
@@ -462,14 +480,18 @@ impl Agent {
     }
 
     fn dial_peer(&mut self, site: Name, addr: SocketAddr) {
-        let config =
-            match tls::client_config(&self.roots, Some(&self.identity), ChannelId::Transfer, &self.limits) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(error = %e, "transfer client config");
-                    return;
-                }
-            };
+        let config = match tls::client_config(
+            &self.roots,
+            Some(&self.identity),
+            ChannelId::Transfer,
+            &self.limits,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "transfer client config");
+                return;
+            }
+        };
         let parts = Link::<Transfer>::connect(Dial {
             endpoint: self.endpoint.clone(),
             addr,
@@ -675,23 +697,30 @@ impl Agent {
 
     /// A ready server holding nothing, if any.
     fn free_server(&self) -> Option<Name> {
-        let mut free: Vec<&Name> =
-            self.servers.iter().filter(|(_, s)| s.ready && s.bubbles.is_empty()).map(|(n, _)| n).collect();
+        let mut free: Vec<&Name> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| s.ready && s.bubbles.is_empty())
+            .map(|(n, _)| n)
+            .collect();
         free.sort();
         free.first().map(|n| (*n).clone())
     }
 
     async fn assign(&mut self, lease: Lease, region: Region, standby: bool) -> Result<Name, Fault> {
-        let server = self
-            .free_server()
-            .ok_or_else(|| Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.site)))?;
+        let server = self.free_server().ok_or_else(|| {
+            Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.site))
+        })?;
         let conn = self.servers[&server].conn.clone();
         let reply = conn
             .request(&server::Request::Assign { lease, region, from_snapshot: standby })
             .await
             .map_err(|e| Fault::new(ErrorCode::NotReady, format!("server {server}: {e}")))?;
         if let server::Reply::Stale { newest } = reply {
-            return Err(Fault::new(ErrorCode::StaleEpoch, format!("server has epoch {}", newest.0)));
+            return Err(Fault::new(
+                ErrorCode::StaleEpoch,
+                format!("server has epoch {}", newest.0),
+            ));
         }
         if let Some(s) = self.servers.get_mut(&server) {
             s.bubbles.push(lease.bubble);
@@ -700,7 +729,12 @@ impl Agent {
         Ok(server)
     }
 
-    async fn create(&mut self, bubble: BubbleId, region: Region, lease: Lease) -> Result<control::Reply, Fault> {
+    async fn create(
+        &mut self,
+        bubble: BubbleId,
+        region: Region,
+        lease: Lease,
+    ) -> Result<control::Reply, Fault> {
         if let Some(b) = self.bubbles.get(&bubble) {
             if b.lease.epoch == lease.epoch {
                 return Ok(control::Reply::Done);
@@ -773,7 +807,14 @@ impl Agent {
         Ok(control::Reply::Done)
     }
 
-    async fn join(&mut self, conn: &Conn<Server>, lease: LeaseRef, player: PlayerId, last_applied: Seq, state: Blob) {
+    async fn join(
+        &mut self,
+        conn: &Conn<Server>,
+        lease: LeaseRef,
+        player: PlayerId,
+        last_applied: Seq,
+        state: Blob,
+    ) {
         let req = server::Request::Join { lease, player, last_applied, state };
         if let Err(e) = conn.request(&req).await {
             tracing::warn!(player = player.0, error = %e, "join refused by the server");
@@ -781,7 +822,14 @@ impl Agent {
     }
 
     /// Sends a departed player's state to the site that simulates them now.
-    fn cross(&mut self, player: PlayerId, from: BubbleId, d: control::Departure, last_applied: Seq, state: Blob) {
+    fn cross(
+        &mut self,
+        player: PlayerId,
+        from: BubbleId,
+        d: control::Departure,
+        last_applied: Seq,
+        state: Blob,
+    ) {
         self.stats.crossings.fetch_add(1, Ordering::Relaxed);
         let req = transfer::Request::Cross {
             player,
@@ -824,7 +872,13 @@ impl Agent {
         }
     }
 
-    async fn prepare_target(&mut self, handover: HandoverId, bubble: BubbleId, source: Name, lease: Lease) -> Result<control::Reply, Fault> {
+    async fn prepare_target(
+        &mut self,
+        handover: HandoverId,
+        bubble: BubbleId,
+        source: Name,
+        lease: Lease,
+    ) -> Result<control::Reply, Fault> {
         if self.bubbles.get(&bubble).is_some_and(|b| b.phase == Phase::Standby { handover }) {
             return Ok(control::Reply::Prepared { handover });
         }
@@ -833,13 +887,27 @@ impl Agent {
         tracing::info!(site = %self.site, bubble = bubble.0, from = %source, %server, "handover target standing by");
         self.bubbles.insert(
             bubble,
-            Local { lease, region, server, members: HashMap::new(), phase: Phase::Standby { handover } },
+            Local {
+                lease,
+                region,
+                server,
+                members: HashMap::new(),
+                phase: Phase::Standby { handover },
+            },
         );
         self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
         Ok(control::Reply::Prepared { handover })
     }
 
-    fn prepare_source(&mut self, handover: HandoverId, bubble: BubbleId, target: Name, _addr: String, lease: Lease, req: InboundRequest<Control>) {
+    fn prepare_source(
+        &mut self,
+        handover: HandoverId,
+        bubble: BubbleId,
+        target: Name,
+        _addr: String,
+        lease: Lease,
+        req: InboundRequest<Control>,
+    ) {
         let Some(local) = self.bubbles.get(&bubble).filter(|b| b.lease.epoch == lease.epoch) else {
             tokio::spawn(req.reply(Err(unknown(bubble))));
             return;
@@ -867,7 +935,12 @@ impl Agent {
         });
     }
 
-    async fn source_opened(&mut self, handover: HandoverId, bubble: BubbleId, stream: Result<mpsc::Sender<StateItem>, String>) {
+    async fn source_opened(
+        &mut self,
+        handover: HandoverId,
+        bubble: BubbleId,
+        stream: Result<mpsc::Sender<StateItem>, String>,
+    ) {
         let Some(req) = self.pending_prepare.remove(&handover) else { return };
         let result = match (stream, self.bubbles.get_mut(&bubble)) {
             (Ok(tx), Some(local)) => {
@@ -876,7 +949,10 @@ impl Agent {
                 let conn = self.servers.get(&local.server).map(|s| s.conn.clone());
                 self.mirrors.insert(bubble, (handover, tx));
                 match conn {
-                    Some(conn) => match conn.request(&server::Request::Copy { lease, deltas: true }).await {
+                    Some(conn) => match conn
+                        .request(&server::Request::Copy { lease, deltas: true })
+                        .await
+                    {
                         Ok(_) => Ok(control::Reply::Done),
                         Err(e) => Err(Fault::new(ErrorCode::NotReady, format!("snapshot: {e}"))),
                     },
@@ -896,9 +972,9 @@ impl Agent {
     }
 
     async fn freeze(&mut self, handover: HandoverId) -> Result<control::Reply, Fault> {
-        let bubble = self
-            .bubble_in(|p| p == Phase::Leaving { handover })
-            .ok_or_else(|| Fault::new(ErrorCode::Unexpected, format!("no handover {} here", handover.0)))?;
+        let bubble = self.bubble_in(|p| p == Phase::Leaving { handover }).ok_or_else(|| {
+            Fault::new(ErrorCode::Unexpected, format!("no handover {} here", handover.0))
+        })?;
         let local = &self.bubbles[&bubble];
         let lease = LeaseRef { bubble, epoch: local.lease.epoch };
         let conn = self
@@ -941,7 +1017,8 @@ impl Agent {
     // ---- game servers ------------------------------------------------------------------------
 
     fn top_up_pool(&mut self) {
-        let spare = self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
+        let spare =
+            self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
         for _ in spare..self.cfg.warm_pool {
             let name = format!("{}-gs-{}", self.cfg.site.to_ascii_lowercase(), self.next_server);
             self.next_server += 1;
@@ -983,7 +1060,10 @@ impl Agent {
         });
         let out = open_stream_task(conn.clone());
         self.starting.remove(name.as_str());
-        self.servers.insert(name, Srv { conn, out, ready: false, tps: 0.0, players: 0, bubbles: Vec::new() });
+        self.servers.insert(
+            name,
+            Srv { conn, out, ready: false, tps: 0.0, players: 0, bubbles: Vec::new() },
+        );
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
     }
 
@@ -991,7 +1071,9 @@ impl Agent {
         let Inbound::Request(req) = inbound else { return };
         let Some(srv) = self.servers.get_mut(&name).filter(|s| s.conn.id() == id) else { return };
         let reply = match &req.body {
-            server::Request::Register { .. } => Ok(server::Reply::Registered { load_every_ms: 1000 }),
+            server::Request::Register { .. } => {
+                Ok(server::Reply::Registered { load_every_ms: 1000 })
+            }
             server::Request::Ready => {
                 srv.ready = true;
                 tracing::info!(site = %self.site, server = %name, "game server ready");
@@ -1010,6 +1092,18 @@ impl Agent {
     fn server_item(&mut self, server: &Name, item: StateItem) {
         match item {
             StateItem::Update(update) => self.fan_out(server, update),
+            StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
+                let chunk = control::Backup::Chunk {
+                    lease: LeaseRef { bubble: s.bubble, epoch: s.epoch },
+                    tick: s.tick,
+                    index: s.index,
+                    total: s.total,
+                    bytes: s.bytes,
+                };
+                if let Some(out) = &self.backups {
+                    let _ = out.try_send(chunk);
+                }
+            }
             StateItem::Snapshot(ref s) => self.mirror(s.bubble, item.clone()),
             StateItem::Delta(ref d) => self.mirror(d.bubble, item.clone()),
             StateItem::Seal(ref s) => {
@@ -1153,12 +1247,20 @@ impl Agent {
         }
     }
 
-    fn player_request(&mut self, session: u64, req: &InboundRequest<Gateway>) -> Result<gateway::Reply, Fault> {
+    fn player_request(
+        &mut self,
+        session: u64,
+        req: &InboundRequest<Gateway>,
+    ) -> Result<gateway::Reply, Fault> {
         match &req.body {
             gateway::Request::Join { role, world, pos } => {
                 if let Some(&player) = self.sessions.get(&session) {
                     let acked = self.players.get(&player).map_or(Seq(0), |g| g.acked);
-                    return Ok(gateway::Reply::Joined { player, home: self.site.clone(), resume_after: Seq(acked.0 + 1) });
+                    return Ok(gateway::Reply::Joined {
+                        player,
+                        home: self.site.clone(),
+                        resume_after: Seq(acked.0 + 1),
+                    });
                 }
                 let conn = req.conn().clone();
                 let player = PlayerId(self.site_key | self.next_player);
@@ -1199,7 +1301,10 @@ impl Agent {
     }
 
     fn session_player(&mut self, session: u64) -> Result<&mut Gw, Fault> {
-        let player = self.sessions.get(&session).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))?;
+        let player = self
+            .sessions
+            .get(&session)
+            .ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))?;
         self.players.get_mut(player).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))
     }
 
@@ -1290,7 +1395,11 @@ impl Agent {
 
     // ---- other sites -------------------------------------------------------------------------
 
-    fn peer_up(&mut self, conn: Conn<Transfer>, inbound: Option<mpsc::Receiver<Inbound<Transfer>>>) {
+    fn peer_up(
+        &mut self,
+        conn: Conn<Transfer>,
+        inbound: Option<mpsc::Receiver<Inbound<Transfer>>>,
+    ) {
         let site = conn.peer().clone();
         let id = conn.id();
         if let Some(mut inbound) = inbound {
@@ -1307,7 +1416,8 @@ impl Agent {
         }
         let out = open_stream_task(conn.clone());
         tracing::info!(site = %self.site, peer = %site, "transfer link up");
-        self.peers.insert(site, PeerLink { conn, out, rtt_ms: None, probes_sent: 0, probes_back: 0 });
+        self.peers
+            .insert(site, PeerLink { conn, out, rtt_ms: None, probes_sent: 0, probes_back: 0 });
     }
 
     async fn peer_inbound(&mut self, site: Name, inbound: Inbound<Transfer>) {
@@ -1345,12 +1455,21 @@ impl Agent {
     async fn peer_request(&mut self, body: &transfer::Request) -> Result<transfer::Reply, Fault> {
         match body {
             transfer::Request::Open { handover, bubble, epoch } => {
-                let local = self.bubbles.get(bubble).filter(|b| b.phase == Phase::Standby { handover: *handover });
+                let local = self
+                    .bubbles
+                    .get(bubble)
+                    .filter(|b| b.phase == Phase::Standby { handover: *handover });
                 let local = local.ok_or_else(|| {
-                    Fault::new(ErrorCode::NotReady, format!("no standby for handover {}", handover.0))
+                    Fault::new(
+                        ErrorCode::NotReady,
+                        format!("no standby for handover {}", handover.0),
+                    )
                 })?;
                 if *epoch >= local.lease.epoch {
-                    return Err(Fault::new(ErrorCode::StaleEpoch, "the source's epoch is not older"));
+                    return Err(Fault::new(
+                        ErrorCode::StaleEpoch,
+                        "the source's epoch is not older",
+                    ));
                 }
                 Ok(transfer::Reply::Accepted { from_tick: Tick(0) })
             }
@@ -1366,7 +1485,12 @@ impl Agent {
                 } else if self.crossings.len() < MAX_CROSSINGS {
                     self.crossings.insert(
                         *player,
-                        Crossing { at: Instant::now(), to: *to, last_applied: *last_applied, state: state.clone() },
+                        Crossing {
+                            at: Instant::now(),
+                            to: *to,
+                            last_applied: *last_applied,
+                            state: state.clone(),
+                        },
                     );
                 } else {
                     return Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"));
@@ -1379,7 +1503,9 @@ impl Agent {
     fn peer_item(&mut self, site: &Name, item: StateItem) {
         match item {
             StateItem::Inputs(inputs) => {
-                if let Some(srv) = self.bubbles.get(&inputs.bubble).and_then(|b| self.servers.get(&b.server)) {
+                if let Some(srv) =
+                    self.bubbles.get(&inputs.bubble).and_then(|b| self.servers.get(&b.server))
+                {
                     let _ = srv.out.try_send(StateItem::Inputs(inputs));
                 }
             }
@@ -1404,11 +1530,30 @@ impl Agent {
         }
     }
 
+    /// Asks each server for a copy of every bubble it runs; the copies go to the core.
+    fn backup(&mut self) {
+        if !self.registered {
+            return;
+        }
+        for (&bubble, local) in &self.bubbles {
+            if local.phase != Phase::Running {
+                continue;
+            }
+            let Some(srv) = self.servers.get(&local.server) else { continue };
+            let conn = srv.conn.clone();
+            let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+            tokio::spawn(async move {
+                let _ = conn.request(&server::Request::Copy { lease, deltas: false }).await;
+            });
+        }
+    }
+
     fn probe(&mut self) {
         let sent_us = now_us();
         for peer in self.peers.values_mut() {
             peer.probes_sent += 1;
-            let _ = peer.conn.send_datagram(&transfer::Probe::Ping { seq: peer.probes_sent, sent_us });
+            let _ =
+                peer.conn.send_datagram(&transfer::Probe::Ping { seq: peer.probes_sent, sent_us });
         }
     }
 

@@ -119,8 +119,11 @@ impl AgentConfig {
         let listen_servers = addr("listen.servers", &raw.listen.servers);
         let listen_players = addr("listen.players", &raw.listen.players);
         let listen_transfer = addr("listen.transfer", &raw.listen.transfer);
-        let peers: BTreeMap<String, SocketAddr> =
-            raw.peers.iter().map(|(site, a)| (site.clone(), addr(&format!("peers.{site}"), a))).collect();
+        let peers: BTreeMap<String, SocketAddr> = raw
+            .peers
+            .iter()
+            .map(|(site, a)| (site.clone(), addr(&format!("peers.{site}"), a)))
+            .collect();
         let token = |var: &str, errors: &mut Vec<String>| {
             env(var).filter(|t| !t.is_empty()).unwrap_or_else(|| {
                 errors.push(format!("environment variable {var} must hold the token"));
@@ -226,15 +229,21 @@ mod tests {
             .replace("warm_pool = 3", "warm_pool = 99\nmax = 4\ntick_ms = 1");
         let errors = AgentConfig::parse(&bad, Path::new("."), |_| None).unwrap_err();
         let text = errors.join("\n");
-        for needle in ["core = \"nowhere\"", "warm_pool (99)", "tick_ms = 1", "HORIZON_SERVER_TOKEN", "HORIZON_PLAYER_TOKEN"] {
+        for needle in [
+            "core = \"nowhere\"",
+            "warm_pool (99)",
+            "tick_ms = 1",
+            "HORIZON_SERVER_TOKEN",
+            "HORIZON_PLAYER_TOKEN",
+        ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
     }
 
     #[test]
     fn unknown_keys_are_refused() {
-        let errors = AgentConfig::parse(&format!("{GOOD}\nwarm = 1"), Path::new("."), tokens)
-            .unwrap_err();
+        let errors =
+            AgentConfig::parse(&format!("{GOOD}\nwarm = 1"), Path::new("."), tokens).unwrap_err();
         assert!(errors[0].contains("unknown field `warm`"), "{errors:?}");
     }
 }

@@ -1,0 +1,152 @@
+//! The core's configuration: one TOML file, parsed once, every problem reported together.
+//! `[sites]` and `[thresholds]` read exactly as in scenario files (docs/scenarios.md).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use horizon_mesh::{Sites, Thresholds};
+use serde::Deserialize;
+
+/// Everything the core runs with.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    pub sites: Sites,
+    pub thresholds: Thresholds,
+    /// Agents connect here (control channel, mutual TLS).
+    pub listen_control: SocketAddr,
+    /// The admin HTTP API: `/status`, `/metrics`, `/healthz` and the status page.
+    pub listen_admin: SocketAddr,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Directory of the durable store (created if missing).
+    pub store: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    sites: toml::Value,
+    thresholds: Option<toml::Value>,
+    tick_s: Option<f64>,
+    listen: RawListen,
+    tls: RawTls,
+    store: RawStore,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    control: String,
+    admin: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    path: PathBuf,
+}
+
+impl CoreConfig {
+    /// Reads and checks `path`; relative paths are relative to the file.
+    pub fn load(path: &Path) -> Result<CoreConfig, Vec<String>> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        CoreConfig::parse(&text, base).map_err(|errors| {
+            errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect()
+        })
+    }
+
+    pub fn parse(text: &str, base: &Path) -> Result<CoreConfig, Vec<String>> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
+        let mut errors = Vec::new();
+        let tick_s = raw.tick_s.unwrap_or(5.0);
+        if !(tick_s.is_finite() && (0.1..=60.0).contains(&tick_s)) {
+            errors.push(format!("tick_s = {tick_s}: must be within 0.1..=60"));
+        }
+        let period_ms = (tick_s.clamp(0.1, 60.0) * 1000.0).round() as u64;
+        let parsed =
+            horizon_sim::scenario::sites_and_thresholds(raw.sites, raw.thresholds, period_ms);
+        let mut addr = |key: &str, v: &str| match v.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(format!("{key} = {v:?}: not an address (ip:port): {e}"));
+                SocketAddr::from(([0, 0, 0, 0], 0))
+            }
+        };
+        let listen_control = addr("listen.control", &raw.listen.control);
+        let listen_admin = addr("listen.admin", &raw.listen.admin);
+        let (sites, thresholds) = match parsed {
+            Ok(p) => p,
+            Err(problems) => {
+                errors.extend(problems.into_iter().map(|p| format!("{}: {}", p.key, p.why)));
+                return Err(errors);
+            }
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(CoreConfig {
+            sites,
+            thresholds,
+            listen_control,
+            listen_admin,
+            ca: base.join(raw.tls.ca),
+            cert: base.join(raw.tls.cert),
+            key: base.join(raw.tls.key),
+            store: base.join(raw.store.path),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [sites]
+        core = "PAR"
+        list = ["PAR", "MTL", "HKG"]
+        [sites.backbone_rtt_ms]
+        PAR-MTL = 85
+        PAR-HKG = 185
+        MTL-HKG = 225
+        [thresholds]
+        dwell_s = 10
+        [listen]
+        control = "0.0.0.0:7400"
+        admin = "127.0.0.1:7480"
+        [tls]
+        ca = "certs/ca.pem"
+        cert = "certs/PAR.pem"
+        key = "certs/PAR.key"
+        [store]
+        path = "state"
+    "#;
+
+    #[test]
+    fn a_good_file_parses() {
+        let c = CoreConfig::parse(GOOD, Path::new("/etc/horizon")).unwrap();
+        assert_eq!(c.sites.len(), 3);
+        assert_eq!(c.thresholds.dwell_ms, 10_000);
+        assert_eq!(c.thresholds.period_ms, 5_000);
+        assert_eq!(c.store, Path::new("/etc/horizon/state"));
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let bad = GOOD.replace("MTL-HKG = 225", "").replace("0.0.0.0:7400", "everywhere");
+        let errors = CoreConfig::parse(&bad, Path::new(".")).unwrap_err().join("\n");
+        assert!(errors.contains("listen.control"), "{errors}");
+        assert!(errors.contains("MTL") && errors.contains("HKG"), "{errors}");
+    }
+}

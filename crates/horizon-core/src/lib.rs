@@ -1,0 +1,22 @@
+//! # horizon-core — the control plane, as a library
+//!
+//! The core runs at the core site. It keeps one connection per agent (control channel, mutual
+//! TLS), feeds the agents' reports into the brain ([`horizon_mesh::Mesh`]) every tick, and
+//! carries out the brain's commands through the agents: bubble creation, member lists and
+//! player routes, moving borders, handovers (prepare → freeze → seal → start → commit) and
+//! revocations. It answers the agents' batched lease renewals, persists what changes ownership
+//! in its [`store`] before using it (generation first, so epochs never go backwards across
+//! restarts), keeps the universe backup (copies accepted only under the current epoch), and
+//! serves the admin API: `/status`, `/metrics`, `/healthz` and a status page.
+//!
+//! `horizon core --config FILE` runs it; the demo and the sandbox tests run the same code
+//! in process.
+
+mod admin;
+mod config;
+mod core;
+mod metrics;
+pub mod store;
+
+pub use crate::config::CoreConfig;
+pub use crate::core::{CoreError, CoreHandle, start};
