@@ -163,6 +163,7 @@ pub async fn start(
         joins: Vec::new(),
         leaves: Vec::new(),
         backups: None,
+        servers_addr,
         endpoint,
         roots,
         identity,
@@ -307,6 +308,8 @@ struct Agent {
     leaves: Vec<PlayerId>,
     /// The universe backup stream to the core (opened at each registration).
     backups: Option<mpsc::Sender<control::Backup>>,
+    /// Where this agent's game servers connect.
+    servers_addr: SocketAddr,
     endpoint: quinn::Endpoint,
     roots: Roots,
     identity: Identity,
@@ -1022,7 +1025,7 @@ impl Agent {
         for _ in spare..self.cfg.warm_pool {
             let name = format!("{}-gs-{}", self.cfg.site.to_ascii_lowercase(), self.next_server);
             self.next_server += 1;
-            match self.driver.start(&name) {
+            match self.driver.start(&name, self.servers_addr) {
                 Ok(()) => {
                     self.starting.insert(name, Instant::now());
                 }

@@ -21,8 +21,8 @@ pub enum DriverError {
 /// Starts and stops this site's game servers. A started server dials the agent and registers
 /// under the name it was given; the agent counts it ready from then on.
 pub trait ServerDriver: Send + 'static {
-    /// Starts a server that registers as `name`.
-    fn start(&mut self, name: &str) -> Result<(), DriverError>;
+    /// Starts a server that registers as `name` with the agent listening at `agent`.
+    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), DriverError>;
     /// Stops `name` (no-op if unknown or gone).
     fn stop(&mut self, name: &str);
     /// Servers that ended since the last call, with why.
@@ -38,7 +38,6 @@ pub trait ServerDriver: Send + 'static {
 pub struct ProcessOptions {
     /// The `horizon` binary (its `gameserver` subcommand is run).
     pub program: PathBuf,
-    pub agent: SocketAddr,
     pub site: String,
     /// CA certificate the server verifies the agent with.
     pub ca: PathBuf,
@@ -63,14 +62,14 @@ impl ProcessDriver {
 }
 
 impl ServerDriver for ProcessDriver {
-    fn start(&mut self, name: &str) -> Result<(), DriverError> {
+    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), DriverError> {
         if self.children.len() >= self.opts.max_servers {
             return Err(DriverError::Full { max: self.opts.max_servers });
         }
         let o = &self.opts;
         let child = Command::new(&o.program)
             .arg("gameserver")
-            .args(["--agent", &o.agent.to_string()])
+            .args(["--agent", &agent.to_string()])
             .args(["--site", &o.site])
             .args(["--name", name])
             .arg("--ca")

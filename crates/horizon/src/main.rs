@@ -6,8 +6,11 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
+mod daemons;
+mod demo;
+
 /// Exit code for bad input files or configuration (EX_USAGE).
-const EXIT_BAD_INPUT: u8 = 64;
+pub(crate) const EXIT_BAD_INPUT: u8 = 64;
 /// Exit code for a broken invariant: a bug, reproducible from the seed (EX_SOFTWARE).
 const EXIT_BUG: u8 = 70;
 
@@ -20,6 +23,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the whole mesh on this machine: core, three agents, game servers, 60 players.
+    Demo(demo::DemoArgs),
+    /// Run the core daemon (control plane) from a configuration file.
+    Core(daemons::ConfigArgs),
+    /// Run a site's agent from a configuration file (tokens from the environment).
+    Agent(daemons::ConfigArgs),
+    /// Run the reference game server (started by an agent's process driver).
+    Gameserver(daemons::GameServerArgs),
     /// Simulations over the real placement brain.
     #[command(subcommand)]
     Sim(Sim),
@@ -137,6 +148,22 @@ enum Sim {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Demo(args) => {
+            daemons::init_logs("warn,horizon_core=error,horizon_agent=error");
+            demo::demo(args)
+        }
+        Command::Core(args) => {
+            daemons::init_logs("warn,horizon_core=info");
+            daemons::core(args)
+        }
+        Command::Agent(args) => {
+            daemons::init_logs("warn,horizon_agent=info");
+            daemons::agent(args)
+        }
+        Command::Gameserver(args) => {
+            daemons::init_logs("warn");
+            daemons::gameserver(args)
+        }
         Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
         Command::Sim(Sim::Population { file, players, seed, hours, json, out }) => {
             sim_population(file.as_deref(), (players, seed, hours), json, out.as_deref())

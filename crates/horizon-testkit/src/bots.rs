@@ -1,0 +1,285 @@
+//! Simulated players: they connect to their home agent's gateway (through the emulated access
+//! link), join, move, send inputs `(player, seq)` and measure what a player sees.
+//!
+//! - **click-to-screen**: from sending input `seq` to the first update whose `acked ≥ seq`;
+//! - **applied once**: the reference game counts the inputs applied to each entity; a view
+//!   with `inputs > last_seq` means an input was applied twice;
+//! - **continuity**: every view carries the region's hash chain before and after its step;
+//!   two consecutive ticks of one bubble must chain, across handovers too;
+//! - **freeze**: the longest gap between two updates of the same bubble.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use horizon_proto::gateway::{self, Gateway};
+use horizon_proto::{Blob, ChannelId, Name, PlayerId, Role, Seq, Vec3, WorldId};
+use horizon_sdk::reference::{View, encode_input};
+use horizon_transport::tls::{self, Roots};
+use horizon_transport::{Dial, HelloParams, Inbound, Limits, Link, client_endpoint};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// How a bot moves.
+#[derive(Clone, Copy, Debug)]
+pub enum Motion {
+    Still,
+    /// Back and forth along x around its start, at `speed_mps`, within `radius_m`.
+    Wander {
+        radius_m: f64,
+        speed_mps: f64,
+    },
+    /// Around its start on a circle (a pilot).
+    Circle {
+        radius_m: f64,
+        speed_mps: f64,
+    },
+}
+
+/// One simulated player.
+#[derive(Clone, Debug)]
+pub struct BotSpec {
+    pub name: String,
+    /// Home site (for the figures; the gateway address decides it for real).
+    pub site: String,
+    pub gateway: SocketAddr,
+    pub role: Role,
+    pub world: u32,
+    pub start: [f64; 3],
+    pub motion: Motion,
+    pub join_after: Duration,
+    pub input_every: Duration,
+    /// Goes AFK (no inputs, role AFK) from `.0` after joining, for `.1`.
+    pub afk: Option<(Duration, Duration)>,
+}
+
+/// What a bot measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BotReport {
+    pub name: String,
+    pub site: String,
+    pub player: Option<u64>,
+    pub joined: bool,
+    pub inputs_sent: u64,
+    /// Highest seq acknowledged by an update.
+    pub acked: u64,
+    /// Inputs the game applied to this player's entity (its own counter, from the last view).
+    pub applied: u64,
+    /// Largest `inputs - last_seq` seen: inputs applied more than once.
+    pub applied_twice: u64,
+    pub updates: u64,
+    pub chain_checked: u64,
+    pub chain_breaks: u64,
+    pub max_gap_ms: f64,
+    pub bubbles_seen: u64,
+    #[serde(skip)]
+    pub click_ms: Vec<f64>,
+    pub error: Option<String>,
+}
+
+/// Starts a bot; it runs until `stop` turns true, then leaves.
+pub fn spawn(
+    spec: BotSpec,
+    roots: Roots,
+    token: String,
+    stop: watch::Receiver<bool>,
+) -> (Arc<Mutex<BotReport>>, tokio::task::JoinHandle<()>) {
+    let report = Arc::new(Mutex::new(BotReport {
+        name: spec.name.clone(),
+        site: spec.site.clone(),
+        ..BotReport::default()
+    }));
+    let r = report.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = run(spec, roots, token, stop, r.clone()).await {
+            if let Ok(mut r) = r.lock() {
+                r.error = Some(e);
+            }
+        }
+    });
+    (report, task)
+}
+
+fn lock(r: &Mutex<BotReport>) -> std::sync::MutexGuard<'_, BotReport> {
+    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn run(
+    spec: BotSpec,
+    roots: Roots,
+    token: String,
+    mut stop: watch::Receiver<bool>,
+    report: Arc<Mutex<BotReport>>,
+) -> Result<(), String> {
+    tokio::select! {
+        _ = tokio::time::sleep(spec.join_after) => {}
+        _ = stop.changed() => return Ok(()),
+    }
+    let limits = Limits::default();
+    let endpoint =
+        client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).map_err(|e| e.to_string())?;
+    let config =
+        tls::client_config(&roots, None, ChannelId::Gateway, &limits).map_err(|e| e.to_string())?;
+    let name = Name::new(spec.name.clone()).map_err(|e| e.to_string())?;
+    let parts = Link::<Gateway>::connect(Dial {
+        endpoint,
+        addr: spec.gateway,
+        server_name: horizon_transport::site_dns_name(&spec.site),
+        config,
+        hello: HelloParams::new(name).with_token(token),
+        limits,
+    });
+    let conn =
+        parts.link.connected(Duration::from_secs(15)).await.map_err(|e| format!("connect: {e}"))?;
+    let mut pos = Vec3 { x: spec.start[0], y: spec.start[1], z: spec.start[2] };
+    let world = WorldId(spec.world);
+    let joined = conn
+        .request(&gateway::Request::Join { role: spec.role, world, pos })
+        .await
+        .map_err(|e| format!("join: {e}"))?;
+    let gateway::Reply::Joined { player, .. } = joined else {
+        return Err(format!("join: unexpected reply {joined:?}"));
+    };
+    {
+        let mut r = lock(&report);
+        r.player = Some(player.0);
+        r.joined = true;
+    }
+    let mut inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
+    let (updates_tx, mut updates) = mpsc::channel(1024);
+    let mut inbound = parts.inbound;
+    tokio::spawn(async move {
+        while let Some(i) = inbound.recv().await {
+            if let Inbound::Stream(mut rx) = i {
+                let tx = updates_tx.clone();
+                tokio::spawn(async move {
+                    while let Ok(Some(item)) = rx.next().await {
+                        if tx.send((Instant::now(), item)).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let joined_at = Instant::now();
+    let mut input_timer = tokio::time::interval(spec.input_every);
+    let mut move_timer = tokio::time::interval(Duration::from_millis(100));
+    let mut seq = 0u64;
+    let mut pending: BTreeMap<u64, Instant> = BTreeMap::new();
+    let mut last: Option<(u64, u64, u64, Instant)> = None; // (bubble, tick, chain, at)
+    let mut position_seq = 0u32;
+    let mut afk = false;
+    let mut vel = Vec3::default();
+    let mut heading = 1.0;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = input_timer.tick() => {
+                let since = joined_at.elapsed();
+                let want_afk = spec.afk.is_some_and(|(from, len)| since >= from && since < from + len);
+                if want_afk != afk {
+                    afk = want_afk;
+                    let role = if afk { Role::Afk } else { spec.role };
+                    let _ = conn.request(&gateway::Request::SetRole { role }).await;
+                }
+                if afk {
+                    continue;
+                }
+                seq += 1;
+                let v = [(vel.x * 1000.0) as i32, (vel.y * 1000.0) as i32, (vel.z * 1000.0) as i32];
+                let item = gateway::Item::Input { seq: Seq(seq), bytes: Blob(encode_input(v)) };
+                pending.insert(seq, Instant::now());
+                if inputs.send(&item).await.is_err() {
+                    return Err("input stream closed".into());
+                }
+                lock(&report).inputs_sent = seq;
+            }
+            _ = move_timer.tick() => {
+                let t = joined_at.elapsed().as_secs_f64();
+                let (p, v) = motion(spec.motion, spec.start, t, &mut heading, pos);
+                pos = p;
+                vel = v;
+                position_seq += 1;
+                let _ = conn.send_datagram(&gateway::Datagram::Position { seq: position_seq, world, pos, vel });
+            }
+            Some((at, item)) = updates.recv() => {
+                let gateway::Item::Update { bubble, tick, acked, bytes } = item else { continue };
+                let mut r = lock(&report);
+                r.updates += 1;
+                let later = pending.split_off(&(acked.0 + 1));
+                for (_, sent) in std::mem::replace(&mut pending, later) {
+                    r.click_ms.push(at.duration_since(sent).as_secs_f64() * 1000.0);
+                }
+                r.acked = r.acked.max(acked.0);
+                let Some(view) = View::decode(&bytes.0) else { continue };
+                if let Some(e) = view.entity(PlayerId(player.0)) {
+                    r.applied = e.inputs;
+                    r.applied_twice = r.applied_twice.max(e.inputs.saturating_sub(e.last_seq));
+                }
+                match last {
+                    Some((b, t, chain, seen)) if b == bubble.0 => {
+                        if tick.0 == t + 1 {
+                            r.chain_checked += 1;
+                            if view.prev_chain != chain {
+                                r.chain_breaks += 1;
+                            }
+                        }
+                        let gap = at.duration_since(seen).as_secs_f64() * 1000.0;
+                        r.max_gap_ms = r.max_gap_ms.max(gap);
+                    }
+                    Some(_) | None => r.bubbles_seen += 1,
+                }
+                if last.is_none_or(|(b, t, ..)| b != bubble.0 || tick.0 > t) {
+                    last = Some((bubble.0, tick.0, view.chain, at));
+                }
+            }
+        }
+    }
+    let _ = conn.request(&gateway::Request::Leave).await;
+    Ok(())
+}
+
+/// Where a bot is at `t` seconds, and its velocity.
+fn motion(m: Motion, start: [f64; 3], t: f64, heading: &mut f64, pos: Vec3) -> (Vec3, Vec3) {
+    match m {
+        Motion::Still => (pos, Vec3::default()),
+        Motion::Wander { radius_m, speed_mps } => {
+            let mut x = pos.x + *heading * speed_mps * 0.1;
+            if (x - start[0]).abs() > radius_m {
+                *heading = -*heading;
+                x = pos.x;
+            }
+            (Vec3 { x, ..pos }, Vec3 { x: *heading * speed_mps, y: 0.0, z: 0.0 })
+        }
+        Motion::Circle { radius_m, speed_mps } => {
+            let w = speed_mps / radius_m.max(1.0);
+            let a = w * t;
+            let p = Vec3 {
+                x: start[0] + radius_m * a.cos(),
+                y: start[1],
+                z: start[2] + radius_m * a.sin(),
+            };
+            let v = Vec3 { x: -speed_mps * a.sin(), y: 0.0, z: speed_mps * a.cos() };
+            (p, v)
+        }
+    }
+}
+
+/// Percentiles of click-to-screen per home site, over the bots given.
+pub fn percentiles(reports: &[BotReport]) -> BTreeMap<String, serde_json::Value> {
+    let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in reports {
+        per.entry(r.site.clone()).or_default().extend(r.click_ms.iter().copied());
+    }
+    per.into_iter()
+        .map(|(site, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let q = |p: f64| if v.is_empty() { None } else { Some(v[((v.len() - 1) as f64 * p).round() as usize]) };
+            let round = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
+            let doc = serde_json::json!({"p50": round(q(0.5)), "p95": round(q(0.95)), "p99": round(q(0.99)), "samples": v.len()});
+            (site, doc)
+        })
+        .collect()
+}

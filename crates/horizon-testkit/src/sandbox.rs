@@ -1,0 +1,235 @@
+//! Core + agents + game servers + emulated WAN, on loopback.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use horizon_agent::{AgentConfig, AgentHandle, ProcessDriver, ProcessOptions};
+use horizon_core::{CoreConfig, CoreHandle};
+use horizon_mesh::{SiteName, Sites, Thresholds};
+use horizon_transport::netem::{Netem, NetemConfig};
+use horizon_transport::tls::DevCa;
+
+/// Why a sandbox could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    Setup(String),
+}
+
+fn setup(what: &str) -> impl Fn(&dyn std::fmt::Display) -> SandboxError + '_ {
+    move |e| SandboxError::Setup(format!("{what}: {e}"))
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct SandboxOptions {
+    /// Sites in order; the first is the core site.
+    pub sites: Vec<String>,
+    /// Backbone RTT per unordered pair, `"PAR-MTL"`.
+    pub backbone_ms: BTreeMap<String, f64>,
+    /// RTT between players and their home agent.
+    pub access_ms: f64,
+    pub thresholds: Thresholds,
+    pub warm_pool: usize,
+    pub server_tick_ms: u32,
+    /// The `horizon` binary (its `gameserver` subcommand).
+    pub server_program: PathBuf,
+    /// Working directory (certificates, store). Created if missing.
+    pub dir: PathBuf,
+    /// Where the core's admin API listens (`127.0.0.1:0` picks a port).
+    pub admin: SocketAddr,
+}
+
+impl SandboxOptions {
+    /// PAR (core), MTL and HKG with the SPEC's backbone RTTs and 10 ms access.
+    pub fn three_sites(server_program: PathBuf, dir: PathBuf) -> Self {
+        let backbone_ms = [("PAR-MTL", 85.0), ("PAR-HKG", 185.0), ("MTL-HKG", 225.0)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        SandboxOptions {
+            sites: vec!["PAR".into(), "MTL".into(), "HKG".into()],
+            backbone_ms,
+            access_ms: 10.0,
+            thresholds: Thresholds::default(),
+            warm_pool: 2,
+            server_tick_ms: 33,
+            server_program,
+            dir,
+            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    fn rtt(&self, a: &str, b: &str) -> f64 {
+        self.backbone_ms
+            .get(&format!("{a}-{b}"))
+            .or_else(|| self.backbone_ms.get(&format!("{b}-{a}")))
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+/// A running mesh.
+#[derive(Debug)]
+pub struct Sandbox {
+    pub core: CoreHandle,
+    pub agents: Vec<AgentHandle>,
+    /// Where players of each site connect (through the access link).
+    pub gateways: BTreeMap<String, SocketAddr>,
+    pub ca: PathBuf,
+    pub player_token: String,
+    netems: Vec<Netem>,
+}
+
+const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
+
+impl Sandbox {
+    pub async fn start(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let certs = opts.dir.join("certs");
+        let ca = DevCa::new(&certs);
+        let names: Vec<&str> = opts.sites.iter().map(String::as_str).collect();
+        ca.create(&names, true).map_err(|e| setup("certificates")(&e))?;
+        let core_site =
+            opts.sites.first().ok_or_else(|| SandboxError::Setup("no sites".into()))?.clone();
+        let site_names: Vec<SiteName> =
+            names.iter().filter_map(|n| SiteName::new(n).ok()).collect();
+        let pairs: Vec<(SiteName, SiteName, f64)> = site_names
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| site_names[i + 1..].iter().map(move |b| (a.clone(), b.clone())))
+            .map(|(a, b)| {
+                let ms = opts.rtt(a.as_str(), b.as_str());
+                (a, b, ms)
+            })
+            .collect();
+        let core_name = SiteName::new(&core_site).map_err(|e| setup("core site")(&e))?;
+        let sites = Sites::new(site_names.clone(), &core_name, &pairs)
+            .map_err(|e| SandboxError::Setup(format!("sites: {e:?}")))?;
+        let core = horizon_core::start(CoreConfig {
+            sites,
+            thresholds: opts.thresholds.clone(),
+            listen_control: SocketAddr::from((LOCALHOST, 0)),
+            listen_admin: opts.admin,
+            ca: ca.ca_cert(),
+            cert: ca.site_cert(&core_site),
+            key: ca.site_key(&core_site),
+            store: opts.dir.join("store"),
+        })
+        .await
+        .map_err(|e| setup("core")(&e))?;
+        let mut netems = Vec::new();
+        let proxy = |upstream: SocketAddr, rtt_ms: f64| {
+            let config = NetemConfig::new(
+                SocketAddr::from((LOCALHOST, 0)),
+                upstream,
+                Duration::from_secs_f64(rtt_ms / 1000.0),
+            );
+            async move { Netem::start(config).await }
+        };
+        let server_token = format!("servers-{}", fastrand::u64(..));
+        let player_token = format!("players-{}", fastrand::u64(..));
+        // Agents start in descending name order: a site dials the sites whose names sort after
+        // its own, so their (emulated) addresses exist by then.
+        let mut order: Vec<&String> = opts.sites.iter().collect();
+        order.sort_by(|a, b| b.cmp(a));
+        let mut agents: Vec<AgentHandle> = Vec::new();
+        let mut transfer: BTreeMap<String, SocketAddr> = BTreeMap::new();
+        let mut gateways = BTreeMap::new();
+        for site in order {
+            let core_addr = if *site == core_site {
+                core.control_addr
+            } else {
+                let n = proxy(core.control_addr, opts.rtt(&core_site, site))
+                    .await
+                    .map_err(|e| setup("netem")(&e))?;
+                let a = n.local_addr();
+                netems.push(n);
+                a
+            };
+            let mut peers = BTreeMap::new();
+            for (other, addr) in &transfer {
+                let n =
+                    proxy(*addr, opts.rtt(site, other)).await.map_err(|e| setup("netem")(&e))?;
+                peers.insert(other.clone(), n.local_addr());
+                netems.push(n);
+            }
+            let any = SocketAddr::from((LOCALHOST, 0));
+            let cfg = AgentConfig {
+                site: site.clone(),
+                core: core_addr,
+                core_site: core_site.clone(),
+                listen_servers: any,
+                listen_players: any,
+                listen_transfer: any,
+                advertise_transfer: String::new(),
+                ca: ca.ca_cert(),
+                cert: ca.site_cert(site),
+                key: ca.site_key(site),
+                server_token: server_token.clone(),
+                player_token: player_token.clone(),
+                warm_pool: opts.warm_pool,
+                max_servers: 64,
+                server_tick_ms: opts.server_tick_ms,
+                server_program: opts.server_program.clone(),
+                peers,
+                report_ms: 1000,
+                renew_ms: 5000,
+            };
+            let driver = ProcessDriver::new(ProcessOptions {
+                program: opts.server_program.clone(),
+                site: site.clone(),
+                ca: ca.ca_cert(),
+                token: server_token.clone(),
+                tick_ms: opts.server_tick_ms,
+                max_servers: 64,
+            });
+            let handle = horizon_agent::start(cfg, Box::new(driver))
+                .await
+                .map_err(|e| setup("agent")(&e))?;
+            transfer.insert(site.clone(), handle.transfer_addr);
+            let n =
+                proxy(handle.players_addr, opts.access_ms).await.map_err(|e| setup("netem")(&e))?;
+            gateways.insert(site.clone(), n.local_addr());
+            netems.push(n);
+            agents.push(handle);
+        }
+        Ok(Sandbox { core, agents, gateways, ca: ca.ca_cert(), player_token, netems })
+    }
+
+    /// Waits until every site has `ready` servers holding nothing (or the timeout).
+    pub async fn wait_ready(&self, ready: u64, within: Duration) -> bool {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let status = self.core.status().await;
+            let all =
+                status.as_ref().and_then(|s| s["sites"].as_array().cloned()).unwrap_or_default();
+            let ok = !all.is_empty()
+                && all.iter().all(|s| {
+                    s["agent_connected"].as_bool() == Some(true)
+                        && s["servers"].as_array().is_some_and(|v| {
+                            v.iter().filter(|x| x["ready"] == true).count() as u64 >= ready
+                        })
+                });
+            if ok {
+                return true;
+            }
+            if tokio::time::Instant::now() > until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops everything: agents (and their game servers), emulators, then the core.
+    pub async fn shutdown(self) {
+        for agent in self.agents {
+            agent.shutdown().await;
+        }
+        for n in &self.netems {
+            n.stop();
+        }
+        self.core.shutdown().await;
+    }
+}

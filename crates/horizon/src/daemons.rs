@@ -1,0 +1,176 @@
+//! `horizon core`, `horizon agent` and `horizon gameserver`: thin shells over the libraries.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::EXIT_BAD_INPUT;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ConfigArgs {
+    /// The configuration file (TOML); see docs/running.md.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct GameServerArgs {
+    /// The agent's game-server endpoint.
+    #[arg(long)]
+    agent: SocketAddr,
+    /// The agent's site (its certificate names it).
+    #[arg(long)]
+    site: String,
+    /// This server's name, unique within the site.
+    #[arg(long)]
+    name: String,
+    /// The CA certificate that signed the agent's certificate.
+    #[arg(long)]
+    ca: PathBuf,
+    /// Simulation tick, in ms.
+    #[arg(long, default_value_t = 33)]
+    tick_ms: u32,
+    /// Players this server accepts.
+    #[arg(long, default_value_t = 200)]
+    max_players: u32,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+        eprintln!("error: cannot start the runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+fn bad_config(errors: Vec<String>) -> ExitCode {
+    for e in errors {
+        eprintln!("error: {e}");
+    }
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+pub(crate) fn core(args: ConfigArgs) -> ExitCode {
+    let cfg = match horizon_core::CoreConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(errors) => return bad_config(errors),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let core = match horizon_core::start(cfg).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!(
+            "core serving: control {} · admin http://{} · generation {}",
+            core.control_addr, core.admin_addr, core.generation
+        );
+        let _ = tokio::signal::ctrl_c().await;
+        core.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
+    let cfg = match horizon_agent::AgentConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(errors) => return bad_config(errors),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let driver = horizon_agent::ProcessDriver::new(horizon_agent::ProcessOptions {
+            program: cfg.server_program.clone(),
+            site: cfg.site.clone(),
+            ca: cfg.ca.clone(),
+            token: cfg.server_token.clone(),
+            tick_ms: cfg.server_tick_ms,
+            max_servers: cfg.max_servers,
+        });
+        let agent = match horizon_agent::start(cfg, Box::new(driver)).await {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!(
+            "agent {} serving: servers {} · players {} · transfer {}",
+            agent.site, agent.servers_addr, agent.players_addr, agent.transfer_addr
+        );
+        let _ = tokio::signal::ctrl_c().await;
+        agent.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
+    let token = match std::env::var(horizon_agent::SERVER_TOKEN_ENV) {
+        Ok(t) if !t.is_empty() => t,
+        _ => {
+            eprintln!(
+                "error: environment variable {} must hold the agent's server token",
+                horizon_agent::SERVER_TOKEN_ENV
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if !(5..=1000).contains(&args.tick_ms) {
+        eprintln!("error: --tick-ms {} is outside 5..=1000", args.tick_ms);
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let roots = match horizon_transport::tls::Roots::load(&args.ca) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let opts = horizon_sdk::ServerOptions {
+            name: args.name,
+            build: format!("horizon-reference {}", env!("CARGO_PKG_VERSION")),
+            agent: args.agent,
+            agent_site: args.site,
+            token,
+            tick_ms: args.tick_ms,
+            max_players: args.max_players,
+        };
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            let _ = stop.send(true);
+        });
+        let game = horizon_sdk::reference::Reference { tick_ms: opts.tick_ms };
+        let counters = std::sync::Arc::new(horizon_sdk::Counters::default());
+        match horizon_sdk::run(opts, roots, game, counters, stop_rx).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings, and info for Horizon's daemons).
+pub(crate) fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

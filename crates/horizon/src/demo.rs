@@ -1,0 +1,324 @@
+//! `horizon demo`: the whole mesh on this machine — core at PAR, agents at PAR, MTL and HKG
+//! with warm pools of `horizon gameserver` processes, backbone latency emulated (85 / 185 /
+//! 225 ms), and 60 simulated players from the three continents with ~10 ms access RTT.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use horizon_proto::Role;
+use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
+use horizon_testkit::{Sandbox, SandboxOptions};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DemoArgs {
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// At the end, print one JSON document (the summary lines go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Where the core's admin API and status page listen.
+    #[arg(long, default_value = "127.0.0.1:7480")]
+    admin: SocketAddr,
+    /// Working directory for certificates and the core's store (default: a fresh temporary one).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+/// A group of players around one point: the first is the host (joins first).
+struct Group {
+    host: &'static str,
+    guests: &'static [(&'static str, usize)],
+    motion: Motion,
+}
+
+const GROUPS: &[Group] = &[
+    // A Parisian hosting Montrealers: starts on PAR, moves to MTL after the dwell.
+    Group {
+        host: "PAR",
+        guests: &[("MTL", 3)],
+        motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
+    },
+    Group {
+        host: "PAR",
+        guests: &[("MTL", 3)],
+        motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
+    },
+    Group { host: "PAR", guests: &[("MTL", 3)], motion: Motion::Still },
+    // A Parisian with four Hong Kong players: HKG wins (no site keeps everyone under the cap).
+    Group {
+        host: "PAR",
+        guests: &[("HKG", 4)],
+        motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
+    },
+    // One from each continent: Paris is in the middle, it stays.
+    Group { host: "PAR", guests: &[("MTL", 1), ("HKG", 1)], motion: Motion::Still },
+    Group {
+        host: "PAR",
+        guests: &[("PAR", 4)],
+        motion: Motion::Wander { radius_m: 60.0, speed_mps: 1.5 },
+    },
+    Group { host: "PAR", guests: &[("PAR", 5)], motion: Motion::Still },
+    Group {
+        host: "PAR",
+        guests: &[("PAR", 4)],
+        motion: Motion::Circle { radius_m: 2000.0, speed_mps: 120.0 },
+    },
+    Group {
+        host: "MTL",
+        guests: &[("MTL", 3)],
+        motion: Motion::Wander { radius_m: 60.0, speed_mps: 1.5 },
+    },
+    Group {
+        host: "MTL",
+        guests: &[("MTL", 3)],
+        motion: Motion::Circle { radius_m: 2000.0, speed_mps: 120.0 },
+    },
+    Group {
+        host: "HKG",
+        guests: &[("HKG", 3)],
+        motion: Motion::Wander { radius_m: 60.0, speed_mps: 1.5 },
+    },
+    Group { host: "HKG", guests: &[("HKG", 3)], motion: Motion::Still },
+    // Lone players, each on their own site.
+    Group { host: "MTL", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
+    Group { host: "MTL", guests: &[], motion: Motion::Still },
+    Group { host: "MTL", guests: &[], motion: Motion::Still },
+    Group { host: "HKG", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
+    Group { host: "HKG", guests: &[], motion: Motion::Still },
+    Group { host: "HKG", guests: &[], motion: Motion::Still },
+    Group { host: "PAR", guests: &[], motion: Motion::Still },
+    Group { host: "PAR", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
+];
+
+/// Groups this far apart never meet.
+const GROUP_SPACING_M: f64 = 40_000.0;
+
+/// The demo's players, deterministic.
+pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec> {
+    let mut bots = Vec::new();
+    for (g, group) in GROUPS.iter().enumerate() {
+        let centre = [g as f64 * GROUP_SPACING_M, 0.0, 0.0];
+        let pilots = matches!(group.motion, Motion::Circle { .. });
+        let mut members: Vec<&str> = vec![group.host];
+        for (site, n) in group.guests {
+            members.extend(std::iter::repeat_n(*site, *n));
+        }
+        for (i, site) in members.iter().enumerate() {
+            let Some(&gateway) = gateways.get(*site) else { continue };
+            bots.push(BotSpec {
+                name: format!("{}-g{g}-{i}", site.to_ascii_lowercase()),
+                site: (*site).to_owned(),
+                gateway,
+                role: if pilots && i == 0 { Role::Pilot } else { Role::Player },
+                world: 1,
+                start: [centre[0] + 5.0 * i as f64, 0.0, centre[2] + 3.0 * i as f64],
+                motion: group.motion,
+                // Hosts first; guests once the host's bubble exists.
+                join_after: Duration::from_millis(if i == 0 {
+                    200 * g as u64 % 2000
+                } else {
+                    7000 + 150 * i as u64
+                }),
+                input_every: Duration::from_millis(100),
+                afk: (g % 4 == 1 && i == 1)
+                    .then_some((Duration::from_secs(30), Duration::from_secs(15))),
+            });
+        }
+    }
+    bots
+}
+
+pub(crate) fn demo(args: DemoArgs) -> ExitCode {
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("error: cannot start the runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    runtime.block_on(run(args))
+}
+
+async fn run(args: DemoArgs) -> ExitCode {
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: cannot find the horizon binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("horizon-demo-{}", std::process::id()))
+    });
+    let mut opts = SandboxOptions::three_sites(program, dir.clone());
+    opts.thresholds.dwell_ms = 10_000;
+    opts.thresholds.hold_ms = 20_000;
+    opts.warm_pool = 4;
+    opts.admin = args.admin;
+    let say = |line: String| {
+        if args.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    say(format!(
+        "horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s, \
+         demo settings: dwell 10 s (SPEC 30 s), hold 20 s (SPEC 180 s) so that moves happen within a minute"
+    ));
+    let sandbox = match Sandbox::start(opts).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    say(format!(
+        "status page http://{0}/  ·  /status  ·  /metrics  ·  /healthz   (working dir {1})",
+        sandbox.core.admin_addr,
+        dir.display()
+    ));
+    if !sandbox.wait_ready(2, Duration::from_secs(30)).await {
+        eprintln!("error: game servers did not become ready within 30 s");
+        sandbox.shutdown().await;
+        return ExitCode::FAILURE;
+    }
+    let roots = match horizon_transport::tls::Roots::load(&sandbox.ca) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            sandbox.shutdown().await;
+            return ExitCode::FAILURE;
+        }
+    };
+    let (stop_bots, stop_rx) = tokio::sync::watch::channel(false);
+    let mut reports: Vec<Arc<Mutex<BotReport>>> = Vec::new();
+    let mut tasks = Vec::new();
+    for spec in population(&sandbox.gateways) {
+        let (report, task) =
+            bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx.clone());
+        reports.push(report);
+        tasks.push(task);
+    }
+    let started = tokio::time::Instant::now();
+    let deadline = args.duration.map(|s| started + Duration::from_secs(s));
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    every.tick().await;
+    let mut seen: Vec<usize> = vec![0; reports.len()];
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = every.tick() => {
+                let status = sandbox.core.status().await.unwrap_or_default();
+                say(summary_line(started.elapsed().as_secs(), &status, &reports, &mut seen));
+            }
+            _ = until_deadline => break,
+            _ = tokio::signal::ctrl_c() => {
+                say("Ctrl-C: stopping players, agents, game servers and the core".to_owned());
+                break;
+            }
+        }
+    }
+    let status = sandbox.core.status().await.unwrap_or_default();
+    let _ = stop_bots.send(true);
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    let finals: Vec<BotReport> =
+        reports.iter().map(|r| r.lock().map(|r| r.clone()).unwrap_or_default()).collect();
+    sandbox.shutdown().await;
+    let doc = final_document(&status, &finals);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        say(format!("final: {doc}"));
+    }
+    ExitCode::SUCCESS
+}
+
+fn by_site(status: &serde_json::Value, key: &str) -> BTreeMap<String, u64> {
+    status["sites"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .map(|s| {
+                    (s["site"].as_str().unwrap_or("?").to_owned(), s[key].as_u64().unwrap_or(0))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn summary_line(
+    t: u64,
+    status: &serde_json::Value,
+    reports: &[Arc<Mutex<BotReport>>],
+    seen: &mut [usize],
+) -> String {
+    let mut window: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (r, seen) in reports.iter().zip(seen.iter_mut()) {
+        let Ok(r) = r.lock() else { continue };
+        window.entry(r.site.clone()).or_default().extend(&r.click_ms[*seen..]);
+        *seen = r.click_ms.len();
+    }
+    let players = by_site(status, "players");
+    let bubbles = by_site(status, "bubbles");
+    let fmt = |m: &BTreeMap<String, u64>| {
+        m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" ")
+    };
+    let clicks = window
+        .into_iter()
+        .map(|(site, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let q = |p: f64| {
+                v.get(((v.len().max(1) - 1) as f64 * p).round() as usize)
+                    .map_or("-".into(), |x| format!("{x:.0}"))
+            };
+            format!("{site} {}/{}", q(0.5), q(0.95))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!(
+        "t={t:>3}s  players {}  |  bubbles {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
+        fmt(&players),
+        fmt(&bubbles),
+        status["handovers"]["committed"].as_u64().unwrap_or(0),
+    )
+}
+
+/// The final document. Inputs: `inputs_applied` is what the game counted on each player's
+/// entity (its `inputs` counter in the last update the player saw); `inputs_in_flight` are
+/// inputs sent but not yet acknowledged when the players stopped; so `inputs_applied +
+/// inputs_in_flight = inputs_sent` when nothing is lost.
+fn final_document(status: &serde_json::Value, finals: &[BotReport]) -> serde_json::Value {
+    let sum = |f: fn(&BotReport) -> u64| finals.iter().map(f).sum::<u64>();
+    let sent = sum(|r| r.inputs_sent);
+    let acked = sum(|r| r.acked);
+    serde_json::json!({
+        "players": finals.iter().filter(|r| r.joined).count(),
+        "bubbles_by_site": by_site(status, "bubbles"),
+        "handovers": status["handovers"]["committed"],
+        "handovers_failed": status["handovers"]["failed"],
+        "inputs_sent": sent,
+        "inputs_applied": sum(|r| r.applied),
+        "inputs_acked": acked,
+        "inputs_in_flight": sent - acked.min(sent),
+        "inputs_applied_twice": sum(|r| r.applied_twice),
+        "state_chain_checked": sum(|r| r.chain_checked),
+        "state_chain_breaks": sum(|r| r.chain_breaks),
+        "longest_update_gap_ms": finals.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max),
+        "click_to_screen_ms": bots::percentiles(finals),
+        "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
+        "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},
+    })
+}
