@@ -42,6 +42,9 @@ const CROSSING_TTL: Duration = Duration::from_secs(30);
 const MAX_CROSSINGS: usize = 4096;
 /// How often every running bubble's state is copied to the core (the universe backup).
 const BACKUP_EVERY: Duration = Duration::from_secs(10);
+/// An order needing a server waits this long for one to be ready (under the core's request
+/// timeout), then is refused.
+const SERVER_WAIT: Duration = Duration::from_secs(4);
 /// A started server that has not registered after this is stopped.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -160,6 +163,7 @@ pub async fn start(
         awaiting: HashMap::new(),
         mirrors: HashMap::new(),
         pending_prepare: HashMap::new(),
+        waiting: std::collections::VecDeque::new(),
         joins: Vec::new(),
         leaves: Vec::new(),
         backups: None,
@@ -304,6 +308,8 @@ struct Agent {
     /// Handover sources: the bubble's snapshot, deltas and seal go to the target.
     mirrors: HashMap<BubbleId, (HandoverId, mpsc::Sender<StateItem>)>,
     pending_prepare: HashMap<HandoverId, InboundRequest<Control>>,
+    /// Orders waiting for a ready server, oldest first.
+    waiting: std::collections::VecDeque<(Instant, InboundRequest<Control>)>,
     joins: Vec<control::PlayerSample>,
     leaves: Vec<PlayerId>,
     /// The universe backup stream to the core (opened at each registration).
@@ -471,13 +477,15 @@ impl Agent {
                 .get(peer.site.as_str())
                 .copied()
                 .or_else(|| peer.transfer_addr.parse().ok());
-            let Some(addr) = addr else {
-                tracing::warn!(peer = %peer.site, addr = %peer.transfer_addr, "peer address unusable");
-                continue;
-            };
             // One connection per pair: the site whose name sorts first dials.
-            if self.site.as_str() < peer.site.as_str() && !self.dialed.contains_key(&peer.site) {
-                self.dial_peer(peer.site, addr);
+            if self.site.as_str() > peer.site.as_str() || self.dialed.contains_key(&peer.site) {
+                continue;
+            }
+            match addr {
+                Some(addr) => self.dial_peer(peer.site, addr),
+                None => {
+                    tracing::warn!(peer = %peer.site, addr = %peer.transfer_addr, "peer address unusable")
+                }
             }
         }
     }
@@ -628,6 +636,17 @@ impl Agent {
 
     async fn core_request(&mut self, req: InboundRequest<Control>) {
         use control::Request as R;
+        let needs_server = match &req.body {
+            R::Create { bubble, .. } => !self.bubbles.contains_key(bubble),
+            R::Prepare { target, .. } => target == &self.site,
+            _ => false,
+        };
+        if needs_server && self.free_server().is_none() {
+            // Served when a server is ready (the pool grows for it), or refused at the deadline.
+            self.waiting.push_back((Instant::now(), req));
+            self.top_up_pool();
+            return;
+        }
         let result = match &req.body {
             R::Create { bubble, region, lease } => self.create(*bubble, *region, *lease).await,
             R::Resize { lease, region } => self.resize(*lease, *region).await,
@@ -1080,6 +1099,12 @@ impl Agent {
             server::Request::Ready => {
                 srv.ready = true;
                 tracing::info!(site = %self.site, server = %name, "game server ready");
+                if let Some((_, waiting)) = self.waiting.pop_front() {
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        let _ = events.send(Event::CoreInbound(Inbound::Request(waiting))).await;
+                    });
+                }
                 Ok(server::Reply::Done)
             }
             server::Request::Load { tps, players, .. } => {
@@ -1567,6 +1592,15 @@ impl Agent {
         }
         let now = Instant::now();
         self.crossings.retain(|_, c| now.duration_since(c.at) < CROSSING_TTL);
+        while self.waiting.front().is_some_and(|(at, _)| now.duration_since(*at) > SERVER_WAIT) {
+            if let Some((_, req)) = self.waiting.pop_front() {
+                let fault = Fault::new(
+                    ErrorCode::NotReady,
+                    format!("no game server ready at {} in time", self.site),
+                );
+                tokio::spawn(req.reply(Err(fault)));
+            }
+        }
         let late: Vec<String> = self
             .starting
             .iter()

@@ -179,6 +179,8 @@ struct AgentLink {
     conn: Conn<Control>,
     queue: mpsc::Sender<control::Request>,
     transfer_addr: String,
+    /// Its Register arrived: it is told about peers, and peers about it.
+    registered: bool,
     servers: Vec<control::ServerLoad>,
     backbone: Vec<control::BackboneSample>,
     players: usize,
@@ -404,6 +406,7 @@ impl Core {
                 conn: peer.conn,
                 queue,
                 transfer_addr: String::new(),
+                registered: false,
                 servers: Vec::new(),
                 backbone: Vec::new(),
                 players: 0,
@@ -470,20 +473,26 @@ impl Core {
         let peers: Vec<control::Peer> = self
             .agents
             .iter()
-            .filter(|(s, a)| **s != site && !a.transfer_addr.is_empty())
+            .filter(|(s, a)| **s != site && a.registered)
             .map(|(s, a)| control::Peer {
                 site: self.site_name(*s),
                 transfer_addr: a.transfer_addr.clone(),
             })
             .collect();
         let me = control::Peer { site: self.site_name(site), transfer_addr: transfer_addr.clone() };
-        let others: Vec<SiteId> = self.agents.keys().copied().filter(|s| *s != site).collect();
+        let others: Vec<SiteId> = self
+            .agents
+            .iter()
+            .filter(|(s, a)| **s != site && a.registered)
+            .map(|(s, _)| *s)
+            .collect();
         for other in others {
             self.order(other, control::Request::Peers { peers: vec![me.clone()] });
         }
         if let Some(agent) = self.agents.get_mut(&site) {
             agent.transfer_addr = transfer_addr;
             agent.servers = servers;
+            agent.registered = true;
         }
         self.update_capacity(site);
         tracing::info!(site = %self.cfg.sites.name(site), kept = keep.len(), stopped = stop.len(), "agent registered");

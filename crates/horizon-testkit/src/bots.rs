@@ -1,7 +1,8 @@
 //! Simulated players: they connect to their home agent's gateway (through the emulated access
 //! link), join, move, send inputs `(player, seq)` and measure what a player sees.
 //!
-//! - **click-to-screen**: from sending input `seq` to the first update whose `acked ≥ seq`;
+//! - **click-to-screen**: from sending input `seq` to the first update whose `acked ≥ seq`
+//!   (inputs start with the first update, as a client acts once the world is on screen);
 //! - **applied once**: the reference game counts the inputs applied to each entity; a view
 //!   with `inputs > last_seq` means an input was applied twice;
 //! - **continuity**: every view carries the region's hash chain before and after its step;
@@ -184,7 +185,8 @@ async fn run(
                     let role = if afk { Role::Afk } else { spec.role };
                     let _ = conn.request(&gateway::Request::SetRole { role }).await;
                 }
-                if afk {
+                // Like a client, act only once the world is on screen (the first update).
+                if afk || last.is_none() {
                     continue;
                 }
                 seq += 1;
