@@ -757,10 +757,8 @@ impl Agent {
         region: Region,
         lease: Lease,
     ) -> Result<control::Reply, Fault> {
-        if let Some(b) = self.bubbles.get(&bubble) {
-            if b.lease.epoch == lease.epoch {
-                return Ok(control::Reply::Done);
-            }
+        if self.bubbles.get(&bubble).is_some_and(|b| b.lease.epoch == lease.epoch) {
+            return Ok(control::Reply::Done);
         }
         let server = self.assign(lease, region, false).await?;
         tracing::info!(site = %self.site, bubble = bubble.0, epoch = lease.epoch.0, %server, "bubble created");
@@ -1143,10 +1141,10 @@ impl Agent {
     }
 
     fn mirror(&mut self, bubble: BubbleId, item: StateItem) {
-        if let Some((handover, tx)) = self.mirrors.get(&bubble) {
-            if tx.try_send(item).is_err() {
-                tracing::warn!(handover = handover.0, "handover stream full or closed");
-            }
+        if let Some((handover, tx)) = self.mirrors.get(&bubble)
+            && tx.try_send(item).is_err()
+        {
+            tracing::warn!(handover = handover.0, "handover stream full or closed");
         }
     }
 
@@ -1176,13 +1174,11 @@ impl Agent {
         }
         let mut remote: Vec<Name> = Vec::new();
         for (player, _) in &update.acked {
-            match local.members.get(player) {
-                Some(home) if home != &self.site => {
-                    if !remote.contains(home) {
-                        remote.push(home.clone());
-                    }
-                }
-                _ => {}
+            if let Some(home) = local.members.get(player)
+                && home != &self.site
+                && !remote.contains(home)
+            {
+                remote.push(home.clone());
             }
         }
         for home in remote {
@@ -1217,7 +1213,7 @@ impl Agent {
     }
 
     fn server_gone(&mut self, name: Name, id: u64) {
-        if !self.servers.get(&name).is_some_and(|s| s.conn.id() == id) {
+        if self.servers.get(&name).is_none_or(|s| s.conn.id() != id) {
             return;
         }
         let Some(srv) = self.servers.remove(&name) else { return };
@@ -1538,16 +1534,16 @@ impl Agent {
                 }
             }
             StateItem::Update(update) => self.deliver(&update),
-            StateItem::Snapshot(ref s) => self.to_standby(site, s.bubble, item.clone()),
-            StateItem::Delta(ref d) => self.to_standby(site, d.bubble, item.clone()),
+            StateItem::Snapshot(ref s) => self.feed_standby(site, s.bubble, item.clone()),
+            StateItem::Delta(ref d) => self.feed_standby(site, d.bubble, item.clone()),
             StateItem::Seal(ref s) => {
                 tracing::info!(site = %self.site, bubble = s.bubble.0, tick = s.tick.0, "seal received");
-                self.to_standby(site, s.bubble, item.clone())
+                self.feed_standby(site, s.bubble, item.clone())
             }
         }
     }
 
-    fn to_standby(&mut self, from: &Name, bubble: BubbleId, item: StateItem) {
+    fn feed_standby(&mut self, from: &Name, bubble: BubbleId, item: StateItem) {
         let Some(local) = self.bubbles.get(&bubble) else { return };
         if !matches!(local.phase, Phase::Standby { .. }) {
             tracing::warn!(peer = %from, bubble = bubble.0, "state for a bubble not standing by");

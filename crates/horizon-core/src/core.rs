@@ -170,6 +170,9 @@ struct BackupChunk {
     bytes: Vec<u8>,
 }
 
+/// A state copy: bubble, epoch, tick.
+type CopyKey = (BubbleId, u64, u64);
+
 /// Copies being assembled from their chunks, at most this many at once (oldest dropped).
 const MAX_BACKUPS_IN_FLIGHT: usize = 256;
 /// Largest backup accepted, in chunks.
@@ -221,7 +224,7 @@ struct Core {
     next_handover: u64,
     decisions: VecDeque<serde_json::Value>,
     /// Backup copies being assembled: (bubble, epoch, tick) → chunks.
-    assembling: BTreeMap<(BubbleId, u64, u64), Vec<Option<Vec<u8>>>>,
+    assembling: BTreeMap<CopyKey, Vec<Option<Vec<u8>>>>,
     metrics: Metrics,
     events: mpsc::Sender<Event>,
 }
@@ -548,10 +551,11 @@ impl Core {
             let _ = self.mesh.handle_leave(horizon_mesh::PlayerId(l.0));
         }
         for b in backbone {
-            if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms) {
-                if rtt.is_finite() && rtt >= 0.0 {
-                    self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
-                }
+            if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms)
+                && rtt.is_finite()
+                && rtt >= 0.0
+            {
+                self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
             }
         }
         if let Some(agent) = self.agents.get_mut(&site) {
@@ -746,11 +750,11 @@ impl Core {
         let gone: Vec<PlayerId> =
             self.placed.keys().filter(|p| !present.contains(p)).copied().collect();
         for player in gone {
-            if let Some(b) = self.placed.remove(&player) {
-                if let Some(r) = self.registry.get_mut(&b) {
-                    r.members.remove(&player);
-                    touched.insert(b);
-                }
+            if let Some(b) = self.placed.remove(&player)
+                && let Some(r) = self.registry.get_mut(&b)
+            {
+                r.members.remove(&player);
+                touched.insert(b);
             }
         }
         for bubble in touched {

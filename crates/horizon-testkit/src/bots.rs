@@ -94,9 +94,7 @@ pub fn spawn(
     let r = report.clone();
     let task = tokio::spawn(async move {
         if let Err(e) = run(spec, roots, token, stop, r.clone()).await {
-            if let Ok(mut r) = r.lock() {
-                r.error = Some(e);
-            }
+            lock(&r).error = Some(e);
         }
     });
     (report, task)

@@ -167,10 +167,9 @@ async fn run(args: DemoArgs) -> ExitCode {
             println!("{line}");
         }
     };
-    say(format!(
-        "horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s, \
+    say("horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s; \
          demo settings: dwell 10 s (SPEC 30 s), hold 20 s (SPEC 180 s) so that moves happen within a minute"
-    ));
+        .to_owned());
     let sandbox = match Sandbox::start(opts).await {
         Ok(s) => s,
         Err(e) => {

@@ -33,7 +33,8 @@ fn median(v: &[f64]) -> f64 {
 
 /// The site simulating `player` now, from the core's status.
 fn site_of(status: &serde_json::Value, player: u64) -> Option<String> {
-    let bubble = status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
+    let bubble =
+        status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
     let b = status["bubbles"].as_array()?.iter().find(|b| b["bubble"] == bubble)?;
     b["site"].as_str().map(str::to_owned)
 }
@@ -41,12 +42,16 @@ fn site_of(status: &serde_json::Value, player: u64) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_replaying_input() {
     let dir = std::env::temp_dir().join(format!("horizon-sandbox-{}", std::process::id()));
-    let mut opts = SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
     opts.thresholds.period_ms = 2_000;
     opts.thresholds.dwell_ms = 4_000;
     opts.thresholds.hold_ms = 6_000;
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready at every site");
+    assert!(
+        sandbox.wait_ready(2, Duration::from_secs(30)).await,
+        "game servers ready at every site"
+    );
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
 
     let mut specs = vec![bot("mtl-lone", "MTL", &sandbox, 0.0, 0)];
@@ -64,7 +69,12 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut running = Vec::new();
     for spec in specs {
-        running.push(bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx.clone()));
+        running.push(bots::spawn(
+            spec,
+            roots.clone(),
+            sandbox.player_token.clone(),
+            stop_rx.clone(),
+        ));
     }
     tokio::time::sleep(Duration::from_secs(24)).await;
     let status = sandbox.core.status().await.expect("status");
@@ -84,21 +94,38 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         assert_eq!(r.applied, r.acked, "{}: every acknowledged input applied, once", r.name);
         assert_eq!(r.applied_twice, 0, "{}: no input applied twice", r.name);
         assert_eq!(r.chain_breaks, 0, "{}: the region's state chain never breaks", r.name);
-        assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost, only the last inputs in flight: {r:?}", r.name);
+        assert!(
+            r.inputs_sent - r.acked < 20,
+            "{}: nothing lost, only the last inputs in flight: {r:?}",
+            r.name
+        );
     }
     let player = |name: &str| reports[name].player.expect("joined");
-    assert_eq!(site_of(&status, player("mtl-lone")).as_deref(), Some("MTL"), "a lone Montrealer is simulated in Montreal");
+    assert_eq!(
+        site_of(&status, player("mtl-lone")).as_deref(),
+        Some("MTL"),
+        "a lone Montrealer is simulated in Montreal"
+    );
     assert_eq!(site_of(&status, player("mtl-at-par")).as_deref(), Some("PAR"));
     for name in ["par-host", "mtl-guest-0", "mtl-guest-1", "mtl-guest-2"] {
-        assert_eq!(site_of(&status, player(name)).as_deref(), Some("MTL"), "{name}: 3 MTL + 1 PAR end on MTL");
+        assert_eq!(
+            site_of(&status, player(name)).as_deref(),
+            Some("MTL"),
+            "{name}: 3 MTL + 1 PAR end on MTL"
+        );
     }
     assert!(status["handovers"]["committed"].as_u64() >= Some(1), "{}", status["handovers"]);
     let lone = median(&reports["mtl-lone"].click_ms);
     let far = median(&reports["mtl-at-par"].click_ms);
     assert!(lone < 60.0, "lone MTL click-to-screen p50 {lone:.1} ms");
-    assert!(far > lone + 70.0, "an MTL player simulated in Paris pays the Atlantic: {far:.1} vs {lone:.1} ms");
+    assert!(
+        far > lone + 70.0,
+        "an MTL player simulated in Paris pays the Atlantic: {far:.1} vs {lone:.1} ms"
+    );
     // The handover froze the group for a moment, not for seconds.
     let gap = reports["mtl-guest-0"].max_gap_ms;
     assert!(gap < 1_000.0, "longest update gap across the handover: {gap:.0} ms");
-    eprintln!("click-to-screen p50: lone MTL {lone:.1} ms, MTL in a PAR bubble {far:.1} ms; handover gap {gap:.0} ms");
+    eprintln!(
+        "click-to-screen p50: lone MTL {lone:.1} ms, MTL in a PAR bubble {far:.1} ms; handover gap {gap:.0} ms"
+    );
 }
