@@ -223,6 +223,14 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/agent-mtl.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let c = AgentConfig::parse(&text, Path::new("/etc/horizon"), tokens).unwrap();
+        assert_eq!((c.site.as_str(), c.warm_pool, c.listen_transfer.port()), ("MTL", 2, 7413));
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let bad = GOOD
             .replace("10.0.0.1:7400", "nowhere")
@@ -243,7 +251,7 @@ mod tests {
     #[test]
     fn unknown_keys_are_refused() {
         let errors =
-            AgentConfig::parse(&format!("{GOOD}\nwarm = 1"), Path::new("."), tokens).unwrap_err();
+            AgentConfig::parse(&format!("warm = 1\n{GOOD}"), Path::new("."), tokens).unwrap_err();
         assert!(errors[0].contains("unknown field `warm`"), "{errors:?}");
     }
 }

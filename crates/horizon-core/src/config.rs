@@ -143,6 +143,14 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/core.toml");
+        let c = CoreConfig::load(&path).unwrap();
+        assert_eq!(c.listen_control.port(), 7400);
+        assert_eq!(c.thresholds.hold_ms, 180_000);
+    }
+
+    #[test]
     fn every_problem_is_reported() {
         let bad = GOOD.replace("MTL-HKG = 225", "").replace("0.0.0.0:7400", "everywhere");
         let errors = CoreConfig::parse(&bad, Path::new(".")).unwrap_err().join("\n");
