@@ -36,6 +36,13 @@ pub enum Motion {
         radius_m: f64,
         speed_mps: f64,
     },
+    /// Still until `after_s`, then along x to `to_x` at `speed_mps`, and still again: joins
+    /// another group (a preventive merge, a border crossing).
+    Dash {
+        after_s: f64,
+        to_x: f64,
+        speed_mps: f64,
+    },
 }
 
 /// One simulated player.
@@ -252,6 +259,15 @@ fn motion(m: Motion, start: [f64; 3], t: f64, heading: &mut f64, pos: Vec3) -> (
                 x = pos.x;
             }
             (Vec3 { x, ..pos }, Vec3 { x: *heading * speed_mps, y: 0.0, z: 0.0 })
+        }
+        Motion::Dash { after_s, to_x, speed_mps } => {
+            let left = to_x - pos.x;
+            if t < after_s || left.abs() < 1.0 {
+                return (pos, Vec3::default());
+            }
+            let v = speed_mps.copysign(left);
+            let step = (v * 0.1).clamp(-left.abs(), left.abs());
+            (Vec3 { x: pos.x + step, ..pos }, Vec3 { x: v, y: 0.0, z: 0.0 })
         }
         Motion::Circle { radius_m, speed_mps } => {
             let w = speed_mps / radius_m.max(1.0);

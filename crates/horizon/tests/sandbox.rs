@@ -65,6 +65,13 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         specs.push(bot(&format!("par-{i}"), "PAR", &sandbox, 200_000.0 + i as f64, 0));
     }
     specs.push(bot("mtl-at-par", "MTL", &sandbox, 200_010.0, 3_000));
+    // Two players alone, 9 km apart, each with a bubble; then the Parisian flies to the
+    // Montrealer: a preventive merge moves one of them into the other's bubble, with its state.
+    specs.push(BotSpec { motion: Motion::Still, ..bot("mtl-met", "MTL", &sandbox, 300_000.0, 0) });
+    specs.push(BotSpec {
+        motion: Motion::Dash { after_s: 5.0, to_x: 300_050.0, speed_mps: 200.0 },
+        ..bot("par-flyer", "PAR", &sandbox, 309_000.0, 0)
+    });
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut running = Vec::new();
@@ -78,6 +85,11 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     }
     tokio::time::sleep(Duration::from_secs(24)).await;
     let status = sandbox.core.status().await.expect("status");
+    let crossings: u64 = sandbox
+        .agents
+        .iter()
+        .map(|a| a.stats.crossings.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
     stop.send(true).unwrap();
     let mut reports: BTreeMap<String, BotReport> = BTreeMap::new();
     for (report, task) in running {
@@ -122,6 +134,19 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         far > lone + 70.0,
         "an MTL player simulated in Paris pays the Atlantic: {far:.1} vs {lone:.1} ms"
     );
+    // The merge moved one of the two into the other's bubble (state and seqs carried over:
+    // `applied == acked` above would fail if the entity restarted empty).
+    let (met, flyer) = (&reports["mtl-met"], &reports["par-flyer"]);
+    assert_eq!(
+        site_of(&status, player("mtl-met")),
+        site_of(&status, player("par-flyer")),
+        "merged"
+    );
+    assert!(
+        met.bubbles_seen + flyer.bubbles_seen >= 3,
+        "someone changed bubble: {met:?} {flyer:?}"
+    );
+    assert!(crossings >= 1, "the player's state crossed to the new holder");
     // The handover froze the group for a moment, not for seconds.
     let gap = reports["mtl-guest-0"].max_gap_ms;
     assert!(gap < 1_000.0, "longest update gap across the handover: {gap:.0} ms");
