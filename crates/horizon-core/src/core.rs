@@ -566,14 +566,16 @@ impl Core {
         self.update_capacity(site);
     }
 
-    /// One batched renewal. A handover source's superseded epoch is neither granted nor
-    /// refused: it stops at the freeze, well within the lease it has.
+    /// One batched renewal. Neither granted nor refused: a handover source's superseded
+    /// epoch (it stops at the freeze, well within the lease it has) and a bubble the core has
+    /// just ended (its `Revoke` follows the member changes that take its players out, in order;
+    /// a refusal racing ahead would drop them before their state crossed).
     fn renew(&mut self, site: SiteId, leases: &[LeaseRef], now: Time) -> control::Reply {
         let mut granted = Vec::new();
         let mut refused = Vec::new();
         for l in leases {
-            let reg = self.registry.get(&l.bubble);
-            if reg.is_some_and(|r| r.moving.is_some() && r.site == site && r.epoch == l.epoch.0) {
+            let Some(reg) = self.registry.get(&l.bubble) else { continue };
+            if reg.moving.is_some() && reg.site == site && reg.epoch == l.epoch.0 {
                 continue;
             }
             let pair = [(horizon_mesh::BubbleId(l.bubble.0), horizon_mesh::Epoch(l.epoch.0))];

@@ -60,6 +60,8 @@ pub struct BotSpec {
     pub input_every: Duration,
     /// Goes AFK (no inputs, role AFK) from `.0` after joining, for `.1`.
     pub afk: Option<(Duration, Duration)>,
+    /// Leaves the universe this long after joining (before the end of the run).
+    pub leave_after: Option<Duration>,
 }
 
 /// What a bot measured.
@@ -69,6 +71,8 @@ pub struct BotReport {
     pub site: String,
     pub player: Option<u64>,
     pub joined: bool,
+    /// Left before the end (`leave_after`).
+    pub left_early: bool,
     pub inputs_sent: u64,
     /// Highest seq acknowledged by an update.
     pub acked: u64,
@@ -179,9 +183,20 @@ async fn run(
     let mut afk = false;
     let mut vel = Vec3::default();
     let mut heading = 1.0;
+    let leave_at = spec.leave_after.map(|d| joined_at + d);
     loop {
+        let leave = async {
+            match leave_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = stop.changed() => break,
+            _ = leave => {
+                lock(&report).left_early = true;
+                break;
+            }
             _ = input_timer.tick() => {
                 let since = joined_at.elapsed();
                 let want_afk = spec.afk.is_some_and(|(from, len)| since >= from && since < from + len);

@@ -85,11 +85,11 @@ const GROUPS: &[Group] = &[
     Group { host: "HKG", guests: &[("HKG", 3)], motion: Motion::Still },
     // Lone players, each on their own site.
     Group { host: "MTL", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
-    Group { host: "MTL", guests: &[], motion: Motion::Still },
-    Group { host: "MTL", guests: &[], motion: Motion::Still },
+    Group { host: "MTL", guests: &[], motion: Motion::Still }, // leaves (LEAVERS)
+    Group { host: "MTL", guests: &[], motion: Motion::Still }, // flies to group 12 (DASHERS)
     Group { host: "HKG", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
-    Group { host: "HKG", guests: &[], motion: Motion::Still },
-    Group { host: "HKG", guests: &[], motion: Motion::Still },
+    Group { host: "HKG", guests: &[], motion: Motion::Still }, // leaves (LEAVERS)
+    Group { host: "HKG", guests: &[], motion: Motion::Still }, // flies to group 10 (DASHERS)
     Group { host: "PAR", guests: &[], motion: Motion::Still },
     Group { host: "PAR", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
 ];
@@ -97,11 +97,33 @@ const GROUPS: &[Group] = &[
 /// Groups this far apart never meet.
 const GROUP_SPACING_M: f64 = 40_000.0;
 
+/// Lone players who fly to another group (group, target group, after s): a preventive merge
+/// folds one bubble into the other, and a player's state crosses to the new holder.
+const DASHERS: &[(usize, usize, u64)] = &[(14, 12, 30), (17, 10, 40)];
+/// Lone players who leave before the end (group, after s).
+const LEAVERS: &[(usize, u64)] = &[(13, 45), (16, 50)];
+/// A dasher starts this far from its target, and flies this fast.
+const DASH_FROM_M: f64 = 9_000.0;
+const DASH_MPS: f64 = 200.0;
+
 /// The demo's players, deterministic.
 pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec> {
     let mut bots = Vec::new();
     for (g, group) in GROUPS.iter().enumerate() {
-        let centre = [g as f64 * GROUP_SPACING_M, 0.0, 0.0];
+        let dash = DASHERS.iter().find(|d| d.0 == g);
+        let leave = LEAVERS.iter().find(|l| l.0 == g).map(|l| Duration::from_secs(l.1));
+        let centre = match dash {
+            Some(&(_, to, _)) => [to as f64 * GROUP_SPACING_M + DASH_FROM_M, 0.0, 0.0],
+            None => [g as f64 * GROUP_SPACING_M, 0.0, 0.0],
+        };
+        let motion = match dash {
+            Some(&(_, to, after)) => Motion::Dash {
+                after_s: after as f64,
+                to_x: to as f64 * GROUP_SPACING_M + 20.0,
+                speed_mps: DASH_MPS,
+            },
+            None => group.motion,
+        };
         let pilots = matches!(group.motion, Motion::Circle { .. });
         let mut members: Vec<&str> = vec![group.host];
         for (site, n) in group.guests {
@@ -116,7 +138,8 @@ pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec
                 role: if pilots && i == 0 { Role::Pilot } else { Role::Player },
                 world: 1,
                 start: [centre[0] + 5.0 * i as f64, 0.0, centre[2] + 3.0 * i as f64],
-                motion: group.motion,
+                motion,
+                leave_after: leave,
                 // Hosts first; guests once the host's bubble exists.
                 join_after: Duration::from_millis(if i == 0 {
                     200 * g as u64 % 2000
@@ -312,6 +335,7 @@ fn final_document(status: &serde_json::Value, finals: &[BotReport]) -> serde_jso
         "inputs_applied": sum(|r| r.applied),
         "inputs_acked": acked,
         "inputs_in_flight": sent - acked.min(sent),
+        "inputs_in_flight_max_per_player": finals.iter().map(|r| r.inputs_sent - r.acked.min(r.inputs_sent)).max().unwrap_or(0),
         "inputs_applied_twice": sum(|r| r.applied_twice),
         "state_chain_checked": sum(|r| r.chain_checked),
         "state_chain_breaks": sum(|r| r.chain_breaks),

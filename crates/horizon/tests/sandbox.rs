@@ -22,6 +22,7 @@ fn bot(name: &str, site: &str, sandbox: &Sandbox, x: f64, join_after_ms: u64) ->
         join_after: Duration::from_millis(join_after_ms),
         input_every: Duration::from_millis(50),
         afk: None,
+        leave_after: None,
     }
 }
 
