@@ -44,6 +44,10 @@ pub struct State {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct View {
     pub tick: Tick,
+    /// The server's wall clock when the step ended, microseconds since the Unix epoch. Not part
+    /// of the state (a replay would differ): it lets a player on the same clock measure how
+    /// long its input took to be applied.
+    pub wall_us: u64,
     /// The chain before this step: equals the previous view's `chain`.
     pub prev_chain: u64,
     pub chain: u64,
@@ -150,8 +154,12 @@ impl Game for Reference {
     }
 
     fn view(&self, state: &State, tick: Tick) -> Vec<u8> {
+        let wall_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
         let view = View {
             tick,
+            wall_us,
             prev_chain: state.prev_chain,
             chain: state.chain,
             entities: state.entities.iter().map(|(&p, &e)| (p, e)).collect(),

@@ -7,7 +7,9 @@
 //!   with `inputs > last_seq` means an input was applied twice;
 //! - **continuity**: every view carries the region's hash chain before and after its step;
 //!   two consecutive ticks of one bubble must chain, across handovers too;
-//! - **freeze**: the longest gap between two updates of the same bubble.
+//! - **freeze**: the longest gap between two updates of the same bubble;
+//! - **input delivery**: from sending input `seq` to the end of the server tick that applied it
+//!   (the view's wall clock; meaningful when players and servers share a machine's clock).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -87,6 +89,8 @@ pub struct BotReport {
     pub bubbles_seen: u64,
     #[serde(skip)]
     pub click_ms: Vec<f64>,
+    #[serde(skip)]
+    pub delivery_ms: Vec<f64>,
     pub error: Option<String>,
 }
 
@@ -177,7 +181,7 @@ async fn run(
     let mut input_timer = tokio::time::interval(spec.input_every);
     let mut move_timer = tokio::time::interval(Duration::from_millis(100));
     let mut seq = 0u64;
-    let mut pending: BTreeMap<u64, Instant> = BTreeMap::new();
+    let mut pending: BTreeMap<u64, (Instant, u64)> = BTreeMap::new();
     let mut last: Option<(u64, u64, u64, Instant)> = None; // (bubble, tick, chain, at)
     let mut position_seq = 0u32;
     let mut afk = false;
@@ -212,7 +216,7 @@ async fn run(
                 seq += 1;
                 let v = [(vel.x * 1000.0) as i32, (vel.y * 1000.0) as i32, (vel.z * 1000.0) as i32];
                 let item = gateway::Item::Input { seq: Seq(seq), bytes: Blob(encode_input(v)) };
-                pending.insert(seq, Instant::now());
+                pending.insert(seq, (Instant::now(), wall_us()));
                 if inputs.send(&item).await.is_err() {
                     return Err("input stream closed".into());
                 }
@@ -231,11 +235,16 @@ async fn run(
                 let mut r = lock(&report);
                 r.updates += 1;
                 let later = pending.split_off(&(acked.0 + 1));
-                for (_, sent) in std::mem::replace(&mut pending, later) {
-                    r.click_ms.push(at.duration_since(sent).as_secs_f64() * 1000.0);
-                }
+                let done = std::mem::replace(&mut pending, later);
                 r.acked = r.acked.max(acked.0);
-                let Some(view) = View::decode(&bytes.0) else { continue };
+                let view = View::decode(&bytes.0);
+                for (sent, sent_wall) in done.into_values() {
+                    r.click_ms.push(at.duration_since(sent).as_secs_f64() * 1000.0);
+                    if let Some(v) = &view {
+                        r.delivery_ms.push(v.wall_us.saturating_sub(sent_wall) as f64 / 1000.0);
+                    }
+                }
+                let Some(view) = view else { continue };
                 if let Some(e) = view.entity(PlayerId(player.0)) {
                     r.applied = e.inputs;
                     r.applied_twice = r.applied_twice.max(e.inputs.saturating_sub(e.last_seq));
@@ -261,6 +270,12 @@ async fn run(
     }
     let _ = conn.request(&gateway::Request::Leave).await;
     Ok(())
+}
+
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// Where a bot is at `t` seconds, and its velocity.
@@ -298,11 +313,14 @@ fn motion(m: Motion, start: [f64; 3], t: f64, heading: &mut f64, pos: Vec3) -> (
     }
 }
 
-/// Percentiles of click-to-screen per home site, over the bots given.
-pub fn percentiles(reports: &[BotReport]) -> BTreeMap<String, serde_json::Value> {
+/// Percentiles per home site of one of the bots' samples (`|r| &r.click_ms`).
+pub fn percentiles(
+    reports: &[BotReport],
+    samples: fn(&BotReport) -> &[f64],
+) -> BTreeMap<String, serde_json::Value> {
     let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for r in reports {
-        per.entry(r.site.clone()).or_default().extend(r.click_ms.iter().copied());
+        per.entry(r.site.clone()).or_default().extend(samples(r).iter().copied());
     }
     per.into_iter()
         .map(|(site, mut v)| {

@@ -340,7 +340,8 @@ fn final_document(status: &serde_json::Value, finals: &[BotReport]) -> serde_jso
         "state_chain_checked": sum(|r| r.chain_checked),
         "state_chain_breaks": sum(|r| r.chain_breaks),
         "longest_update_gap_ms": finals.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max),
-        "click_to_screen_ms": bots::percentiles(finals),
+        "click_to_screen_ms": bots::percentiles(finals, |r| &r.click_ms),
+        "input_delivery_ms": bots::percentiles(finals, |r| &r.delivery_ms),
         "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
         "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},
     })
