@@ -313,6 +313,12 @@ fn motion(m: Motion, start: [f64; 3], t: f64, heading: &mut f64, pos: Vec3) -> (
     }
 }
 
+/// The `p` quantile (0–1) of sorted samples, nearest rank; `None` without samples.
+pub fn quantile(sorted: &[f64], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    sorted.get((last as f64 * p.clamp(0.0, 1.0)).round() as usize).copied()
+}
+
 /// Percentiles per home site of one of the bots' samples (`|r| &r.click_ms`).
 pub fn percentiles(
     reports: &[BotReport],
@@ -325,7 +331,7 @@ pub fn percentiles(
     per.into_iter()
         .map(|(site, mut v)| {
             v.sort_by(f64::total_cmp);
-            let q = |p: f64| if v.is_empty() { None } else { Some(v[((v.len() - 1) as f64 * p).round() as usize]) };
+            let q = |p: f64| quantile(&v, p);
             let round = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
             let doc = serde_json::json!({"p50": round(q(0.5)), "p95": round(q(0.95)), "p99": round(q(0.99)), "samples": v.len()});
             (site, doc)

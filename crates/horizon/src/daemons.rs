@@ -35,11 +35,25 @@ pub(crate) struct GameServerArgs {
     max_players: u32,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+/// A runtime for a daemon (`multi`: all cores) or a small tool (one thread).
+pub(crate) fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(|e| {
         eprintln!("error: cannot start the runtime: {e}");
         ExitCode::FAILURE
     })
+}
+
+/// Loads a daemon's configuration (every problem printed, exit 64) and its runtime.
+fn prepare<C>(
+    load: impl FnOnce() -> Result<C, Vec<String>>,
+) -> Result<(C, tokio::runtime::Runtime), ExitCode> {
+    let cfg = load().map_err(bad_config)?;
+    Ok((cfg, runtime(true)?))
 }
 
 fn bad_config(errors: Vec<String>) -> ExitCode {
@@ -50,12 +64,8 @@ fn bad_config(errors: Vec<String>) -> ExitCode {
 }
 
 pub(crate) fn core(args: ConfigArgs) -> ExitCode {
-    let cfg = match horizon_core::CoreConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(errors) => return bad_config(errors),
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
+    let (cfg, rt) = match prepare(|| horizon_core::CoreConfig::load(&args.config)) {
+        Ok(ready) => ready,
         Err(code) => return code,
     };
     rt.block_on(async move {
@@ -77,12 +87,8 @@ pub(crate) fn core(args: ConfigArgs) -> ExitCode {
 }
 
 pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
-    let cfg = match horizon_agent::AgentConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(errors) => return bad_config(errors),
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
+    let (cfg, rt) = match prepare(|| horizon_agent::AgentConfig::load(&args.config)) {
+        Ok(ready) => ready,
         Err(code) => return code,
     };
     rt.block_on(async move {
@@ -133,12 +139,9 @@ pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match runtime(false) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     rt.block_on(async move {
         let opts = horizon_sdk::ServerOptions {

@@ -302,10 +302,7 @@ fn summary_line(
         .into_iter()
         .map(|(site, mut v)| {
             v.sort_by(f64::total_cmp);
-            let q = |p: f64| {
-                v.get(((v.len().max(1) - 1) as f64 * p).round() as usize)
-                    .map_or("-".into(), |x| format!("{x:.0}"))
-            };
+            let q = |p: f64| bots::quantile(&v, p).map_or("-".into(), |x| format!("{x:.0}"));
             format!("{site} {}/{}", q(0.5), q(0.95))
         })
         .collect::<Vec<_>>()
