@@ -26,6 +26,16 @@ fn bot(name: &str, site: &str, sandbox: &Sandbox, x: f64, join_after_ms: u64) ->
     }
 }
 
+/// One plain HTTP GET against the admin API; the whole response.
+async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("admin API reachable");
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -86,6 +96,13 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     }
     tokio::time::sleep(Duration::from_secs(24)).await;
     let status = sandbox.core.status().await.expect("status");
+    let admin = sandbox.core.admin_addr;
+    let (healthz, metrics, page, json) = (
+        get(admin, "/healthz").await,
+        get(admin, "/metrics").await,
+        get(admin, "/").await,
+        get(admin, "/status").await,
+    );
     let crossings: u64 = sandbox
         .agents
         .iter()
@@ -148,6 +165,19 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         "someone changed bubble: {met:?} {flyer:?}"
     );
     assert!(crossings >= 1, "the player's state crossed to the new holder");
+    // The admin API: health, Prometheus text with site labels, the page, the status JSON.
+    assert!(healthz.starts_with("HTTP/1.1 200") && healthz.ends_with("ok\n"), "{healthz}");
+    for line in [
+        "# TYPE horizon_handovers_total counter",
+        "horizon_bubbles{site=\"MTL\"}",
+        "horizon_core_tick_seconds_count",
+    ] {
+        assert!(metrics.contains(line), "/metrics lacks {line}:\n{metrics}");
+    }
+    assert!(page.contains("<svg") || page.contains("worlds"), "status page");
+    let body = json.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let doc: serde_json::Value = serde_json::from_str(body).expect("/status is JSON");
+    assert_eq!(doc["sites"].as_array().map(Vec::len), Some(3));
     // The handover froze the group for a moment, not for seconds.
     let gap = reports["mtl-guest-0"].max_gap_ms;
     assert!(gap < 1_000.0, "longest update gap across the handover: {gap:.0} ms");
