@@ -30,9 +30,12 @@ fn bot(name: &str, site: &str, sandbox: &Sandbox, x: f64, join_after_ms: u64) ->
 async fn get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("admin API reachable");
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("request sent");
     let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
+    stream.read_to_string(&mut out).await.expect("response read");
     out
 }
 
