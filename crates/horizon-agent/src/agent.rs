@@ -256,7 +256,6 @@ struct Local {
 }
 
 struct Gw {
-    session: u64,
     conn: Conn<Gateway>,
     out: mpsc::Sender<gateway::Item>,
     role: Role,
@@ -661,13 +660,12 @@ impl Agent {
                 self.adopt_peers(peers.clone());
                 Ok(control::Reply::Done)
             }
-            R::Prepare { handover, bubble, source, target, target_addr, lease, .. } => {
+            R::Prepare { handover, bubble, source, target, lease, .. } => {
                 if target == &self.site {
                     self.prepare_target(*handover, *bubble, source.clone(), *lease).await
                 } else if source == &self.site {
                     let (h, b, t) = (*handover, *bubble, target.clone());
-                    let addr = target_addr.clone();
-                    self.prepare_source(h, b, t, addr, *lease, req);
+                    self.prepare_source(h, b, t, *lease, req);
                     return;
                 } else {
                     Err(Fault::new(ErrorCode::Unexpected, "prepare for a handover of other sites"))
@@ -924,15 +922,15 @@ impl Agent {
         handover: HandoverId,
         bubble: BubbleId,
         target: Name,
-        _addr: String,
         lease: Lease,
         req: InboundRequest<Control>,
     ) {
-        let Some(local) = self.bubbles.get(&bubble).filter(|b| b.lease.epoch == lease.epoch) else {
+        if self.bubbles.get(&bubble).is_none_or(|b| b.lease.epoch != lease.epoch) {
             tokio::spawn(req.reply(Err(unknown(bubble))));
             return;
-        };
-        let _ = local;
+        }
+        // The state goes over this site's one transfer connection to the target (the core's
+        // `target_addr` is what a fresh link would dial; the link exists once both registered).
         let Some(peer) = self.peers.get(&target) else {
             let fault = Fault::new(ErrorCode::NotReady, format!("no transfer link to {target}"));
             tokio::spawn(req.reply(Err(fault)));
@@ -1292,7 +1290,6 @@ impl Agent {
                 let rtt = conn.stats().rtt.as_secs_f32() * 1000.0;
                 let out = open_stream_task(conn.clone());
                 let gw = Gw {
-                    session,
                     conn,
                     out,
                     role: *role,
@@ -1409,8 +1406,7 @@ impl Agent {
 
     fn player_gone(&mut self, session: u64) {
         let Some(player) = self.sessions.remove(&session) else { return };
-        if let Some(gw) = self.players.remove(&player) {
-            debug_assert_eq!(gw.session, session);
+        if self.players.remove(&player).is_some() {
             self.leaves.push(player);
             self.joins.retain(|j| j.player != player);
         }
