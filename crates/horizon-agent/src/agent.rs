@@ -19,7 +19,7 @@ use horizon_proto::{
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
     Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
-    SharedToken, SiteCertificate, client_endpoint,
+    SharedToken, SiteCertificate, StreamReceiver, StreamSender, client_endpoint,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -943,7 +943,7 @@ impl Agent {
             let open = transfer::Request::Open { handover, bubble, epoch: lease.epoch };
             let stream = match conn.request(&open).await {
                 Ok(transfer::Reply::Accepted { .. }) => match conn.open_stream().await {
-                    Ok(sender) => Ok(stream_task(sender, STREAM_QUEUE)),
+                    Ok(sender) => Ok(stream_task(sender)),
                     Err(e) => Err(e.to_string()),
                 },
                 Ok(other) => Err(format!("unexpected reply {other:?}")),
@@ -1055,27 +1055,15 @@ impl Agent {
     fn server_up(&mut self, peer: Peer<Server>) {
         let name = peer.hello.peer.clone();
         let id = peer.conn.id();
-        let (conn, mut inbound) = (peer.conn, peer.inbound);
-        let events = self.events.clone();
-        let n = name.clone();
-        tokio::spawn(async move {
-            while let Some(i) = inbound.recv().await {
-                if let Inbound::Stream(mut rx) = i {
-                    let events = events.clone();
-                    let n = n.clone();
-                    tokio::spawn(async move {
-                        while let Ok(Some(item)) = rx.next().await {
-                            if events.send(Event::ServerItem(n.clone(), item)).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                } else if events.send(Event::ServerInbound(n.clone(), id, i)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = events.send(Event::ServerGone(n, id)).await;
-        });
+        let conn = peer.conn;
+        let (n, m) = (name.clone(), name.clone());
+        pump(
+            peer.inbound,
+            self.events.clone(),
+            move |item| Event::ServerItem(n.clone(), item),
+            move |i| Event::ServerInbound(m.clone(), id, i),
+            Event::ServerGone(name.clone(), id),
+        );
         let out = open_stream_task(conn.clone());
         self.starting.remove(name.as_str());
         self.servers.insert(
@@ -1229,33 +1217,15 @@ impl Agent {
     // ---- players -----------------------------------------------------------------------------
 
     fn player_up(&mut self, peer: Peer<Gateway>) {
+        // The player exists from its Join; the pump ends when the connection does.
         let session = peer.conn.id();
-        let mut inbound = peer.inbound;
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            while let Some(i) = inbound.recv().await {
-                if let Inbound::Stream(mut rx) = i {
-                    let events = events.clone();
-                    tokio::spawn(async move {
-                        while let Ok(Some(item)) = rx.next().await {
-                            if events.send(Event::PlayerItem(session, item)).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                } else if events.send(Event::PlayerInbound(session, i)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = events.send(Event::PlayerGone(session)).await;
-        });
-        // The connection is kept by its pump; the player exists from its Join.
-        let conn = peer.conn;
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let _ = conn.closed().await;
-            let _ = events.send(Event::PlayerGone(session)).await;
-        });
+        pump(
+            peer.inbound,
+            self.events.clone(),
+            move |item| Event::PlayerItem(session, item),
+            move |i| Event::PlayerInbound(session, i),
+            Event::PlayerGone(session),
+        );
     }
 
     fn player_inbound(&mut self, session: u64, inbound: Inbound<Gateway>) {
@@ -1422,17 +1392,15 @@ impl Agent {
     ) {
         let site = conn.peer().clone();
         let id = conn.id();
-        if let Some(mut inbound) = inbound {
-            let events = self.events.clone();
-            let s = site.clone();
-            tokio::spawn(async move {
-                while let Some(i) = inbound.recv().await {
-                    if events.send(Event::PeerInbound(s.clone(), i)).await.is_err() {
-                        return;
-                    }
-                }
-                let _ = events.send(Event::PeerGone(s, id)).await;
-            });
+        if let Some(inbound) = inbound {
+            let (a, b) = (site.clone(), site.clone());
+            pump(
+                inbound,
+                self.events.clone(),
+                move |item| Event::PeerItem(a.clone(), item),
+                move |i| Event::PeerInbound(b.clone(), i),
+                Event::PeerGone(site.clone(), id),
+            );
         }
         let out = open_stream_task(conn.clone());
         tracing::info!(site = %self.site, peer = %site, "transfer link up");
@@ -1446,14 +1414,9 @@ impl Agent {
                 let reply = self.peer_request(&req.body).await;
                 tokio::spawn(req.reply(reply));
             }
-            Inbound::Stream(mut rx) => {
-                let events = self.events.clone();
-                tokio::spawn(async move {
-                    while let Ok(Some(item)) = rx.next().await {
-                        if events.send(Event::PeerItem(site.clone(), item)).await.is_err() {
-                            break;
-                        }
-                    }
+            Inbound::Stream(rx) => {
+                forward_stream(rx, self.events.clone(), move |item| {
+                    Event::PeerItem(site.clone(), item)
                 });
             }
             Inbound::Datagram(probe) => {
@@ -1627,21 +1590,12 @@ fn now_us() -> u64 {
 }
 
 /// A task that owns an outbound stream; the returned queue feeds it.
-fn stream_task<C: horizon_proto::Channel>(
-    mut sender: horizon_transport::StreamSender<C>,
-    cap: usize,
-) -> mpsc::Sender<C::Stream>
+fn stream_task<C: horizon_proto::Channel>(sender: StreamSender<C>) -> mpsc::Sender<C::Stream>
 where
     C::Stream: Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<C::Stream>(cap);
-    tokio::spawn(async move {
-        while let Some(item) = rx.recv().await {
-            if sender.send(&item).await.is_err() {
-                break;
-            }
-        }
-    });
+    let (tx, rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
+    tokio::spawn(feed(sender, rx));
     tx
 }
 
@@ -1650,16 +1604,63 @@ fn open_stream_task<C: horizon_proto::Channel>(conn: Conn<C>) -> mpsc::Sender<C:
 where
     C::Stream: Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
+    let (tx, rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
     tokio::spawn(async move {
-        let Ok(mut sender) = conn.open_stream().await else { return };
-        while let Some(item) = rx.recv().await {
-            if sender.send(&item).await.is_err() {
+        if let Ok(sender) = conn.open_stream().await {
+            feed(sender, rx).await;
+        }
+    });
+    tx
+}
+
+async fn feed<C: horizon_proto::Channel>(
+    mut sender: StreamSender<C>,
+    mut rx: mpsc::Receiver<C::Stream>,
+) {
+    while let Some(item) = rx.recv().await {
+        if sender.send(&item).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Forwards one stream's items into the loop, each wrapped by `wrap`, until it ends.
+fn forward_stream<C: horizon_proto::Channel>(
+    mut rx: StreamReceiver<C>,
+    events: mpsc::Sender<Event>,
+    wrap: impl Fn(C::Stream) -> Event + Send + 'static,
+) {
+    tokio::spawn(async move {
+        while let Ok(Some(item)) = rx.next().await {
+            if events.send(wrap(item)).await.is_err() {
                 break;
             }
         }
     });
-    tx
+}
+
+/// Forwards a connection's inbound traffic into the loop — its streams' items through `item`,
+/// requests and datagrams through `other` — then `gone` once the connection has ended.
+fn pump<C: horizon_proto::Channel>(
+    mut inbound: mpsc::Receiver<Inbound<C>>,
+    events: mpsc::Sender<Event>,
+    item: impl Fn(C::Stream) -> Event + Clone + Send + 'static,
+    other: impl Fn(Inbound<C>) -> Event + Send + 'static,
+    gone: Event,
+) {
+    tokio::spawn(async move {
+        while let Some(i) = inbound.recv().await {
+            match i {
+                Inbound::Stream(rx) => forward_stream(rx, events.clone(), item.clone()),
+                i => {
+                    if events.send(other(i)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = events.send(gone).await;
+    });
 }
 
 fn pump_link(
