@@ -20,7 +20,6 @@ use horizon_proto::{
 };
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{Conn, Inbound, InboundRequest, Limits, Listener, Peer, SiteCertificate};
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -185,12 +184,10 @@ struct AgentLink {
     /// Its Register arrived: it is told about peers, and peers about it.
     registered: bool,
     servers: Vec<control::ServerLoad>,
-    backbone: Vec<control::BackboneSample>,
-    players: usize,
 }
 
 /// A bubble as it really runs (the brain's view changes first during a handover).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 struct Reg {
     site: SiteId,
     epoch: u64,
@@ -411,8 +408,6 @@ impl Core {
                 transfer_addr: String::new(),
                 registered: false,
                 servers: Vec::new(),
-                backbone: Vec::new(),
-                players: 0,
             },
         );
     }
@@ -560,8 +555,6 @@ impl Core {
         }
         if let Some(agent) = self.agents.get_mut(&site) {
             agent.servers = servers.to_vec();
-            agent.backbone = backbone.to_vec();
-            agent.players = players.len();
         }
         self.update_capacity(site);
     }
