@@ -184,3 +184,39 @@ fn sim_population_and_measure_refuse_bad_input_with_exit_64() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 players (100.0 %) would gain"));
     std::fs::remove_file(&csv).unwrap();
 }
+
+/// Game-server processes whose command line names `dir` (the demo passes its CA path).
+fn servers_under(dir: &std::path::Path) -> usize {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("gameserver.*{}", dir.display())])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn ctrl_c_stops_the_demo_and_leaves_nothing_running() {
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("horizon-ctrlc-{}", std::process::id()));
+    let mut demo = horizon()
+        .args(["demo", "--admin", "127.0.0.1:0", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    // The first summary line comes once the servers are ready and the players started.
+    let first = lines.find(|l| l.as_ref().is_ok_and(|l| l.starts_with("t="))).unwrap().unwrap();
+    assert!(servers_under(&dir) >= 6, "game servers running: {first}");
+    let pid = demo.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = demo.wait().unwrap();
+    assert!(status.success(), "{status:?}: {rest:?}");
+    assert!(rest.iter().any(|l| l.starts_with("Ctrl-C")), "{rest:?}");
+    assert!(rest.iter().any(|l| l.starts_with("final:")), "{rest:?}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(servers_under(&dir), 0, "no game server left running");
+    let _ = std::fs::remove_dir_all(&dir);
+}

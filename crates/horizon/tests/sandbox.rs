@@ -178,6 +178,14 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         assert!(metrics.contains(line), "/metrics lacks {line}:\n{metrics}");
     }
     assert!(page.contains("<svg") || page.contains("worlds"), "status page");
+    // Every running bubble's state reaches the universe backup (copies every 10 s), accepted
+    // from the current holder under the current epoch.
+    let backups: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("horizon_backups_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(backups >= 5.0, "state copies accepted: {backups}\n{metrics}");
     let body = json.split("\r\n\r\n").nth(1).unwrap_or_default();
     let doc: serde_json::Value = serde_json::from_str(body).expect("/status is JSON");
     assert_eq!(doc["sites"].as_array().map(Vec::len), Some(3));
