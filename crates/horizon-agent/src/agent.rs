@@ -241,8 +241,12 @@ enum Phase {
     Standby {
         handover: HandoverId,
     },
-    /// Source of a handover: still simulating until the freeze, then sealed.
+    /// Source of a handover: still simulating until the freeze.
     Leaving {
+        handover: HandoverId,
+    },
+    /// Source of a handover after the freeze: sealed, waiting for the commit. Never runs again.
+    Sealed {
         handover: HandoverId,
     },
 }
@@ -589,7 +593,7 @@ impl Agent {
         let leases: Vec<LeaseRef> = self
             .bubbles
             .values()
-            .filter(|b| !matches!(b.phase, Phase::Leaving { .. }))
+            .filter(|b| !matches!(b.phase, Phase::Leaving { .. } | Phase::Sealed { .. }))
             .map(|b| LeaseRef { bubble: b.lease.bubble, epoch: b.lease.epoch })
             .collect();
         if leases.is_empty() {
@@ -673,7 +677,10 @@ impl Agent {
             }
             R::Freeze { handover } => self.freeze(*handover).await,
             R::Commit { handover } => {
-                let bubble = self.bubble_in(|p| p == Phase::Leaving { handover: *handover });
+                let h = *handover;
+                let bubble = self.bubble_in(|p| {
+                    p == Phase::Leaving { handover: h } || p == Phase::Sealed { handover: h }
+                });
                 if let Some(bubble) = bubble {
                     self.drop_bubble(bubble).await;
                 }
@@ -690,8 +697,15 @@ impl Agent {
                         local.phase = Phase::Running;
                     }
                 }
+                if let Some(b) = self.bubble_in(|p| p == Phase::Sealed { handover: *handover }) {
+                    tracing::error!(
+                        bubble = b.0,
+                        "abort after the seal: the bubble stays sealed until revoked"
+                    );
+                }
                 Ok(control::Reply::Done)
             }
+            R::Regrant { old, lease } => self.regrant(*old, *lease).await,
             R::Revoke { leases } => {
                 for l in leases.clone() {
                     if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
@@ -989,6 +1003,52 @@ impl Agent {
         let _ = req.reply(result).await;
     }
 
+    /// The core abandoned a handover of this bubble before the freeze and re-granted it here
+    /// under a newer epoch: whatever was prepared for the old epoch stops (a prepare still
+    /// opening its transfer is answered now), the bubble keeps running with its state.
+    async fn regrant(&mut self, old: LeaseRef, lease: Lease) -> Result<control::Reply, Fault> {
+        let local = self
+            .bubbles
+            .get_mut(&old.bubble)
+            .filter(|b| b.lease.epoch == old.epoch)
+            .ok_or_else(|| unknown(old.bubble))?;
+        if !matches!(local.phase, Phase::Running | Phase::Leaving { .. }) {
+            return Err(Fault::new(ErrorCode::Conflict, "regrant of a bubble not running here"));
+        }
+        let server = local.server.clone();
+        let conn = self
+            .servers
+            .get(&server)
+            .map(|s| s.conn.clone())
+            .ok_or_else(|| Fault::new(ErrorCode::NotReady, "the bubble's server is gone"))?;
+        match conn.request(&server::Request::Regrant { old, lease }).await {
+            Ok(server::Reply::Done) => {}
+            Ok(other) => {
+                return Err(Fault::new(ErrorCode::Internal, format!("server replied {other:?}")));
+            }
+            Err(e) => return Err(Fault::new(ErrorCode::NotReady, format!("regrant: {e}"))),
+        }
+        if let Some(local) = self.bubbles.get_mut(&old.bubble) {
+            local.phase = Phase::Running;
+            local.lease = lease;
+        }
+        self.mirrors.remove(&old.bubble);
+        let abandoned: Vec<HandoverId> = self
+            .pending_prepare
+            .iter()
+            .filter(|(_, r)| matches!(&r.body, control::Request::Prepare { bubble, .. } if *bubble == old.bubble))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in abandoned {
+            if let Some(req) = self.pending_prepare.remove(&h) {
+                let fault = Fault::new(ErrorCode::Conflict, "handover abandoned by the core");
+                tokio::spawn(req.reply(Err(fault)));
+            }
+        }
+        tracing::info!(site = %self.site, bubble = old.bubble.0, epoch = lease.epoch.0, "bubble regranted");
+        Ok(control::Reply::Done)
+    }
+
     async fn freeze(&mut self, handover: HandoverId) -> Result<control::Reply, Fault> {
         let bubble = self.bubble_in(|p| p == Phase::Leaving { handover }).ok_or_else(|| {
             Fault::new(ErrorCode::Unexpected, format!("no handover {} here", handover.0))
@@ -1001,7 +1061,12 @@ impl Agent {
             .map(|s| s.conn.clone())
             .ok_or_else(|| Fault::new(ErrorCode::NotReady, "the bubble's server is gone"))?;
         match conn.request(&server::Request::Freeze { lease }).await {
-            Ok(server::Reply::Frozen { tick }) => Ok(control::Reply::Frozen { handover, tick }),
+            Ok(server::Reply::Frozen { tick }) => {
+                if let Some(local) = self.bubbles.get_mut(&bubble) {
+                    local.phase = Phase::Sealed { handover };
+                }
+                Ok(control::Reply::Frozen { handover, tick })
+            }
             Ok(other) => Err(Fault::new(ErrorCode::Internal, format!("server replied {other:?}"))),
             Err(e) => Err(Fault::new(ErrorCode::NotReady, format!("freeze: {e}"))),
         }

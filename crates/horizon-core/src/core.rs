@@ -152,7 +152,13 @@ enum Event {
     AgentGone(SiteId, u64),
     /// A handover's source froze and sealed at `tick`; the target starts when the seal lands.
     HandoverFrozen(HandoverId, u64),
-    HandoverFailed(HandoverId, String),
+    /// A handover step failed; `freeze_sent` when the failing step was the freeze itself (the
+    /// source may have sealed, its reply lost).
+    HandoverFailed {
+        handover: HandoverId,
+        why: String,
+        freeze_sent: bool,
+    },
     OrderFailed {
         site: SiteId,
         kind: &'static str,
@@ -363,7 +369,9 @@ impl Core {
                     tracing::info!(handover = h.0, bubble = ho.bubble.0, tick, "source frozen");
                 }
             }
-            Event::HandoverFailed(h, why) => self.handover_failed(h, &why),
+            Event::HandoverFailed { handover, why, freeze_sent } => {
+                self.handover_failed(handover, &why, freeze_sent)
+            }
             Event::OrderFailed { site, kind, why } => {
                 self.metrics.order_failures.inc(site.index());
                 tracing::warn!(site = %self.cfg.sites.name(site), order = kind, %why, "order failed");
@@ -439,7 +447,8 @@ impl Core {
                 self.started(site, *handover, *bubble, *epoch)
             }
             control::Request::Failed { handover, reason } => {
-                self.handover_failed(*handover, reason);
+                let frozen = self.handovers.get(handover).is_some_and(|h| h.frozen_at.is_some());
+                self.handover_failed(*handover, reason, frozen);
                 Ok(control::Reply::Done)
             }
             _ => Err(Fault::new(ErrorCode::Unexpected, "a core request, sent by an agent")),
@@ -820,7 +829,9 @@ impl Core {
     ) {
         let Some(reg) = self.registry.get(&bubble).cloned() else { return };
         let (Some(source), Some(target)) = (self.agents.get(&from), self.agents.get(&to)) else {
-            tracing::warn!(bubble = bubble.0, "handover needs both agents connected");
+            tracing::warn!(bubble = bubble.0, "handover abandoned: it needs both agents connected");
+            self.metrics.handovers_failed.inc(0);
+            self.abandon_move(bubble, from, epoch);
             return;
         };
         let h = HandoverId(self.next_handover);
@@ -854,7 +865,7 @@ impl Core {
                 lease,
                 deadline_ms: PREPARE_DEADLINE_MS,
             };
-            let steps = async {
+            let prepared = async {
                 match target
                     .request(&prepare(new))
                     .await
@@ -865,15 +876,20 @@ impl Core {
                 }
                 target.request(&members).await.map_err(|e| format!("members to target: {e}"))?;
                 source.request(&prepare(old)).await.map_err(|e| format!("prepare source: {e}"))?;
-                match source.request(&control::Request::Freeze { handover: h }).await {
-                    Ok(control::Reply::Frozen { tick, .. }) => Ok(tick.0),
-                    Ok(other) => Err(format!("freeze: replied {other:?}")),
-                    Err(e) => Err(format!("freeze: {e}")),
-                }
+                Ok(())
             };
-            let event = match steps.await {
-                Ok(tick) => Event::HandoverFrozen(h, tick),
-                Err(why) => Event::HandoverFailed(h, why),
+            let failed = |why: String, freeze_sent: bool| Event::HandoverFailed {
+                handover: h,
+                why,
+                freeze_sent,
+            };
+            let event = match prepared.await {
+                Err(why) => failed(why, false),
+                Ok(()) => match source.request(&control::Request::Freeze { handover: h }).await {
+                    Ok(control::Reply::Frozen { tick, .. }) => Event::HandoverFrozen(h, tick.0),
+                    Ok(other) => failed(format!("freeze: replied {other:?}"), true),
+                    Err(e) => failed(format!("freeze: {e}"), true),
+                },
             };
             let _ = events.send(event).await;
         });
@@ -887,7 +903,13 @@ impl Core {
         epoch: Epoch,
     ) -> Result<control::Reply, Fault> {
         let Some(ho) = self.handovers.get(&h).cloned() else {
-            return Ok(control::Reply::Done); // already committed (a retried request)
+            // A retried request of a committed handover, or the start of an abandoned one.
+            let committed = self.registry.get(&bubble).is_some_and(|r| r.epoch == epoch.0);
+            return if committed {
+                Ok(control::Reply::Done)
+            } else {
+                Err(Fault::new(ErrorCode::StaleEpoch, "this handover was abandoned"))
+            };
         };
         if ho.to != site || ho.bubble != bubble || ho.epoch != epoch.0 {
             return Err(Fault::new(ErrorCode::StaleEpoch, "started does not match the handover"));
@@ -916,19 +938,58 @@ impl Core {
         Ok(control::Reply::Done)
     }
 
-    /// A handover that could not complete. Before the freeze the source simply continues. The
-    /// brain already placed the bubble at the target: reconciling the two (and a failure after
-    /// the freeze) belongs to the failure paths, which are not built yet.
-    fn handover_failed(&mut self, h: HandoverId, why: &str) {
-        let Some(ho) = self.handovers.remove(&h) else { return };
-        tracing::error!(handover = h.0, bubble = ho.bubble.0, %why, "handover failed");
-        self.metrics.handovers_failed.inc(0);
-        if let Some(reg) = self.registry.get_mut(&ho.bubble) {
-            reg.moving = None;
+    /// A handover that could not complete. Before the freeze the source simply continues
+    /// (SPEC section 5): the target drops what it prepared and the bubble is re-granted to the
+    /// source under a new epoch. A failed freeze is different: the source may have sealed and
+    /// the seal may be on its way to the target, so abandoning now could leave the bubble with
+    /// no writer or two. The core then waits for the target's `Started`; if it never comes, the
+    /// new epoch is never renewed, its lease expires and the brain fails the bubble over.
+    fn handover_failed(&mut self, h: HandoverId, why: &str, freeze_sent: bool) {
+        let Some(ho) = self.handovers.get(&h).cloned() else { return };
+        if freeze_sent {
+            tracing::error!(handover = h.0, bubble = ho.bubble.0, %why, "freeze unconfirmed: waiting for the target to start");
+            return;
         }
+        self.handovers.remove(&h);
+        tracing::error!(handover = h.0, bubble = ho.bubble.0, %why, "handover abandoned before the freeze");
+        self.metrics.handovers_failed.inc(0);
         let abort = control::Request::Abort { handover: h, reason: why.to_owned() };
         self.order(ho.to, abort.clone());
         self.order(ho.from, abort);
+        self.abandon_move(ho.bubble, ho.from, ho.epoch);
+        self.reconcile();
+    }
+
+    /// The brain placed `bubble` at a new site under `epoch`, but the handover did not happen:
+    /// put it back on `source`, which still simulates it, under a fresh epoch (`Regrant`).
+    fn abandon_move(&mut self, bubble: BubbleId, source: SiteId, epoch: u64) {
+        let now = self.now();
+        let Some(reg) = self.registry.get_mut(&bubble) else { return };
+        reg.moving = None;
+        let old = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
+        let back = self.mesh.handle_move_aborted(
+            horizon_mesh::BubbleId(bubble.0),
+            horizon_mesh::Epoch(epoch),
+            source,
+            now,
+        );
+        match back {
+            Ok(epoch) => {
+                reg.epoch = epoch.0;
+                self.persist(Record::Lease {
+                    bubble: bubble.0,
+                    epoch: epoch.0,
+                    site: self.cfg.sites.name(source).to_string(),
+                });
+                let lease = self.lease(bubble, epoch.0);
+                self.order(source, control::Request::Regrant { old, lease });
+            }
+            Err(e) => {
+                // The brain has moved on (the bubble merged away or ended meanwhile): its own
+                // commands end the bubble.
+                tracing::warn!(bubble = bubble.0, error = %e, "abandoned move not taken back");
+            }
+        }
     }
 
     // ---- admin -------------------------------------------------------------------------------

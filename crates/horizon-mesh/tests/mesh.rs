@@ -285,6 +285,42 @@ fn a_lost_bubble_fails_over_at_once_ignoring_hold() {
 }
 
 #[test]
+fn an_aborted_move_returns_the_bubble_to_its_source_under_a_newer_epoch_and_waits_out_hold() {
+    let mut m = mesh(th());
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
+    run(&mut m, 0, 0);
+    for id in 2..=4 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10.0))).unwrap();
+    }
+    let cmds = run(&mut m, 5, 35);
+    let (bubble, aborted) = cmds
+        .iter()
+        .find_map(|(_, c)| match c {
+            Command::Move { bubble, to, epoch, .. } if *to == site(MTL) => Some((*bubble, *epoch)),
+            _ => None,
+        })
+        .expect("the majority's move");
+    let t = Time::from_secs(37);
+    let back = m.handle_move_aborted(bubble, aborted, site(PAR), t).unwrap();
+    assert!(back > aborted, "a new epoch fences off the abandoned one");
+    assert_eq!(m.site_of(PlayerId(2)), Some(site(PAR)));
+    assert!(m.leases().is_current(bubble, back));
+    assert!(!m.leases().is_current(bubble, aborted));
+    assert!(m.handle_renewal(site(PAR), &[(bubble, back)], t)[0].is_ok());
+    assert!(m.handle_renewal(site(MTL), &[(bubble, aborted)], t)[0].is_err());
+    assert!(
+        m.handle_move_aborted(bubble, aborted, site(PAR), t).is_err(),
+        "the same abort twice is refused: its epoch is no longer current"
+    );
+    // Hold counts from the attempt: no new move before 35 + 180 s, then the move again.
+    let cmds = run(&mut m, 40, 260);
+    let mv = moves(&cmds);
+    assert_eq!(mv.len(), 1, "{mv:?}");
+    assert!(mv[0].0 >= Time::from_secs(35 + 180), "moved again at {:?}", mv[0].0);
+    assert_eq!((mv[0].1, mv[0].2), (site(PAR), site(MTL)));
+}
+
+#[test]
 fn epochs_of_a_new_generation_exceed_every_older_one() {
     let mut m1 = mesh(th());
     m1.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();

@@ -86,6 +86,11 @@ pub enum Request {
     Route { routes: Vec<PlayerRoute> },
     /// core → agent: the other sites' agents changed (one registered, or moved address).
     Peers { peers: Vec<Peer> },
+    /// core → agent: keep simulating the bubble held as `old` under `lease` (same bubble, newer
+    /// epoch); `old` is fenced off from now on. Sent to a handover's source when the handover is
+    /// abandoned before the freeze (instead of `Abort`): whatever was prepared for `old` stops,
+    /// the bubble keeps running.
+    Regrant { old: LeaseRef, lease: Lease },
 }
 
 kinds!(Request {
@@ -104,6 +109,7 @@ kinds!(Request {
     Members => "members",
     Route => "route",
     Peers => "peers",
+    Regrant => "regrant",
 });
 
 /// A reply on the control channel.

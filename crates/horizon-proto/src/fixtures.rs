@@ -248,6 +248,7 @@ pub fn all() -> Vec<Fixture> {
                     transfer_addr: "10.0.2.2:7401".to_owned(),
                 }],
             },
+            control::Request::Regrant { old: lref, lease },
         ],
         vec![
             control::Reply::Done,
@@ -323,6 +324,7 @@ pub fn all() -> Vec<Fixture> {
             },
             server::Request::Leave { lease: lref, player: PlayerId(5) },
             server::Request::Copy { lease: lref, deltas: true },
+            server::Request::Regrant { old: lref, lease },
         ],
         vec![
             server::Reply::Done,

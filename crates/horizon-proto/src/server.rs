@@ -50,6 +50,10 @@ pub enum Request {
     /// with `deltas`, every tick's `Delta` until the freeze or release (handover prepare);
     /// without, a single copy (universe backup).
     Copy { lease: LeaseRef, deltas: bool },
+    /// agent → server: keep simulating the region held as `old`, state untouched, under
+    /// `lease` (same bubble, newer epoch), valid `lease.ttl_ms` from receipt; `old` is no longer
+    /// renewed. Refused for a sealed region.
+    Regrant { old: LeaseRef, lease: Lease },
 }
 
 kinds!(Request {
@@ -64,6 +68,7 @@ kinds!(Request {
     Join => "join",
     Leave => "leave",
     Copy => "copy",
+    Regrant => "regrant",
 });
 
 /// A reply between an agent and a game server.

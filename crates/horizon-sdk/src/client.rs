@@ -267,6 +267,17 @@ impl<G: Game> GameServer<G> {
                 let held = held.ok_or_else(|| unknown(lease.bubble))?;
                 Ok(Reply::Released { bubble: held.bubble(), tick: held.tick })
             }
+            Request::Regrant { old, lease } => {
+                let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
+                let lref = horizon_proto::LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
+                self.held(*old)?
+                    .regrant(lref, until)
+                    .map_err(|why| Fault::new(ErrorCode::StaleEpoch, why))?;
+                let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
+                *newest = (*newest).max(lease.epoch);
+                tracing::info!(bubble = lease.bubble.0, epoch = lease.epoch.0, "regranted");
+                Ok(Reply::Done)
+            }
             Request::Register { .. } | Request::Ready | Request::Load { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "a server request, sent by the agent"))
             }

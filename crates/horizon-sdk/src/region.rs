@@ -114,6 +114,25 @@ impl<G: Game> Held<G> {
         self.valid_until = self.valid_until.max(valid_until);
     }
 
+    /// The same region under a newer epoch (a handover abandoned before the freeze): the state,
+    /// tick and applied inputs stay; delta mirroring for the abandoned target stops.
+    pub(crate) fn regrant(
+        &mut self,
+        lease: LeaseRef,
+        valid_until: Instant,
+    ) -> Result<(), &'static str> {
+        if self.phase != Phase::Running {
+            return Err("regrant of a region that is not running");
+        }
+        if lease.bubble != self.lease.bubble || lease.epoch <= self.lease.epoch {
+            return Err("regrant must be the same bubble under a newer epoch");
+        }
+        self.lease = lease;
+        self.valid_until = valid_until;
+        self.mirroring = false;
+        Ok(())
+    }
+
     /// Simulating now is allowed: running, with a lease valid by our own clock.
     pub(crate) fn writable(&self, now: Instant) -> bool {
         self.phase == Phase::Running && now < self.valid_until && self.state.is_some()
@@ -441,6 +460,26 @@ mod tests {
         let (update, _, applied) = h.step(&GAME, later).unwrap();
         assert_eq!(applied, 1);
         assert_eq!(update.acked, vec![(PlayerId(1), Seq(1))]);
+    }
+
+    #[test]
+    fn a_regrant_keeps_the_state_under_the_newer_epoch_and_refuses_older_or_sealed() {
+        let now = Instant::now();
+        let mut h = held(1, false);
+        h.join(&GAME, PlayerId(1), Seq(0), &[]);
+        h.inputs(&GAME, vec![input(1, 1)], now);
+        let (before, _, _) = h.step(&GAME, now).unwrap();
+        assert!(h.regrant(lease(1), now + std::time::Duration::from_secs(30)).is_err());
+        h.regrant(lease(3), now + std::time::Duration::from_secs(30)).unwrap();
+        assert_eq!(h.lease, lease(3));
+        assert_eq!(h.inputs(&GAME, vec![input(1, 2)], now).applied, 1);
+        let (after, _, _) = h.step(&GAME, now).unwrap();
+        let (was, is) =
+            (View::decode(&before.bytes.0).unwrap(), View::decode(&after.bytes.0).unwrap());
+        assert_eq!(is.prev_chain, was.chain, "the same simulation goes on");
+        assert_eq!(is.entity(PlayerId(1)).unwrap().inputs, 2);
+        h.seal();
+        assert!(h.regrant(lease(4), now).is_err(), "a sealed region is not regranted");
     }
 
     #[test]

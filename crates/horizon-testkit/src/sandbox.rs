@@ -81,9 +81,15 @@ pub struct Sandbox {
     pub ca: PathBuf,
     pub player_token: String,
     netems: Vec<Netem>,
+    /// Index in `netems` of the transfer link between two sites (names in sorted order).
+    transfer_links: BTreeMap<(String, String), usize>,
 }
 
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
+
+fn pair(a: &str, b: &str) -> (String, String) {
+    if a <= b { (a.to_owned(), b.to_owned()) } else { (b.to_owned(), a.to_owned()) }
+}
 
 impl Sandbox {
     pub async fn start(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
@@ -137,6 +143,7 @@ impl Sandbox {
         let mut agents: Vec<AgentHandle> = Vec::new();
         let mut transfer: BTreeMap<String, SocketAddr> = BTreeMap::new();
         let mut gateways = BTreeMap::new();
+        let mut transfer_links = BTreeMap::new();
         for site in order {
             let core_addr = if *site == core_site {
                 core.control_addr
@@ -153,6 +160,7 @@ impl Sandbox {
                 let n =
                     proxy(*addr, opts.rtt(site, other)).await.map_err(|e| setup("netem")(&e))?;
                 peers.insert(other.clone(), n.local_addr());
+                transfer_links.insert(pair(site, other), netems.len());
                 netems.push(n);
             }
             let any = SocketAddr::from((LOCALHOST, 0));
@@ -195,7 +203,23 @@ impl Sandbox {
             netems.push(n);
             agents.push(handle);
         }
-        Ok(Sandbox { core, agents, gateways, ca: ca.ca_cert(), player_token, netems })
+        Ok(Sandbox {
+            core,
+            agents,
+            gateways,
+            ca: ca.ca_cert(),
+            player_token,
+            netems,
+            transfer_links,
+        })
+    }
+
+    /// Cuts (or restores) the agent-to-agent link between two sites, both directions; their
+    /// links to the core are untouched. False if there is no such pair.
+    pub fn partition_transfer(&self, a: &str, b: &str, cut: bool) -> bool {
+        let Some(&i) = self.transfer_links.get(&pair(a, b)) else { return false };
+        self.netems[i].handle().partition(cut);
+        true
     }
 
     /// Waits until every site has `ready` servers holding nothing (or the timeout).

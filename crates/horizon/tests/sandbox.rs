@@ -196,3 +196,97 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         "click-to-screen p50: lone MTL {lone:.1} ms, MTL in a PAR bubble {far:.1} ms; handover gap {gap:.0} ms"
     );
 }
+
+/// The epoch of the bubble simulating `player`, from the core's status.
+fn epoch_of(status: &serde_json::Value, player: u64) -> Option<u64> {
+    let bubble =
+        status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
+    status["bubbles"].as_array()?.iter().find(|b| b["bubble"] == bubble)?["epoch"].as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_whose_target_is_unreachable_is_abandoned_and_the_group_plays_on_at_the_source()
+{
+    let dir = std::env::temp_dir().join(format!("horizon-abandon-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    opts.thresholds.dwell_ms = 4_000;
+    opts.thresholds.hold_ms = 14_000;
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    // PAR and MTL agents cannot reach each other; both still reach the core.
+    assert!(sandbox.partition_transfer("PAR", "MTL", true));
+
+    let mut specs = vec![bot("par-host", "PAR", &sandbox, 0.0, 0)];
+    for i in 0..3 {
+        specs.push(bot(&format!("mtl-guest-{i}"), "MTL", &sandbox, 10.0 + i as f64, 3_000));
+    }
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let running: Vec<_> = specs
+        .into_iter()
+        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_token.clone(), stop_rx.clone()))
+        .collect();
+    let host = || running[0].0.lock().unwrap().player;
+
+    // The move to MTL is decided after the dwell, then abandoned when the source cannot open
+    // its transfer: the group stays on PAR under a newer epoch.
+    let mut first_epoch = None;
+    let mut abandoned = None;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let status = sandbox.core.status().await.expect("status");
+        let Some(p) = host() else { continue };
+        if first_epoch.is_none() {
+            first_epoch = epoch_of(&status, p);
+        }
+        if status["handovers"]["failed"].as_u64() >= Some(1) {
+            abandoned = Some(status);
+            break;
+        }
+    }
+    let abandoned = abandoned.expect("the handover was abandoned");
+    let p = host().expect("joined");
+    assert_eq!(abandoned["handovers"]["committed"].as_u64(), Some(0));
+    assert_eq!(site_of(&abandoned, p).as_deref(), Some("PAR"), "the source continues");
+    assert!(
+        epoch_of(&abandoned, p) > first_epoch,
+        "re-granted under a newer epoch: {:?} after {first_epoch:?}",
+        epoch_of(&abandoned, p)
+    );
+
+    // Heal the link; once hold has passed the move is tried again and succeeds.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(sandbox.partition_transfer("PAR", "MTL", false));
+    let mut moved = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let status = sandbox.core.status().await.expect("status");
+        if site_of(&status, p).as_deref() == Some("MTL") {
+            moved = Some(status);
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.send(true).unwrap();
+    let mut reports = Vec::new();
+    for (report, task) in running {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        reports.push(report.lock().unwrap().clone());
+    }
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let moved = moved.expect("the group reached MTL after the link healed");
+    assert!(moved["handovers"]["committed"].as_u64() >= Some(1));
+    for r in &reports {
+        assert_eq!(r.error, None, "{}", r.name);
+        assert_eq!(r.applied, r.acked, "{}: every acknowledged input applied, once", r.name);
+        assert_eq!(r.applied_twice, 0, "{}", r.name);
+        assert_eq!(r.chain_breaks, 0, "{}: one simulation throughout", r.name);
+        assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
+        // Playing on through the abandoned attempt: no long silence.
+        assert!(r.max_gap_ms < 1_000.0, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
+    }
+}

@@ -441,6 +441,33 @@ impl Mesh {
         Ok(())
     }
 
+    /// A handover of `bubble` to its current site under `epoch` was abandoned before the source
+    /// froze (SPEC section 5: "the source simply continues"). The bubble goes back to `source`
+    /// under a new epoch, so the abandoned one is fenced off for good. The hold time counts from
+    /// the attempt: the move is tried again, if still best, once hold and dwell have passed.
+    /// Returns the source's new epoch.
+    pub fn handle_move_aborted(
+        &mut self,
+        bubble: BubbleId,
+        epoch: Epoch,
+        source: SiteId,
+        now: Time,
+    ) -> Result<Epoch, InputError> {
+        if source.index() >= self.sites.len() {
+            return Err(InputError::UnknownSite(source.index()));
+        }
+        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
+        let lease = self.leases.transfer(bubble, epoch, source, now)?;
+        let b = self.bubble_mut(slot);
+        let (from, servers) = (b.site, b.servers());
+        b.site = source;
+        b.epoch = lease.epoch;
+        b.hysteresis.best_since = None;
+        self.used[from.index()] = self.used[from.index()].saturating_sub(servers);
+        self.used[source.index()] += servers;
+        Ok(lease.epoch)
+    }
+
     // ---- poll ---------------------------------------------------------------------------------
 
     /// When [`Mesh::handle_timeout`] must be called next.
