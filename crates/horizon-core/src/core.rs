@@ -34,6 +34,8 @@ const EVENT_QUEUE: usize = 4096;
 const AGENT_QUEUE: usize = 4096;
 /// Decisions kept for the status page.
 const RECENT_DECISIONS: usize = 200;
+/// Groups listed in the status JSON, largest first.
+const STATUS_GROUPS: usize = 500;
 /// How long a handover target has to get ready.
 const PREPARE_DEADLINE_MS: u32 = 5_000;
 
@@ -1028,6 +1030,36 @@ impl Core {
         }
     }
 
+    /// The brain's proximity groups, each with its bubble (if all of it is in one) and homes.
+    fn groups(&self) -> Vec<serde_json::Value> {
+        let mut groups = self.mesh.groups();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+        groups
+            .into_iter()
+            .take(STATUS_GROUPS)
+            .map(|g| {
+                let mut homes: BTreeMap<String, usize> = BTreeMap::new();
+                let mut bubbles = BTreeSet::new();
+                for &p in &g {
+                    if let Some(player) = self.mesh.player(p) {
+                        *homes.entry(self.cfg.sites.name(player.home).to_string()).or_default() +=
+                            1;
+                    }
+                    bubbles.insert(self.mesh.bubble_of(p).map(|b| b.id.0));
+                }
+                let bubble = match bubbles.len() {
+                    1 => bubbles.into_iter().next().flatten(),
+                    _ => None,
+                };
+                serde_json::json!({
+                    "players": g.iter().map(|p| p.0).collect::<Vec<_>>(),
+                    "homes": homes,
+                    "bubble": bubble,
+                })
+            })
+            .collect()
+    }
+
     fn status(&self) -> serde_json::Value {
         let sites: Vec<serde_json::Value> = self
             .cfg
@@ -1088,6 +1120,7 @@ impl Core {
             "handovers": { "committed": self.metrics.handovers.get(0), "failed": self.metrics.handovers_failed.get(0), "in_flight": self.handovers.len() },
             "sites": sites,
             "bubbles": bubbles,
+            "groups": self.groups(),
             "players": players,
             "recent_decisions": self.decisions.iter().rev().take(50).collect::<Vec<_>>(),
         })

@@ -321,6 +321,21 @@ fn an_aborted_move_returns_the_bubble_to_its_source_under_a_newer_epoch_and_wait
 }
 
 #[test]
+fn groups_read_back_by_proximity_without_npcs() {
+    let mut m = mesh(th());
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
+    m.handle_join(join(2, MTL, 10.0, Role::Player, at(50.0))).unwrap();
+    m.handle_join(join(3, HKG, 10.0, Role::Player, at(50_000.0))).unwrap();
+    m.handle_join(join(4, HKG, 10.0, Role::Npc, at(10.0))).unwrap();
+    let mut groups = m.groups();
+    for g in &mut groups {
+        g.sort();
+    }
+    groups.sort();
+    assert_eq!(groups, vec![vec![PlayerId(1), PlayerId(2)], vec![PlayerId(3)]]);
+}
+
+#[test]
 fn epochs_of_a_new_generation_exceed_every_older_one() {
     let mut m1 = mesh(th());
     m1.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();

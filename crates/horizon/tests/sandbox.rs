@@ -189,6 +189,17 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     let body = json.split("\r\n\r\n").nth(1).unwrap_or_default();
     let doc: serde_json::Value = serde_json::from_str(body).expect("/status is JSON");
     assert_eq!(doc["sites"].as_array().map(Vec::len), Some(3));
+    // Groups as the brain sees them: the host and its three guests are one, homes counted.
+    let host = player("par-host");
+    let group = doc["groups"]
+        .as_array()
+        .and_then(|g| {
+            g.iter().find(|g| g["players"].as_array().is_some_and(|p| p.contains(&host.into())))
+        })
+        .expect("the host's group");
+    assert_eq!(group["homes"]["MTL"], 3, "{group}");
+    assert_eq!(group["homes"]["PAR"], 1, "{group}");
+    assert!(group["bubble"].is_u64(), "one bubble holds the group: {group}");
     // The handover froze the group for a moment, not for seconds.
     let gap = reports["mtl-guest-0"].max_gap_ms;
     assert!(gap < 1_000.0, "longest update gap across the handover: {gap:.0} ms");

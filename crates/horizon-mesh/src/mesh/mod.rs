@@ -514,6 +514,22 @@ impl Mesh {
         self.player_index.get(&id).map(|&i| &self.players[i as usize])
     }
 
+    /// The proximity groups of counted players now (SPEC section 2), by the tick's grouping
+    /// rule, computed on demand: for status pages and tools, not for the tick's hot path.
+    pub fn groups(&self) -> Vec<Vec<PlayerId>> {
+        let mut items = Vec::new();
+        let mut ids = Vec::new();
+        for p in self.players.iter().filter(|p| p.role.is_counted()) {
+            let radius = self.th.scaled(self.th.merge_distance_m, p.speed());
+            items.push(Item { world: p.world, pos: p.position, radius });
+            ids.push(p.id);
+        }
+        let groups = Grouper::new().group(&items, self.th.merge_distance_m);
+        (0..groups.len())
+            .map(|g| groups.members(g).iter().map(|&i| ids[i as usize]).collect())
+            .collect()
+    }
+
     pub fn bubbles(&self) -> impl Iterator<Item = &Bubble> {
         self.bubbles.iter().flatten()
     }
