@@ -13,8 +13,8 @@ use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{
-    Blob, BubbleId, ChannelId, ErrorCode, Fault, HandoverId, Input, Inputs, Lease, LeaseRef, Name,
-    PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
+    Aabb, Blob, BubbleId, ChannelId, ErrorCode, Fault, HandoverId, Input, Inputs, Lease, LeaseRef,
+    Name, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
 };
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
@@ -254,9 +254,38 @@ enum Phase {
 struct Local {
     lease: Lease,
     region: Region,
+    /// The bubble's server; when spread over several (SPEC section 4, within a site), the
+    /// server of part 0, which takes new players and makes the handover snapshot.
     server: Name,
     members: HashMap<PlayerId, Name>,
     phase: Phase,
+    /// Parts 1.. when the bubble is spread over several servers (part 0 is `server`).
+    extra: Vec<Name>,
+    /// Where each member is simulated while the bubble is spread; absent: `server`.
+    holder: HashMap<PlayerId, Name>,
+}
+
+impl Local {
+    fn new(lease: Lease, region: Region, server: Name, phase: Phase) -> Self {
+        Local {
+            lease,
+            region,
+            server,
+            members: HashMap::new(),
+            phase,
+            extra: Vec::new(),
+            holder: HashMap::new(),
+        }
+    }
+
+    fn server_of(&self, player: PlayerId) -> &Name {
+        self.holder.get(&player).unwrap_or(&self.server)
+    }
+
+    /// Every server simulating part of the bubble, part 0 first.
+    fn servers(&self) -> impl Iterator<Item = &Name> {
+        std::iter::once(&self.server).chain(&self.extra)
+    }
 }
 
 struct Gw {
@@ -618,7 +647,9 @@ impl Agent {
         let mut per_server: HashMap<Name, Vec<LeaseRef>> = HashMap::new();
         for l in granted {
             if let Some(b) = self.bubbles.get(&l.bubble).filter(|b| b.lease.epoch == l.epoch) {
-                per_server.entry(b.server.clone()).or_default().push(l);
+                for server in b.servers() {
+                    per_server.entry(server.clone()).or_default().push(l);
+                }
             }
         }
         for (server, leases) in per_server {
@@ -639,12 +670,7 @@ impl Agent {
 
     async fn core_request(&mut self, req: InboundRequest<Control>) {
         use control::Request as R;
-        let needs_server = match &req.body {
-            R::Create { bubble, .. } => !self.bubbles.contains_key(bubble),
-            R::Prepare { target, .. } => target == &self.site,
-            _ => false,
-        };
-        if needs_server && self.free_server().is_none() {
+        if self.servers_needed(&req.body) > self.free_servers() {
             // Served when a server is ready (the pool grows for it), or refused at the deadline.
             self.waiting.push_back((Instant::now(), req));
             self.top_up_pool();
@@ -668,6 +694,11 @@ impl Agent {
                 if target == &self.site {
                     self.prepare_target(*handover, *bubble, source.clone(), *lease).await
                 } else if source == &self.site {
+                    // The snapshot comes from one server: bring a spread bubble back onto it.
+                    if let Err(fault) = self.consolidate(*bubble).await {
+                        let _ = req.reply(Err(fault)).await;
+                        return;
+                    }
                     let (h, b, t) = (*handover, *bubble, target.clone());
                     self.prepare_source(h, b, t, *lease, req);
                     return;
@@ -706,6 +737,9 @@ impl Agent {
                 Ok(control::Reply::Done)
             }
             R::Regrant { old, lease } => self.regrant(*old, *lease).await,
+            R::Parts { lease, parts, players } => {
+                self.spread(*lease, parts.clone(), players.clone()).await
+            }
             R::Revoke { leases } => {
                 for l in leases.clone() {
                     if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
@@ -723,6 +757,24 @@ impl Agent {
             }
         };
         let _ = req.reply(result).await;
+    }
+
+    /// How many ready servers an order takes.
+    fn servers_needed(&self, body: &control::Request) -> usize {
+        use control::Request as R;
+        match body {
+            R::Create { bubble, .. } => usize::from(!self.bubbles.contains_key(bubble)),
+            R::Prepare { target, .. } => usize::from(target == &self.site),
+            R::Parts { lease, parts, .. } => {
+                let have = self.bubbles.get(&lease.bubble).map_or(0, |b| 1 + b.extra.len());
+                parts.len().saturating_sub(have)
+            }
+            _ => 0,
+        }
+    }
+
+    fn free_servers(&self) -> usize {
+        self.servers.values().filter(|s| s.ready && s.bubbles.is_empty()).count()
     }
 
     fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {
@@ -774,10 +826,7 @@ impl Agent {
         }
         let server = self.assign(lease, region, false).await?;
         tracing::info!(site = %self.site, bubble = bubble.0, epoch = lease.epoch.0, %server, "bubble created");
-        self.bubbles.insert(
-            bubble,
-            Local { lease, region, server, members: HashMap::new(), phase: Phase::Running },
-        );
+        self.bubbles.insert(bubble, Local::new(lease, region, server, Phase::Running));
         self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
         Ok(control::Reply::Done)
     }
@@ -786,6 +835,10 @@ impl Agent {
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
         b.region = region;
         let lease = LeaseRef { bubble: lease.bubble, epoch: b.lease.epoch };
+        if !b.extra.is_empty() {
+            // Spread: the parts' boxes follow in the next `Parts`.
+            return Ok(control::Reply::Done);
+        }
         if let Some(srv) = self.servers.get(&b.server) {
             let conn = srv.conn.clone();
             tokio::spawn(async move {
@@ -830,6 +883,11 @@ impl Agent {
         let departed: HashMap<PlayerId, control::Departure> =
             departed.into_iter().map(|d| (d.player, d)).collect();
         for player in old.keys().filter(|p| !players.iter().any(|m| m.player == **p)) {
+            let holder = match self.bubbles.get_mut(&lease.bubble) {
+                Some(b) => b.holder.remove(player),
+                None => None,
+            };
+            let conn = holder.and_then(|h| self.server_conn(&h)).unwrap_or_else(|| conn.clone());
             let left = conn.request(&server::Request::Leave { lease: held, player: *player }).await;
             let Ok(server::Reply::Left { last_applied, state }) = left else { continue };
             if let Some(d) = departed.get(player) {
@@ -917,16 +975,7 @@ impl Agent {
         let region = Region { world: WorldId(0), bounds: None };
         let server = self.assign(lease, region, true).await?;
         tracing::info!(site = %self.site, bubble = bubble.0, from = %source, %server, "handover target standing by");
-        self.bubbles.insert(
-            bubble,
-            Local {
-                lease,
-                region,
-                server,
-                members: HashMap::new(),
-                phase: Phase::Standby { handover },
-            },
-        );
+        self.bubbles.insert(bubble, Local::new(lease, region, server, Phase::Standby { handover }));
         self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
         Ok(control::Reply::Prepared { handover })
     }
@@ -1003,6 +1052,120 @@ impl Agent {
         let _ = req.reply(result).await;
     }
 
+    /// Spreads a bubble over `parts.len()` servers of this site, or back onto fewer, and puts
+    /// each member on their part's server (SPEC section 4, within a site).
+    async fn spread(
+        &mut self,
+        lease: LeaseRef,
+        parts: Vec<Aabb>,
+        players: Vec<control::PartMember>,
+    ) -> Result<control::Reply, Fault> {
+        if parts.is_empty() || parts.len() > MAX_PARTS {
+            let why = format!("a bubble has 1 to {MAX_PARTS} parts, not {}", parts.len());
+            return Err(Fault::new(ErrorCode::Unexpected, why));
+        }
+        let local = self
+            .bubbles
+            .get(&lease.bubble)
+            .filter(|b| b.lease.epoch == lease.epoch)
+            .ok_or_else(|| unknown(lease.bubble))?;
+        if local.phase != Phase::Running {
+            return Err(Fault::new(ErrorCode::Conflict, "parts of a bubble not running here"));
+        }
+        let world = local.region.world;
+        let regions: Vec<Region> = if parts.len() == 1 {
+            vec![local.region]
+        } else {
+            parts.iter().map(|&b| Region { world, bounds: Some(b) }).collect()
+        };
+        let place: HashMap<PlayerId, usize> =
+            players.iter().map(|m| (m.player, (m.part as usize).min(parts.len() - 1))).collect();
+        self.regroup(lease.bubble, regions, &place).await?;
+        tracing::info!(site = %self.site, bubble = lease.bubble.0, parts = parts.len(), "bubble spread");
+        Ok(control::Reply::Done)
+    }
+
+    /// Every player of a spread bubble back on its first server, the others released.
+    async fn consolidate(&mut self, bubble: BubbleId) -> Result<(), Fault> {
+        let Some(local) = self.bubbles.get(&bubble).filter(|b| !b.extra.is_empty()) else {
+            return Ok(());
+        };
+        let region = local.region;
+        let place = local.members.keys().map(|&p| (p, 0)).collect();
+        self.regroup(bubble, vec![region], &place).await
+    }
+
+    /// One server per region (keeping the current ones in order, taking ready ones for new
+    /// parts, releasing the surplus), each member moved to the server of its part: `place`,
+    /// else the part it is in when that part remains, else the first.
+    async fn regroup(
+        &mut self,
+        bubble: BubbleId,
+        regions: Vec<Region>,
+        place: &HashMap<PlayerId, usize>,
+    ) -> Result<(), Fault> {
+        let local = self.bubbles.get(&bubble).ok_or_else(|| unknown(bubble))?;
+        let full = local.lease;
+        let lease = LeaseRef { bubble, epoch: full.epoch };
+        let mut servers: Vec<Name> = local.servers().cloned().collect();
+        while servers.len() < regions.len() {
+            let server = self.assign(full, regions[servers.len()], false).await?;
+            servers.push(server);
+        }
+        let local = self.bubbles.get(&bubble).ok_or_else(|| unknown(bubble))?;
+        let moves: Vec<(PlayerId, Name, Name)> = local
+            .members
+            .keys()
+            .filter_map(|&p| {
+                let from = local.server_of(p).clone();
+                let now = servers.iter().position(|s| *s == from).filter(|&i| i < regions.len());
+                let part = place.get(&p).copied().or(now).unwrap_or(0);
+                let to = servers[part].clone();
+                (to != from).then_some((p, from, to))
+            })
+            .collect();
+        for (player, from, to) in moves {
+            let (Some(a), Some(b)) = (self.server_conn(&from), self.server_conn(&to)) else {
+                continue;
+            };
+            match a.request(&server::Request::Leave { lease, player }).await {
+                Ok(server::Reply::Left { last_applied, state }) => {
+                    self.join(&b, lease, player, last_applied, state).await;
+                    if let Some(local) = self.bubbles.get_mut(&bubble) {
+                        local.holder.insert(player, to);
+                    }
+                }
+                other => {
+                    tracing::warn!(player = player.0, ?other, "player not moved between parts")
+                }
+            }
+        }
+        for name in servers.drain(regions.len()..) {
+            if let Some(srv) = self.servers.get_mut(&name) {
+                srv.bubbles.retain(|b| *b != bubble);
+                let conn = srv.conn.clone();
+                let _ = conn.request(&server::Request::Release { lease }).await;
+            }
+        }
+        for (name, region) in servers.iter().zip(&regions) {
+            if let Some(conn) = self.server_conn(name) {
+                let _ = conn.request(&server::Request::Resize { lease, region: *region }).await;
+            }
+        }
+        if let Some(local) = self.bubbles.get_mut(&bubble) {
+            local.extra = servers[1..].to_vec();
+            let main = local.server.clone();
+            let extra = &local.extra;
+            local.holder.retain(|_, s| *s != main && extra.contains(s));
+        }
+        self.top_up_pool();
+        Ok(())
+    }
+
+    fn server_conn(&self, name: &Name) -> Option<Conn<Server>> {
+        self.servers.get(name).map(|s| s.conn.clone())
+    }
+
     /// The core abandoned a handover of this bubble before the freeze and re-granted it here
     /// under a newer epoch: whatever was prepared for the old epoch stops (a prepare still
     /// opening its transfer is answered now), the bubble keeps running with its state.
@@ -1015,18 +1178,19 @@ impl Agent {
         if !matches!(local.phase, Phase::Running | Phase::Leaving { .. }) {
             return Err(Fault::new(ErrorCode::Conflict, "regrant of a bubble not running here"));
         }
-        let server = local.server.clone();
-        let conn = self
-            .servers
-            .get(&server)
-            .map(|s| s.conn.clone())
-            .ok_or_else(|| Fault::new(ErrorCode::NotReady, "the bubble's server is gone"))?;
-        match conn.request(&server::Request::Regrant { old, lease }).await {
-            Ok(server::Reply::Done) => {}
-            Ok(other) => {
-                return Err(Fault::new(ErrorCode::Internal, format!("server replied {other:?}")));
+        let servers: Vec<Name> = local.servers().cloned().collect();
+        for server in servers {
+            let conn = self
+                .server_conn(&server)
+                .ok_or_else(|| Fault::new(ErrorCode::NotReady, "the bubble's server is gone"))?;
+            match conn.request(&server::Request::Regrant { old, lease }).await {
+                Ok(server::Reply::Done) => {}
+                Ok(other) => {
+                    let why = format!("server replied {other:?}");
+                    return Err(Fault::new(ErrorCode::Internal, why));
+                }
+                Err(e) => return Err(Fault::new(ErrorCode::NotReady, format!("regrant: {e}"))),
             }
-            Err(e) => return Err(Fault::new(ErrorCode::NotReady, format!("regrant: {e}"))),
         }
         if let Some(local) = self.bubbles.get_mut(&old.bubble) {
             local.phase = Phase::Running;
@@ -1079,10 +1243,12 @@ impl Agent {
         self.mirrors.remove(&bubble);
         self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
         let lease = LeaseRef { bubble, epoch: local.lease.epoch };
-        if let Some(srv) = self.servers.get_mut(&local.server) {
-            srv.bubbles.retain(|b| *b != bubble);
-            let conn = srv.conn.clone();
-            let _ = conn.request(&server::Request::Release { lease }).await;
+        for name in local.servers() {
+            if let Some(srv) = self.servers.get_mut(name) {
+                srv.bubbles.retain(|b| *b != bubble);
+                let conn = srv.conn.clone();
+                let _ = conn.request(&server::Request::Release { lease }).await;
+            }
         }
         tracing::info!(site = %self.site, bubble = bubble.0, "bubble released");
     }
@@ -1102,7 +1268,10 @@ impl Agent {
     fn top_up_pool(&mut self) {
         let spare =
             self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
-        for _ in spare..self.cfg.warm_pool {
+        // The warm pool, or more while orders wait for several servers at once.
+        let demand = self.waiting.iter().map(|(_, r)| self.servers_needed(&r.body)).max();
+        let want = self.cfg.warm_pool.max(demand.unwrap_or(0));
+        for _ in spare..want {
             let name = format!("{}-gs-{}", self.cfg.site.to_ascii_lowercase(), self.next_server);
             self.next_server += 1;
             match self.driver.start(&name, self.servers_addr) {
@@ -1203,7 +1372,7 @@ impl Agent {
     /// players, one copy per other home site.
     fn fan_out(&mut self, server: &Name, update: Update) {
         let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
-        if &local.server != server || update.epoch != local.lease.epoch {
+        if !local.servers().any(|s| s == server) || update.epoch != local.lease.epoch {
             return;
         }
         if let Phase::Standby { handover } = local.phase {
@@ -1274,7 +1443,17 @@ impl Agent {
             // Failover (restart from the latest copy on a spare, or on the core site) is the
             // next step; until then the bubble stops here and its lease runs out at the core.
             tracing::error!(site = %self.site, server = %name, bubble = bubble.0, "server gone with its bubble");
-            self.bubbles.remove(&bubble);
+            let Some(local) = self.bubbles.remove(&bubble) else { continue };
+            let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+            for other in local.servers().filter(|s| **s != name) {
+                if let Some(srv) = self.servers.get_mut(other) {
+                    srv.bubbles.retain(|b| *b != bubble);
+                    let conn = srv.conn.clone();
+                    tokio::spawn(async move {
+                        let _ = conn.request(&server::Request::Release { lease }).await;
+                    });
+                }
+            }
         }
         self.top_up_pool();
     }
@@ -1408,13 +1587,31 @@ impl Agent {
 
     /// Inputs to whoever simulates `bubble`: this site's server, or another site's agent.
     fn send_inputs(&self, bubble: BubbleId, site: &Name, inputs: Vec<Input>) {
-        let item = StateItem::Inputs(Inputs { bubble, inputs });
         if site == &self.site {
-            if let Some(srv) = self.bubbles.get(&bubble).and_then(|b| self.servers.get(&b.server)) {
-                let _ = srv.out.try_send(item);
-            }
+            self.to_servers(Inputs { bubble, inputs });
         } else if let Some(peer) = self.peers.get(site) {
-            let _ = peer.out.try_send(item);
+            let _ = peer.out.try_send(StateItem::Inputs(Inputs { bubble, inputs }));
+        }
+    }
+
+    /// Inputs of a bubble simulated here, each to the server holding its player.
+    fn to_servers(&self, inputs: Inputs) {
+        let Some(local) = self.bubbles.get(&inputs.bubble) else { return };
+        if local.extra.is_empty() {
+            if let Some(srv) = self.servers.get(&local.server) {
+                let _ = srv.out.try_send(StateItem::Inputs(inputs));
+            }
+            return;
+        }
+        let mut per_server: HashMap<&Name, Vec<Input>> = HashMap::new();
+        for input in inputs.inputs {
+            per_server.entry(local.server_of(input.player)).or_default().push(input);
+        }
+        for (name, batch) in per_server {
+            if let Some(srv) = self.servers.get(name) {
+                let item = Inputs { bubble: inputs.bubble, inputs: batch };
+                let _ = srv.out.try_send(StateItem::Inputs(item));
+            }
         }
     }
 
@@ -1550,13 +1747,7 @@ impl Agent {
 
     fn peer_item(&mut self, site: &Name, item: StateItem) {
         match item {
-            StateItem::Inputs(inputs) => {
-                if let Some(srv) =
-                    self.bubbles.get(&inputs.bubble).and_then(|b| self.servers.get(&b.server))
-                {
-                    let _ = srv.out.try_send(StateItem::Inputs(inputs));
-                }
-            }
+            StateItem::Inputs(inputs) => self.to_servers(inputs),
             StateItem::Update(update) => self.deliver(&update),
             StateItem::Snapshot(ref s) => self.feed_standby(site, s.bubble, item.clone()),
             StateItem::Delta(ref d) => self.feed_standby(site, d.bubble, item.clone()),
@@ -1584,7 +1775,8 @@ impl Agent {
             return;
         }
         for (&bubble, local) in &self.bubbles {
-            if local.phase != Phase::Running {
+            // A spread bubble's state is in several servers; its copy waits for one server.
+            if local.phase != Phase::Running || !local.extra.is_empty() {
                 continue;
             }
             let Some(srv) = self.servers.get(&local.server) else { continue };
@@ -1639,6 +1831,9 @@ impl Agent {
         self.top_up_pool();
     }
 }
+
+/// The most servers one bubble is spread over.
+const MAX_PARTS: usize = 64;
 
 fn unknown(bubble: BubbleId) -> Fault {
     Fault::new(ErrorCode::UnknownBubble, format!("bubble {} is not here", bubble.0))

@@ -203,6 +203,10 @@ struct Reg {
     bounds: Aabb,
     members: BTreeMap<PlayerId, SiteId>,
     moving: Option<HandoverId>,
+    /// The parts last sent to the holder (`Parts`) and each member's part; empty while the
+    /// bubble is on one server.
+    parts: Vec<Aabb>,
+    part_of: BTreeMap<PlayerId, u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -616,6 +620,8 @@ impl Core {
                         bounds: aabb(bounds),
                         members: BTreeMap::new(),
                         moving: None,
+                        parts: Vec::new(),
+                        part_of: BTreeMap::new(),
                     };
                     self.persist(Record::Lease {
                         bubble: bubble.0,
@@ -644,14 +650,9 @@ impl Core {
                     }
                 }
                 Command::Enter { .. } => {}
-                Command::Servers { bubble, parts, .. } => {
-                    // Spreading one bubble over several servers of its site is decided by the
-                    // brain but not carried out by the agents yet: the bubble stays on one.
-                    tracing::warn!(
-                        bubble = bubble.0,
-                        parts = parts.len(),
-                        "multi-server split not executed"
-                    );
+                Command::Servers { bubble, parts, reason, .. } => {
+                    // Carried out by `reconcile_parts` below, with each member's part.
+                    tracing::info!(bubble = bubble.0, parts = parts.len(), reason = ?reason, "bubble spread over servers");
                 }
                 Command::Stalled { bubble, site, .. } => {
                     tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
@@ -784,6 +785,53 @@ impl Core {
             self.order(site, control::Request::Members { lease, players, departed });
         }
         self.send_routes(routes);
+        self.reconcile_parts();
+    }
+
+    /// Tells each holder how the brain spreads its bubbles over servers (SPEC section 4, within
+    /// a site) and which part holds each member, whenever that changed. Bubbles in a handover
+    /// wait for its commit.
+    fn reconcile_parts(&mut self) {
+        let mut orders = Vec::new();
+        for (&bubble, reg) in self.registry.iter_mut() {
+            if reg.moving.is_some() {
+                continue;
+            }
+            let Some(b) = self.mesh.bubble_by_id(horizon_mesh::BubbleId(bubble.0)) else {
+                continue;
+            };
+            let parts = b.parts();
+            if parts.len() <= 1 && reg.parts.is_empty() {
+                continue;
+            }
+            let part_of: BTreeMap<PlayerId, u32> = reg
+                .members
+                .keys()
+                .filter_map(|&p| {
+                    let at = self.mesh.player(horizon_mesh::PlayerId(p.0))?.position;
+                    Some((p, horizon_mesh::bubble::part_of(&parts, at) as u32))
+                })
+                .collect();
+            let boxes: Vec<Aabb> = parts.iter().map(|p| aabb(*p)).collect();
+            if boxes == reg.parts && part_of == reg.part_of {
+                continue;
+            }
+            let players = part_of
+                .iter()
+                .map(|(&player, &part)| control::PartMember { player, part })
+                .collect();
+            let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
+            orders
+                .push((reg.site, control::Request::Parts { lease, parts: boxes.clone(), players }));
+            if boxes.len() > 1 {
+                (reg.parts, reg.part_of) = (boxes, part_of);
+            } else {
+                (reg.parts, reg.part_of) = (Vec::new(), BTreeMap::new());
+            }
+        }
+        for (site, order) in orders {
+            self.order(site, order);
+        }
     }
 
     fn member_list(&self, reg: &Reg, crossing: &BTreeSet<PlayerId>) -> Vec<control::Member> {
@@ -926,6 +974,10 @@ impl Core {
         reg.site = site;
         reg.epoch = epoch.0;
         reg.moving = None;
+        // The source brought the bubble back to one server for the snapshot; the new holder
+        // gets its own `Parts` at the next reconciliation.
+        reg.parts.clear();
+        reg.part_of.clear();
         let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
         let players: Vec<PlayerId> = reg.members.keys().copied().collect();
         self.order(ho.from, control::Request::Commit { handover: h });
@@ -968,6 +1020,9 @@ impl Core {
         let now = self.now();
         let Some(reg) = self.registry.get_mut(&bubble) else { return };
         reg.moving = None;
+        // The source brought a spread bubble back onto one server for the snapshot.
+        reg.parts.clear();
+        reg.part_of.clear();
         let old = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
         let back = self.mesh.handle_move_aborted(
             horizon_mesh::BubbleId(bubble.0),
@@ -1094,6 +1149,7 @@ impl Core {
                     "players": r.members.len(),
                     "homes": r.members.values().fold(BTreeMap::<String, usize>::new(), |mut m, h| { *m.entry(self.cfg.sites.name(*h).to_string()).or_default() += 1; m }),
                     "moving": r.moving.map(|h| h.0),
+                    "parts": r.parts.iter().map(|b| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]]).collect::<Vec<_>>(),
                 })
             })
             .collect();

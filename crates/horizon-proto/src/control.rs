@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{Channel, Never, kinds};
 use crate::frame::ChannelId;
 use crate::types::{
-    Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Role, Tick, Vec3,
+    Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Role, Tick,
+    Vec3,
 };
 
 /// The control channel's types.
@@ -91,6 +92,12 @@ pub enum Request {
     /// abandoned before the freeze (instead of `Abort`): whatever was prepared for `old` stops,
     /// the bubble keeps running.
     Regrant { old: LeaseRef, lease: Lease },
+    /// core → agent (simulating site): spread the bubble over `parts.len()` servers of the
+    /// site, part `i` simulating box `parts[i]` (the parts tile the bubble's box; cuts never go
+    /// through a group). `players` says which part holds each member; the agent moves a player
+    /// whose part changed (leave with state and last applied seq, join on the new part's
+    /// server). Sent whenever the cut or a member's part changes; one part = one server again.
+    Parts { lease: LeaseRef, parts: Vec<Aabb>, players: Vec<PartMember> },
 }
 
 kinds!(Request {
@@ -110,6 +117,7 @@ kinds!(Request {
     Route => "route",
     Peers => "peers",
     Regrant => "regrant",
+    Parts => "parts",
 });
 
 /// A reply on the control channel.
@@ -171,6 +179,13 @@ pub struct Member {
     /// The player comes from another bubble, whose holder sends their state (a `Cross`);
     /// `false` for a fresh connection (empty state, no input applied yet).
     pub crossing: bool,
+}
+
+/// Which part of a bubble spread over several servers holds a player (index into `parts`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartMember {
+    pub player: PlayerId,
+    pub part: u32,
 }
 
 /// A player who left a bubble for another one.

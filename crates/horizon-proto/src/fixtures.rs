@@ -249,6 +249,20 @@ pub fn all() -> Vec<Fixture> {
                 }],
             },
             control::Request::Regrant { old: lref, lease },
+            control::Request::Parts {
+                lease: lref,
+                parts: vec![
+                    Aabb {
+                        min: Vec3 { x: 0.0, y: -50.0, z: -50.0 },
+                        max: Vec3 { x: 300.0, y: 50.0, z: 50.0 },
+                    },
+                    Aabb {
+                        min: Vec3 { x: 300.0, y: -50.0, z: -50.0 },
+                        max: Vec3 { x: 900.0, y: 50.0, z: 50.0 },
+                    },
+                ],
+                players: vec![control::PartMember { player: PlayerId(5), part: 1 }],
+            },
         ],
         vec![
             control::Reply::Done,

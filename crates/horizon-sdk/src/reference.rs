@@ -33,6 +33,9 @@ pub struct Entity {
 /// A region's state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
+    /// Which simulation this is: fixed when the region starts empty, carried by snapshots (a
+    /// handover target continues it). Two servers sharing a spread bubble have different ones.
+    origin: u64,
     spawn: [i64; 3],
     tick_ms: u32,
     prev_chain: u64,
@@ -48,6 +51,8 @@ pub struct View {
     /// of the state (a replay would differ): it lets a player on the same clock measure how
     /// long its input took to be applied.
     pub wall_us: u64,
+    /// The simulation this view comes from (see `State::origin`): views of one origin chain.
+    pub origin: u64,
     /// The chain before this step: equals the previous view's `chain`.
     pub prev_chain: u64,
     pub chain: u64,
@@ -101,7 +106,9 @@ impl Game for Reference {
             let mid = |lo: f64, hi: f64| ((lo + hi) * 500.0) as i64;
             [mid(b.min.x, b.max.x), mid(b.min.y, b.max.y), mid(b.min.z, b.max.z)]
         });
+        let origin = spawn.iter().fold(bubble.0, |h, v| fnv(h, &v.to_le_bytes()));
         State {
+            origin,
             spawn,
             tick_ms: self.tick_ms,
             prev_chain: 0,
@@ -160,6 +167,7 @@ impl Game for Reference {
         let view = View {
             tick,
             wall_us,
+            origin: state.origin,
             prev_chain: state.prev_chain,
             chain: state.chain,
             entities: state.entities.iter().map(|(&p, &e)| (p, e)).collect(),

@@ -87,6 +87,9 @@ pub struct BotReport {
     pub chain_breaks: u64,
     pub max_gap_ms: f64,
     pub bubbles_seen: u64,
+    /// Simulations (game servers' regions) the player's views came from: more than the
+    /// bubbles seen when a bubble spread over several servers moved the player between them.
+    pub simulations_seen: u64,
     #[serde(skip)]
     pub click_ms: Vec<f64>,
     #[serde(skip)]
@@ -182,7 +185,8 @@ async fn run(
     let mut move_timer = tokio::time::interval(Duration::from_millis(100));
     let mut seq = 0u64;
     let mut pending: BTreeMap<u64, (Instant, u64)> = BTreeMap::new();
-    let mut last: Option<(u64, u64, u64, Instant)> = None; // (bubble, tick, chain, at)
+    // (bubble, origin, tick, chain, at) of the last view followed.
+    let mut last: Option<(u64, u64, u64, u64, Instant)> = None;
     let mut position_seq = 0u32;
     let mut afk = false;
     let mut vel = Vec3::default();
@@ -249,9 +253,14 @@ async fn run(
                     r.applied = e.inputs;
                     r.applied_twice = r.applied_twice.max(e.inputs.saturating_sub(e.last_seq));
                 }
+                // One simulation's views chain tick after tick, across handovers too (the
+                // target continues the source's). Another server of the same bubble (spread
+                // over several) is another simulation: followed from its first view on.
                 match last {
-                    Some((b, t, chain, seen)) if b == bubble.0 => {
-                        if tick.0 == t + 1 {
+                    Some((b, origin, t, chain, seen)) if b == bubble.0 => {
+                        if origin != view.origin {
+                            r.simulations_seen += 1;
+                        } else if tick.0 == t + 1 {
                             r.chain_checked += 1;
                             if view.prev_chain != chain {
                                 r.chain_breaks += 1;
@@ -260,10 +269,16 @@ async fn run(
                         let gap = at.duration_since(seen).as_secs_f64() * 1000.0;
                         r.max_gap_ms = r.max_gap_ms.max(gap);
                     }
-                    Some(_) | None => r.bubbles_seen += 1,
+                    Some(_) | None => {
+                        r.bubbles_seen += 1;
+                        r.simulations_seen += 1;
+                    }
                 }
-                if last.is_none_or(|(b, t, ..)| b != bubble.0 || tick.0 > t) {
-                    last = Some((bubble.0, tick.0, view.chain, at));
+                let follow = last.is_none_or(|(b, origin, t, ..)| {
+                    b != bubble.0 || origin != view.origin || tick.0 > t
+                });
+                if follow {
+                    last = Some((bubble.0, view.origin, tick.0, view.chain, at));
                 }
             }
         }

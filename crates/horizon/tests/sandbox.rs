@@ -301,3 +301,88 @@ async fn a_handover_whose_target_is_unreachable_is_abandoned_and_the_group_plays
         assert!(r.max_gap_ms < 1_000.0, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_group() {
+    let dir = std::env::temp_dir().join(format!("horizon-parts-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 1_000;
+    opts.thresholds.players_per_server = 4;
+    opts.thresholds.split_sustain_ms = 2_000;
+    opts.thresholds.settle_ms = 2_000;
+    opts.thresholds.merge_low_ms = 120_000;
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+
+    // Four groups of three Parisians, 600 m apart: one bubble (within the merge distance), four
+    // groups (beyond the grouping radius), twelve players for servers that take four each.
+    let mut specs = Vec::new();
+    for g in 0..4 {
+        for k in 0..3 {
+            let x = g as f64 * 600.0 + k as f64 * 3.0;
+            specs.push(bot(&format!("crowd-{g}-{k}"), "PAR", &sandbox, x, 0));
+        }
+    }
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let running: Vec<_> = specs
+        .into_iter()
+        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_token.clone(), stop_rx.clone()))
+        .collect();
+
+    let mut spread = None;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let status = sandbox.core.status().await.expect("status");
+        let parts = status["bubbles"]
+            .as_array()
+            .and_then(|b| b.iter().map(|b| b["parts"].as_array().map_or(0, Vec::len)).max())
+            .unwrap_or(0);
+        if parts >= 3 {
+            spread = Some(status);
+            break;
+        }
+    }
+    // Play on, spread, for a while: inputs, updates and leases through every part's server.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let status = sandbox.core.status().await.expect("status");
+    stop.send(true).unwrap();
+    let mut reports = Vec::new();
+    for (report, task) in running {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        reports.push(report.lock().unwrap().clone());
+    }
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let spread = spread.expect("the crowd's bubble was spread over three servers");
+    let bubbles = spread["bubbles"].as_array().expect("bubbles");
+    assert_eq!(bubbles.len(), 1, "one bubble for the whole crowd: {bubbles:?}");
+    assert_eq!(bubbles[0]["site"], "PAR");
+    let bubble = bubbles[0]["bubble"].as_u64().expect("bubble id");
+    // Every group whole on one server, several servers holding the bubble.
+    let par = status["sites"].as_array().unwrap().iter().find(|s| s["site"] == "PAR").unwrap();
+    let holding: Vec<&serde_json::Value> = par["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["bubbles"].as_array().is_some_and(|b| b.contains(&bubble.into())))
+        .collect();
+    assert!(holding.len() >= 3, "servers holding the bubble: {holding:?}");
+    for s in &holding {
+        let n = s["players"].as_u64().unwrap_or(0);
+        assert!(n > 0 && n % 3 == 0, "whole groups per server: {s}");
+    }
+    for r in &reports {
+        assert_eq!(r.error, None, "{}", r.name);
+        assert!(r.inputs_sent > 50, "{} played: {r:?}", r.name);
+        assert_eq!(r.applied, r.acked, "{}: every acknowledged input applied, once", r.name);
+        assert_eq!(r.applied_twice, 0, "{}", r.name);
+        assert_eq!(r.chain_breaks, 0, "{}", r.name);
+        assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
+        assert!(r.max_gap_ms < 1_000.0, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
+    }
+    let moved = reports.iter().filter(|r| r.simulations_seen > r.bubbles_seen).count();
+    assert!(moved >= 6, "players carried to another part's server, state and seqs: {moved}");
+}
