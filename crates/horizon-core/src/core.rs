@@ -568,6 +568,20 @@ impl Core {
                 self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
             }
         }
+        // Tick rates feed the brain's load rule (SPEC section 4). A bubble on one server is
+        // part 0; which server runs which part of a spread bubble is the agent's business, so
+        // those are split further on players per server only.
+        for srv in servers.iter().filter(|s| s.bubbles.len() == 1) {
+            let bubble = srv.bubbles[0];
+            let one_server = self
+                .registry
+                .get(&bubble)
+                .is_some_and(|r| r.site == site && r.parts.is_empty() && r.moving.is_none());
+            if one_server && srv.tps.is_finite() {
+                let id = horizon_mesh::BubbleId(bubble.0);
+                let _ = self.mesh.handle_server_load(id, 0, f64::from(srv.tps));
+            }
+        }
         if let Some(agent) = self.agents.get_mut(&site) {
             agent.servers = servers.to_vec();
         }
