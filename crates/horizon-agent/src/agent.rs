@@ -1339,12 +1339,17 @@ impl Agent {
         match item {
             StateItem::Update(update) => self.fan_out(server, update),
             StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
-                let chunk = control::Backup::Chunk {
-                    lease: LeaseRef { bubble: s.bubble, epoch: s.epoch },
-                    tick: s.tick,
-                    index: s.index,
-                    total: s.total,
-                    bytes: s.bytes,
+                let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
+                let (tick, index, total, bytes) = (s.tick, s.index, s.total, s.bytes);
+                let spread = self.bubbles.get(&s.bubble).filter(|b| !b.extra.is_empty());
+                let chunk = match spread {
+                    None => control::Backup::Chunk { lease, tick, index, total, bytes },
+                    Some(local) => {
+                        let Some(part) = local.servers().position(|n| n == server) else { return };
+                        let parts = 1 + local.extra.len() as u32;
+                        let part = part as u32;
+                        control::Backup::Part { lease, part, parts, tick, index, total, bytes }
+                    }
                 };
                 if let Some(out) = &self.backups {
                     let _ = out.try_send(chunk);
@@ -1775,16 +1780,18 @@ impl Agent {
             return;
         }
         for (&bubble, local) in &self.bubbles {
-            // A spread bubble's state is in several servers; its copy waits for one server.
-            if local.phase != Phase::Running || !local.extra.is_empty() {
+            if local.phase != Phase::Running {
                 continue;
             }
-            let Some(srv) = self.servers.get(&local.server) else { continue };
-            let conn = srv.conn.clone();
+            // A spread bubble: every part's server copies its own state.
             let lease = LeaseRef { bubble, epoch: local.lease.epoch };
-            tokio::spawn(async move {
-                let _ = conn.request(&server::Request::Copy { lease, deltas: false }).await;
-            });
+            for name in local.servers() {
+                let Some(srv) = self.servers.get(name) else { continue };
+                let conn = srv.conn.clone();
+                tokio::spawn(async move {
+                    let _ = conn.request(&server::Request::Copy { lease, deltas: false }).await;
+                });
+            }
         }
     }
 

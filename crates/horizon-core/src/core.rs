@@ -171,14 +171,16 @@ enum Event {
 
 struct BackupChunk {
     lease: LeaseRef,
+    /// For a bubble spread over several servers: (part, parts).
+    part: Option<(u32, u32)>,
     tick: u64,
     index: u32,
     total: u32,
     bytes: Vec<u8>,
 }
 
-/// A state copy: bubble, epoch, tick.
-type CopyKey = (BubbleId, u64, u64);
+/// A state copy: bubble, epoch, tick, part (`u32::MAX` for a whole copy).
+type CopyKey = (BubbleId, u64, u64, u32);
 
 /// Copies being assembled from their chunks, at most this many at once (oldest dropped).
 const MAX_BACKUPS_IN_FLIGHT: usize = 256;
@@ -240,18 +242,22 @@ struct Core {
 
 impl Core {
     /// Takes one chunk of a state copy. A copy is kept only if it comes from the bubble's
-    /// current holder under its current epoch (fencing: an old writer's copy is refused).
+    /// current holder under its current epoch (fencing: an old writer's copy is refused); a
+    /// part's copy only under the cut in force.
     fn backup(&mut self, site: SiteId, c: BackupChunk) {
         let bubble = c.lease.bubble;
-        let current = self
-            .registry
-            .get(&bubble)
-            .is_some_and(|r| r.site == site && r.epoch == c.lease.epoch.0);
+        let current = self.registry.get(&bubble).is_some_and(|r| {
+            let cut = match c.part {
+                None => true,
+                Some((part, parts)) => r.parts.len() == parts as usize && part < parts,
+            };
+            r.site == site && r.epoch == c.lease.epoch.0 && cut
+        });
         if !current || c.total == 0 || c.total > MAX_BACKUP_CHUNKS || c.index >= c.total {
             self.metrics.backups_refused.inc(site.index());
             return;
         }
-        let key = (bubble, c.lease.epoch.0, c.tick);
+        let key = (bubble, c.lease.epoch.0, c.tick, c.part.map_or(u32::MAX, |p| p.0));
         if !self.assembling.contains_key(&key) && self.assembling.len() >= MAX_BACKUPS_IN_FLIGHT {
             self.assembling.pop_first();
         }
@@ -273,16 +279,26 @@ impl Core {
             .flatten()
             .flatten()
             .collect();
-        let newer = self
-            .store
-            .state()
-            .backups
-            .get(&bubble.0)
-            .is_none_or(|b| (b.epoch, b.tick) < (key.1, key.2));
+        let (epoch, tick) = (key.1, key.2);
+        let stored = self.store.state().backups.get(&bubble.0);
+        let newer = stored.is_none_or(|b| match c.part {
+            // A whole copy after a spread one of the same epoch: the bubble is on one server again.
+            None => epoch > b.epoch || (epoch == b.epoch && (!b.parts.is_empty() || tick > b.tick)),
+            Some((part, parts)) => {
+                epoch > b.epoch
+                    || (epoch == b.epoch
+                        && (b.parts.len() != parts as usize
+                            || b.parts[part as usize].is_none_or(|p| p.tick < tick)))
+            }
+        });
         if !newer {
             return;
         }
-        match self.store.put_backup(bubble.0, key.1, key.2, &bytes) {
+        let put = match c.part {
+            None => self.store.put_backup(bubble.0, epoch, tick, &bytes),
+            Some(part) => self.store.put_backup_part(bubble.0, epoch, part, tick, &bytes),
+        };
+        match put {
             Ok(()) => self.metrics.backups.inc(site.index()),
             Err(e) => {
                 tracing::error!(error = %e, "backup not stored");
@@ -340,16 +356,36 @@ impl Core {
                 // The universe backup: chunks of state copies, checked against current epochs.
                 let events = self.events.clone();
                 tokio::spawn(async move {
-                    while let Ok(Some(control::Backup::Chunk {
-                        lease,
-                        tick,
-                        index,
-                        total,
-                        bytes,
-                    })) = rx.next().await
-                    {
-                        let chunk =
-                            BackupChunk { lease, tick: tick.0, index, total, bytes: bytes.0 };
+                    while let Ok(Some(item)) = rx.next().await {
+                        let chunk = match item {
+                            control::Backup::Chunk { lease, tick, index, total, bytes } => {
+                                let tick = tick.0;
+                                BackupChunk {
+                                    lease,
+                                    part: None,
+                                    tick,
+                                    index,
+                                    total,
+                                    bytes: bytes.0,
+                                }
+                            }
+                            control::Backup::Part {
+                                lease,
+                                part,
+                                parts,
+                                tick,
+                                index,
+                                total,
+                                bytes,
+                            } => BackupChunk {
+                                lease,
+                                part: Some((part, parts)),
+                                tick: tick.0,
+                                index,
+                                total,
+                                bytes: bytes.0,
+                            },
+                        };
                         if events.send(Event::Backup(site, id, chunk)).await.is_err() {
                             break;
                         }

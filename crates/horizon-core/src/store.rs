@@ -37,8 +37,27 @@ pub struct StoredLease {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredBackup {
     pub epoch: u64,
+    /// The copy's tick; for a spread bubble, the newest of its parts'.
     pub tick: u64,
     pub bytes: u64,
+    /// A bubble spread over several servers: each part's copy (`None` until it arrives); empty
+    /// for a copy of the whole bubble.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Option<StoredPart>>,
+}
+
+/// One part's copy of a spread bubble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredPart {
+    pub tick: u64,
+    pub bytes: u64,
+}
+
+impl StoredBackup {
+    /// Every part of a spread copy is here (always true of a whole copy).
+    pub fn complete(&self) -> bool {
+        self.parts.iter().all(Option::is_some)
+    }
 }
 
 /// Everything the store holds.
@@ -58,6 +77,7 @@ pub enum Record {
     Lease { bubble: u64, epoch: u64, site: String },
     Gone { bubble: u64 },
     Backup { bubble: u64, epoch: u64, tick: u64, bytes: u64 },
+    BackupPart { bubble: u64, epoch: u64, part: u32, parts: u32, tick: u64, bytes: u64 },
 }
 
 impl StoreState {
@@ -71,8 +91,25 @@ impl StoreState {
                 self.leases.remove(bubble);
             }
             Record::Backup { bubble, epoch, tick, bytes } => {
-                let b = StoredBackup { epoch: *epoch, tick: *tick, bytes: *bytes };
+                let b = StoredBackup { epoch: *epoch, tick: *tick, bytes: *bytes, parts: vec![] };
                 self.backups.insert(*bubble, b);
+            }
+            Record::BackupPart { bubble, epoch, part, parts, tick, bytes } => {
+                let (n, i) = (*parts as usize, *part as usize);
+                let b = self.backups.entry(*bubble).or_insert_with(|| StoredBackup {
+                    epoch: *epoch,
+                    tick: 0,
+                    bytes: 0,
+                    parts: Vec::new(),
+                });
+                if b.epoch != *epoch || b.parts.len() != n {
+                    *b = StoredBackup { epoch: *epoch, tick: 0, bytes: 0, parts: vec![None; n] };
+                }
+                if let Some(slot) = b.parts.get_mut(i) {
+                    *slot = Some(StoredPart { tick: *tick, bytes: *bytes });
+                }
+                b.tick = b.parts.iter().flatten().map(|p| p.tick).max().unwrap_or(0);
+                b.bytes = b.parts.iter().flatten().map(|p| p.bytes).sum();
             }
         }
     }
@@ -177,6 +214,29 @@ impl Store {
         self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })
     }
 
+    /// Keeps `bytes` as the latest copy of part `part` of `bubble`, spread over `parts` servers
+    /// (the caller checked the epoch is current).
+    pub fn put_backup_part(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        (part, parts): (u32, u32),
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
+        write_atomic(&path, bytes)?;
+        let len = bytes.len() as u64;
+        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
+    }
+
+    /// The latest copy of part `part` of a spread `bubble`, if any.
+    pub fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
+        let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
+        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
+        Some((meta, fs::read(path).ok()?))
+    }
+
     /// The latest copy of `bubble`, if any.
     pub fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
         let meta = self.state.backups.get(&bubble)?.clone();
@@ -250,6 +310,30 @@ mod tests {
         let s = Store::open(dir.path()).unwrap();
         assert!(s.state().leases.is_empty());
         assert_eq!(s.state().generation, 1);
+    }
+
+    #[test]
+    fn a_spread_bubbles_copy_is_complete_once_every_part_arrived_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.put_backup(3, 77, 1200, b"whole").unwrap();
+        s.put_backup_part(3, 77, (1, 2), 40, b"part one").unwrap();
+        assert!(!s.state().backups[&3].complete(), "part 0 is missing");
+        s.put_backup_part(3, 77, (0, 2), 1300, b"part zero").unwrap();
+        assert!(s.state().backups[&3].complete());
+        s.compact().unwrap();
+        s.put_backup_part(3, 77, (1, 2), 41, b"part one, later").unwrap();
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        let b = &s.state().backups[&3];
+        assert_eq!((b.epoch, b.tick, b.parts.len()), (77, 1300, 2));
+        assert_eq!(s.backup_part(3, 1).unwrap().1, b"part one, later");
+        assert_eq!(s.backup_part(3, 0).unwrap().0.tick, 1300);
+        // A cut into three at a newer epoch starts a new set.
+        let mut s = s;
+        s.put_backup_part(3, 78, (2, 3), 5, b"x").unwrap();
+        let b = &s.state().backups[&3];
+        assert_eq!((b.epoch, b.parts.len(), b.complete()), (78, 3, false));
     }
 
     #[test]

@@ -248,8 +248,12 @@ pub struct ServerLoad {
 pub enum Backup {
     /// One chunk of a state copy of a bubble at `tick`.
     Chunk { lease: LeaseRef, tick: Tick, index: u32, total: u32, bytes: Blob },
+    /// One chunk of a state copy of part `part` of a bubble spread over `parts` servers (each
+    /// part's server copies its own state; the set of parts makes the bubble's copy).
+    Part { lease: LeaseRef, part: u32, parts: u32, tick: Tick, index: u32, total: u32, bytes: Blob },
 }
 
 kinds!(Backup {
     Chunk => "backup_chunk",
+    Part => "backup_part",
 });

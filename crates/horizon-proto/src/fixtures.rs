@@ -280,13 +280,24 @@ pub fn all() -> Vec<Fixture> {
             control::Reply::Prepared { handover },
             control::Reply::Frozen { handover, tick: Tick(1002) },
         ],
-        vec![control::Backup::Chunk {
-            lease: lref,
-            tick: Tick(1000),
-            index: 0,
-            total: 1,
-            bytes: blob.clone(),
-        }],
+        vec![
+            control::Backup::Chunk {
+                lease: lref,
+                tick: Tick(1000),
+                index: 0,
+                total: 1,
+                bytes: blob.clone(),
+            },
+            control::Backup::Part {
+                lease: lref,
+                part: 1,
+                parts: 2,
+                tick: Tick(1000),
+                index: 0,
+                total: 1,
+                bytes: blob.clone(),
+            },
+        ],
         vec![],
     );
 

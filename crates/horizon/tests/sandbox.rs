@@ -344,9 +344,13 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
             break;
         }
     }
-    // Play on, spread, for a while: inputs, updates and leases through every part's server.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Play on, spread, for a while: inputs, updates, leases and a round of state copies (every
+    // 10 s) through every part's server.
+    tokio::time::sleep(Duration::from_secs(11)).await;
     let status = sandbox.core.status().await.expect("status");
+    let part_copies: Vec<String> = std::fs::read_dir(dir.join("store").join("backups"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
     stop.send(true).unwrap();
     let mut reports = Vec::new();
     for (report, task) in running {
@@ -382,6 +386,11 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
         assert_eq!(r.chain_breaks, 0, "{}", r.name);
         assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
         assert!(r.max_gap_ms < 1_000.0, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
+    }
+    // State copies of the spread bubble: one per part, from each part's server.
+    for part in 0..3 {
+        let file = format!("{bubble}.part{part}.bin");
+        assert!(part_copies.contains(&file), "{file} in the universe backup: {part_copies:?}");
     }
     let moved = reports.iter().filter(|r| r.simulations_seen > r.bubbles_seen).count();
     assert!(moved >= 6, "players carried to another part's server, state and seqs: {moved}");
