@@ -467,18 +467,30 @@ impl Agent {
         });
     }
 
+    /// Every server's load. The servers of a bubble spread over several are listed in part
+    /// order (the core reads each part's tick rate from that order).
     fn server_loads(&self) -> Vec<control::ServerLoad> {
-        self.servers
+        let part = |name: &Name, bubbles: &[BubbleId]| {
+            let b = bubbles.first().and_then(|b| self.bubbles.get(b));
+            (bubbles.first().map(|b| b.0), b.and_then(|b| b.servers().position(|s| s == name)))
+        };
+        let mut loads: Vec<_> = self
+            .servers
             .iter()
-            .map(|(n, s)| control::ServerLoad {
-                server: n.clone(),
-                tps: s.tps,
-                players: s.players,
-                chunks_loading: 0,
-                ready: s.ready && s.bubbles.is_empty(),
-                bubbles: s.bubbles.clone(),
+            .map(|(n, s)| {
+                let load = control::ServerLoad {
+                    server: n.clone(),
+                    tps: s.tps,
+                    players: s.players,
+                    chunks_loading: 0,
+                    ready: s.ready && s.bubbles.is_empty(),
+                    bubbles: s.bubbles.clone(),
+                };
+                (part(n, &s.bubbles), load)
             })
-            .collect()
+            .collect();
+        loads.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.server.cmp(&b.1.server)));
+        loads.into_iter().map(|(_, l)| l).collect()
     }
 
     async fn registered(&mut self, reply: control::Reply) {

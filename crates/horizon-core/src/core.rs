@@ -604,18 +604,23 @@ impl Core {
                 self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
             }
         }
-        // Tick rates feed the brain's load rule (SPEC section 4). A bubble on one server is
-        // part 0; which server runs which part of a spread bubble is the agent's business, so
-        // those are split further on players per server only.
+        // Tick rates feed the brain's load rule (SPEC section 4). The agent lists a spread
+        // bubble's servers in part order; a count that does not match the cut in force (a
+        // `Parts` on its way) is skipped.
+        let mut by_bubble: BTreeMap<BubbleId, Vec<f32>> = BTreeMap::new();
         for srv in servers.iter().filter(|s| s.bubbles.len() == 1) {
-            let bubble = srv.bubbles[0];
-            let one_server = self
-                .registry
-                .get(&bubble)
-                .is_some_and(|r| r.site == site && r.parts.is_empty() && r.moving.is_none());
-            if one_server && srv.tps.is_finite() {
+            by_bubble.entry(srv.bubbles[0]).or_default().push(srv.tps);
+        }
+        for (bubble, tps) in by_bubble {
+            let in_force = self.registry.get(&bubble).is_some_and(|r| {
+                r.site == site && r.moving.is_none() && r.parts.len().max(1) == tps.len()
+            });
+            if !in_force {
+                continue;
+            }
+            for (part, t) in tps.into_iter().enumerate().filter(|(_, t)| t.is_finite()) {
                 let id = horizon_mesh::BubbleId(bubble.0);
-                let _ = self.mesh.handle_server_load(id, 0, f64::from(srv.tps));
+                let _ = self.mesh.handle_server_load(id, part, f64::from(t));
             }
         }
         if let Some(agent) = self.agents.get_mut(&site) {
