@@ -777,10 +777,13 @@ impl Agent {
         match body {
             R::Create { bubble, .. } => usize::from(!self.bubbles.contains_key(bubble)),
             R::Prepare { target, .. } => usize::from(target == &self.site),
-            R::Parts { lease, parts, .. } => {
-                let have = self.bubbles.get(&lease.bubble).map_or(0, |b| 1 + b.extra.len());
-                parts.len().saturating_sub(have)
-            }
+            // Nothing for a bubble not held here or a cut beyond the limit: refused at once.
+            R::Parts { lease, parts, .. } => match self.bubbles.get(&lease.bubble) {
+                Some(b) if parts.len() <= MAX_PARTS => {
+                    parts.len().saturating_sub(1 + b.extra.len())
+                }
+                _ => 0,
+            },
             _ => 0,
         }
     }
