@@ -179,6 +179,20 @@ struct BackupChunk {
     bytes: Vec<u8>,
 }
 
+impl From<control::Backup> for BackupChunk {
+    fn from(item: control::Backup) -> Self {
+        match item {
+            control::Backup::Chunk { lease, tick, index, total, bytes } => {
+                BackupChunk { lease, part: None, tick: tick.0, index, total, bytes: bytes.0 }
+            }
+            control::Backup::Part { lease, part, parts, tick, index, total, bytes } => {
+                let part = Some((part, parts));
+                BackupChunk { lease, part, tick: tick.0, index, total, bytes: bytes.0 }
+            }
+        }
+    }
+}
+
 /// A state copy: bubble, epoch, tick, part (`u32::MAX` for a whole copy).
 type CopyKey = (BubbleId, u64, u64, u32);
 
@@ -357,35 +371,7 @@ impl Core {
                 let events = self.events.clone();
                 tokio::spawn(async move {
                     while let Ok(Some(item)) = rx.next().await {
-                        let chunk = match item {
-                            control::Backup::Chunk { lease, tick, index, total, bytes } => {
-                                let tick = tick.0;
-                                BackupChunk {
-                                    lease,
-                                    part: None,
-                                    tick,
-                                    index,
-                                    total,
-                                    bytes: bytes.0,
-                                }
-                            }
-                            control::Backup::Part {
-                                lease,
-                                part,
-                                parts,
-                                tick,
-                                index,
-                                total,
-                                bytes,
-                            } => BackupChunk {
-                                lease,
-                                part: Some((part, parts)),
-                                tick: tick.0,
-                                index,
-                                total,
-                                bytes: bytes.0,
-                            },
-                        };
+                        let chunk = BackupChunk::from(item);
                         if events.send(Event::Backup(site, id, chunk)).await.is_err() {
                             break;
                         }
