@@ -1190,6 +1190,7 @@ impl Core {
                     "players": r.members.len(),
                     "homes": r.members.values().fold(BTreeMap::<String, usize>::new(), |mut m, h| { *m.entry(self.cfg.sites.name(*h).to_string()).or_default() += 1; m }),
                     "moving": r.moving.map(|h| h.0),
+                    "tps": self.mesh.bubble_by_id(horizon_mesh::BubbleId(id.0)).map(|b| b.part_tps().to_vec()),
                     "parts": r.parts.iter().map(|b| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]]).collect::<Vec<_>>(),
                 })
             })

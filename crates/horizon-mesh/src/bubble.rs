@@ -50,6 +50,12 @@ impl Bubble {
         self.cuts.len() as u32 + 1
     }
 
+    /// The tick rate last reported for each part (`None` until its server reported one since
+    /// the last split or merge).
+    pub fn part_tps(&self) -> &[Option<f64>] {
+        &self.load.tps
+    }
+
     /// The boxes each server simulates, in part order.
     pub fn parts(&self) -> Vec<Aabb> {
         parts_of(self.bounds, &self.cuts)

@@ -393,6 +393,13 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
         assert!(r.inputs_sent > 50, "{} played: {r:?}", r.name);
         played_cleanly(r);
     }
+    // Each part's server's tick rate reached the brain (the agent lists them in part order).
+    let spread_now = status["bubbles"].as_array().and_then(|b| b.first()).expect("the bubble");
+    let tps = spread_now["tps"].as_array().expect("tick rates per part");
+    assert!(
+        tps.len() >= 3 && tps.iter().all(|t| t.as_f64().is_some_and(|t| t > 10.0)),
+        "tick rate of every part: {spread_now}"
+    );
     // State copies of the spread bubble: one per part, from each part's server.
     for part in 0..3 {
         let file = format!("{bubble}.part{part}.bin");
