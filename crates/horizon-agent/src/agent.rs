@@ -1096,7 +1096,7 @@ impl Agent {
         let place: HashMap<PlayerId, usize> =
             players.iter().map(|m| (m.player, (m.part as usize).min(parts.len() - 1))).collect();
         self.regroup(lease.bubble, regions, &place).await?;
-        tracing::info!(site = %self.site, bubble = lease.bubble.0, parts = parts.len(), "bubble spread");
+        tracing::debug!(site = %self.site, bubble = lease.bubble.0, parts = parts.len(), "bubble spread");
         Ok(control::Reply::Done)
     }
 

@@ -841,10 +841,10 @@ impl Core {
             let Some(b) = self.mesh.bubble_by_id(horizon_mesh::BubbleId(bubble.0)) else {
                 continue;
             };
-            let parts = b.parts();
-            if parts.len() <= 1 && reg.parts.is_empty() {
+            if b.servers() <= 1 && reg.parts.is_empty() {
                 continue;
             }
+            let parts = b.parts();
             let part_of: BTreeMap<PlayerId, u32> = reg
                 .members
                 .keys()
