@@ -74,6 +74,8 @@ fn each_policy_keeps_its_defining_property() {
         assert_eq!(p(name).moves, 0, "{name} moved a bubble");
     }
     assert!(p("smdg").moves > 0);
+    // Hysteresis: a bubble goes back where it came from only when what the scoring reads changed.
+    assert_eq!(p("smdg").reversed.unchanged, 0);
     // Same population for every policy: the same player-time is measured.
     for s in sites {
         let n = nearest.click_to_screen_ms[s].samples;

@@ -36,9 +36,8 @@ pub struct PolicyReport {
     pub moves: u64,
     /// Share of moves that take a bubble back to the site it left less than 10 min before.
     pub reversed_within_10min_share: f64,
-    /// Of those, reversals with exactly the same players (only roles, e.g. AFK, may differ):
-    /// flapping in a world that did not change.
-    pub reversed_same_players: u64,
+    /// Those reversals, by what changed since the move they undo.
+    pub reversed: Reversals,
     /// Players crossing a border into a bubble on another site (single-player handovers).
     pub border_crossings: u64,
     /// Share of players whose mean latency is at least 25 ms below their mean under `all_core`.
@@ -53,6 +52,17 @@ pub struct PolicyReport {
 }
 
 /// Figures of the population itself, the same for every policy.
+/// Moves that took a bubble back to the site it left within 10 min, by what changed in between.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Reversals {
+    /// Players joined or left the bubble.
+    pub membership: u64,
+    /// The same players, but their roles (AFK, pilot) or access RTTs changed: their weights did.
+    pub roles: u64,
+    /// Nothing the scoring reads changed: flapping proper (hysteresis keeps it at zero).
+    pub unchanged: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PopulationFigures {
     pub sessions: u64,
@@ -197,19 +207,22 @@ impl PopulationReport {
         md.push_str("\n## Handovers and stability\n\n");
         md.push_str(
             "| policy | handovers | per hour | per hour per 1,000 players | moves | \
-                     reversed within 10 min | … with the same players | border crossings |\n\
-                     |---|---:|---:|---:|---:|---:|---:|---:|\n",
+                     reversed within 10 min | … players joined or left | … roles changed | \
+                     … nothing changed | border crossings |\n\
+                     |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for (name, r) in self.ordered() {
             let _ = writeln!(
                 md,
-                "| `{name}` | {} | {:.1} | {:.2} | {} | {:.2} % | {} | {} |",
+                "| `{name}` | {} | {:.1} | {:.2} | {} | {:.2} % | {} | {} | {} | {} |",
                 r.handovers,
                 r.handovers_per_hour,
                 r.handovers_per_hour_per_1000,
                 r.moves,
                 100.0 * r.reversed_within_10min_share,
-                r.reversed_same_players,
+                r.reversed.membership,
+                r.reversed.roles,
+                r.reversed.unchanged,
                 r.border_crossings
             );
         }
@@ -217,7 +230,10 @@ impl PopulationReport {
             "\nA handover is a change of the site simulating a running region: a move, a \
                      merge across sites, or players leaving a core zone for a bubble elsewhere. \
                      A move is *reversed* when the same bubble goes back to the site it left \
-                     within 10 minutes (flapping).\n\n",
+                     within 10 minutes. Each reversal is counted by what changed since the move \
+                     it undoes: the players in the bubble, or only their roles (a player going \
+                     AFK weighs 0.05, a pilot 2), or nothing the scoring reads — the last is \
+                     flapping proper, which hysteresis must keep at zero.\n\n",
         );
 
         md.push_str("## Bubbles and servers per site (maximum over the run)\n\n");

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use super::config::PopulationConfig;
 use super::model::{Population, Step};
 use super::report::{
-    Percentiles, PolicyReport, PopulationFigures, PopulationReport, Series, SiteSeries,
+    Percentiles, PolicyReport, PopulationFigures, PopulationReport, Reversals, Series, SiteSeries,
 };
 use crate::runner::{RunError, overlapping_bubbles};
 
@@ -129,10 +129,10 @@ pub(crate) struct Tracker {
     moves: u64,
     reversed: u64,
     crossings: u64,
-    /// Per bubble: its last move (from, to, when, a hash of its players then).
-    last_move: FxHashMap<BubbleId, (SiteId, SiteId, Time, u64)>,
-    /// Reversals with exactly the same players as the move they undo.
-    reversed_same_players: u64,
+    /// Per bubble: its last move (from, to, when, and what the scoring saw then).
+    last_move: FxHashMap<BubbleId, (SiteId, SiteId, Time, Inputs)>,
+    /// Reversals by what changed since the move they undo.
+    reversed_by: Reversals,
     bubbles: Vec<Vec<u32>>,
     servers: Vec<Vec<u32>>,
     simulated: Vec<Vec<u32>>,
@@ -163,7 +163,7 @@ impl Tracker {
             reversed: 0,
             crossings: 0,
             last_move: FxHashMap::default(),
-            reversed_same_players: 0,
+            reversed_by: Reversals::default(),
             bubbles: vec![Vec::new(); n],
             servers: vec![Vec::new(); n],
             simulated: vec![Vec::new(); n],
@@ -197,26 +197,35 @@ impl Tracker {
         e.1 += 1;
     }
 
-    fn command(&mut self, cmd: &Command, now: Time) {
+    /// Counts one of the brain's commands. `scored` tells what scoring reads of a player (role
+    /// and access RTT), to tell why a move was reversed.
+    fn command(
+        &mut self,
+        cmd: &Command,
+        now: Time,
+        scored: impl Fn(PlayerId) -> Option<(Role, f64)>,
+    ) {
         match cmd {
             Command::Move { bubble, from, to, players, .. } => {
                 self.handovers += 1;
                 self.moves += 1;
-                let who = {
-                    use std::hash::{Hash, Hasher};
-                    let mut h = rustc_hash::FxHasher::default();
-                    players.hash(&mut h);
-                    h.finish()
-                };
+                let inputs = Inputs::of(players, scored);
                 if let Some(&(pf, pt, at, before)) = self.last_move.get(bubble)
                     && pt == *from
                     && pf == *to
                     && now.since(at) <= Span::from_ms(REVERSAL_WINDOW_MS)
                 {
                     self.reversed += 1;
-                    self.reversed_same_players += u64::from(before == who);
+                    let r = &mut self.reversed_by;
+                    if before.players != inputs.players {
+                        r.membership += 1;
+                    } else if before.scored != inputs.scored {
+                        r.roles += 1;
+                    } else {
+                        r.unchanged += 1;
+                    }
                 }
-                self.last_move.insert(*bubble, (*from, *to, now, who));
+                self.last_move.insert(*bubble, (*from, *to, now, inputs));
             }
             Command::Merge { from, from_site, into_site, .. } => {
                 self.last_move.remove(from);
@@ -235,6 +244,30 @@ impl Tracker {
             }
             _ => {}
         }
+    }
+}
+
+/// What the scoring of a bubble saw when it moved: who was in it, and their roles and access
+/// RTTs (hashes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Inputs {
+    players: u64,
+    scored: u64,
+}
+
+impl Inputs {
+    fn of(players: &[PlayerId], scored: impl Fn(PlayerId) -> Option<(Role, f64)>) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut who = rustc_hash::FxHasher::default();
+        let mut how = rustc_hash::FxHasher::default();
+        for &p in players {
+            p.hash(&mut who);
+            if let Some((role, rtt)) = scored(p) {
+                role.hash(&mut how);
+                rtt.to_bits().hash(&mut how);
+            }
+        }
+        Inputs { players: who.finish(), scored: how.finish() }
     }
 }
 
@@ -300,7 +333,7 @@ fn run_brain(
                 }
                 last_gain_move.insert(*bubble, now);
             }
-            t.command(&cmd, now);
+            t.command(&cmd, now, |id| mesh.player(id).map(|p| (p.role, p.access_rtt_min_ms)));
         }
         let core = cfg.sites.core();
         for p in mesh.players() {
@@ -543,7 +576,7 @@ fn build_report(
                     / (mean_online / 1000.0).max(1e-9),
                 moves: t.moves,
                 reversed_within_10min_share: t.reversed as f64 / t.moves.max(1) as f64,
-                reversed_same_players: t.reversed_same_players,
+                reversed: t.reversed_by,
                 border_crossings: t.crossings,
                 gain_25ms_vs_all_core_share: gain_share,
                 max_bubbles_by_site: by_site(&t.max_bubbles),
@@ -617,7 +650,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_back_within_ten_minutes_is_a_reversal_and_same_players_are_told_apart() {
+    fn a_move_back_within_ten_minutes_is_a_reversal_counted_by_what_changed() {
         let cfg = PopulationConfig::default_population();
         let mut t = Tracker::new(Policy::Brain(Placement::Smdg), &cfg);
         let s: Vec<SiteId> = cfg.sites.ids().collect();
@@ -629,11 +662,16 @@ mod tests {
             players: players.iter().map(|&p| PlayerId(p)).collect(),
             reason: MoveReason::Gain,
         };
-        t.command(&mv(s[0], s[1], &[1, 2]), Time::from_secs(0));
-        t.command(&mv(s[1], s[0], &[1, 2]), Time::from_secs(300)); // back, same players
-        t.command(&mv(s[0], s[1], &[1, 2, 3]), Time::from_secs(600)); // back, someone joined
-        t.command(&mv(s[1], s[2], &[1, 2, 3]), Time::from_secs(900)); // elsewhere
-        t.command(&mv(s[2], s[1], &[1, 2, 3]), Time::from_secs(1_501)); // back, too late
-        assert_eq!((t.moves, t.handovers, t.reversed, t.reversed_same_players), (5, 5, 2, 1));
+        let player = |_| Some((Role::Player, 20.0));
+        let afk2 =
+            |p: PlayerId| Some((if p == PlayerId(2) { Role::Afk } else { Role::Player }, 20.0));
+        t.command(&mv(s[0], s[1], &[1, 2]), Time::from_secs(0), player);
+        t.command(&mv(s[1], s[0], &[1, 2]), Time::from_secs(300), afk2); // back, 2 went AFK
+        t.command(&mv(s[0], s[1], &[1, 2]), Time::from_secs(400), afk2); // back, nothing changed
+        t.command(&mv(s[1], s[0], &[1, 2, 3]), Time::from_secs(600), player); // someone joined
+        t.command(&mv(s[0], s[2], &[1, 2, 3]), Time::from_secs(900), player); // elsewhere
+        t.command(&mv(s[2], s[0], &[1, 2, 3]), Time::from_secs(1_501), player); // too late
+        assert_eq!((t.moves, t.handovers, t.reversed), (6, 6, 3));
+        assert_eq!(t.reversed_by, Reversals { membership: 1, roles: 1, unchanged: 1 });
     }
 }
