@@ -214,7 +214,7 @@ impl<C: Channel> Conn<C> {
     /// Opens a long-lived stream of items to the peer.
     pub async fn open_stream(&self) -> Result<StreamSender<C>, Error> {
         let send = self.quic.open_uni().await?;
-        Ok(StreamSender { send, conn: self.clone(), buf: Vec::new() })
+        Ok(StreamSender { send, conn: self.clone(), last_len: 0 })
     }
 
     /// Closes the connection with a code the peer will see.
@@ -294,7 +294,8 @@ pub(crate) async fn read_payload(
 pub struct StreamSender<C: Channel> {
     send: quinn::SendStream,
     conn: Conn<C>,
-    buf: Vec<u8>,
+    /// The size of the last frame sent, to size the next one's buffer.
+    last_len: usize,
 }
 
 impl<C: Channel> std::fmt::Debug for StreamSender<C> {
@@ -305,15 +306,18 @@ impl<C: Channel> std::fmt::Debug for StreamSender<C> {
 
 impl<C: Channel> StreamSender<C> {
     pub async fn send(&mut self, item: &C::Stream) -> Result<(), Error> {
-        self.buf.clear();
+        // A fresh buffer, sized like the last frame, handed to quinn as is: no copy into its
+        // send buffer.
+        let mut frame = Vec::with_capacity(self.last_len);
         horizon_proto::frame::encode(
             item,
             self.conn.version,
             C::ID,
             self.conn.limits.max_frame_bytes,
-            &mut self.buf,
+            &mut frame,
         )?;
-        self.send.write_all(&self.buf).await?;
+        self.last_len = frame.len();
+        self.send.write_chunk(Bytes::from(frame)).await?;
         Ok(())
     }
 
@@ -328,6 +332,9 @@ impl<C: Channel> StreamSender<C> {
 pub struct StreamReceiver<C: Channel> {
     recv: quinn::RecvStream,
     conn: Conn<C>,
+    gulps: Gulps,
+    /// The frame being read, kept from frame to frame (at most `max_frame_bytes`).
+    payload: Vec<u8>,
 }
 
 impl<C: Channel> std::fmt::Debug for StreamReceiver<C> {
@@ -339,8 +346,85 @@ impl<C: Channel> std::fmt::Debug for StreamReceiver<C> {
 impl<C: Channel> StreamReceiver<C> {
     /// The next item, or `None` when the sender finished the stream.
     pub async fn next(&mut self) -> Result<Option<C::Stream>, Error> {
-        let Some(payload) = self.conn.read_frame(&mut self.recv).await? else { return Ok(None) };
-        self.conn.decoded(decode_payload(&payload)).map(Some)
+        let limit = self.conn.limits.max_frame_bytes;
+        let check = |head: &[u8]| decode_header(head, self.conn.version, C::ID, limit);
+        match self.gulps.frame(&mut self.recv, check, &mut self.payload).await {
+            Ok(true) => self.conn.decoded(decode_payload(&self.payload)).map(Some),
+            Ok(false) => Ok(None),
+            Err(ReadFailure::Frame(e)) => self.conn.decoded(Err(e)),
+            Err(ReadFailure::Read(e)) => Err(e.into()),
+        }
+    }
+}
+
+/// Received chunks a long-lived stream takes from quinn per call.
+const GULP: usize = 32;
+
+/// Reads a long-lived stream in gulps: up to [`GULP`] received chunks per call into quinn (one
+/// lock of the connection for many packets instead of one per packet), kept until frames use
+/// them. Holds at most one gulp.
+#[derive(Debug, Default)]
+struct Gulps {
+    pending: VecDeque<Bytes>,
+    ended: bool,
+}
+
+impl Gulps {
+    /// Reads one frame into `payload` (replaced): a header checked by `check`, then exactly its
+    /// payload. `false` when the stream ended cleanly before a frame began.
+    async fn frame(
+        &mut self,
+        recv: &mut quinn::RecvStream,
+        check: impl FnOnce(&[u8]) -> Result<horizon_proto::frame::Header, horizon_proto::DecodeError>,
+        payload: &mut Vec<u8>,
+    ) -> Result<bool, ReadFailure> {
+        let truncated =
+            |got, needed| ReadFailure::Frame(horizon_proto::DecodeError::Truncated { got, needed });
+        payload.clear();
+        self.take(recv, HEADER_BYTES, payload).await.map_err(ReadFailure::Read)?;
+        match payload.len() {
+            0 => return Ok(false),
+            got if got < HEADER_BYTES => return Err(truncated(got, HEADER_BYTES)),
+            _ => {}
+        }
+        let header = check(payload).map_err(ReadFailure::Frame)?;
+        payload.clear();
+        payload.reserve(header.len);
+        self.take(recv, header.len, payload).await.map_err(ReadFailure::Read)?;
+        if payload.len() < header.len {
+            return Err(truncated(HEADER_BYTES + payload.len(), HEADER_BYTES + header.len));
+        }
+        Ok(true)
+    }
+
+    /// Appends `n` bytes to `out`, fewer only when the stream ended first.
+    async fn take(
+        &mut self,
+        recv: &mut quinn::RecvStream,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), quinn::ReadError> {
+        let mut left = n;
+        while left > 0 {
+            let Some(front) = self.pending.front_mut() else {
+                if self.ended {
+                    break;
+                }
+                let mut chunks: [Bytes; GULP] = Default::default();
+                match recv.read_chunks(&mut chunks).await? {
+                    Some(got) => self.pending.extend(chunks.into_iter().take(got)),
+                    None => self.ended = true,
+                }
+                continue;
+            };
+            let k = left.min(front.len());
+            out.extend_from_slice(&front.split_to(k));
+            if front.is_empty() {
+                self.pending.pop_front();
+            }
+            left -= k;
+        }
+        Ok(())
     }
 }
 
@@ -601,7 +685,15 @@ async fn serve_request<C: Channel>(
 
 async fn accept_streams<C: Channel>(conn: Conn<C>, inbound: mpsc::Sender<Inbound<C>>) {
     while let Ok(recv) = conn.quic.accept_uni().await {
-        if inbound.send(Inbound::Stream(StreamReceiver { recv, conn: conn.clone() })).await.is_err()
+        if inbound
+            .send(Inbound::Stream(StreamReceiver {
+                recv,
+                conn: conn.clone(),
+                gulps: Gulps::default(),
+                payload: Vec::new(),
+            }))
+            .await
+            .is_err()
         {
             return;
         }

@@ -24,7 +24,7 @@ pub mod tls;
 pub use conn::{Conn, Counters, Inbound, InboundRequest, LinkStats, StreamReceiver, StreamSender};
 pub use error::Error;
 pub use handshake::{Authenticator, HelloParams, SharedToken, SiteCertificate};
-pub use limits::Limits;
+pub use limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 pub use link::{Dial, Link, LinkEvent, LinkParts, client_endpoint};
 pub use listener::{Listener, Peer};
 pub use tls::site_dns_name;

@@ -5,6 +5,16 @@ use std::time::Duration;
 
 use horizon_proto::{MAX_DATAGRAM_BYTES, MAX_FRAME_BYTES};
 
+/// The largest UDP payload path MTU discovery tries, and the largest an endpoint accepts.
+///
+/// WAN paths stop at Ethernet's 1452 (discovery settles there); loopback, and links with jumbo
+/// frames, carry more, and fewer larger packets move bulk state with less work per byte (about
+/// 2.5× the throughput of 1452 on loopback, docs/performance.md). The bound keeps segmentation
+/// offload working: quinn sends up to 10 packets per system call and the kernel refuses a batch
+/// over 64 KiB, which quinn then counts as lost packets, and enough of those trip its black-hole
+/// detection back to 1200 bytes. 10 × 6500 stays under.
+pub const MAX_UDP_PAYLOAD_BYTES: u16 = 6500;
+
 /// Limits of one endpoint. The defaults suit the control and transfer channels.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -80,10 +90,9 @@ impl Limits {
             .send_window(u64::from(self.connection_window_bytes))
             .datagram_receive_buffer_size(Some(self.datagram_queue * self.max_datagram_bytes))
             .datagram_send_buffer_size(self.datagram_queue * self.max_datagram_bytes);
-        // Path MTU discovery stays within Ethernet (quinn's default upper bound, 1452): larger
-        // packets measured faster on an idle loopback, but under load a few spurious losses
-        // trip quinn's black-hole detection back to 1200 bytes, which is slower than never
-        // trying (see docs/performance.md).
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(MAX_UDP_PAYLOAD_BYTES);
+        config.mtu_discovery_config(Some(mtu));
         // The idle timeout is at most 2^62 ms; ours are seconds.
         if let Ok(idle) = quinn::IdleTimeout::try_from(self.idle_timeout) {
             config.max_idle_timeout(Some(idle));

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::conn::{Conn, Inbound, Replies, serve_inbound};
 use crate::error::Error;
 use crate::handshake::{self, HelloParams};
-use crate::limits::Limits;
+use crate::limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 
 /// Where and how to connect.
 #[derive(Debug)]
@@ -235,7 +235,10 @@ pub(crate) fn endpoint(
     server: Option<quinn::ServerConfig>,
 ) -> Result<quinn::Endpoint, Error> {
     let fail = |e: &dyn std::fmt::Display| Error::Setup(format!("endpoint on {addr}: {e}"));
-    let config = quinn::EndpointConfig::default();
+    let mut config = quinn::EndpointConfig::default();
+    config
+        .max_udp_payload_size(MAX_UDP_PAYLOAD_BYTES)
+        .map_err(|e| fail(&format!("max UDP payload: {e}")))?;
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,

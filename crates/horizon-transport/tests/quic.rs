@@ -235,6 +235,101 @@ async fn malformed_and_oversized_frames_close_the_connection_with_their_code() {
     assert_eq!(executed.load(Ordering::SeqCst), 1);
 }
 
+/// Frames of every size around a packet and a read gulp arrive whole and in order; a stream
+/// that ends inside a frame is a truncated frame, not a short item.
+#[tokio::test]
+async fn stream_frames_of_any_size_arrive_whole_and_a_cut_frame_is_refused() {
+    use horizon_proto::Channel;
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let mut listener = site_listener::<Transfer>(&pki, "MTL", &limits);
+    let addr = listener.local_addr().unwrap();
+    let mut parts = site_link::<Transfer>(&pki, "PAR", "MTL", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let mut peer = listener.accept().await.unwrap();
+    let conn = parts.link.current().unwrap();
+    let delta = |tick: u64, len: usize| {
+        horizon_proto::StateItem::Delta(horizon_proto::Delta {
+            bubble: BubbleId(7),
+            epoch: Epoch(1),
+            tick: Tick(tick),
+            bytes: horizon_proto::Blob((0..len).map(|i| (i * 7 + tick as usize) as u8).collect()),
+        })
+    };
+    let sizes = [0, 1, 5_999, 6_000, 6_001, 3, 100_000, horizon_proto::MAX_CHUNK_BYTES - 64, 2];
+    let mut stream = conn.open_stream().await.unwrap();
+    for (tick, &len) in sizes.iter().enumerate() {
+        stream.send(&delta(tick as u64, len)).await.unwrap();
+    }
+    stream.finish();
+    let Some(Inbound::Stream(mut receiver)) = peer.inbound.recv().await else { panic!("a stream") };
+    for (tick, &len) in sizes.iter().enumerate() {
+        let item = receiver.next().await.unwrap();
+        assert_eq!(item, Some(delta(tick as u64, len)), "item {tick} of {len} bytes");
+    }
+    assert_eq!(receiver.next().await.unwrap(), None);
+
+    // A whole frame, then the first half of another, then the end of the stream.
+    let mut bytes = Vec::new();
+    for tick in [0, 1] {
+        let item = delta(tick, 20_000);
+        horizon_proto::frame::encode(&item, 1, Transfer::ID, 1 << 20, &mut bytes).unwrap();
+    }
+    let mut raw = conn.quic().open_uni().await.unwrap();
+    raw.write_all(&bytes[..bytes.len() - 10_000]).await.unwrap();
+    raw.finish().unwrap();
+    let Some(Inbound::Stream(mut receiver)) = peer.inbound.recv().await else { panic!("a stream") };
+    assert_eq!(receiver.next().await.unwrap(), Some(delta(0, 20_000)));
+    let cut = receiver.next().await;
+    assert!(
+        matches!(cut, Err(Error::Frame(horizon_proto::DecodeError::Truncated { .. }))),
+        "{cut:?}"
+    );
+}
+
+/// Bulk state on loopback uses packets of the largest payload and keeps them: batches of them
+/// stay under the kernel's 64 KiB per send call, so no send fails into a "lost" packet and
+/// black-hole detection never falls back to 1200 bytes.
+#[tokio::test]
+async fn bulk_state_on_loopback_climbs_to_the_largest_packets_and_keeps_them() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let mut listener = site_listener::<Transfer>(&pki, "MTL", &limits);
+    let addr = listener.local_addr().unwrap();
+    let mut parts = site_link::<Transfer>(&pki, "PAR", "MTL", addr, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    let mut peer = listener.accept().await.unwrap();
+    let conn = parts.link.current().unwrap();
+    let chunks = 48;
+    let writer = tokio::spawn({
+        let conn = conn.clone();
+        async move {
+            let mut stream = conn.open_stream().await.unwrap();
+            for tick in 0..chunks {
+                let bytes = horizon_proto::Blob(vec![0x5a; horizon_proto::MAX_CHUNK_BYTES - 64]);
+                let delta = horizon_proto::Delta {
+                    bubble: BubbleId(1),
+                    epoch: Epoch(1),
+                    tick: Tick(tick),
+                    bytes,
+                };
+                stream.send(&horizon_proto::StateItem::Delta(delta)).await.unwrap();
+            }
+            stream.finish();
+        }
+    });
+    let Some(Inbound::Stream(mut receiver)) = peer.inbound.recv().await else { panic!("a stream") };
+    let mut got = 0;
+    while receiver.next().await.unwrap().is_some() {
+        got += 1;
+    }
+    writer.await.unwrap();
+    assert_eq!(got, chunks);
+    let path = conn.quic().stats().path;
+    assert_eq!(path.current_mtu, horizon_transport::MAX_UDP_PAYLOAD_BYTES, "{path:?}");
+    assert_eq!(path.black_holes_detected, 0, "{path:?}");
+}
+
 #[tokio::test]
 async fn a_request_without_an_answer_times_out_instead_of_hanging() {
     let pki = Pki::new();
