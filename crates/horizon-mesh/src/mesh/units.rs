@@ -98,12 +98,21 @@ impl Extent {
 }
 
 /// Finds the overlapping pairs among boxes of the same world: sort on (world, min x) as compact
-/// integer keys, then sweep along x. Keeps its buffers from tick to tick.
+/// integer keys, then sweep along x. Keeps its buffers from tick to tick, and its sorted boxes
+/// until the next `clear`, to find what overlaps one more box ([`Sweep::overlapping_with`]).
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
     boxes: Vec<(WorldId, Aabb, u32)>,
     order: Vec<(u32, u64, u64, u32)>,
     pairs: Vec<(u32, u32)>,
+    /// The widest box along x.
+    widest: f64,
+}
+
+/// f64 → u64 preserving order (no NaN here: positions are checked at the door).
+fn ordered(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 { !b } else { b | 1 << 63 }
 }
 
 impl Sweep {
@@ -117,11 +126,7 @@ impl Sweep {
 
     /// The ids of every overlapping pair pushed since the last `clear`.
     pub(super) fn overlapping(&mut self) -> &[(u32, u32)] {
-        // f64 → u64 preserving order (no NaN here: positions are checked at the door).
-        let ordered = |x: f64| {
-            let b = x.to_bits();
-            if b >> 63 == 1 { !b } else { b | 1 << 63 }
-        };
+        self.widest = self.boxes.iter().map(|(_, b, _)| b.max.x - b.min.x).fold(0.0, f64::max);
         // (world, min x, max x, index): the sweep reads only this dense array until two boxes
         // overlap along x, so it does not chase every box in memory.
         self.order.clear();
@@ -146,11 +151,34 @@ impl Sweep {
         }
         &self.pairs
     }
+
+    /// The ids of the boxes sorted by the last [`Sweep::overlapping`] that overlap `bx`, in
+    /// sorted order. Reads only the boxes whose x range can reach it.
+    pub(super) fn overlapping_with(
+        &self,
+        world: WorldId,
+        bx: Aabb,
+    ) -> impl Iterator<Item = u32> + '_ {
+        // A box starting further left than its widest width ends before `bx` starts. Twice
+        // that, so rounding cannot drop one.
+        let from = ordered(bx.min.x - 2.0 * self.widest);
+        let start = self.order.partition_point(|&(w, min_x, _, _)| (w, min_x) < (world.0, from));
+        let (lo, hi) = (ordered(bx.min.x), ordered(bx.max.x));
+        self.order[start..]
+            .iter()
+            .take_while(move |&&(w, min_x, _, _)| w == world.0 && min_x < hi)
+            .filter(move |&&(_, _, max_x, i)| max_x > lo && self.boxes[i as usize].1.overlaps(&bx))
+            .map(|&(_, _, _, i)| self.boxes[i as usize].2)
+    }
 }
 
 /// For each cluster, the cluster representing its unit: clusters whose claimed boxes overlap
 /// are joined, and joined boxes are checked again until no two units' boxes overlap. `None` when
-/// no two clusters overlap. Works on boxes only; at most as many rounds as clusters.
+/// no two clusters overlap. Works on boxes only.
+///
+/// The result does not depend on the order of joins (a join only ever makes boxes larger), so
+/// after one sweep of every claim, each later round looks only at units that grew: a unit that
+/// did not grow still has the claim the first sweep found clear of every other unchanged one.
 pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option<Vec<u32>> {
     fn find(root: &mut [u32], mut x: u32) -> u32 {
         while root[x as usize] != x {
@@ -160,22 +188,24 @@ pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option
         x
     }
     let n = extents.len();
+    sweep.clear();
+    for (c, e) in extents.iter().enumerate() {
+        sweep.push(e.world, e.claim(), c as u32);
+    }
+    let mut pairs = sweep.overlapping().to_vec();
+    if pairs.is_empty() {
+        return None;
+    }
     let mut root: Vec<u32> = (0..n as u32).collect();
     let mut unit: Vec<Extent> = extents.to_vec();
-    let mut reps: Vec<u32> = root.clone();
-    let mut joined = false;
-    loop {
-        sweep.clear();
-        for &c in &reps {
-            let e = &unit[c as usize];
-            sweep.push(e.world, e.claim(), c);
-        }
-        let pairs = sweep.overlapping();
-        if pairs.is_empty() {
-            return joined.then_some((0..n as u32).map(|c| find(&mut root, c)).collect());
-        }
-        joined = true;
-        for &(a, b) in pairs {
+    // Units whose box is no longer their first claim, and those that grew in the last round.
+    let mut grown = vec![false; n];
+    let mut ever: Vec<u32> = Vec::new();
+    let mut fresh: Vec<u32> = Vec::new();
+    let mut others = Sweep::default();
+    while !pairs.is_empty() {
+        fresh.clear();
+        for &(a, b) in &pairs {
             let (ra, rb) = (find(&mut root, a), find(&mut root, b));
             if ra == rb {
                 continue;
@@ -183,7 +213,95 @@ pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option
             let (keep, gone) = (ra.min(rb), ra.max(rb));
             root[gone as usize] = keep;
             unit[keep as usize] = unit[keep as usize].join(&unit[gone as usize]);
+            fresh.push(keep);
+            if !grown[keep as usize] {
+                grown[keep as usize] = true;
+                ever.push(keep);
+            }
         }
-        reps.retain(|&c| root[c as usize] == c);
+        fresh.sort_unstable();
+        fresh.dedup();
+        fresh.retain(|&u| root[u as usize] == u);
+        ever.retain(|&u| root[u as usize] == u);
+        // Next round: each unit that grew against the unchanged claims (still in the sweep)
+        // and against every other unit that ever grew.
+        pairs.clear();
+        others.clear();
+        for &h in &ever {
+            others.push(unit[h as usize].world, unit[h as usize].claim(), h);
+        }
+        others.overlapping();
+        for &g in &fresh {
+            let e = unit[g as usize];
+            let claim = e.claim();
+            for c in sweep.overlapping_with(e.world, claim) {
+                if root[c as usize] == c && !grown[c as usize] {
+                    pairs.push((g, c));
+                }
+            }
+            for h in others.overlapping_with(e.world, claim) {
+                if h != g {
+                    pairs.push((g, h));
+                }
+            }
+        }
+    }
+    Some((0..n as u32).map(|c| find(&mut root, c)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Joins any two overlapping units until none overlap, comparing every pair each round.
+    fn brute(extents: &[Extent]) -> Vec<usize> {
+        let mut label: Vec<usize> = (0..extents.len()).collect();
+        let mut unit: Vec<Option<Extent>> = extents.iter().copied().map(Some).collect();
+        loop {
+            let mut joined = false;
+            for a in 0..unit.len() {
+                for b in a + 1..unit.len() {
+                    let (Some(x), Some(y)) = (unit[a], unit[b]) else { continue };
+                    if x.world == y.world && x.claim().overlaps(&y.claim()) {
+                        unit[a] = Some(x.join(&y));
+                        unit[b] = None;
+                        label.iter_mut().filter(|l| **l == b).for_each(|l| *l = a);
+                        joined = true;
+                    }
+                }
+            }
+            if !joined {
+                return label;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Units are the fixpoint of joining overlapping claims, whatever the order of joins:
+        /// the rounds that look only at grown units find what comparing all pairs finds.
+        #[test]
+        fn units_match_joining_every_overlapping_pair(
+            boxes in proptest::collection::vec(
+                (0u32..2, -5_000.0f64..5_000.0, -5_000.0f64..5_000.0, 0.0f64..400.0, 0.0f64..400.0, 1.0f64..600.0),
+                0..80),
+        ) {
+            let extents: Vec<Extent> = boxes.iter().map(|&(w, x, y, dx, dy, margin)| Extent {
+                world: WorldId(w),
+                bounds: Aabb { min: Vec3::new(x, y, 0.0), max: Vec3::new(x + dx, y + dy, 10.0) },
+                margin,
+            }).collect();
+            let want = brute(&extents);
+            let got = unite_overlapping(&extents, &mut Sweep::default());
+            let got: Vec<u32> = got.unwrap_or_else(|| (0..extents.len() as u32).collect());
+            for a in 0..extents.len() {
+                for b in 0..extents.len() {
+                    proptest::prop_assert_eq!(
+                        want[a] == want[b],
+                        got[a] == got[b],
+                        "clusters {} and {}", a, b
+                    );
+                }
+            }
+        }
     }
 }
