@@ -26,6 +26,15 @@ impl Vec3 {
         }
     }
 
+    /// Component `axis` (0 = x, 1 = y, 2 = z) replaced by `v`.
+    pub fn with_axis(self, axis: usize, v: f64) -> Vec3 {
+        match axis {
+            0 => Vec3 { x: v, ..self },
+            1 => Vec3 { y: v, ..self },
+            _ => Vec3 { z: v, ..self },
+        }
+    }
+
     pub fn norm(self) -> f64 {
         self.norm_sq().sqrt()
     }
@@ -115,6 +124,11 @@ impl Aabb {
         (self.min.x..=self.max.x).contains(&p.x)
             && (self.min.y..=self.max.y).contains(&p.y)
             && (self.min.z..=self.max.z).contains(&p.z)
+    }
+
+    /// Whether `o` lies inside (faces may touch).
+    pub fn contains_box(&self, o: &Aabb) -> bool {
+        self.contains(o.min) && self.contains(o.max)
     }
 
     /// Distance from `p` (inside the box) to the nearest face; negative when outside.

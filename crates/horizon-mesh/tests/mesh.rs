@@ -113,6 +113,29 @@ fn players_farther_than_the_merge_distance_never_share_a_bubble() {
     assert_eq!(b(3), b(4));
 }
 
+/// Two ships 25 km apart at 500 m/s: beyond each other's merge distance (2 km + 15 km), but
+/// each claims 15.3 km around itself, so their claims overlap. They keep a bubble each, on their
+/// own home sites, with a border between them; they are not joined into one box spanning both
+/// (boxes joined that way grew into boxes overlapping more boxes, across whole star systems).
+#[test]
+fn ships_whose_margins_overlap_beyond_the_merge_distance_get_a_border_not_a_shared_bubble() {
+    let mut m = mesh(th());
+    let mut a = join(1, PAR, 10.0, Role::Pilot, at(0.0));
+    a.velocity = Vec3::new(0.0, 500.0, 0.0);
+    let mut b = join(2, MTL, 10.0, Role::Pilot, at(25_000.0));
+    b.velocity = Vec3::new(0.0, -500.0, 0.0);
+    m.handle_join(a).unwrap();
+    m.handle_join(b).unwrap();
+    run(&mut m, 0, 0);
+    let (ba, bb) = (m.bubble_of(PlayerId(1)).unwrap(), m.bubble_of(PlayerId(2)).unwrap());
+    assert_ne!(ba.id, bb.id);
+    assert_eq!((ba.site, bb.site), (site(PAR), site(MTL)));
+    assert!(!ba.bounds.overlaps(&bb.bounds), "{:?} {:?}", ba.bounds, bb.bounds);
+    // The border runs midway; elsewhere each keeps its full margin.
+    assert_eq!((ba.bounds.max.x, bb.bounds.min.x), (12_500.0, 12_500.0));
+    assert_eq!((ba.bounds.min.x, bb.bounds.max.x), (-15_300.0, 40_300.0));
+}
+
 #[test]
 fn npcs_never_get_a_bubble_nor_a_site() {
     let mut m = mesh(th());

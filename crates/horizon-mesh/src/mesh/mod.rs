@@ -5,8 +5,10 @@
 //!
 //! 1. **Units** (`units.rs`). Counted players (NPCs never count) are grouped at the speed-scaled
 //!    *merge* distance: groups closer than that must share a site before they meet (preventive
-//!    merge). Groups whose claimed boxes (members' box grown by their border margin) overlap are
-//!    joined too. A unit is placed whole: a bubble always holds exactly one unit.
+//!    merge). Groups whose members' boxes meet are joined too (no border fits between them). A
+//!    unit claims its members' box grown by its border margin; where two claims overlap (fast
+//!    ships reach far) they are cut apart midway through the widest gap between the two units.
+//!    A unit is placed whole: a bubble always holds exactly one unit.
 //! 2. **Continuity** (`tick.rs`). Each unit keeps the bubble most of its weight was in. A unit
 //!    owning no bubble gets one (on the home site, or waits in a core zone for a server); a unit
 //!    that walked off gets its own bubble on the same site; a unit owning several merges them onto

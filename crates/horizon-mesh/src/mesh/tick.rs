@@ -129,7 +129,7 @@ impl Mesh {
                         })
                         .collect();
                     let t = sc.tallies[c].clone();
-                    let bounds = sc.extents[c].claim();
+                    let bounds = sc.extents[c].claim;
                     self.merge_bubbles(&owned, &t, bounds, members, sc, stats)
                 }
             };
@@ -443,7 +443,7 @@ impl Mesh {
         now: Time,
         stats: &mut TickStats,
     ) -> u32 {
-        let (world, bounds) = (sc.extents[c].world, sc.extents[c].claim());
+        let (world, bounds) = (sc.extents[c].world, sc.extents[c].claim);
         let Some((slot, epoch)) = self.insert_bubble(site, world, bounds, now, origin.hysteresis)
         else {
             return NONE;
@@ -601,7 +601,7 @@ impl Mesh {
         let mut obstacles: Vec<(WorldId, Aabb)> = Vec::new();
         for c in 0..clusters.len() {
             let slot = sc.cluster_bubble[c];
-            let claimed = sc.extents[c].claim();
+            let claimed = sc.extents[c].claim;
             if slot == NONE {
                 obstacles.push((sc.extents[c].world, claimed));
                 continue;

@@ -1,11 +1,15 @@
-//! Units of placement: clusters at the merge distance, joined while their claimed boxes overlap.
+//! Units of placement: clusters at the merge distance, joined only where their players' boxes
+//! meet; the boxes they claim around their players are cut apart where they overlap.
 
 use super::*;
 
 impl Mesh {
     /// Groups counted players at the speed-scaled merge distance, then joins groups whose
-    /// claimed boxes overlap (a fast ship's margins reach past the merge distance) until every
-    /// unit's box is clear of the others. Leaves each unit's tally and box in `sc`.
+    /// players' boxes meet (no border can pass between them) until every unit's box is clear of
+    /// the others. Each unit then claims its box grown by its margin, cut where it overlaps
+    /// another's claim (a fast ship's margin reaches past the merge distance): the cut passes
+    /// midway through the widest gap between the two units' players. Leaves each unit's tally,
+    /// box and claim in `sc`.
     pub(super) fn form_units(&mut self, sc: &mut Scratch) -> Groups {
         sc.items.clear();
         sc.item_player.clear();
@@ -20,10 +24,17 @@ impl Mesh {
         }
         let clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
         self.describe(&clusters, sc);
-        let Some(root) = unite_overlapping(&sc.extents, &mut sc.sweep) else {
-            return clusters;
+        let units = match unite_overlapping(&sc.extents, &mut sc.sweep, Extent::touch_box) {
+            Some(root) => self.join_clusters(&clusters, &root, sc),
+            None => clusters,
         };
-        let units = clusters.join(&root);
+        cut_claims(&mut sc.extents, &mut sc.sweep);
+        units
+    }
+
+    /// Units from the clusters joined under `root`, with their tallies and extents.
+    fn join_clusters(&self, clusters: &Groups, root: &[u32], sc: &mut Scratch) -> Groups {
+        let units = clusters.join(root);
         // A unit's figures are the sums of its clusters': no second pass over players.
         let mut tallies = std::mem::take(&mut sc.spare_tallies);
         while tallies.len() < units.len() {
@@ -59,41 +70,86 @@ impl Mesh {
             t.clear();
             let members = clusters.members(c);
             let first = &sc.items[members[0] as usize];
-            let mut extent =
-                Extent { world: first.world, bounds: Aabb::point(first.pos), margin: 0.0 };
+            let (mut bounds, mut margin) = (Aabb::point(first.pos), 0.0f64);
             for &it in members {
                 let item = &sc.items[it as usize];
                 let p = &self.players[sc.item_player[it as usize] as usize];
                 t.add(p, self.th.weights.of(p.role));
-                extent.bounds = extent.bounds.include(item.pos);
-                extent.margin = extent.margin.max(item.radius + extra);
+                bounds = bounds.include(item.pos);
+                margin = margin.max(item.radius + extra);
             }
-            sc.extents.push(extent);
+            sc.extents.push(Extent::new(first.world, bounds, margin));
         }
     }
 }
 
-/// Where a cluster (or unit) is: its world, its members' box and their largest speed-scaled
-/// border margin.
+/// Where a cluster (or unit) is: its world, its members' box, their largest speed-scaled
+/// border margin, and the box it claims.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Extent {
     pub(super) world: WorldId,
     pub(super) bounds: Aabb,
     pub(super) margin: f64,
+    /// The members' box grown by the margin, cut where it overlapped another unit's claim.
+    pub(super) claim: Aabb,
 }
 
+/// Players' boxes closer than this along every axis are joined: a border between them would
+/// leave a player less than half of it from the edge.
+const TOUCH_M: f64 = 1.0;
+
 impl Extent {
-    /// The box it claims: its members' box grown by their largest margin.
-    pub(super) fn claim(&self) -> Aabb {
-        self.bounds.expand(self.margin)
+    pub(super) fn new(world: WorldId, bounds: Aabb, margin: f64) -> Extent {
+        Extent { world, bounds, margin, claim: bounds.expand(margin) }
+    }
+
+    /// The members' box grown by half of [`TOUCH_M`]: two overlap when no border fits between.
+    fn touch_box(&self) -> Aabb {
+        self.bounds.expand(TOUCH_M / 2.0)
     }
 
     fn join(&self, o: &Extent) -> Extent {
-        Extent {
-            world: self.world,
-            bounds: self.bounds.hull(o.bounds),
-            margin: self.margin.max(o.margin),
+        Extent::new(self.world, self.bounds.hull(o.bounds), self.margin.max(o.margin))
+    }
+}
+
+/// Cuts apart the claims that overlap: for each overlapping pair, through the middle of the
+/// widest gap between the two units' members' boxes, along that axis. A cut only shrinks claims
+/// and leaves each containing its members; once a pair is cut it never overlaps again, so every
+/// pair is visited once. The units' boxes must be clear of each other by [`TOUCH_M`] along some
+/// axis (what [`unite_overlapping`] on [`Extent::touch_box`] leaves).
+pub(super) fn cut_claims(extents: &mut [Extent], sweep: &mut Sweep) {
+    sweep.clear();
+    for (u, e) in extents.iter().enumerate() {
+        sweep.push(e.world, e.claim, u as u32);
+    }
+    for &(a, b) in sweep.overlapping() {
+        let (a, b) = (a as usize, b as usize);
+        if !extents[a].claim.overlaps(&extents[b].claim) {
+            continue; // an earlier cut already separated them
         }
+        // (gap, axis, lower unit, upper unit) of the widest gap between the members' boxes.
+        let mut widest: Option<(f64, usize, usize, usize)> = None;
+        for axis in 0..3 {
+            let (ba, bb) = (&extents[a].bounds, &extents[b].bounds);
+            let (gap, lo, hi) = if ba.max.axis(axis) <= bb.min.axis(axis) {
+                (bb.min.axis(axis) - ba.max.axis(axis), a, b)
+            } else {
+                (ba.min.axis(axis) - bb.max.axis(axis), b, a)
+            };
+            if gap > 0.0 && widest.is_none_or(|w| gap > w.0) {
+                widest = Some((gap, axis, lo, hi));
+            }
+        }
+        let Some((_, axis, lo, hi)) = widest else {
+            debug_assert!(false, "units {a} and {b} have touching boxes: they should be one");
+            continue;
+        };
+        let cut = (extents[lo].bounds.max.axis(axis) + extents[hi].bounds.min.axis(axis)) / 2.0;
+        let low = &mut extents[lo].claim;
+        low.max = low.max.with_axis(axis, low.max.axis(axis).min(cut));
+        let high = &mut extents[hi].claim;
+        high.min = high.min.with_axis(axis, high.min.axis(axis).max(cut));
     }
 }
 
@@ -172,14 +228,18 @@ impl Sweep {
     }
 }
 
-/// For each cluster, the cluster representing its unit: clusters whose claimed boxes overlap
-/// are joined, and joined boxes are checked again until no two units' boxes overlap. `None` when
-/// no two clusters overlap. Works on boxes only.
+/// For each cluster, the cluster representing its unit: clusters whose boxes (`key` of their
+/// extent) overlap are joined, and joined boxes are checked again until no two units' boxes
+/// overlap. `None` when no two clusters overlap. Works on boxes only.
 ///
 /// The result does not depend on the order of joins (a join only ever makes boxes larger), so
 /// after one sweep of every claim, each later round looks only at units that grew: a unit that
 /// did not grow still has the claim the first sweep found clear of every other unchanged one.
-pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option<Vec<u32>> {
+pub(super) fn unite_overlapping(
+    extents: &[Extent],
+    sweep: &mut Sweep,
+    key: impl Fn(&Extent) -> Aabb,
+) -> Option<Vec<u32>> {
     fn find(root: &mut [u32], mut x: u32) -> u32 {
         while root[x as usize] != x {
             root[x as usize] = root[root[x as usize] as usize];
@@ -190,7 +250,7 @@ pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option
     let n = extents.len();
     sweep.clear();
     for (c, e) in extents.iter().enumerate() {
-        sweep.push(e.world, e.claim(), c as u32);
+        sweep.push(e.world, key(e), c as u32);
     }
     let mut pairs = sweep.overlapping().to_vec();
     if pairs.is_empty() {
@@ -228,12 +288,12 @@ pub(super) fn unite_overlapping(extents: &[Extent], sweep: &mut Sweep) -> Option
         pairs.clear();
         others.clear();
         for &h in &ever {
-            others.push(unit[h as usize].world, unit[h as usize].claim(), h);
+            others.push(unit[h as usize].world, key(&unit[h as usize]), h);
         }
         others.overlapping();
         for &g in &fresh {
             let e = unit[g as usize];
-            let claim = e.claim();
+            let claim = key(&e);
             for c in sweep.overlapping_with(e.world, claim) {
                 if root[c as usize] == c && !grown[c as usize] {
                     pairs.push((g, c));
@@ -262,7 +322,7 @@ mod tests {
             for a in 0..unit.len() {
                 for b in a + 1..unit.len() {
                     let (Some(x), Some(y)) = (unit[a], unit[b]) else { continue };
-                    if x.world == y.world && x.claim().overlaps(&y.claim()) {
+                    if x.world == y.world && x.claim.overlaps(&y.claim) {
                         unit[a] = Some(x.join(&y));
                         unit[b] = None;
                         label.iter_mut().filter(|l| **l == b).for_each(|l| *l = a);
@@ -276,7 +336,52 @@ mod tests {
         }
     }
 
+    fn extents_of(boxes: &[(u32, f64, f64, f64, f64, f64)]) -> Vec<Extent> {
+        let corner = |x, y, z| Vec3::new(x, y, z);
+        boxes
+            .iter()
+            .map(|&(w, x, y, dx, dy, margin)| {
+                let bounds = Aabb { min: corner(x, y, 0.0), max: corner(x + dx, y + dy, 10.0) };
+                Extent::new(WorldId(w), bounds, margin)
+            })
+            .collect()
+    }
+
     proptest::proptest! {
+        /// After joining boxes that touch, cutting leaves no two claims overlapping, each claim
+        /// still holding its members' box and never larger than the box grown by its margin.
+        #[test]
+        fn cut_claims_never_overlap_and_keep_their_members(
+            boxes in proptest::collection::vec(
+                (0u32..2, -5_000.0f64..5_000.0, -5_000.0f64..5_000.0, 0.0f64..400.0, 0.0f64..400.0, 1.0f64..3_000.0),
+                0..80),
+        ) {
+            let clusters = extents_of(&boxes);
+            let root = unite_overlapping(&clusters, &mut Sweep::default(), Extent::touch_box)
+                .unwrap_or_else(|| (0..clusters.len() as u32).collect());
+            let mut units: Vec<Extent> = Vec::new();
+            let mut unit_of = vec![usize::MAX; clusters.len()];
+            for (c, &r) in root.iter().enumerate() {
+                let r = r as usize;
+                if unit_of[r] == usize::MAX {
+                    unit_of[r] = units.len();
+                    units.push(clusters[r]);
+                }
+                let u = unit_of[r];
+                units[u] = units[u].join(&clusters[c]);
+            }
+            cut_claims(&mut units, &mut Sweep::default());
+            for (i, a) in units.iter().enumerate() {
+                proptest::prop_assert!(a.claim.contains_box(&a.bounds), "{:?}", a);
+                proptest::prop_assert!(a.bounds.expand(a.margin).contains_box(&a.claim), "{:?}", a);
+                for b in &units[i + 1..] {
+                    proptest::prop_assert!(
+                        a.world != b.world || !a.claim.overlaps(&b.claim), "{:?} {:?}", a, b
+                    );
+                }
+            }
+        }
+
         /// Units are the fixpoint of joining overlapping claims, whatever the order of joins:
         /// the rounds that look only at grown units find what comparing all pairs finds.
         #[test]
@@ -285,13 +390,9 @@ mod tests {
                 (0u32..2, -5_000.0f64..5_000.0, -5_000.0f64..5_000.0, 0.0f64..400.0, 0.0f64..400.0, 1.0f64..600.0),
                 0..80),
         ) {
-            let extents: Vec<Extent> = boxes.iter().map(|&(w, x, y, dx, dy, margin)| Extent {
-                world: WorldId(w),
-                bounds: Aabb { min: Vec3::new(x, y, 0.0), max: Vec3::new(x + dx, y + dy, 10.0) },
-                margin,
-            }).collect();
+            let extents = extents_of(&boxes);
             let want = brute(&extents);
-            let got = unite_overlapping(&extents, &mut Sweep::default());
+            let got = unite_overlapping(&extents, &mut Sweep::default(), |e| e.claim);
             let got: Vec<u32> = got.unwrap_or_else(|| (0..extents.len() as u32).collect());
             for a in 0..extents.len() {
                 for b in 0..extents.len() {
