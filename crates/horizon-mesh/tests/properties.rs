@@ -66,6 +66,30 @@ fn simulate(
     Outcome { commands, sites }
 }
 
+/// `n` players scattered over one world about 3 km apart, each with their own heading: most
+/// walk (1–8 m/s), one in five flies (30–300 m/s).
+fn crowd(seed: u64, n: usize) -> Vec<PlayerJoin> {
+    use horizon_mesh::rng::Rng;
+    let mut rng = Rng::new(seed);
+    // About one player per 3 km × 3 km: just beyond the merge distance of walkers.
+    let half = 1_500.0 * (n as f64).sqrt();
+    (1..=n as u64)
+        .map(|id| {
+            let speed = if rng.unit() < 0.2 { rng.range(30.0, 300.0) } else { rng.range(1.0, 8.0) };
+            let heading = rng.range(0.0, std::f64::consts::TAU);
+            let mut j = join(
+                id,
+                rng.below(3) as usize,
+                rng.range(2.0, 60.0),
+                Role::Player,
+                horizon_mesh::Vec3::new(rng.range(-half, half), rng.range(-half, half), 0.0),
+            );
+            j.velocity = horizon_mesh::Vec3::new(heading.cos(), heading.sin(), 0.0) * speed;
+            j
+        })
+        .collect()
+}
+
 fn no_hook(_: u64, _: &mut Mesh) {}
 fn no_check(_: u64, _: &Mesh, _: &[(Time, Command)]) {}
 
@@ -109,6 +133,26 @@ proptest! {
     #[test]
     fn structure_holds_after_every_tick(seed in any::<u64>(), n in 1usize..300) {
         simulate(&population(seed, n), 60, true, no_hook, check_structure);
+    }
+
+    /// A crowd about 3 km apart where each moves their own way (walkers and ships) and turns
+    /// back now and then: borders move, go stale and are reset in chains, never overlapping.
+    #[test]
+    fn structure_holds_in_a_crowd_whose_members_turn_back(seed in any::<u64>(), n in 20usize..200) {
+        let joins = crowd(seed, n);
+        let turn_back = |tick: u64, m: &mut Mesh| {
+            let turning: Vec<(PlayerId, horizon_mesh::Vec3)> = m
+                .players()
+                .iter()
+                .filter(|p| (p.id.0 + tick).is_multiple_of(5))
+                .map(|p| (p.id, p.velocity * -1.0))
+                .collect();
+            for (id, velocity) in turning {
+                let update = PlayerUpdate { velocity: Some(velocity), ..Default::default() };
+                m.handle_update(id, &update).unwrap();
+            }
+        };
+        simulate(&joins, 60, true, turn_back, check_structure);
     }
 
     /// Inflating one's ping (any delay, any player, any time) never changes a decision: the

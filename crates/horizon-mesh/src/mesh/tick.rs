@@ -619,33 +619,47 @@ impl Mesh {
                 self.set_bounds(slot, claimed, BorderReason::NearEdge, stats);
             }
         }
-        // Bounded: each round resets at least one stale box to its claim.
-        loop {
-            sc.sweep.clear();
-            for &(world, bx) in &obstacles {
-                sc.sweep.push(world, bx, NONE);
+        // One sweep of every region (players waiting in zones have their claims); then, round
+        // after round, only what the boxes reset in the round before overlap: a box that kept
+        // its place overlaps nothing new. Claims never overlap, so a box found overlapping is
+        // stale and is reset, once: at most as many rounds as bubbles.
+        sc.sweep.clear();
+        for &(world, bx) in &obstacles {
+            sc.sweep.push(world, bx, NONE);
+        }
+        for (slot, b) in self.bubbles.iter().enumerate() {
+            if let Some(b) = b {
+                sc.sweep.push(b.world, b.bounds, slot as u32);
             }
-            for (slot, b) in self.bubbles.iter().enumerate() {
-                if let Some(b) = b {
-                    sc.sweep.push(b.world, b.bounds, slot as u32);
+        }
+        let mut stale: Vec<u32> =
+            sc.sweep.overlapping().iter().flat_map(|&(a, b)| [a, b]).collect();
+        let mut reset: Vec<u32> = Vec::new();
+        let mut was_reset = vec![false; self.bubbles.len()];
+        while !stale.is_empty() {
+            reset.clear();
+            for &slot in &stale {
+                if slot == NONE {
+                    continue;
+                }
+                // Invariant: every live bubble holds one cluster, so it has a claim.
+                let claimed = claims[slot as usize].expect("a live bubble has a claim");
+                if self.bubble(slot).bounds != claimed {
+                    self.set_bounds(slot, claimed, BorderReason::Overlap, stats);
+                    reset.push(slot);
+                    was_reset[slot as usize] = true;
                 }
             }
-            let mut reset = false;
-            for &(a, b) in sc.sweep.overlapping() {
-                for slot in [a, b] {
-                    if slot == NONE {
-                        continue;
-                    }
-                    // Invariant: every live bubble holds one cluster, so it has a claim.
-                    let claimed = claims[slot as usize].expect("a live bubble has a claim");
-                    if self.bubble(slot).bounds != claimed {
-                        self.set_bounds(slot, claimed, BorderReason::Overlap, stats);
-                        reset = true;
+            // What a reset box overlaps now: boxes still as the sweep holds them (those reset
+            // in this loop are claims, like it, so they cannot overlap it).
+            stale.clear();
+            for &slot in &reset {
+                let b = self.bubble(slot);
+                for other in sc.sweep.overlapping_with(b.world, b.bounds) {
+                    if other != NONE && !was_reset[other as usize] {
+                        stale.push(other);
                     }
                 }
-            }
-            if !reset {
-                break;
             }
         }
     }
