@@ -14,7 +14,7 @@ use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, Tick};
 use horizon_transport::netem::{Netem, NetemConfig, Shape};
-use horizon_transport::{Error, HelloParams, Inbound, Listener, SharedToken};
+use horizon_transport::{Conn, Error, HelloParams, Inbound, Listener, SharedToken};
 
 fn lease(n: u64) -> LeaseRef {
     LeaseRef { bubble: BubbleId(n), epoch: Epoch(1 << 32 | n) }
@@ -235,19 +235,34 @@ async fn malformed_and_oversized_frames_close_the_connection_with_their_code() {
     assert_eq!(executed.load(Ordering::SeqCst), 1);
 }
 
-/// Frames of every size around a packet and a read gulp arrive whole and in order; a stream
-/// that ends inside a frame is a truncated frame, not a short item.
-#[tokio::test]
-async fn stream_frames_of_any_size_arrive_whole_and_a_cut_frame_is_refused() {
-    use horizon_proto::Channel;
+/// A transfer link from PAR to MTL, up: MTL's side of it and PAR's connection, with what must
+/// stay alive while the link is used.
+struct TransferPair {
+    _pki: Pki,
+    _listener: Listener<Transfer>,
+    _parts: horizon_transport::LinkParts<Transfer>,
+    peer: horizon_transport::Peer<Transfer>,
+    conn: Conn<Transfer>,
+}
+
+async fn transfer_pair() -> TransferPair {
     let pki = Pki::new();
     let limits = quick_limits();
     let mut listener = site_listener::<Transfer>(&pki, "MTL", &limits);
     let addr = listener.local_addr().unwrap();
     let mut parts = site_link::<Transfer>(&pki, "PAR", "MTL", addr, &limits);
     wait_up(&mut parts, Duration::from_secs(5)).await;
-    let mut peer = listener.accept().await.unwrap();
+    let peer = listener.accept().await.unwrap();
     let conn = parts.link.current().unwrap();
+    TransferPair { _pki: pki, _listener: listener, _parts: parts, peer, conn }
+}
+
+/// Frames of every size around a packet and a read gulp arrive whole and in order; a stream
+/// that ends inside a frame is a truncated frame, not a short item.
+#[tokio::test]
+async fn stream_frames_of_any_size_arrive_whole_and_a_cut_frame_is_refused() {
+    use horizon_proto::Channel;
+    let TransferPair { mut peer, conn, _pki, _listener, _parts } = transfer_pair().await;
     let delta = |tick: u64, len: usize| {
         horizon_proto::StateItem::Delta(horizon_proto::Delta {
             bubble: BubbleId(7),
@@ -292,14 +307,7 @@ async fn stream_frames_of_any_size_arrive_whole_and_a_cut_frame_is_refused() {
 /// black-hole detection never falls back to 1200 bytes.
 #[tokio::test]
 async fn bulk_state_on_loopback_climbs_to_the_largest_packets_and_keeps_them() {
-    let pki = Pki::new();
-    let limits = quick_limits();
-    let mut listener = site_listener::<Transfer>(&pki, "MTL", &limits);
-    let addr = listener.local_addr().unwrap();
-    let mut parts = site_link::<Transfer>(&pki, "PAR", "MTL", addr, &limits);
-    wait_up(&mut parts, Duration::from_secs(5)).await;
-    let mut peer = listener.accept().await.unwrap();
-    let conn = parts.link.current().unwrap();
+    let TransferPair { mut peer, conn, _pki, _listener, _parts } = transfer_pair().await;
     let chunks = 48;
     let writer = tokio::spawn({
         let conn = conn.clone();

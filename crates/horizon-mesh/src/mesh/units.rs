@@ -336,27 +336,27 @@ mod tests {
         }
     }
 
-    fn extents_of(boxes: &[(u32, f64, f64, f64, f64, f64)]) -> Vec<Extent> {
-        let corner = |x, y, z| Vec3::new(x, y, z);
-        boxes
-            .iter()
-            .map(|&(w, x, y, dx, dy, margin)| {
-                let bounds = Aabb { min: corner(x, y, 0.0), max: corner(x + dx, y + dy, 10.0) };
-                Extent::new(WorldId(w), bounds, margin)
-            })
-            .collect()
+    /// Up to 80 boxes of up to 400 m in a 10 km square of two worlds, margins up to `margin`.
+    fn extents(margin: f64) -> impl proptest::strategy::Strategy<Value = Vec<Extent>> {
+        use proptest::strategy::Strategy;
+        let corner = (0u32..2, -5_000.0f64..5_000.0, -5_000.0f64..5_000.0);
+        let size = (0.0f64..400.0, 0.0f64..400.0, 1.0f64..margin);
+        proptest::collection::vec((corner, size), 0..80).prop_map(|boxes| {
+            boxes
+                .into_iter()
+                .map(|((w, x, y), (dx, dy, margin))| {
+                    let (min, max) = (Vec3::new(x, y, 0.0), Vec3::new(x + dx, y + dy, 10.0));
+                    Extent::new(WorldId(w), Aabb { min, max }, margin)
+                })
+                .collect()
+        })
     }
 
     proptest::proptest! {
         /// After joining boxes that touch, cutting leaves no two claims overlapping, each claim
         /// still holding its members' box and never larger than the box grown by its margin.
         #[test]
-        fn cut_claims_never_overlap_and_keep_their_members(
-            boxes in proptest::collection::vec(
-                (0u32..2, -5_000.0f64..5_000.0, -5_000.0f64..5_000.0, 0.0f64..400.0, 0.0f64..400.0, 1.0f64..3_000.0),
-                0..80),
-        ) {
-            let clusters = extents_of(&boxes);
+        fn cut_claims_never_overlap_and_keep_their_members(clusters in extents(3_000.0)) {
             let root = unite_overlapping(&clusters, &mut Sweep::default(), Extent::touch_box)
                 .unwrap_or_else(|| (0..clusters.len() as u32).collect());
             let mut units: Vec<Extent> = Vec::new();
@@ -385,12 +385,7 @@ mod tests {
         /// Units are the fixpoint of joining overlapping claims, whatever the order of joins:
         /// the rounds that look only at grown units find what comparing all pairs finds.
         #[test]
-        fn units_match_joining_every_overlapping_pair(
-            boxes in proptest::collection::vec(
-                (0u32..2, -5_000.0f64..5_000.0, -5_000.0f64..5_000.0, 0.0f64..400.0, 0.0f64..400.0, 1.0f64..600.0),
-                0..80),
-        ) {
-            let extents = extents_of(&boxes);
+        fn units_match_joining_every_overlapping_pair(extents in extents(600.0)) {
             let want = brute(&extents);
             let got = unite_overlapping(&extents, &mut Sweep::default(), |e| e.claim);
             let got: Vec<u32> = got.unwrap_or_else(|| (0..extents.len() as u32).collect());
