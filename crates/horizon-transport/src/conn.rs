@@ -344,7 +344,9 @@ impl<C: Channel> std::fmt::Debug for StreamReceiver<C> {
 }
 
 impl<C: Channel> StreamReceiver<C> {
-    /// The next item, or `None` when the sender finished the stream.
+    /// The next item, or `None` when the sender finished the stream. Not cancel-safe: a call
+    /// dropped halfway through a frame leaves the stream mid-frame, so do not race it in a
+    /// `select!`; give the stream its own task.
     pub async fn next(&mut self) -> Result<Option<C::Stream>, Error> {
         let limit = self.conn.limits.max_frame_bytes;
         let check = |head: &[u8]| decode_header(head, self.conn.version, C::ID, limit);
