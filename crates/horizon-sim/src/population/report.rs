@@ -51,7 +51,6 @@ pub struct PolicyReport {
     pub wall_s: f64,
 }
 
-/// Figures of the population itself, the same for every policy.
 /// Moves that took a bubble back to the site it left within 10 min, by what changed in between.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Reversals {
@@ -63,6 +62,7 @@ pub struct Reversals {
     pub unchanged: u64,
 }
 
+/// Figures of the population itself, the same for every policy.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PopulationFigures {
     pub sessions: u64,
