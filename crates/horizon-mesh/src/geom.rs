@@ -126,11 +126,6 @@ impl Aabb {
             && (self.min.z..=self.max.z).contains(&p.z)
     }
 
-    /// Whether `o` lies inside (faces may touch).
-    pub fn contains_box(&self, o: &Aabb) -> bool {
-        self.contains(o.min) && self.contains(o.max)
-    }
-
     /// Distance from `p` (inside the box) to the nearest face; negative when outside.
     pub fn inner_distance(&self, p: Vec3) -> f64 {
         let dx = (p.x - self.min.x).min(self.max.x - p.x);

@@ -263,30 +263,15 @@ pub(crate) enum ReadFailure {
     Read(quinn::ReadError),
 }
 
-/// Reads one frame from `recv`: a header checked by `check`, then exactly its payload. `None`
-/// when the stream ended cleanly before a frame began. Closes nothing: callers decide.
+/// Reads the one frame of a request, reply or hello stream (each carries one, then finishes): a
+/// header checked by `check`, then exactly its payload. `None` when the stream ended cleanly
+/// before a frame began. Closes nothing: callers decide.
 pub(crate) async fn read_payload(
     recv: &mut quinn::RecvStream,
     check: impl FnOnce(&[u8]) -> Result<horizon_proto::frame::Header, horizon_proto::DecodeError>,
 ) -> Result<Option<Vec<u8>>, ReadFailure> {
-    let truncated =
-        |got, needed| ReadFailure::Frame(horizon_proto::DecodeError::Truncated { got, needed });
-    let mut head = [0u8; HEADER_BYTES];
-    match recv.read_exact(&mut head).await {
-        Ok(()) => {}
-        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
-        Err(quinn::ReadExactError::FinishedEarly(got)) => return Err(truncated(got, HEADER_BYTES)),
-        Err(quinn::ReadExactError::ReadError(e)) => return Err(ReadFailure::Read(e)),
-    }
-    let header = check(&head).map_err(ReadFailure::Frame)?;
-    let mut payload = vec![0u8; header.len];
-    match recv.read_exact(&mut payload).await {
-        Ok(()) => Ok(Some(payload)),
-        Err(quinn::ReadExactError::FinishedEarly(got)) => {
-            Err(truncated(HEADER_BYTES + got, HEADER_BYTES + header.len))
-        }
-        Err(quinn::ReadExactError::ReadError(e)) => Err(ReadFailure::Read(e)),
-    }
+    let mut payload = Vec::new();
+    Ok(Gulps::default().frame(recv, check, &mut payload).await?.then_some(payload))
 }
 
 /// The sending end of a long-lived stream. Sending waits while the peer's flow-control window
@@ -362,9 +347,9 @@ impl<C: Channel> StreamReceiver<C> {
 /// Received chunks a long-lived stream takes from quinn per call.
 const GULP: usize = 32;
 
-/// Reads a long-lived stream in gulps: up to [`GULP`] received chunks per call into quinn (one
+/// Reads frames from a stream in gulps: up to [`GULP`] received chunks per call into quinn (one
 /// lock of the connection for many packets instead of one per packet), kept until frames use
-/// them. Holds at most one gulp.
+/// them. Holds at most one gulp. Long-lived streams keep one; one-frame streams use a fresh one.
 #[derive(Debug, Default)]
 struct Gulps {
     pending: VecDeque<Bytes>,

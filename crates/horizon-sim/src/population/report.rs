@@ -313,14 +313,17 @@ impl PopulationReport {
             let Some(s) = self.series.policies.get(*name) else { continue };
             for (c, site) in sites.iter().enumerate() {
                 let Some(v) = s.bubbles.get(site) else { continue };
-                let pts: Vec<(f64, f64)> =
-                    self.series.t_h.iter().zip(v).map(|(&t, &n)| (t, f64::from(n))).collect();
-                panel.line(&mut svg, &pts, self.hours, y_max, COLOURS[c]);
+                panel.line(&mut svg, &self.over_time(v), self.hours, y_max, COLOURS[c]);
             }
         }
         let labels: Vec<&str> = sites.iter().map(String::as_str).collect();
         legend(&mut svg, 50.0, ph + 60.0, &labels);
         svg.finish()
+    }
+
+    /// A time series as (hours, value) points.
+    fn over_time(&self, values: &[u32]) -> Vec<(f64, f64)> {
+        self.series.t_h.iter().zip(values).map(|(&t, &n)| (t, f64::from(n))).collect()
     }
 
     /// Players online per home site over the run.
@@ -336,9 +339,7 @@ impl PopulationReport {
         panel.axes(&mut svg, "", self.hours, y_max, "h", tick_step(self.hours), y_max / 4.0);
         for (c, site) in sites.iter().enumerate() {
             let v = &self.series.online_by_home[site];
-            let pts: Vec<(f64, f64)> =
-                self.series.t_h.iter().zip(v).map(|(&t, &n)| (t, f64::from(n))).collect();
-            panel.line(&mut svg, &pts, self.hours, y_max, COLOURS[c]);
+            panel.line(&mut svg, &self.over_time(v), self.hours, y_max, COLOURS[c]);
         }
         let labels: Vec<&str> = sites.iter().map(String::as_str).collect();
         legend(&mut svg, 60.0, ph + 60.0, &labels);
