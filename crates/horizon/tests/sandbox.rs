@@ -363,12 +363,23 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
         }
     }
     // Play on, spread, for a while: inputs, updates, leases and a round of state copies (every
-    // 10 s) through every part's server.
+    // 10 s) through every part's server. A loaded machine may need longer for the first round:
+    // wait for three part copies, up to 20 s more.
     tokio::time::sleep(Duration::from_secs(11)).await;
+    let backups = dir.join("store").join("backups");
+    let copies = || -> Vec<String> {
+        std::fs::read_dir(&backups)
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+            .unwrap_or_default()
+    };
+    for _ in 0..40 {
+        if copies().iter().filter(|f| f.contains(".part")).count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let status = sandbox.core.status().await.expect("status");
-    let part_copies: Vec<String> = std::fs::read_dir(dir.join("store").join("backups"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
+    let part_copies = copies();
     let reports = finish(sandbox, &dir, stop, running).await;
 
     let spread = spread.expect("the crowd's bubble was spread over three servers");
