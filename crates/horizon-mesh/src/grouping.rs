@@ -2,17 +2,27 @@
 //!
 //! Two items of the same world are linked when `distance <= max(r_i, r_j)`; a group is a connected
 //! component of that graph. Radii are speed-scaled (`base + speed × lead`), so a fast ship reaches
-//! far while walkers reach a little more than `base`. The work is linear in the number of items:
+//! far while walkers reach a little more than `base`. The work is linear in the number of items,
+//! with no hash lookup once the grid is built:
 //!
-//! - items go into a hash grid of cells `2 × base` wide, each cut into 4 × 4 × 4 sub-cells
-//!   `base / 2` wide. Items sharing a sub-cell are within `0.87 × base` of each other: linked
-//!   without measuring. Each cell's items are sorted by sub-cell into *runs*;
-//! - runs of a cell and of its 13 forward neighbours (each cell pair once) are compared when their
-//!   sub-cells are within reach; a run is one component, so the first link found ends the search;
-//! - items reaching farther than a cell (fast ships) are rare; each cell holding one searches a
-//!   coarser grid whose cell is at least its reach (4× per level), in the 27 coarse cells around.
+//! - items go into sub-cells `base / 2` wide, so items sharing one are within `0.87 × base` of
+//!   each other: a sub-cell's items (a *run*) are linked without measuring. Cells are 4 × 4 × 4
+//!   sub-cells (`2 × base` wide), so an item at rest reaches no farther than the next cell;
+//! - a [`Grouper`] remembers the sub-cell of each item index from its last call: between two
+//!   ticks most items stay in theirs and are placed without hashing, and only new sub-cells are
+//!   sorted into the occupied ones;
+//! - occupied sub-cells are sorted by (world, cell, sub-cell): a cell is a range of runs, and the
+//!   13 forward neighbours of every cell (each cell pair once) are found by walking the sorted
+//!   cells with one cursor per neighbour offset — adding an offset keeps the order;
+//! - runs of a cell and of its neighbours are compared when their sub-cells are within reach; a
+//!   run is one component, so the first link found ends the search;
+//! - items reaching farther than a cell (fast ships) are rare; each cell holding one looks at the
+//!   cells within its reach, found by binary search in the sorted cells (a slab of columns).
 //!
 //! A union-find with path halving and union by rank joins linked items.
+//!
+//! Coordinates divided by `base / 2` must fit in ±2^30 (`|p| < 2^29 × base`, checked where
+//! positions come in: [`Grouper::max_coordinate`]).
 
 use rustc_hash::FxHashMap;
 
@@ -58,143 +68,147 @@ impl Groups {
     }
 }
 
-/// The coarsest grid level; reaches above `cell × 4^MAX_LEVEL` are clamped to it.
-const MAX_LEVEL: u32 = 12;
+/// Sub-cells per cell along each axis (a power of two: a cell coordinate is a shift away).
+const SUBS: i32 = 4;
+const SUB_SHIFT: u32 = 2;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct CellKey {
+/// A sub-cell: the integer coordinates of its cell in a world, and its place in the cell.
+/// Ordered by (world, cell, sub-cell), so a cell's sub-cells sort together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Key {
     world: u32,
     x: i32,
     y: i32,
     z: i32,
+    /// `x + 4y + 16z` within the cell (0 for a cell's own key).
+    sub: u8,
 }
 
-impl CellKey {
-    fn of(world: WorldId, p: Vec3, cell: f64) -> Self {
-        // `as` saturates: positions beyond ±2^31 cells share the edge cells, which stays correct
-        // (only slower).
-        CellKey {
+impl Key {
+    /// The sub-cell of `p`, for sub-cells `1 / per_m` metres wide.
+    fn of(world: WorldId, p: Vec3, per_m: f64) -> Self {
+        // `floor` without a call into libm (the baseline x86-64 target has no rounding
+        // instruction): truncate, then step down for negative non-integers.
+        let at = |v: f64| {
+            let v = v * per_m;
+            let t = v as i32;
+            t - i32::from((t as f64) > v)
+        };
+        let (x, y, z) = (at(p.x), at(p.y), at(p.z));
+        let low = |v: i32| (v & (SUBS - 1)) as u8;
+        Key {
             world: world.0,
-            x: (p.x / cell).floor() as i32,
-            y: (p.y / cell).floor() as i32,
-            z: (p.z / cell).floor() as i32,
+            x: x >> SUB_SHIFT,
+            y: y >> SUB_SHIFT,
+            z: z >> SUB_SHIFT,
+            sub: low(x) + SUBS as u8 * low(y) + (SUBS * SUBS) as u8 * low(z),
         }
     }
 
-    fn offset(self, dx: i32, dy: i32, dz: i32) -> Self {
-        CellKey {
-            world: self.world,
-            x: self.x.saturating_add(dx),
-            y: self.y.saturating_add(dy),
-            z: self.z.saturating_add(dz),
-        }
+    /// The cell holding this sub-cell.
+    fn cell(self) -> Key {
+        Key { sub: 0, ..self }
     }
 
-    fn coarse(self, scale: i32) -> Self {
-        CellKey {
-            world: self.world,
-            x: self.x.div_euclid(scale),
-            y: self.y.div_euclid(scale),
-            z: self.z.div_euclid(scale),
-        }
+    /// The cell `(dx, dy, dz)` cells away (cell coordinates are within ±2^29: no overflow).
+    fn offset(self, dx: i32, dy: i32, dz: i32) -> Key {
+        Key { world: self.world, x: self.x + dx, y: self.y + dy, z: self.z + dz, sub: 0 }
+    }
+
+    /// The cell's box, for sub-cells `size` metres wide.
+    fn cell_bounds(self, size: f64) -> Aabb {
+        let cell = size * SUBS as f64;
+        let min = Vec3::new(self.x as f64, self.y as f64, self.z as f64) * cell;
+        Aabb { min, max: min + Vec3::new(cell, cell, cell) }
+    }
+
+    /// The sub-cell's box, for sub-cells `size` metres wide.
+    fn sub_bounds(self, size: f64) -> Aabb {
+        let s = i32::from(self.sub);
+        let (x, y, z) = (s % SUBS, (s / SUBS) % SUBS, s / (SUBS * SUBS));
+        let at = |c: i32, o: i32| f64::from(c) * (SUBS as f64) + f64::from(o);
+        let min = Vec3::new(at(self.x, x), at(self.y, y), at(self.z, z)) * size;
+        Aabb { min, max: min + Vec3::new(size, size, size) }
     }
 }
 
-/// Items bucketed by key, as compressed rows (a counting sort).
-#[derive(Debug, Default)]
-struct Buckets {
-    index: FxHashMap<CellKey, u32>,
-    keys: Vec<CellKey>,
-    start: Vec<u32>,
-    order: Vec<u32>,
-    bucket_of: Vec<u32>,
+/// Items sharing a sub-cell: `order[start..end]`, and the largest radius among them.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    key: Key,
+    start: u32,
+    end: u32,
+    reach: f64,
 }
 
-impl Buckets {
-    fn build(&mut self, keys: impl ExactSizeIterator<Item = CellKey>) {
-        self.index.clear();
-        self.keys.clear();
-        self.bucket_of.clear();
-        self.start.clear();
-        let n = keys.len();
-        let mut last: Option<(CellKey, u32)> = None;
-        for key in keys {
-            // Neighbours in the input often share a cell: skip the hash for a repeated key.
-            let b = match last {
-                Some((k, b)) if k == key => b,
-                _ => {
-                    let next = self.keys.len() as u32;
-                    let b = *self.index.entry(key).or_insert(next);
-                    if b == next {
-                        self.keys.push(key);
-                        self.start.push(0);
-                    }
-                    last = Some((key, b));
-                    b
-                }
-            };
-            self.start[b as usize] += 1;
-            self.bucket_of.push(b);
-        }
-        // Exclusive prefix sums, then place items.
-        let mut acc = 0u32;
-        for s in self.start.iter_mut() {
-            let c = *s;
-            *s = acc;
-            acc += c;
-        }
-        self.start.push(acc);
-        self.order.clear();
-        self.order.resize(n, 0);
-        let mut fill: Vec<u32> = self.start[..self.keys.len()].to_vec();
-        for (i, &b) in self.bucket_of.iter().enumerate() {
-            self.order[fill[b as usize] as usize] = i as u32;
-            fill[b as usize] += 1;
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    fn bucket(&self, b: usize) -> &[u32] {
-        &self.order[self.start[b] as usize..self.start[b + 1] as usize]
-    }
-
-    fn get(&self, key: &CellKey) -> Option<usize> {
-        self.index.get(key).map(|&b| b as usize)
-    }
+/// A cell: its key and its runs `runs[start..end]`, the largest reach among them.
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    key: Key,
+    start: u32,
+    end: u32,
+    reach: f64,
 }
 
-/// Reusable grouping state: keep one and call [`Grouper::group`] every tick to avoid allocations.
+const NONE: u32 = u32::MAX;
+
+/// Reusable grouping state: keep one and call [`Grouper::group`] every tick. Besides sparing
+/// allocations, it remembers the sub-cells of the last call: an item whose sub-cell did not
+/// change (most of them, between two ticks) is placed without hashing, and the sorted
+/// sub-cells only take in the new ones. These are hints, checked on use: the result is the same
+/// whatever was grouped before.
 #[derive(Debug, Default)]
 pub struct Grouper {
     parent: Vec<u32>,
     rank: Vec<u8>,
-    cells: Buckets,
-    coarse: Buckets,
-    /// Runs of items sharing a sub-cell, cell after cell.
+    /// Every sub-cell known (occupied now or lately) → its id.
+    index: FxHashMap<Key, u32>,
+    /// Per sub-cell id: its key, its item count in this call, whether it is in `sorted`.
+    keys: Vec<Key>,
+    count: Vec<u32>,
+    listed: Vec<bool>,
+    /// Occupied sub-cell ids, sorted by key.
+    sorted: Vec<u32>,
+    /// Per item index: its sub-cell id in the last call (a hint).
+    hint: Vec<u32>,
+    /// Per item: its sub-cell id in this call.
+    run_of: Vec<u32>,
+    /// Per sub-cell id: its run (position in `sorted`).
+    run_at: Vec<u32>,
+    /// Sub-cells occupied in this call and not in `sorted` yet.
+    added: Vec<u32>,
+    /// Items by run, run after run.
+    order: Vec<u32>,
+    /// Runs in sorted order, and the cells they form.
     runs: Vec<Run>,
-    /// Per cell: its first run (and, at `c + 1`, the end of its runs).
-    cell_runs: Vec<u32>,
+    cells: Vec<Cell>,
 }
 
-/// Items of one cell sharing one sub-cell: `cells.order[start..end]`.
-#[derive(Clone, Copy, Debug)]
-struct Run {
-    sub: u8,
-    start: u32,
-    end: u32,
-    /// The largest radius among them.
-    reach: f64,
-}
-
-/// Sub-cells per cell along each axis.
-const SUBS: usize = 4;
+/// The 13 neighbour offsets that are lexicographically after (0, 0, 0): each cell pair once.
+const FORWARD: [(i32, i32, i32); 13] = [
+    (0, 0, 1),
+    (0, 1, -1),
+    (0, 1, 0),
+    (0, 1, 1),
+    (1, -1, -1),
+    (1, -1, 0),
+    (1, -1, 1),
+    (1, 0, -1),
+    (1, 0, 0),
+    (1, 0, 1),
+    (1, 1, -1),
+    (1, 1, 0),
+    (1, 1, 1),
+];
 
 impl Grouper {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The largest coordinate (metres, any axis) [`Grouper::group`] handles exactly for `base`.
+    pub fn max_coordinate(base: f64) -> f64 {
+        base * f64::from(1u32 << 29)
     }
 
     /// Groups `items`; `base` is the smallest radius.
@@ -204,114 +218,175 @@ impl Grouper {
     pub fn group(&mut self, items: &[Item], base: f64) -> Groups {
         assert!(base > 0.0 && base.is_finite(), "grouping base radius must be > 0");
         let n = items.len();
-        let cell = 2.0 * base;
-        self.parent.clear();
-        self.parent.extend(0..n as u32);
+        let sub = base / 2.0;
+        self.build_grid(items, sub);
+
+        // A sub-cell's diagonal is 0.87 × base: its items are all linked. Nothing is linked yet,
+        // so each run becomes a tree of depth one.
         self.rank.clear();
         self.rank.resize(n, 0);
+        self.parent.clear();
+        self.parent.resize(n, 0);
+        for run in &self.runs {
+            let first = self.order[run.start as usize];
+            for &i in &self.order[run.start as usize..run.end as usize] {
+                self.parent[i as usize] = first;
+            }
+            if run.end - run.start > 1 {
+                self.rank[first as usize] = 1;
+            }
+        }
 
-        self.cells.build(items.iter().map(|it| CellKey::of(it.world, it.pos, cell)));
-        let mut cells = std::mem::take(&mut self.cells);
-        self.build_runs(items, cell, &mut cells);
-
-        for c in 0..cells.len() {
-            let (r0, r1) = (self.cell_runs[c] as usize, self.cell_runs[c + 1] as usize);
-            // A sub-cell's diagonal is 0.87 × base: its items are all linked.
-            for r in r0..r1 {
-                let run = self.runs[r];
-                let first = cells.order[run.start as usize];
-                for k in run.start + 1..run.end {
-                    let (a, b) = (self.find(first), self.find(cells.order[k as usize]));
-                    if a != b {
-                        self.union(a, b);
-                    }
+        // Runs of a cell, then of the cell and each forward neighbour, walking the sorted cells
+        // with one cursor per offset.
+        let mut cursor = [0usize; FORWARD.len()];
+        for c in 0..self.cells.len() {
+            let cell = self.cells[c];
+            for a in cell.start..cell.end {
+                for b in a + 1..cell.end {
+                    self.link_runs(items, a, b, sub);
                 }
             }
-            let key = cells.keys[c];
-            for a in r0..r1 {
-                for b in a + 1..r1 {
-                    self.link_runs(items, &cells, (key, a), (key, b), cell);
+            for (k, &(dx, dy, dz)) in FORWARD.iter().enumerate() {
+                let target = cell.key.offset(dx, dy, dz);
+                let at = &mut cursor[k];
+                while *at < self.cells.len() && self.cells[*at].key < target {
+                    *at += 1;
                 }
-            }
-            for &(dx, dy, dz) in &FORWARD {
-                if let Some(d) = cells.get(&key.offset(dx, dy, dz)) {
-                    let other = cells.keys[d];
-                    for a in r0..r1 {
-                        for b in self.cell_runs[d] as usize..self.cell_runs[d + 1] as usize {
-                            self.link_runs(items, &cells, (key, a), (other, b), cell);
+                if let Some(&d) = self.cells.get(*at).filter(|d| d.key == target) {
+                    for a in cell.start..cell.end {
+                        for b in d.start..d.end {
+                            self.link_runs(items, a, b, sub);
                         }
                     }
                 }
             }
         }
 
-        self.link_fast(items, cell, &cells);
-        self.cells = cells;
-        self.collect(n)
+        self.link_fast(items, sub);
+        let roots: Vec<u32> = (0..n as u32).map(|i| self.find(i)).collect();
+        Groups::from_labels(&roots, n)
     }
 
-    /// Sorts each cell's items by sub-cell and records the runs.
-    fn build_runs(&mut self, items: &[Item], cell: f64, cells: &mut Buckets) {
-        let sub = cell / SUBS as f64;
-        let sub_of = |i: u32, key: CellKey| -> u8 {
-            let p = items[i as usize].pos;
-            let lo = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * cell;
-            let axis = |v: f64| ((v / sub) as usize).min(SUBS - 1);
-            let (x, y, z) = (axis(p.x - lo.x), axis(p.y - lo.y), axis(p.z - lo.z));
-            (x + SUBS * y + SUBS * SUBS * z) as u8
-        };
-        self.runs.clear();
-        self.cell_runs.clear();
-        let mut keyed: Vec<(u8, u32)> = Vec::new();
-        for c in 0..cells.len() {
-            self.cell_runs.push(self.runs.len() as u32);
-            let (start, end) = (cells.start[c] as usize, cells.start[c + 1] as usize);
-            let key = cells.keys[c];
-            keyed.clear();
-            keyed.extend(cells.order[start..end].iter().map(|&i| (sub_of(i, key), i)));
-            if keyed.len() > 1 {
-                keyed.sort_unstable();
-            }
-            for (k, &(_, i)) in keyed.iter().enumerate() {
-                cells.order[start + k] = i;
-            }
-            let mut first = start;
-            for run in keyed.chunk_by(|a, b| a.0 == b.0) {
-                let reach = run.iter().map(|&(_, i)| items[i as usize].radius).fold(0.0, f64::max);
-                self.runs.push(Run {
-                    sub: run[0].0,
-                    start: first as u32,
-                    end: (first + run.len()) as u32,
-                    reach,
-                });
-                first += run.len();
+    /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells.
+    fn build_grid(&mut self, items: &[Item], sub: f64) {
+        // Forget sub-cells left empty once they outnumber the occupied ones.
+        if self.keys.len() > 2 * self.sorted.len() + 4096 {
+            self.index.clear();
+            self.keys.clear();
+            self.count.clear();
+            self.listed.clear();
+            self.sorted.clear();
+            self.hint.clear();
+        }
+        self.count.fill(0);
+        self.hint.resize(items.len(), NONE);
+        self.run_of.clear();
+        self.added.clear();
+        let mut last: Option<(Key, u32)> = None;
+        let per_m = 1.0 / sub;
+        for (it, hint) in items.iter().zip(self.hint.iter_mut()) {
+            let key = Key::of(it.world, it.pos, per_m);
+            let r = match last {
+                _ if self.keys.get(*hint as usize) == Some(&key) => *hint,
+                // Neighbours in the input often share a sub-cell.
+                Some((k, r)) if k == key => r,
+                _ => {
+                    let next = self.keys.len() as u32;
+                    let r = *self.index.entry(key).or_insert(next);
+                    if r == next {
+                        self.keys.push(key);
+                        self.count.push(0);
+                        self.listed.push(false);
+                    }
+                    if !self.listed[r as usize] {
+                        self.listed[r as usize] = true;
+                        self.added.push(r);
+                    }
+                    r
+                }
+            };
+            last = Some((key, r));
+            *hint = r;
+            self.count[r as usize] += 1;
+            self.run_of.push(r);
+        }
+
+        // Sorted sub-cells: drop the emptied ones, merge in the new ones.
+        let (keys, count, listed) = (&self.keys, &self.count, &mut self.listed);
+        self.sorted.retain(|&r| {
+            let live = count[r as usize] > 0;
+            listed[r as usize] = live;
+            live
+        });
+        self.added.sort_unstable_by_key(|&r| keys[r as usize]);
+        if !self.added.is_empty() {
+            let old = std::mem::take(&mut self.sorted);
+            let (mut i, mut j) = (0, 0);
+            self.sorted.reserve(old.len() + self.added.len());
+            while i < old.len() || j < self.added.len() {
+                let take_old = j == self.added.len()
+                    || (i < old.len() && keys[old[i] as usize] < keys[self.added[j] as usize]);
+                if take_old {
+                    self.sorted.push(old[i]);
+                    i += 1;
+                } else {
+                    self.sorted.push(self.added[j]);
+                    j += 1;
+                }
             }
         }
-        self.cell_runs.push(self.runs.len() as u32);
+
+        // Lay the items out run after run.
+        self.run_at.resize(self.keys.len(), NONE);
+        self.runs.clear();
+        let mut at = 0u32;
+        for (pos, &r) in self.sorted.iter().enumerate() {
+            self.run_at[r as usize] = pos as u32;
+            self.runs.push(Run { key: keys[r as usize], start: at, end: at, reach: 0.0 });
+            at += count[r as usize];
+        }
+        self.order.clear();
+        self.order.resize(items.len(), 0);
+        for (i, &r) in self.run_of.iter().enumerate() {
+            let run = &mut self.runs[self.run_at[r as usize] as usize];
+            self.order[run.end as usize] = i as u32;
+            run.end += 1;
+            run.reach = run.reach.max(items[i].radius);
+        }
+
+        self.cells.clear();
+        for (r, run) in self.runs.iter().enumerate() {
+            let key = run.key.cell();
+            match self.cells.last_mut() {
+                Some(c) if c.key == key => {
+                    c.end += 1;
+                    c.reach = c.reach.max(run.reach);
+                }
+                _ => self.cells.push(Cell {
+                    key,
+                    start: r as u32,
+                    end: r as u32 + 1,
+                    reach: run.reach,
+                }),
+            }
+        }
     }
 
-    /// Links two runs if any pair of their items is within reach. Each run is already one
-    /// component, so the first link joins them all and the search stops.
-    fn link_runs(
-        &mut self,
-        items: &[Item],
-        cells: &Buckets,
-        (ka, a): (CellKey, usize),
-        (kb, b): (CellKey, usize),
-        cell: f64,
-    ) {
-        let (ra, rb) = (self.runs[a], self.runs[b]);
-        let reach = ra.reach.max(rb.reach);
-        if sub_box(ka, ra.sub, cell).dist_sq_box(&sub_box(kb, rb.sub, cell)) > reach * reach {
+    /// Links runs `a` and `b` if any pair of their items is within reach. Each run is already
+    /// one component, so the first link joins them all and the search stops.
+    fn link_runs(&mut self, items: &[Item], a: u32, b: u32, sub: f64) {
+        let (ra, rb) = (self.runs[a as usize], self.runs[b as usize]);
+        if !within(ra.key.sub_bounds(sub), rb.key.sub_bounds(sub), ra.reach.max(rb.reach), sub) {
             return;
         }
         let (ca, cb) =
-            (self.find(cells.order[ra.start as usize]), self.find(cells.order[rb.start as usize]));
+            (self.find(self.order[ra.start as usize]), self.find(self.order[rb.start as usize]));
         if ca == cb {
             return;
         }
-        for &i in &cells.order[ra.start as usize..ra.end as usize] {
-            for &j in &cells.order[rb.start as usize..rb.end as usize] {
+        for &i in &self.order[ra.start as usize..ra.end as usize] {
+            for &j in &self.order[rb.start as usize..rb.end as usize] {
                 let (x, y) = (&items[i as usize], &items[j as usize]);
                 let r = x.radius.max(y.radius);
                 if x.pos.dist_sq(y.pos) <= r * r {
@@ -322,86 +397,77 @@ impl Grouper {
         }
     }
 
-    /// Pairs farther apart than a cell but within a fast item's radius. Work is per cell holding
-    /// fast items (a group moving together shares one search), on a coarse grid whose cell is at
-    /// least the largest radius there, looking at the 27 coarse cells around.
-    fn link_fast(&mut self, items: &[Item], cell: f64, cells: &Buckets) {
-        let max_radius = cell * 4f64.powi(MAX_LEVEL as i32);
-        let level_of = |r: f64| -> u32 {
-            let mut k = 1;
-            while k < MAX_LEVEL && r > cell * 4f64.powi(k as i32) {
-                k += 1;
+    /// Pairs farther apart than the next cell but within a fast item's radius. Each cell holding
+    /// a run that reaches past the next cell looks at the cells within that reach (its
+    /// neighbours are linked already): the slab of cells `x ± k` of its world is one range of the
+    /// sorted cells, read whole when short, else column by column.
+    fn link_fast(&mut self, items: &[Item], sub: f64) {
+        let size = sub * SUBS as f64;
+        let mut near: Vec<u32> = Vec::new();
+        for c in 0..self.cells.len() {
+            let cell = self.cells[c];
+            if cell.reach <= size {
+                continue;
             }
-            k
-        };
-        // (level, cell, largest radius) of every cell holding a fast item.
-        let mut hot: Vec<(u32, u32, f64)> = (0..cells.len())
-            .filter_map(|c| {
-                let runs = &self.runs[self.cell_runs[c] as usize..self.cell_runs[c + 1] as usize];
-                let r = runs.iter().map(|r| r.reach).fold(0.0, f64::max);
-                (r > cell).then(|| {
-                    let r = r.min(max_radius);
-                    (level_of(r), c as u32, r)
-                })
-            })
-            .collect();
-        if hot.is_empty() {
-            return;
-        }
-        hot.sort_by_key(|h| (h.0, h.1));
-        let cell_box = |c: usize| {
-            let k = cells.keys[c];
-            let lo = Vec3::new(k.x as f64, k.y as f64, k.z as f64) * cell;
-            Aabb { min: lo, max: lo + Vec3::new(cell, cell, cell) }
-        };
-        let mut coarse = std::mem::take(&mut self.coarse);
-        let mut built = None;
-        for &(level, c, reach) in &hot {
-            let scale = 4i32.pow(level);
-            if built != Some(level) {
-                coarse.build(cells.keys.iter().map(|k| k.coarse(scale)));
-                built = Some(level);
-            }
-            let here = cell_box(c as usize);
-            let home = cells.keys[c as usize].coarse(scale);
-            for dx in -1..=1 {
-                for dy in -1..=1 {
-                    for dz in -1..=1 {
-                        let Some(cb) = coarse.get(&home.offset(dx, dy, dz)) else {
-                            continue;
-                        };
-                        for &d in coarse.bucket(cb) {
-                            if here.dist_sq_box(&cell_box(d as usize)) > reach * reach {
-                                continue;
-                            }
-                            for &i in cells.bucket(c as usize) {
-                                if items[i as usize].radius <= cell {
-                                    continue;
-                                }
-                                for &j in cells.bucket(d as usize) {
-                                    if i != j {
-                                        self.link(items, i, j);
-                                    }
-                                }
-                            }
+            // Cells more than `k` apart along an axis are farther apart than the reach.
+            let k = ((cell.reach / size).floor() + 1.0).min(f64::from(1u32 << 30)) as i64;
+            let key = cell.key;
+            let span = |v: i32| {
+                let clamp = |v: i64| v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+                clamp(i64::from(v) - k)..=clamp(i64::from(v) + k)
+            };
+            let (xs, ys, zs) = (span(key.x), span(key.y), span(key.z));
+            let at = |x: i32, y: i32, z: i32, sub: u8| Key { world: key.world, x, y, z, sub };
+            let (first, last) = (
+                at(*xs.start(), i32::MIN, i32::MIN, 0),
+                at(*xs.end(), i32::MAX, i32::MAX, u8::MAX),
+            );
+            let slab = self.cells.partition_point(|d| d.key < first)
+                ..self.cells.partition_point(|d| d.key <= last);
+            near.clear();
+            let mut take = |d: usize, o: Key| {
+                let neighbour = (o.x - key.x).abs() <= 1
+                    && (o.y - key.y).abs() <= 1
+                    && (o.z - key.z).abs() <= 1;
+                if !neighbour && ys.contains(&o.y) && zs.contains(&o.z) {
+                    near.push(d as u32);
+                }
+            };
+            // A binary search costs about as much as reading 20 cells of the slab.
+            let columns = (i64::from(*xs.end()) - i64::from(*xs.start()) + 1) as usize;
+            if slab.len() <= columns.saturating_mul(20) {
+                for d in slab {
+                    take(d, self.cells[d].key);
+                }
+            } else {
+                for x in xs.clone() {
+                    let (lo, hi) =
+                        (at(x, *ys.start(), i32::MIN, 0), at(x, *ys.end(), i32::MAX, u8::MAX));
+                    let from = self.cells.partition_point(|d| d.key < lo);
+                    for d in from..self.cells.len() {
+                        let o = self.cells[d].key;
+                        if o > hi {
+                            break;
                         }
+                        take(d, o);
                     }
                 }
             }
-        }
-        self.coarse = coarse;
-    }
-
-    #[inline]
-    fn link(&mut self, items: &[Item], i: u32, j: u32) {
-        let (ri, rj) = (self.find(i), self.find(j));
-        if ri == rj {
-            return;
-        }
-        let (a, b) = (&items[i as usize], &items[j as usize]);
-        let r = a.radius.max(b.radius);
-        if a.pos.dist_sq(b.pos) <= r * r {
-            self.union(ri, rj);
+            let here = key.cell_bounds(sub);
+            for &d in &near {
+                let other = self.cells[d as usize];
+                if !within(here, other.key.cell_bounds(sub), cell.reach, sub) {
+                    continue;
+                }
+                for a in cell.start..cell.end {
+                    if self.runs[a as usize].reach <= size {
+                        continue;
+                    }
+                    for b in other.start..other.end {
+                        self.link_runs(items, a, b, sub);
+                    }
+                }
+            }
         }
     }
 
@@ -426,11 +492,13 @@ impl Grouper {
             }
         }
     }
+}
 
-    fn collect(&mut self, n: usize) -> Groups {
-        let roots: Vec<u32> = (0..n as u32).map(|i| self.find(i)).collect();
-        Groups::from_labels(&roots, n)
-    }
+/// Whether boxes `a` and `b` may hold points within `reach` of each other. Allows for the
+/// rounding of `position / sub` (which may put a point a hair outside its sub-cell's box).
+fn within(a: Aabb, b: Aabb, reach: f64, sub: f64) -> bool {
+    let r = reach + sub * 1e-6;
+    a.dist_sq_box(&b) <= r * r
 }
 
 impl Groups {
@@ -506,33 +574,6 @@ impl Groups {
     }
 }
 
-/// Sub-cell `sub` of cell `key`.
-fn sub_box(key: CellKey, sub: u8, cell: f64) -> Aabb {
-    let size = cell / SUBS as f64;
-    let s = sub as usize;
-    let (x, y, z) = (s % SUBS, (s / SUBS) % SUBS, s / (SUBS * SUBS));
-    let min = Vec3::new(key.x as f64, key.y as f64, key.z as f64) * cell
-        + Vec3::new(x as f64, y as f64, z as f64) * size;
-    Aabb { min, max: min + Vec3::new(size, size, size) }
-}
-
-/// The 13 neighbour offsets that are lexicographically after (0, 0, 0): each cell pair once.
-const FORWARD: [(i32, i32, i32); 13] = [
-    (1, -1, -1),
-    (1, -1, 0),
-    (1, -1, 1),
-    (1, 0, -1),
-    (1, 0, 0),
-    (1, 0, 1),
-    (1, 1, -1),
-    (1, 1, 0),
-    (1, 1, 1),
-    (0, 1, -1),
-    (0, 1, 0),
-    (0, 1, 1),
-    (0, 0, 1),
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -597,6 +638,28 @@ mod tests {
         assert_eq!(g.members(0), &[0, 1]);
     }
 
+    /// Sub-cells left empty are forgotten once they outnumber the occupied ones, and a grouper
+    /// that remembers any history groups as a fresh one does.
+    #[test]
+    fn forgets_emptied_sub_cells_and_groups_as_a_fresh_grouper() {
+        let mut rng = crate::rng::Rng::new(5);
+        let mut grouper = Grouper::new();
+        for round in 0..6 {
+            // Every round, 3,000 items (nearly all alone in their sub-cell) in sub-cells none
+            // used before.
+            let shift = round as f64 * 1e7;
+            let items: Vec<Item> = (0..3_000)
+                .map(|_| item(shift + rng.range(0.0, 2e6), 300.0 + rng.range(0.0, 600.0)))
+                .collect();
+            let reused = grouper.group(&items, 300.0);
+            let fresh = Grouper::new().group(&items, 300.0);
+            let labels: Vec<usize> = (0..items.len()).map(|i| fresh.group_of(i)).collect();
+            assert!(same_partition(&reused, &labels), "round {round}");
+        }
+        // 18,000 sub-cells were used; the emptied ones were forgotten on the way.
+        assert!(grouper.keys.len() < 9_000, "{} sub-cells remembered", grouper.keys.len());
+    }
+
     proptest::proptest! {
         #[test]
         fn matches_brute_force(
@@ -625,6 +688,57 @@ mod tests {
                 radius: base,
             }).collect();
             let groups = Grouper::new().group(&items, base);
+            proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+        }
+
+        /// Fast items among many cells of one slab: the cells within reach are found column by
+        /// column (the slab is too long to read whole).
+        #[test]
+        fn matches_brute_force_in_a_long_slab(
+            pts in proptest::collection::vec(
+                (-300.0f64..300.0, -6_000.0f64..6_000.0, -6_000.0f64..6_000.0, 0.0f64..900.0, proptest::bool::weighted(0.2)),
+                150..300),
+        ) {
+            let items: Vec<Item> = pts.iter().map(|&(x, y, z, extra, fast)| Item {
+                world: WorldId(0),
+                pos: Vec3::new(x, y, z),
+                radius: 300.0 + if fast { extra } else { 0.0 },
+            }).collect();
+            let groups = Grouper::new().group(&items, 300.0);
+            proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+        }
+
+        /// One grouper called again and again (its remembered sub-cells are only hints): items
+        /// move a little or jump, some leave, some come, and every call matches brute force.
+        #[test]
+        fn matches_brute_force_call_after_call(
+            pts in proptest::collection::vec(
+                (0u32..2, -3000.0f64..3000.0, -3000.0f64..3000.0, 0.0f64..2000.0, proptest::bool::weighted(0.1)),
+                0..100),
+            steps in proptest::collection::vec(
+                (proptest::collection::vec((-400.0f64..400.0, -400.0f64..400.0, proptest::bool::weighted(0.1)), 100), 0usize..30, 0usize..30),
+                1..5),
+        ) {
+            let mut items: Vec<Item> = pts.iter().map(|&(w, x, y, extra, fast)| Item {
+                world: WorldId(w),
+                pos: Vec3::new(x, y, 0.0),
+                radius: 300.0 + if fast { extra } else { 0.0 },
+            }).collect();
+            let mut grouper = Grouper::new();
+            for (moves, leave, come) in steps {
+                let groups = grouper.group(&items, 300.0);
+                proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+                for (item, &(dx, dy, jump)) in items.iter_mut().zip(&moves) {
+                    let k = if jump { 10.0 } else { 1.0 };
+                    item.pos = item.pos + Vec3::new(dx * k, dy * k, 0.0);
+                }
+                items.truncate(items.len().saturating_sub(leave));
+                for &(dx, dy, _) in moves.iter().take(come) {
+                    items.insert(0, item(dx * 5.0, 300.0));
+                    items[0].pos.y = dy * 5.0;
+                }
+            }
+            let groups = grouper.group(&items, 300.0);
             proptest::prop_assert!(same_partition(&groups, &brute(&items)));
         }
 

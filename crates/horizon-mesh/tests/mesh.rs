@@ -397,6 +397,9 @@ fn bad_inputs_are_refused_with_a_clear_error() {
     let mut bad = join(1, MTL, 10.0, Role::Player, at(0.0));
     bad.position.y = f64::NAN;
     assert!(matches!(m.handle_join(bad), Err(InputError::BadNumber { field: "position", .. })));
+    // 300 m × 2^29 ≈ 1.6e11 m: beyond, the grouping grid cannot tell cells apart.
+    let far = join(1, MTL, 10.0, Role::Player, at(2e11));
+    assert!(matches!(m.handle_join(far), Err(InputError::PositionOutOfRange { .. })));
     assert!(matches!(
         m.handle_join(join(1, MTL, -1.0, Role::Player, at(0.0))),
         Err(InputError::BadNumber { field: "access_rtt_ms", .. })

@@ -96,6 +96,8 @@ pub enum InputError {
     UnknownBubble(BubbleId),
     #[error("{field} must be finite{extra}, got {value}")]
     BadNumber { field: &'static str, value: f64, extra: &'static str },
+    #[error("position coordinate {value} m is beyond ±{limit} m (the grouping grid's range)")]
+    PositionOutOfRange { value: f64, limit: f64 },
     #[error("home site index {0} is not configured")]
     UnknownSite(usize),
     #[error(transparent)]
@@ -337,7 +339,7 @@ impl Mesh {
             return Err(InputError::UnknownSite(join.home.index()));
         }
         check_rtt(join.access_rtt_ms)?;
-        check_vec("position", join.position)?;
+        self.check_position(join.position)?;
         check_vec("velocity", join.velocity)?;
         self.player_index.insert(join.id, self.players.len() as u32);
         self.players.push(Player::from_join(&join));
@@ -354,7 +356,7 @@ impl Mesh {
             check_rtt(r)?;
         }
         if let Some(p) = update.position {
-            check_vec("position", p)?;
+            self.check_position(p)?;
         }
         if let Some(v) = update.velocity {
             check_vec("velocity", v)?;
@@ -588,6 +590,16 @@ impl Mesh {
 
     fn weight(&self, p: &Player) -> f64 {
         self.th.weights.of(p.role)
+    }
+
+    /// Finite, and within the grouping grid's range for the smallest grouping distance.
+    fn check_position(&self, p: Vec3) -> Result<(), InputError> {
+        check_vec("position", p)?;
+        let limit = Grouper::max_coordinate(self.th.group_radius_m.min(self.th.merge_distance_m));
+        match [p.x, p.y, p.z].into_iter().find(|c| c.abs() > limit) {
+            Some(value) => Err(InputError::PositionOutOfRange { value, limit }),
+            None => Ok(()),
+        }
     }
 
     fn expire_leases(&mut self, now: Time) {
