@@ -50,14 +50,19 @@ impl Tally {
 
     /// Adds a player with weight `w`; a weight of 0 (NPC) adds nothing.
     pub fn add(&mut self, p: &Player, w: f64) {
+        self.add_one(p.home, p.access_rtt_min_ms, w);
+    }
+
+    /// Adds a player of home site `home` and access RTT `access_ms` with weight `w`.
+    pub fn add_one(&mut self, home: SiteId, access_ms: f64, w: f64) {
         if w <= 0.0 {
             return;
         }
-        let h = p.home.index();
+        let h = home.index();
         self.weight[h] += w;
-        self.max_access_ms[h] = self.max_access_ms[h].max(p.access_rtt_min_ms);
+        self.max_access_ms[h] = self.max_access_ms[h].max(access_ms);
         self.sum_w += w;
-        self.sum_w_access += w * p.access_rtt_min_ms;
+        self.sum_w_access += w * access_ms;
         self.counted += 1;
     }
 

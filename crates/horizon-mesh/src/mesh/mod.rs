@@ -263,34 +263,44 @@ mod units;
 #[derive(Debug, Default)]
 struct Scratch {
     grouper: Grouper,
+    /// Counted players as grouping items, and per item: its player index and what the tick
+    /// reads of the player (copied once, so later passes never touch the player records).
     items: Vec<Item>,
     item_player: Vec<u32>,
+    item_member: Vec<units::Member>,
+    /// Per bubble slot at the start of the tick: its world (`NONE` for a free slot).
+    slot_world: Vec<u32>,
+    /// The units of placement of this tick (groups of item indices).
+    units: Groups,
     tallies: Vec<Tally>,
     /// The other half of `tallies`' double buffer, used while joining units.
     spare_tallies: Vec<Tally>,
     extents: Vec<units::Extent>,
+    /// Per unit, as compressed rows: the bubbles its members were in (`claims[claim_start[u]..]`).
+    claims: Vec<units::Claim>,
+    claim_start: Vec<u32>,
     cluster_bubble: Vec<u32>,
-    /// Per bubble slot: the tally index (cluster) describing it this tick.
-    slot_tally: Vec<u32>,
+    /// Per bubble slot: the unit it holds this tick.
+    slot_unit: Vec<u32>,
     /// Per bubble slot: created, moved or merged this tick (no scoring until the next one).
     touched: Vec<bool>,
     /// Per bubble slot at the start of the tick: its site and hysteresis (split-offs inherit them).
     prior: Vec<Option<(SiteId, Hysteresis)>>,
     /// Per bubble slot at the start of the tick: the slot it was merged into, if it was.
     absorbed_into: Vec<u32>,
-    /// Counted players per bubble slot, as compressed rows (player indices).
-    member_offsets: Vec<u32>,
-    member_list: Vec<u32>,
+    /// Per bubble slot at the start of the tick: the heaviest unit claiming it (weight, min id).
+    owner: Vec<Option<(u32, f64, PlayerId)>>,
     sweep: units::Sweep,
+    /// Overlapping pairs of claims (clusters', then units').
+    pairs: Vec<(u32, u32)>,
 }
 
 impl Scratch {
-    fn members(&self, slot: u32) -> &[u32] {
-        let s = slot as usize;
-        if s + 1 >= self.member_offsets.len() {
-            return &[];
-        }
-        &self.member_list[self.member_offsets[s] as usize..self.member_offsets[s + 1] as usize]
+    /// The counted players (indices) of a bubble this tick: those of the unit it holds.
+    fn members(&self, slot: u32) -> impl ExactSizeIterator<Item = u32> + '_ {
+        let unit = self.slot_unit.get(slot as usize).copied().unwrap_or(NONE);
+        let items = if unit == NONE { &[][..] } else { self.units.members(unit as usize) };
+        items.iter().map(|&it| self.item_player[it as usize])
     }
 }
 

@@ -10,14 +10,13 @@ impl Mesh {
         let mut sc = std::mem::take(&mut self.scratch);
 
         // 1. Units of placement.
-        let units = self.form_units(&mut sc);
+        self.form_units(&mut sc);
         stats.counted = sc.items.len() as u32;
-        stats.clusters = units.len() as u32;
+        stats.clusters = sc.units.len() as u32;
         // 2. Continuity with the bubbles of the previous tick.
-        self.place_units(&units, &mut sc, now, &mut stats);
+        self.place_units(&mut sc, now, &mut stats);
         // 3. Moving borders, and no two regions overlapping.
-        self.settle_bounds(&units, &mut sc, &mut stats);
-        self.index_members(&mut sc);
+        self.settle_bounds(&mut sc, &mut stats);
         // 4. Scoring, hysteresis and failover.
         self.score_bubbles(&mut sc, now, &mut stats);
         // 5. Load: split across more servers of the site, or undo the latest split.
@@ -29,9 +28,9 @@ impl Mesh {
             self.fresh_count = 0;
         }
         stats.bubbles = self.bubble_index.len() as u32;
-        stats.in_zone = (0..units.len())
+        stats.in_zone = (0..sc.units.len())
             .filter(|&u| sc.cluster_bubble[u] == NONE)
-            .map(|u| units.members(u).len() as u32)
+            .map(|u| sc.units.members(u).len() as u32)
             .sum();
         self.scratch = sc;
         self.last_stats = stats;
@@ -41,7 +40,11 @@ impl Mesh {
     /// Which unit keeps which bubble: each unit claims the bubbles its members were in, and a
     /// bubble goes to the unit holding most of its weight. A unit owning none gets a new bubble
     /// (or waits in a zone), one owning several merges them, a bubble nobody owns is deleted.
-    fn place_units(&mut self, units: &Groups, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
+    fn place_units(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
+        let units = std::mem::take(&mut sc.units);
+        let (claims, claim_start) =
+            (std::mem::take(&mut sc.claims), std::mem::take(&mut sc.claim_start));
+        let claims_of = |c: usize| &claims[claim_start[c] as usize..claim_start[c + 1] as usize];
         let nc = units.len();
         let nslots = self.bubbles.len();
         sc.prior.clear();
@@ -49,56 +52,37 @@ impl Mesh {
         sc.absorbed_into.clear();
         sc.absorbed_into.resize(nslots, NONE);
 
-        // Claims as compressed rows: unit c claims claims[claim_start[c]..claim_start[c + 1]].
-        let mut owner: Vec<Option<(u32, f64, PlayerId)>> = vec![None; nslots];
-        let mut claims: Vec<Claim> = Vec::new();
-        let mut claim_start: Vec<u32> = Vec::with_capacity(nc + 1);
+        // Each bubble goes to the unit holding most of its weight.
+        sc.owner.clear();
+        sc.owner.resize(nslots, None);
         for c in 0..nc {
-            let start = claims.len();
-            claim_start.push(start as u32);
-            for &it in units.members(c) {
-                let pi = sc.item_player[it as usize] as usize;
-                let slot = self.player_bubble[pi];
-                let p = &self.players[pi];
-                if slot == NONE
-                    || self.bubbles[slot as usize].as_ref().is_none_or(|b| b.world != p.world)
-                {
-                    continue;
-                }
-                let w = self.weight(p);
-                match claims[start..].iter_mut().find(|e| e.slot == slot) {
-                    Some(e) => {
-                        e.weight += w;
-                        e.min_id = e.min_id.min(p.id);
-                    }
-                    None => claims.push(Claim { slot, weight: w, min_id: p.id }),
-                }
-            }
-            for e in &claims[start..] {
-                let better = owner[e.slot as usize]
+            for e in claims_of(c) {
+                let better = sc.owner[e.slot as usize]
                     .is_none_or(|(_, ow, oid)| e.weight > ow || (e.weight == ow && e.min_id < oid));
                 if better {
-                    owner[e.slot as usize] = Some((c as u32, e.weight, e.min_id));
+                    sc.owner[e.slot as usize] = Some((c as u32, e.weight, e.min_id));
                 }
             }
         }
-        claim_start.push(claims.len() as u32);
 
-        sc.slot_tally.clear();
-        sc.slot_tally.resize(nslots, NONE);
+        sc.slot_unit.clear();
+        sc.slot_unit.resize(nslots, NONE);
         sc.touched.clear();
         sc.touched.resize(nslots, false);
         sc.cluster_bubble.clear();
         sc.cluster_bubble.resize(nc, NONE);
+        let mut owned: Vec<u32> = Vec::new();
         for c in 0..nc {
-            let claim = &claims[claim_start[c] as usize..claim_start[c + 1] as usize];
-            let mut owned: Vec<u32> = claim
-                .iter()
-                .filter(|e| owner[e.slot as usize].is_some_and(|o| o.0 == c as u32))
-                .map(|e| e.slot)
-                .collect();
+            let claim = claims_of(c);
+            owned.clear();
+            owned.extend(
+                claim
+                    .iter()
+                    .filter(|e| sc.owner[e.slot as usize].is_some_and(|o| o.0 == c as u32))
+                    .map(|e| e.slot),
+            );
             let slot = match owned.len() {
-                0 if claim.is_empty() => self.create_new(c, units, sc, now, stats),
+                0 if claim.is_empty() => self.create_new(c, &units, sc, now, stats),
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
                     let source = claim
@@ -109,7 +93,7 @@ impl Mesh {
                     // Invariant: a claimed slot was live at the start of the tick.
                     let (site, hysteresis) =
                         sc.prior[source as usize].expect("claimed slot was live");
-                    self.create_split(c, units, sc, site, hysteresis, now, stats)
+                    self.create_split(c, &units, sc, site, hysteresis, now, stats)
                 }
                 1 => owned[0],
                 _ => {
@@ -124,8 +108,8 @@ impl Mesh {
                         .members(c)
                         .iter()
                         .map(|&it| {
-                            let pi = sc.item_player[it as usize] as usize;
-                            (self.players[pi].id, self.player_bubble[pi])
+                            let m = &sc.item_member[it as usize];
+                            (m.id, m.prev)
                         })
                         .collect();
                     let t = sc.tallies[c].clone();
@@ -135,8 +119,8 @@ impl Mesh {
             };
             sc.cluster_bubble[c] = slot;
             if slot != NONE {
-                sc.slot_tally.resize(self.bubbles.len(), NONE);
-                sc.slot_tally[slot as usize] = c as u32;
+                sc.slot_unit.resize(self.bubbles.len(), NONE);
+                sc.slot_unit[slot as usize] = c as u32;
             }
         }
 
@@ -144,31 +128,46 @@ impl Mesh {
         // earlier may hold a bubble created just now).
         for slot in 0..nslots as u32 {
             let was_live = sc.prior[slot as usize].is_some();
-            if was_live && owner[slot as usize].is_none() && self.bubbles[slot as usize].is_some() {
+            if was_live
+                && sc.owner[slot as usize].is_none()
+                && self.bubbles[slot as usize].is_some()
+            {
                 self.delete(slot, DeleteReason::Empty);
                 stats.deleted += 1;
             }
         }
 
-        self.report_entries(units, sc);
+        // Players who changed bubble: report those entering one that existed before, and
+        // record where everyone is. A unit whose members were all in its bubble has neither.
         for c in 0..nc {
             let slot = sc.cluster_bubble[c];
+            let stayed = match claims_of(c) {
+                [only] => only.slot == slot && only.count as usize == units.members(c).len(),
+                _ => false,
+            };
+            if stayed {
+                continue;
+            }
+            self.report_entries(&units, c, sc);
             for &it in units.members(c) {
                 self.player_bubble[sc.item_player[it as usize] as usize] = slot;
             }
         }
+        sc.units = units;
+        sc.claims = claims;
+        sc.claim_start = claim_start;
     }
 
     /// Scores every bubble not placed this tick and applies hysteresis; stalled bubbles (expired
     /// lease) fail over as soon as the lease and its drift margin allow.
     fn score_bubbles(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
         sc.touched.resize(self.bubbles.len(), false);
-        sc.slot_tally.resize(self.bubbles.len(), NONE);
+        sc.slot_unit.resize(self.bubbles.len(), NONE);
         for slot in 0..self.bubbles.len() as u32 {
             if self.bubbles[slot as usize].is_none() || sc.touched[slot as usize] {
                 continue;
             }
-            let ti = sc.slot_tally[slot as usize];
+            let ti = sc.slot_unit[slot as usize];
             if ti == NONE {
                 continue;
             }
@@ -207,45 +206,44 @@ impl Mesh {
         }
     }
 
-    /// Reports players who enter a bubble that existed before this tick, other than through a
-    /// merge (whose command lists them): fresh connections, players from a zone, border crossings.
-    pub(super) fn report_entries(&mut self, clusters: &Groups, sc: &Scratch) {
+    /// Reports the players of unit `c` who enter a bubble that existed before this tick, other
+    /// than through a merge (whose command lists them): fresh connections, players from a zone,
+    /// border crossings.
+    fn report_entries(&mut self, units: &Groups, c: usize, sc: &Scratch) {
         let core = self.sites.core();
-        for c in 0..clusters.len() {
-            let slot = sc.cluster_bubble[c];
-            if slot == NONE || sc.prior.get(slot as usize).is_none_or(|p| p.is_none()) {
-                continue; // in a zone, or a bubble created this tick (its command lists everyone)
-            }
-            let mut entering: Vec<(Option<SiteId>, PlayerId)> = Vec::new();
-            for &it in clusters.members(c) {
-                let pi = sc.item_player[it as usize] as usize;
-                let prev = self.player_bubble[pi];
-                if prev == slot || sc.absorbed_into.get(prev as usize) == Some(&slot) {
-                    continue;
-                }
-                let from = if self.fresh[pi] {
-                    None
-                } else if prev == NONE {
-                    Some(core)
-                } else {
-                    sc.prior.get(prev as usize).copied().flatten().map(|(site, _)| site)
-                };
-                entering.push((from, self.players[pi].id));
-            }
-            if entering.is_empty() {
+        let slot = sc.cluster_bubble[c];
+        if slot == NONE || sc.prior.get(slot as usize).is_none_or(|p| p.is_none()) {
+            return; // in a zone, or a bubble created this tick (its command lists everyone)
+        }
+        let mut entering: Vec<(Option<SiteId>, PlayerId)> = Vec::new();
+        for &it in units.members(c) {
+            let m = &sc.item_member[it as usize];
+            let prev = m.prev;
+            if prev == slot || sc.absorbed_into.get(prev as usize) == Some(&slot) {
                 continue;
             }
-            entering.sort_unstable();
-            let (id, site) = (self.bubble(slot).id, self.bubble(slot).site);
-            for chunk in entering.chunk_by(|a, b| a.0 == b.0) {
-                let players = chunk.iter().map(|e| e.1).collect();
-                self.commands.push_back(Command::Enter {
-                    bubble: id,
-                    site,
-                    from_site: chunk[0].0,
-                    players,
-                });
-            }
+            let from = if self.fresh[sc.item_player[it as usize] as usize] {
+                None
+            } else if prev == NONE {
+                Some(core)
+            } else {
+                sc.prior.get(prev as usize).copied().flatten().map(|(site, _)| site)
+            };
+            entering.push((from, m.id));
+        }
+        if entering.is_empty() {
+            return;
+        }
+        entering.sort_unstable();
+        let (id, site) = (self.bubble(slot).id, self.bubble(slot).site);
+        for chunk in entering.chunk_by(|a, b| a.0 == b.0) {
+            let players = chunk.iter().map(|e| e.1).collect();
+            self.commands.push_back(Command::Enter {
+                bubble: id,
+                site,
+                from_site: chunk[0].0,
+                players,
+            });
         }
     }
 
@@ -255,11 +253,8 @@ impl Mesh {
         sc: &Scratch,
         c: usize,
     ) -> Vec<PlayerId> {
-        let mut v: Vec<PlayerId> = clusters
-            .members(c)
-            .iter()
-            .map(|&it| self.players[sc.item_player[it as usize] as usize].id)
-            .collect();
+        let mut v: Vec<PlayerId> =
+            clusters.members(c).iter().map(|&it| sc.item_member[it as usize].id).collect();
         v.sort_unstable();
         v
     }
@@ -353,7 +348,7 @@ impl Mesh {
         let fresh = members.iter().all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
         // Where were they? Nowhere (fresh), in a bubble of another world, or in a core-site zone.
         let travelled_from = members.iter().find_map(|&it| {
-            let slot = self.player_bubble[sc.item_player[it as usize] as usize];
+            let slot = sc.item_member[it as usize].prev;
             sc.prior.get(slot as usize).copied().flatten().map(|(site, _)| site)
         });
         let tally = &sc.tallies[c];
@@ -367,7 +362,7 @@ impl Mesh {
         };
         let site = match (self.placement, home) {
             (Placement::AllCore, _) => self.sites.core(),
-            (Placement::Creator, _) => match self.first_arrival(members, sc) {
+            (Placement::Creator, _) => match Self::first_arrival(members, sc) {
                 Some(p) if self.can_host(p.home, 1) => p.home,
                 Some(_) if travelled_from.is_none() => return NONE,
                 _ => best(self),
@@ -387,13 +382,9 @@ impl Mesh {
         self.create_bubble(c, clusters, sc, site, origin, now, stats)
     }
 
-    /// The counted member who arrived first (ids are handed out in arrival order).
-    fn first_arrival(&self, members: &[u32], sc: &Scratch) -> Option<&Player> {
-        members
-            .iter()
-            .map(|&it| &self.players[sc.item_player[it as usize] as usize])
-            .filter(|p| p.role.is_counted())
-            .min_by_key(|p| p.id)
+    /// The member who arrived first (ids are handed out in arrival order).
+    fn first_arrival(members: &[u32], sc: &Scratch) -> Option<units::Member> {
+        members.iter().map(|&it| sc.item_member[it as usize]).min_by_key(|m| m.id)
     }
 
     /// A cluster that walked away from its bubble: a new bubble, on the same site if it can host
@@ -417,7 +408,7 @@ impl Mesh {
             Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 1) => parent_site,
             // The baselines never re-place a bubble, so a group walking away is a new room or a
             // new session, placed by their own rule.
-            Placement::Creator => match self.first_arrival(clusters.members(c), sc) {
+            Placement::Creator => match Self::first_arrival(clusters.members(c), sc) {
                 Some(p) if self.can_host(p.home, 1) => p.home,
                 _ => best(self),
             },
@@ -551,32 +542,6 @@ impl Mesh {
         }
     }
 
-    /// Builds the per-bubble member rows from `player_bubble`.
-    pub(super) fn index_members(&self, sc: &mut Scratch) {
-        let n = self.bubbles.len();
-        sc.member_offsets.clear();
-        sc.member_offsets.resize(n + 1, 0);
-        for &pi in &sc.item_player {
-            let s = self.player_bubble[pi as usize];
-            if s != NONE {
-                sc.member_offsets[s as usize + 1] += 1;
-            }
-        }
-        for i in 0..n {
-            sc.member_offsets[i + 1] += sc.member_offsets[i];
-        }
-        let mut fill = sc.member_offsets[..n].to_vec();
-        sc.member_list.clear();
-        sc.member_list.resize(sc.member_offsets[n] as usize, 0);
-        for &pi in &sc.item_player {
-            let s = self.player_bubble[pi as usize];
-            if s != NONE {
-                sc.member_list[fill[s as usize] as usize] = pi;
-                fill[s as usize] += 1;
-            }
-        }
-    }
-
     pub(super) fn delete(&mut self, slot: u32, reason: DeleteReason) {
         let b = self.bubble(slot);
         let cmd = Command::Delete { bubble: b.id, site: b.site, epoch: b.epoch, reason };
@@ -584,39 +549,26 @@ impl Mesh {
         self.remove(slot);
     }
 
-    /// Merges bubbles whose boxes overlap (a fast ship's margins can reach past the merge
-    /// distance), until no two bubbles of a world overlap.
     /// Moving border: a bubble keeps its box while every member stays farther than half its
     /// margin from the edge; otherwise the box is reset to the one its players claim (their box
     /// grown by the margin), so the border moves with them, a margin at a time. Claims of
     /// different bubbles (and of players waiting in zones) never overlap, so resetting any stale
     /// box that overlaps another region ends with no overlap at all.
-    pub(super) fn settle_bounds(
-        &mut self,
-        clusters: &Groups,
-        sc: &mut Scratch,
-        stats: &mut TickStats,
-    ) {
-        let mut claims: Vec<Option<Aabb>> = vec![None; self.bubbles.len()];
+    pub(super) fn settle_bounds(&mut self, sc: &mut Scratch, stats: &mut TickStats) {
         let mut obstacles: Vec<(WorldId, Aabb)> = Vec::new();
-        for c in 0..clusters.len() {
+        for c in 0..sc.units.len() {
             let slot = sc.cluster_bubble[c];
-            let claimed = sc.extents[c].claim;
+            let e = &sc.extents[c];
             if slot == NONE {
-                obstacles.push((sc.extents[c].world, claimed));
+                obstacles.push((e.world, e.claim));
                 continue;
             }
-            claims[slot as usize] = Some(claimed);
             let bounds = self.bubble(slot).bounds;
-            // An item's radius is `merge + v·lead`, so its border margin is `border + v·lead`.
-            let lead_part = |it: u32| sc.items[it as usize].radius - self.th.merge_distance_m;
-            let near_edge = bounds != claimed
-                && clusters.members(c).iter().any(|&it| {
-                    let margin = self.th.border_margin_m + lead_part(it);
-                    bounds.inner_distance(sc.items[it as usize].pos) < margin / 2.0
-                });
+            // A member within half its margin of the edge is in the alert box, outside `bounds`.
+            let near_edge = bounds != e.claim
+                && !(bounds.contains(e.alert.min) && bounds.contains(e.alert.max));
             if near_edge {
-                self.set_bounds(slot, claimed, BorderReason::NearEdge, stats);
+                self.set_bounds(slot, e.claim, BorderReason::NearEdge, stats);
             }
         }
         // One sweep of every region (players waiting in zones have their claims); then, round
@@ -642,8 +594,8 @@ impl Mesh {
                 if slot == NONE {
                     continue;
                 }
-                // Invariant: every live bubble holds one cluster, so it has a claim.
-                let claimed = claims[slot as usize].expect("a live bubble has a claim");
+                // Invariant: every live bubble holds one unit, so it has a claim.
+                let claimed = sc.extents[sc.slot_unit[slot as usize] as usize].claim;
                 if self.bubble(slot).bounds != claimed {
                     self.set_bounds(slot, claimed, BorderReason::Overlap, stats);
                     reset.push(slot);
@@ -679,20 +631,10 @@ impl Mesh {
     }
 }
 
-pub(super) fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
-    let mut v: Vec<PlayerId> = members.iter().map(|&i| players[i as usize].id).collect();
+pub(super) fn member_ids(players: &[Player], members: impl Iterator<Item = u32>) -> Vec<PlayerId> {
+    let mut v: Vec<PlayerId> = members.map(|i| players[i as usize].id).collect();
     v.sort_unstable();
     v
-}
-
-/// A unit's claim on a bubble its members were in.
-#[derive(Clone, Copy, Debug)]
-struct Claim {
-    slot: u32,
-    /// Weight of the unit's members that were in the bubble.
-    weight: f64,
-    /// Smallest of their ids (the tie-break).
-    min_id: PlayerId,
 }
 
 /// Where a new bubble's players come from, and the hysteresis it starts with.
