@@ -11,15 +11,17 @@
 //! - a [`Grouper`] remembers the sub-cell of each item index from its last call: between two
 //!   ticks most items stay in theirs and are placed without hashing, and only new sub-cells are
 //!   sorted into the occupied ones;
-//! - occupied sub-cells are sorted by (world, cell, sub-cell): a cell is a range of runs, and the
-//!   13 forward neighbours of every cell (each cell pair once) are found by walking the sorted
-//!   cells with one cursor per neighbour offset — adding an offset keeps the order;
+//! - occupied sub-cells are sorted by (world, cell, sub-cell): a cell is a range of runs. The 13
+//!   forward neighbours of every cell (each cell pair once) are the next cell along z and four
+//!   columns of three cells along z, each a range of the sorted cells that a cursor finds,
+//!   moving only forward — adding an offset keeps the order;
 //! - runs of a cell and of its neighbours are compared when their sub-cells are within reach; a
 //!   run is one component, so the first link found ends the search;
 //! - items reaching farther than a cell (fast ships) are rare; each cell holding one looks at the
 //!   cells within its reach, found by binary search in the sorted cells (a slab of columns).
 //!
-//! A union-find with path halving and union by rank joins linked items.
+//! A union-find over runs (with path halving and union by rank) joins linked runs; each item
+//! then takes its run's component.
 //!
 //! Coordinates divided by `base / 2` must fit in ±2^30 (`|p| < 2^29 × base`, checked where
 //! positions come in: [`Grouper::max_coordinate`]).
@@ -122,13 +124,21 @@ impl Key {
         Aabb { min, max: min + Vec3::new(cell, cell, cell) }
     }
 
-    /// The sub-cell's box, for sub-cells `size` metres wide.
-    fn sub_bounds(self, size: f64) -> Aabb {
-        let s = i32::from(self.sub);
-        let (x, y, z) = (s % SUBS, (s / SUBS) % SUBS, s / (SUBS * SUBS));
-        let at = |c: i32, o: i32| f64::from(c) * (SUBS as f64) + f64::from(o);
-        let min = Vec3::new(at(self.x, x), at(self.y, y), at(self.z, z)) * size;
-        Aabb { min, max: min + Vec3::new(size, size, size) }
+    /// Whether sub-cells `self` and `o` (`size` metres wide) may hold points within `reach`:
+    /// the gap between them, counted in whole sub-cells along each axis.
+    fn sub_within(self, o: Key, reach: f64, size: f64) -> bool {
+        let s = i64::from(self.sub);
+        let t = i64::from(o.sub);
+        let at = |cell: i32, sub: i64| i64::from(cell) * i64::from(SUBS) + sub;
+        let gap = |a: i64, b: i64| ((a - b).abs() - 1).max(0);
+        let (dx, dy, dz) = (
+            gap(at(self.x, s & 3), at(o.x, t & 3)),
+            gap(at(self.y, (s >> 2) & 3), at(o.y, (t >> 2) & 3)),
+            gap(at(self.z, s >> 4), at(o.z, t >> 4)),
+        );
+        let cells = (dx * dx + dy * dy + dz * dz) as f64;
+        let r = reach + size * 1e-6;
+        cells * size * size <= r * r
     }
 }
 
@@ -163,9 +173,11 @@ pub struct Grouper {
     rank: Vec<u8>,
     /// Every sub-cell known (occupied now or lately) → its id.
     index: FxHashMap<Key, u32>,
-    /// Per sub-cell id: its key, its item count in this call, whether it is in `sorted`.
+    /// Per sub-cell id: its key, its item count and largest radius in this call, whether it is
+    /// in `sorted`.
     keys: Vec<Key>,
     count: Vec<u32>,
+    reach: Vec<f64>,
     listed: Vec<bool>,
     /// Occupied sub-cell ids, sorted by key.
     sorted: Vec<u32>,
@@ -173,8 +185,10 @@ pub struct Grouper {
     hint: Vec<u32>,
     /// Per item: its sub-cell id in this call.
     run_of: Vec<u32>,
-    /// Per sub-cell id: its run (position in `sorted`).
-    run_at: Vec<u32>,
+    /// Per sub-cell id: where its items go next in `order`; then its run's component.
+    fill: Vec<u32>,
+    /// Per item: its component (a run), before renumbering.
+    labels: Vec<u32>,
     /// Sub-cells occupied in this call and not in `sorted` yet.
     added: Vec<u32>,
     /// Items by run, run after run.
@@ -183,23 +197,6 @@ pub struct Grouper {
     runs: Vec<Run>,
     cells: Vec<Cell>,
 }
-
-/// The 13 neighbour offsets that are lexicographically after (0, 0, 0): each cell pair once.
-const FORWARD: [(i32, i32, i32); 13] = [
-    (0, 0, 1),
-    (0, 1, -1),
-    (0, 1, 0),
-    (0, 1, 1),
-    (1, -1, -1),
-    (1, -1, 0),
-    (1, -1, 1),
-    (1, 0, -1),
-    (1, 0, 0),
-    (1, 0, 1),
-    (1, 1, -1),
-    (1, 1, 0),
-    (1, 1, 1),
-];
 
 impl Grouper {
     pub fn new() -> Self {
@@ -216,30 +213,31 @@ impl Grouper {
     /// # Panics
     /// If `base` is not a finite number > 0 (configuration validation guarantees it).
     pub fn group(&mut self, items: &[Item], base: f64) -> Groups {
+        let mut groups = Groups::default();
+        self.group_into(items, base, &mut groups);
+        groups
+    }
+
+    /// [`Grouper::group`] into `out`, reusing its buffers.
+    pub fn group_into(&mut self, items: &[Item], base: f64, out: &mut Groups) {
         assert!(base > 0.0 && base.is_finite(), "grouping base radius must be > 0");
-        let n = items.len();
         let sub = base / 2.0;
         self.build_grid(items, sub);
 
-        // A sub-cell's diagonal is 0.87 × base: its items are all linked. Nothing is linked yet,
-        // so each run becomes a tree of depth one.
-        self.rank.clear();
-        self.rank.resize(n, 0);
+        // A sub-cell's diagonal is 0.87 × base: its items are all linked, and the union-find
+        // works on runs.
+        let nruns = self.runs.len();
         self.parent.clear();
-        self.parent.resize(n, 0);
-        for run in &self.runs {
-            let first = self.order[run.start as usize];
-            for &i in &self.order[run.start as usize..run.end as usize] {
-                self.parent[i as usize] = first;
-            }
-            if run.end - run.start > 1 {
-                self.rank[first as usize] = 1;
-            }
-        }
+        self.parent.extend(0..nruns as u32);
+        self.rank.clear();
+        self.rank.resize(nruns, 0);
 
-        // Runs of a cell, then of the cell and each forward neighbour, walking the sorted cells
-        // with one cursor per offset.
-        let mut cursor = [0usize; FORWARD.len()];
+        // Runs of a cell, then of the cell and each forward neighbour. The forward neighbours
+        // are the next cell along z and four columns of three cells along z, (x, y + 1),
+        // (x + 1, y - 1), (x + 1, y) and (x + 1, y + 1): each column is one range of the sorted
+        // cells, found by a cursor that only moves forward.
+        const COLUMNS: [(i32, i32); 4] = [(0, 1), (1, -1), (1, 0), (1, 1)];
+        let mut cursor = [0usize; COLUMNS.len()];
         for c in 0..self.cells.len() {
             let cell = self.cells[c];
             for a in cell.start..cell.end {
@@ -247,25 +245,39 @@ impl Grouper {
                     self.link_runs(items, a, b, sub);
                 }
             }
-            for (k, &(dx, dy, dz)) in FORWARD.iter().enumerate() {
-                let target = cell.key.offset(dx, dy, dz);
+            if let Some(&d) = self.cells.get(c + 1).filter(|d| d.key == cell.key.offset(0, 0, 1)) {
+                self.link_cells(items, &cell, &d, sub);
+            }
+            for (k, &(dx, dy)) in COLUMNS.iter().enumerate() {
+                let (first, last) = (cell.key.offset(dx, dy, -1), cell.key.offset(dx, dy, 1));
                 let at = &mut cursor[k];
-                while *at < self.cells.len() && self.cells[*at].key < target {
+                while *at < self.cells.len() && self.cells[*at].key < first {
                     *at += 1;
                 }
-                if let Some(&d) = self.cells.get(*at).filter(|d| d.key == target) {
-                    for a in cell.start..cell.end {
-                        for b in d.start..d.end {
-                            self.link_runs(items, a, b, sub);
-                        }
+                let from = *at;
+                for d in from..self.cells.len() {
+                    let d = self.cells[d];
+                    if d.key > last {
+                        break;
                     }
+                    self.link_cells(items, &cell, &d, sub);
                 }
             }
         }
-
         self.link_fast(items, sub);
-        let roots: Vec<u32> = (0..n as u32).map(|i| self.find(i)).collect();
-        Groups::from_labels(&roots, n)
+
+        // Each item takes its run's component.
+        let mut root_of_id = std::mem::take(&mut self.fill);
+        for pos in 0..nruns {
+            let id = self.sorted[pos];
+            root_of_id[id as usize] = self.find(pos as u32);
+        }
+        let mut labels = std::mem::take(&mut self.labels);
+        labels.clear();
+        labels.extend(self.run_of.iter().map(|&r| root_of_id[r as usize]));
+        out.fill_from_labels(&labels, nruns);
+        self.labels = labels;
+        self.fill = root_of_id;
     }
 
     /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells.
@@ -275,11 +287,13 @@ impl Grouper {
             self.index.clear();
             self.keys.clear();
             self.count.clear();
+            self.reach.clear();
             self.listed.clear();
             self.sorted.clear();
             self.hint.clear();
         }
         self.count.fill(0);
+        self.reach.fill(0.0);
         self.hint.resize(items.len(), NONE);
         self.run_of.clear();
         self.added.clear();
@@ -297,6 +311,7 @@ impl Grouper {
                     if r == next {
                         self.keys.push(key);
                         self.count.push(0);
+                        self.reach.push(0.0);
                         self.listed.push(false);
                     }
                     if !self.listed[r as usize] {
@@ -309,6 +324,7 @@ impl Grouper {
             last = Some((key, r));
             *hint = r;
             self.count[r as usize] += 1;
+            self.reach[r as usize] = self.reach[r as usize].max(it.radius);
             self.run_of.push(r);
         }
 
@@ -337,22 +353,28 @@ impl Grouper {
             }
         }
 
-        // Lay the items out run after run.
-        self.run_at.resize(self.keys.len(), NONE);
+        // Lay the items out run after run (addressed by sub-cell id: a small array, where
+        // the runs in sorted order would be a cache miss per item).
+        self.fill.resize(keys.len(), 0);
         self.runs.clear();
         let mut at = 0u32;
-        for (pos, &r) in self.sorted.iter().enumerate() {
-            self.run_at[r as usize] = pos as u32;
-            self.runs.push(Run { key: keys[r as usize], start: at, end: at, reach: 0.0 });
-            at += count[r as usize];
+        for &r in &self.sorted {
+            let (start, end) = (at, at + count[r as usize]);
+            self.fill[r as usize] = start;
+            self.runs.push(Run {
+                key: keys[r as usize],
+                start,
+                end,
+                reach: self.reach[r as usize],
+            });
+            at = end;
         }
         self.order.clear();
         self.order.resize(items.len(), 0);
         for (i, &r) in self.run_of.iter().enumerate() {
-            let run = &mut self.runs[self.run_at[r as usize] as usize];
-            self.order[run.end as usize] = i as u32;
-            run.end += 1;
-            run.reach = run.reach.max(items[i].radius);
+            let at = &mut self.fill[r as usize];
+            self.order[*at as usize] = i as u32;
+            *at += 1;
         }
 
         self.cells.clear();
@@ -373,15 +395,23 @@ impl Grouper {
         }
     }
 
+    /// Links every pair of runs of cells `a` and `b`.
+    fn link_cells(&mut self, items: &[Item], a: &Cell, b: &Cell, sub: f64) {
+        for ra in a.start..a.end {
+            for rb in b.start..b.end {
+                self.link_runs(items, ra, rb, sub);
+            }
+        }
+    }
+
     /// Links runs `a` and `b` if any pair of their items is within reach. Each run is already
     /// one component, so the first link joins them all and the search stops.
     fn link_runs(&mut self, items: &[Item], a: u32, b: u32, sub: f64) {
         let (ra, rb) = (self.runs[a as usize], self.runs[b as usize]);
-        if !within(ra.key.sub_bounds(sub), rb.key.sub_bounds(sub), ra.reach.max(rb.reach), sub) {
+        if !ra.key.sub_within(rb.key, ra.reach.max(rb.reach), sub) {
             return;
         }
-        let (ca, cb) =
-            (self.find(self.order[ra.start as usize]), self.find(self.order[rb.start as usize]));
+        let (ca, cb) = (self.find(a), self.find(b));
         if ca == cb {
             return;
         }
@@ -544,33 +574,38 @@ impl Groups {
     /// Groups items by label (`labels[i] < bound`): one group per distinct label, ordered by
     /// smallest member, members ascending.
     pub fn from_labels(labels: &[u32], bound: usize) -> Groups {
+        let mut groups = Groups::default();
+        groups.fill_from_labels(labels, bound);
+        groups
+    }
+
+    /// [`Groups::from_labels`] into `self`, reusing its buffers.
+    pub fn fill_from_labels(&mut self, labels: &[u32], bound: usize) {
         const NONE: u32 = u32::MAX;
         let mut group_of_label = vec![NONE; bound];
-        let mut group_of = Vec::with_capacity(labels.len());
-        let mut counts: Vec<u32> = Vec::new();
+        self.group_of.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+        // Count members per group in `offsets[g + 1]`, then turn counts into starts.
         for &l in labels {
             let g = &mut group_of_label[l as usize];
             if *g == NONE {
-                *g = counts.len() as u32;
-                counts.push(0);
+                *g = self.offsets.len() as u32 - 1;
+                self.offsets.push(0);
             }
-            counts[*g as usize] += 1;
-            group_of.push(*g);
+            self.offsets[*g as usize + 1] += 1;
+            self.group_of.push(*g);
         }
-        let mut offsets = Vec::with_capacity(counts.len() + 1);
-        let mut acc = 0;
-        offsets.push(0);
-        for c in &counts {
-            acc += c;
-            offsets.push(acc);
+        for g in 1..self.offsets.len() {
+            self.offsets[g] += self.offsets[g - 1];
         }
-        let mut fill = offsets[..counts.len()].to_vec();
-        let mut members = vec![0; labels.len()];
-        for (i, &g) in group_of.iter().enumerate() {
-            members[fill[g as usize] as usize] = i as u32;
+        let mut fill = self.offsets[..self.offsets.len() - 1].to_vec();
+        self.members.clear();
+        self.members.resize(labels.len(), 0);
+        for (i, &g) in self.group_of.iter().enumerate() {
+            self.members[fill[g as usize] as usize] = i as u32;
             fill[g as usize] += 1;
         }
-        Groups { group_of, offsets, members }
     }
 }
 

@@ -33,7 +33,9 @@ impl Mesh {
                 self.player_bubble[i] = NONE;
             }
         }
-        let clusters = sc.grouper.group(&sc.items, self.th.merge_distance_m);
+        // Last tick's units lend their buffers.
+        let mut clusters = std::mem::take(&mut sc.units);
+        sc.grouper.group_into(&sc.items, self.th.merge_distance_m, &mut clusters);
         self.describe(&clusters, sc);
         // One sweep of the clusters' claims finds every pair whose members' boxes may touch
         // (those lie within the claims) and every pair of claims to cut apart.
