@@ -64,7 +64,7 @@ impl Groups {
         &self.members[self.offsets[g] as usize..self.offsets[g + 1] as usize]
     }
 
-    /// The group of item `i`.
+    /// The group of item `i` (`u32::MAX` for an item left out of grouping).
     pub fn group_of(&self, i: usize) -> usize {
         self.group_of[i] as usize
     }
@@ -214,15 +214,17 @@ impl Grouper {
     /// If `base` is not a finite number > 0 (configuration validation guarantees it).
     pub fn group(&mut self, items: &[Item], base: f64) -> Groups {
         let mut groups = Groups::default();
-        self.group_into(items, base, &mut groups);
+        self.group_into(items, &[], base, &mut groups);
         groups
     }
 
-    /// [`Grouper::group`] into `out`, reusing its buffers.
-    pub fn group_into(&mut self, items: &[Item], base: f64, out: &mut Groups) {
+    /// [`Grouper::group`] into `out`, reusing its buffers, leaving out every item `i` with
+    /// `skip[i]` (in no group; `skip` is as long as `items`, or empty to keep them all).
+    pub fn group_into(&mut self, items: &[Item], skip: &[bool], base: f64, out: &mut Groups) {
         assert!(base > 0.0 && base.is_finite(), "grouping base radius must be > 0");
+        assert!(skip.is_empty() || skip.len() == items.len(), "one skip flag per item");
         let sub = base / 2.0;
-        self.build_grid(items, sub);
+        self.build_grid(items, skip, sub);
 
         // A sub-cell's diagonal is 0.87 × base: its items are all linked, and the union-find
         // works on runs.
@@ -274,14 +276,17 @@ impl Grouper {
         }
         let mut labels = std::mem::take(&mut self.labels);
         labels.clear();
-        labels.extend(self.run_of.iter().map(|&r| root_of_id[r as usize]));
+        labels.extend(self.run_of.iter().map(|&r| match r {
+            NONE => NONE,
+            r => root_of_id[r as usize],
+        }));
         out.fill_from_labels(&labels, nruns);
         self.labels = labels;
         self.fill = root_of_id;
     }
 
     /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells.
-    fn build_grid(&mut self, items: &[Item], sub: f64) {
+    fn build_grid(&mut self, items: &[Item], skip: &[bool], sub: f64) {
         // Forget sub-cells left empty once they outnumber the occupied ones.
         if self.keys.len() > 2 * self.sorted.len() + 4096 {
             self.index.clear();
@@ -299,7 +304,11 @@ impl Grouper {
         self.added.clear();
         let mut last: Option<(Key, u32)> = None;
         let per_m = 1.0 / sub;
-        for (it, hint) in items.iter().zip(self.hint.iter_mut()) {
+        for (i, (it, hint)) in items.iter().zip(self.hint.iter_mut()).enumerate() {
+            if skip.get(i) == Some(&true) {
+                self.run_of.push(NONE);
+                continue;
+            }
             let key = Key::of(it.world, it.pos, per_m);
             let r = match last {
                 _ if self.keys.get(*hint as usize) == Some(&key) => *hint,
@@ -370,8 +379,11 @@ impl Grouper {
             at = end;
         }
         self.order.clear();
-        self.order.resize(items.len(), 0);
+        self.order.resize(at as usize, 0);
         for (i, &r) in self.run_of.iter().enumerate() {
+            if r == NONE {
+                continue;
+            }
             let at = &mut self.fill[r as usize];
             self.order[*at as usize] = i as u32;
             *at += 1;
@@ -571,8 +583,8 @@ impl Groups {
         Groups { group_of, offsets, members }
     }
 
-    /// Groups items by label (`labels[i] < bound`): one group per distinct label, ordered by
-    /// smallest member, members ascending.
+    /// Groups items by label (`labels[i] < bound`, or `u32::MAX` for an item in no group): one
+    /// group per distinct label, ordered by smallest member, members ascending.
     pub fn from_labels(labels: &[u32], bound: usize) -> Groups {
         let mut groups = Groups::default();
         groups.fill_from_labels(labels, bound);
@@ -587,7 +599,13 @@ impl Groups {
         self.offsets.clear();
         self.offsets.push(0);
         // Count members per group in `offsets[g + 1]`, then turn counts into starts.
+        let mut grouped = 0;
         for &l in labels {
+            if l == NONE {
+                self.group_of.push(NONE);
+                continue;
+            }
+            grouped += 1;
             let g = &mut group_of_label[l as usize];
             if *g == NONE {
                 *g = self.offsets.len() as u32 - 1;
@@ -601,8 +619,11 @@ impl Groups {
         }
         let mut fill = self.offsets[..self.offsets.len() - 1].to_vec();
         self.members.clear();
-        self.members.resize(labels.len(), 0);
+        self.members.resize(grouped, 0);
         for (i, &g) in self.group_of.iter().enumerate() {
+            if g == NONE {
+                continue;
+            }
             self.members[fill[g as usize] as usize] = i as u32;
             fill[g as usize] += 1;
         }

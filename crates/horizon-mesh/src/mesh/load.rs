@@ -24,7 +24,7 @@ impl Mesh {
                 vec![b.players]
             } else {
                 let mut counts = vec![0; parts.len()];
-                for pi in members {
+                for &pi in members {
                     counts[part_of(&parts, self.players[pi as usize].position)] += 1;
                 }
                 counts
@@ -103,7 +103,8 @@ impl Mesh {
         let bx = parts[part];
         let members: Vec<&Player> = sc
             .members(slot)
-            .map(|i| &self.players[i as usize])
+            .iter()
+            .map(|&i| &self.players[i as usize])
             .filter(|p| part_of(parts, p.position) == part)
             .collect();
         let items: Vec<Item> = members

@@ -238,6 +238,12 @@ pub struct Mesh {
     /// How many players joined since the last tick (the `fresh` flags to reset).
     fresh_count: usize,
     player_index: FxHashMap<PlayerId, u32>,
+    /// Per player: what grouping and scoring read of it, kept up to date on every input so
+    /// that a tick never copies the player records.
+    items: Vec<Item>,
+    members: Vec<units::Member>,
+    /// Per player: an NPC, left out of grouping.
+    npc: Vec<bool>,
     bubbles: Vec<Option<Bubble>>,
     free_slots: Vec<u32>,
     bubble_index: FxHashMap<BubbleId, u32>,
@@ -263,11 +269,6 @@ mod units;
 #[derive(Debug, Default)]
 struct Scratch {
     grouper: Grouper,
-    /// Counted players as grouping items, and per item: its player index and what the tick
-    /// reads of the player (copied once, so later passes never touch the player records).
-    items: Vec<Item>,
-    item_player: Vec<u32>,
-    item_member: Vec<units::Member>,
     /// Per bubble slot at the start of the tick: its world (`NONE` for a free slot).
     slot_world: Vec<u32>,
     /// The units of placement of this tick (groups of item indices).
@@ -297,10 +298,11 @@ struct Scratch {
 
 impl Scratch {
     /// The counted players (indices) of a bubble this tick: those of the unit it holds.
-    fn members(&self, slot: u32) -> impl ExactSizeIterator<Item = u32> + '_ {
-        let unit = self.slot_unit.get(slot as usize).copied().unwrap_or(NONE);
-        let items = if unit == NONE { &[][..] } else { self.units.members(unit as usize) };
-        items.iter().map(|&it| self.item_player[it as usize])
+    fn members(&self, slot: u32) -> &[u32] {
+        match self.slot_unit.get(slot as usize).copied().unwrap_or(NONE) {
+            NONE => &[],
+            unit => self.units.members(unit as usize),
+        }
     }
 }
 
@@ -323,6 +325,9 @@ impl Mesh {
             fresh: Vec::new(),
             fresh_count: 0,
             player_index: FxHashMap::default(),
+            items: Vec::new(),
+            members: Vec::new(),
+            npc: Vec::new(),
             bubbles: Vec::new(),
             free_slots: Vec::new(),
             bubble_index: FxHashMap::default(),
@@ -352,7 +357,12 @@ impl Mesh {
         self.check_position(join.position)?;
         check_vec("velocity", join.velocity)?;
         self.player_index.insert(join.id, self.players.len() as u32);
-        self.players.push(Player::from_join(&join));
+        let player = Player::from_join(&join);
+        let (item, member) = self.describe_player(&player);
+        self.items.push(item);
+        self.members.push(member);
+        self.npc.push(!player.role.is_counted());
+        self.players.push(player);
         self.player_bubble.push(NONE);
         self.fresh.push(true);
         self.fresh_count += 1;
@@ -371,7 +381,10 @@ impl Mesh {
         if let Some(v) = update.velocity {
             check_vec("velocity", v)?;
         }
-        self.players[i as usize].apply(update);
+        let i = i as usize;
+        self.players[i].apply(update);
+        (self.items[i], self.members[i]) = self.describe_player(&self.players[i]);
+        self.npc[i] = !self.players[i].role.is_counted();
         Ok(())
     }
 
@@ -379,6 +392,9 @@ impl Mesh {
     pub fn handle_leave(&mut self, id: PlayerId) -> Result<(), InputError> {
         let i = self.player_index.remove(&id).ok_or(InputError::UnknownPlayer(id))? as usize;
         self.players.swap_remove(i);
+        self.items.swap_remove(i);
+        self.members.swap_remove(i);
+        self.npc.swap_remove(i);
         self.player_bubble.swap_remove(i);
         self.fresh.swap_remove(i);
         if let Some(moved) = self.players.get(i) {
@@ -600,6 +616,19 @@ impl Mesh {
 
     fn weight(&self, p: &Player) -> f64 {
         self.th.weights.of(p.role)
+    }
+
+    /// A player as grouping and scoring read it.
+    fn describe_player(&self, p: &Player) -> (Item, units::Member) {
+        let speed = if p.velocity == Vec3::ZERO { 0.0 } else { p.speed() };
+        let radius = self.th.scaled(self.th.merge_distance_m, speed);
+        let member = units::Member {
+            id: p.id,
+            home: p.home,
+            access_ms: p.access_rtt_min_ms,
+            weight: self.weight(p),
+        };
+        (Item { world: p.world, pos: p.position, radius }, member)
     }
 
     /// Finite, and within the grouping grid's range for the smallest grouping distance.

@@ -11,7 +11,7 @@ impl Mesh {
 
         // 1. Units of placement.
         self.form_units(&mut sc);
-        stats.counted = sc.items.len() as u32;
+        stats.counted = self.npc.iter().filter(|&&npc| !npc).count() as u32;
         stats.clusters = sc.units.len() as u32;
         // 2. Continuity with the bubbles of the previous tick.
         self.place_units(&mut sc, now, &mut stats);
@@ -107,10 +107,7 @@ impl Mesh {
                     let members: Vec<(PlayerId, u32)> = units
                         .members(c)
                         .iter()
-                        .map(|&it| {
-                            let m = &sc.item_member[it as usize];
-                            (m.id, m.prev)
-                        })
+                        .map(|&i| (self.members[i as usize].id, self.player_bubble[i as usize]))
                         .collect();
                     let t = sc.tallies[c].clone();
                     let bounds = sc.extents[c].claim;
@@ -150,7 +147,7 @@ impl Mesh {
             }
             self.report_entries(&units, c, sc);
             for &it in units.members(c) {
-                self.player_bubble[sc.item_player[it as usize] as usize] = slot;
+                self.player_bubble[it as usize] = slot;
             }
         }
         sc.units = units;
@@ -217,19 +214,18 @@ impl Mesh {
         }
         let mut entering: Vec<(Option<SiteId>, PlayerId)> = Vec::new();
         for &it in units.members(c) {
-            let m = &sc.item_member[it as usize];
-            let prev = m.prev;
+            let prev = self.player_bubble[it as usize];
             if prev == slot || sc.absorbed_into.get(prev as usize) == Some(&slot) {
                 continue;
             }
-            let from = if self.fresh[sc.item_player[it as usize] as usize] {
+            let from = if self.fresh[it as usize] {
                 None
             } else if prev == NONE {
                 Some(core)
             } else {
                 sc.prior.get(prev as usize).copied().flatten().map(|(site, _)| site)
             };
-            entering.push((from, m.id));
+            entering.push((from, self.members[it as usize].id));
         }
         if entering.is_empty() {
             return;
@@ -247,14 +243,9 @@ impl Mesh {
         }
     }
 
-    pub(super) fn cluster_players(
-        &self,
-        clusters: &Groups,
-        sc: &Scratch,
-        c: usize,
-    ) -> Vec<PlayerId> {
+    pub(super) fn cluster_players(&self, clusters: &Groups, c: usize) -> Vec<PlayerId> {
         let mut v: Vec<PlayerId> =
-            clusters.members(c).iter().map(|&it| sc.item_member[it as usize].id).collect();
+            clusters.members(c).iter().map(|&i| self.members[i as usize].id).collect();
         v.sort_unstable();
         v
     }
@@ -345,10 +336,10 @@ impl Mesh {
         stats: &mut TickStats,
     ) -> u32 {
         let members = clusters.members(c);
-        let fresh = members.iter().all(|&it| self.fresh[sc.item_player[it as usize] as usize]);
+        let fresh = members.iter().all(|&i| self.fresh[i as usize]);
         // Where were they? Nowhere (fresh), in a bubble of another world, or in a core-site zone.
         let travelled_from = members.iter().find_map(|&it| {
-            let slot = sc.item_member[it as usize].prev;
+            let slot = self.player_bubble[it as usize];
             sc.prior.get(slot as usize).copied().flatten().map(|(site, _)| site)
         });
         let tally = &sc.tallies[c];
@@ -362,7 +353,7 @@ impl Mesh {
         };
         let site = match (self.placement, home) {
             (Placement::AllCore, _) => self.sites.core(),
-            (Placement::Creator, _) => match Self::first_arrival(members, sc) {
+            (Placement::Creator, _) => match self.first_arrival(members) {
                 Some(p) if self.can_host(p.home, 1) => p.home,
                 Some(_) if travelled_from.is_none() => return NONE,
                 _ => best(self),
@@ -383,8 +374,8 @@ impl Mesh {
     }
 
     /// The member who arrived first (ids are handed out in arrival order).
-    fn first_arrival(members: &[u32], sc: &Scratch) -> Option<units::Member> {
-        members.iter().map(|&it| sc.item_member[it as usize]).min_by_key(|m| m.id)
+    fn first_arrival(&self, members: &[u32]) -> Option<units::Member> {
+        members.iter().map(|&i| self.members[i as usize]).min_by_key(|m| m.id)
     }
 
     /// A cluster that walked away from its bubble: a new bubble, on the same site if it can host
@@ -408,7 +399,7 @@ impl Mesh {
             Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 1) => parent_site,
             // The baselines never re-place a bubble, so a group walking away is a new room or a
             // new session, placed by their own rule.
-            Placement::Creator => match Self::first_arrival(clusters.members(c), sc) {
+            Placement::Creator => match self.first_arrival(clusters.members(c)) {
                 Some(p) if self.can_host(p.home, 1) => p.home,
                 _ => best(self),
             },
@@ -439,7 +430,7 @@ impl Mesh {
         else {
             return NONE;
         };
-        let players = self.cluster_players(clusters, sc, c);
+        let players = self.cluster_players(clusters, c);
         let id = self.bubble(slot).id;
         self.commands.push_back(Command::Create {
             bubble: id,
@@ -631,8 +622,8 @@ impl Mesh {
     }
 }
 
-pub(super) fn member_ids(players: &[Player], members: impl Iterator<Item = u32>) -> Vec<PlayerId> {
-    let mut v: Vec<PlayerId> = members.map(|i| players[i as usize].id).collect();
+pub(super) fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
+    let mut v: Vec<PlayerId> = members.iter().map(|&i| players[i as usize].id).collect();
     v.sort_unstable();
     v
 }

@@ -13,29 +13,15 @@ impl Mesh {
     pub(super) fn form_units(&mut self, sc: &mut Scratch) {
         sc.slot_world.clear();
         sc.slot_world.extend(self.bubbles.iter().map(|b| b.as_ref().map_or(NONE, |b| b.world.0)));
-        sc.items.clear();
-        sc.item_player.clear();
-        sc.item_member.clear();
-        for (i, p) in self.players.iter().enumerate() {
-            if p.role.is_counted() {
-                let speed = if p.velocity == Vec3::ZERO { 0.0 } else { p.speed() };
-                let radius = self.th.scaled(self.th.merge_distance_m, speed);
-                sc.items.push(Item { world: p.world, pos: p.position, radius });
-                sc.item_player.push(i as u32);
-                sc.item_member.push(Member {
-                    id: p.id,
-                    home: p.home,
-                    access_ms: p.access_rtt_min_ms,
-                    weight: self.weight(p),
-                    prev: self.player_bubble[i],
-                });
-            } else {
-                self.player_bubble[i] = NONE;
+        // NPCs are in no bubble, and left out of grouping.
+        for (slot, &npc) in self.player_bubble.iter_mut().zip(&self.npc) {
+            if npc {
+                *slot = NONE;
             }
         }
         // Last tick's units lend their buffers.
         let mut clusters = std::mem::take(&mut sc.units);
-        sc.grouper.group_into(&sc.items, self.th.merge_distance_m, &mut clusters);
+        sc.grouper.group_into(&self.items, &self.npc, self.th.merge_distance_m, &mut clusters);
         self.describe(&clusters, sc);
         // One sweep of the clusters' claims finds every pair whose members' boxes may touch
         // (those lie within the claims) and every pair of claims to cut apart.
@@ -125,19 +111,18 @@ impl Mesh {
             let first_claim = sc.claims.len();
             sc.claim_start.push(first_claim as u32);
             let members = clusters.members(c);
-            let first = &sc.items[members[0] as usize];
+            let first = &self.items[members[0] as usize];
             let (mut bounds, mut margin) = (Aabb::point(first.pos), 0.0f64);
             let mut alert = bounds;
             for &it in members {
-                let item = &sc.items[it as usize];
-                let m = &sc.item_member[it as usize];
+                let (item, m) = (&self.items[it as usize], &self.members[it as usize]);
                 t.add_one(m.home, m.access_ms, m.weight);
                 bounds = bounds.include(item.pos);
                 let own = item.radius + extra;
                 margin = margin.max(own);
                 alert = alert.hull(Aabb::point(item.pos).expand(own / 2.0));
                 // A claim on the bubble it was in, if that bubble is of its world.
-                let prev = m.prev;
+                let prev = self.player_bubble[it as usize];
                 if prev == NONE || sc.slot_world.get(prev as usize) != Some(&item.world.0) {
                     continue;
                 }
@@ -159,15 +144,13 @@ impl Mesh {
     }
 }
 
-/// What the tick reads of a counted player, copied once per tick next to its grouping item.
+/// What scoring and continuity read of a player (grouping reads its [`Item`]), next to it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Member {
     pub(super) id: PlayerId,
     pub(super) home: SiteId,
     pub(super) access_ms: f64,
     pub(super) weight: f64,
-    /// The bubble slot it was in at the start of the tick (`NONE`: a zone, or just joined).
-    pub(super) prev: u32,
 }
 
 /// A unit's claim on a bubble its members were in.
