@@ -187,7 +187,7 @@ pub struct Grouper {
     run_of: Vec<u32>,
     /// Per sub-cell id: where its items go next in `order`; then its run's component.
     fill: Vec<u32>,
-    /// Per item: its component (a run), before renumbering.
+    /// Per component (a run): its group number.
     labels: Vec<u32>,
     /// Sub-cells occupied in this call and not in `sorted` yet.
     added: Vec<u32>,
@@ -274,14 +274,11 @@ impl Grouper {
             let id = self.sorted[pos];
             root_of_id[id as usize] = self.find(pos as u32);
         }
-        let mut labels = std::mem::take(&mut self.labels);
-        labels.clear();
-        labels.extend(self.run_of.iter().map(|&r| match r {
+        let run_of = &self.run_of;
+        out.fill_by(run_of.len(), nruns, &mut self.labels, |i| match run_of[i] {
             NONE => NONE,
             r => root_of_id[r as usize],
-        }));
-        out.fill_from_labels(&labels, nruns);
-        self.labels = labels;
+        });
         self.fill = root_of_id;
     }
 
@@ -464,8 +461,8 @@ impl Grouper {
                 at(*xs.start(), i32::MIN, i32::MIN, 0),
                 at(*xs.end(), i32::MAX, i32::MAX, u8::MAX),
             );
-            let slab = self.cells.partition_point(|d| d.key < first)
-                ..self.cells.partition_point(|d| d.key <= last);
+            let slab = partition_near(&self.cells, c, |d| d.key < first)
+                ..partition_near(&self.cells, c, |d| d.key <= last);
             near.clear();
             let mut take = |d: usize, o: Key| {
                 let neighbour = (o.x - key.x).abs() <= 1
@@ -485,7 +482,7 @@ impl Grouper {
                 for x in xs.clone() {
                     let (lo, hi) =
                         (at(x, *ys.start(), i32::MIN, 0), at(x, *ys.end(), i32::MAX, u8::MAX));
-                    let from = self.cells.partition_point(|d| d.key < lo);
+                    let from = partition_near(&self.cells, c, |d| d.key < lo);
                     for d in from..self.cells.len() {
                         let o = self.cells[d].key;
                         if o > hi {
@@ -534,6 +531,37 @@ impl Grouper {
             }
         }
     }
+}
+
+/// `cells.partition_point(below)`, searched outwards from `near` (galloping): the cells within
+/// a fast ship's reach sit around its own in the sorted cells.
+fn partition_near(cells: &[Cell], near: usize, below: impl Fn(&Cell) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, cells.len());
+    let mut step = 1;
+    if cells.get(near).is_some_and(&below) {
+        // The answer is after `near`.
+        lo = near + 1;
+        while lo + step <= cells.len() {
+            if !below(&cells[lo + step - 1]) {
+                hi = lo + step - 1;
+                break;
+            }
+            lo += step;
+            step *= 2;
+        }
+    } else {
+        // The answer is at or before `near`.
+        hi = near.min(cells.len());
+        while step <= hi {
+            if below(&cells[hi - step]) {
+                lo = hi - step + 1;
+                break;
+            }
+            hi -= step;
+            step *= 2;
+        }
+    }
+    lo + cells[lo..hi].partition_point(below)
 }
 
 /// Whether boxes `a` and `b` may hold points within `reach` of each other. Allows for the
@@ -593,14 +621,28 @@ impl Groups {
 
     /// [`Groups::from_labels`] into `self`, reusing its buffers.
     pub fn fill_from_labels(&mut self, labels: &[u32], bound: usize) {
+        self.fill_by(labels.len(), bound, &mut Vec::new(), |i| labels[i]);
+    }
+
+    /// Groups items `0..n` by `label(i)` (below `bound`, or `u32::MAX`), as
+    /// [`Groups::from_labels`]; `group_of_label` is scratch.
+    fn fill_by(
+        &mut self,
+        n: usize,
+        bound: usize,
+        group_of_label: &mut Vec<u32>,
+        label: impl Fn(usize) -> u32,
+    ) {
         const NONE: u32 = u32::MAX;
-        let mut group_of_label = vec![NONE; bound];
+        group_of_label.clear();
+        group_of_label.resize(bound, NONE);
         self.group_of.clear();
         self.offsets.clear();
         self.offsets.push(0);
         // Count members per group in `offsets[g + 1]`, then turn counts into starts.
         let mut grouped = 0;
-        for &l in labels {
+        for i in 0..n {
+            let l = label(i);
             if l == NONE {
                 self.group_of.push(NONE);
                 continue;
@@ -617,7 +659,9 @@ impl Groups {
         for g in 1..self.offsets.len() {
             self.offsets[g] += self.offsets[g - 1];
         }
-        let mut fill = self.offsets[..self.offsets.len() - 1].to_vec();
+        let fill = group_of_label;
+        fill.clear();
+        fill.extend_from_slice(&self.offsets[..self.offsets.len() - 1]);
         self.members.clear();
         self.members.resize(grouped, 0);
         for (i, &g) in self.group_of.iter().enumerate() {
@@ -796,6 +840,59 @@ mod tests {
             }
             let groups = grouper.group(&items, 300.0);
             proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+        }
+
+        /// Searching outwards from any cell finds what a binary search finds.
+        #[test]
+        fn partition_near_matches_partition_point(
+            mut xs in proptest::collection::vec(-50i32..50, 0..60),
+            near in 0usize..70,
+            target in -60i32..60,
+        ) {
+            xs.sort_unstable();
+            let cells: Vec<Cell> = xs.iter().map(|&x| Cell {
+                key: Key { world: 0, x, y: 0, z: 0, sub: 0 },
+                start: 0,
+                end: 0,
+                reach: 0.0,
+            }).collect();
+            let below = |c: &Cell| c.key.x < target;
+            proptest::prop_assert_eq!(partition_near(&cells, near, below), cells.partition_point(below));
+        }
+
+        /// Items left out are in no group and change nothing for the others.
+        #[test]
+        fn skipped_items_are_in_no_group(
+            pts in proptest::collection::vec((-3000.0f64..3000.0, -3000.0f64..3000.0, proptest::bool::weighted(0.3)), 0..100),
+        ) {
+            let items: Vec<Item> = pts.iter().map(|&(x, y, _)| Item {
+                world: WorldId(0),
+                pos: Vec3::new(x, y, 0.0),
+                radius: 300.0,
+            }).collect();
+            let skip: Vec<bool> = pts.iter().map(|p| p.2).collect();
+            let mut groups = Groups::default();
+            Grouper::new().group_into(&items, &skip, 300.0, &mut groups);
+            let kept: Vec<Item> = items.iter().zip(&skip).filter(|p| !*p.1).map(|p| *p.0).collect();
+            let reference = brute(&kept);
+            let mut k = 0;
+            let mut kept_groups = Vec::new();
+            for (i, &skipped) in skip.iter().enumerate() {
+                if skipped {
+                    proptest::prop_assert_eq!(groups.group_of(i), u32::MAX as usize);
+                } else {
+                    kept_groups.push(groups.group_of(i));
+                    k += 1;
+                }
+            }
+            proptest::prop_assert_eq!(k, kept.len());
+            for a in 0..k {
+                for b in 0..k {
+                    proptest::prop_assert_eq!(kept_groups[a] == kept_groups[b], reference[a] == reference[b]);
+                }
+            }
+            let total: usize = (0..groups.len()).map(|g| groups.members(g).len()).sum();
+            proptest::prop_assert_eq!(total, k);
         }
 
         /// Items at the same position are always one group.
