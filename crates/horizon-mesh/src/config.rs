@@ -140,6 +140,12 @@ impl Sites {
         self.backbone_ms[a.index() * self.names.len() + b.index()]
     }
 
+    /// Backbone RTTs in ms from every site to `to`, by site index (matrices are symmetric).
+    pub fn backbone_to(&self, to: SiteId) -> &[f64] {
+        let n = self.names.len();
+        &self.backbone_ms[to.index() * n..(to.index() + 1) * n]
+    }
+
     /// Records a new measurement of the backbone RTT (agents measure it continuously).
     /// Non-finite or negative samples are ignored.
     pub fn set_backbone_ms(&mut self, a: SiteId, b: SiteId, ms: f64) {

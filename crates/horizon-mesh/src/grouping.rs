@@ -74,19 +74,31 @@ impl Groups {
 const SUBS: i32 = 4;
 const SUB_SHIFT: u32 = 2;
 
-/// A sub-cell: the integer coordinates of its cell in a world, and its place in the cell.
-/// Ordered by (world, cell, sub-cell), so a cell's sub-cells sort together.
+/// A sub-cell: its world, the integer coordinates of its cell and its place in the cell, packed
+/// in one integer ordered as (world, cell x, y, z, sub-cell), so a cell's sub-cells sort
+/// together and comparing or hashing a key is one wide operation. From the top: world (32
+/// bits), cell x, y and z (30 bits each, offset by 2^29), sub-cell `x + 4y + 16z` (6 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Key {
-    world: u32,
-    x: i32,
-    y: i32,
-    z: i32,
-    /// `x + 4y + 16z` within the cell (0 for a cell's own key).
-    sub: u8,
-}
+struct Key(u128);
+
+const CELL_BITS: u32 = 30;
+/// Cell coordinates are kept within ±`CELL_BIAS`.
+const CELL_BIAS: i64 = 1 << (CELL_BITS - 1);
+/// Sub-cell coordinates are clamped to ±`SUB_LIMIT` (a cell is 4 sub-cells: cells stay far
+/// within their 30 bits, so a neighbour's offset never carries into the next field).
+const SUB_LIMIT: i32 = 1 << 30;
+const SUB_MASK: u128 = (1 << 6) - 1;
 
 impl Key {
+    fn pack(world: u32, [x, y, z]: [i64; 3], sub: u8) -> Key {
+        let field = |v: i64| (v.clamp(-CELL_BIAS, CELL_BIAS - 1) + CELL_BIAS) as u128;
+        Key(u128::from(world) << 96
+            | field(x) << 66
+            | field(y) << 36
+            | field(z) << 6
+            | u128::from(sub))
+    }
+
     /// The sub-cell of `p`, for sub-cells `1 / per_m` metres wide.
     fn of(world: WorldId, p: Vec3, per_m: f64) -> Self {
         // `floor` without a call into libm (the baseline x86-64 target has no rounding
@@ -94,52 +106,75 @@ impl Key {
         let at = |v: f64| {
             let v = v * per_m;
             let t = v as i32;
-            t - i32::from((t as f64) > v)
+            (t - i32::from((t as f64) > v)).clamp(-SUB_LIMIT, SUB_LIMIT - 1)
         };
         let (x, y, z) = (at(p.x), at(p.y), at(p.z));
         let low = |v: i32| (v & (SUBS - 1)) as u8;
-        Key {
-            world: world.0,
-            x: x >> SUB_SHIFT,
-            y: y >> SUB_SHIFT,
-            z: z >> SUB_SHIFT,
-            sub: low(x) + SUBS as u8 * low(y) + (SUBS * SUBS) as u8 * low(z),
-        }
+        let cell = |v: i32| i64::from(v >> SUB_SHIFT);
+        let sub = low(x) + SUBS as u8 * low(y) + (SUBS * SUBS) as u8 * low(z);
+        Key::pack(world.0, [cell(x), cell(y), cell(z)], sub)
+    }
+
+    fn world(self) -> u32 {
+        (self.0 >> 96) as u32
+    }
+
+    /// The cell's integer coordinates.
+    fn cell_xyz(self) -> [i64; 3] {
+        let field = |shift: u32| ((self.0 >> shift) & ((1 << CELL_BITS) - 1)) as i64 - CELL_BIAS;
+        [field(66), field(36), field(6)]
     }
 
     /// The cell holding this sub-cell.
     fn cell(self) -> Key {
-        Key { sub: 0, ..self }
+        Key(self.0 & !SUB_MASK)
     }
 
-    /// The cell `(dx, dy, dz)` cells away (cell coordinates are within ±2^29: no overflow).
+    /// The cell `(dx, dy, dz)` cells away.
     fn offset(self, dx: i32, dy: i32, dz: i32) -> Key {
-        Key { world: self.world, x: self.x + dx, y: self.y + dy, z: self.z + dz, sub: 0 }
+        let shift = |d: i32, by: u32| i128::from(d) << by;
+        Key(self.cell().0.wrapping_add_signed(shift(dx, 66) + shift(dy, 36) + shift(dz, 6)))
     }
 
     /// The cell's box, for sub-cells `size` metres wide.
     fn cell_bounds(self, size: f64) -> Aabb {
         let cell = size * SUBS as f64;
-        let min = Vec3::new(self.x as f64, self.y as f64, self.z as f64) * cell;
+        let [x, y, z] = self.cell_xyz();
+        let min = Vec3::new(x as f64, y as f64, z as f64) * cell;
         Aabb { min, max: min + Vec3::new(cell, cell, cell) }
+    }
+
+    /// The sub-cell's integer coordinates.
+    fn sub_xyz(self) -> [i64; 3] {
+        let [x, y, z] = self.cell_xyz();
+        let s = (self.0 & SUB_MASK) as i64;
+        let n = i64::from(SUBS);
+        [x * n + (s & 3), y * n + ((s >> 2) & 3), z * n + (s >> 4)]
     }
 
     /// Whether sub-cells `self` and `o` (`size` metres wide) may hold points within `reach`:
     /// the gap between them, counted in whole sub-cells along each axis.
     fn sub_within(self, o: Key, reach: f64, size: f64) -> bool {
-        let s = i64::from(self.sub);
-        let t = i64::from(o.sub);
-        let at = |cell: i32, sub: i64| i64::from(cell) * i64::from(SUBS) + sub;
-        let gap = |a: i64, b: i64| ((a - b).abs() - 1).max(0);
-        let (dx, dy, dz) = (
-            gap(at(self.x, s & 3), at(o.x, t & 3)),
-            gap(at(self.y, (s >> 2) & 3), at(o.y, (t >> 2) & 3)),
-            gap(at(self.z, s >> 4), at(o.z, t >> 4)),
-        );
+        let (a, b) = (self.sub_xyz(), o.sub_xyz());
+        let gap = |k: usize| ((a[k] - b[k]).abs() - 1).max(0);
+        let (dx, dy, dz) = (gap(0), gap(1), gap(2));
         let cells = (dx * dx + dy * dy + dz * dz) as f64;
         let r = reach + size * 1e-6;
         cells * size * size <= r * r
     }
+}
+
+/// A sub-cell the grouper knows.
+#[derive(Clone, Copy, Debug)]
+struct SubCell {
+    key: Key,
+    /// Its low corner, in sub-cell units.
+    corner: [f64; 3],
+    /// Its items in this call, and their largest radius.
+    count: u32,
+    reach: f64,
+    /// In `Grouper::sorted`.
+    listed: bool,
 }
 
 /// Items sharing a sub-cell: `order[start..end]`, and the largest radius among them.
@@ -173,18 +208,13 @@ pub struct Grouper {
     rank: Vec<u8>,
     /// Every sub-cell known (occupied now or lately) → its id.
     index: FxHashMap<Key, u32>,
-    /// Per sub-cell id: its key, its item count and largest radius in this call, whether it is
-    /// in `sorted`.
-    keys: Vec<Key>,
-    count: Vec<u32>,
-    reach: Vec<f64>,
-    listed: Vec<bool>,
+    /// Per sub-cell id: what it is and holds (one cache line each).
+    subs: Vec<SubCell>,
     /// Occupied sub-cell ids, sorted by key.
     sorted: Vec<u32>,
-    /// Per item index: its sub-cell id in the last call (a hint).
+    /// Per item index: its sub-cell id (`NONE` if skipped), which the next call takes as a
+    /// hint.
     hint: Vec<u32>,
-    /// Per item: its sub-cell id in this call.
-    run_of: Vec<u32>,
     /// Per sub-cell id: where its items go next in `order`; then its run's component.
     fill: Vec<u32>,
     /// Per component (a run): its group number.
@@ -274,7 +304,7 @@ impl Grouper {
             let id = self.sorted[pos];
             root_of_id[id as usize] = self.find(pos as u32);
         }
-        let run_of = &self.run_of;
+        let run_of = &self.hint;
         out.fill_by(run_of.len(), nruns, &mut self.labels, |i| match run_of[i] {
             NONE => NONE,
             r => root_of_id[r as usize],
@@ -285,43 +315,52 @@ impl Grouper {
     /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells.
     fn build_grid(&mut self, items: &[Item], skip: &[bool], sub: f64) {
         // Forget sub-cells left empty once they outnumber the occupied ones.
-        if self.keys.len() > 2 * self.sorted.len() + 4096 {
+        if self.subs.len() > 2 * self.sorted.len() + 4096 {
             self.index.clear();
-            self.keys.clear();
-            self.count.clear();
-            self.reach.clear();
-            self.listed.clear();
+            self.subs.clear();
             self.sorted.clear();
             self.hint.clear();
         }
-        self.count.fill(0);
-        self.reach.fill(0.0);
+        for sc in &mut self.subs {
+            (sc.count, sc.reach) = (0, 0.0);
+        }
         self.hint.resize(items.len(), NONE);
-        self.run_of.clear();
         self.added.clear();
         let mut last: Option<(Key, u32)> = None;
         let per_m = 1.0 / sub;
         for (i, (it, hint)) in items.iter().zip(self.hint.iter_mut()).enumerate() {
             if skip.get(i) == Some(&true) {
-                self.run_of.push(NONE);
+                *hint = NONE;
                 continue;
             }
-            let key = Key::of(it.world, it.pos, per_m);
+            // Still in the sub-cell of the last call? Compared in sub-cell units, as `Key::of`
+            // floors them.
+            let v = [it.pos.x * per_m, it.pos.y * per_m, it.pos.z * per_m];
+            let h = *hint as usize;
+            let stayed = self.subs.get(h).is_some_and(|sc| {
+                let c = &sc.corner;
+                sc.key.world() == it.world.0 && (0..3).all(|k| c[k] <= v[k] && v[k] < c[k] + 1.0)
+            });
+            let key = if stayed { self.subs[h].key } else { Key::of(it.world, it.pos, per_m) };
             let r = match last {
-                _ if self.keys.get(*hint as usize) == Some(&key) => *hint,
+                _ if stayed => *hint,
                 // Neighbours in the input often share a sub-cell.
                 Some((k, r)) if k == key => r,
                 _ => {
-                    let next = self.keys.len() as u32;
+                    let next = self.subs.len() as u32;
                     let r = *self.index.entry(key).or_insert(next);
                     if r == next {
-                        self.keys.push(key);
-                        self.count.push(0);
-                        self.reach.push(0.0);
-                        self.listed.push(false);
+                        self.subs.push(SubCell {
+                            key,
+                            corner: key.sub_xyz().map(|c| c as f64),
+                            count: 0,
+                            reach: 0.0,
+                            listed: false,
+                        });
                     }
-                    if !self.listed[r as usize] {
-                        self.listed[r as usize] = true;
+                    let sc = &mut self.subs[r as usize];
+                    if !sc.listed {
+                        sc.listed = true;
                         self.added.push(r);
                     }
                     r
@@ -329,26 +368,28 @@ impl Grouper {
             };
             last = Some((key, r));
             *hint = r;
-            self.count[r as usize] += 1;
-            self.reach[r as usize] = self.reach[r as usize].max(it.radius);
-            self.run_of.push(r);
+            let sc = &mut self.subs[r as usize];
+            sc.count += 1;
+            sc.reach = sc.reach.max(it.radius);
         }
 
         // Sorted sub-cells: drop the emptied ones, merge in the new ones.
-        let (keys, count, listed) = (&self.keys, &self.count, &mut self.listed);
+        let subs = &mut self.subs;
         self.sorted.retain(|&r| {
-            let live = count[r as usize] > 0;
-            listed[r as usize] = live;
-            live
+            let sc = &mut subs[r as usize];
+            sc.listed = sc.count > 0;
+            sc.listed
         });
-        self.added.sort_unstable_by_key(|&r| keys[r as usize]);
+        let subs = &self.subs;
+        let key = |r: u32| subs[r as usize].key;
+        self.added.sort_unstable_by_key(|&r| key(r));
         if !self.added.is_empty() {
             let old = std::mem::take(&mut self.sorted);
             let (mut i, mut j) = (0, 0);
             self.sorted.reserve(old.len() + self.added.len());
             while i < old.len() || j < self.added.len() {
-                let take_old = j == self.added.len()
-                    || (i < old.len() && keys[old[i] as usize] < keys[self.added[j] as usize]);
+                let take_old =
+                    j == self.added.len() || (i < old.len() && key(old[i]) < key(self.added[j]));
                 if take_old {
                     self.sorted.push(old[i]);
                     i += 1;
@@ -361,23 +402,19 @@ impl Grouper {
 
         // Lay the items out run after run (addressed by sub-cell id: a small array, where
         // the runs in sorted order would be a cache miss per item).
-        self.fill.resize(keys.len(), 0);
+        self.fill.resize(subs.len(), 0);
         self.runs.clear();
         let mut at = 0u32;
         for &r in &self.sorted {
-            let (start, end) = (at, at + count[r as usize]);
+            let sc = &subs[r as usize];
+            let (start, end) = (at, at + sc.count);
             self.fill[r as usize] = start;
-            self.runs.push(Run {
-                key: keys[r as usize],
-                start,
-                end,
-                reach: self.reach[r as usize],
-            });
+            self.runs.push(Run { key: sc.key, start, end, reach: sc.reach });
             at = end;
         }
         self.order.clear();
         self.order.resize(at as usize, 0);
-        for (i, &r) in self.run_of.iter().enumerate() {
+        for (i, &r) in self.hint.iter().enumerate() {
             if r == NONE {
                 continue;
             }
@@ -451,37 +488,36 @@ impl Grouper {
             // Cells more than `k` apart along an axis are farther apart than the reach.
             let k = ((cell.reach / size).floor() + 1.0).min(f64::from(1u32 << 30)) as i64;
             let key = cell.key;
-            let span = |v: i32| {
-                let clamp = |v: i64| v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
-                clamp(i64::from(v) - k)..=clamp(i64::from(v) + k)
-            };
-            let (xs, ys, zs) = (span(key.x), span(key.y), span(key.z));
-            let at = |x: i32, y: i32, z: i32, sub: u8| Key { world: key.world, x, y, z, sub };
+            let (world, [x, y, z]) = (key.world(), key.cell_xyz());
+            let span = |v: i64| v - k..=v + k;
+            let (xs, ys, zs) = (span(x), span(y), span(z));
+            let at = |x: i64, y: i64, z: i64, sub: u8| Key::pack(world, [x, y, z], sub);
             let (first, last) = (
-                at(*xs.start(), i32::MIN, i32::MIN, 0),
-                at(*xs.end(), i32::MAX, i32::MAX, u8::MAX),
+                at(*xs.start(), -CELL_BIAS, -CELL_BIAS, 0),
+                at(*xs.end(), CELL_BIAS, CELL_BIAS, u8::MAX >> 2),
             );
             let slab = partition_near(&self.cells, c, |d| d.key < first)
                 ..partition_near(&self.cells, c, |d| d.key <= last);
             near.clear();
             let mut take = |d: usize, o: Key| {
-                let neighbour = (o.x - key.x).abs() <= 1
-                    && (o.y - key.y).abs() <= 1
-                    && (o.z - key.z).abs() <= 1;
-                if !neighbour && ys.contains(&o.y) && zs.contains(&o.z) {
+                let [ox, oy, oz] = o.cell_xyz();
+                let neighbour = (ox - x).abs() <= 1 && (oy - y).abs() <= 1 && (oz - z).abs() <= 1;
+                if !neighbour && ys.contains(&oy) && zs.contains(&oz) {
                     near.push(d as u32);
                 }
             };
             // A binary search costs about as much as reading 20 cells of the slab.
-            let columns = (i64::from(*xs.end()) - i64::from(*xs.start()) + 1) as usize;
+            let columns = (xs.end() - xs.start() + 1) as usize;
             if slab.len() <= columns.saturating_mul(20) {
                 for d in slab {
                     take(d, self.cells[d].key);
                 }
             } else {
                 for x in xs.clone() {
-                    let (lo, hi) =
-                        (at(x, *ys.start(), i32::MIN, 0), at(x, *ys.end(), i32::MAX, u8::MAX));
+                    let (lo, hi) = (
+                        at(x, *ys.start(), -CELL_BIAS, 0),
+                        at(x, *ys.end(), CELL_BIAS, u8::MAX >> 2),
+                    );
                     let from = partition_near(&self.cells, c, |d| d.key < lo);
                     for d in from..self.cells.len() {
                         let o = self.cells[d].key;
@@ -757,7 +793,7 @@ mod tests {
             assert!(same_partition(&reused, &labels), "round {round}");
         }
         // 18,000 sub-cells were used; the emptied ones were forgotten on the way.
-        assert!(grouper.keys.len() < 9_000, "{} sub-cells remembered", grouper.keys.len());
+        assert!(grouper.subs.len() < 9_000, "{} sub-cells remembered", grouper.subs.len());
     }
 
     proptest::proptest! {
@@ -842,6 +878,22 @@ mod tests {
             proptest::prop_assert!(same_partition(&groups, &brute(&items)));
         }
 
+        /// Packed keys order as (world, cell x, y, z, sub-cell), unpack to what was packed, and
+        /// step to neighbour cells, at any coordinates the grid holds.
+        #[test]
+        fn packed_keys_order_and_unpack_like_their_fields(
+            a in (0u32..3, -(1i64 << 28)..(1i64 << 28), -(1i64 << 28)..(1i64 << 28), -5i64..5, 0u8..64),
+            b in (0u32..3, -(1i64 << 28)..(1i64 << 28), -(1i64 << 28)..(1i64 << 28), -5i64..5, 0u8..64),
+            d in (-1i32..=1, -1i32..=1, -1i32..=1),
+        ) {
+            let key = |(w, x, y, z, s): (u32, i64, i64, i64, u8)| Key::pack(w, [x, y, z], s);
+            let (ka, kb) = (key(a), key(b));
+            proptest::prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            proptest::prop_assert_eq!((ka.world(), ka.cell_xyz()), (a.0, [a.1, a.2, a.3]));
+            let moved = [a.1 + i64::from(d.0), a.2 + i64::from(d.1), a.3 + i64::from(d.2)];
+            proptest::prop_assert_eq!(ka.offset(d.0, d.1, d.2), Key::pack(a.0, moved, 0));
+        }
+
         /// Searching outwards from any cell finds what a binary search finds.
         #[test]
         fn partition_near_matches_partition_point(
@@ -851,12 +903,13 @@ mod tests {
         ) {
             xs.sort_unstable();
             let cells: Vec<Cell> = xs.iter().map(|&x| Cell {
-                key: Key { world: 0, x, y: 0, z: 0, sub: 0 },
+                key: Key::pack(0, [i64::from(x), 0, 0], 0),
                 start: 0,
                 end: 0,
                 reach: 0.0,
             }).collect();
-            let below = |c: &Cell| c.key.x < target;
+            let target = Key::pack(0, [i64::from(target), 0, 0], 0);
+            let below = |c: &Cell| c.key < target;
             proptest::prop_assert_eq!(partition_near(&cells, near, below), cells.partition_point(below));
         }
 

@@ -121,8 +121,18 @@ pub struct SiteScore {
 }
 
 impl SiteScore {
+    /// [`Tally::cost`] and [`Tally::worst_ms`] at `site`, in one pass over the home sites.
     pub fn of(t: &Tally, sites: &Sites, site: SiteId) -> Self {
-        SiteScore { site, cost: t.cost(sites, site), worst_ms: t.worst_ms(sites, site) }
+        let backbone = sites.backbone_to(site);
+        let (mut cost, mut worst) = (t.sum_w_access, 0.0f64);
+        for ((&w, &access), &bb) in t.weight.iter().zip(&t.max_access_ms).zip(backbone) {
+            // A home with weight has a finite largest access RTT, and the other way round.
+            if w > 0.0 {
+                cost += w * bb;
+                worst = worst.max(access + bb);
+            }
+        }
+        SiteScore { site, cost, worst_ms: worst }
     }
 }
 

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use common::*;
 use horizon_mesh::scoring::best_site;
 use horizon_mesh::{
-    Command, Mesh, MoveReason, Player, PlayerId, PlayerJoin, PlayerUpdate, Role, SiteId, Span,
-    Tally, Thresholds, Time, WorldId,
+    Command, Mesh, MoveReason, Player, PlayerId, PlayerJoin, PlayerUpdate, Role, SiteId, SiteScore,
+    Span, Tally, Thresholds, Time, WorldId,
 };
 use proptest::prelude::*;
 
@@ -320,6 +320,17 @@ proptest! {
             let before = best_site(&t0, &s, f64::INFINITY, None, |_| true).site;
             let after = best_site(&t1, &s, f64::INFINITY, None, |_| true).site;
             prop_assert_eq!(before, after);
+        }
+    }
+
+    /// A site's score is the tally's cost and worst latency there, exactly.
+    #[test]
+    fn a_site_score_is_the_cost_and_the_worst_latency(players in group()) {
+        let s = sites();
+        let t = tally(&players);
+        for x in s.ids() {
+            let score = SiteScore::of(&t, &s, x);
+            prop_assert_eq!((score.cost, score.worst_ms), (t.cost(&s, x), t.worst_ms(&s, x)));
         }
     }
 

@@ -257,13 +257,14 @@ pub(super) fn cut_claims(extents: &mut [Extent], pairs: &[(u32, u32)]) {
     }
 }
 
-/// Finds the overlapping pairs among boxes of the same world: sort on (world, min x) as compact
-/// integer keys, then sweep along x. Keeps its buffers from tick to tick, and its sorted boxes
+/// Finds the overlapping pairs among boxes of the same world: sort on (world, min x, push order)
+/// packed in one integer, then sweep along x. Keeps its buffers from tick to tick, and its sorted boxes
 /// until the next `clear`, to find what overlaps one more box ([`Sweep::overlapping_with`]).
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
     boxes: Vec<(WorldId, Aabb, u32)>,
-    order: Vec<(u32, u64, u64, u32)>,
+    /// Per box in sorted order: (world, min x, index) packed by [`sort_key`], and its max x.
+    order: Vec<(u128, u64)>,
     pairs: Vec<(u32, u32)>,
     /// The widest box along x.
     widest: f64,
@@ -273,6 +274,16 @@ pub(super) struct Sweep {
 fn ordered(x: f64) -> u64 {
     let b = x.to_bits();
     if b >> 63 == 1 { !b } else { b | 1 << 63 }
+}
+
+/// (world, min x as [`ordered`], index) in one integer, ordered as that tuple.
+fn sort_key(world: WorldId, min_x: f64, index: u32) -> u128 {
+    u128::from(world.0) << 96 | u128::from(ordered(min_x)) << 32 | u128::from(index)
+}
+
+/// The world and the min x of a [`sort_key`].
+fn unkey(key: u128) -> (u32, u64) {
+    ((key >> 96) as u32, (key >> 32) as u64)
 }
 
 impl Sweep {
@@ -287,23 +298,25 @@ impl Sweep {
     /// The ids of every overlapping pair pushed since the last `clear`.
     pub(super) fn overlapping(&mut self) -> &[(u32, u32)] {
         self.widest = self.boxes.iter().map(|(_, b, _)| b.max.x - b.min.x).fold(0.0, f64::max);
-        // (world, min x, max x, index): the sweep reads only this dense array until two boxes
-        // overlap along x, so it does not chase every box in memory.
+        // The sweep reads only this dense array until two boxes overlap along x, so it does
+        // not chase every box in memory.
         self.order.clear();
         self.order.extend(
             self.boxes
                 .iter()
                 .enumerate()
-                .map(|(i, (w, b, _))| (w.0, ordered(b.min.x), ordered(b.max.x), i as u32)),
+                .map(|(i, (w, b, _))| (sort_key(*w, b.min.x, i as u32), ordered(b.max.x))),
         );
-        self.order.sort_unstable();
+        self.order.sort_unstable_by_key(|e| e.0);
         self.pairs.clear();
-        for (k, &(world, _, max_x, i)) in self.order.iter().enumerate() {
-            for &(w, min_x, _, j) in &self.order[k + 1..] {
+        for (k, &(key, max_x)) in self.order.iter().enumerate() {
+            let (world, _) = unkey(key);
+            for &(other, _) in &self.order[k + 1..] {
+                let (w, min_x) = unkey(other);
                 if w != world || min_x >= max_x {
                     break;
                 }
-                let (a, b) = (&self.boxes[i as usize], &self.boxes[j as usize]);
+                let (a, b) = (&self.boxes[key as u32 as usize], &self.boxes[other as u32 as usize]);
                 if a.1.overlaps(&b.1) {
                     self.pairs.push((a.2, b.2));
                 }
@@ -321,14 +334,15 @@ impl Sweep {
     ) -> impl Iterator<Item = u32> + '_ {
         // A box starting further left than its widest width ends before `bx` starts. Twice
         // that, so rounding cannot drop one.
-        let from = ordered(bx.min.x - 2.0 * self.widest);
-        let start = self.order.partition_point(|&(w, min_x, _, _)| (w, min_x) < (world.0, from));
+        let from = sort_key(world, bx.min.x - 2.0 * self.widest, 0);
+        let start = self.order.partition_point(|&(key, _)| key < from);
         let (lo, hi) = (ordered(bx.min.x), ordered(bx.max.x));
         self.order[start..]
             .iter()
-            .take_while(move |&&(w, min_x, _, _)| w == world.0 && min_x < hi)
-            .filter(move |&&(_, _, max_x, i)| max_x > lo && self.boxes[i as usize].1.overlaps(&bx))
-            .map(|&(_, _, _, i)| self.boxes[i as usize].2)
+            .take_while(move |&&(key, _)| unkey(key) < (world.0, hi))
+            .map(|&(key, max_x)| (key as u32 as usize, max_x))
+            .filter(move |&(i, max_x)| max_x > lo && self.boxes[i].1.overlaps(&bx))
+            .map(|(i, _)| self.boxes[i].2)
     }
 }
 
