@@ -546,13 +546,11 @@ impl Mesh {
     /// different bubbles (and of players waiting in zones) never overlap, so resetting any stale
     /// box that overlaps another region ends with no overlap at all.
     pub(super) fn settle_bounds(&mut self, sc: &mut Scratch, stats: &mut TickStats) {
-        let mut obstacles: Vec<(WorldId, Aabb)> = Vec::new();
         for c in 0..sc.units.len() {
             let slot = sc.cluster_bubble[c];
             let e = &sc.extents[c];
             if slot == NONE {
-                obstacles.push((e.world, e.claim));
-                continue;
+                continue; // waiting in a zone
             }
             let bounds = self.bubble(slot).bounds;
             // A member within half its margin of the edge is in the alert box, outside `bounds`.
@@ -566,17 +564,19 @@ impl Mesh {
         // after round, only what the boxes reset in the round before overlap: a box that kept
         // its place overlaps nothing new. Claims never overlap, so a box found overlapping is
         // stale and is reset, once: at most as many rounds as bubbles.
+        // Regions are pushed in the order the units' claims were sorted in (a bubble's box is
+        // near its claim), so sorting them takes little.
+        let sorted_units: Vec<u32> = sc.sweep.sorted_ids().collect();
         sc.sweep.clear();
-        for &(world, bx) in &obstacles {
-            sc.sweep.push(world, bx, NONE);
-        }
-        for (slot, b) in self.bubbles.iter().enumerate() {
-            if let Some(b) = b {
-                sc.sweep.push(b.world, b.bounds, slot as u32);
+        for u in sorted_units {
+            let (slot, e) = (sc.cluster_bubble[u as usize], &sc.extents[u as usize]);
+            match slot {
+                NONE => sc.sweep.push(e.world, e.claim, NONE),
+                _ => sc.sweep.push(e.world, self.bubble(slot).bounds, slot),
             }
         }
         let mut stale: Vec<u32> =
-            sc.sweep.overlapping().iter().flat_map(|&(a, b)| [a, b]).collect();
+            sc.sweep.overlapping_nearly_sorted().iter().flat_map(|&(a, b)| [a, b]).collect();
         let mut reset: Vec<u32> = Vec::new();
         let mut was_reset = vec![false; self.bubbles.len()];
         while !stale.is_empty() {

@@ -105,6 +105,10 @@ impl Mesh {
         sc.claim_start.clear();
         // An item's radius is `merge + v·lead`, so its border margin is `border + v·lead`.
         let extra = self.th.border_margin_m - self.th.merge_distance_m;
+        // A player at rest has the radius `merge` and the margin `still`: the still members'
+        // alert boxes make the members' box grown by half of it, so only moving ones are added
+        // one by one.
+        let still = self.th.merge_distance_m + extra;
         for c in 0..nc {
             let t = &mut sc.tallies[c];
             t.clear();
@@ -112,15 +116,20 @@ impl Mesh {
             sc.claim_start.push(first_claim as u32);
             let members = clusters.members(c);
             let first = &self.items[members[0] as usize];
-            let (mut bounds, mut margin) = (Aabb::point(first.pos), 0.0f64);
-            let mut alert = bounds;
+            let mut bounds = Aabb::point(first.pos);
+            let (mut margin, mut moving_alert, mut any_still) = (0.0f64, None::<Aabb>, false);
             for &it in members {
                 let (item, m) = (&self.items[it as usize], &self.members[it as usize]);
                 t.add_one(m.home, m.access_ms, m.weight);
                 bounds = bounds.include(item.pos);
-                let own = item.radius + extra;
-                margin = margin.max(own);
-                alert = alert.hull(Aabb::point(item.pos).expand(own / 2.0));
+                if item.radius == self.th.merge_distance_m {
+                    any_still = true;
+                } else {
+                    let own = item.radius + extra;
+                    margin = margin.max(own);
+                    let alert = Aabb::point(item.pos).expand(own / 2.0);
+                    moving_alert = Some(moving_alert.map_or(alert, |a| a.hull(alert)));
+                }
                 // A claim on the bubble it was in, if that bubble is of its world.
                 let prev = self.player_bubble[it as usize];
                 if prev == NONE || sc.slot_world.get(prev as usize) != Some(&item.world.0) {
@@ -131,6 +140,15 @@ impl Mesh {
                     Some(e) => e.add(&claim),
                     None => sc.claims.push(claim),
                 }
+            }
+            let still_alert = any_still.then(|| bounds.expand(still / 2.0));
+            // Invariant: a cluster has a member, so one of the two is set.
+            let alert = match (still_alert, moving_alert) {
+                (Some(a), Some(b)) => a.hull(b),
+                (a, b) => a.or(b).expect("a cluster has a member"),
+            };
+            if any_still {
+                margin = margin.max(still);
             }
             sc.extents.push(Extent {
                 world: first.world,
@@ -281,6 +299,23 @@ fn sort_key(world: WorldId, min_x: f64, index: u32) -> u128 {
     u128::from(world.0) << 96 | u128::from(ordered(min_x)) << 32 | u128::from(index)
 }
 
+/// Sorts `v` by key by insertion, giving up (and returning false) after `budget` steps.
+fn insertion_sort(v: &mut [(u128, u64)], budget: usize) -> bool {
+    let mut steps = 0;
+    for i in 1..v.len() {
+        let mut j = i;
+        while j > 0 && v[j - 1].0 > v[j].0 {
+            v.swap(j - 1, j);
+            j -= 1;
+            steps += 1;
+            if steps > budget {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// The world and the min x of a [`sort_key`].
 fn unkey(key: u128) -> (u32, u64) {
     ((key >> 96) as u32, (key >> 32) as u64)
@@ -297,6 +332,16 @@ impl Sweep {
 
     /// The ids of every overlapping pair pushed since the last `clear`.
     pub(super) fn overlapping(&mut self) -> &[(u32, u32)] {
+        self.sweep(false)
+    }
+
+    /// [`Sweep::overlapping`], for boxes pushed in nearly sorted order (by world, then min x):
+    /// they are sorted by insertion, unless that takes too many steps. The result is the same.
+    pub(super) fn overlapping_nearly_sorted(&mut self) -> &[(u32, u32)] {
+        self.sweep(true)
+    }
+
+    fn sweep(&mut self, nearly_sorted: bool) -> &[(u32, u32)] {
         self.widest = self.boxes.iter().map(|(_, b, _)| b.max.x - b.min.x).fold(0.0, f64::max);
         // The sweep reads only this dense array until two boxes overlap along x, so it does
         // not chase every box in memory.
@@ -307,7 +352,10 @@ impl Sweep {
                 .enumerate()
                 .map(|(i, (w, b, _))| (sort_key(*w, b.min.x, i as u32), ordered(b.max.x))),
         );
-        self.order.sort_unstable_by_key(|e| e.0);
+        let budget = 4 * self.order.len();
+        if !(nearly_sorted && insertion_sort(&mut self.order, budget)) {
+            self.order.sort_unstable_by_key(|e| e.0);
+        }
         self.pairs.clear();
         for (k, &(key, max_x)) in self.order.iter().enumerate() {
             let (world, _) = unkey(key);
@@ -323,6 +371,11 @@ impl Sweep {
             }
         }
         &self.pairs
+    }
+
+    /// The ids of the boxes in the order the last sweep sorted them.
+    pub(super) fn sorted_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.order.iter().map(|&(key, _)| self.boxes[key as u32 as usize].2)
     }
 
     /// The ids of the boxes sorted by the last [`Sweep::overlapping`] that overlap `bx`, in
@@ -521,6 +574,41 @@ mod tests {
                         a.world != b.world || !a.claim.overlaps(&b.claim), "{:?} {:?}", a, b
                     );
                 }
+            }
+        }
+
+        /// Sweeping boxes pushed nearly sorted (sorted by insertion) finds the pairs a full sort
+        /// finds, and so does pushing them in any order (insertion gives up, the sort takes over).
+        #[test]
+        fn a_nearly_sorted_sweep_finds_what_a_sorted_one_finds(extents in extents(600.0), shuffle in proptest::collection::vec(0usize..1000, 80)) {
+            let pairs = |sweep: &mut Sweep, nearly: bool| {
+                let mut p: Vec<(u32, u32)> = if nearly {
+                    sweep.overlapping_nearly_sorted().to_vec()
+                } else {
+                    sweep.overlapping().to_vec()
+                };
+                for pair in &mut p {
+                    *pair = (pair.0.min(pair.1), pair.0.max(pair.1));
+                }
+                p.sort_unstable();
+                p
+            };
+            let (mut sweep, _) = swept(&extents);
+            let want = pairs(&mut sweep, false);
+            // Pushed in sorted order, then in a scrambled one.
+            let sorted: Vec<u32> = sweep.sorted_ids().collect();
+            let mut scrambled = sorted.clone();
+            for (i, &k) in shuffle.iter().enumerate().take(scrambled.len()) {
+                let j = k % scrambled.len();
+                scrambled.swap(i, j);
+            }
+            for order in [sorted, scrambled] {
+                let mut again = Sweep::default();
+                for &c in &order {
+                    let e = &extents[c as usize];
+                    again.push(e.world, e.claim, c);
+                }
+                proptest::prop_assert_eq!(&pairs(&mut again, true), &want);
             }
         }
 
