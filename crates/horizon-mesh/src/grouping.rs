@@ -221,6 +221,10 @@ pub struct Grouper {
     labels: Vec<u32>,
     /// Sub-cells occupied in this call and not in `sorted` yet.
     added: Vec<u32>,
+    /// Sub-cells whose items changed in this call (their reach is found again).
+    dirty: Vec<u32>,
+    /// The sub-cell width of the last call.
+    sub: Option<f64>,
     /// Items by run, run after run.
     order: Vec<u32>,
     /// Runs in sorted order, and the cells they form.
@@ -251,10 +255,37 @@ impl Grouper {
     /// [`Grouper::group`] into `out`, reusing its buffers, leaving out every item `i` with
     /// `skip[i]` (in no group; `skip` is as long as `items`, or empty to keep them all).
     pub fn group_into(&mut self, items: &[Item], skip: &[bool], base: f64, out: &mut Groups) {
+        self.grid_and_group(items, skip, None, base, out);
+    }
+
+    /// [`Grouper::group_into`] after a previous call with the same `base`, when only the items
+    /// at the indices in `changed` may differ from that call (moved, changed radius, world or
+    /// skip flag, or new): the grid is updated for those alone. Items past the new length are
+    /// gone; indices past it in `changed` are ignored, and repeats are harmless. The groups are
+    /// exactly those of [`Grouper::group_into`] (it is what runs when there is no such call).
+    pub fn regroup_into(
+        &mut self,
+        items: &[Item],
+        skip: &[bool],
+        changed: &[u32],
+        base: f64,
+        out: &mut Groups,
+    ) {
+        self.grid_and_group(items, skip, Some(changed), base, out);
+    }
+
+    fn grid_and_group(
+        &mut self,
+        items: &[Item],
+        skip: &[bool],
+        changed: Option<&[u32]>,
+        base: f64,
+        out: &mut Groups,
+    ) {
         assert!(base > 0.0 && base.is_finite(), "grouping base radius must be > 0");
         assert!(skip.is_empty() || skip.len() == items.len(), "one skip flag per item");
         let sub = base / 2.0;
-        self.build_grid(items, skip, sub);
+        self.build_grid(items, skip, changed, sub);
 
         // A sub-cell's diagonal is 0.87 × base: its items are all linked, and the union-find
         // works on runs.
@@ -312,65 +343,71 @@ impl Grouper {
         self.fill = root_of_id;
     }
 
-    /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells.
-    fn build_grid(&mut self, items: &[Item], skip: &[bool], sub: f64) {
+    /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells: every item,
+    /// or (`changed`) only the items that changed since the last call.
+    fn build_grid(&mut self, items: &[Item], skip: &[bool], changed: Option<&[u32]>, sub: f64) {
         // Forget sub-cells left empty once they outnumber the occupied ones.
-        if self.subs.len() > 2 * self.sorted.len() + 4096 {
+        let forget = self.subs.len() > 2 * self.sorted.len() + 4096;
+        let changed = changed.filter(|_| self.sub == Some(sub) && !forget);
+        if forget {
             self.index.clear();
             self.subs.clear();
             self.sorted.clear();
             self.hint.clear();
         }
-        for sc in &mut self.subs {
-            (sc.count, sc.reach) = (0, 0.0);
-        }
-        self.hint.resize(items.len(), NONE);
+        self.sub = Some(sub);
         self.added.clear();
-        let mut last: Option<(Key, u32)> = None;
+        self.dirty.clear();
         let per_m = 1.0 / sub;
-        for (i, (it, hint)) in items.iter().zip(self.hint.iter_mut()).enumerate() {
-            if skip.get(i) == Some(&true) {
-                *hint = NONE;
-                continue;
-            }
-            // Still in the sub-cell of the last call? Compared in sub-cell units, as `Key::of`
-            // floors them.
-            let v = [it.pos.x * per_m, it.pos.y * per_m, it.pos.z * per_m];
-            let h = *hint as usize;
-            let stayed = self.subs.get(h).is_some_and(|sc| {
-                let c = &sc.corner;
-                sc.key.world() == it.world.0 && (0..3).all(|k| c[k] <= v[k] && v[k] < c[k] + 1.0)
-            });
-            let key = if stayed { self.subs[h].key } else { Key::of(it.world, it.pos, per_m) };
-            let r = match last {
-                _ if stayed => *hint,
-                // Neighbours in the input often share a sub-cell.
-                Some((k, r)) if k == key => r,
-                _ => {
-                    let next = self.subs.len() as u32;
-                    let r = *self.index.entry(key).or_insert(next);
-                    if r == next {
-                        self.subs.push(SubCell {
-                            key,
-                            corner: key.sub_xyz().map(|c| c as f64),
-                            count: 0,
-                            reach: 0.0,
-                            listed: false,
-                        });
-                    }
-                    let sc = &mut self.subs[r as usize];
-                    if !sc.listed {
-                        sc.listed = true;
-                        self.added.push(r);
-                    }
-                    r
+        match changed {
+            None => {
+                for sc in &mut self.subs {
+                    (sc.count, sc.reach) = (0, 0.0);
                 }
-            };
-            last = Some((key, r));
-            *hint = r;
-            let sc = &mut self.subs[r as usize];
-            sc.count += 1;
-            sc.reach = sc.reach.max(it.radius);
+                self.hint.resize(items.len(), NONE);
+                let mut last = None;
+                for i in 0..items.len() {
+                    let r = self.place(items, skip, i, per_m, &mut last);
+                    self.hint[i] = r;
+                    if r != NONE {
+                        let sc = &mut self.subs[r as usize];
+                        sc.count += 1;
+                        sc.reach = sc.reach.max(items[i].radius);
+                    }
+                }
+            }
+            Some(changed) => {
+                // Items gone from the end leave their sub-cells.
+                for i in items.len()..self.hint.len() {
+                    let r = self.hint[i];
+                    if r != NONE {
+                        self.subs[r as usize].count -= 1;
+                        self.dirty.push(r);
+                    }
+                }
+                self.hint.resize(items.len(), NONE);
+                let mut last = None;
+                for &i in changed.iter().filter(|&&i| (i as usize) < items.len()) {
+                    let (old, new) = (
+                        self.hint[i as usize],
+                        self.place(items, skip, i as usize, per_m, &mut last),
+                    );
+                    if old != new {
+                        if old != NONE {
+                            self.subs[old as usize].count -= 1;
+                            self.dirty.push(old);
+                        }
+                        if new != NONE {
+                            self.subs[new as usize].count += 1;
+                        }
+                        self.hint[i as usize] = new;
+                    }
+                    // Its radius may have changed: its sub-cell's reach is found again.
+                    if new != NONE {
+                        self.dirty.push(new);
+                    }
+                }
+            }
         }
 
         // Sorted sub-cells: drop the emptied ones, merge in the new ones.
@@ -403,14 +440,10 @@ impl Grouper {
         // Lay the items out run after run (addressed by sub-cell id: a small array, where
         // the runs in sorted order would be a cache miss per item).
         self.fill.resize(subs.len(), 0);
-        self.runs.clear();
         let mut at = 0u32;
         for &r in &self.sorted {
-            let sc = &subs[r as usize];
-            let (start, end) = (at, at + sc.count);
-            self.fill[r as usize] = start;
-            self.runs.push(Run { key: sc.key, start, end, reach: sc.reach });
-            at = end;
+            self.fill[r as usize] = at;
+            at += subs[r as usize].count;
         }
         self.order.clear();
         self.order.resize(at as usize, 0);
@@ -421,6 +454,23 @@ impl Grouper {
             let at = &mut self.fill[r as usize];
             self.order[*at as usize] = i as u32;
             *at += 1;
+        }
+        // `fill` now holds where each run ends. The reach of a sub-cell whose items changed is
+        // the largest radius among them now.
+        for &r in &self.dirty {
+            let sc = &mut self.subs[r as usize];
+            if sc.count == 0 {
+                continue; // emptied: not a run
+            }
+            let end = self.fill[r as usize] as usize;
+            let members = &self.order[end - sc.count as usize..end];
+            sc.reach = members.iter().map(|&i| items[i as usize].radius).fold(0.0, f64::max);
+        }
+        self.runs.clear();
+        for &r in &self.sorted {
+            let sc = &self.subs[r as usize];
+            let end = self.fill[r as usize];
+            self.runs.push(Run { key: sc.key, start: end - sc.count, end, reach: sc.reach });
         }
 
         self.cells.clear();
@@ -439,6 +489,59 @@ impl Grouper {
                 }),
             }
         }
+    }
+
+    /// The sub-cell id of item `i` (`NONE` if skipped), found from its hint when it stayed,
+    /// from `last` when it shares the previous item's, else by hashing (a new sub-cell is
+    /// created and queued to be sorted in).
+    fn place(
+        &mut self,
+        items: &[Item],
+        skip: &[bool],
+        i: usize,
+        per_m: f64,
+        last: &mut Option<(Key, u32)>,
+    ) -> u32 {
+        if skip.get(i) == Some(&true) {
+            return NONE;
+        }
+        let it = &items[i];
+        // Still in the sub-cell of the last call? Compared in sub-cell units, as `Key::of`
+        // floors them.
+        let v = [it.pos.x * per_m, it.pos.y * per_m, it.pos.z * per_m];
+        let h = self.hint[i] as usize;
+        let stayed = self.subs.get(h).is_some_and(|sc| {
+            let c = &sc.corner;
+            sc.key.world() == it.world.0 && (0..3).all(|k| c[k] <= v[k] && v[k] < c[k] + 1.0)
+        });
+        if stayed {
+            return h as u32;
+        }
+        let key = Key::of(it.world, it.pos, per_m);
+        if let Some((k, r)) = *last
+            && k == key
+        {
+            // Neighbours in the input often share a sub-cell.
+            return r;
+        }
+        let next = self.subs.len() as u32;
+        let r = *self.index.entry(key).or_insert(next);
+        if r == next {
+            self.subs.push(SubCell {
+                key,
+                corner: key.sub_xyz().map(|c| c as f64),
+                count: 0,
+                reach: 0.0,
+                listed: false,
+            });
+        }
+        let sc = &mut self.subs[r as usize];
+        if !sc.listed {
+            sc.listed = true;
+            self.added.push(r);
+        }
+        *last = Some((key, r));
+        r
     }
 
     /// Links every pair of runs of cells `a` and `b`.
@@ -718,6 +821,15 @@ mod tests {
         Item { world: WorldId(0), pos: Vec3::new(x, 0.0, 0.0), radius: r }
     }
 
+    impl Grouper {
+        /// A fresh grouping of `items` at base 300 m, leaving out the skipped ones.
+        fn group_masked(&mut self, items: &[Item], skip: &[bool]) -> Groups {
+            let mut out = Groups::default();
+            self.group_into(items, skip, 300.0, &mut out);
+            out
+        }
+    }
+
     /// Reference: O(n²) components.
     fn brute(items: &[Item]) -> Vec<usize> {
         let n = items.len();
@@ -946,6 +1058,62 @@ mod tests {
             }
             let total: usize = (0..groups.len()).map(|g| groups.members(g).len()).sum();
             proptest::prop_assert_eq!(total, k);
+        }
+
+        /// Regrouping from the changed items alone finds what grouping everything finds, through
+        /// moves, jumps, new radii, worlds and skip flags, arrivals and departures (the last
+        /// item taking the departed one's place, as the mesh stores players).
+        #[test]
+        fn regrouping_the_changed_items_matches_grouping_them_all(
+            start in proptest::collection::vec((0u32..2, -3000.0f64..3000.0, -3000.0f64..3000.0), 0..60),
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u8..6, 0usize..100, -500.0f64..500.0, -500.0f64..500.0), 0..25),
+                1..6),
+        ) {
+            let mut items: Vec<Item> = start.iter().map(|&(w, x, y)| Item {
+                world: WorldId(w), pos: Vec3::new(x, y, 0.0), radius: 300.0,
+            }).collect();
+            let mut skip = vec![false; items.len()];
+            let mut grouper = Grouper::new();
+            let mut out = Groups::default();
+            let mut changed: Vec<u32> = Vec::new();
+            for ops in steps {
+                grouper.regroup_into(&items, &skip, &changed, 300.0, &mut out);
+                let fresh = Grouper::new().group_masked(&items, &skip);
+                for i in 0..items.len() {
+                    for j in 0..items.len() {
+                        proptest::prop_assert_eq!(
+                            out.group_of(i) == out.group_of(j),
+                            fresh.group_of(i) == fresh.group_of(j),
+                            "items {} and {}", i, j
+                        );
+                    }
+                }
+                changed.clear();
+                for (op, who, dx, dy) in ops {
+                    let n = items.len();
+                    let i = who % n.max(1);
+                    match op {
+                        0 if n > 0 => items[i].pos = items[i].pos + Vec3::new(dx, dy, 0.0),
+                        1 if n > 0 => items[i].pos = Vec3::new(dx * 10.0, dy * 10.0, 0.0),
+                        2 if n > 0 => items[i].radius = 300.0 + dx.abs() * 4.0,
+                        3 if n > 0 => skip[i] = !skip[i],
+                        4 if n > 0 => {
+                            // The last item takes its place.
+                            items.swap_remove(i);
+                            skip.swap_remove(i);
+                        }
+                        _ => {
+                            let (world, pos) = (WorldId(who as u32 % 2), Vec3::new(dx, dy, 0.0));
+                            items.push(Item { world, pos, radius: 300.0 });
+                            skip.push(false);
+                            changed.push(n as u32);
+                            continue;
+                        }
+                    }
+                    changed.push(i as u32);
+                }
+            }
         }
 
         /// Items at the same position are always one group.

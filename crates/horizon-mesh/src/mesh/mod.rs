@@ -244,6 +244,10 @@ pub struct Mesh {
     members: Vec<units::Member>,
     /// Per player: an NPC, left out of grouping.
     npc: Vec<bool>,
+    /// Players (indices) whose item changed since the last tick, each once (`changed_flag`):
+    /// grouping updates its grid for them alone.
+    changed: Vec<u32>,
+    changed_flag: Vec<bool>,
     bubbles: Vec<Option<Bubble>>,
     free_slots: Vec<u32>,
     bubble_index: FxHashMap<BubbleId, u32>,
@@ -328,6 +332,8 @@ impl Mesh {
             items: Vec::new(),
             members: Vec::new(),
             npc: Vec::new(),
+            changed: Vec::new(),
+            changed_flag: Vec::new(),
             bubbles: Vec::new(),
             free_slots: Vec::new(),
             bubble_index: FxHashMap::default(),
@@ -364,6 +370,8 @@ impl Mesh {
         self.npc.push(!player.role.is_counted());
         self.players.push(player);
         self.player_bubble.push(NONE);
+        self.changed_flag.push(false);
+        self.mark_changed(self.players.len() - 1);
         self.fresh.push(true);
         self.fresh_count += 1;
         Ok(())
@@ -385,6 +393,7 @@ impl Mesh {
         self.players[i].apply(update);
         (self.items[i], self.members[i]) = self.describe_player(&self.players[i]);
         self.npc[i] = !self.players[i].role.is_counted();
+        self.mark_changed(i);
         Ok(())
     }
 
@@ -396,6 +405,12 @@ impl Mesh {
         self.members.swap_remove(i);
         self.npc.swap_remove(i);
         self.player_bubble.swap_remove(i);
+        self.changed_flag.swap_remove(i);
+        if i < self.players.len() {
+            // The last player took this place: always listed, even if its flag says it is.
+            self.changed_flag[i] = true;
+            self.changed.push(i as u32);
+        }
         self.fresh.swap_remove(i);
         if let Some(moved) = self.players.get(i) {
             self.player_index.insert(moved.id, i as u32);
@@ -616,6 +631,14 @@ impl Mesh {
 
     fn weight(&self, p: &Player) -> f64 {
         self.th.weights.of(p.role)
+    }
+
+    /// Lists player `i` as changed since the last tick (once).
+    fn mark_changed(&mut self, i: usize) {
+        if !self.changed_flag[i] {
+            self.changed_flag[i] = true;
+            self.changed.push(i as u32);
+        }
     }
 
     /// A player as grouping and scoring read it.

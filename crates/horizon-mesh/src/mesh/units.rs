@@ -13,15 +13,9 @@ impl Mesh {
     pub(super) fn form_units(&mut self, sc: &mut Scratch) {
         sc.slot_world.clear();
         sc.slot_world.extend(self.bubbles.iter().map(|b| b.as_ref().map_or(NONE, |b| b.world.0)));
-        // NPCs are in no bubble, and left out of grouping.
-        for (slot, &npc) in self.player_bubble.iter_mut().zip(&self.npc) {
-            if npc {
-                *slot = NONE;
-            }
-        }
         // Last tick's units lend their buffers.
         let mut clusters = std::mem::take(&mut sc.units);
-        sc.grouper.group_into(&self.items, &self.npc, self.th.merge_distance_m, &mut clusters);
+        self.group_counted(sc, &mut clusters);
         self.describe(&clusters, sc);
         // One sweep of the clusters' claims finds every pair whose members' boxes may touch
         // (those lie within the claims) and every pair of claims to cut apart.
@@ -35,6 +29,24 @@ impl Mesh {
             None => sc.units = clusters,
         }
         cut_claims(&mut sc.extents, &sc.pairs);
+    }
+
+    /// Groups the counted players at the merge distance into `out`, updating the grid for the
+    /// players that changed since the last tick alone.
+    fn group_counted(&mut self, sc: &mut Scratch, out: &mut Groups) {
+        let (items, npc, merge) = (&self.items, &self.npc, self.th.merge_distance_m);
+        sc.grouper.regroup_into(items, npc, &self.changed, merge, out);
+        for &i in &self.changed {
+            let i = i as usize;
+            if i < self.players.len() {
+                self.changed_flag[i] = false;
+                // NPCs are in no bubble (a player becomes one through an update: listed here).
+                if self.npc[i] {
+                    self.player_bubble[i] = NONE;
+                }
+            }
+        }
+        self.changed.clear();
     }
 
     /// Units from the clusters joined under `root`, with their tallies, extents and claims.
@@ -518,6 +530,108 @@ mod tests {
             if !joined {
                 return label;
             }
+        }
+    }
+
+    /// Every kind of input between ticks (joins, moves, jumps, new speeds, roles to and from
+    /// NPC, other worlds, departures) is listed for the grid: grouping from the changes alone
+    /// finds the groups a fresh grouping of every player finds.
+    #[test]
+    fn the_grid_follows_every_kind_of_input() {
+        use crate::config::{Sites, Thresholds};
+        use crate::ids::{Generation, SiteName};
+        use crate::player::{PlayerJoin, PlayerUpdate, Role};
+        use crate::rng::Rng;
+        use crate::time::Time;
+
+        let name = |s: &str| SiteName::new(s).expect("valid site name");
+        let sites = Sites::new(
+            vec![name("PAR"), name("MTL")],
+            &name("PAR"),
+            &[(name("PAR"), name("MTL"), 85.0)],
+        )
+        .expect("valid sites");
+        let config = MeshConfig {
+            sites,
+            thresholds: Thresholds::default(),
+            generation: Generation(1),
+            placement: Default::default(),
+        };
+        let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
+        let mut rng = Rng::new(3);
+        let mut next_id = 1;
+        let home = mesh.sites().ids().next().expect("a site");
+        for tick in 0..12u64 {
+            for _ in 0..60 {
+                let n = mesh.players().len();
+                let pick =
+                    |mesh: &Mesh, rng: &mut Rng| mesh.players()[rng.below(n as u64) as usize].id;
+                let update = match rng.below(8) {
+                    _ if n < 20 => None,
+                    0 => Some(PlayerUpdate {
+                        position: Some(Vec3::new(rng.range(-9e3, 9e3), rng.range(-9e3, 9e3), 0.0)),
+                        ..Default::default()
+                    }),
+                    1 => Some(PlayerUpdate {
+                        velocity: Some(Vec3::new(rng.range(0.0, 300.0), 0.0, 0.0)),
+                        ..Default::default()
+                    }),
+                    2 => Some(PlayerUpdate {
+                        role: Some(if rng.below(2) == 0 { Role::Npc } else { Role::Pilot }),
+                        ..Default::default()
+                    }),
+                    3 => Some(PlayerUpdate {
+                        world: Some(WorldId(rng.below(2) as u32)),
+                        ..Default::default()
+                    }),
+                    4 => {
+                        let id = pick(&mesh, &mut rng);
+                        mesh.handle_leave(id).expect("connected");
+                        None
+                    }
+                    5 => Some(PlayerUpdate {
+                        position: Some(Vec3::new(rng.range(-100.0, 100.0), 0.0, 0.0)),
+                        ..Default::default()
+                    }),
+                    _ => None,
+                };
+                match update {
+                    Some(u) => {
+                        let id = pick(&mesh, &mut rng);
+                        mesh.handle_update(id, &u).expect("connected");
+                    }
+                    None if n < 20 || rng.below(3) == 0 => {
+                        let join = PlayerJoin {
+                            id: PlayerId(next_id),
+                            home,
+                            access_rtt_ms: 20.0,
+                            role: Role::Player,
+                            world: WorldId(0),
+                            position: Vec3::new(rng.range(-9e3, 9e3), rng.range(-9e3, 9e3), 0.0),
+                            velocity: Vec3::ZERO,
+                        };
+                        next_id += 1;
+                        mesh.handle_join(join).expect("new player");
+                    }
+                    None => {}
+                }
+            }
+            let mut sc = std::mem::take(&mut mesh.scratch);
+            let mut got = Groups::default();
+            mesh.group_counted(&mut sc, &mut got);
+            mesh.scratch = sc;
+            let mut want = Groups::default();
+            Grouper::new().group_into(&mesh.items, &mesh.npc, mesh.th.merge_distance_m, &mut want);
+            for i in 0..mesh.items.len() {
+                for j in 0..mesh.items.len() {
+                    assert_eq!(
+                        got.group_of(i) == got.group_of(j),
+                        want.group_of(i) == want.group_of(j),
+                        "tick {tick}: players {i} and {j}"
+                    );
+                }
+            }
+            mesh.tick(Time::from_secs(5 * tick));
         }
     }
 
