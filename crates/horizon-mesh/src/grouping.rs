@@ -173,8 +173,9 @@ struct SubCell {
     /// Its items in this call, and their largest radius.
     count: u32,
     reach: f64,
-    /// In `Grouper::sorted`.
+    /// In `Grouper::sorted`; in `Grouper::dirty`.
     listed: bool,
+    dirty: bool,
 }
 
 /// Items sharing a sub-cell: `order[start..end]`, and the largest radius among them.
@@ -382,7 +383,7 @@ impl Grouper {
                     let r = self.hint[i];
                     if r != NONE {
                         self.subs[r as usize].count -= 1;
-                        self.dirty.push(r);
+                        self.mark_dirty(r);
                     }
                 }
                 self.hint.resize(items.len(), NONE);
@@ -395,7 +396,7 @@ impl Grouper {
                     if old != new {
                         if old != NONE {
                             self.subs[old as usize].count -= 1;
-                            self.dirty.push(old);
+                            self.mark_dirty(old);
                         }
                         if new != NONE {
                             self.subs[new as usize].count += 1;
@@ -404,7 +405,7 @@ impl Grouper {
                     }
                     // Its radius may have changed: its sub-cell's reach is found again.
                     if new != NONE {
-                        self.dirty.push(new);
+                        self.mark_dirty(new);
                     }
                 }
             }
@@ -459,6 +460,7 @@ impl Grouper {
         // the largest radius among them now.
         for &r in &self.dirty {
             let sc = &mut self.subs[r as usize];
+            sc.dirty = false;
             if sc.count == 0 {
                 continue; // emptied: not a run
             }
@@ -533,6 +535,7 @@ impl Grouper {
                 count: 0,
                 reach: 0.0,
                 listed: false,
+                dirty: false,
             });
         }
         let sc = &mut self.subs[r as usize];
@@ -542,6 +545,15 @@ impl Grouper {
         }
         *last = Some((key, r));
         r
+    }
+
+    /// Queues sub-cell `r` to have its reach found again (once).
+    fn mark_dirty(&mut self, r: u32) {
+        let sc = &mut self.subs[r as usize];
+        if !sc.dirty {
+            sc.dirty = true;
+            self.dirty.push(r);
+        }
     }
 
     /// Links every pair of runs of cells `a` and `b`.
