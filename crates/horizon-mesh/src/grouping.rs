@@ -218,8 +218,12 @@ pub struct Grouper {
     hint: Vec<u32>,
     /// Per sub-cell id: where its items go next in `order`; then its run's component.
     fill: Vec<u32>,
-    /// Per component (a run): its group number.
+    /// Per component (a run): its smallest item, then its group number; then where the
+    /// group's members go next.
     labels: Vec<u32>,
+    /// A bit per item: the smallest item of a component; and that component.
+    marks: Vec<u64>,
+    root_at: Vec<u32>,
     /// Sub-cells occupied in this call and not in `sorted` yet.
     added: Vec<u32>,
     /// Sub-cells whose items changed in this call (their reach is found again).
@@ -330,18 +334,72 @@ impl Grouper {
         }
         self.link_fast(items, sub);
 
-        // Each item takes its run's component.
-        let mut root_of_id = std::mem::take(&mut self.fill);
+        self.number_groups(out);
+    }
+
+    /// Each item takes its run's component. Components are numbered by their smallest item,
+    /// found per run (a run's first item is its smallest: items are laid out in order) and read
+    /// back in item order from a bitset; then one pass over the items lays out the members.
+    fn number_groups(&mut self, out: &mut Groups) {
+        let (n, nruns) = (self.hint.len(), self.runs.len());
+        // Per sub-cell id: its component; per component (a run): its smallest item.
+        let mut group_of_id = std::mem::take(&mut self.fill);
+        let mut number = std::mem::take(&mut self.labels);
+        number.clear();
+        number.resize(nruns, NONE);
         for pos in 0..nruns {
-            let id = self.sorted[pos];
-            root_of_id[id as usize] = self.find(pos as u32);
+            let root = self.find(pos as u32);
+            group_of_id[self.sorted[pos] as usize] = root;
+            let first = self.order[self.runs[pos].start as usize];
+            number[root as usize] = number[root as usize].min(first);
         }
-        let run_of = &self.hint;
-        out.fill_by(run_of.len(), nruns, &mut self.labels, |i| match run_of[i] {
-            NONE => NONE,
-            r => root_of_id[r as usize],
-        });
-        self.fill = root_of_id;
+        self.marks.clear();
+        self.marks.resize(n.div_ceil(64), 0);
+        self.root_at.resize(n, 0);
+        for (root, &first) in number.iter().enumerate() {
+            if first != NONE {
+                self.marks[first as usize / 64] |= 1 << (first % 64);
+                self.root_at[first as usize] = root as u32;
+            }
+        }
+        // `number` now takes each component's group number, in order of smallest item.
+        let mut groups = 0u32;
+        for (w, &word) in self.marks.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let first = w * 64 + bits.trailing_zeros() as usize;
+                number[self.root_at[first] as usize] = groups;
+                groups += 1;
+                bits &= bits - 1;
+            }
+        }
+        out.offsets.clear();
+        out.offsets.resize(groups as usize + 1, 0);
+        for (pos, &id) in self.sorted.iter().enumerate() {
+            let group = number[group_of_id[id as usize] as usize];
+            group_of_id[id as usize] = group;
+            let run = &self.runs[pos];
+            out.offsets[group as usize + 1] += run.end - run.start;
+        }
+        for g in 1..out.offsets.len() {
+            out.offsets[g] += out.offsets[g - 1];
+        }
+        let fill = &mut number;
+        fill.clear();
+        fill.extend_from_slice(&out.offsets[..groups as usize]);
+        out.group_of.clear();
+        out.members.clear();
+        out.members.resize(out.offsets[groups as usize] as usize, 0);
+        for (i, &id) in self.hint.iter().enumerate() {
+            let group = if id == NONE { NONE } else { group_of_id[id as usize] };
+            out.group_of.push(group);
+            if group != NONE {
+                out.members[fill[group as usize] as usize] = i as u32;
+                fill[group as usize] += 1;
+            }
+        }
+        self.fill = group_of_id;
+        self.labels = number;
     }
 
     /// Puts items in runs (sorted by world, cell and sub-cell) and runs in cells: every item,
@@ -748,7 +806,8 @@ impl Groups {
         }
         let mut fill = offsets[..sizes.len()].to_vec();
         let mut members = vec![0; self.members.len()];
-        let mut group_of = vec![0; self.group_of.len()];
+        // Items in no group stay in none.
+        let mut group_of = vec![NONE; self.group_of.len()];
         for g in 0..n {
             let u = joined_of[root[g] as usize];
             let from = self.members(g);
@@ -760,68 +819,6 @@ impl Groups {
             fill[u as usize] += from.len() as u32;
         }
         Groups { group_of, offsets, members }
-    }
-
-    /// Groups items by label (`labels[i] < bound`, or `u32::MAX` for an item in no group): one
-    /// group per distinct label, ordered by smallest member, members ascending.
-    pub fn from_labels(labels: &[u32], bound: usize) -> Groups {
-        let mut groups = Groups::default();
-        groups.fill_from_labels(labels, bound);
-        groups
-    }
-
-    /// [`Groups::from_labels`] into `self`, reusing its buffers.
-    pub fn fill_from_labels(&mut self, labels: &[u32], bound: usize) {
-        self.fill_by(labels.len(), bound, &mut Vec::new(), |i| labels[i]);
-    }
-
-    /// Groups items `0..n` by `label(i)` (below `bound`, or `u32::MAX`), as
-    /// [`Groups::from_labels`]; `group_of_label` is scratch.
-    fn fill_by(
-        &mut self,
-        n: usize,
-        bound: usize,
-        group_of_label: &mut Vec<u32>,
-        label: impl Fn(usize) -> u32,
-    ) {
-        const NONE: u32 = u32::MAX;
-        group_of_label.clear();
-        group_of_label.resize(bound, NONE);
-        self.group_of.clear();
-        self.offsets.clear();
-        self.offsets.push(0);
-        // Count members per group in `offsets[g + 1]`, then turn counts into starts.
-        let mut grouped = 0;
-        for i in 0..n {
-            let l = label(i);
-            if l == NONE {
-                self.group_of.push(NONE);
-                continue;
-            }
-            grouped += 1;
-            let g = &mut group_of_label[l as usize];
-            if *g == NONE {
-                *g = self.offsets.len() as u32 - 1;
-                self.offsets.push(0);
-            }
-            self.offsets[*g as usize + 1] += 1;
-            self.group_of.push(*g);
-        }
-        for g in 1..self.offsets.len() {
-            self.offsets[g] += self.offsets[g - 1];
-        }
-        let fill = group_of_label;
-        fill.clear();
-        fill.extend_from_slice(&self.offsets[..self.offsets.len() - 1]);
-        self.members.clear();
-        self.members.resize(grouped, 0);
-        for (i, &g) in self.group_of.iter().enumerate() {
-            if g == NONE {
-                continue;
-            }
-            self.members[fill[g as usize] as usize] = i as u32;
-            fill[g as usize] += 1;
-        }
     }
 }
 
@@ -883,6 +880,17 @@ mod tests {
     }
 
     #[test]
+    fn joined_groups_keep_left_out_items_out() {
+        let items = [item(0.0, 300.0), item(5_000.0, 300.0), item(10_000.0, 300.0)];
+        let mut groups = Groups::default();
+        Grouper::new().group_into(&items, &[false, true, false], 300.0, &mut groups);
+        assert_eq!(groups.len(), 2);
+        let joined = groups.join(&[0, 0]);
+        assert_eq!((joined.len(), joined.members(0)), (1, &[0, 2][..]));
+        assert_eq!(joined.group_of(1), u32::MAX as usize);
+    }
+
+    #[test]
     fn worlds_never_mix() {
         let mut items = [item(0.0, 300.0), item(0.0, 300.0)];
         items[1].world = WorldId(1);
@@ -934,6 +942,12 @@ mod tests {
             }).collect();
             let groups = Grouper::new().group(&items, 300.0);
             proptest::prop_assert!(same_partition(&groups, &brute(&items)));
+            // Groups in order of their smallest member, members ascending.
+            let firsts: Vec<u32> = (0..groups.len()).map(|g| groups.members(g)[0]).collect();
+            proptest::prop_assert!(firsts.windows(2).all(|w| w[0] < w[1]));
+            for g in 0..groups.len() {
+                proptest::prop_assert!(groups.members(g).windows(2).all(|w| w[0] < w[1]));
+            }
         }
 
         /// Dense crowds: many items per cell and per octant.
