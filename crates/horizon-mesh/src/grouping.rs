@@ -10,7 +10,8 @@
 //!   sub-cells (`2 × base` wide), so an item at rest reaches no farther than the next cell;
 //! - a [`Grouper`] remembers the sub-cell of each item index from its last call: between two
 //!   ticks most items stay in theirs and are placed without hashing, and only new sub-cells are
-//!   sorted into the occupied ones;
+//!   sorted into the occupied ones; told which items changed ([`Grouper::regroup_into`]), it
+//!   looks at those alone;
 //! - occupied sub-cells are sorted by (world, cell, sub-cell): a cell is a range of runs. The 13
 //!   forward neighbours of every cell (each cell pair once) are the next cell along z and four
 //!   columns of three cells along z, each a range of the sorted cells that a cursor finds,
@@ -198,11 +199,12 @@ struct Cell {
 
 const NONE: u32 = u32::MAX;
 
-/// Reusable grouping state: keep one and call [`Grouper::group`] every tick. Besides sparing
-/// allocations, it remembers the sub-cells of the last call: an item whose sub-cell did not
-/// change (most of them, between two ticks) is placed without hashing, and the sorted
-/// sub-cells only take in the new ones. These are hints, checked on use: the result is the same
-/// whatever was grouped before.
+/// Reusable grouping state: keep one and group with it every tick. Besides sparing allocations,
+/// it remembers the sub-cells of the last call: an item whose sub-cell did not change (most of
+/// them, between two ticks) is placed without hashing, and the sorted sub-cells only take in the
+/// new ones. These are hints, checked on use: the result is the same whatever was grouped
+/// before. [`Grouper::regroup_into`] goes further and looks only at the items the caller says
+/// changed.
 #[derive(Debug, Default)]
 pub struct Grouper {
     parent: Vec<u32>,
@@ -216,7 +218,7 @@ pub struct Grouper {
     /// Per item index: its sub-cell id (`NONE` if skipped), which the next call takes as a
     /// hint.
     hint: Vec<u32>,
-    /// Per sub-cell id: where its items go next in `order`; then its run's component.
+    /// Per sub-cell id: where its items go next in `order`; then its group.
     fill: Vec<u32>,
     /// Per component (a run): its smallest item, then its group number; then where the
     /// group's members go next.

@@ -275,7 +275,7 @@ struct Scratch {
     grouper: Grouper,
     /// Per bubble slot at the start of the tick: its world (`NONE` for a free slot).
     slot_world: Vec<u32>,
-    /// The units of placement of this tick (groups of item indices).
+    /// The units of placement of this tick (groups of player indices).
     units: Groups,
     tallies: Vec<Tally>,
     /// The other half of `tallies`' double buffer, used while joining units.
