@@ -281,6 +281,18 @@ impl Grouper {
         self.grid_and_group(items, skip, Some(changed), base, out);
     }
 
+    /// The items were renumbered between calls: the item now at index `new` is the one that
+    /// was at `old_of_new[new]`, and `old_of_new` is a permutation of the last call's items.
+    /// What the grouper remembers of each item follows it, so the next
+    /// [`Grouper::regroup_into`] need only list the items that changed otherwise.
+    ///
+    /// # Panics
+    /// If `old_of_new` is not as long as the last call's items (a caller's bug).
+    pub fn renumber(&mut self, old_of_new: &[u32]) {
+        assert_eq!(old_of_new.len(), self.hint.len(), "a permutation of the last call's items");
+        self.hint = old_of_new.iter().map(|&old| self.hint[old as usize]).collect();
+    }
+
     fn grid_and_group(
         &mut self,
         items: &[Item],

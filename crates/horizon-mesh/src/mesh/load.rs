@@ -25,7 +25,7 @@ impl Mesh {
             } else {
                 let mut counts = vec![0; parts.len()];
                 for &pi in members {
-                    counts[part_of(&parts, self.players[pi as usize].position)] += 1;
+                    counts[part_of(&parts, self.items[pi as usize].pos)] += 1;
                 }
                 counts
             };
@@ -104,7 +104,7 @@ impl Mesh {
         let members: Vec<&Player> = sc
             .members(slot)
             .iter()
-            .map(|&i| &self.players[i as usize])
+            .map(|&place| self.player_at(place))
             .filter(|p| part_of(parts, p.position) == part)
             .collect();
         let items: Vec<Item> = members

@@ -230,22 +230,30 @@ pub struct Mesh {
     sites: Sites,
     th: Thresholds,
     placement: Placement,
+    /// The player records, as given (a departure's place goes to the last one).
     players: Vec<Player>,
-    /// Per player: slot of its bubble, or `NONE` (core zone, or NPC).
+    /// Player id → index in `players`.
+    player_index: FxHashMap<PlayerId, u32>,
+    /// Per player: its *place*, its index in the arrays the tick reads. Places follow players'
+    /// indices until the tick stores them in unit order (`order.rs`).
+    place_of: Vec<u32>,
+    // Per place from here on.
+    /// The player at this place (index in `players`).
+    player_at: Vec<u32>,
+    /// What grouping and scoring read of a player, kept up to date on every input so that a
+    /// tick never reads the player records.
+    items: Vec<Item>,
+    members: Vec<units::Member>,
+    /// An NPC, left out of grouping.
+    npc: Vec<bool>,
+    /// Slot of its bubble, or `NONE` (core zone, or NPC).
     player_bubble: Vec<u32>,
-    /// Per player: joined since the last tick.
+    /// Joined since the last tick.
     fresh: Vec<bool>,
     /// How many players joined since the last tick (the `fresh` flags to reset).
     fresh_count: usize,
-    player_index: FxHashMap<PlayerId, u32>,
-    /// Per player: what grouping and scoring read of it, kept up to date on every input so
-    /// that a tick never copies the player records.
-    items: Vec<Item>,
-    members: Vec<units::Member>,
-    /// Per player: an NPC, left out of grouping.
-    npc: Vec<bool>,
-    /// Players (indices) whose item changed since the last tick, each once (`changed_flag`):
-    /// grouping updates its grid for them alone.
+    /// Places whose item changed since the last tick, each once (`changed_flag`): grouping
+    /// updates its grid for them alone.
     changed: Vec<u32>,
     changed_flag: Vec<bool>,
     bubbles: Vec<Option<Bubble>>,
@@ -263,9 +271,12 @@ pub struct Mesh {
     commands: VecDeque<Command>,
     last_stats: TickStats,
     scratch: Scratch,
+    /// Players are renumbered in unit order only from this many on (`order.rs`).
+    renumber_min_players: usize,
 }
 
 mod load;
+mod order;
 mod tick;
 mod units;
 
@@ -298,6 +309,8 @@ struct Scratch {
     sweep: units::Sweep,
     /// Overlapping pairs of claims (clusters', then units').
     pairs: Vec<(u32, u32)>,
+    /// Counted players stored apart from the member of their cluster before them.
+    breaks: usize,
 }
 
 impl Scratch {
@@ -325,10 +338,12 @@ impl Mesh {
             th,
             placement: config.placement,
             players: Vec::new(),
+            player_index: FxHashMap::default(),
+            place_of: Vec::new(),
+            player_at: Vec::new(),
             player_bubble: Vec::new(),
             fresh: Vec::new(),
             fresh_count: 0,
-            player_index: FxHashMap::default(),
             items: Vec::new(),
             members: Vec::new(),
             npc: Vec::new(),
@@ -346,6 +361,7 @@ impl Mesh {
             commands: VecDeque::new(),
             last_stats: TickStats::default(),
             scratch: Scratch::default(),
+            renumber_min_players: order::RENUMBER_MIN_PLAYERS,
         })
     }
 
@@ -362,16 +378,19 @@ impl Mesh {
         check_rtt(join.access_rtt_ms)?;
         self.check_position(join.position)?;
         check_vec("velocity", join.velocity)?;
-        self.player_index.insert(join.id, self.players.len() as u32);
+        let (i, place) = (self.players.len() as u32, self.items.len() as u32);
+        self.player_index.insert(join.id, i);
         let player = Player::from_join(&join);
         let (item, member) = self.describe_player(&player);
+        self.place_of.push(place);
+        self.player_at.push(i);
         self.items.push(item);
         self.members.push(member);
         self.npc.push(!player.role.is_counted());
         self.players.push(player);
         self.player_bubble.push(NONE);
         self.changed_flag.push(false);
-        self.mark_changed(self.players.len() - 1);
+        self.mark_changed(place as usize);
         self.fresh.push(true);
         self.fresh_count += 1;
         Ok(())
@@ -389,31 +408,38 @@ impl Mesh {
         if let Some(v) = update.velocity {
             check_vec("velocity", v)?;
         }
-        let i = i as usize;
+        let (i, place) = (i as usize, self.place_of[i as usize] as usize);
         self.players[i].apply(update);
-        (self.items[i], self.members[i]) = self.describe_player(&self.players[i]);
-        self.npc[i] = !self.players[i].role.is_counted();
-        self.mark_changed(i);
+        (self.items[place], self.members[place]) = self.describe_player(&self.players[i]);
+        self.npc[place] = !self.players[i].role.is_counted();
+        self.mark_changed(place);
         Ok(())
     }
 
     /// A player disconnected.
     pub fn handle_leave(&mut self, id: PlayerId) -> Result<(), InputError> {
         let i = self.player_index.remove(&id).ok_or(InputError::UnknownPlayer(id))? as usize;
+        let place = self.place_of[i] as usize;
+        // The last player record takes its index...
         self.players.swap_remove(i);
-        self.items.swap_remove(i);
-        self.members.swap_remove(i);
-        self.npc.swap_remove(i);
-        self.player_bubble.swap_remove(i);
-        self.changed_flag.swap_remove(i);
-        if i < self.players.len() {
-            // The last player took this place: always listed, even if its flag says it is.
-            self.changed_flag[i] = true;
-            self.changed.push(i as u32);
-        }
-        self.fresh.swap_remove(i);
+        self.place_of.swap_remove(i);
         if let Some(moved) = self.players.get(i) {
             self.player_index.insert(moved.id, i as u32);
+            self.player_at[self.place_of[i] as usize] = i as u32;
+        }
+        // ... and the player at the last place takes its place.
+        self.player_at.swap_remove(place);
+        self.items.swap_remove(place);
+        self.members.swap_remove(place);
+        self.npc.swap_remove(place);
+        self.player_bubble.swap_remove(place);
+        self.changed_flag.swap_remove(place);
+        self.fresh.swap_remove(place);
+        if place < self.player_at.len() {
+            self.place_of[self.player_at[place] as usize] = place as u32;
+            // Always listed, even if its flag says it is: that was for its old place.
+            self.changed_flag[place] = true;
+            self.changed.push(place as u32);
         }
         Ok(())
     }
@@ -586,7 +612,7 @@ impl Mesh {
     /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
     pub fn bubble_of(&self, id: PlayerId) -> Option<&Bubble> {
         let &i = self.player_index.get(&id)?;
-        match self.player_bubble[i as usize] {
+        match self.player_bubble[self.place_of[i as usize] as usize] {
             NONE => None,
             s => self.bubbles[s as usize].as_ref(),
         }
@@ -633,12 +659,17 @@ impl Mesh {
         self.th.weights.of(p.role)
     }
 
-    /// Lists player `i` as changed since the last tick (once).
-    fn mark_changed(&mut self, i: usize) {
-        if !self.changed_flag[i] {
-            self.changed_flag[i] = true;
-            self.changed.push(i as u32);
+    /// Lists the player at `place` as changed since the last tick (once).
+    fn mark_changed(&mut self, place: usize) {
+        if !self.changed_flag[place] {
+            self.changed_flag[place] = true;
+            self.changed.push(place as u32);
         }
+    }
+
+    /// The record of the player at `place`.
+    fn player_at(&self, place: u32) -> &Player {
+        &self.players[self.player_at[place as usize] as usize]
     }
 
     /// A player as grouping and scoring read it.

@@ -27,6 +27,9 @@ impl Mesh {
             self.fresh.fill(false);
             self.fresh_count = 0;
         }
+        if self.scattered(sc.breaks, stats.counted as usize) {
+            self.renumber(&sc.units, &mut sc.grouper);
+        }
         stats.bubbles = self.bubble_index.len() as u32;
         stats.in_zone = (0..sc.units.len())
             .filter(|&u| sc.cluster_bubble[u] == NONE)
@@ -174,7 +177,7 @@ impl Mesh {
             if b.stalled_since.is_some() {
                 let target = self.failover_target(tally, site, servers);
                 if let Ok(lease) = self.leases.grant(id, target, now) {
-                    let players = member_ids(&self.players, sc.members(slot));
+                    let players = member_ids(&self.members, sc.members(slot));
                     self.relocate(slot, target, lease.epoch, MoveReason::Failover, now, players);
                     stats.moved += 1;
                 }
@@ -195,7 +198,7 @@ impl Mesh {
             if let Verdict::Move(reason) = b.hysteresis.decide(now, &current, &best, sum_w, th) {
                 let epoch = b.epoch;
                 if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
-                    let players = member_ids(&self.players, sc.members(slot));
+                    let players = member_ids(&self.members, sc.members(slot));
                     self.relocate(slot, best.site, lease.epoch, reason, now, players);
                     stats.moved += 1;
                 }
@@ -244,19 +247,16 @@ impl Mesh {
     }
 
     pub(super) fn cluster_players(&self, clusters: &Groups, c: usize) -> Vec<PlayerId> {
-        let mut v: Vec<PlayerId> =
-            clusters.members(c).iter().map(|&i| self.members[i as usize].id).collect();
-        v.sort_unstable();
-        v
+        member_ids(&self.members, clusters.members(c))
     }
 
     pub(super) fn slot_players(&self, slot: u32) -> Vec<PlayerId> {
         let mut v: Vec<PlayerId> = self
             .player_bubble
             .iter()
-            .zip(&self.players)
+            .zip(&self.members)
             .filter(|(s, _)| **s == slot)
-            .map(|(_, p)| p.id)
+            .map(|(_, m)| m.id)
             .collect();
         v.sort_unstable();
         v
@@ -264,9 +264,9 @@ impl Mesh {
 
     pub(super) fn tally_of_slot(&self, slot: u32) -> Tally {
         let mut t = Tally::new(self.sites.len());
-        for (s, p) in self.player_bubble.iter().zip(&self.players) {
+        for (s, m) in self.player_bubble.iter().zip(&self.members) {
             if *s == slot {
-                t.add(p, self.weight(p));
+                t.add_one(m.home, m.access_ms, m.weight);
             }
         }
         t
@@ -622,8 +622,9 @@ impl Mesh {
     }
 }
 
-pub(super) fn member_ids(players: &[Player], members: &[u32]) -> Vec<PlayerId> {
-    let mut v: Vec<PlayerId> = members.iter().map(|&i| players[i as usize].id).collect();
+/// The ids of the players at `places`, sorted.
+pub(super) fn member_ids(members: &[units::Member], places: &[u32]) -> Vec<PlayerId> {
+    let mut v: Vec<PlayerId> = places.iter().map(|&p| members[p as usize].id).collect();
     v.sort_unstable();
     v
 }

@@ -38,7 +38,7 @@ impl Mesh {
         sc.grouper.regroup_into(items, npc, &self.changed, merge, out);
         for &i in &self.changed {
             let i = i as usize;
-            if i < self.players.len() {
+            if i < self.items.len() {
                 self.changed_flag[i] = false;
                 // NPCs are in no bubble (a player becomes one through an update: listed here).
                 if self.npc[i] {
@@ -121,12 +121,14 @@ impl Mesh {
         // alert boxes make the members' box grown by half of it, so only moving ones are added
         // one by one.
         let still = self.th.merge_distance_m + extra;
+        sc.breaks = 0;
         for c in 0..nc {
             let t = &mut sc.tallies[c];
             t.clear();
             let first_claim = sc.claims.len();
             sc.claim_start.push(first_claim as u32);
             let members = clusters.members(c);
+            sc.breaks += members.windows(2).filter(|w| w[1] != w[0] + 1).count();
             let first = &self.items[members[0] as usize];
             let mut bounds = Aabb::point(first.pos);
             let (mut margin, mut moving_alert, mut any_still) = (0.0f64, None::<Aabb>, false);
