@@ -4,8 +4,14 @@
 //! The population is realistic for an MMO: mostly groups of 1–20, a few large events of a few
 //! hundred, homes weighted 50/30/20 %, pilots, AFK players and NPCs, a tenth of the players moving
 //! (walking to fast ships) between ticks. Density is kept constant as the population grows.
-//! Each run prints how many units of placement and bubbles the population forms. Motion
-//! is applied outside the timed section; only `Mesh::tick` is measured.
+//! Players connect in a shuffled order, not group by group, so a group's members are anywhere
+//! in the mesh's arrays until its first tick renumbers them (`mesh/order.rs`). Movers go round
+//! a circle every two minutes (walkers stay near their group, fast ships leave it and come
+//! back), so the state is stationary: every sample measures the same kind of tick, with groups
+//! splitting and merging as ships come and go.
+//! Each run prints how many units of placement and bubbles the population forms, and the first
+//! tick (with the renumbering). Motion is applied outside the timed section; only `Mesh::tick`
+//! is measured.
 //!
 //! Run: `cargo bench -p horizon-mesh --bench tick`
 
@@ -72,6 +78,10 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
             });
         }
     }
+    // They connect in any order.
+    for i in (1..out.len()).rev() {
+        out.swap(i, rng.below(i as u64 + 1) as usize);
+    }
     out
 }
 
@@ -86,23 +96,38 @@ fn setup(n: usize) -> Mesh {
     for j in population(n, 42) {
         mesh.handle_join(j).expect("valid join");
     }
-    // Two ticks to reach the steady state (bubbles exist).
+    // Two ticks to reach the steady state (bubbles exist, players in unit order).
     for t in [0, 5] {
-        mesh.tick(Time::from_secs(t));
+        let start = Instant::now();
+        let stats = mesh.tick(Time::from_secs(t));
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let renumbered = if stats.renumbered { ", players renumbered" } else { "" };
+        eprintln!("n = {n}: set-up tick at {t} s: {ms:.1} ms{renumbered}");
         while mesh.poll_command().is_some() {}
     }
     mesh
 }
 
+/// Movers advance by `dt_s` and turn by `dt_s / 120 s` of a full circle.
 fn advance(mesh: &mut Mesh, dt_s: f64) {
-    let moves: Vec<(PlayerId, Vec3)> = mesh
+    let (sin, cos) = (std::f64::consts::TAU * dt_s / 120.0).sin_cos();
+    let moves: Vec<(PlayerId, Vec3, Vec3)> = mesh
         .players()
         .iter()
         .filter(|p| p.velocity.norm_sq() > 0.0)
-        .map(|p| (p.id, p.position + p.velocity * dt_s))
+        .map(|p| {
+            let v = p.velocity;
+            let turned = Vec3::new(v.x * cos - v.y * sin, v.x * sin + v.y * cos, v.z);
+            (p.id, p.position + v * dt_s, turned)
+        })
         .collect();
-    for (id, pos) in moves {
-        let _ = mesh.handle_update(id, &PlayerUpdate { position: Some(pos), ..Default::default() });
+    for (id, position, velocity) in moves {
+        let update = PlayerUpdate {
+            position: Some(position),
+            velocity: Some(velocity),
+            ..Default::default()
+        };
+        let _ = mesh.handle_update(id, &update);
     }
 }
 

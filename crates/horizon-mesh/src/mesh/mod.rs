@@ -222,6 +222,9 @@ pub struct TickStats {
     pub deleted: u32,
     pub borders: u32,
     pub load_changes: u32,
+    /// Players were given new places in unit order at the end of this tick (scattered
+    /// players make every pass over them slow; this tick took longer to fix it).
+    pub renumbered: bool,
 }
 
 /// The brain. See the module documentation.

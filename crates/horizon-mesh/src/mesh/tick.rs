@@ -29,6 +29,7 @@ impl Mesh {
         }
         if self.scattered(sc.breaks, stats.counted as usize) {
             self.renumber(&sc.units, &mut sc.grouper);
+            stats.renumbered = true;
         }
         stats.bubbles = self.bubble_index.len() as u32;
         stats.in_zone = (0..sc.units.len())

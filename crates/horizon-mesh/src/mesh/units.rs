@@ -34,6 +34,8 @@ impl Mesh {
     /// Groups the counted players at the merge distance into `out`, updating the grid for the
     /// players that changed since the last tick alone.
     fn group_counted(&mut self, sc: &mut Scratch, out: &mut Groups) {
+        // In place order, the grid reads the changed players' items as it would a stream.
+        self.changed.sort_unstable();
         let (items, npc, merge) = (&self.items, &self.npc, self.th.merge_distance_m);
         sc.grouper.regroup_into(items, npc, &self.changed, merge, out);
         for &i in &self.changed {
