@@ -216,8 +216,9 @@ pub struct Grouper {
     /// Occupied sub-cell ids, sorted by key.
     sorted: Vec<u32>,
     /// Per item index: its sub-cell id (`NONE` if skipped), which the next call takes as a
-    /// hint.
+    /// hint, and its radius in that call.
     hint: Vec<u32>,
+    radius: Vec<f64>,
     /// Per sub-cell id: where its items go next in `order`; then its group.
     fill: Vec<u32>,
     /// Per component (a run): its smallest item, then its group number; then where the
@@ -228,7 +229,8 @@ pub struct Grouper {
     root_at: Vec<u32>,
     /// Sub-cells occupied in this call and not in `sorted` yet.
     added: Vec<u32>,
-    /// Sub-cells whose items changed in this call (their reach is found again).
+    /// Sub-cells that lost their farthest-reaching item in this call (their reach is found
+    /// again).
     dirty: Vec<u32>,
     /// The sub-cell width of the last call.
     sub: Option<f64>,
@@ -291,6 +293,7 @@ impl Grouper {
     pub fn renumber(&mut self, old_of_new: &[u32]) {
         assert_eq!(old_of_new.len(), self.hint.len(), "a permutation of the last call's items");
         self.hint = old_of_new.iter().map(|&old| self.hint[old as usize]).collect();
+        self.radius = old_of_new.iter().map(|&old| self.radius[old as usize]).collect();
     }
 
     fn grid_and_group(
@@ -427,6 +430,7 @@ impl Grouper {
             self.subs.clear();
             self.sorted.clear();
             self.hint.clear();
+            self.radius.clear();
         }
         self.sub = Some(sub);
         self.added.clear();
@@ -438,6 +442,8 @@ impl Grouper {
                     (sc.count, sc.reach) = (0, 0.0);
                 }
                 self.hint.resize(items.len(), NONE);
+                self.radius.clear();
+                self.radius.extend(items.iter().map(|it| it.radius));
                 let mut last = None;
                 for i in 0..items.len() {
                     let r = self.place(items, skip, i, per_m, &mut last);
@@ -454,31 +460,35 @@ impl Grouper {
                 for i in items.len()..self.hint.len() {
                     let r = self.hint[i];
                     if r != NONE {
-                        self.subs[r as usize].count -= 1;
-                        self.mark_dirty(r);
+                        self.leave(r, self.radius[i]);
                     }
                 }
                 self.hint.resize(items.len(), NONE);
+                self.radius.resize(items.len(), 0.0);
                 let mut last = None;
                 for &i in changed.iter().filter(|&&i| (i as usize) < items.len()) {
-                    let (old, new) = (
-                        self.hint[i as usize],
-                        self.place(items, skip, i as usize, per_m, &mut last),
-                    );
+                    let i = i as usize;
+                    let (old, new) = (self.hint[i], self.place(items, skip, i, per_m, &mut last));
+                    let (was, radius) = (self.radius[i], items[i].radius);
                     if old != new {
                         if old != NONE {
-                            self.subs[old as usize].count -= 1;
-                            self.mark_dirty(old);
+                            self.leave(old, was);
                         }
                         if new != NONE {
-                            self.subs[new as usize].count += 1;
+                            self.enter(new, radius);
                         }
-                        self.hint[i as usize] = new;
+                    } else if new != NONE && radius != was {
+                        // Same sub-cell, another radius: a larger one extends the reach, a
+                        // smaller one may shrink it.
+                        let sc = &mut self.subs[new as usize];
+                        if radius > was {
+                            sc.reach = sc.reach.max(radius);
+                        } else if was >= sc.reach {
+                            self.mark_dirty(new);
+                        }
                     }
-                    // Its radius may have changed: its sub-cell's reach is found again.
-                    if new != NONE {
-                        self.mark_dirty(new);
-                    }
+                    self.hint[i] = new;
+                    self.radius[i] = radius;
                 }
             }
         }
@@ -528,8 +538,8 @@ impl Grouper {
             self.order[*at as usize] = i as u32;
             *at += 1;
         }
-        // `fill` now holds where each run ends. The reach of a sub-cell whose items changed is
-        // the largest radius among them now.
+        // `fill` now holds where each run ends. The reach of a sub-cell that lost its
+        // farthest-reaching item is the largest radius among its items now.
         for &r in &self.dirty {
             let sc = &mut self.subs[r as usize];
             sc.dirty = false;
@@ -617,6 +627,24 @@ impl Grouper {
         }
         *last = Some((key, r));
         r
+    }
+
+    /// An item of radius `radius` enters sub-cell `r`.
+    fn enter(&mut self, r: u32, radius: f64) {
+        let sc = &mut self.subs[r as usize];
+        // An emptied sub-cell's reach was its last item's.
+        sc.reach = if sc.count == 0 { radius } else { sc.reach.max(radius) };
+        sc.count += 1;
+    }
+
+    /// An item of radius `radius` leaves sub-cell `r`: if it reached farthest there, the reach
+    /// is found again.
+    fn leave(&mut self, r: u32, radius: f64) {
+        let sc = &mut self.subs[r as usize];
+        sc.count -= 1;
+        if radius >= sc.reach {
+            self.mark_dirty(r);
+        }
     }
 
     /// Queues sub-cell `r` to have its reach found again (once).
@@ -1119,7 +1147,13 @@ mod tests {
             let mut changed: Vec<u32> = Vec::new();
             for ops in steps {
                 grouper.regroup_into(&items, &skip, &changed, 300.0, &mut out);
-                let fresh = Grouper::new().group_masked(&items, &skip);
+                let mut fresh_grouper = Grouper::new();
+                let fresh = fresh_grouper.group_masked(&items, &skip);
+                // The same runs, each with the largest radius of its items.
+                let runs = |g: &Grouper| -> Vec<(Key, u32, f64)> {
+                    g.runs.iter().map(|r| (r.key, r.end - r.start, r.reach)).collect()
+                };
+                proptest::prop_assert_eq!(runs(&grouper), runs(&fresh_grouper));
                 for i in 0..items.len() {
                     for j in 0..items.len() {
                         proptest::prop_assert_eq!(
