@@ -314,6 +314,14 @@ struct Scratch {
     pairs: Vec<(u32, u32)>,
     /// Counted players stored apart from the member of their cluster before them.
     breaks: usize,
+    /// Bubble slots in the order the last tick sorted their boxes in, and per slot the
+    /// clusters claiming it (`slot_claimants[slot_start[s]..slot_start[s + 1]]`): a guess at
+    /// the order of this tick's claims.
+    slots_order: Vec<u32>,
+    slot_start: Vec<u32>,
+    slot_claimants: Vec<u32>,
+    /// Units' (or clusters') indices in a guessed order of their claims.
+    claims_order: Vec<u32>,
 }
 
 impl Scratch {

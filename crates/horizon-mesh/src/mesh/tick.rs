@@ -567,9 +567,10 @@ impl Mesh {
         // stale and is reset, once: at most as many rounds as bubbles.
         // Regions are pushed in the order the units' claims were sorted in (a bubble's box is
         // near its claim), so sorting them takes little.
-        let sorted_units: Vec<u32> = sc.sweep.sorted_ids().collect();
+        sc.claims_order.clear();
+        sc.claims_order.extend(sc.sweep.sorted_ids());
         sc.sweep.clear();
-        for u in sorted_units {
+        for &u in &sc.claims_order {
             let (slot, e) = (sc.cluster_bubble[u as usize], &sc.extents[u as usize]);
             match slot {
                 NONE => sc.sweep.push(e.world, e.claim, NONE),
@@ -578,6 +579,9 @@ impl Mesh {
         }
         let mut stale: Vec<u32> =
             sc.sweep.overlapping_nearly_sorted().iter().flat_map(|&(a, b)| [a, b]).collect();
+        // The next tick's guess at the order of its claims.
+        sc.slots_order.clear();
+        sc.slots_order.extend(sc.sweep.sorted_ids().filter(|&slot| slot != NONE));
         let mut reset: Vec<u32> = Vec::new();
         let mut was_reset = vec![false; self.bubbles.len()];
         while !stale.is_empty() {

@@ -18,17 +18,58 @@ impl Mesh {
         self.group_counted(sc, &mut clusters);
         self.describe(&clusters, sc);
         // One sweep of the clusters' claims finds every pair whose members' boxes may touch
-        // (those lie within the claims) and every pair of claims to cut apart.
-        sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs);
+        // (those lie within the claims) and every pair of claims to cut apart. A cluster's
+        // claim is near the box of the bubble its members were in: the bubbles in the order
+        // the last tick sorted them, each followed by the clusters claiming it, give the
+        // clusters nearly sorted.
+        self.guess_claims_order(clusters.len(), sc);
+        sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs, &sc.claims_order);
         match unite_overlapping(&sc.extents, &sc.sweep, &sc.pairs, Extent::touch_box) {
             Some(root) => {
                 sc.units = self.join_clusters(&clusters, &root, sc);
-                // Units that grew claim more: sweep the units' claims again.
-                sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs);
+                // Units that grew claim more: sweep the units' claims again, in the order the
+                // clusters' were just found in.
+                sc.claims_order.clear();
+                let sorted = sc.sweep.sorted_ids();
+                sc.claims_order.extend(sorted.map(|c| {
+                    let first = clusters.members(c as usize)[0];
+                    sc.units.group_of(first as usize) as u32
+                }));
+                sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs, &sc.claims_order);
             }
             None => sc.units = clusters,
         }
         cut_claims(&mut sc.extents, &sc.pairs);
+    }
+
+    /// Leaves in `sc.claims_order` the `nc` clusters in the order of the bubbles they claim
+    /// (`sc.slots_order`, last tick's sorted boxes); clusters claiming none are left out.
+    fn guess_claims_order(&self, nc: usize, sc: &mut Scratch) {
+        // The clusters claiming each slot, as compressed rows.
+        let nslots = self.bubbles.len();
+        let (start, claimants) = (&mut sc.slot_start, &mut sc.slot_claimants);
+        start.clear();
+        start.resize(nslots + 1, 0);
+        for e in &sc.claims {
+            start[e.slot as usize + 1] += 1;
+        }
+        for s in 0..nslots {
+            start[s + 1] += start[s];
+        }
+        claimants.clear();
+        claimants.resize(sc.claims.len(), 0);
+        let mut fill = start[..nslots].to_vec();
+        for c in 0..nc {
+            for e in &sc.claims[sc.claim_start[c] as usize..sc.claim_start[c + 1] as usize] {
+                claimants[fill[e.slot as usize] as usize] = c as u32;
+                fill[e.slot as usize] += 1;
+            }
+        }
+        sc.claims_order.clear();
+        for &s in sc.slots_order.iter().filter(|&&s| (s as usize) < nslots) {
+            let s = s as usize;
+            sc.claims_order.extend_from_slice(&claimants[start[s] as usize..start[s + 1] as usize]);
+        }
     }
 
     /// Groups the counted players at the merge distance into `out`, updating the grid for the
@@ -244,14 +285,15 @@ impl Extent {
     }
 }
 
-/// Sweeps the claims of `extents`, leaving in `pairs` every pair that overlaps.
-fn sweep_claims(extents: &[Extent], sweep: &mut Sweep, pairs: &mut Vec<(u32, u32)>) {
+/// Sweeps the claims of `extents`, leaving in `pairs` every pair that overlaps. `guess` lists
+/// extents' indices in an order close to sorted, if one is known: it only saves time.
+fn sweep_claims(extents: &[Extent], sweep: &mut Sweep, pairs: &mut Vec<(u32, u32)>, guess: &[u32]) {
     sweep.clear();
     for (c, e) in extents.iter().enumerate() {
         sweep.push(e.world, e.claim, c as u32);
     }
     pairs.clear();
-    pairs.extend_from_slice(sweep.overlapping());
+    pairs.extend_from_slice(sweep.overlapping_guessed(guess));
 }
 
 /// Cuts apart the claims that overlap: for each overlapping pair, through the middle of the
@@ -302,6 +344,9 @@ pub(super) struct Sweep {
     pairs: Vec<(u32, u32)>,
     /// The widest box along x.
     widest: f64,
+    /// The order sorting starts from (box indices), and which boxes it lists.
+    guess: Vec<u32>,
+    seen: Vec<bool>,
 }
 
 /// f64 → u64 preserving order (no NaN here: positions are checked at the door).
@@ -354,20 +399,53 @@ impl Sweep {
     /// [`Sweep::overlapping`], for boxes pushed in nearly sorted order (by world, then min x):
     /// they are sorted by insertion, unless that takes too many steps. The result is the same.
     pub(super) fn overlapping_nearly_sorted(&mut self) -> &[(u32, u32)] {
+        self.guess.clear();
+        self.guess.extend(0..self.boxes.len() as u32);
         self.sweep(true)
     }
 
+    /// [`Sweep::overlapping`], sorting from the order `guess` (indices of boxes in push order;
+    /// those out of range or repeated are passed over, those missing follow in push order)
+    /// by insertion, unless that takes too many steps. The result is the same.
+    pub(super) fn overlapping_guessed(&mut self, guess: &[u32]) -> &[(u32, u32)] {
+        let n = self.boxes.len();
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
+        seen.resize(n, false);
+        self.guess.clear();
+        for &i in guess {
+            if (i as usize) < n && !seen[i as usize] {
+                seen[i as usize] = true;
+                self.guess.push(i);
+            }
+        }
+        self.guess.extend((0..n as u32).filter(|&i| !seen[i as usize]));
+        self.seen = seen;
+        self.sweep(true)
+    }
+
+    /// Sorts the boxes, starting from the order of `self.guess` (by insertion if
+    /// `nearly_sorted`), and finds the overlapping pairs.
     fn sweep(&mut self, nearly_sorted: bool) -> &[(u32, u32)] {
         self.widest = self.boxes.iter().map(|(_, b, _)| b.max.x - b.min.x).fold(0.0, f64::max);
         // The sweep reads only this dense array until two boxes overlap along x, so it does
-        // not chase every box in memory.
+        // not chase every box in memory. Keys end with the box's index: whatever the order
+        // they start in, they end sorted the same.
         self.order.clear();
-        self.order.extend(
-            self.boxes
-                .iter()
-                .enumerate()
-                .map(|(i, (w, b, _))| (sort_key(*w, b.min.x, i as u32), ordered(b.max.x))),
-        );
+        if nearly_sorted {
+            let boxes = &self.boxes;
+            self.order.extend(self.guess.iter().map(|&i| {
+                let (w, b, _) = &boxes[i as usize];
+                (sort_key(*w, b.min.x, i), ordered(b.max.x))
+            }));
+        } else {
+            self.order.extend(
+                self.boxes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (w, b, _))| (sort_key(*w, b.min.x, i as u32), ordered(b.max.x))),
+            );
+        }
         let budget = 4 * self.order.len();
         if !(nearly_sorted && insertion_sort(&mut self.order, budget)) {
             self.order.sort_unstable_by_key(|e| e.0);
@@ -642,7 +720,7 @@ mod tests {
     /// The claims swept, and their overlapping pairs.
     fn swept(extents: &[Extent]) -> (Sweep, Vec<(u32, u32)>) {
         let (mut sweep, mut pairs) = (Sweep::default(), Vec::new());
-        sweep_claims(extents, &mut sweep, &mut pairs);
+        sweep_claims(extents, &mut sweep, &mut pairs, &[]);
         (sweep, pairs)
     }
 
@@ -720,13 +798,27 @@ mod tests {
                 let j = k % scrambled.len();
                 scrambled.swap(i, j);
             }
-            for order in [sorted, scrambled] {
+            for order in [&sorted, &scrambled] {
                 let mut again = Sweep::default();
-                for &c in &order {
+                for &c in order {
                     let e = &extents[c as usize];
                     again.push(e.world, e.claim, c);
                 }
                 proptest::prop_assert_eq!(&pairs(&mut again, true), &want);
+            }
+            // Pushed in index order and sorted from a guess: the sorted order, a scrambled
+            // one, one with repeats, indices out of range and some left out, or none. The
+            // same pairs in the same order, and the boxes sorted alike.
+            let want_in_order = sweep.overlapping().to_vec();
+            let want_sorted: Vec<u32> = sweep.sorted_ids().collect();
+            let mut odd: Vec<u32> = scrambled.iter().map(|&c| c * 2).collect();
+            odd.truncate(odd.len() * 2 / 3);
+            odd.extend(shuffle.iter().map(|&k| k as u32 % 200));
+            for guess in [&sorted, &scrambled, &odd, &Vec::new()] {
+                let (mut again, mut got) = (Sweep::default(), Vec::new());
+                sweep_claims(&extents, &mut again, &mut got, guess);
+                proptest::prop_assert_eq!(&got, &want_in_order);
+                proptest::prop_assert_eq!(again.sorted_ids().collect::<Vec<_>>(), want_sorted.clone());
             }
         }
 
