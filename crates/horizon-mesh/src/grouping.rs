@@ -73,6 +73,9 @@ impl Groups {
 
 /// Sub-cells per cell along each axis (a power of two: a cell coordinate is a shift away).
 const SUBS: i32 = 4;
+
+/// Sub-cells get ids in key order again once more than one in this many was created since.
+const SORT_IDS_WHEN: usize = 4;
 const SUB_SHIFT: u32 = 2;
 
 /// A sub-cell: its world, the integer coordinates of its cell and its place in the cell, packed
@@ -215,6 +218,8 @@ pub struct Grouper {
     subs: Vec<SubCell>,
     /// Occupied sub-cell ids, sorted by key.
     sorted: Vec<u32>,
+    /// Sub-cells created since ids were last given in key order ([`Grouper::sort_ids`]).
+    created: usize,
     /// Per item index: its sub-cell id (`NONE` if skipped), which the next call takes as a
     /// hint, and its radius in that call.
     hint: Vec<u32>,
@@ -426,6 +431,7 @@ impl Grouper {
         let forget = self.subs.len() > 2 * self.sorted.len() + 4096;
         let changed = changed.filter(|_| self.sub == Some(sub) && !forget);
         if forget {
+            self.created = 0;
             self.index.clear();
             self.subs.clear();
             self.sorted.clear();
@@ -520,8 +526,13 @@ impl Grouper {
             }
         }
 
+        if self.created * SORT_IDS_WHEN > self.sorted.len() {
+            self.sort_ids();
+        }
+
         // Lay the items out run after run (addressed by sub-cell id: a small array, where
         // the runs in sorted order would be a cache miss per item).
+        let subs = &self.subs;
         self.fill.resize(subs.len(), 0);
         let mut at = 0u32;
         for &r in &self.sorted {
@@ -611,6 +622,7 @@ impl Grouper {
         let next = self.subs.len() as u32;
         let r = *self.index.entry(key).or_insert(next);
         if r == next {
+            self.created += 1;
             self.subs.push(SubCell {
                 key,
                 corner: key.sub_xyz().map(|c| c as f64),
@@ -645,6 +657,33 @@ impl Grouper {
         if radius >= sc.reach {
             self.mark_dirty(r);
         }
+    }
+
+    /// Gives the occupied sub-cells ids in key order, so that the passes over sorted sub-cells
+    /// read them in memory order, and forgets the empty ones. Between placing the items and
+    /// laying them out.
+    fn sort_ids(&mut self) {
+        let mut new_of_old = vec![NONE; self.subs.len()];
+        for (at, &id) in self.sorted.iter().enumerate() {
+            new_of_old[id as usize] = at as u32;
+        }
+        self.subs = self.sorted.iter().map(|&id| self.subs[id as usize]).collect();
+        for (at, id) in self.sorted.iter_mut().enumerate() {
+            *id = at as u32;
+        }
+        self.index.retain(|_, id| {
+            *id = new_of_old[*id as usize];
+            *id != NONE
+        });
+        // Every item placed is in an occupied sub-cell.
+        for h in self.hint.iter_mut().filter(|h| **h != NONE) {
+            *h = new_of_old[*h as usize];
+        }
+        self.dirty.retain_mut(|r| {
+            *r = new_of_old[*r as usize];
+            *r != NONE
+        });
+        self.created = 0;
     }
 
     /// Queues sub-cell `r` to have its reach found again (once).
