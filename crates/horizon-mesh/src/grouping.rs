@@ -172,8 +172,6 @@ impl Key {
 #[derive(Clone, Copy, Debug)]
 struct SubCell {
     key: Key,
-    /// Its low corner, in sub-cell units.
-    corner: [f64; 3],
     /// Its items in this call, and their largest radius.
     count: u32,
     reach: f64,
@@ -221,8 +219,10 @@ pub struct Grouper {
     /// Sub-cells created since ids were last given in key order ([`Grouper::sort_ids`]).
     created: usize,
     /// Per item index: its sub-cell id (`NONE` if skipped), which the next call takes as a
-    /// hint, and its radius in that call.
+    /// hint, that sub-cell's world and low corner (in sub-cell units), and the item's radius
+    /// in that call.
     hint: Vec<u32>,
+    corner: Vec<(u32, [i32; 3])>,
     radius: Vec<f64>,
     /// Per sub-cell id: where its items go next in `order`; then its group.
     fill: Vec<u32>,
@@ -298,6 +298,7 @@ impl Grouper {
     pub fn renumber(&mut self, old_of_new: &[u32]) {
         assert_eq!(old_of_new.len(), self.hint.len(), "a permutation of the last call's items");
         self.hint = old_of_new.iter().map(|&old| self.hint[old as usize]).collect();
+        self.corner = old_of_new.iter().map(|&old| self.corner[old as usize]).collect();
         self.radius = old_of_new.iter().map(|&old| self.radius[old as usize]).collect();
     }
 
@@ -436,6 +437,7 @@ impl Grouper {
             self.subs.clear();
             self.sorted.clear();
             self.hint.clear();
+            self.corner.clear();
             self.radius.clear();
         }
         self.sub = Some(sub);
@@ -448,6 +450,7 @@ impl Grouper {
                     (sc.count, sc.reach) = (0, 0.0);
                 }
                 self.hint.resize(items.len(), NONE);
+                self.corner.resize(items.len(), (0, [0; 3]));
                 self.radius.clear();
                 self.radius.extend(items.iter().map(|it| it.radius));
                 let mut last = None;
@@ -470,6 +473,7 @@ impl Grouper {
                     }
                 }
                 self.hint.resize(items.len(), NONE);
+                self.corner.resize(items.len(), (0, [0; 3]));
                 self.radius.resize(items.len(), 0.0);
                 let mut last = None;
                 for &i in changed.iter().filter(|&&i| (i as usize) < items.len()) {
@@ -603,16 +607,16 @@ impl Grouper {
         let it = &items[i];
         // Still in the sub-cell of the last call? Compared in sub-cell units, as `Key::of`
         // floors them.
+        // (Read next to the item, not from the sub-cell: that would be a cache miss.)
         let v = [it.pos.x * per_m, it.pos.y * per_m, it.pos.z * per_m];
-        let h = self.hint[i] as usize;
-        let stayed = self.subs.get(h).is_some_and(|sc| {
-            let c = &sc.corner;
-            sc.key.world() == it.world.0 && (0..3).all(|k| c[k] <= v[k] && v[k] < c[k] + 1.0)
-        });
-        if stayed {
-            return h as u32;
+        let (h, (world, c)) = (self.hint[i], self.corner[i]);
+        let inside = |k: usize| f64::from(c[k]) <= v[k] && v[k] < f64::from(c[k]) + 1.0;
+        if h != NONE && world == it.world.0 && (0..3).all(inside) {
+            return h;
         }
         let key = Key::of(it.world, it.pos, per_m);
+        // Sub-cell coordinates are within ±2^29 (`Key::of` clamps them).
+        self.corner[i] = (it.world.0, key.sub_xyz().map(|c| c as i32));
         if let Some((k, r)) = *last
             && k == key
         {
@@ -623,14 +627,7 @@ impl Grouper {
         let r = *self.index.entry(key).or_insert(next);
         if r == next {
             self.created += 1;
-            self.subs.push(SubCell {
-                key,
-                corner: key.sub_xyz().map(|c| c as f64),
-                count: 0,
-                reach: 0.0,
-                listed: false,
-                dirty: false,
-            });
+            self.subs.push(SubCell { key, count: 0, reach: 0.0, listed: false, dirty: false });
         }
         let sc = &mut self.subs[r as usize];
         if !sc.listed {
