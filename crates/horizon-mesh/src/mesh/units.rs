@@ -289,11 +289,9 @@ impl Extent {
 /// extents' indices in an order close to sorted, if one is known: it only saves time.
 fn sweep_claims(extents: &[Extent], sweep: &mut Sweep, pairs: &mut Vec<(u32, u32)>, guess: &[u32]) {
     sweep.clear();
-    for (c, e) in extents.iter().enumerate() {
-        sweep.push(e.world, e.claim, c as u32);
-    }
+    sweep.push_guessed(extents.len(), guess, |c| (extents[c].world, extents[c].claim));
     pairs.clear();
-    pairs.extend_from_slice(sweep.overlapping_guessed(guess));
+    pairs.extend_from_slice(sweep.overlapping_nearly_sorted());
 }
 
 /// Cuts apart the claims that overlap: for each overlapping pair, through the middle of the
@@ -333,20 +331,28 @@ pub(super) fn cut_claims(extents: &mut [Extent], pairs: &[(u32, u32)]) {
     }
 }
 
-/// Finds the overlapping pairs among boxes of the same world: sort on (world, min x, push order)
-/// packed in one integer, then sweep along x. Keeps its buffers from tick to tick, and its sorted boxes
-/// until the next `clear`, to find what overlaps one more box ([`Sweep::overlapping_with`]).
+/// Finds the overlapping pairs among boxes of the same world: boxes are sorted by (world,
+/// min x, tie-break) packed in one integer, then swept along x. Each entry holds its whole box,
+/// so the sweep reads one dense array in order. Keeps its buffers from tick to tick, and its
+/// sorted boxes until the next `clear`, to find what overlaps one more box
+/// ([`Sweep::overlapping_with`]).
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
-    boxes: Vec<(WorldId, Aabb, u32)>,
-    /// Per box in sorted order: (world, min x, index) packed by [`sort_key`], and its max x.
-    order: Vec<(u128, u64)>,
+    /// The boxes pushed since the last `clear`; sorted by the last sweep.
+    entries: Vec<Entry>,
     pairs: Vec<(u32, u32)>,
     /// The widest box along x.
     widest: f64,
-    /// The order sorting starts from (box indices), and which boxes it lists.
-    guess: Vec<u32>,
+    /// Which ids [`Sweep::push_guessed`] pushed.
     seen: Vec<bool>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// (world, min x, tie-break): [`sort_key`].
+    key: u128,
+    bx: Aabb,
+    id: u32,
 }
 
 /// f64 → u64 preserving order (no NaN here: positions are checked at the door).
@@ -355,17 +361,17 @@ fn ordered(x: f64) -> u64 {
     if b >> 63 == 1 { !b } else { b | 1 << 63 }
 }
 
-/// (world, min x as [`ordered`], index) in one integer, ordered as that tuple.
-fn sort_key(world: WorldId, min_x: f64, index: u32) -> u128 {
-    u128::from(world.0) << 96 | u128::from(ordered(min_x)) << 32 | u128::from(index)
+/// (world, min x as [`ordered`], tie-break) in one integer, ordered as that tuple.
+fn sort_key(world: WorldId, min_x: f64, tie: u32) -> u128 {
+    u128::from(world.0) << 96 | u128::from(ordered(min_x)) << 32 | u128::from(tie)
 }
 
 /// Sorts `v` by key by insertion, giving up (and returning false) after `budget` steps.
-fn insertion_sort(v: &mut [(u128, u64)], budget: usize) -> bool {
+fn insertion_sort(v: &mut [Entry], budget: usize) -> bool {
     let mut steps = 0;
     for i in 1..v.len() {
         let mut j = i;
-        while j > 0 && v[j - 1].0 > v[j].0 {
+        while j > 0 && v[j - 1].key > v[j].key {
             v.swap(j - 1, j);
             j -= 1;
             steps += 1;
@@ -384,11 +390,42 @@ fn unkey(key: u128) -> (u32, u64) {
 
 impl Sweep {
     pub(super) fn clear(&mut self) {
-        self.boxes.clear();
+        self.entries.clear();
+        self.widest = 0.0;
     }
 
+    /// Pushes a box; boxes with the same world and min x sort in push order.
     pub(super) fn push(&mut self, world: WorldId, bx: Aabb, id: u32) {
-        self.boxes.push((world, bx, id));
+        let tie = self.entries.len() as u32;
+        self.push_tied(world, bx, id, tie);
+    }
+
+    fn push_tied(&mut self, world: WorldId, bx: Aabb, id: u32, tie: u32) {
+        self.widest = self.widest.max(bx.max.x - bx.min.x);
+        self.entries.push(Entry { key: sort_key(world, bx.min.x, tie), bx, id });
+    }
+
+    /// Pushes `n` boxes with ids `0..n` (`of(id)` gives one's world and box): first those
+    /// `guess` lists (ids out of range or repeated are passed over), then the others in id
+    /// order. Boxes with the same world and min x sort by id, so where sorting starts from
+    /// changes nothing but its time.
+    pub(super) fn push_guessed(
+        &mut self,
+        n: usize,
+        guess: &[u32],
+        of: impl Fn(usize) -> (WorldId, Aabb),
+    ) {
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
+        seen.resize(n, false);
+        let listed = guess.iter().copied().filter(|&id| (id as usize) < n);
+        for id in listed.chain(0..n as u32) {
+            if !std::mem::replace(&mut seen[id as usize], true) {
+                let (world, bx) = of(id as usize);
+                self.push_tied(world, bx, id, id);
+            }
+        }
+        self.seen = seen;
     }
 
     /// The ids of every overlapping pair pushed since the last `clear`.
@@ -399,68 +436,25 @@ impl Sweep {
     /// [`Sweep::overlapping`], for boxes pushed in nearly sorted order (by world, then min x):
     /// they are sorted by insertion, unless that takes too many steps. The result is the same.
     pub(super) fn overlapping_nearly_sorted(&mut self) -> &[(u32, u32)] {
-        self.guess.clear();
-        self.guess.extend(0..self.boxes.len() as u32);
         self.sweep(true)
     }
 
-    /// [`Sweep::overlapping`], sorting from the order `guess` (indices of boxes in push order;
-    /// those out of range or repeated are passed over, those missing follow in push order)
-    /// by insertion, unless that takes too many steps. The result is the same.
-    pub(super) fn overlapping_guessed(&mut self, guess: &[u32]) -> &[(u32, u32)] {
-        let n = self.boxes.len();
-        let mut seen = std::mem::take(&mut self.seen);
-        seen.clear();
-        seen.resize(n, false);
-        self.guess.clear();
-        for &i in guess {
-            if (i as usize) < n && !seen[i as usize] {
-                seen[i as usize] = true;
-                self.guess.push(i);
-            }
-        }
-        self.guess.extend((0..n as u32).filter(|&i| !seen[i as usize]));
-        self.seen = seen;
-        self.sweep(true)
-    }
-
-    /// Sorts the boxes, starting from the order of `self.guess` (by insertion if
-    /// `nearly_sorted`), and finds the overlapping pairs.
     fn sweep(&mut self, nearly_sorted: bool) -> &[(u32, u32)] {
-        self.widest = self.boxes.iter().map(|(_, b, _)| b.max.x - b.min.x).fold(0.0, f64::max);
-        // The sweep reads only this dense array until two boxes overlap along x, so it does
-        // not chase every box in memory. Keys end with the box's index: whatever the order
-        // they start in, they end sorted the same.
-        self.order.clear();
-        if nearly_sorted {
-            let boxes = &self.boxes;
-            self.order.extend(self.guess.iter().map(|&i| {
-                let (w, b, _) = &boxes[i as usize];
-                (sort_key(*w, b.min.x, i), ordered(b.max.x))
-            }));
-        } else {
-            self.order.extend(
-                self.boxes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (w, b, _))| (sort_key(*w, b.min.x, i as u32), ordered(b.max.x))),
-            );
-        }
-        let budget = 4 * self.order.len();
-        if !(nearly_sorted && insertion_sort(&mut self.order, budget)) {
-            self.order.sort_unstable_by_key(|e| e.0);
+        // Keys end with a tie-break: whatever order the boxes were pushed in, they end sorted
+        // the same.
+        let budget = 4 * self.entries.len();
+        if !(nearly_sorted && insertion_sort(&mut self.entries, budget)) {
+            self.entries.sort_unstable_by_key(|e| e.key);
         }
         self.pairs.clear();
-        for (k, &(key, max_x)) in self.order.iter().enumerate() {
-            let (world, _) = unkey(key);
-            for &(other, _) in &self.order[k + 1..] {
-                let (w, min_x) = unkey(other);
-                if w != world || min_x >= max_x {
+        for (k, a) in self.entries.iter().enumerate() {
+            let world = unkey(a.key).0;
+            for b in &self.entries[k + 1..] {
+                if unkey(b.key).0 != world || b.bx.min.x >= a.bx.max.x {
                     break;
                 }
-                let (a, b) = (&self.boxes[key as u32 as usize], &self.boxes[other as u32 as usize]);
-                if a.1.overlaps(&b.1) {
-                    self.pairs.push((a.2, b.2));
+                if a.bx.overlaps(&b.bx) {
+                    self.pairs.push((a.id, b.id));
                 }
             }
         }
@@ -469,7 +463,7 @@ impl Sweep {
 
     /// The ids of the boxes in the order the last sweep sorted them.
     pub(super) fn sorted_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.order.iter().map(|&(key, _)| self.boxes[key as u32 as usize].2)
+        self.entries.iter().map(|e| e.id)
     }
 
     /// The ids of the boxes sorted by the last [`Sweep::overlapping`] that overlap `bx`, in
@@ -482,14 +476,13 @@ impl Sweep {
         // A box starting further left than its widest width ends before `bx` starts. Twice
         // that, so rounding cannot drop one.
         let from = sort_key(world, bx.min.x - 2.0 * self.widest, 0);
-        let start = self.order.partition_point(|&(key, _)| key < from);
-        let (lo, hi) = (ordered(bx.min.x), ordered(bx.max.x));
-        self.order[start..]
+        let start = self.entries.partition_point(|e| e.key < from);
+        let hi = ordered(bx.max.x);
+        self.entries[start..]
             .iter()
-            .take_while(move |&&(key, _)| unkey(key) < (world.0, hi))
-            .map(|&(key, max_x)| (key as u32 as usize, max_x))
-            .filter(move |&(i, max_x)| max_x > lo && self.boxes[i].1.overlaps(&bx))
-            .map(|(i, _)| self.boxes[i].2)
+            .take_while(move |e| unkey(e.key) < (world.0, hi))
+            .filter(move |e| e.bx.overlaps(&bx))
+            .map(|e| e.id)
     }
 }
 
