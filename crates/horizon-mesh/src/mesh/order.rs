@@ -1,19 +1,23 @@
-//! Players' places in unit order.
+//! Players' places and bubbles' slots in unit order.
 //!
 //! Every pass of the tick reads players unit by unit, at their *places* (their index in the
-//! arrays the tick reads: grouping items, scoring figures, bubble, flags). When a unit's members
-//! sit next to each other those reads stream; when they are scattered (players join in any
-//! order, and groups form and re-form as they travel), each one is a cache miss, which at a
-//! million players is most of the tick. The tick counts how often a unit's next member is not
-//! at the next place, and when that happens for more than one counted player in
-//! [`SCATTERED`], it gives every player a new place, in unit order, once, at its end. The
-//! player records (and [`Mesh::players`]) keep their order: only places move.
+//! arrays the tick reads: grouping items, scoring figures, bubble, flags), and each unit's
+//! bubble at its *slot*. When a unit's members sit next to each other, and units' bubbles follow
+//! each other, those reads stream; when they are scattered (players join in any order, groups
+//! form and re-form as they travel, bubbles are created into freed slots), each one is a cache
+//! miss, which at a million players is most of the tick. The tick counts how often a unit's
+//! next member is not at the next place, and a unit's bubble not at the slot after the previous
+//! unit's; when either happens more than once in [`SCATTERED`], it gives every player a new
+//! place and every bubble a new slot, in unit order, once, at its end. Player records (and
+//! [`Mesh::players`]) keep their order and bubbles their ids: only places and slots move.
 //!
 //! Renumbering keeps the units' order and each unit's members' order, so a tick that follows
-//! with nothing changed forms and visits the same units in the same order, decides exactly the
-//! same, and reads its players in order. Players who join or leave afterwards take and free
-//! places at the end, as always, so which new bubble gets which id may differ from a run that
-//! never renumbered; who is simulated with whom, and where, does not (tested below).
+//! with nothing changed forms and visits the same units in the same order and decides exactly
+//! the same. Players who join or leave afterwards take and free places at the end, as always,
+//! and bubbles are scored in slot order, so later ticks may list commands in another order,
+//! give new bubbles other ids, or (when a site runs out of servers) serve another bubble first
+//! than a run that never renumbered; who is simulated with whom, and where, is otherwise the
+//! same (tested below).
 
 use super::*;
 
@@ -25,18 +29,32 @@ const SCATTERED: usize = 8;
 pub(super) const RENUMBER_MIN_PLAYERS: usize = 1 << 15;
 
 impl Mesh {
-    /// Whether the players are scattered enough to be given new places: `breaks` of the
-    /// `counted` players are not at the place after the member of their cluster before them.
-    pub(super) fn scattered(&self, breaks: usize, counted: usize) -> bool {
-        self.items.len() >= self.renumber_min_players && breaks * SCATTERED > counted
+    /// Whether players or bubbles are scattered enough to be given new places and slots: more
+    /// than one counted player in [`SCATTERED`] is not at the place after the member of its
+    /// cluster before it, or more than one unit in [`SCATTERED`] does not hold the slot after
+    /// the previous unit's.
+    pub(super) fn scattered(&self, sc: &Scratch, counted: usize) -> bool {
+        let slot_breaks = sc
+            .cluster_bubble
+            .iter()
+            .filter(|&&s| s != NONE)
+            .zip(sc.cluster_bubble.iter().filter(|&&s| s != NONE).skip(1))
+            .filter(|&(&a, &b)| b != a + 1)
+            .count();
+        self.items.len() >= self.renumber_min_players
+            && (sc.breaks * SCATTERED > counted
+                || slot_breaks * SCATTERED > sc.cluster_bubble.len())
     }
 
-    /// New places: the members of `units` unit after unit, then the players in no unit (NPCs)
-    /// in their order. Player records, their indices and ids stay. Between ticks only: nothing may have changed since `units` were formed (no
-    /// place listed as changed, none fresh).
-    pub(super) fn renumber(&mut self, units: &Groups, grouper: &mut Grouper) {
+    /// New places: the members of this tick's units unit after unit, then the players in no
+    /// unit (NPCs) in their order; and new slots: the units' bubbles in unit order, with no
+    /// free slot left between them. Player records, their indices and ids, and bubble ids
+    /// stay. Between ticks only: nothing may have changed since the units were formed (no place
+    /// listed as changed, none fresh, no slot retired).
+    pub(super) fn renumber(&mut self, sc: &mut Scratch) {
         debug_assert!(self.changed.is_empty() && self.fresh_count == 0, "between ticks only");
-        let n = self.items.len();
+        debug_assert!(self.retired_slots.is_empty(), "between ticks only");
+        let (units, n) = (&sc.units, self.items.len());
         let mut old_of_new: Vec<u32> = Vec::with_capacity(n);
         for u in 0..units.len() {
             old_of_new.extend_from_slice(units.members(u));
@@ -52,7 +70,31 @@ impl Mesh {
         for (place, &i) in self.player_at.iter().enumerate() {
             self.place_of[i as usize] = place as u32;
         }
-        grouper.renumber(&old_of_new);
+        sc.grouper.renumber(&old_of_new);
+
+        // Every live bubble holds a unit (the others were deleted this tick).
+        let mut slot_of_old = vec![NONE; self.bubbles.len()];
+        let mut bubbles: Vec<Option<Bubble>> = Vec::with_capacity(self.bubble_index.len());
+        let held = sc.cluster_bubble.iter().copied().filter(|&s| s != NONE);
+        for slot in held.chain(0..self.bubbles.len() as u32) {
+            if let Some(b) = self.bubbles[slot as usize].take() {
+                slot_of_old[slot as usize] = bubbles.len() as u32;
+                bubbles.push(Some(b));
+            }
+        }
+        self.bubbles = bubbles;
+        self.free_slots.clear();
+        for slot in self.bubble_index.values_mut() {
+            *slot = slot_of_old[*slot as usize];
+        }
+        for slot in self.player_bubble.iter_mut().filter(|s| **s != NONE) {
+            *slot = slot_of_old[*slot as usize];
+        }
+        // What the next tick reads of this one, by slot: its guess at the order of claims.
+        sc.slots_order.retain_mut(|slot| {
+            *slot = slot_of_old.get(*slot as usize).copied().unwrap_or(NONE);
+            *slot != NONE
+        });
     }
 }
 
@@ -135,8 +177,13 @@ mod tests {
     }
 
     /// Every place holds its player: the two maps are inverse, and what the tick reads at a
-    /// place is that player's.
+    /// place is that player's. Every bubble id names the slot holding that bubble.
     fn assert_places_hold_their_players(mesh: &Mesh) {
+        for (id, &slot) in &mesh.bubble_index {
+            assert_eq!(mesh.bubbles[slot as usize].as_ref().map(|b| b.id), Some(*id));
+        }
+        let live = mesh.bubbles.iter().flatten().count();
+        assert_eq!(live, mesh.bubble_index.len());
         assert_eq!(mesh.place_of.len(), mesh.players.len());
         assert_eq!(mesh.player_at.len(), mesh.players.len());
         for (i, p) in mesh.players.iter().enumerate() {
@@ -246,7 +293,13 @@ mod tests {
                 }
                 let now = Time::from_secs(5 * tick);
                 plain.tick(now);
-                renumbered += usize::from(stored.tick(now).renumbered);
+                let stats = stored.tick(now);
+                if stats.renumbered {
+                    renumbered += 1;
+                    // Slots too: in unit order, none free.
+                    assert!(stored.free_slots.is_empty(), "seed {seed}, tick {tick}");
+                    assert_eq!(stored.bubbles.len(), stored.bubble_index.len());
+                }
                 drain(&mut plain);
                 drain(&mut stored);
                 assert_places_hold_their_players(&stored);

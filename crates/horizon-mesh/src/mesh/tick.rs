@@ -27,8 +27,8 @@ impl Mesh {
             self.fresh.fill(false);
             self.fresh_count = 0;
         }
-        if self.scattered(sc.breaks, stats.counted as usize) {
-            self.renumber(&sc.units, &mut sc.grouper);
+        if self.scattered(&sc, stats.counted as usize) {
+            self.renumber(&mut sc);
             stats.renumbered = true;
         }
         stats.bubbles = self.bubble_index.len() as u32;
