@@ -27,6 +27,8 @@
 //! Coordinates divided by `base / 2` must fit in ±2^30 (`|p| < 2^29 × base`, checked where
 //! positions come in: [`Grouper::max_coordinate`]).
 
+use std::sync::OnceLock;
+
 use rustc_hash::FxHashMap;
 
 use crate::geom::{Aabb, Vec3};
@@ -45,9 +47,12 @@ pub struct Item {
 /// ascending item indices and groups are ordered by their smallest member.
 #[derive(Clone, Debug, Default)]
 pub struct Groups {
-    group_of: Vec<u32>,
+    /// How many items were grouped (those left out included).
+    items: usize,
     offsets: Vec<u32>,
     members: Vec<u32>,
+    /// Per item, its group: found on first use (the tick never asks).
+    group_of: OnceLock<Vec<u32>>,
 }
 
 impl Groups {
@@ -65,9 +70,19 @@ impl Groups {
         &self.members[self.offsets[g] as usize..self.offsets[g + 1] as usize]
     }
 
-    /// The group of item `i` (`u32::MAX` for an item left out of grouping).
+    /// The group of item `i` (`u32::MAX` for an item left out of grouping). The first call
+    /// goes over every member.
     pub fn group_of(&self, i: usize) -> usize {
-        self.group_of[i] as usize
+        let group_of = self.group_of.get_or_init(|| {
+            let mut group_of = vec![u32::MAX; self.items];
+            for g in 0..self.len() {
+                for &m in self.members(g) {
+                    group_of[m as usize] = g as u32;
+                }
+            }
+            group_of
+        });
+        group_of[i] as usize
     }
 }
 
@@ -410,15 +425,15 @@ impl Grouper {
         let fill = &mut number;
         fill.clear();
         fill.extend_from_slice(&out.offsets[..groups as usize]);
-        out.group_of.clear();
+        out.items = n;
+        out.group_of = OnceLock::new();
         out.members.clear();
         out.members.resize(out.offsets[groups as usize] as usize, 0);
         for (i, &id) in self.hint.iter().enumerate() {
-            let group = if id == NONE { NONE } else { group_of_id[id as usize] };
-            out.group_of.push(group);
-            if group != NONE {
-                out.members[fill[group as usize] as usize] = i as u32;
-                fill[group as usize] += 1;
+            if id != NONE {
+                let group = group_of_id[id as usize] as usize;
+                out.members[fill[group] as usize] = i as u32;
+                fill[group] += 1;
             }
         }
         self.fill = group_of_id;
@@ -861,8 +876,9 @@ fn within(a: Aabb, b: Aabb, reach: f64, sub: f64) -> bool {
 impl Groups {
     /// Joins groups: group `g` joins group `root[g]`, where every root is its own root and is the
     /// smallest group it gathers. Joined groups are ordered by root; members keep the order of
-    /// the groups they came from. Linear and sequential: no pass over labels per item.
-    pub fn join(&self, root: &[u32]) -> Groups {
+    /// the groups they came from. Linear and sequential: no pass over labels per item. Also
+    /// returns, per group, the joined group it is in.
+    pub fn join(&self, root: &[u32]) -> (Groups, Vec<u32>) {
         const NONE: u32 = u32::MAX;
         let n = self.len();
         let mut joined_of = vec![NONE; n];
@@ -884,19 +900,17 @@ impl Groups {
         }
         let mut fill = offsets[..sizes.len()].to_vec();
         let mut members = vec![0; self.members.len()];
-        // Items in no group stay in none.
-        let mut group_of = vec![NONE; self.group_of.len()];
+        let mut joined = Vec::with_capacity(n);
         for g in 0..n {
             let u = joined_of[root[g] as usize];
+            joined.push(u);
             let from = self.members(g);
             let at = fill[u as usize] as usize;
             members[at..at + from.len()].copy_from_slice(from);
-            for &i in from {
-                group_of[i as usize] = u;
-            }
             fill[u as usize] += from.len() as u32;
         }
-        Groups { group_of, offsets, members }
+        // Items in no group stay in none.
+        (Groups { items: self.items, offsets, members, group_of: OnceLock::new() }, joined)
     }
 }
 
@@ -963,9 +977,10 @@ mod tests {
         let mut groups = Groups::default();
         Grouper::new().group_into(&items, &[false, true, false], 300.0, &mut groups);
         assert_eq!(groups.len(), 2);
-        let joined = groups.join(&[0, 0]);
-        assert_eq!((joined.len(), joined.members(0)), (1, &[0, 2][..]));
+        let (joined, of) = groups.join(&[0, 0]);
+        assert_eq!((joined.len(), joined.members(0), &of[..]), (1, &[0, 2][..], &[0, 0][..]));
         assert_eq!(joined.group_of(1), u32::MAX as usize);
+        assert_eq!((joined.group_of(0), joined.group_of(2)), (0, 0));
     }
 
     #[test]

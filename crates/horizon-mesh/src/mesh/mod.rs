@@ -247,8 +247,9 @@ pub struct Mesh {
     /// tick never reads the player records.
     items: Vec<Item>,
     members: Vec<units::Member>,
-    /// An NPC, left out of grouping.
+    /// An NPC, left out of grouping; and how many are.
     npc: Vec<bool>,
+    npcs: usize,
     /// Slot of its bubble, or `NONE` (core zone, or NPC).
     player_bubble: Vec<u32>,
     /// Joined since the last tick.
@@ -358,6 +359,7 @@ impl Mesh {
             items: Vec::new(),
             members: Vec::new(),
             npc: Vec::new(),
+            npcs: 0,
             changed: Vec::new(),
             changed_flag: Vec::new(),
             bubbles: Vec::new(),
@@ -398,6 +400,7 @@ impl Mesh {
         self.items.push(item);
         self.members.push(member);
         self.npc.push(!player.role.is_counted());
+        self.npcs += usize::from(!player.role.is_counted());
         self.players.push(player);
         self.player_bubble.push(NONE);
         self.changed_flag.push(false);
@@ -422,7 +425,9 @@ impl Mesh {
         let (i, place) = (i as usize, self.place_of[i as usize] as usize);
         self.players[i].apply(update);
         (self.items[place], self.members[place]) = self.describe_player(&self.players[i]);
-        self.npc[place] = !self.players[i].role.is_counted();
+        let npc = !self.players[i].role.is_counted();
+        self.npcs = self.npcs + usize::from(npc) - usize::from(self.npc[place]);
+        self.npc[place] = npc;
         self.mark_changed(place);
         Ok(())
     }
@@ -442,7 +447,7 @@ impl Mesh {
         self.player_at.swap_remove(place);
         self.items.swap_remove(place);
         self.members.swap_remove(place);
-        self.npc.swap_remove(place);
+        self.npcs -= usize::from(self.npc.swap_remove(place));
         self.player_bubble.swap_remove(place);
         self.changed_flag.swap_remove(place);
         self.fresh.swap_remove(place);

@@ -59,7 +59,8 @@ impl Mesh {
         for u in 0..units.len() {
             old_of_new.extend_from_slice(units.members(u));
         }
-        old_of_new.extend((0..n as u32).filter(|&p| units.group_of(p as usize) == NONE as usize));
+        // Units hold every player but NPCs.
+        old_of_new.extend((0..n as u32).filter(|&p| self.npc[p as usize]));
         debug_assert_eq!(old_of_new.len(), n, "every place once");
         permute(&mut self.items, &old_of_new);
         permute(&mut self.members, &old_of_new);
@@ -184,6 +185,7 @@ mod tests {
         }
         let live = mesh.bubbles.iter().flatten().count();
         assert_eq!(live, mesh.bubble_index.len());
+        assert_eq!(mesh.npcs, mesh.npc.iter().filter(|&&npc| npc).count(), "NPCs counted");
         assert_eq!(mesh.place_of.len(), mesh.players.len());
         assert_eq!(mesh.player_at.len(), mesh.players.len());
         for (i, p) in mesh.players.iter().enumerate() {

@@ -11,7 +11,7 @@ impl Mesh {
 
         // 1. Units of placement.
         self.form_units(&mut sc);
-        stats.counted = self.npc.iter().filter(|&&npc| !npc).count() as u32;
+        stats.counted = (self.items.len() - self.npcs) as u32;
         stats.clusters = sc.units.len() as u32;
         // 2. Continuity with the bubbles of the previous tick.
         self.place_units(&mut sc, now, &mut stats);

@@ -26,15 +26,12 @@ impl Mesh {
         sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs, &sc.claims_order);
         match unite_overlapping(&sc.extents, &sc.sweep, &sc.pairs, Extent::touch_box) {
             Some(root) => {
-                sc.units = self.join_clusters(&clusters, &root, sc);
+                let unit_of;
+                (sc.units, unit_of) = self.join_clusters(&clusters, &root, sc);
                 // Units that grew claim more: sweep the units' claims again, in the order the
                 // clusters' were just found in.
                 sc.claims_order.clear();
-                let sorted = sc.sweep.sorted_ids();
-                sc.claims_order.extend(sorted.map(|c| {
-                    let first = clusters.members(c as usize)[0];
-                    sc.units.group_of(first as usize) as u32
-                }));
+                sc.claims_order.extend(sc.sweep.sorted_ids().map(|c| unit_of[c as usize]));
                 sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs, &sc.claims_order);
             }
             None => sc.units = clusters,
@@ -92,9 +89,15 @@ impl Mesh {
         self.changed.clear();
     }
 
-    /// Units from the clusters joined under `root`, with their tallies, extents and claims.
-    fn join_clusters(&self, clusters: &Groups, root: &[u32], sc: &mut Scratch) -> Groups {
-        let units = clusters.join(root);
+    /// Units from the clusters joined under `root`, with their tallies, extents and claims;
+    /// and per cluster, its unit.
+    fn join_clusters(
+        &self,
+        clusters: &Groups,
+        root: &[u32],
+        sc: &mut Scratch,
+    ) -> (Groups, Vec<u32>) {
+        let (units, unit_of) = clusters.join(root);
         // A unit's figures are the sums of its clusters': no second pass over players.
         let mut tallies = std::mem::take(&mut sc.spare_tallies);
         while tallies.len() < units.len() {
@@ -106,9 +109,8 @@ impl Mesh {
         let mut boxes: Vec<Option<Extent>> = vec![None; units.len()];
         // The clusters of each unit, as compressed rows.
         let mut start = vec![0u32; units.len() + 1];
-        let unit_of: Vec<usize> =
-            (0..clusters.len()).map(|c| units.group_of(clusters.members(c)[0] as usize)).collect();
         for (c, &u) in unit_of.iter().enumerate() {
+            let u = u as usize;
             tallies[u].merge(&sc.tallies[c]);
             let e = sc.extents[c];
             boxes[u] = Some(boxes[u].map_or(e, |b| b.join(&e)));
@@ -120,8 +122,8 @@ impl Mesh {
         let mut fill = start.clone();
         let mut of_unit = vec![0u32; clusters.len()];
         for (c, &u) in unit_of.iter().enumerate() {
-            of_unit[fill[u] as usize] = c as u32;
-            fill[u] += 1;
+            of_unit[fill[u as usize] as usize] = c as u32;
+            fill[u as usize] += 1;
         }
         let mut claims: Vec<Claim> = Vec::with_capacity(sc.claims.len());
         let mut claim_start = Vec::with_capacity(units.len() + 1);
@@ -145,7 +147,7 @@ impl Mesh {
         sc.spare_tallies = std::mem::replace(&mut sc.tallies, tallies);
         // Invariant: every unit holds at least one cluster.
         sc.extents = boxes.into_iter().map(|b| b.expect("non-empty unit")).collect();
-        units
+        (units, unit_of)
     }
 
     /// Per cluster: tally, extent (member box, largest speed-scaled border margin, the box
