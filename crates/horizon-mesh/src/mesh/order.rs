@@ -22,7 +22,8 @@
 use super::*;
 
 /// Renumber when more than one counted player in this many is not at the place after the
-/// member of its cluster before it.
+/// member of its cluster before it, or more than one unit in this many does not hold the slot
+/// after the previous unit's.
 const SCATTERED: usize = 8;
 
 /// Below this many players, everything the tick reads fits in the caches: never renumber.

@@ -40,7 +40,8 @@ impl Mesh {
     }
 
     /// Leaves in `sc.claims_order` the `nc` clusters in the order of the bubbles they claim
-    /// (`sc.slots_order`, last tick's sorted boxes); clusters claiming none are left out.
+    /// (`sc.slots_order`, last tick's sorted boxes); clusters claiming none are not listed
+    /// ([`Sweep::push_guessed`] pushes them after).
     fn guess_claims_order(&self, nc: usize, sc: &mut Scratch) {
         // The clusters claiming each slot, as compressed rows.
         let nslots = self.bubbles.len();
