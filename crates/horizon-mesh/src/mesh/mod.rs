@@ -18,6 +18,9 @@
 //! 4. **Scoring and hysteresis** pick each bubble's site; failover ignores hold and dwell.
 //! 5. **Load** (`load.rs`). Within a site, an overloaded bubble is cut across more servers through
 //!    the widest gap between its groups; the latest cut is undone when load stays low.
+//!
+//! A tick that finds players or bubbles scattered in memory ends by storing them again in unit
+//! order (`order.rs`), so the passes above read them in sequence.
 
 use std::collections::VecDeque;
 
@@ -222,8 +225,9 @@ pub struct TickStats {
     pub deleted: u32,
     pub borders: u32,
     pub load_changes: u32,
-    /// Players were given new places in unit order at the end of this tick (scattered
-    /// players make every pass over them slow; this tick took longer to fix it).
+    /// Players and bubbles were stored again in unit order at the end of this tick (new
+    /// places and slots: scattered in memory, they make every pass over them slow; this tick
+    /// took longer to fix it).
     pub renumbered: bool,
 }
 
@@ -233,7 +237,7 @@ pub struct Mesh {
     sites: Sites,
     th: Thresholds,
     placement: Placement,
-    /// The player records, as given (a departure's place goes to the last one).
+    /// The player records, as given (a departure's index goes to the last one).
     players: Vec<Player>,
     /// Player id → index in `players`.
     player_index: FxHashMap<PlayerId, u32>,
