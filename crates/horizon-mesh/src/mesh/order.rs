@@ -35,16 +35,15 @@ impl Mesh {
     /// cluster before it, or more than one unit in [`SCATTERED`] does not hold the slot after
     /// the previous unit's.
     pub(super) fn scattered(&self, sc: &Scratch, counted: usize) -> bool {
-        let slot_breaks = sc
-            .cluster_bubble
-            .iter()
-            .filter(|&&s| s != NONE)
-            .zip(sc.cluster_bubble.iter().filter(|&&s| s != NONE).skip(1))
-            .filter(|&(&a, &b)| b != a + 1)
-            .count();
-        self.items.len() >= self.renumber_min_players
-            && (sc.breaks * SCATTERED > counted
-                || slot_breaks * SCATTERED > sc.cluster_bubble.len())
+        if self.items.len() < self.renumber_min_players {
+            return false;
+        }
+        if sc.breaks * SCATTERED > counted {
+            return true;
+        }
+        let held = || sc.cluster_bubble.iter().filter(|&&s| s != NONE);
+        let slot_breaks = held().zip(held().skip(1)).filter(|&(&a, &b)| b != a + 1).count();
+        slot_breaks * SCATTERED > sc.cluster_bubble.len()
     }
 
     /// New places: the members of this tick's units unit after unit, then the players in no

@@ -247,10 +247,6 @@ impl Mesh {
         }
     }
 
-    pub(super) fn cluster_players(&self, clusters: &Groups, c: usize) -> Vec<PlayerId> {
-        member_ids(&self.members, clusters.members(c))
-    }
-
     pub(super) fn slot_players(&self, slot: u32) -> Vec<PlayerId> {
         let mut v: Vec<PlayerId> = self
             .player_bubble
@@ -431,7 +427,7 @@ impl Mesh {
         else {
             return NONE;
         };
-        let players = self.cluster_players(clusters, c);
+        let players = member_ids(&self.members, clusters.members(c));
         let id = self.bubble(slot).id;
         self.commands.push_back(Command::Create {
             bubble: id,
