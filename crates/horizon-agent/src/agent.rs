@@ -13,8 +13,8 @@ use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{
-    Aabb, Blob, BubbleId, ChannelId, ErrorCode, Fault, HandoverId, Input, Inputs, Lease, LeaseRef,
-    Name, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
+    Aabb, Blob, BubbleId, ChannelId, Epoch, ErrorCode, Fault, HandoverId, Input, Inputs, Lease,
+    LeaseRef, Name, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
 };
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
@@ -33,8 +33,10 @@ const EVENT_QUEUE: usize = 8192;
 /// Items queued per outbound stream (to a server, a player, a peer). Beyond it, updates are
 /// dropped (the next tick replaces them) and inputs wait for their re-send.
 const STREAM_QUEUE: usize = 2048;
-/// Inputs kept per player until acknowledged. Beyond it new inputs are refused and counted.
-const MAX_UNACKED: usize = 1024;
+/// Inputs kept per player until a stored copy covers them. Beyond it the oldest applied ones are
+/// forgotten (a restore could no longer replay them; counted); if none is applied yet, new
+/// inputs are refused and counted.
+const MAX_KEPT: usize = 1024;
 /// An input not acknowledged after this is sent again to where the player is simulated.
 const RESEND_AFTER: Duration = Duration::from_millis(400);
 /// Crossings that arrived before the core's `Members`: kept this long, at most this many.
@@ -47,6 +49,11 @@ const BACKUP_EVERY: Duration = Duration::from_secs(10);
 const SERVER_WAIT: Duration = Duration::from_secs(4);
 /// A started server that has not registered after this is stopped.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// A restored bubble's server must run (its first update) within this, else the restore is
+/// refused and the core fails the bubble over again.
+const RESTORE_DEADLINE: Duration = Duration::from_secs(5);
+/// Snapshot chunk size when feeding a restored copy to a server.
+const RESTORE_CHUNK: usize = 64 * 1024;
 
 /// Why an agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +75,9 @@ pub struct AgentStats {
     pub inputs_received: AtomicU64,
     pub inputs_resent: AtomicU64,
     pub inputs_refused: AtomicU64,
+    /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were
+    /// at their limit): a restore from the copy could not replay them.
+    pub inputs_uncovered_dropped: AtomicU64,
     pub updates_delivered: AtomicU64,
     pub crossings: AtomicU64,
     pub handovers_in: AtomicU64,
@@ -163,6 +173,7 @@ pub async fn start(
         awaiting: HashMap::new(),
         mirrors: HashMap::new(),
         pending_prepare: HashMap::new(),
+        pending_restore: HashMap::new(),
         waiting: std::collections::VecDeque::new(),
         joins: Vec::new(),
         leaves: Vec::new(),
@@ -207,6 +218,8 @@ enum Event {
     PeerGone(Name, u64),
     /// A crossing between two bubbles of this site.
     LocalCross(transfer::Request),
+    /// An order that waited for a ready server, with when it was received.
+    Waited(Instant, InboundRequest<Control>),
     Task(Done),
 }
 
@@ -249,10 +262,21 @@ enum Phase {
     Sealed {
         handover: HandoverId,
     },
+    /// Restored from a copy (a failover): the server has the copy and its seal; the bubble
+    /// runs from the server's first update under the new epoch, which answers the core.
+    Restoring,
 }
 
 struct Local {
     lease: Lease,
+    /// The lease's end by this agent's clock: `ttl_ms` from when the granting renewal was sent
+    /// (or the granting order received). Past it the servers have stopped by their own clocks.
+    valid_until: Instant,
+    /// This site's players in the bubble were told `Reconnecting` since it stopped.
+    told_reconnecting: bool,
+    /// The acknowledgements of the bubble's last update (its tick): what a copy made after it
+    /// includes at least.
+    acked_at: Option<(Tick, Vec<(PlayerId, Seq)>)>,
     region: Region,
     /// The bubble's server; when spread over several (SPEC section 4, within a site), the
     /// server of part 0, which takes new players and makes the handover snapshot.
@@ -266,9 +290,12 @@ struct Local {
 }
 
 impl Local {
-    fn new(lease: Lease, region: Region, server: Name, phase: Phase) -> Self {
+    fn new(lease: Lease, region: Region, server: Name, phase: Phase, received: Instant) -> Self {
         Local {
             lease,
+            valid_until: received + Duration::from_millis(u64::from(lease.ttl_ms)),
+            told_reconnecting: false,
+            acked_at: None,
             region,
             server,
             members: HashMap::new(),
@@ -298,8 +325,16 @@ struct Gw {
     position_seq: u32,
     min_rtt_ms: f32,
     route: Option<(BubbleId, Name)>,
-    unacked: BTreeMap<Seq, (Blob, Instant)>,
+    /// The newest epoch seen in an update of the routed bubble: an update of a newer one comes
+    /// from the bubble's new holder (a failover the core could not tell us about), and the
+    /// route follows it.
+    route_epoch: Epoch,
+    /// Inputs not yet in a stored copy of the universe backup (`seq > covered`), each with when
+    /// it was last sent. Those up to `acked` were applied; they are kept to be re-sent if the
+    /// bubble is restored from its copy (SPEC section 6, I4).
+    kept: BTreeMap<Seq, (Blob, Instant)>,
     acked: Seq,
+    covered: Seq,
 }
 
 struct PeerLink {
@@ -340,6 +375,9 @@ struct Agent {
     /// Handover sources: the bubble's snapshot, deltas and seal go to the target.
     mirrors: HashMap<BubbleId, (HandoverId, mpsc::Sender<StateItem>)>,
     pending_prepare: HashMap<HandoverId, InboundRequest<Control>>,
+    /// Restores waiting for their server's first update, answered then (or refused at the
+    /// deadline).
+    pending_restore: HashMap<BubbleId, (Instant, InboundRequest<Control>)>,
     /// Orders waiting for a ready server, oldest first.
     waiting: std::collections::VecDeque<(Instant, InboundRequest<Control>)>,
     joins: Vec<control::PlayerSample>,
@@ -408,7 +446,10 @@ impl Agent {
             Event::Core(LinkEvent::Retry { error, wait }) => {
                 tracing::debug!(site = %self.site, %error, ?wait, "core unreachable");
             }
-            Event::CoreInbound(Inbound::Request(req)) => self.core_request(req).await,
+            Event::CoreInbound(Inbound::Request(req)) => {
+                self.core_request(req, Instant::now()).await
+            }
+            Event::Waited(received, req) => self.core_request(req, received).await,
             Event::CoreInbound(Inbound::Stream(_) | Inbound::Datagram(_)) => {}
             Event::ServerUp(peer) => self.server_up(peer),
             Event::ServerInbound(name, id, inbound) => self.server_inbound(name, id, inbound),
@@ -657,8 +698,11 @@ impl Agent {
         let control::Reply::Renewed { ttl_ms, granted, refused } = reply else { return };
         let sent_ago_ms = sent.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
         let mut per_server: HashMap<Name, Vec<LeaseRef>> = HashMap::new();
+        let until = sent + Duration::from_millis(u64::from(ttl_ms));
         for l in granted {
-            if let Some(b) = self.bubbles.get(&l.bubble).filter(|b| b.lease.epoch == l.epoch) {
+            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease.epoch == l.epoch) {
+                b.valid_until = b.valid_until.max(until);
+                b.told_reconnecting = false;
                 for server in b.servers() {
                     per_server.entry(server.clone()).or_default().push(l);
                 }
@@ -680,16 +724,35 @@ impl Agent {
         }
     }
 
-    async fn core_request(&mut self, req: InboundRequest<Control>) {
+    /// One order of the core, received at `received` (earlier than now if it waited for a
+    /// server: leases it grants count from then).
+    async fn core_request(&mut self, req: InboundRequest<Control>, received: Instant) {
         use control::Request as R;
         if self.servers_needed(&req.body) > self.free_servers() {
             // Served when a server is ready (the pool grows for it), or refused at the deadline.
-            self.waiting.push_back((Instant::now(), req));
+            self.waiting.push_back((received, req));
             self.top_up_pool();
             return;
         }
         let result = match &req.body {
-            R::Create { bubble, region, lease } => self.create(*bubble, *region, *lease).await,
+            R::Create { bubble, region, lease } => {
+                self.create(*bubble, *region, *lease, received).await
+            }
+            R::Restore { lease, region, from, tick, copy } => {
+                match self.restore(*lease, *region, *from, *tick, copy, received).await {
+                    Ok(None) => Ok(control::Reply::Done),
+                    Ok(Some(bubble)) => {
+                        // Answered at the server's first update under the new epoch.
+                        self.pending_restore.insert(bubble, (received, req));
+                        return;
+                    }
+                    Err(fault) => Err(fault),
+                }
+            }
+            R::Covered { players } => {
+                self.covered(players);
+                Ok(control::Reply::Done)
+            }
             R::Resize { lease, region } => self.resize(*lease, *region).await,
             R::Members { lease, players, departed } => {
                 self.members(*lease, players.clone(), departed.clone()).await
@@ -764,6 +827,7 @@ impl Agent {
             | R::Report { .. }
             | R::Renew { .. }
             | R::Started { .. }
+            | R::Lost { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }
@@ -776,6 +840,9 @@ impl Agent {
         use control::Request as R;
         match body {
             R::Create { bubble, .. } => usize::from(!self.bubbles.contains_key(bubble)),
+            R::Restore { lease, .. } => usize::from(
+                self.bubbles.get(&lease.bubble).is_none_or(|b| b.lease.epoch != lease.epoch),
+            ),
             R::Prepare { target, .. } => usize::from(target == &self.site),
             // Nothing for a bubble not held here or a cut beyond the limit: refused at once.
             R::Parts { lease, parts, .. } => match self.bubbles.get(&lease.bubble) {
@@ -835,15 +902,101 @@ impl Agent {
         bubble: BubbleId,
         region: Region,
         lease: Lease,
+        received: Instant,
     ) -> Result<control::Reply, Fault> {
         if self.bubbles.get(&bubble).is_some_and(|b| b.lease.epoch == lease.epoch) {
             return Ok(control::Reply::Done);
         }
+        let lease = remaining(lease, received);
         let server = self.assign(lease, region, false).await?;
         tracing::info!(site = %self.site, bubble = bubble.0, epoch = lease.epoch.0, %server, "bubble created");
-        self.bubbles.insert(bubble, Local::new(lease, region, server, Phase::Running));
+        self.bubbles.insert(bubble, Local::new(lease, region, server, Phase::Running, received));
         self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
         Ok(control::Reply::Done)
+    }
+
+    /// A failover: run `lease.bubble` here from its latest copy (SPEC section 6). The server
+    /// stands by under the new epoch, takes the copy as a snapshot of the older epoch `from`
+    /// and a seal at `tick` (no final delta), and runs from `tick + 1`. Returns the bubble when
+    /// the answer waits for the server's first update; `None` when it already runs here.
+    async fn restore(
+        &mut self,
+        lease: Lease,
+        region: Region,
+        from: Epoch,
+        tick: Tick,
+        copy: &Blob,
+        received: Instant,
+    ) -> Result<Option<BubbleId>, Fault> {
+        let bubble = lease.bubble;
+        match self.bubbles.get(&bubble) {
+            Some(b) if b.lease.epoch == lease.epoch => return Ok(None),
+            Some(b) if b.lease.epoch > lease.epoch => {
+                return Err(Fault::new(ErrorCode::StaleEpoch, "a newer epoch runs here"));
+            }
+            // An older holder here (a stalled copy of this very bubble): it stops for good.
+            Some(_) => self.drop_bubble(bubble).await,
+            None => {}
+        }
+        let lease = remaining(lease, received);
+        let empty = copy.0.is_empty();
+        let server = self.assign(lease, region, !empty).await?;
+        tracing::warn!(site = %self.site, bubble = bubble.0, epoch = lease.epoch.0, tick = tick.0, copy_bytes = copy.0.len(), %server, "restoring a bubble from its copy");
+        let phase = if empty { Phase::Running } else { Phase::Restoring };
+        self.bubbles.insert(bubble, Local::new(lease, region, server.clone(), phase, received));
+        self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
+        if empty {
+            return Ok(None);
+        }
+        let Some(out) = self.servers.get(&server).map(|s| s.out.clone()) else {
+            return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
+        };
+        let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
+        let total = chunks.len() as u32;
+        let mut items: Vec<StateItem> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, bytes)| {
+                StateItem::Snapshot(horizon_proto::Snapshot {
+                    bubble,
+                    epoch: from,
+                    tick,
+                    index: i as u32,
+                    total,
+                    bytes: Blob(bytes.to_vec()),
+                })
+            })
+            .collect();
+        items.push(StateItem::Seal(horizon_proto::Seal {
+            bubble,
+            epoch: from,
+            tick,
+            final_delta: Blob::default(),
+            last_applied: Vec::new(),
+        }));
+        // The server's stream queue holds far more than one copy's chunks; a full one means
+        // the server is stuck, and the deadline refuses the restore.
+        tokio::spawn(async move {
+            for item in items {
+                if out.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(bubble))
+    }
+
+    /// The core stored copies that include these players' inputs up to `seq`.
+    fn covered(&mut self, players: &[control::CoveredInput]) {
+        for c in players {
+            let Some(gw) = self.players.get_mut(&c.player) else { continue };
+            // Never beyond what was applied: a copy cannot include more.
+            let seq = c.seq.min(gw.acked);
+            if seq > gw.covered {
+                gw.covered = seq;
+                gw.kept = gw.kept.split_off(&Seq(seq.0 + 1));
+            }
+        }
     }
 
     async fn resize(&mut self, lease: LeaseRef, region: Region) -> Result<control::Reply, Fault> {
@@ -968,11 +1121,14 @@ impl Agent {
             let Some(gw) = self.players.get_mut(&r.player) else { continue };
             let new = Some((r.bubble, r.site));
             if gw.route != new {
+                if gw.route.as_ref().is_none_or(|(b, _)| *b != r.bubble) {
+                    gw.route_epoch = Epoch(0);
+                }
                 gw.route = new;
-                // Everything not acknowledged goes to the new holder, which applies each
-                // (player, seq) once.
+                // Every input kept goes to the new holder, which applies each (player, seq)
+                // once.
                 let player = r.player;
-                self.send_unacked(player, Duration::ZERO);
+                self.resend(player, true);
             }
         }
     }
@@ -990,7 +1146,8 @@ impl Agent {
         let region = Region { world: WorldId(0), bounds: None };
         let server = self.assign(lease, region, true).await?;
         tracing::info!(site = %self.site, bubble = bubble.0, from = %source, %server, "handover target standing by");
-        self.bubbles.insert(bubble, Local::new(lease, region, server, Phase::Standby { handover }));
+        let local = Local::new(lease, region, server, Phase::Standby { handover }, Instant::now());
+        self.bubbles.insert(bubble, local);
         self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
         Ok(control::Reply::Prepared { handover })
     }
@@ -1185,6 +1342,7 @@ impl Agent {
     /// under a newer epoch: whatever was prepared for the old epoch stops (a prepare still
     /// opening its transfer is answered now), the bubble keeps running with its state.
     async fn regrant(&mut self, old: LeaseRef, lease: Lease) -> Result<control::Reply, Fault> {
+        let received = Instant::now();
         let local = self
             .bubbles
             .get_mut(&old.bubble)
@@ -1210,6 +1368,7 @@ impl Agent {
         if let Some(local) = self.bubbles.get_mut(&old.bubble) {
             local.phase = Phase::Running;
             local.lease = lease;
+            local.valid_until = received + Duration::from_millis(u64::from(lease.ttl_ms));
         }
         self.mirrors.remove(&old.bubble);
         let abandoned: Vec<HandoverId> = self
@@ -1332,10 +1491,10 @@ impl Agent {
             server::Request::Ready => {
                 srv.ready = true;
                 tracing::info!(site = %self.site, server = %name, "game server ready");
-                if let Some((_, waiting)) = self.waiting.pop_front() {
+                if let Some((received, waiting)) = self.waiting.pop_front() {
                     let events = self.events.clone();
                     tokio::spawn(async move {
-                        let _ = events.send(Event::CoreInbound(Inbound::Request(waiting))).await;
+                        let _ = events.send(Event::Waited(received, waiting)).await;
                     });
                 }
                 Ok(server::Reply::Done)
@@ -1356,6 +1515,21 @@ impl Agent {
             StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
                 let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
                 let (tick, index, total, bytes) = (s.tick, s.index, s.total, s.bytes);
+                // After a whole copy's last chunk: the inputs it includes (those acknowledged
+                // by the update of its tick), so the players' gateways may forget them.
+                let covers = self
+                    .bubbles
+                    .get(&s.bubble)
+                    .filter(|b| {
+                        b.extra.is_empty() && b.lease.epoch == s.epoch && index + 1 == total
+                    })
+                    .and_then(|b| b.acked_at.as_ref())
+                    .filter(|(at, _)| *at == tick)
+                    .map(|(_, acked)| control::Backup::Covers {
+                        lease,
+                        tick,
+                        acked: acked.clone(),
+                    });
                 let spread = self.bubbles.get(&s.bubble).filter(|b| !b.extra.is_empty());
                 let chunk = match spread {
                     None => control::Backup::Chunk { lease, tick, index, total, bytes },
@@ -1366,8 +1540,11 @@ impl Agent {
                         control::Backup::Part { lease, part, parts, tick, index, total, bytes }
                     }
                 };
-                if let Some(out) = &self.backups {
-                    let _ = out.try_send(chunk);
+                if let Some(out) = &self.backups
+                    && out.try_send(chunk).is_ok()
+                    && let Some(covers) = covers
+                {
+                    let _ = out.try_send(covers);
                 }
             }
             StateItem::Snapshot(ref s) => self.mirror(s.bubble, item.clone()),
@@ -1394,6 +1571,16 @@ impl Agent {
         let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
         if !local.servers().any(|s| s == server) || update.epoch != local.lease.epoch {
             return;
+        }
+        if local.extra.is_empty() {
+            local.acked_at = Some((update.tick, update.acked.clone()));
+        }
+        if local.phase == Phase::Restoring {
+            local.phase = Phase::Running;
+            tracing::info!(site = %self.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
+            if let Some((_, req)) = self.pending_restore.remove(&update.bubble) {
+                tokio::spawn(req.reply(Ok(control::Reply::Done)));
+            }
         }
         if let Phase::Standby { handover } = local.phase {
             // The first update under the new epoch: the target runs. Tell the core.
@@ -1426,19 +1613,37 @@ impl Agent {
                 let _ = peer.out.try_send(StateItem::Update(update.clone()));
             }
         }
-        self.deliver(&update);
+        let here = self.site.clone();
+        self.deliver(&update, &here);
     }
 
-    /// Hands an update to this site's players it concerns.
-    fn deliver(&mut self, update: &Update) {
+    /// Hands an update from `site` to this site's players it concerns. An update of the
+    /// player's bubble under a newer epoch comes from its new holder (epochs fence: only the
+    /// current holder's server writes under the newest one): the route follows it — the core
+    /// may not be able to tell us (a failover while this site is cut from it) — and every input
+    /// kept is sent there, since a restored holder may lack some already applied.
+    fn deliver(&mut self, update: &Update, site: &Name) {
+        let mut resend = Vec::new();
         for (player, acked) in &update.acked {
             let Some(gw) = self.players.get_mut(player) else { continue };
             if gw.route.as_ref().is_some_and(|(b, _)| *b != update.bubble) {
                 continue;
             }
+            if update.epoch > gw.route_epoch {
+                let first = gw.route_epoch == Epoch(0);
+                gw.route_epoch = update.epoch;
+                if gw.route.as_ref().is_some_and(|(_, s)| s != site) {
+                    tracing::info!(player = player.0, bubble = update.bubble.0, site = %site, "route follows the bubble's newer epoch");
+                    gw.route = Some((update.bubble, site.clone()));
+                }
+                if !first {
+                    // The new holder's acknowledgements are the truth from here on.
+                    gw.acked = *acked;
+                    resend.push(*player);
+                }
+            }
             if *acked > gw.acked {
                 gw.acked = *acked;
-                gw.unacked = gw.unacked.split_off(&Seq(acked.0 + 1));
             }
             let item = gateway::Item::Update {
                 bubble: update.bubble,
@@ -1450,22 +1655,39 @@ impl Agent {
                 self.stats.updates_delivered.fetch_add(1, Ordering::Relaxed);
             }
         }
+        for player in resend {
+            self.resend(player, true);
+        }
     }
 
     fn server_gone(&mut self, name: Name, id: u64) {
         if self.servers.get(&name).is_none_or(|s| s.conn.id() != id) {
             return;
         }
-        let Some(srv) = self.servers.remove(&name) else { return };
+        self.server_lost(&name, "connection closed");
+    }
+
+    /// A game server is gone (its process exited, or its connection ended): its bubbles stop
+    /// here and the core is told at once, so it restores them from their latest copy on a
+    /// spare server of this site, or on another site (SPEC section 6).
+    fn server_lost(&mut self, name: &Name, why: &str) {
+        let Some(srv) = self.servers.remove(name) else { return };
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
         self.driver.stop(name.as_str());
+        let mut lost = Vec::new();
         for bubble in srv.bubbles {
-            // Failover (restart from the latest copy on a spare, or on the core site) is the
-            // next step; until then the bubble stops here and its lease runs out at the core.
-            tracing::error!(site = %self.site, server = %name, bubble = bubble.0, "server gone with its bubble");
+            tracing::error!(site = %self.site, server = %name, bubble = bubble.0, %why, "server gone with its bubble");
             let Some(local) = self.bubbles.remove(&bubble) else { continue };
+            self.mirrors.remove(&bubble);
+            if let Some((_, req)) = self.pending_restore.remove(&bubble) {
+                let fault = Fault::new(ErrorCode::NotReady, "the restored bubble's server is gone");
+                tokio::spawn(req.reply(Err(fault)));
+            }
             let lease = LeaseRef { bubble, epoch: local.lease.epoch };
-            for other in local.servers().filter(|s| **s != name) {
+            if matches!(local.phase, Phase::Running) {
+                lost.push(lease);
+            }
+            for other in local.servers().filter(|s| *s != name) {
                 if let Some(srv) = self.servers.get_mut(other) {
                     srv.bubbles.retain(|b| *b != bubble);
                     let conn = srv.conn.clone();
@@ -1474,6 +1696,17 @@ impl Agent {
                     });
                 }
             }
+        }
+        self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
+        if !lost.is_empty() {
+            let core = self.core.clone();
+            let request =
+                control::Request::Lost { leases: lost, reason: format!("server {name}: {why}") };
+            tokio::spawn(async move {
+                if let Err(e) = core.request(&request).await {
+                    tracing::warn!(error = %e, "lost bubbles not reported (their leases run out at the core)");
+                }
+            });
         }
         self.top_up_pool();
     }
@@ -1533,8 +1766,10 @@ impl Agent {
                     position_seq: 0,
                     min_rtt_ms: rtt,
                     route: None,
-                    unacked: BTreeMap::new(),
+                    route_epoch: Epoch(0),
+                    kept: BTreeMap::new(),
                     acked: Seq(0),
+                    covered: Seq(0),
                 };
                 self.joins.push(self.sample(player, &gw));
                 self.players.insert(player, gw);
@@ -1591,14 +1826,23 @@ impl Agent {
         let Some(&player) = self.sessions.get(&session) else { return };
         let Some(gw) = self.players.get_mut(&player) else { return };
         self.stats.inputs_received.fetch_add(1, Ordering::Relaxed);
-        if seq <= gw.acked || gw.unacked.contains_key(&seq) {
+        if seq <= gw.acked || gw.kept.contains_key(&seq) {
             return;
         }
-        if gw.unacked.len() >= MAX_UNACKED {
-            self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
-            return;
+        if gw.kept.len() >= MAX_KEPT {
+            match gw.kept.first_key_value() {
+                Some((&oldest, _)) if oldest <= gw.acked => {
+                    // Applied but in no stored copy yet: a restore could no longer replay it.
+                    gw.kept.remove(&oldest);
+                    self.stats.inputs_uncovered_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
         }
-        gw.unacked.insert(seq, (bytes.clone(), Instant::now()));
+        gw.kept.insert(seq, (bytes.clone(), Instant::now()));
         if let Some((bubble, site)) = gw.route.clone() {
             let input = Input { player, seq, bytes };
             self.send_inputs(bubble, &site, vec![input]);
@@ -1635,14 +1879,17 @@ impl Agent {
         }
     }
 
-    /// Sends again the inputs of `player` unacknowledged for at least `older_than`.
-    fn send_unacked(&mut self, player: PlayerId, older_than: Duration) {
+    /// Sends `player`'s inputs again to where they are simulated: with `all`, every input kept
+    /// (a new holder, which drops those it applied); else those not acknowledged after
+    /// [`RESEND_AFTER`].
+    fn resend(&mut self, player: PlayerId, all: bool) {
         let now = Instant::now();
         let Some(gw) = self.players.get_mut(&player) else { return };
         let Some((bubble, site)) = gw.route.clone() else { return };
         let mut inputs = Vec::new();
-        for (seq, (bytes, sent)) in gw.unacked.iter_mut() {
-            if now.duration_since(*sent) >= older_than {
+        let from = if all { Seq(0) } else { Seq(gw.acked.0 + 1) };
+        for (seq, (bytes, sent)) in gw.kept.range_mut(from..) {
+            if all || now.duration_since(*sent) >= RESEND_AFTER {
                 *sent = now;
                 inputs.push(Input { player, seq: *seq, bytes: bytes.clone() });
             }
@@ -1650,7 +1897,7 @@ impl Agent {
         if inputs.is_empty() {
             return;
         }
-        if !older_than.is_zero() {
+        if !all {
             self.stats.inputs_resent.fetch_add(inputs.len() as u64, Ordering::Relaxed);
         }
         self.send_inputs(bubble, &site, inputs);
@@ -1768,7 +2015,7 @@ impl Agent {
     fn peer_item(&mut self, site: &Name, item: StateItem) {
         match item {
             StateItem::Inputs(inputs) => self.to_servers(inputs),
-            StateItem::Update(update) => self.deliver(&update),
+            StateItem::Update(update) => self.deliver(&update, site),
             StateItem::Snapshot(ref s) => self.feed_standby(site, s.bubble, item.clone()),
             StateItem::Delta(ref d) => self.feed_standby(site, d.bubble, item.clone()),
             StateItem::Seal(ref s) => {
@@ -1819,10 +2066,58 @@ impl Agent {
         }
     }
 
+    /// Restores whose server did not run in time are refused: the core fails them over again.
+    fn restore_deadlines(&mut self, now: Instant) {
+        let late: Vec<BubbleId> = self
+            .pending_restore
+            .iter()
+            .filter(|(_, (at, _))| now.duration_since(*at) > RESTORE_DEADLINE)
+            .map(|(&b, _)| b)
+            .collect();
+        for bubble in late {
+            if let Some((_, req)) = self.pending_restore.remove(&bubble) {
+                let fault =
+                    Fault::new(ErrorCode::NotReady, "the restored server did not run in time");
+                tokio::spawn(req.reply(Err(fault)));
+            }
+            if let Some(local) = self.bubbles.remove(&bubble) {
+                let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+                for name in local.servers() {
+                    if let Some(srv) = self.servers.get_mut(name) {
+                        srv.bubbles.retain(|b| *b != bubble);
+                        let conn = srv.conn.clone();
+                        tokio::spawn(async move {
+                            let _ = conn.request(&server::Request::Release { lease }).await;
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bubbles whose lease ran out by this agent's clock have stopped (their servers stop by
+    /// their own clocks): this site's players in them are told they are reconnecting.
+    fn lease_expiries(&mut self, now: Instant) {
+        for (&bubble, local) in self.bubbles.iter_mut() {
+            if local.phase != Phase::Running || now < local.valid_until || local.told_reconnecting {
+                continue;
+            }
+            local.told_reconnecting = true;
+            tracing::warn!(site = %self.site, bubble = bubble.0, epoch = local.lease.epoch.0, "lease expired: the bubble stopped here");
+            for gw in self.players.values() {
+                if gw.route.as_ref().is_some_and(|(b, s)| *b == bubble && *s == self.site) {
+                    let reason =
+                        format!("{} lost its lease on this part of the universe", self.site);
+                    let _ = gw.out.try_send(gateway::Item::Reconnecting { reason });
+                }
+            }
+        }
+    }
+
     fn housekeeping(&mut self) {
         let players: Vec<PlayerId> = self.players.keys().copied().collect();
         for p in players {
-            self.send_unacked(p, RESEND_AFTER);
+            self.resend(p, false);
         }
         let now = Instant::now();
         self.crossings.retain(|_, c| now.duration_since(c.at) < CROSSING_TTL);
@@ -1849,7 +2144,14 @@ impl Agent {
         for (name, why) in self.driver.poll_ended() {
             tracing::warn!(site = %self.site, server = %name, %why, "game server ended");
             self.starting.remove(&name);
+            // Its exit is seen here within a housekeeping period, long before its connection
+            // times out.
+            if let Ok(name) = Name::new(name) {
+                self.server_lost(&name, &format!("exited: {why}"));
+            }
         }
+        self.restore_deadlines(now);
+        self.lease_expiries(now);
         self.top_up_pool();
     }
 }
@@ -1976,4 +2278,11 @@ fn accept_loop<C: horizon_proto::Channel>(
         }
         listener.close("agent stopping");
     });
+}
+
+/// `lease` with the time since `received` taken off its ttl: the holder counts its lease from
+/// when the granting order reached this agent, not from when a server finally took it.
+fn remaining(lease: Lease, received: Instant) -> Lease {
+    let waited = received.elapsed().as_millis().min(u128::from(lease.ttl_ms)) as u32;
+    Lease { ttl_ms: lease.ttl_ms - waited, ..lease }
 }

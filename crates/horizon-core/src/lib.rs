@@ -15,6 +15,7 @@
 mod admin;
 mod config;
 mod core;
+pub mod machine;
 mod metrics;
 pub mod store;
 

@@ -1,6 +1,6 @@
 //! The core's Prometheus metrics: one explicit registry, prefix `horizon_`, `_total` counters,
 //! `_seconds` histograms, and a `site` label whose values come from the configuration (never a
-//! player, bubble or server id). Every metric is listed in `docs/operations.md`.
+//! player, bubble or server id). Every metric is listed in `docs/running.md`.
 
 use std::fmt::Write;
 
@@ -133,6 +133,7 @@ pub(crate) struct Metrics {
     pub backups: Family,
     pub backups_refused: Family,
     pub store_failures: Family,
+    pub failovers: Family,
 }
 
 const TICK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
@@ -202,6 +203,11 @@ impl Metrics {
                 "Writes the durable store could not make.",
                 false,
             ),
+            failovers: c(
+                "horizon_failovers_total",
+                "Bubbles restored from the universe backup after their holder was lost, by the site that took them.",
+                true,
+            ),
         }
     }
 
@@ -223,6 +229,7 @@ impl Metrics {
             &self.backups,
             &self.backups_refused,
             &self.store_failures,
+            &self.failovers,
         ] {
             f.render(sites, &mut out);
         }

@@ -35,6 +35,8 @@ pub enum LeaseState {
     Active,
     /// Not renewed in time: the holder has stopped; re-grant after the drift margin.
     Expired,
+    /// Expired and its drift margin has passed: another holder may be granted it now.
+    Regrantable,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,8 +132,10 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         if l.epoch != epoch || l.holder != holder {
             return Err(LeaseError::Fenced { given: epoch, current: Some(l.epoch) });
         }
-        if l.state == LeaseState::Expired || now >= l.expires_at {
-            l.state = LeaseState::Expired;
+        if l.state != LeaseState::Active || now >= l.expires_at {
+            if l.state == LeaseState::Active {
+                l.state = LeaseState::Expired;
+            }
             return Err(LeaseError::Expired(l.expires_at));
         }
         l.expires_at = now + ttl;
@@ -157,25 +161,33 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         self.leases.get(&region)
     }
 
-    /// Marks leases whose expiry has passed and returns them (each once).
-    pub fn expire(&mut self, now: Time) -> Vec<(R, Lease<H>)> {
+    /// Marks leases whose expiry has passed and returns them (each once); leases whose drift
+    /// margin has also passed become [`LeaseState::Regrantable`], counted in the second value.
+    pub fn expire(&mut self, now: Time) -> (Vec<(R, Lease<H>)>, usize) {
         let mut out = Vec::new();
+        let mut regrantable = 0;
         for (r, l) in self.leases.iter_mut() {
             if l.state == LeaseState::Active && now >= l.expires_at {
                 l.state = LeaseState::Expired;
                 out.push((*r, *l));
             }
+            if l.state == LeaseState::Expired && now >= l.expires_at + self.drift {
+                l.state = LeaseState::Regrantable;
+                regrantable += 1;
+            }
         }
-        out
+        (out, regrantable)
     }
 
-    /// The next time something happens on its own: an expiry, or the end of a drift margin.
+    /// The next time something happens on its own: an expiry, or the end of a drift margin
+    /// (never a time already handled: a lease past its margin waits for whoever re-grants it).
     pub fn poll_timeout(&self) -> Option<Time> {
         self.leases
             .values()
-            .map(|l| match l.state {
-                LeaseState::Active => l.expires_at,
-                LeaseState::Expired => l.expires_at + self.drift,
+            .filter_map(|l| match l.state {
+                LeaseState::Active => Some(l.expires_at),
+                LeaseState::Expired => Some(l.expires_at + self.drift),
+                LeaseState::Regrantable => None,
             })
             .min()
     }
@@ -237,8 +249,12 @@ mod tests {
             t.grant(7, 'b', Time::from_secs(31)),
             Err(LeaseError::Held { holder: 'a', until: Time::from_secs(32) })
         );
-        assert_eq!(t.expire(Time::from_secs(30)).len(), 1);
-        assert!(t.expire(Time::from_secs(31)).is_empty(), "expired leases are reported once");
+        assert_eq!(t.expire(Time::from_secs(30)).0.len(), 1);
+        assert!(t.expire(Time::from_secs(31)).0.is_empty(), "expired leases are reported once");
+        assert_eq!(t.poll_timeout(), Some(Time::from_secs(32)), "the margin's end is due");
+        assert_eq!(t.expire(Time::from_secs(32)), (vec![], 1), "re-grantable now, said once");
+        assert_eq!(t.poll_timeout(), None, "nothing more happens on its own: no busy loop");
+        assert_eq!(t.expire(Time::from_secs(40)), (vec![], 0));
         let b = t.grant(7, 'b', Time::from_secs(32)).unwrap();
         assert!(b.epoch > a.epoch);
         assert!(!t.is_current(7, a.epoch));

@@ -299,12 +299,32 @@ fn a_lost_bubble_fails_over_at_once_ignoring_hold() {
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     let b = m.bubble_of(PlayerId(1)).unwrap().clone();
-    m.handle_bubble_lost(b.id, b.epoch, Time::from_secs(1)).unwrap();
+    m.handle_bubble_lost(b.id, b.epoch, false, Time::from_secs(1)).unwrap();
     let cmd = m.poll_command().unwrap();
     assert!(
         matches!(cmd, Command::Move { reason: MoveReason::Failover, to, .. } if to == site(PAR))
     );
-    assert!(m.handle_bubble_lost(b.id, b.epoch, Time::from_secs(2)).is_err(), "stale epoch");
+    let stale = m.handle_bubble_lost(b.id, b.epoch, false, Time::from_secs(2));
+    assert!(stale.is_err(), "stale epoch");
+}
+
+#[test]
+fn a_lost_bubble_restarts_on_its_own_site_when_it_has_a_spare_server_else_elsewhere() {
+    for (ready, expect) in [(2, MTL), (1, PAR)] {
+        let mut m = mesh(th());
+        m.handle_site_capacity(site(MTL), Some(ready));
+        m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+        run(&mut m, 0, 0);
+        let b = m.bubble_of(PlayerId(1)).unwrap().clone();
+        assert_eq!(b.site, site(MTL));
+        m.handle_bubble_lost(b.id, b.epoch, true, Time::from_secs(1)).unwrap();
+        let cmd = m.poll_command().unwrap();
+        let Command::Move { reason: MoveReason::Failover, to, epoch, .. } = cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(to, site(expect), "{ready} ready server(s) at MTL");
+        assert!(epoch > b.epoch, "the lost holder is fenced off");
+    }
 }
 
 #[test]

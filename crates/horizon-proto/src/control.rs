@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{Channel, Never, kinds};
 use crate::frame::ChannelId;
 use crate::types::{
-    Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Role, Tick,
-    Vec3,
+    Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Role, Seq,
+    Tick, Vec3,
 };
 
 /// The control channel's types.
@@ -98,6 +98,22 @@ pub enum Request {
     /// whose part changed (leave with state and last applied seq, join on the new part's
     /// server). Sent whenever the cut or a member's part changes; one part = one server again.
     Parts { lease: LeaseRef, parts: Vec<Aabb>, players: Vec<PartMember> },
+    /// agent → core: these bubbles can no longer run here (their game server exited or was
+    /// lost). The core fails them over: restored from their latest copy on another server of
+    /// the site if it has a spare, else on another site.
+    Lost { leases: Vec<LeaseRef>, reason: String },
+    /// core → agent: run this bubble here from its latest copy in the universe backup — a
+    /// failover, its previous holder is gone. `copy` is the copy's bytes as the holder's server
+    /// made them (a snapshot's content), taken at `tick` under the older epoch `from`; empty
+    /// when the bubble had no copy yet (it starts empty). The agent assigns it to a ready
+    /// server as a standby under `lease`, feeds it the copy as a snapshot of epoch `from`, then
+    /// a seal at `tick` with no final delta: the server runs from `tick + 1`. The reply comes
+    /// once the server took it. `lease.ttl_ms` counts from when the agent received this order.
+    Restore { lease: Lease, region: Region, from: Epoch, tick: Tick, copy: Blob },
+    /// core → agent (home site): a stored copy of the universe backup includes these inputs.
+    /// The gateway may forget each player's inputs up to `seq`; it keeps the later ones, even
+    /// acknowledged, to re-send them if the bubble is ever restored from that copy.
+    Covered { players: Vec<CoveredInput> },
 }
 
 kinds!(Request {
@@ -118,6 +134,9 @@ kinds!(Request {
     Peers => "peers",
     Regrant => "regrant",
     Parts => "parts",
+    Lost => "lost",
+    Restore => "restore",
+    Covered => "covered",
 });
 
 /// A reply on the control channel.
@@ -179,6 +198,13 @@ pub struct Member {
     /// The player comes from another bubble, whose holder sends their state (a `Cross`);
     /// `false` for a fresh connection (empty state, no input applied yet).
     pub crossing: bool,
+}
+
+/// A player's inputs up to `seq` are in a stored copy of their bubble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoveredInput {
+    pub player: PlayerId,
+    pub seq: Seq,
 }
 
 /// Which part of a bubble spread over several servers holds a player (index into `parts`).
@@ -251,9 +277,13 @@ pub enum Backup {
     /// One chunk of a state copy of part `part` of a bubble spread over `parts` servers (each
     /// part's server copies its own state; the set of parts makes the bubble's copy).
     Part { lease: LeaseRef, part: u32, parts: u32, tick: Tick, index: u32, total: u32, bytes: Blob },
+    /// Sent after the last chunk of a whole copy at `tick`: the last input of each player the
+    /// copy includes (the acknowledgements of the holder's update of that tick; a lower bound).
+    Covers { lease: LeaseRef, tick: Tick, acked: Vec<(PlayerId, Seq)> },
 }
 
 kinds!(Backup {
     Chunk => "backup_chunk",
     Part => "backup_part",
+    Covers => "backup_covers",
 });

@@ -263,6 +263,17 @@ pub fn all() -> Vec<Fixture> {
                 ],
                 players: vec![control::PartMember { player: PlayerId(5), part: 1 }],
             },
+            control::Request::Lost { leases: vec![lref], reason: "server exited".to_owned() },
+            control::Request::Restore {
+                lease,
+                region,
+                from: Epoch((3 << 32) | 6),
+                tick: Tick(1000),
+                copy: blob.clone(),
+            },
+            control::Request::Covered {
+                players: vec![control::CoveredInput { player: PlayerId(5), seq: Seq(77) }],
+            },
         ],
         vec![
             control::Reply::Done,
@@ -296,6 +307,11 @@ pub fn all() -> Vec<Fixture> {
                 index: 0,
                 total: 1,
                 bytes: blob.clone(),
+            },
+            control::Backup::Covers {
+                lease: lref,
+                tick: Tick(1000),
+                acked: vec![(PlayerId(5), Seq(77))],
             },
         ],
         vec![],

@@ -225,7 +225,9 @@ impl<G: Game> GameServer<G> {
             Request::Join { lease, player, last_applied, state } => {
                 let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
                 let held = held.ok_or_else(|| unknown(lease.bubble))?;
-                held.join(&self.game, *player, *last_applied, &state.0);
+                if !held.join(&self.game, *player, *last_applied, &state.0) {
+                    tracing::debug!(player = player.0, "join of a player already here: kept as is");
+                }
                 Ok(Reply::Done)
             }
             Request::Leave { lease, player } => {

@@ -142,13 +142,26 @@ impl<G: Game> Held<G> {
         self.last_applied.len()
     }
 
-    pub(crate) fn join(&mut self, game: &G, player: PlayerId, last_applied: Seq, bytes: &[u8]) {
+    /// Takes a player in with their state and last applied seq. A player already here is left
+    /// as they are (returns `false`): after a restore from a copy the agent joins every member,
+    /// and those the copy holds keep their state and applied inputs.
+    pub(crate) fn join(
+        &mut self,
+        game: &G,
+        player: PlayerId,
+        last_applied: Seq,
+        bytes: &[u8],
+    ) -> bool {
+        if self.last_applied.contains_key(&player) {
+            return false;
+        }
         if let Some(state) = self.state.as_mut() {
             game.join(state, player, bytes);
         }
         self.last_applied.insert(player, last_applied);
         self.pending.retain(|&(p, s), _| p != player || s > last_applied);
         self.log.push(Event::Join { player, last_applied, bytes: bytes.to_vec() });
+        true
     }
 
     /// Takes a player out; `None` if they were not here.
@@ -446,6 +459,21 @@ mod tests {
         let e = view.entity(PlayerId(1)).unwrap();
         assert_eq!((e.inputs, e.last_seq), (2, 2));
         assert_eq!(update.acked, vec![(PlayerId(1), Seq(2))]);
+    }
+
+    #[test]
+    fn joining_a_player_already_here_keeps_their_state_and_applied_inputs() {
+        let now = Instant::now();
+        let mut h = held(1, false);
+        assert!(h.join(&GAME, PlayerId(1), Seq(0), &[]));
+        h.inputs(&GAME, vec![input(1, 1), input(1, 2)], now);
+        assert!(!h.join(&GAME, PlayerId(1), Seq(0), &[]), "already here");
+        let again = h.inputs(&GAME, vec![input(1, 1), input(1, 2)], now);
+        assert_eq!((again.applied, again.duplicates), (0, 2), "nothing applied twice");
+        let (update, _, _) = h.step(&GAME, now).unwrap();
+        let view = View::decode(&update.bytes.0).unwrap();
+        let e = view.entity(PlayerId(1)).unwrap();
+        assert_eq!((e.inputs, e.last_seq), (2, 2));
     }
 
     #[test]

@@ -511,12 +511,16 @@ impl Mesh {
         Ok(())
     }
 
-    /// The holder of `bubble` (sealed at `epoch`) cannot simulate it any more — its server crashed
-    /// and the site has no spare. Failover to another site at once, ignoring hold and dwell.
+    /// The holder of `bubble` under `epoch` cannot simulate it any more — its server crashed, or
+    /// a restore on its site failed. Failover at once, ignoring hold and dwell: with
+    /// `same_site`, to the same site when it has a spare server (SPEC section 6: "restart on
+    /// another server of the same site"), else to the best other site. The new epoch fences the
+    /// lost holder off; a [`Command::Move`] with reason `Failover` says where.
     pub fn handle_bubble_lost(
         &mut self,
         bubble: BubbleId,
         epoch: Epoch,
+        same_site: bool,
         now: Time,
     ) -> Result<(), InputError> {
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
@@ -525,7 +529,12 @@ impl Mesh {
             (b.site, b.servers())
         };
         let tally = self.tally_of_slot(slot);
-        let target = self.failover_target(&tally, site, servers);
+        // The lost servers still count as used at `site`: a spare is one more free server.
+        let target = if same_site && self.can_host(site, servers) {
+            site
+        } else {
+            self.failover_target(&tally, site, servers)
+        };
         let lease = self.leases.transfer(bubble, epoch, target, now)?;
         let players = self.slot_players(slot);
         self.relocate(slot, target, lease.epoch, MoveReason::Failover, now, players);
@@ -566,10 +575,12 @@ impl Mesh {
         self.leases.poll_timeout().map_or(self.next_tick, |t| t.min(self.next_tick))
     }
 
-    /// Runs what is due at `now`: lease expiries, and the tick when its period has come.
+    /// Runs what is due at `now`: lease expiries, and the tick when its period has come — or
+    /// at once when a lease's drift margin has just ended, so that its bubble fails over now
+    /// rather than at the next tick.
     pub fn handle_timeout(&mut self, now: Time) {
-        self.expire_leases(now);
-        if now >= self.next_tick {
+        let regrantable = self.expire_leases(now);
+        if now >= self.next_tick || regrantable > 0 {
             self.tick(now);
             self.next_tick = now + Span::from_ms(self.th.period_ms);
         }
@@ -715,8 +726,10 @@ impl Mesh {
         }
     }
 
-    fn expire_leases(&mut self, now: Time) {
-        for (id, lease) in self.leases.expire(now) {
+    /// Marks expired leases (their bubbles stall); returns how many just became re-grantable.
+    fn expire_leases(&mut self, now: Time) -> usize {
+        let (expired, regrantable) = self.leases.expire(now);
+        for (id, lease) in expired {
             if let Some(&slot) = self.bubble_index.get(&id) {
                 let b = self.bubble_mut(slot);
                 b.stalled_since = Some(lease.expires_at);
@@ -724,6 +737,7 @@ impl Mesh {
                 self.commands.push_back(cmd);
             }
         }
+        regrantable
     }
 }
 

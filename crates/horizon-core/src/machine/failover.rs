@@ -1,0 +1,160 @@
+//! Failover (SPEC section 6): a bubble whose holder is gone — its lease ran out (a relay cut
+//! from the core, a handover given up after its freeze) or its game server crashed — is
+//! restored on its new site from the latest copy in the universe backup. Not a handover: the
+//! old holder is not asked for anything, and is fenced off by the new epoch.
+//!
+//! ```text
+//!  brain: Move { reason: Failover } ──► registry: new site + epoch, restoring
+//!     ──► ReadBackup ──► BackupRead ──► Restore (ordered) to the new site's agent
+//!     ──► Done: settled; full member list and every member's route sent again
+//!     ──► error: the brain fails it over again (another server or site)
+//! ```
+//!
+//! Gateways keep each player's inputs until a stored copy covers them ([`Covered`]), and
+//! re-send them on the new route: the restored server applies each seq after the copy once.
+//!
+//! [`Covered`]: horizon_proto::control::Request::Covered
+
+use horizon_mesh::{SiteId, Time};
+use horizon_proto::control;
+use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, Tick, WorldId};
+
+use super::{Awaiting, CoreMachine, Effect, StoredCopy};
+use crate::store::Record;
+
+impl CoreMachine {
+    /// The brain failed `bubble` over from `from` to `to` under `epoch`.
+    pub(crate) fn fail_over(
+        &mut self,
+        bubble: BubbleId,
+        from: SiteId,
+        to: SiteId,
+        epoch: u64,
+        _now: Time,
+    ) {
+        let Some(reg) = self.registry.get_mut(&bubble) else { return };
+        let old_epoch = reg.epoch;
+        reg.site = to;
+        reg.epoch = epoch;
+        reg.moving = None;
+        reg.restoring = true;
+        reg.parts.clear();
+        reg.part_of.clear();
+        self.forget_handover(bubble);
+        self.metrics.failovers.inc(to.index());
+        self.persist(Record::Lease {
+            bubble: bubble.0,
+            epoch,
+            site: self.cfg.sites.name(to).to_string(),
+        });
+        // The old holder, if it can hear us, stops at once (it stopped by its own clock
+        // anyway, or its server is gone).
+        let old = LeaseRef { bubble, epoch: horizon_proto::Epoch(old_epoch) };
+        if from != to {
+            self.order(from, control::Request::Revoke { leases: vec![old] });
+        }
+        tracing::warn!(bubble = bubble.0, from = %self.cfg.sites.name(from), to = %self.cfg.sites.name(to), epoch, "failover: restoring from the universe backup");
+        self.effects.push_back(Effect::ReadBackup { bubble });
+    }
+
+    /// The latest copy of a bubble being restored: send it to the new holder.
+    pub(crate) fn backup_read(&mut self, bubble: BubbleId, copy: Option<StoredCopy>, now: Time) {
+        let Some(reg) = self.registry.get(&bubble).filter(|r| r.restoring) else { return };
+        let (site, epoch) = (reg.site, reg.epoch);
+        let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
+        // A copy from a newer epoch than the one being granted cannot exist (fencing); an
+        // older one is what we restore from.
+        let copy = copy.filter(|c| c.epoch < epoch);
+        let (from, tick, bytes) = match copy {
+            Some(c) => (horizon_proto::Epoch(c.epoch), Tick(c.tick), c.bytes),
+            None => {
+                tracing::warn!(bubble = bubble.0, "no copy in the backup: restored empty");
+                (horizon_proto::Epoch(0), Tick(0), Vec::new())
+            }
+        };
+        let restore = control::Request::Restore {
+            lease: self.lease(bubble, epoch),
+            region,
+            from,
+            tick,
+            copy: Blob(bytes),
+        };
+        let order = self.order(site, restore);
+        if !self.expect(order, Awaiting::Restore(bubble, epoch)) {
+            // The new site's agent is gone too: the brain picks another.
+            self.restore_failed(bubble, epoch, "the new site's agent is not connected", now);
+        }
+    }
+
+    /// The new holder answered the restore.
+    pub(crate) fn restored(
+        &mut self,
+        bubble: BubbleId,
+        epoch: u64,
+        result: Result<control::Reply, String>,
+        now: Time,
+    ) {
+        if self.registry.get(&bubble).is_none_or(|r| !r.restoring || r.epoch != epoch) {
+            return;
+        }
+        match result {
+            Ok(control::Reply::Done) => {
+                let Some(reg) = self.registry.get_mut(&bubble) else { return };
+                reg.restoring = false;
+                let site = reg.site;
+                let players: Vec<PlayerId> = reg.members.keys().copied().collect();
+                tracing::info!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, players = players.len(), "bubble restored");
+                let reg = &self.registry[&bubble];
+                let lease = reg.lease_ref(bubble);
+                let list = self.member_list(reg, &Default::default());
+                self.order(
+                    site,
+                    control::Request::Members { lease, players: list, departed: Vec::new() },
+                );
+                self.send_routes(players);
+                self.reconcile();
+            }
+            Ok(other) => self.restore_failed(bubble, epoch, &format!("replied {other:?}"), now),
+            Err(why) => self.restore_failed(bubble, epoch, &why, now),
+        }
+    }
+
+    /// A restore that did not happen: fail over again, to wherever the brain says now.
+    fn restore_failed(&mut self, bubble: BubbleId, epoch: u64, why: &str, now: Time) {
+        tracing::error!(bubble = bubble.0, epoch, %why, "restore failed: failing over again");
+        let lost = self.mesh.handle_bubble_lost(
+            horizon_mesh::BubbleId(bubble.0),
+            horizon_mesh::Epoch(epoch),
+            false,
+            now,
+        );
+        if let Err(e) = lost {
+            tracing::warn!(bubble = bubble.0, error = %e, "restore failed and the brain has moved on");
+        }
+        self.carry_out_commands(now);
+    }
+
+    /// An agent says it can no longer simulate these bubbles (their game server is gone).
+    pub(crate) fn lost(&mut self, site: SiteId, leases: &[LeaseRef], reason: &str, now: Time) {
+        for l in leases {
+            let current = self
+                .registry
+                .get(&l.bubble)
+                .is_some_and(|r| r.site == site && r.epoch == l.epoch.0 && r.settled());
+            if !current {
+                continue;
+            }
+            tracing::warn!(bubble = l.bubble.0, site = %self.cfg.sites.name(site), %reason, "bubble lost by its holder");
+            let lost = self.mesh.handle_bubble_lost(
+                horizon_mesh::BubbleId(l.bubble.0),
+                horizon_mesh::Epoch(l.epoch.0),
+                true,
+                now,
+            );
+            if let Err(e) = lost {
+                tracing::warn!(bubble = l.bubble.0, error = %e, "lost bubble not failed over");
+            }
+        }
+        self.carry_out_commands(now);
+    }
+}

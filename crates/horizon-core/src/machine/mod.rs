@@ -1,0 +1,623 @@
+//! The core's logic as a sans-IO state machine: agents' requests, connections, replies and
+//! state copies go in with the time ([`CoreMachine::handle`]); what to do comes out
+//! ([`CoreMachine::poll_effect`]): orders to agents, replies, store writes. The shell
+//! (`core.rs`) moves the bytes and feeds results back; the tests drive this directly.
+//!
+//! One owner per fact: the brain ([`Mesh`]) decides where a bubble *should* run; the
+//! registry ([`registry`]) says where it *does* run (it lags the brain during a handover or a
+//! restore) and which players were told to whom. Handovers are explicit state machines
+//! ([`handover`]), failovers restore the latest copy of the universe backup ([`failover`]).
+
+pub(crate) mod backup;
+pub(crate) mod failover;
+pub(crate) mod handover;
+pub(crate) mod registry;
+pub(crate) mod status;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use horizon_mesh::{
+    Command, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerJoin, PlayerUpdate, SiteId,
+    Sites, Thresholds, Time,
+};
+use horizon_proto::control;
+use horizon_proto::{
+    BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, WorldId,
+};
+
+use crate::metrics::Metrics;
+use crate::store::{Record, StoreState};
+use handover::{Handover, HandoverPhase};
+use registry::Hosted;
+
+/// Decisions kept for the status page.
+const RECENT_DECISIONS: usize = 200;
+
+/// Identifies one connection of an agent (the transport's connection id).
+pub type ConnId = u64;
+
+/// Identifies one request of an agent waiting for the machine's reply (chosen by the shell).
+pub type RequestToken = u64;
+
+/// Identifies one order the machine sent; its result comes back as [`Input::OrderDone`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OrderId(pub u64);
+
+/// How an order travels to its agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// After every earlier ordered request to the same agent has been answered: orders to
+    /// one site arrive in the order they were decided.
+    Ordered,
+    /// At once, next to the ordered ones (the steps of a handover, which wait on other sites).
+    Direct,
+}
+
+/// What happened, as the shell saw it.
+#[derive(Debug)]
+pub enum Input {
+    /// An agent's control connection is up (authenticated as `site`).
+    AgentConnected { site: SiteId, conn: ConnId },
+    /// That connection ended.
+    AgentDisconnected { site: SiteId, conn: ConnId },
+    /// An agent's request, to be answered with [`Effect::Reply`] carrying `token`.
+    AgentRequest { site: SiteId, conn: ConnId, token: RequestToken, request: control::Request },
+    /// One item of an agent's universe backup stream.
+    Backup { site: SiteId, conn: ConnId, item: control::Backup },
+    /// The result of an order sent with [`Effect::Send`].
+    OrderDone { order: OrderId, result: Result<control::Reply, String> },
+    /// The latest stored copy of a bubble, asked for with [`Effect::ReadBackup`].
+    BackupRead { bubble: BubbleId, copy: Option<StoredCopy> },
+    /// A store write failed (the shell logs it).
+    StoreFailed,
+}
+
+/// A copy of a bubble's state as the store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredCopy {
+    pub epoch: u64,
+    pub tick: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// What the shell must do, in order.
+#[derive(Debug, PartialEq)]
+pub enum Effect {
+    /// Send `request` to `site`'s agent over connection `conn`.
+    Send { site: SiteId, conn: ConnId, lane: Lane, order: OrderId, request: control::Request },
+    /// Answer the agent request `token`.
+    Reply { token: RequestToken, reply: Result<control::Reply, Fault> },
+    /// Append a record to the durable store before carrying out anything after it.
+    Persist(Record),
+    /// Store a state copy (whole, or one part of a spread bubble).
+    PutBackup { bubble: BubbleId, epoch: u64, tick: u64, part: Option<(u32, u32)>, bytes: Vec<u8> },
+    /// Read the latest whole copy of a bubble; the answer comes back as [`Input::BackupRead`].
+    ReadBackup { bubble: BubbleId },
+    /// Close an agent's connection.
+    Close { conn: ConnId, code: ErrorCode, why: &'static str },
+}
+
+/// The core's configuration as the machine needs it.
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    pub sites: Sites,
+    pub thresholds: Thresholds,
+}
+
+/// An agent connection.
+#[derive(Debug)]
+pub(crate) struct AgentSession {
+    pub(crate) conn: ConnId,
+    pub(crate) transfer_addr: String,
+    /// Its Register arrived: it is told about peers, and peers about it.
+    pub(crate) registered: bool,
+    pub(crate) servers: Vec<control::ServerLoad>,
+}
+
+/// What an order's result is for.
+#[derive(Clone, Copy, Debug)]
+enum Awaiting {
+    /// A step of a handover.
+    Handover(HandoverId, HandoverPhase),
+    /// A failover's restore on its new site.
+    Restore(BubbleId, u64),
+}
+
+/// The core. See the module documentation.
+#[derive(Debug)]
+pub struct CoreMachine {
+    pub(crate) cfg: MachineConfig,
+    pub(crate) mesh: Mesh,
+    pub(crate) generation: u32,
+    pub(crate) agents: HashMap<SiteId, AgentSession>,
+    pub(crate) registry: BTreeMap<BubbleId, Hosted>,
+    /// Where each player's membership was last sent: player → bubble.
+    pub(crate) placed: HashMap<PlayerId, BubbleId>,
+    pub(crate) handovers: HashMap<HandoverId, Handover>,
+    next_handover: u64,
+    next_order: u64,
+    awaiting: HashMap<OrderId, Awaiting>,
+    pub(crate) decisions: VecDeque<serde_json::Value>,
+    pub(crate) assembling: backup::Assembly,
+    /// Metadata of the copies in the store (the bytes stay in the store).
+    pub(crate) stored: BTreeMap<u64, crate::store::StoredBackup>,
+    pub(crate) metrics: Metrics,
+    effects: VecDeque<Effect>,
+}
+
+impl CoreMachine {
+    /// A core of `generation` (already persisted) over what the store holds.
+    pub fn new(
+        cfg: MachineConfig,
+        generation: u32,
+        store: &StoreState,
+        now: Time,
+    ) -> Result<Self, String> {
+        let mesh = Mesh::new(
+            MeshConfig {
+                sites: cfg.sites.clone(),
+                thresholds: cfg.thresholds.clone(),
+                generation: Generation(generation),
+                placement: Placement::Smdg,
+            },
+            now,
+        )
+        .map_err(|e| format!("{e:?}"))?;
+        Ok(CoreMachine {
+            metrics: Metrics::new(&cfg.sites),
+            cfg,
+            mesh,
+            generation,
+            agents: HashMap::new(),
+            registry: BTreeMap::new(),
+            placed: HashMap::new(),
+            handovers: HashMap::new(),
+            next_handover: 1,
+            next_order: 1,
+            awaiting: HashMap::new(),
+            decisions: VecDeque::new(),
+            assembling: backup::Assembly::default(),
+            stored: store.backups.clone(),
+            effects: VecDeque::new(),
+        })
+    }
+
+    /// The next thing to do, in order.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// When [`CoreMachine::handle_timeout`] must run next.
+    pub fn poll_timeout(&self) -> Time {
+        self.mesh.poll_timeout()
+    }
+
+    /// Runs what is due: lease expiries, the tick, handover deadlines.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.mesh.handle_timeout(now);
+        self.carry_out_commands(now);
+        self.handover_deadlines(now);
+    }
+
+    /// The shell measured the last [`CoreMachine::handle_timeout`] that ran a tick.
+    pub fn record_tick(&mut self, seconds: f64) {
+        self.metrics.ticks.inc(0);
+        self.metrics.tick_seconds.observe(seconds);
+    }
+
+    /// Takes one input.
+    pub fn handle(&mut self, input: Input, now: Time) {
+        match input {
+            Input::AgentConnected { site, conn } => self.agent_connected(site, conn),
+            Input::AgentDisconnected { site, conn } => {
+                if self.agents.get(&site).is_some_and(|a| a.conn == conn) {
+                    tracing::warn!(site = %self.cfg.sites.name(site), "agent disconnected");
+                    self.agents.remove(&site);
+                    self.mesh.handle_site_link(site, false);
+                }
+            }
+            Input::AgentRequest { site, conn, token, request } => {
+                let reply = if self.agents.get(&site).is_some_and(|a| a.conn == conn) {
+                    self.agent_request(site, request, now)
+                } else {
+                    Err(Fault::new(ErrorCode::Conflict, "a newer connection of this site serves"))
+                };
+                self.effects.push_back(Effect::Reply { token, reply });
+            }
+            Input::Backup { site, conn, item } => {
+                if self.agents.get(&site).is_some_and(|a| a.conn == conn) {
+                    self.backup(site, item, now);
+                }
+            }
+            Input::OrderDone { order, result } => self.order_done(order, result, now),
+            Input::BackupRead { bubble, copy } => self.backup_read(bubble, copy, now),
+            Input::StoreFailed => self.metrics.store_failures.inc(0),
+        }
+    }
+
+    // ---- agents ------------------------------------------------------------------------------
+
+    fn agent_connected(&mut self, site: SiteId, conn: ConnId) {
+        if let Some(old) = self.agents.get(&site)
+            && old.conn != conn
+        {
+            // The transport closes the connection a newer one replaces; its late events are
+            // ignored by connection id.
+            tracing::info!(site = %self.cfg.sites.name(site), "agent reconnected");
+        }
+        // Registration completes with the agent's Register request.
+        self.agents.insert(
+            site,
+            AgentSession {
+                conn,
+                transfer_addr: String::new(),
+                registered: false,
+                servers: Vec::new(),
+            },
+        );
+    }
+
+    fn agent_request(
+        &mut self,
+        site: SiteId,
+        request: control::Request,
+        now: Time,
+    ) -> Result<control::Reply, Fault> {
+        use control::Request as R;
+        match request {
+            R::Register { transfer_addr, servers, held, .. } => {
+                Ok(self.register(site, transfer_addr, servers, &held))
+            }
+            R::Report { joins, leaves, players, backbone, servers } => {
+                self.report(site, &joins, &leaves, &players, &backbone, &servers);
+                Ok(control::Reply::Done)
+            }
+            R::Renew { leases } => Ok(self.renew(site, &leases, now)),
+            R::Started { handover, bubble, epoch, .. } => {
+                self.started(site, handover, bubble, epoch, now)
+            }
+            R::Failed { handover, reason } => {
+                let frozen = self.handovers.get(&handover).is_some_and(|h| h.phase.freeze_sent());
+                self.handover_failed(handover, &reason, frozen, now);
+                Ok(control::Reply::Done)
+            }
+            R::Lost { leases, reason } => {
+                self.lost(site, &leases, &reason, now);
+                Ok(control::Reply::Done)
+            }
+            _ => Err(Fault::new(ErrorCode::Unexpected, "a core request, sent by an agent")),
+        }
+    }
+
+    pub(crate) fn site_name(&self, site: SiteId) -> Name {
+        let s = self.cfg.sites.name(site).as_str();
+        // Site names are validated at configuration (short ASCII).
+        Name::new(s).unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    pub(crate) fn lease(&self, bubble: BubbleId, epoch: u64) -> Lease {
+        Lease { bubble, epoch: Epoch(epoch), ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32 }
+    }
+
+    fn next_order(&mut self) -> OrderId {
+        let id = OrderId(self.next_order);
+        self.next_order += 1;
+        id
+    }
+
+    /// Queues an order to `site` on the ordered lane. An agent not connected gets nothing
+    /// (it resynchronises at registration); counted.
+    pub(crate) fn order(&mut self, site: SiteId, request: control::Request) -> Option<OrderId> {
+        self.send(site, Lane::Ordered, request)
+    }
+
+    fn send(&mut self, site: SiteId, lane: Lane, request: control::Request) -> Option<OrderId> {
+        let Some(agent) = self.agents.get(&site) else {
+            self.metrics.order_failures.inc(site.index());
+            tracing::warn!(site = %self.cfg.sites.name(site), order = horizon_proto::Message::kind(&request), "order for a site without agent dropped");
+            return None;
+        };
+        let conn = agent.conn;
+        let order = self.next_order();
+        self.effects.push_back(Effect::Send { site, conn, lane, order, request });
+        Some(order)
+    }
+
+    fn order_done(&mut self, order: OrderId, result: Result<control::Reply, String>, now: Time) {
+        match self.awaiting.remove(&order) {
+            Some(Awaiting::Handover(h, phase)) => self.handover_step(h, phase, result, now),
+            Some(Awaiting::Restore(bubble, epoch)) => self.restored(bubble, epoch, result, now),
+            None => {
+                if let Err(why) = result {
+                    // The shell logs which order; the count is per core (the site is in the log).
+                    tracing::debug!(%why, "order failed");
+                    self.metrics.order_failures.inc(0);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn persist(&mut self, record: Record) {
+        self.effects.push_back(Effect::Persist(record));
+    }
+
+    fn register(
+        &mut self,
+        site: SiteId,
+        transfer_addr: String,
+        servers: Vec<control::ServerLoad>,
+        held: &[control::Held],
+    ) -> control::Reply {
+        self.mesh.handle_site_link(site, true);
+        let mut keep = Vec::new();
+        let mut stop = Vec::new();
+        for h in held {
+            let current = self
+                .registry
+                .get(&h.lease.bubble)
+                .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring);
+            if current {
+                keep.push(self.lease(h.lease.bubble, h.lease.epoch.0));
+            } else {
+                stop.push(h.lease);
+            }
+        }
+        let others: Vec<SiteId> = self
+            .agents
+            .iter()
+            .filter(|(s, a)| **s != site && a.registered)
+            .map(|(s, _)| *s)
+            .collect();
+        let peers: Vec<control::Peer> = others
+            .iter()
+            .map(|&s| control::Peer {
+                site: self.site_name(s),
+                transfer_addr: self.agents[&s].transfer_addr.clone(),
+            })
+            .collect();
+        let me = control::Peer { site: self.site_name(site), transfer_addr: transfer_addr.clone() };
+        for other in others {
+            self.order(other, control::Request::Peers { peers: vec![me.clone()] });
+        }
+        if let Some(agent) = self.agents.get_mut(&site) {
+            agent.transfer_addr = transfer_addr;
+            agent.servers = servers;
+            agent.registered = true;
+        }
+        self.update_capacity(site);
+        // A reconnected agent lost the orders sent while it was away: tell it again who is in
+        // its bubbles and where its players are simulated.
+        self.resync(site);
+        tracing::info!(site = %self.cfg.sites.name(site), kept = keep.len(), stopped = stop.len(), "agent registered");
+        control::Reply::Registered {
+            generation: self.generation,
+            tick_ms: self.cfg.thresholds.period_ms as u32,
+            keep,
+            stop,
+            peers,
+        }
+    }
+
+    fn update_capacity(&mut self, site: SiteId) {
+        let Some(agent) = self.agents.get(&site) else { return };
+        let ready = agent.servers.iter().filter(|s| s.ready || !s.bubbles.is_empty()).count();
+        self.mesh.handle_site_capacity(site, Some(ready as u32));
+    }
+
+    fn report(
+        &mut self,
+        site: SiteId,
+        joins: &[control::PlayerSample],
+        leaves: &[PlayerId],
+        players: &[control::PlayerSample],
+        backbone: &[control::BackboneSample],
+        servers: &[control::ServerLoad],
+    ) {
+        for j in joins {
+            let join = PlayerJoin {
+                id: horizon_mesh::PlayerId(j.player.0),
+                home: site,
+                access_rtt_ms: f64::from(j.access_rtt_ms),
+                role: registry::role(j.role),
+                world: horizon_mesh::WorldId(j.world.0),
+                position: registry::vec3(j.pos),
+                velocity: registry::vec3(j.vel),
+            };
+            if let Err(e) = self.mesh.handle_join(join) {
+                tracing::debug!(player = j.player.0, error = %e, "join refused");
+            }
+        }
+        for p in players {
+            let update = PlayerUpdate {
+                access_rtt_ms: Some(f64::from(p.access_rtt_ms)),
+                role: Some(registry::role(p.role)),
+                world: Some(horizon_mesh::WorldId(p.world.0)),
+                position: Some(registry::vec3(p.pos)),
+                velocity: Some(registry::vec3(p.vel)),
+            };
+            let _ = self.mesh.handle_update(horizon_mesh::PlayerId(p.player.0), &update);
+        }
+        for l in leaves {
+            let _ = self.mesh.handle_leave(horizon_mesh::PlayerId(l.0));
+        }
+        for b in backbone {
+            if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms)
+                && rtt.is_finite()
+                && rtt >= 0.0
+            {
+                self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
+            }
+        }
+        // Tick rates feed the brain's load rule (SPEC section 4). The agent lists a spread
+        // bubble's servers in part order; a count that does not match the cut in force (a
+        // `Parts` on its way) is skipped.
+        let mut by_bubble: BTreeMap<BubbleId, Vec<f32>> = BTreeMap::new();
+        for srv in servers.iter().filter(|s| s.bubbles.len() == 1) {
+            by_bubble.entry(srv.bubbles[0]).or_default().push(srv.tps);
+        }
+        for (bubble, tps) in by_bubble {
+            let in_force = self.registry.get(&bubble).is_some_and(|r| {
+                r.site == site && r.settled() && r.parts.len().max(1) == tps.len()
+            });
+            if !in_force {
+                continue;
+            }
+            for (part, t) in tps.into_iter().enumerate().filter(|(_, t)| t.is_finite()) {
+                let id = horizon_mesh::BubbleId(bubble.0);
+                let _ = self.mesh.handle_server_load(id, part, f64::from(t));
+            }
+        }
+        if let Some(agent) = self.agents.get_mut(&site) {
+            agent.servers = servers.to_vec();
+        }
+        self.update_capacity(site);
+    }
+
+    /// One batched renewal. Neither granted nor refused: a handover source's superseded
+    /// epoch (it stops at the freeze, well within the lease it has) and a bubble the core has
+    /// just ended (its `Revoke` follows the member changes that take its players out, in order;
+    /// a refusal racing ahead would drop them before their state crossed). Refused: the
+    /// target's epoch of a handover given up after its freeze (its lease must run out).
+    fn renew(&mut self, site: SiteId, leases: &[LeaseRef], now: Time) -> control::Reply {
+        let mut granted = Vec::new();
+        let mut refused = Vec::new();
+        for l in leases {
+            let Some(reg) = self.registry.get(&l.bubble) else { continue };
+            if reg.moving.is_some() && reg.site == site && reg.epoch == l.epoch.0 {
+                continue;
+            }
+            let given_up = reg
+                .moving
+                .and_then(|h| self.handovers.get(&h))
+                .is_some_and(|h| h.given_up && h.to == site && h.epoch == l.epoch.0);
+            if given_up {
+                refused.push(*l);
+                continue;
+            }
+            let pair = [(horizon_mesh::BubbleId(l.bubble.0), horizon_mesh::Epoch(l.epoch.0))];
+            match self.mesh.handle_renewal(site, &pair, now).pop() {
+                Some(Ok(_)) => granted.push(*l),
+                _ => refused.push(*l),
+            }
+        }
+        self.metrics.renewals.inc(site.index());
+        self.metrics.leases_refused.add(site.index(), refused.len() as u64);
+        control::Reply::Renewed {
+            ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,
+            granted,
+            refused,
+        }
+    }
+
+    // ---- the brain's commands ----------------------------------------------------------------
+
+    /// Carries out every command the brain has queued.
+    fn carry_out_commands(&mut self, now: Time) {
+        let mut revokes = Vec::new();
+        let mut any = false;
+        while let Some(command) = self.mesh.poll_command() {
+            any = true;
+            self.decide(&command, now);
+            match command {
+                Command::Create { bubble, site, world, bounds, epoch, .. } => {
+                    let bubble = BubbleId(bubble.0);
+                    let bounds = registry::aabb(bounds);
+                    self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds));
+                    self.persist(Record::Lease {
+                        bubble: bubble.0,
+                        epoch: epoch.0,
+                        site: self.cfg.sites.name(site).to_string(),
+                    });
+                    let region = Region { world: WorldId(world.0), bounds: Some(bounds) };
+                    let lease = self.lease(bubble, epoch.0);
+                    self.order(site, control::Request::Create { bubble, region, lease });
+                    self.metrics.bubbles_created.inc(site.index());
+                }
+                Command::Move { bubble, from, to, epoch, reason, .. } => {
+                    let bubble = BubbleId(bubble.0);
+                    if reason == MoveReason::Failover {
+                        self.fail_over(bubble, from, to, epoch.0, now);
+                    } else {
+                        self.start_handover(bubble, from, to, epoch.0, reason.as_str(), now);
+                    }
+                }
+                Command::Merge { from, .. } => revokes.push(BubbleId(from.0)),
+                Command::Delete { bubble, .. } => revokes.push(BubbleId(bubble.0)),
+                Command::Border { bubble, bounds, .. } => {
+                    let bubble = BubbleId(bubble.0);
+                    if let Some(reg) = self.registry.get_mut(&bubble) {
+                        reg.bounds = registry::aabb(bounds);
+                        let (site, epoch, world, settled) =
+                            (reg.site, reg.epoch, reg.world, reg.settled());
+                        if settled {
+                            let bounds = Some(reg.bounds);
+                            let region = Region { world: WorldId(world), bounds };
+                            let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
+                            self.order(site, control::Request::Resize { lease, region });
+                        }
+                    }
+                }
+                Command::Enter { .. } => {}
+                Command::Servers { bubble, parts, reason, .. } => {
+                    // Carried out by `reconcile_parts`, with each member's part.
+                    tracing::info!(bubble = bubble.0, parts = parts.len(), reason = ?reason, "bubble spread over servers");
+                }
+                Command::Stalled { bubble, site, .. } => {
+                    tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
+                }
+            }
+        }
+        if !any {
+            return;
+        }
+        self.reconcile();
+        for bubble in revokes {
+            if let Some(reg) = self.registry.remove(&bubble) {
+                self.persist(Record::Gone { bubble: bubble.0 });
+                let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
+                self.order(reg.site, control::Request::Revoke { leases: vec![lease] });
+            }
+        }
+    }
+
+    fn decide(&mut self, command: &Command, now: Time) {
+        let mut v = serde_json::to_value(command).unwrap_or_default();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("t_ms".into(), now.as_ms().into());
+            for key in ["site", "from", "to", "from_site", "into_site", "previous_site"] {
+                if let Some(id) = obj.get(key).and_then(|x| x.as_u64()) {
+                    let name = self
+                        .cfg
+                        .sites
+                        .ids()
+                        .find(|s| s.index() as u64 == id)
+                        .map(|s| self.cfg.sites.name(s).to_string());
+                    if let Some(name) = name {
+                        obj.insert(key.into(), name.into());
+                    }
+                }
+            }
+            if let Some(players) = obj.remove("players") {
+                obj.insert("players".into(), players.as_array().map_or(0, Vec::len).into());
+            }
+        }
+        self.decisions.push_back(v);
+        while self.decisions.len() > RECENT_DECISIONS {
+            self.decisions.pop_front();
+        }
+    }
+
+    /// Remembers that `order`'s result is for `what`.
+    fn expect(&mut self, order: Option<OrderId>, what: Awaiting) -> bool {
+        match order {
+            Some(o) => {
+                self.awaiting.insert(o, what);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,262 @@
+//! What really runs where: each bubble's holder, epoch, box, members and parts, and the
+//! reconciliation that brings the agents in line with the brain after every change.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use horizon_mesh::SiteId;
+use horizon_proto::control;
+use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Role, Vec3};
+
+use super::CoreMachine;
+
+/// A bubble as it really runs. The brain's view changes first during a handover (it already
+/// places the bubble at the target) and a restore (at the new site before its server runs).
+#[derive(Clone, Debug)]
+pub(crate) struct Hosted {
+    pub(crate) site: SiteId,
+    pub(crate) epoch: u64,
+    pub(crate) world: u32,
+    pub(crate) bounds: Aabb,
+    /// Each member and their home site.
+    pub(crate) members: BTreeMap<PlayerId, SiteId>,
+    /// A handover of this bubble is in flight.
+    pub(crate) moving: Option<HandoverId>,
+    /// A failover is restoring this bubble on `site` from its latest copy; not running yet.
+    pub(crate) restoring: bool,
+    /// The parts last sent to the holder (`Parts`) and each member's part; empty while the
+    /// bubble is on one server.
+    pub(crate) parts: Vec<Aabb>,
+    pub(crate) part_of: BTreeMap<PlayerId, u32>,
+}
+
+impl Hosted {
+    pub(crate) fn new(site: SiteId, epoch: u64, world: u32, bounds: Aabb) -> Self {
+        Hosted {
+            site,
+            epoch,
+            world,
+            bounds,
+            members: BTreeMap::new(),
+            moving: None,
+            restoring: false,
+            parts: Vec::new(),
+            part_of: BTreeMap::new(),
+        }
+    }
+
+    /// Running on its holder, no handover or restore in flight: orders for it may go out.
+    pub(crate) fn settled(&self) -> bool {
+        self.moving.is_none() && !self.restoring
+    }
+
+    pub(crate) fn lease_ref(&self, bubble: BubbleId) -> LeaseRef {
+        LeaseRef { bubble, epoch: Epoch(self.epoch) }
+    }
+}
+
+impl CoreMachine {
+    /// Brings every bubble's member list and every player's route in line with the brain.
+    /// Players whose old or new bubble is in a handover or a restore wait for it to finish.
+    pub(crate) fn reconcile(&mut self) {
+        let mut touched: BTreeSet<BubbleId> = BTreeSet::new();
+        let mut departures: HashMap<BubbleId, Vec<(PlayerId, BubbleId)>> = HashMap::new();
+        let mut crossing: BTreeSet<PlayerId> = BTreeSet::new();
+        let mut routes: Vec<PlayerId> = Vec::new();
+        let mut present: BTreeSet<PlayerId> = BTreeSet::new();
+        let unsettled = |r: &BTreeMap<BubbleId, Hosted>, b: Option<BubbleId>| {
+            b.and_then(|b| r.get(&b)).is_some_and(|r| !r.settled())
+        };
+        for p in self.mesh.players() {
+            let player = PlayerId(p.id.0);
+            present.insert(player);
+            let want = self
+                .mesh
+                .bubble_of(p.id)
+                .map(|b| BubbleId(b.id.0))
+                .filter(|b| self.registry.contains_key(b));
+            let have = self.placed.get(&player).copied();
+            if want == have || unsettled(&self.registry, want) || unsettled(&self.registry, have) {
+                continue;
+            }
+            if let Some(h) = have.and_then(|h| self.registry.get_mut(&h).map(|r| (h, r))) {
+                h.1.members.remove(&player);
+                touched.insert(h.0);
+                if let Some(w) = want {
+                    departures.entry(h.0).or_default().push((player, w));
+                }
+            }
+            match want {
+                Some(w) => {
+                    if let Some(r) = self.registry.get_mut(&w) {
+                        r.members.insert(player, p.home);
+                    }
+                    touched.insert(w);
+                    if have.is_some_and(|h| self.registry.contains_key(&h)) {
+                        crossing.insert(player);
+                    }
+                    self.placed.insert(player, w);
+                    routes.push(player);
+                }
+                None => {
+                    self.placed.remove(&player);
+                }
+            }
+        }
+        let gone: Vec<PlayerId> =
+            self.placed.keys().filter(|p| !present.contains(p)).copied().collect();
+        for player in gone {
+            if let Some(b) = self.placed.remove(&player)
+                && let Some(r) = self.registry.get_mut(&b)
+            {
+                r.members.remove(&player);
+                touched.insert(b);
+            }
+        }
+        for bubble in touched {
+            let Some(reg) = self.registry.get(&bubble) else { continue };
+            let players = self.member_list(reg, &crossing);
+            let departed = departures
+                .remove(&bubble)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(player, to)| {
+                    let r = self.registry.get(&to)?;
+                    Some(control::Departure {
+                        player,
+                        to: r.lease_ref(to),
+                        site: self.site_name(r.site),
+                    })
+                })
+                .collect();
+            let (lease, site) = (reg.lease_ref(bubble), reg.site);
+            self.order(site, control::Request::Members { lease, players, departed });
+        }
+        self.send_routes(routes);
+        self.reconcile_parts();
+    }
+
+    /// Tells each holder how the brain spreads its bubbles over servers (SPEC section 4, within
+    /// a site) and which part holds each member, whenever that changed. Bubbles in a handover
+    /// or a restore wait for it.
+    fn reconcile_parts(&mut self) {
+        let mut orders = Vec::new();
+        for (&bubble, reg) in self.registry.iter_mut() {
+            if !reg.settled() {
+                continue;
+            }
+            let Some(b) = self.mesh.bubble_by_id(horizon_mesh::BubbleId(bubble.0)) else {
+                continue;
+            };
+            if b.servers() <= 1 && reg.parts.is_empty() {
+                continue;
+            }
+            let parts = b.parts();
+            let part_of: BTreeMap<PlayerId, u32> = reg
+                .members
+                .keys()
+                .filter_map(|&p| {
+                    let at = self.mesh.player(horizon_mesh::PlayerId(p.0))?.position;
+                    Some((p, horizon_mesh::bubble::part_of(&parts, at) as u32))
+                })
+                .collect();
+            let boxes: Vec<Aabb> = parts.iter().map(|p| aabb(*p)).collect();
+            if boxes == reg.parts && part_of == reg.part_of {
+                continue;
+            }
+            let players = part_of
+                .iter()
+                .map(|(&player, &part)| control::PartMember { player, part })
+                .collect();
+            let lease = reg.lease_ref(bubble);
+            orders
+                .push((reg.site, control::Request::Parts { lease, parts: boxes.clone(), players }));
+            if boxes.len() > 1 {
+                (reg.parts, reg.part_of) = (boxes, part_of);
+            } else {
+                (reg.parts, reg.part_of) = (Vec::new(), BTreeMap::new());
+            }
+        }
+        for (site, order) in orders {
+            self.order(site, order);
+        }
+    }
+
+    pub(crate) fn member_list(
+        &self,
+        reg: &Hosted,
+        crossing: &BTreeSet<PlayerId>,
+    ) -> Vec<control::Member> {
+        reg.members
+            .iter()
+            .map(|(&player, &home)| control::Member {
+                player,
+                home: self.site_name(home),
+                pos: self.mesh.player(horizon_mesh::PlayerId(player.0)).map_or(
+                    Vec3::default(),
+                    |p| Vec3 { x: p.position.x, y: p.position.y, z: p.position.z },
+                ),
+                crossing: crossing.contains(&player),
+            })
+            .collect()
+    }
+
+    /// Tells home agents where their players are simulated now.
+    pub(crate) fn send_routes(&mut self, players: Vec<PlayerId>) {
+        let mut per_home: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
+        for player in players {
+            let Some(&bubble) = self.placed.get(&player) else { continue };
+            let Some(reg) = self.registry.get(&bubble) else { continue };
+            let Some(&home) = reg.members.get(&player) else { continue };
+            per_home.entry(home).or_default().push(control::PlayerRoute {
+                player,
+                bubble,
+                site: self.site_name(reg.site),
+            });
+        }
+        for (home, routes) in per_home {
+            self.order(home, control::Request::Route { routes });
+        }
+    }
+
+    /// After an agent (re-)registered: the member lists of the bubbles it runs and the routes
+    /// of its players, which it may have missed while it was away.
+    pub(crate) fn resync(&mut self, site: SiteId) {
+        let bubbles: Vec<BubbleId> = self
+            .registry
+            .iter()
+            .filter(|(_, r)| r.site == site && r.settled())
+            .map(|(&b, _)| b)
+            .collect();
+        for bubble in bubbles {
+            let reg = &self.registry[&bubble];
+            let players = self.member_list(reg, &BTreeSet::new());
+            let lease = reg.lease_ref(bubble);
+            self.order(site, control::Request::Members { lease, players, departed: Vec::new() });
+        }
+        let homed: Vec<PlayerId> = self
+            .placed
+            .iter()
+            .filter(|(p, b)| self.registry.get(b).is_some_and(|r| r.members.get(p) == Some(&site)))
+            .map(|(&p, _)| p)
+            .collect();
+        self.send_routes(homed);
+    }
+}
+
+pub(crate) fn role(r: Role) -> horizon_mesh::Role {
+    match r {
+        Role::Pilot => horizon_mesh::Role::Pilot,
+        Role::Player => horizon_mesh::Role::Player,
+        Role::Afk => horizon_mesh::Role::Afk,
+        Role::Npc => horizon_mesh::Role::Npc,
+    }
+}
+
+pub(crate) fn vec3(v: Vec3) -> horizon_mesh::Vec3 {
+    horizon_mesh::Vec3::new(v.x, v.y, v.z)
+}
+
+pub(crate) fn aabb(b: horizon_mesh::Aabb) -> Aabb {
+    let v = |p: horizon_mesh::Vec3| Vec3 { x: p.x, y: p.y, z: p.z };
+    Aabb { min: v(b.min), max: v(b.max) }
+}

@@ -1,0 +1,419 @@
+//! The core's state machine driven directly: agents connect and register, players join, the
+//! brain ticks, and the effects say what the core would send. No sockets, no clock.
+
+use horizon_mesh::{SiteName, Sites, Thresholds};
+use horizon_proto::{Role, Seq, Tick, Vec3};
+
+use super::*;
+
+pub(crate) fn sites() -> Sites {
+    let name = |s: &str| SiteName::new(s).expect("valid site name");
+    Sites::new(
+        vec![name("PAR"), name("MTL"), name("HKG")],
+        &name("PAR"),
+        &[
+            (name("PAR"), name("MTL"), 85.0),
+            (name("PAR"), name("HKG"), 185.0),
+            (name("MTL"), name("HKG"), 225.0),
+        ],
+    )
+    .expect("valid sites")
+}
+
+/// A core with every agent connected and registered, three ready servers per site.
+struct Harness {
+    core: CoreMachine,
+    now: Time,
+    next_token: RequestToken,
+    /// Every effect carried out so far, in order.
+    log: Vec<Effect>,
+}
+
+const TTL_MS: u64 = 10_000;
+const MARGIN_MS: u64 = 2_000;
+
+impl Harness {
+    fn new() -> Self {
+        Harness::with(Thresholds::default())
+    }
+
+    fn with(thresholds: Thresholds) -> Self {
+        let thresholds =
+            Thresholds { lease_ttl_ms: TTL_MS, lease_drift_margin_ms: MARGIN_MS, ..thresholds };
+        let cfg = MachineConfig { sites: sites(), thresholds };
+        let core = CoreMachine::new(cfg, 1, &StoreState::default(), Time::ZERO).unwrap();
+        let mut h = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
+        for site in ["PAR", "MTL", "HKG"] {
+            h.connect(site);
+        }
+        h
+    }
+
+    fn site(&self, name: &str) -> SiteId {
+        self.core.cfg.sites.id(name).unwrap()
+    }
+
+    fn conn(&self, site: &str) -> ConnId {
+        self.core.agents[&self.site(site)].conn
+    }
+
+    fn connect(&mut self, name: &str) {
+        let site = self.site(name);
+        let conn = 100 + site.index() as u64 + 10 * self.next_token;
+        self.core.handle(Input::AgentConnected { site, conn }, self.now);
+        let servers = (0..3).map(|i| server(&format!("{name}-{i}"), &[])).collect();
+        let register = control::Request::Register {
+            site: Name::new(name).unwrap(),
+            build: Name::new("test").unwrap(),
+            transfer_addr: format!("{name}:7401"),
+            servers,
+            held: Vec::new(),
+        };
+        self.request(name, register).unwrap();
+    }
+
+    /// Sends an agent request and returns the machine's reply to it.
+    fn request(&mut self, site: &str, request: control::Request) -> Result<control::Reply, Fault> {
+        let token = self.next_token;
+        self.next_token += 1;
+        let (site_id, conn) = (self.site(site), self.conn(site));
+        self.core.handle(Input::AgentRequest { site: site_id, conn, token, request }, self.now);
+        let mut reply = None;
+        self.drain(|e| match e {
+            Effect::Reply { token: t, reply: r } if *t == token => reply = Some(r.clone()),
+            _ => {}
+        });
+        reply.expect("every request is answered")
+    }
+
+    /// Takes every pending effect into the log; `each` sees them first.
+    fn drain(&mut self, mut each: impl FnMut(&Effect)) {
+        while let Some(e) = self.core.poll_effect() {
+            each(&e);
+            self.log.push(e);
+        }
+    }
+
+    /// Advances the clock to `t_ms`, running every timeout due on the way.
+    fn run_until(&mut self, t_ms: u64) {
+        let end = Time::from_ms(t_ms);
+        loop {
+            let next = self.core.poll_timeout();
+            if next > end {
+                break;
+            }
+            self.now = next.max(self.now);
+            self.core.handle_timeout(self.now);
+            self.drain(|_| {});
+        }
+        self.now = end;
+    }
+
+    /// Orders sent since the log was last cleared, as (site, order id, request).
+    fn sent(&self) -> Vec<(String, OrderId, control::Request)> {
+        self.log
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send { site, order, request, .. } => {
+                    Some((self.core.cfg.sites.name(*site).to_string(), *order, request.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Answers every order sent to `site` with `Done`, the way an agent would.
+    fn ack_all(&mut self, site: &str) {
+        let orders: Vec<OrderId> =
+            self.sent().into_iter().filter(|(s, ..)| s == site).map(|(_, o, _)| o).collect();
+        for order in orders {
+            let result = Ok(control::Reply::Done);
+            self.core.handle(Input::OrderDone { order, result }, self.now);
+        }
+        self.drain(|_| {});
+    }
+
+    fn join(&mut self, site: &str, player: u64, x: f64) {
+        let sample = control::PlayerSample {
+            player: PlayerId(player),
+            access_rtt_ms: 10.0,
+            role: Role::Player,
+            world: WorldId(1),
+            pos: Vec3 { x, y: 0.0, z: 0.0 },
+            vel: Vec3::default(),
+        };
+        let report = control::Request::Report {
+            joins: vec![sample],
+            leaves: Vec::new(),
+            players: Vec::new(),
+            backbone: Vec::new(),
+            servers: (0..3).map(|i| server(&format!("{site}-{i}"), &[])).collect(),
+        };
+        self.request(site, report).unwrap();
+    }
+
+    /// The bubble the registry holds for `player`, with its site and epoch.
+    fn hosted(&self, player: u64) -> (BubbleId, String, u64) {
+        let bubble = self.core.placed[&PlayerId(player)];
+        let r = &self.core.registry[&bubble];
+        (bubble, self.core.cfg.sites.name(r.site).to_string(), r.epoch)
+    }
+}
+
+fn server(name: &str, bubbles: &[BubbleId]) -> control::ServerLoad {
+    control::ServerLoad {
+        server: Name::new(name).unwrap(),
+        tps: 60.0,
+        players: 0,
+        chunks_loading: 0,
+        ready: bubbles.is_empty(),
+        bubbles: bubbles.to_vec(),
+    }
+}
+
+/// A lone Montrealer gets a bubble at MTL; returns it.
+fn montrealer_in_a_bubble(h: &mut Harness) -> (BubbleId, u64) {
+    h.join("MTL", 1, 0.0);
+    h.run_until(6_000);
+    let (bubble, site, epoch) = h.hosted(1);
+    assert_eq!(site, "MTL");
+    h.ack_all("MTL");
+    let renew = control::Request::Renew { leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }] };
+    h.request("MTL", renew).unwrap();
+    (bubble, epoch)
+}
+
+/// A whole copy of `bubble` from its holder, in one chunk, with what it covers.
+fn copy(h: &mut Harness, site: &str, bubble: BubbleId, epoch: u64, tick: u64, seq: u64) {
+    let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
+    let (site_id, conn) = (h.site(site), h.conn(site));
+    let chunk = control::Backup::Chunk {
+        lease,
+        tick: Tick(tick),
+        index: 0,
+        total: 1,
+        bytes: horizon_proto::Blob(vec![tick as u8; 8]),
+    };
+    h.core.handle(Input::Backup { site: site_id, conn, item: chunk }, h.now);
+    let covers =
+        control::Backup::Covers { lease, tick: Tick(tick), acked: vec![(PlayerId(1), Seq(seq))] };
+    h.core.handle(Input::Backup { site: site_id, conn, item: covers }, h.now);
+    h.drain(|_| {});
+}
+
+#[test]
+fn a_relay_cut_from_the_core_is_restored_on_the_core_site_from_its_latest_copy_after_lease_and_margin()
+ {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    copy(&mut h, "MTL", bubble, epoch, 40, 7);
+    assert!(
+        h.sent().iter().any(|(s, _, r)| s == "MTL"
+            && matches!(r, control::Request::Covered { players } if players[0].seq == Seq(7))),
+        "the home gateway is told which inputs the stored copy covers"
+    );
+    // The renewal at 6 s is the last one MTL gets through; then its link to the core is cut.
+    let renew = control::Request::Renew { leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }] };
+    let reply = h.request("MTL", renew).unwrap();
+    assert!(matches!(reply, control::Reply::Renewed { ref granted, .. } if granted.len() == 1));
+    let last_renewal = h.now.as_ms();
+    let conn = h.conn("MTL");
+    let mtl = h.site("MTL");
+    h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
+    h.log.clear();
+    h.run_until(last_renewal + TTL_MS + MARGIN_MS - 1);
+    assert!(
+        !h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })),
+        "no failover before lease + margin: {:?}",
+        h.log
+    );
+    h.run_until(last_renewal + TTL_MS + MARGIN_MS + 6_000);
+    let reads: Vec<&Effect> =
+        h.log.iter().filter(|e| matches!(e, Effect::ReadBackup { .. })).collect();
+    assert_eq!(reads, vec![&Effect::ReadBackup { bubble }]);
+    let (_, site, new_epoch) = h.hosted(1);
+    assert_eq!(site, "PAR", "restored on the core site");
+    assert!(new_epoch > epoch, "a newer epoch fences the cut relay off");
+    assert!(h.log.iter().any(|e| matches!(e, Effect::Persist(Record::Lease { epoch: e, site, .. }) if *e == new_epoch && site == "PAR")));
+    // The shell reads the copy; the restore goes to PAR with it.
+    h.log.clear();
+    let stored = StoredCopy { epoch, tick: 40, bytes: vec![40; 8] };
+    h.core.handle(Input::BackupRead { bubble, copy: Some(stored) }, h.now);
+    h.drain(|_| {});
+    let sent = h.sent();
+    let (_, order, restore) = sent.iter().find(|(s, ..)| s == "PAR").expect("a restore to PAR");
+    let control::Request::Restore { lease, from, tick, copy: bytes, .. } = restore else {
+        panic!("{restore:?}")
+    };
+    assert_eq!((lease.epoch.0, from.0, tick.0, bytes.0.len()), (new_epoch, epoch, 40, 8));
+    // Members and routes wait for the restore to be done, then go out.
+    assert!(!sent.iter().any(|(_, _, r)| matches!(r, control::Request::Route { .. })));
+    let order = *order;
+    h.core.handle(Input::OrderDone { order, result: Ok(control::Reply::Done) }, h.now);
+    h.drain(|_| {});
+    let sent = h.sent();
+    assert!(sent.iter().any(|(s, _, r)| s == "PAR"
+        && matches!(r, control::Request::Members { players, .. } if players.len() == 1)));
+    assert!(!h.core.registry[&bubble].restoring);
+    // On heal, MTL re-registers holding the old epoch: told to stop it.
+    h.log.clear();
+    let conn = 999;
+    h.core.handle(Input::AgentConnected { site: mtl, conn }, h.now);
+    let held =
+        vec![control::Held { lease: LeaseRef { bubble, epoch: Epoch(epoch) }, tick: Tick(0) }];
+    let register = control::Request::Register {
+        site: Name::new("MTL").unwrap(),
+        build: Name::new("test").unwrap(),
+        transfer_addr: "MTL:7401".into(),
+        servers: Vec::new(),
+        held,
+    };
+    let control::Reply::Registered { keep, stop, .. } = h.request("MTL", register).unwrap() else {
+        panic!()
+    };
+    assert!(keep.is_empty());
+    assert_eq!(stop, vec![LeaseRef { bubble, epoch: Epoch(epoch) }]);
+    // And its old epoch's copies and renewals are refused.
+    let renew = control::Request::Renew { leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }] };
+    let control::Reply::Renewed { granted, .. } = h.request("MTL", renew).unwrap() else {
+        panic!()
+    };
+    assert!(granted.is_empty(), "no renewal of a fenced epoch");
+    let before = h.core.metrics.backups_refused.get(mtl.index());
+    copy(&mut h, "MTL", bubble, epoch, 90, 9);
+    assert_eq!(h.core.metrics.backups_refused.get(mtl.index()), before + 1, "stale copy refused");
+}
+
+#[test]
+fn a_lost_server_restarts_its_bubble_on_the_same_site_at_once() {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    copy(&mut h, "MTL", bubble, epoch, 12, 3);
+    h.log.clear();
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    assert_eq!(h.request("MTL", lost).unwrap(), control::Reply::Done);
+    let (_, site, new_epoch) = h.hosted(1);
+    assert_eq!(site, "MTL", "the site has spare servers");
+    assert!(new_epoch > epoch);
+    assert!(h.log.contains(&Effect::ReadBackup { bubble }), "restored at once, not at a tick");
+    // A second report of the same loss changes nothing.
+    h.log.clear();
+    let again = control::Request::Lost {
+        leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("MTL", again).unwrap();
+    assert!(!h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })));
+}
+
+#[test]
+fn a_restore_that_fails_is_failed_over_again_elsewhere() {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("MTL", lost).unwrap();
+    h.log.clear();
+    h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
+    h.drain(|_| {});
+    let (_, order, _) = h.sent().into_iter().find(|(s, ..)| s == "MTL").expect("restore to MTL");
+    let result = Err("no game server ready at MTL in time".into());
+    h.core.handle(Input::OrderDone { order, result }, h.now);
+    h.drain(|_| {});
+    let (_, site, _) = h.hosted(1);
+    assert_eq!(site, "PAR", "after a failed restore at MTL, another site");
+    assert!(h.log.contains(&Effect::ReadBackup { bubble }));
+}
+
+#[test]
+fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    // Three Parisians join the Montrealer: the brain moves the bubble to PAR.
+    for p in 2..5 {
+        h.join("PAR", p, 1.0 + p as f64);
+    }
+    h.log.clear();
+    let mut prepare = None;
+    for _ in 0..12 {
+        h.run_until(h.now.as_ms() + 5_000);
+        let sent = h.sent();
+        if let Some((_, _, control::Request::Prepare { lease, .. })) =
+            sent.iter().find(|(_, _, r)| matches!(r, control::Request::Prepare { .. }))
+        {
+            prepare = Some(*lease);
+            break;
+        }
+        h.ack_all("MTL");
+        h.ack_all("PAR");
+        h.log.clear();
+        let leases: Vec<LeaseRef> = h.core.registry.iter().map(|(&b, r)| r.lease_ref(b)).collect();
+        h.request("MTL", control::Request::Renew { leases }).unwrap();
+    }
+    let lease =
+        prepare.unwrap_or_else(|| panic!("a handover to PAR starts: {:?}", h.core.decisions));
+    let epoch = lease.epoch.0 - 1;
+    assert!(epoch >= 1);
+    // Answers the handover's latest step.
+    let reply = |h: &mut Harness, reply: control::Reply| {
+        let step = |r: &control::Request| {
+            matches!(
+                r,
+                control::Request::Prepare { .. }
+                    | control::Request::Members { .. }
+                    | control::Request::Freeze { .. }
+            )
+        };
+        let (_, order, _) = h.sent().into_iter().rev().find(|(_, _, r)| step(r)).unwrap();
+        h.core.handle(Input::OrderDone { order, result: Ok(reply) }, h.now);
+        h.drain(|_| {});
+    };
+    reply(&mut h, control::Reply::Prepared { handover: HandoverId(1) });
+    reply(&mut h, control::Reply::Done);
+    reply(&mut h, control::Reply::Done);
+    let sent = h.sent();
+    assert!(
+        sent.iter().any(|(s, _, r)| s == "MTL" && matches!(r, control::Request::Freeze { .. }))
+    );
+    reply(&mut h, control::Reply::Frozen { handover: HandoverId(1), tick: Tick(5) });
+    let target = LeaseRef { bubble, epoch: Epoch(epoch + 1) };
+    let renew = |h: &mut Harness| {
+        let req = control::Request::Renew { leases: vec![target] };
+        match h.request("PAR", req).unwrap() {
+            control::Reply::Renewed { granted, refused, .. } => (granted, refused),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(renew(&mut h).0, vec![target], "renewed while the handover may still commit");
+    h.run_until(h.now.as_ms() + handover::HANDOVER_DEADLINE.as_ms() + 5_000);
+    assert_eq!(renew(&mut h).1, vec![target], "given up: the target's lease must run out");
+    let started = control::Request::Started {
+        handover: HandoverId(1),
+        bubble,
+        epoch: Epoch(epoch + 1),
+        tick: Tick(6),
+    };
+    assert!(h.request("PAR", started).is_err(), "too late to commit");
+}
+
+#[test]
+fn requests_from_a_replaced_connection_are_refused() {
+    let mut h = Harness::new();
+    let mtl = h.site("MTL");
+    let old = h.conn("MTL");
+    h.core.handle(Input::AgentConnected { site: mtl, conn: old + 1000 }, h.now);
+    let renew = control::Request::Renew { leases: Vec::new() };
+    h.core.handle(Input::AgentRequest { site: mtl, conn: old, token: 7, request: renew }, h.now);
+    let mut reply = None;
+    h.drain(|e| {
+        if let Effect::Reply { token: 7, reply: r } = e {
+            reply = Some(r.clone());
+        }
+    });
+    assert!(reply.unwrap().is_err());
+}
