@@ -85,6 +85,11 @@ pub struct BotReport {
     pub updates: u64,
     pub chain_checked: u64,
     pub chain_breaks: u64,
+    /// Times the player's simulation went back in time to a copy of the universe backup (a
+    /// failover restore): its chain restarts from the copy, which is not a break.
+    pub restores_seen: u64,
+    /// `Reconnecting` notices received from the gateway.
+    pub reconnecting_seen: u64,
     pub max_gap_ms: f64,
     pub bubbles_seen: u64,
     /// Simulations (game servers' regions) the player's views came from: more than the
@@ -235,7 +240,14 @@ async fn run(
                 let _ = conn.send_datagram(&gateway::Datagram::Position { seq: position_seq, world, pos, vel });
             }
             Some((at, item)) = updates.recv() => {
-                let gateway::Item::Update { bubble, tick, acked, bytes } = item else { continue };
+                let (bubble, tick, acked, bytes) = match item {
+                    gateway::Item::Update { bubble, tick, acked, bytes } => (bubble, tick, acked, bytes),
+                    gateway::Item::Reconnecting { .. } => {
+                        lock(&report).reconnecting_seen += 1;
+                        continue;
+                    }
+                    gateway::Item::Input { .. } => continue,
+                };
                 let mut r = lock(&report);
                 r.updates += 1;
                 let later = pending.split_off(&(acked.0 + 1));
@@ -260,6 +272,10 @@ async fn run(
                     Some((b, origin, t, chain, seen)) if b == bubble.0 => {
                         if origin != view.origin {
                             r.simulations_seen += 1;
+                        } else if tick.0 <= t {
+                            // One simulation's updates reach a player in order: going back is
+                            // a restore from a copy, whose timeline is followed from here.
+                            r.restores_seen += 1;
                         } else if tick.0 == t + 1 {
                             r.chain_checked += 1;
                             if view.prev_chain != chain {
@@ -274,12 +290,7 @@ async fn run(
                         r.simulations_seen += 1;
                     }
                 }
-                let follow = last.is_none_or(|(b, origin, t, ..)| {
-                    b != bubble.0 || origin != view.origin || tick.0 > t
-                });
-                if follow {
-                    last = Some((bubble.0, view.origin, tick.0, view.chain, at));
-                }
+                last = Some((bubble.0, view.origin, tick.0, view.chain, at));
             }
         }
     }

@@ -83,6 +83,8 @@ pub struct Sandbox {
     netems: Vec<Netem>,
     /// Index in `netems` of the transfer link between two sites (names in sorted order).
     transfer_links: BTreeMap<(String, String), usize>,
+    /// Relay site → index of the emulator between its agent and the core.
+    core_links: BTreeMap<String, usize>,
 }
 
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
@@ -144,6 +146,7 @@ impl Sandbox {
         let mut transfer: BTreeMap<String, SocketAddr> = BTreeMap::new();
         let mut gateways = BTreeMap::new();
         let mut transfer_links = BTreeMap::new();
+        let mut core_links = BTreeMap::new();
         for site in order {
             let core_addr = if *site == core_site {
                 core.control_addr
@@ -152,6 +155,7 @@ impl Sandbox {
                     .await
                     .map_err(|e| setup("netem")(&e))?;
                 let a = n.local_addr();
+                core_links.insert(site.clone(), netems.len());
                 netems.push(n);
                 a
             };
@@ -211,6 +215,7 @@ impl Sandbox {
             player_token,
             netems,
             transfer_links,
+            core_links,
         })
     }
 
@@ -220,6 +225,34 @@ impl Sandbox {
         let Some(&i) = self.transfer_links.get(&pair(a, b)) else { return false };
         self.netems[i].handle().partition(cut);
         true
+    }
+
+    /// Cuts (or restores) a relay site's agent-to-core link, both directions; its links to the
+    /// other agents are untouched. False for the core site (its agent is not behind the
+    /// emulator) or an unknown site.
+    pub fn partition_core(&self, site: &str, cut: bool) -> bool {
+        let Some(&i) = self.core_links.get(site) else { return false };
+        self.netems[i].handle().partition(cut);
+        true
+    }
+
+    /// Kills (SIGKILL) the game-server process named `server`, as a crash would. False if no
+    /// such process runs.
+    pub fn kill_server(&self, server: &str) -> bool {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+        for entry in dir.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let named = args.windows(2).any(|w| w[0] == b"--name" && w[1] == server.as_bytes());
+            if named && args.iter().any(|a| *a == b"gameserver") {
+                return std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success());
+            }
+        }
+        false
     }
 
     /// Waits until every site has `ready` servers holding nothing (or the timeout).

@@ -419,3 +419,151 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
     let moved = reports.iter().filter(|r| r.simulations_seen > r.bubbles_seen).count();
     assert!(moved >= 6, "players carried to another part's server, state and seqs: {moved}");
 }
+
+/// The bubble simulating `player` and the server holding it, from the core's status.
+fn holder_of(status: &serde_json::Value, player: u64) -> Option<(u64, String, String)> {
+    let bubble =
+        status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
+    for site in status["sites"].as_array()? {
+        for server in site["servers"].as_array().into_iter().flatten() {
+            if server["bubbles"].as_array()?.iter().any(|b| b.as_u64() == Some(bubble)) {
+                let name = server["server"].as_str()?.to_owned();
+                return Some((bubble, site["site"].as_str()?.to_owned(), name));
+            }
+        }
+    }
+    None
+}
+
+/// What a player must see across a failover: every acknowledged input applied once and
+/// nothing lost (the gateway re-sends what the restored copy lacks), the chain unbroken
+/// (going back to the copy is a restore, not a break), and a freeze shorter than `max_gap_ms`.
+fn played_through_a_failover(r: &BotReport, max_gap_ms: f64) {
+    assert_eq!(r.error, None, "{}", r.name);
+    assert_eq!(r.applied, r.acked, "{}: every acknowledged input applied, once: {r:?}", r.name);
+    assert_eq!(r.applied_twice, 0, "{}", r.name);
+    assert_eq!(r.chain_breaks, 0, "{}", r.name);
+    assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
+    assert!(r.max_gap_ms < max_gap_ms, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
+}
+
+/// Waits (polling the core's status) until `f` holds, at most `secs` seconds.
+async fn wait_for<T>(
+    sandbox: &Sandbox,
+    secs: u64,
+    mut f: impl FnMut(&serde_json::Value) -> Option<T>,
+) -> Option<T> {
+    for _ in 0..secs * 5 {
+        if let Some(status) = sandbox.core.status().await
+            && let Some(t) = f(&status)
+        {
+            return Some(t);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_within_3_s() {
+    let dir = std::env::temp_dir().join(format!("horizon-crash-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let running = vec![bots::spawn(
+        bot("mtl-lone", "MTL", &sandbox, 0.0, 0),
+        roots,
+        sandbox.player_token.clone(),
+        stop_rx,
+    )];
+    let player = || running[0].0.lock().unwrap().player;
+    let (bubble, site, server) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
+        .await
+        .expect("the Montrealer is simulated");
+    assert_eq!(site, "MTL");
+    // Let the universe backup take a copy (every 10 s), then crash the server.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let epoch = epoch_of(&sandbox.core.status().await.unwrap(), player().unwrap());
+    assert!(sandbox.kill_server(&server), "{server} killed");
+    let restored = wait_for(&sandbox, 10, |s| {
+        let (b, site, now) = holder_of(s, player()?)?;
+        (b == bubble && now != server && epoch_of(s, player()?) > epoch)
+            .then_some((site, s.clone()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let (site, status) = restored.expect("the bubble was restored on another server");
+    assert_eq!(site, "MTL", "on a spare server of the same site");
+    assert_eq!(status["failovers"]["MTL"].as_u64(), Some(1), "{:?}", status["failovers"]);
+    let r = &reports[0];
+    assert!(r.restores_seen >= 1, "the player's simulation went back to the copy: {r:?}");
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("server crash: longest update gap {:.0} ms", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_the_core_site() {
+    let dir = std::env::temp_dir().join(format!("horizon-cut-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    opts.thresholds.lease_ttl_ms = 10_000;
+    opts.thresholds.lease_drift_margin_ms = 2_000;
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let running = vec![bots::spawn(
+        bot("mtl-lone", "MTL", &sandbox, 0.0, 0),
+        roots,
+        sandbox.player_token.clone(),
+        stop_rx,
+    )];
+    let player = || running[0].0.lock().unwrap().player;
+    let (bubble, site, _) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
+        .await
+        .expect("the Montrealer is simulated");
+    assert_eq!(site, "MTL");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let cut = tokio::time::Instant::now();
+    assert!(sandbox.partition_core("MTL", true));
+    // Lease (10 s) + margin (2 s) after the last renewal (at most 5 s before the cut), then
+    // the restore on PAR.
+    let moved = wait_for(&sandbox, 30, |s| {
+        (site_of(s, player()?).as_deref() == Some("PAR")
+            && s["bubbles"]
+                .as_array()?
+                .iter()
+                .any(|b| b["bubble"] == bubble && b["restoring"] == false))
+        .then_some(())
+    })
+    .await;
+    let moved_after = cut.elapsed();
+    let updates_then = running[0].0.lock().unwrap().updates;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let updates_after = running[0].0.lock().unwrap().updates;
+    assert!(sandbox.partition_core("MTL", false));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = sandbox.core.status().await.unwrap();
+    let reports = finish(sandbox, &dir, stop, running).await;
+    moved.expect("restored on the core site");
+    assert!(moved_after < Duration::from_secs(22), "restored {moved_after:?} after the cut");
+    assert!(
+        updates_after > updates_then + 20,
+        "playing again on PAR: {updates_then} → {updates_after}"
+    );
+    let r = &reports[0];
+    assert!(r.reconnecting_seen >= 1, "the player was told: {r:?}");
+    assert_eq!(site_of(&status, r.player.unwrap()).as_deref(), Some("PAR"), "stays after heal");
+    // The freeze spans the lease's end to the restore: under lease + margin + a few seconds.
+    played_through_a_failover(r, 20_000.0);
+    eprintln!(
+        "relay cut: restored {moved_after:?} after the cut; longest gap {:.0} ms",
+        r.max_gap_ms
+    );
+}
