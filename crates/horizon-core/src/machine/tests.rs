@@ -333,7 +333,7 @@ fn a_restore_that_fails_is_failed_over_again_elsewhere() {
 #[test]
 fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused() {
     let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
-    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    let (bubble, _) = montrealer_in_a_bubble(&mut h);
     // Three Parisians join the Montrealer: the brain moves the bubble to PAR.
     for p in 2..5 {
         h.join("PAR", p, 1.0 + p as f64);
