@@ -236,16 +236,24 @@ impl Sandbox {
         true
     }
 
-    /// Kills (SIGKILL) the game-server process named `server`, as a crash would. False if no
-    /// such process runs.
-    pub fn kill_server(&self, server: &str) -> bool {
+    /// Kills (SIGKILL) the game-server process named `server` of `site`'s agent in this
+    /// sandbox (sandboxes running side by side use the same names), as a crash would. False
+    /// if no such process runs.
+    pub fn kill_server(&self, site: &str, server: &str) -> bool {
+        let Some(agent) = self.agents.iter().find(|a| a.site == site) else { return false };
+        let agent_addr = agent.servers_addr.to_string();
         let Ok(dir) = std::fs::read_dir("/proc") else { return false };
         for entry in dir.flatten() {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let named = args.windows(2).any(|w| w[0] == b"--name" && w[1] == server.as_bytes());
-            if named && args.iter().any(|a| *a == b"gameserver") {
+            let arg = |key: &[u8], value: &str| {
+                args.windows(2).any(|w| w[0] == key && w[1] == value.as_bytes())
+            };
+            if arg(b"--name", server)
+                && arg(b"--agent", &agent_addr)
+                && args.iter().any(|a| *a == b"gameserver")
+            {
                 return std::process::Command::new("kill")
                     .args(["-KILL", &pid.to_string()])
                     .status()

@@ -464,39 +464,55 @@ async fn wait_for<T>(
     None
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_within_3_s() {
-    let dir = std::env::temp_dir().join(format!("horizon-crash-{}", std::process::id()));
+/// A lone Montrealer playing in a three-site sandbox tuned by `tune`, once their bubble has had
+/// a copy taken by the universe backup (every 10 s).
+struct LoneMontrealer {
+    sandbox: Sandbox,
+    dir: PathBuf,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+    player: u64,
+    bubble: u64,
+    /// The server simulating the bubble.
+    server: String,
+}
+
+async fn lone_montrealer(name: &str, tune: impl FnOnce(&mut SandboxOptions)) -> LoneMontrealer {
+    let dir = std::env::temp_dir().join(format!("horizon-{name}-{}", std::process::id()));
     let mut opts =
         SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
     opts.thresholds.period_ms = 2_000;
+    tune(&mut opts);
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let running = vec![bots::spawn(
-        bot("mtl-lone", "MTL", &sandbox, 0.0, 0),
-        roots,
-        sandbox.player_token.clone(),
-        stop_rx,
-    )];
-    let player = || running[0].0.lock().unwrap().player;
+    let spec = bot("mtl-lone", "MTL", &sandbox, 0.0, 0);
+    let running = vec![bots::spawn(spec, roots, sandbox.player_token.clone(), stop_rx)];
+    let report = running[0].0.clone();
+    let player = move || report.lock().unwrap().player;
     let (bubble, site, server) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
         .await
         .expect("the Montrealer is simulated");
     assert_eq!(site, "MTL");
-    // Let the universe backup take a copy (every 10 s), then crash the server.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let epoch = epoch_of(&sandbox.core.status().await.unwrap(), player().unwrap());
-    assert!(sandbox.kill_server(&server), "{server} killed");
-    let restored = wait_for(&sandbox, 10, |s| {
-        let (b, site, now) = holder_of(s, player()?)?;
-        (b == bubble && now != server && epoch_of(s, player()?) > epoch)
-            .then_some((site, s.clone()))
+    let player = player().expect("joined");
+    LoneMontrealer { sandbox, dir, stop, running, player, bubble, server }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_within_3_s() {
+    let m = lone_montrealer("crash", |_| {}).await;
+    let (sandbox, player, bubble, server) = (&m.sandbox, m.player, m.bubble, m.server.clone());
+    let epoch = epoch_of(&sandbox.core.status().await.unwrap(), player);
+    assert!(sandbox.kill_server("MTL", &server), "{server} killed");
+    let restored = wait_for(sandbox, 10, |s| {
+        let (b, site, now) = holder_of(s, player)?;
+        (b == bubble && now != server && epoch_of(s, player) > epoch).then_some((site, s.clone()))
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let reports = finish(sandbox, &dir, stop, running).await;
+    let reports = finish(m.sandbox, &m.dir, m.stop, m.running).await;
     let (site, status) = restored.expect("the bubble was restored on another server");
     assert_eq!(site, "MTL", "on a spare server of the same site");
     assert_eq!(status["failovers"]["MTL"].as_u64(), Some(1), "{:?}", status["failovers"]);
@@ -508,49 +524,33 @@ async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_the_core_site() {
-    let dir = std::env::temp_dir().join(format!("horizon-cut-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    opts.thresholds.lease_ttl_ms = 10_000;
-    opts.thresholds.lease_drift_margin_ms = 2_000;
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let running = vec![bots::spawn(
-        bot("mtl-lone", "MTL", &sandbox, 0.0, 0),
-        roots,
-        sandbox.player_token.clone(),
-        stop_rx,
-    )];
-    let player = || running[0].0.lock().unwrap().player;
-    let (bubble, site, _) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
-        .await
-        .expect("the Montrealer is simulated");
-    assert_eq!(site, "MTL");
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    let m = lone_montrealer("cut", |opts| {
+        opts.thresholds.lease_ttl_ms = 10_000;
+        opts.thresholds.lease_drift_margin_ms = 2_000;
+    })
+    .await;
+    let (sandbox, player, bubble) = (&m.sandbox, m.player, m.bubble);
+    let updates = || m.running[0].0.lock().unwrap().updates;
     let cut = tokio::time::Instant::now();
     assert!(sandbox.partition_core("MTL", true));
     // Lease (10 s) + margin (2 s) after the last renewal (at most 5 s before the cut), then
     // the restore on PAR.
-    let moved = wait_for(&sandbox, 30, |s| {
-        (site_of(s, player()?).as_deref() == Some("PAR")
-            && s["bubbles"]
-                .as_array()?
-                .iter()
-                .any(|b| b["bubble"] == bubble && b["restoring"] == false))
-        .then_some(())
+    let moved = wait_for(sandbox, 30, |s| {
+        let restored = s["bubbles"]
+            .as_array()?
+            .iter()
+            .any(|b| b["bubble"] == bubble && b["restoring"] == false);
+        (site_of(s, player).as_deref() == Some("PAR") && restored).then_some(())
     })
     .await;
     let moved_after = cut.elapsed();
-    let updates_then = running[0].0.lock().unwrap().updates;
+    let updates_then = updates();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let updates_after = running[0].0.lock().unwrap().updates;
+    let updates_after = updates();
     assert!(sandbox.partition_core("MTL", false));
     tokio::time::sleep(Duration::from_secs(8)).await;
     let status = sandbox.core.status().await.unwrap();
-    let reports = finish(sandbox, &dir, stop, running).await;
+    let reports = finish(m.sandbox, &m.dir, m.stop, m.running).await;
     moved.expect("restored on the core site");
     assert!(moved_after < Duration::from_secs(22), "restored {moved_after:?} after the cut");
     assert!(
@@ -559,7 +559,7 @@ async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_
     );
     let r = &reports[0];
     assert!(r.reconnecting_seen >= 1, "the player was told: {r:?}");
-    assert_eq!(site_of(&status, r.player.unwrap()).as_deref(), Some("PAR"), "stays after heal");
+    assert_eq!(site_of(&status, player).as_deref(), Some("PAR"), "stays after heal");
     // The freeze spans the lease's end to the restore: under lease + margin + a few seconds.
     played_through_a_failover(r, 20_000.0);
     eprintln!(
