@@ -485,12 +485,12 @@ async fn lone_montrealer(name: &str, tune: impl FnOnce(&mut SandboxOptions)) -> 
     tune(&mut opts);
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let spec = bot("mtl-lone", "MTL", &sandbox, 0.0, 0);
     let running = vec![bots::spawn(spec, roots, sandbox.player_token.clone(), stop_rx)];
     let report = running[0].0.clone();
-    let player = move || report.lock().unwrap().player;
+    let player = move || report.lock().expect("bot report").player;
     let (bubble, site, server) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
         .await
         .expect("the Montrealer is simulated");

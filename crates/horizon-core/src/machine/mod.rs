@@ -514,9 +514,7 @@ impl CoreMachine {
     /// Carries out every command the brain has queued.
     fn carry_out_commands(&mut self, now: Time) {
         let mut revokes = Vec::new();
-        let mut any = false;
         while let Some(command) = self.mesh.poll_command() {
-            any = true;
             self.decide(&command, now);
             match command {
                 Command::Create { bubble, site, world, bounds, epoch, .. } => {
@@ -567,9 +565,8 @@ impl CoreMachine {
                 }
             }
         }
-        if !any {
-            return;
-        }
+        // Members, routes and parts follow the brain after every run, commands or not
+        // (players leave and move between parts without one).
         self.reconcile();
         for bubble in revokes {
             if let Some(reg) = self.registry.remove(&bubble) {
