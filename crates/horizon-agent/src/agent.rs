@@ -550,6 +550,22 @@ impl Agent {
             self.drop_bubble(lref.bubble).await;
         }
         self.adopt_peers(peers);
+        // Full resync of this site's players: a restarted core puts them back where they play.
+        let players = self
+            .players
+            .iter()
+            .map(|(&id, gw)| control::PlacedPlayer {
+                sample: self.sample(id, gw),
+                bubble: gw.route.as_ref().map(|(b, _)| *b),
+            })
+            .collect();
+        self.joins.clear();
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            if let Err(e) = core.request(&control::Request::Players { players }).await {
+                tracing::warn!(error = %e, "player resync lost; sent again at the next registration");
+            }
+        });
     }
 
     /// Dials the sites this agent must dial (one connection per pair: the site whose name
@@ -828,6 +844,7 @@ impl Agent {
             | R::Renew { .. }
             | R::Started { .. }
             | R::Lost { .. }
+            | R::Players { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

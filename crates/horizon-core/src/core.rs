@@ -104,12 +104,20 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let accept_events = events_tx.clone();
     let mut listener = listener;
+    let mut accept_stop = stop_rx.clone();
     tokio::spawn(async move {
-        while let Some(peer) = listener.accept().await {
+        loop {
+            let peer = tokio::select! {
+                _ = accept_stop.changed() => break,
+                p = listener.accept() => p,
+            };
+            let Some(peer) = peer else { break };
             if accept_events.send(Event::AgentUp(peer)).await.is_err() {
                 break;
             }
         }
+        // The port is free again once the core has stopped (a restart binds it anew).
+        listener.close("core stopping");
     });
     tracing::info!(site = %core_name, %control_addr, %admin_addr, generation, "core serving");
     let shell = Shell {

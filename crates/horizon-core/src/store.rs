@@ -31,7 +31,21 @@ pub struct StoreError {
 pub struct StoredLease {
     pub epoch: u64,
     pub site: String,
+    /// The bubble's region when the lease was granted (absent in records of older builds):
+    /// what a restarted core needs to take the bubble back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<StoredRegion>,
 }
+
+/// A bubble's world and box, as persisted.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredRegion {
+    pub world: u32,
+    pub min: [f64; 3],
+    pub max: [f64; 3],
+}
+
+impl Eq for StoredRegion {}
 
 /// The latest accepted copy of a bubble's state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,19 +87,42 @@ pub struct StoreState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
 pub enum Record {
-    Generation { generation: u32 },
-    Lease { bubble: u64, epoch: u64, site: String },
-    Gone { bubble: u64 },
-    Backup { bubble: u64, epoch: u64, tick: u64, bytes: u64 },
-    BackupPart { bubble: u64, epoch: u64, part: u32, parts: u32, tick: u64, bytes: u64 },
+    Generation {
+        generation: u32,
+    },
+    Lease {
+        bubble: u64,
+        epoch: u64,
+        site: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<StoredRegion>,
+    },
+    Gone {
+        bubble: u64,
+    },
+    Backup {
+        bubble: u64,
+        epoch: u64,
+        tick: u64,
+        bytes: u64,
+    },
+    BackupPart {
+        bubble: u64,
+        epoch: u64,
+        part: u32,
+        parts: u32,
+        tick: u64,
+        bytes: u64,
+    },
 }
 
 impl StoreState {
     fn apply(&mut self, r: &Record) {
         match r {
             Record::Generation { generation } => self.generation = self.generation.max(*generation),
-            Record::Lease { bubble, epoch, site } => {
-                self.leases.insert(*bubble, StoredLease { epoch: *epoch, site: site.clone() });
+            Record::Lease { bubble, epoch, site, region } => {
+                let lease = StoredLease { epoch: *epoch, site: site.clone(), region: *region };
+                self.leases.insert(*bubble, lease);
             }
             Record::Gone { bubble } => {
                 self.leases.remove(bubble);
@@ -282,8 +319,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(dir.path()).unwrap();
         assert_eq!(s.next_generation().unwrap(), 1);
-        s.append(Record::Lease { bubble: 4, epoch: (1 << 32) | 1, site: "MTL".into() }).unwrap();
-        s.append(Record::Lease { bubble: 5, epoch: (1 << 32) | 2, site: "PAR".into() }).unwrap();
+        s.append(Record::Lease {
+            bubble: 4,
+            epoch: (1 << 32) | 1,
+            site: "MTL".into(),
+            region: None,
+        })
+        .unwrap();
+        s.append(Record::Lease {
+            bubble: 5,
+            epoch: (1 << 32) | 2,
+            site: "PAR".into(),
+            region: None,
+        })
+        .unwrap();
         s.append(Record::Gone { bubble: 5 }).unwrap();
         drop(s);
         let mut s = Store::open(dir.path()).unwrap();
@@ -297,7 +346,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(dir.path()).unwrap();
         s.next_generation().unwrap();
-        s.append(Record::Lease { bubble: 1, epoch: 9, site: "HKG".into() }).unwrap();
+        s.append(Record::Lease { bubble: 1, epoch: 9, site: "HKG".into(), region: None }).unwrap();
         drop(s);
         let mut log = OpenOptions::new().append(true).open(dir.path().join("log.jsonl")).unwrap();
         log.write_all(b"{\"record\":\"lease\",\"bub").unwrap();
@@ -343,7 +392,7 @@ mod tests {
         s.next_generation().unwrap();
         s.put_backup(3, 77, 1200, b"state bytes").unwrap();
         s.compact().unwrap();
-        s.append(Record::Lease { bubble: 3, epoch: 77, site: "PAR".into() }).unwrap();
+        s.append(Record::Lease { bubble: 3, epoch: 77, site: "PAR".into(), region: None }).unwrap();
         drop(s);
         let s = Store::open(dir.path()).unwrap();
         let (meta, bytes) = s.backup(3).unwrap();

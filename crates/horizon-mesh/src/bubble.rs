@@ -41,6 +41,9 @@ pub struct Bubble {
     pub players: u32,
     /// Set when its lease expired (the site stopped renewing): it waits for a failover.
     pub stalled_since: Option<Time>,
+    /// Taken back after a core restart: kept while empty until then, so that its players'
+    /// agents have time to re-register and say who plays in it.
+    pub(crate) kept_empty_until: Option<Time>,
     pub(crate) load: LoadState,
 }
 

@@ -103,6 +103,27 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         self.issue(region, holder, now)
     }
 
+    /// Takes back a lease granted before a core restart (its holder may still run it): active
+    /// from `now` for a full ttl, so the holder has time to re-register and renew. Refused if
+    /// the region has a lease, or `epoch` is not older than this generation's epochs.
+    pub fn restore(
+        &mut self,
+        region: R,
+        holder: H,
+        epoch: Epoch,
+        now: Time,
+    ) -> Result<Lease<H>, LeaseError<H>> {
+        let current = self.leases.get(&region).map(|l| l.epoch);
+        if current.is_some() || epoch >= Epoch::new(self.generation, 0) {
+            return Err(LeaseError::Fenced { given: epoch, current });
+        }
+        let lease = Lease { holder, epoch, expires_at: now + self.ttl, state: LeaseState::Active };
+        self.leases.insert(region, lease);
+        let newest = self.newest.entry(region).or_insert(epoch);
+        *newest = (*newest).max(epoch);
+        Ok(lease)
+    }
+
     /// Hands a region over (SPEC section 5): the source sealed at epoch `from`, so the target gets
     /// a new epoch at once. Refused if `from` is not the current epoch.
     pub fn transfer(

@@ -32,7 +32,7 @@ pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
     BorderReason, Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig,
-    Placement, TickStats,
+    Placement, RestoredBubble, TickStats,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Tally, Verdict};

@@ -6,8 +6,9 @@ mod common;
 
 use common::*;
 use horizon_mesh::{
-    Command, CreateReason, Generation, InputError, LoadReason, Mesh, MeshConfig, MoveReason,
-    Placement, PlayerId, PlayerUpdate, Role, Span, Thresholds, Time, Vec3, WorldId,
+    Bubble, Command, CreateReason, Generation, InputError, LoadReason, Mesh, MeshConfig,
+    MoveReason, Placement, PlayerId, PlayerUpdate, RestoredBubble, Role, Span, Thresholds, Time,
+    Vec3, WorldId,
 };
 
 fn th() -> Thresholds {
@@ -547,4 +548,64 @@ fn creator_merges_into_the_oldest_bubble_where_smdg_scores_the_union() {
         assert_eq!(m.site_of(PlayerId(1)), Some(site(expected)), "{placement:?}");
         assert_eq!(m.site_of(PlayerId(2)), Some(site(expected)), "{placement:?}");
     }
+}
+
+#[test]
+fn after_a_core_restart_restored_bubbles_keep_their_ids_epochs_and_players_and_ids_are_never_reused()
+ {
+    let mut m1 = mesh(th());
+    m1.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m1.handle_join(join(2, HKG, 10.0, Role::Player, at(900_000.0))).unwrap();
+    run(&mut m1, 0, 0);
+    let before: Vec<Bubble> = m1.bubbles().cloned().collect();
+    assert_eq!(before.len(), 2);
+    // The core restarts as generation 2 with what its store kept.
+    let cfg = MeshConfig {
+        sites: sites(),
+        thresholds: th(),
+        generation: Generation(2),
+        placement: Default::default(),
+    };
+    let mut m2 = Mesh::new(cfg, Time::from_secs(100)).unwrap();
+    for b in &before {
+        let restored = RestoredBubble {
+            id: b.id,
+            site: b.site,
+            world: b.world,
+            bounds: b.bounds,
+            epoch: b.epoch,
+        };
+        m2.handle_restore_bubble(restored, Time::from_secs(100)).unwrap();
+    }
+    let again = RestoredBubble {
+        id: before[0].id,
+        site: before[0].site,
+        world: before[0].world,
+        bounds: before[0].bounds,
+        epoch: before[0].epoch,
+    };
+    assert!(m2.handle_restore_bubble(again, Time::from_secs(100)).is_err(), "restored once");
+    // Their players rejoin where they were; a newcomer far away gets a new bubble.
+    for (player, home, x) in [(1, MTL, 0.0), (2, HKG, 900_000.0)] {
+        let b = m1.bubble_of(PlayerId(player)).unwrap().id;
+        m2.handle_join_in(join(player, home, 10.0, Role::Player, at(x)), b).unwrap();
+    }
+    m2.handle_join(join(3, MTL, 10.0, Role::Player, at(-500_000.0))).unwrap();
+    let commands = run(&mut m2, 100, 110);
+    for player in [1, 2] {
+        let (was, now) = (m1.bubble_of(PlayerId(player)).unwrap(), m2.bubble_of(PlayerId(player)));
+        let now = now.expect("still in a bubble");
+        assert_eq!((now.id, now.site, now.epoch), (was.id, was.site, was.epoch), "player {player}");
+    }
+    assert!(
+        !commands.iter().any(|(_, c)| matches!(c, Command::Move { .. } | Command::Delete { .. })),
+        "nothing moved or ended: {commands:?}"
+    );
+    let fresh = m2.bubble_of(PlayerId(3)).unwrap();
+    assert!(before.iter().all(|b| fresh.id.0 > b.id.0), "bubble ids never reused");
+    assert!(before.iter().all(|b| fresh.epoch > b.epoch), "epochs never go backwards");
+    // The restored leases are renewable by their holders.
+    let renew =
+        m2.handle_renewal(before[0].site, &[(before[0].id, before[0].epoch)], Time::from_secs(111));
+    assert!(renew[0].is_ok(), "{renew:?}");
 }

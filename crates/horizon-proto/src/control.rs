@@ -114,6 +114,10 @@ pub enum Request {
     /// The gateway may forget each player's inputs up to `seq`; it keeps the later ones, even
     /// acknowledged, to re-send them if the bubble is ever restored from that copy.
     Covered { players: Vec<CoveredInput> },
+    /// agent → core, after every `Registered`: every player connected here now and the bubble
+    /// each is routed to (full resync; a restarted core puts them back where they play). The
+    /// core forgets this site's players missing from the list.
+    Players { players: Vec<PlacedPlayer> },
 }
 
 kinds!(Request {
@@ -137,6 +141,7 @@ kinds!(Request {
     Lost => "lost",
     Restore => "restore",
     Covered => "covered",
+    Players => "players",
 });
 
 /// A reply on the control channel.
@@ -198,6 +203,13 @@ pub struct Member {
     /// The player comes from another bubble, whose holder sends their state (a `Cross`);
     /// `false` for a fresh connection (empty state, no input applied yet).
     pub crossing: bool,
+}
+
+/// A player connected at this site, and the bubble simulating them (if routed).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlacedPlayer {
+    pub sample: PlayerSample,
+    pub bubble: Option<BubbleId>,
 }
 
 /// A player's inputs up to `seq` are in a stored copy of their bubble.

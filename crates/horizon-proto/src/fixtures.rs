@@ -274,6 +274,19 @@ pub fn all() -> Vec<Fixture> {
             control::Request::Covered {
                 players: vec![control::CoveredInput { player: PlayerId(5), seq: Seq(77) }],
             },
+            control::Request::Players {
+                players: vec![control::PlacedPlayer {
+                    sample: control::PlayerSample {
+                        player: PlayerId(5),
+                        access_rtt_ms: 9.5,
+                        role: Role::Player,
+                        world: WorldId(1),
+                        pos,
+                        vel,
+                    },
+                    bubble: Some(bubble),
+                }],
+            },
         ],
         vec![
             control::Reply::Done,

@@ -85,6 +85,8 @@ pub struct Sandbox {
     transfer_links: BTreeMap<(String, String), usize>,
     /// Relay site → index of the emulator between its agent and the core.
     core_links: BTreeMap<String, usize>,
+    /// What the core runs with (its ports fixed), to start it again.
+    core_config: CoreConfig,
 }
 
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
@@ -115,7 +117,7 @@ impl Sandbox {
         let core_name = SiteName::new(&core_site).map_err(|e| setup("core site")(&e))?;
         let sites = Sites::new(site_names.clone(), &core_name, &pairs)
             .map_err(|e| SandboxError::Setup(format!("sites: {e:?}")))?;
-        let core = horizon_core::start(CoreConfig {
+        let mut core_config = CoreConfig {
             sites,
             thresholds: opts.thresholds.clone(),
             listen_control: SocketAddr::from((LOCALHOST, 0)),
@@ -124,9 +126,11 @@ impl Sandbox {
             cert: ca.site_cert(&core_site),
             key: ca.site_key(&core_site),
             store: opts.dir.join("store"),
-        })
-        .await
-        .map_err(|e| setup("core")(&e))?;
+        };
+        let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
+        // A restarted core comes back on the same ports.
+        core_config.listen_control = core.control_addr;
+        core_config.listen_admin = core.admin_addr;
         let mut netems = Vec::new();
         let proxy = |upstream: SocketAddr, rtt_ms: f64| {
             let config = NetemConfig::new(
@@ -216,6 +220,7 @@ impl Sandbox {
             netems,
             transfer_links,
             core_links,
+            core_config,
         })
     }
 
@@ -234,6 +239,36 @@ impl Sandbox {
         let Some(&i) = self.core_links.get(site) else { return false };
         self.netems[i].handle().partition(cut);
         true
+    }
+
+    /// Stops the core (its connections close) and starts it again on the same store and ports
+    /// after `down_for`: a new generation, what it held taken back from the store.
+    pub async fn restart_core(self, down_for: Duration) -> Result<Sandbox, SandboxError> {
+        let Sandbox {
+            core,
+            agents,
+            gateways,
+            ca,
+            player_token,
+            netems,
+            transfer_links,
+            core_links,
+            core_config,
+        } = self;
+        core.shutdown().await;
+        tokio::time::sleep(down_for).await;
+        let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
+        Ok(Sandbox {
+            core,
+            agents,
+            gateways,
+            ca,
+            player_token,
+            netems,
+            transfer_links,
+            core_links,
+            core_config,
+        })
     }
 
     /// Kills (SIGKILL) the game-server process named `server` of `site`'s agent in this

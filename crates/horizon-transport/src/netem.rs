@@ -247,7 +247,14 @@ async fn open_session(
     let handle = handle.clone();
     tokio::spawn(async move {
         let mut buf = vec![0u8; 65_536];
-        while let Ok(len) = upstream.recv(&mut buf).await {
+        loop {
+            let len = match upstream.recv(&mut buf).await {
+                Ok(len) => len,
+                // An ICMP "port unreachable" (the upstream is restarting) does not end the flow:
+                // a WAN path outlives the process behind it.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => continue,
+                Err(_) => return,
+            };
             let Some(at) = handle.admit(false, Instant::now()) else { continue };
             match to_client.try_send((at, buf[..len].to_vec())) {
                 Ok(()) => {}

@@ -567,3 +567,37 @@ async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_
         r.max_gap_ms
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_its_bubble_back() {
+    let m = lone_montrealer("restart", |_| {}).await;
+    let LoneMontrealer { sandbox, dir, stop, running, player, bubble, .. } = m;
+    let before = sandbox.core.status().await.expect("status");
+    let (generation, epoch) = (before["generation"].as_u64(), epoch_of(&before, player));
+    let sandbox = sandbox.restart_core(Duration::from_secs(5)).await.expect("the core restarts");
+    let back = tokio::time::Instant::now();
+    let status = wait_for(&sandbox, 15, |s| {
+        (holder_of(s, player)?.0 == bubble && s["sites"][1]["agent_connected"] == true)
+            .then(|| s.clone())
+    })
+    .await;
+    let back_after = back.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let last = sandbox.core.status().await;
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let status = status.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!(
+            "the player is back in their bubble at the restarted core: sites {} bubbles {} players {} decisions {}",
+            l["sites"], l["bubbles"], l["players"], l["recent_decisions"]
+        )
+    });
+    assert_eq!(status["generation"].as_u64(), generation.map(|g| g + 1), "a new generation");
+    assert_eq!(epoch_of(&status, player), epoch, "the relay kept its lease: same epoch");
+    assert_eq!(site_of(&status, player).as_deref(), Some("MTL"));
+    assert!(back_after < Duration::from_secs(15), "taken back {back_after:?} after the restart");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "the relay's bubble never stopped: {r:?}");
+    played_through_a_failover(r, 1_000.0);
+    eprintln!("core restart: bubble taken back {back_after:?} after the core was back");
+}

@@ -20,7 +20,6 @@ use horizon_proto::control;
 use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, Tick, WorldId};
 
 use super::{Awaiting, CoreMachine, Effect, StoredCopy};
-use crate::store::Record;
 
 impl CoreMachine {
     /// The brain failed `bubble` over from `from` to `to` under `epoch`.
@@ -42,11 +41,7 @@ impl CoreMachine {
         reg.part_of.clear();
         self.forget_handover(bubble);
         self.metrics.failovers.inc(to.index());
-        self.persist(Record::Lease {
-            bubble: bubble.0,
-            epoch,
-            site: self.cfg.sites.name(to).to_string(),
-        });
+        self.persist_lease(bubble);
         // The old holder, if it can hear us, stops at once (it stopped by its own clock
         // anyway, or its server is gone).
         let old = LeaseRef { bubble, epoch: horizon_proto::Epoch(old_epoch) };

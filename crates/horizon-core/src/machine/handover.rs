@@ -20,7 +20,6 @@ use horizon_proto::{
 };
 
 use super::{Awaiting, CoreMachine, Lane};
-use crate::store::Record;
 
 /// How long a handover target has to get ready, from `Prepare`.
 pub(crate) const PREPARE_DEADLINE_MS: u32 = 5_000;
@@ -252,15 +251,12 @@ impl CoreMachine {
             return Err(Fault::new(ErrorCode::StaleEpoch, "this handover was given up"));
         }
         self.handovers.remove(&h);
-        self.persist(Record::Lease {
-            bubble: bubble.0,
-            epoch: epoch.0,
-            site: self.cfg.sites.name(site).to_string(),
-        });
         let Some(reg) = self.registry.get_mut(&bubble) else { return Ok(control::Reply::Done) };
         reg.site = site;
         reg.epoch = epoch.0;
         reg.moving = None;
+        self.persist_lease(bubble);
+        let Some(reg) = self.registry.get_mut(&bubble) else { return Ok(control::Reply::Done) };
         // The source brought the bubble back to one server for the snapshot; the new holder
         // gets its own `Parts` at the next reconciliation.
         reg.parts.clear();
@@ -330,11 +326,7 @@ impl CoreMachine {
                 if let Some(reg) = self.registry.get_mut(&bubble) {
                     reg.epoch = epoch.0;
                 }
-                self.persist(Record::Lease {
-                    bubble: bubble.0,
-                    epoch: epoch.0,
-                    site: self.cfg.sites.name(source).to_string(),
-                });
+                self.persist_lease(bubble);
                 let lease = self.lease(bubble, epoch.0);
                 self.order(source, control::Request::Regrant { old, lease });
             }

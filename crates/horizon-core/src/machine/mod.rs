@@ -163,7 +163,7 @@ impl CoreMachine {
             now,
         )
         .map_err(|e| format!("{e:?}"))?;
-        Ok(CoreMachine {
+        let mut machine = CoreMachine {
             metrics: Metrics::new(&cfg.sites),
             cfg,
             mesh,
@@ -172,14 +172,62 @@ impl CoreMachine {
             registry: BTreeMap::new(),
             placed: HashMap::new(),
             handovers: HashMap::new(),
-            next_handover: 1,
+            // Handover ids carry the generation: never the id of one a previous core ran.
+            next_handover: (u64::from(generation) << 32) | 1,
             next_order: 1,
             awaiting: HashMap::new(),
             decisions: VecDeque::new(),
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),
             effects: VecDeque::new(),
-        })
+        };
+        machine.take_back(store, now);
+        Ok(machine)
+    }
+
+    /// After a restart: every bubble the store says was granted is taken back, under its id
+    /// and epoch, on the site that held it (SPEC section 6: a relay within its lease keeps
+    /// playing). Its holder re-registers holding it and its players' agents say who plays in
+    /// it; a holder that does not come back lets the lease run out and the bubble fails over
+    /// from its copy. A lease recorded without its region (an older build) cannot be taken
+    /// back: the bubble is ended.
+    fn take_back(&mut self, store: &StoreState, now: Time) {
+        for (&id, lease) in &store.leases {
+            let bubble = BubbleId(id);
+            let site = self.cfg.sites.id(&lease.site);
+            let (Some(site), Some(region)) = (site, lease.region) else {
+                tracing::warn!(bubble = id, site = %lease.site, "stored lease cannot be taken back: ended");
+                self.persist(Record::Gone { bubble: id });
+                continue;
+            };
+            let v = |p: [f64; 3]| horizon_proto::Vec3 { x: p[0], y: p[1], z: p[2] };
+            let bounds = horizon_proto::Aabb { min: v(region.min), max: v(region.max) };
+            let restored = horizon_mesh::RestoredBubble {
+                id: horizon_mesh::BubbleId(id),
+                site,
+                world: horizon_mesh::WorldId(region.world),
+                bounds: horizon_mesh::Aabb::point(registry::vec3(bounds.min))
+                    .include(registry::vec3(bounds.max)),
+                epoch: horizon_mesh::Epoch(lease.epoch),
+            };
+            match self.mesh.handle_restore_bubble(restored, now) {
+                Ok(()) => {
+                    let hosted = Hosted::new(site, lease.epoch, region.world, bounds);
+                    self.registry.insert(bubble, hosted);
+                }
+                Err(e) => {
+                    tracing::warn!(bubble = id, error = %e, "stored lease not taken back: ended");
+                    self.persist(Record::Gone { bubble: id });
+                }
+            }
+        }
+        if !self.registry.is_empty() {
+            tracing::info!(
+                bubbles = self.registry.len(),
+                generation = self.generation,
+                "bubbles taken back from the store"
+            );
+        }
     }
 
     /// The next thing to do, in order.
@@ -281,6 +329,10 @@ impl CoreMachine {
                 self.handover_failed(handover, &reason, frozen, now);
                 Ok(control::Reply::Done)
             }
+            R::Players { players } => {
+                self.players(site, &players);
+                Ok(control::Reply::Done)
+            }
             R::Lost { leases, reason } => {
                 self.lost(site, &leases, &reason, now);
                 Ok(control::Reply::Done)
@@ -341,6 +393,23 @@ impl CoreMachine {
         self.effects.push_back(Effect::Persist(record));
     }
 
+    /// Persists a bubble's lease as the registry holds it (holder, epoch, region).
+    pub(crate) fn persist_lease(&mut self, bubble: BubbleId) {
+        let Some(reg) = self.registry.get(&bubble) else { return };
+        let (min, max) = (reg.bounds.min, reg.bounds.max);
+        let region = crate::store::StoredRegion {
+            world: reg.world,
+            min: [min.x, min.y, min.z],
+            max: [max.x, max.y, max.z],
+        };
+        self.persist(Record::Lease {
+            bubble: bubble.0,
+            epoch: reg.epoch,
+            site: self.cfg.sites.name(reg.site).to_string(),
+            region: Some(region),
+        });
+    }
+
     fn register(
         &mut self,
         site: SiteId,
@@ -395,6 +464,47 @@ impl CoreMachine {
             keep,
             stop,
             peers,
+        }
+    }
+
+    /// An agent's full list of its players (after each registration): those the brain does not
+    /// know join — into the bubble they play in, if it is still the one simulating them —, and
+    /// the brain's players of this site missing from the list leave.
+    fn players(&mut self, site: SiteId, players: &[control::PlacedPlayer]) {
+        let listed: std::collections::BTreeSet<u64> =
+            players.iter().map(|p| p.sample.player.0).collect();
+        let gone: Vec<horizon_mesh::PlayerId> = self
+            .mesh
+            .players()
+            .iter()
+            .filter(|p| p.home == site && !listed.contains(&p.id.0))
+            .map(|p| p.id)
+            .collect();
+        for p in gone {
+            let _ = self.mesh.handle_leave(p);
+        }
+        for p in players {
+            let id = horizon_mesh::PlayerId(p.sample.player.0);
+            if self.mesh.player(id).is_some() {
+                continue;
+            }
+            let j = &p.sample;
+            let join = PlayerJoin {
+                id,
+                home: site,
+                access_rtt_ms: f64::from(j.access_rtt_ms),
+                role: registry::role(j.role),
+                world: horizon_mesh::WorldId(j.world.0),
+                position: registry::vec3(j.pos),
+                velocity: registry::vec3(j.vel),
+            };
+            let joined = match p.bubble.filter(|b| self.registry.contains_key(b)) {
+                Some(b) => self.mesh.handle_join_in(join, horizon_mesh::BubbleId(b.0)),
+                None => self.mesh.handle_join(join),
+            };
+            if let Err(e) = joined {
+                tracing::debug!(player = j.player.0, error = %e, "resynced player refused");
+            }
         }
     }
 
@@ -521,11 +631,7 @@ impl CoreMachine {
                     let bubble = BubbleId(bubble.0);
                     let bounds = registry::aabb(bounds);
                     self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds));
-                    self.persist(Record::Lease {
-                        bubble: bubble.0,
-                        epoch: epoch.0,
-                        site: self.cfg.sites.name(site).to_string(),
-                    });
+                    self.persist_lease(bubble);
                     let region = Region { world: WorldId(world.0), bounds: Some(bounds) };
                     let lease = self.lease(bubble, epoch.0);
                     self.order(site, control::Request::Create { bubble, region, lease });

@@ -219,12 +219,14 @@ impl CoreMachine {
     }
 
     /// After an agent (re-)registered: the member lists of the bubbles it runs and the routes
-    /// of its players, which it may have missed while it was away.
+    /// of its players, which it may have missed while it was away. A bubble with no member
+    /// known is left alone: after a core restart its members are not known until the agents'
+    /// `Players` (an empty list would take them out of their game server).
     pub(crate) fn resync(&mut self, site: SiteId) {
         let bubbles: Vec<BubbleId> = self
             .registry
             .iter()
-            .filter(|(_, r)| r.site == site && r.settled())
+            .filter(|(_, r)| r.site == site && r.settled() && !r.members.is_empty())
             .map(|(&b, _)| b)
             .collect();
         for bubble in bubbles {

@@ -417,3 +417,71 @@ fn requests_from_a_replaced_connection_are_refused() {
     });
     assert!(reply.unwrap().is_err());
 }
+
+#[test]
+fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing() {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    // What the first core persisted, folded as the store would.
+    let mut state = StoreState::default();
+    for e in &h.log {
+        if let Effect::Persist(Record::Lease { bubble, epoch, site, region }) = e {
+            let lease =
+                crate::store::StoredLease { epoch: *epoch, site: site.clone(), region: *region };
+            state.leases.insert(*bubble, lease);
+        }
+    }
+    state
+        .leases
+        .insert(99, crate::store::StoredLease { epoch: 3, site: "MTL".into(), region: None });
+    let cfg = h.core.cfg.clone();
+    let mut core = CoreMachine::new(cfg, 2, &state, Time::ZERO).unwrap();
+    assert_eq!(core.registry.len(), 1, "taken back; the lease without a region is not");
+    assert!(matches!(core.poll_effect(), Some(Effect::Persist(Record::Gone { bubble: 99 }))));
+    let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
+    let mtl = h2.site("MTL");
+    h2.core.handle(Input::AgentConnected { site: mtl, conn: 7 }, h2.now);
+    let held =
+        vec![control::Held { lease: LeaseRef { bubble, epoch: Epoch(epoch) }, tick: Tick(0) }];
+    let register = control::Request::Register {
+        site: Name::new("MTL").unwrap(),
+        build: Name::new("test").unwrap(),
+        transfer_addr: "MTL:7401".into(),
+        servers: vec![server("MTL-0", &[bubble])],
+        held,
+    };
+    let control::Reply::Registered { keep, stop, generation, .. } =
+        h2.request("MTL", register).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!((generation, stop.len()), (2, 0));
+    assert_eq!(
+        keep.iter().map(|l| (l.bubble, l.epoch.0)).collect::<Vec<_>>(),
+        vec![(bubble, epoch)]
+    );
+    // The agent says who plays where; the player lands back in the same bubble.
+    let sample = control::PlayerSample {
+        player: PlayerId(1),
+        access_rtt_ms: 10.0,
+        role: Role::Player,
+        world: WorldId(1),
+        pos: Vec3::default(),
+        vel: Vec3::default(),
+    };
+    let players = vec![control::PlacedPlayer { sample, bubble: Some(bubble) }];
+    h2.request("MTL", control::Request::Players { players }).unwrap();
+    let renew = control::Request::Renew { leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }] };
+    let control::Reply::Renewed { granted, .. } = h2.request("MTL", renew).unwrap() else {
+        panic!()
+    };
+    assert_eq!(granted.len(), 1, "the old generation's lease renews");
+    h2.run_until(6_000);
+    assert_eq!(h2.hosted(1), (bubble, "MTL".to_owned(), epoch), "same bubble, site, epoch");
+    assert!(
+        !h2.log
+            .iter()
+            .any(|e| matches!(e, Effect::Send { request: control::Request::Create { .. }, .. })),
+        "no new bubble for the returning player"
+    );
+}

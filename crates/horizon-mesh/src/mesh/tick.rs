@@ -129,7 +129,12 @@ impl Mesh {
         // earlier may hold a bubble created just now).
         for slot in 0..nslots as u32 {
             let was_live = sc.prior[slot as usize].is_some();
+            let kept = self.bubbles[slot as usize]
+                .as_ref()
+                .and_then(|b| b.kept_empty_until)
+                .is_some_and(|until| now < until);
             if was_live
+                && !kept
                 && sc.owner[slot as usize].is_none()
                 && self.bubbles[slot as usize].is_some()
             {
@@ -299,6 +304,7 @@ impl Mesh {
             cuts: Vec::new(),
             players: 0,
             stalled_since: None,
+            kept_empty_until: None,
             load: LoadState::default(),
         };
         let slot = match self.free_slots.pop() {
