@@ -2,7 +2,7 @@
 //! bounded queues, and anything that waits on another site runs in a spawned task that reports
 //! back as an [`Event::Task`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,18 +27,13 @@ use tokio::time::Instant;
 
 use crate::config::AgentConfig;
 use crate::driver::ServerDriver;
+use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
 
 /// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
 const EVENT_QUEUE: usize = 8192;
 /// Items queued per outbound stream (to a server, a player, a peer). Beyond it, updates are
 /// dropped (the next tick replaces them) and inputs wait for their re-send.
 const STREAM_QUEUE: usize = 2048;
-/// Inputs kept per player until a stored copy covers them. Beyond it the oldest applied ones are
-/// forgotten (a restore could no longer replay them; counted); if none is applied yet, new
-/// inputs are refused and counted.
-const MAX_KEPT: usize = 1024;
-/// An input not acknowledged after this is sent again to where the player is simulated.
-const RESEND_AFTER: Duration = Duration::from_millis(400);
 /// Crossings that arrived before the core's `Members`: kept this long, at most this many.
 const CROSSING_TTL: Duration = Duration::from_secs(30);
 const MAX_CROSSINGS: usize = 4096;
@@ -52,6 +47,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// A restored bubble's server must run (its first update) within this, else the restore is
 /// refused and the core fails the bubble over again.
 const RESTORE_DEADLINE: Duration = Duration::from_secs(5);
+/// How late an update may reach the agent after its lease's end (the hop from the server).
+const WRITE_ALLOWANCE: Duration = Duration::from_millis(250);
 /// Snapshot chunk size when feeding a restored copy to a server.
 const RESTORE_CHUNK: usize = 64 * 1024;
 
@@ -78,6 +75,10 @@ pub struct AgentStats {
     /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were
     /// at their limit): a restore from the copy could not replay them.
     pub inputs_uncovered_dropped: AtomicU64,
+    /// Updates a game server wrote for a bubble after its lease had ended by this agent's
+    /// clock (beyond a 250 ms allowance for the hop): I5 seen from the agent, 0 when the
+    /// servers stop on time.
+    pub writes_after_lease: AtomicU64,
     pub updates_delivered: AtomicU64,
     pub crossings: AtomicU64,
     pub handovers_in: AtomicU64,
@@ -324,17 +325,8 @@ struct Gw {
     vel: Vec3,
     position_seq: u32,
     min_rtt_ms: f32,
-    route: Option<(BubbleId, Name)>,
-    /// The newest epoch seen in an update of the routed bubble: an update of a newer one comes
-    /// from the bubble's new holder (a failover the core could not tell us about), and the
-    /// route follows it.
-    route_epoch: Epoch,
-    /// Inputs not yet in a stored copy of the universe backup (`seq > covered`), each with when
-    /// it was last sent. Those up to `acked` were applied; they are kept to be re-sent if the
-    /// bubble is restored from its copy (SPEC section 6, I4).
-    kept: BTreeMap<Seq, (Blob, Instant)>,
-    acked: Seq,
-    covered: Seq,
+    /// Inputs, route and acknowledgements: the sans-IO part.
+    session: PlayerSession,
 }
 
 struct PeerLink {
@@ -556,7 +548,7 @@ impl Agent {
             .iter()
             .map(|(&id, gw)| control::PlacedPlayer {
                 sample: self.sample(id, gw),
-                bubble: gw.route.as_ref().map(|(b, _)| *b),
+                bubble: gw.session.route().map(|(b, _)| *b),
             })
             .collect();
         self.joins.clear();
@@ -1006,12 +998,8 @@ impl Agent {
     /// The core stored copies that include these players' inputs up to `seq`.
     fn covered(&mut self, players: &[control::CoveredInput]) {
         for c in players {
-            let Some(gw) = self.players.get_mut(&c.player) else { continue };
-            // Never beyond what was applied: a copy cannot include more.
-            let seq = c.seq.min(gw.acked);
-            if seq > gw.covered {
-                gw.covered = seq;
-                gw.kept = gw.kept.split_off(&Seq(seq.0 + 1));
+            if let Some(gw) = self.players.get_mut(&c.player) {
+                gw.session.covered(c.seq);
             }
         }
     }
@@ -1136,16 +1124,10 @@ impl Agent {
     fn route(&mut self, routes: Vec<control::PlayerRoute>) {
         for r in routes {
             let Some(gw) = self.players.get_mut(&r.player) else { continue };
-            let new = Some((r.bubble, r.site));
-            if gw.route != new {
-                if gw.route.as_ref().is_none_or(|(b, _)| *b != r.bubble) {
-                    gw.route_epoch = Epoch(0);
-                }
-                gw.route = new;
+            if gw.session.set_route(r.bubble, r.site) {
                 // Every input kept goes to the new holder, which applies each (player, seq)
                 // once.
-                let player = r.player;
-                self.resend(player, true);
+                self.resend(r.player, true);
             }
         }
     }
@@ -1592,6 +1574,9 @@ impl Agent {
         if local.extra.is_empty() {
             local.acked_at = Some((update.tick, update.acked.clone()));
         }
+        if Instant::now() > local.valid_until + WRITE_ALLOWANCE {
+            self.stats.writes_after_lease.fetch_add(1, Ordering::Relaxed);
+        }
         if local.phase == Phase::Restoring {
             local.phase = Phase::Running;
             tracing::info!(site = %self.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
@@ -1641,26 +1626,16 @@ impl Agent {
     /// kept is sent there, since a restored holder may lack some already applied.
     fn deliver(&mut self, update: &Update, site: &Name) {
         let mut resend = Vec::new();
+        let now = Instant::now();
         for (player, acked) in &update.acked {
             let Some(gw) = self.players.get_mut(player) else { continue };
-            if gw.route.as_ref().is_some_and(|(b, _)| *b != update.bubble) {
-                continue;
-            }
-            if update.epoch > gw.route_epoch {
-                let first = gw.route_epoch == Epoch(0);
-                gw.route_epoch = update.epoch;
-                if gw.route.as_ref().is_some_and(|(_, s)| s != site) {
-                    tracing::info!(player = player.0, bubble = update.bubble.0, site = %site, "route follows the bubble's newer epoch");
-                    gw.route = Some((update.bubble, site.clone()));
+            match gw.session.on_update(update.bubble, update.epoch, *acked, site, now) {
+                UpdateVerdict::NotTheirs => continue,
+                UpdateVerdict::Deliver { resend_all } => {
+                    if resend_all {
+                        resend.push(*player);
+                    }
                 }
-                if !first {
-                    // The new holder's acknowledgements are the truth from here on.
-                    gw.acked = *acked;
-                    resend.push(*player);
-                }
-            }
-            if *acked > gw.acked {
-                gw.acked = *acked;
             }
             let item = gateway::Item::Update {
                 bubble: update.bubble,
@@ -1761,7 +1736,7 @@ impl Agent {
         match &req.body {
             gateway::Request::Join { role, world, pos } => {
                 if let Some(&player) = self.sessions.get(&session) {
-                    let acked = self.players.get(&player).map_or(Seq(0), |g| g.acked);
+                    let acked = self.players.get(&player).map_or(Seq(0), |g| g.session.acked());
                     return Ok(gateway::Reply::Joined {
                         player,
                         home: self.site.clone(),
@@ -1782,11 +1757,7 @@ impl Agent {
                     vel: Vec3::default(),
                     position_seq: 0,
                     min_rtt_ms: rtt,
-                    route: None,
-                    route_epoch: Epoch(0),
-                    kept: BTreeMap::new(),
-                    acked: Seq(0),
-                    covered: Seq(0),
+                    session: PlayerSession::new(Instant::now()),
                 };
                 self.joins.push(self.sample(player, &gw));
                 self.players.insert(player, gw);
@@ -1843,24 +1814,20 @@ impl Agent {
         let Some(&player) = self.sessions.get(&session) else { return };
         let Some(gw) = self.players.get_mut(&player) else { return };
         self.stats.inputs_received.fetch_add(1, Ordering::Relaxed);
-        if seq <= gw.acked || gw.kept.contains_key(&seq) {
-            return;
-        }
-        if gw.kept.len() >= MAX_KEPT {
-            match gw.kept.first_key_value() {
-                Some((&oldest, _)) if oldest <= gw.acked => {
+        match gw.session.input(seq, bytes.clone(), Instant::now()) {
+            InputVerdict::Duplicate => return,
+            InputVerdict::Refused => {
+                self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            InputVerdict::Kept { forgot_applied } => {
+                if forgot_applied {
                     // Applied but in no stored copy yet: a restore could no longer replay it.
-                    gw.kept.remove(&oldest);
                     self.stats.inputs_uncovered_dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                _ => {
-                    self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
-                    return;
                 }
             }
         }
-        gw.kept.insert(seq, (bytes.clone(), Instant::now()));
-        if let Some((bubble, site)) = gw.route.clone() {
+        if let Some((bubble, site)) = gw.session.route().cloned() {
             let input = Input { player, seq, bytes };
             self.send_inputs(bubble, &site, vec![input]);
         }
@@ -1900,17 +1867,14 @@ impl Agent {
     /// (a new holder, which drops those it applied); else those not acknowledged after
     /// [`RESEND_AFTER`].
     fn resend(&mut self, player: PlayerId, all: bool) {
-        let now = Instant::now();
         let Some(gw) = self.players.get_mut(&player) else { return };
-        let Some((bubble, site)) = gw.route.clone() else { return };
-        let mut inputs = Vec::new();
-        let from = if all { Seq(0) } else { Seq(gw.acked.0 + 1) };
-        for (seq, (bytes, sent)) in gw.kept.range_mut(from..) {
-            if all || now.duration_since(*sent) >= RESEND_AFTER {
-                *sent = now;
-                inputs.push(Input { player, seq: *seq, bytes: bytes.clone() });
-            }
-        }
+        let Some((bubble, site)) = gw.session.route().cloned() else { return };
+        let inputs: Vec<Input> = gw
+            .session
+            .resend(all, Instant::now())
+            .into_iter()
+            .map(|(seq, bytes)| Input { player, seq, bytes })
+            .collect();
         if inputs.is_empty() {
             return;
         }
@@ -2121,8 +2085,9 @@ impl Agent {
             }
             local.told_reconnecting = true;
             tracing::warn!(site = %self.site, bubble = bubble.0, epoch = local.lease.epoch.0, "lease expired: the bubble stopped here");
-            for gw in self.players.values() {
-                if gw.route.as_ref().is_some_and(|(b, s)| *b == bubble && *s == self.site) {
+            for gw in self.players.values_mut() {
+                if gw.session.route().is_some_and(|(b, s)| *b == bubble && *s == self.site) {
+                    gw.session.told();
                     let reason =
                         format!("{} lost its lease on this part of the universe", self.site);
                     let _ = gw.out.try_send(gateway::Item::Reconnecting { reason });
@@ -2135,6 +2100,13 @@ impl Agent {
         let players: Vec<PlayerId> = self.players.keys().copied().collect();
         for p in players {
             self.resend(p, false);
+        }
+        let now = Instant::now();
+        for gw in self.players.values_mut() {
+            if gw.session.stalled(now) {
+                let reason = "the simulation is unreachable for now".to_owned();
+                let _ = gw.out.try_send(gateway::Item::Reconnecting { reason });
+            }
         }
         let now = Instant::now();
         self.crossings.retain(|_, c| now.duration_since(c.at) < CROSSING_TTL);

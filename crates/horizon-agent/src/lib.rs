@@ -24,6 +24,7 @@
 mod agent;
 mod config;
 mod driver;
+mod gateway;
 
 pub use agent::{AgentError, AgentHandle, AgentStats, start};
 pub use config::{AgentConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};

@@ -90,7 +90,15 @@ pub struct BotReport {
     pub restores_seen: u64,
     /// `Reconnecting` notices received from the gateway.
     pub reconnecting_seen: u64,
+    /// When each notice came (seconds since the Unix epoch; the first [`MAX_GAPS`]).
+    pub reconnecting_at: Vec<f64>,
     pub max_gap_ms: f64,
+    /// Every silence of more than [`GAP_RECORDED_MS`] between two updates: (when it began, in
+    /// seconds since the Unix epoch, how long it lasted in ms) — a drill reads them to see when
+    /// a fault stopped a player and when they played again.
+    pub gaps: Vec<(f64, f64)>,
+    /// When the last update arrived, in seconds since the Unix epoch (0 before the first).
+    pub last_update_at: f64,
     pub bubbles_seen: u64,
     /// Simulations (game servers' regions) the player's views came from: more than the
     /// bubbles seen when a bubble spread over several servers moved the player between them.
@@ -243,13 +251,18 @@ async fn run(
                 let (bubble, tick, acked, bytes) = match item {
                     gateway::Item::Update { bubble, tick, acked, bytes } => (bubble, tick, acked, bytes),
                     gateway::Item::Reconnecting { .. } => {
-                        lock(&report).reconnecting_seen += 1;
+                        let mut r = lock(&report);
+                        r.reconnecting_seen += 1;
+                        if r.reconnecting_at.len() < MAX_GAPS {
+                            r.reconnecting_at.push(wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64());
+                        }
                         continue;
                     }
                     gateway::Item::Input { .. } => continue,
                 };
                 let mut r = lock(&report);
                 r.updates += 1;
+                r.last_update_at = wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64();
                 let later = pending.split_off(&(acked.0 + 1));
                 let done = std::mem::replace(&mut pending, later);
                 r.acked = r.acked.max(acked.0);
@@ -284,6 +297,10 @@ async fn run(
                         }
                         let gap = at.duration_since(seen).as_secs_f64() * 1000.0;
                         r.max_gap_ms = r.max_gap_ms.max(gap);
+                        if gap > GAP_RECORDED_MS && r.gaps.len() < MAX_GAPS {
+                            let began = wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64() - gap / 1000.0;
+                            r.gaps.push((began, gap));
+                        }
                     }
                     Some(_) | None => {
                         r.bubbles_seen += 1;
@@ -297,6 +314,11 @@ async fn run(
     let _ = conn.request(&gateway::Request::Leave).await;
     Ok(())
 }
+
+/// Silences between updates longer than this are recorded in [`BotReport::gaps`].
+pub const GAP_RECORDED_MS: f64 = 500.0;
+/// At most this many gaps are recorded per player.
+const MAX_GAPS: usize = 256;
 
 fn wall_us() -> u64 {
     std::time::SystemTime::now()

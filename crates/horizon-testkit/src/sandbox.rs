@@ -241,6 +241,24 @@ impl Sandbox {
         true
     }
 
+    /// Sets the loss rate (0–1, both ways) of a relay site's agent-to-core link. False for
+    /// the core site or an unknown site.
+    pub fn core_link_loss(&self, site: &str, rate: f64) -> bool {
+        let Some(&i) = self.core_links.get(site) else { return false };
+        let handle = self.netems[i].handle();
+        horizon_transport::netem::command(handle, &format!("loss {rate}")).is_ok()
+    }
+
+    /// The live figures of a site's agent.
+    pub fn agent_stats(&self, site: &str) -> Option<&horizon_agent::AgentStats> {
+        self.agents.iter().find(|a| a.site == site).map(|a| &*a.stats)
+    }
+
+    /// The sites, core first.
+    pub fn core_site(&self) -> &str {
+        self.core_config.sites.name(self.core_config.sites.core()).as_str()
+    }
+
     /// Stops the core (its connections close) and starts it again on the same store and ports
     /// after `down_for`: a new generation, what it held taken back from the store.
     pub async fn restart_core(self, down_for: Duration) -> Result<Sandbox, SandboxError> {

@@ -12,6 +12,8 @@ use horizon_proto::Role;
 use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
+use crate::faults::{self, Fault, FaultKind, Running};
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
@@ -26,6 +28,10 @@ pub(crate) struct DemoArgs {
     /// Working directory for certificates and the core's store (default: a fresh temporary one).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// A drill: a TOML list of timed faults to carry out on the running mesh
+    /// (`simulations/drills/`, docs/running.md). The JSON document reports each.
+    #[arg(long)]
+    faults: Option<std::path::PathBuf>,
 }
 
 /// A group of players around one point: the first is the host (joins first).
@@ -183,6 +189,18 @@ async fn run(args: DemoArgs) -> ExitCode {
     opts.thresholds.hold_ms = 20_000;
     opts.warm_pool = 4;
     opts.admin = args.admin;
+    let drill: Vec<Fault> = match &args.faults {
+        None => Vec::new(),
+        Some(path) => match faults::load(path, &opts.sites, &opts.sites[0]) {
+            Ok(f) => f,
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                return ExitCode::from(64);
+            }
+        },
+    };
     let say = |line: String| {
         if args.json {
             eprintln!("{line}");
@@ -193,7 +211,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     say("horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s; \
          demo settings: dwell 10 s (SPEC 30 s), hold 20 s (SPEC 180 s) so that moves happen within a minute"
         .to_owned());
-    let sandbox = match Sandbox::start(opts).await {
+    let mut sandbox = match Sandbox::start(opts).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -232,6 +250,23 @@ async fn run(args: DemoArgs) -> ExitCode {
     let mut every = tokio::time::interval(Duration::from_secs(5));
     every.tick().await;
     let mut seen: Vec<usize> = vec![0; reports.len()];
+    // The drill's steps: (at s, fault, what), in time order.
+    let mut steps: Vec<(f64, usize, Step)> = drill
+        .iter()
+        .enumerate()
+        .flat_map(|(i, f)| {
+            let lasting = f.for_s > 0.0 && f.kind != FaultKind::RestartCore;
+            let end = lasting.then_some((f.at_s + f.for_s, i, Step::End));
+            let look = (f.at_s + f.for_s + faults::OBSERVE_AFTER_S, i, Step::Observe);
+            std::iter::once((f.at_s, i, Step::Start)).chain(end).chain(std::iter::once(look))
+        })
+        .collect();
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut steps = std::collections::VecDeque::from(steps);
+    let mut running: Vec<Running> = Vec::new();
+    let snapshot = |reports: &[Arc<Mutex<BotReport>>]| -> Vec<BotReport> {
+        reports.iter().map(|r| r.lock().map(|r| r.clone()).unwrap_or_default()).collect()
+    };
     loop {
         let until_deadline = async {
             match deadline {
@@ -239,10 +274,60 @@ async fn run(args: DemoArgs) -> ExitCode {
                 None => std::future::pending().await,
             }
         };
+        let next_step = async {
+            match steps.front() {
+                Some(&(at, ..)) => {
+                    tokio::time::sleep_until(started + Duration::from_secs_f64(at)).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = every.tick() => {
                 let status = sandbox.core.status().await.unwrap_or_default();
-                say(summary_line(started.elapsed().as_secs(), &status, &reports, &mut seen));
+                let mut line = summary_line(started.elapsed().as_secs(), &status, &reports, &mut seen);
+                let now = faults::describe(&running, &snapshot(&reports), faults::now_s());
+                if !now.is_empty() {
+                    line = format!("{line}  |  {now}");
+                }
+                say(line);
+            }
+            _ = next_step => {
+                let Some((_, i, step)) = steps.pop_front() else { continue };
+                let fault = &drill[i];
+                match step {
+                    Step::Start => {}
+                    Step::End => {
+                        say(format!("drill: fault {} ({:?}) ends", i + 1, fault.kind));
+                        faults::end(fault, &sandbox);
+                        continue;
+                    }
+                    Step::Observe => {
+                        let status = sandbox.core.status().await.unwrap_or_default();
+                        // `running` is in the order faults started; find this one.
+                        if let Some(r) = running.iter_mut().find(|r| r.fault == *fault) {
+                            faults::observe(r, &status, &snapshot(&reports));
+                        }
+                        continue;
+                    }
+                }
+                say(format!("drill: fault {} ({:?}) for {} s", i + 1, fault.kind, fault.for_s));
+                let status = sandbox.core.status().await.unwrap_or_default();
+                let r = faults::start(fault, &sandbox, &status, &snapshot(&reports));
+                if let Some(problem) = &r.problem {
+                    say(format!("drill: fault {}: {problem}", i + 1));
+                }
+                running.push(r);
+                if fault.kind == FaultKind::RestartCore {
+                    sandbox = match sandbox.restart_core(Duration::from_secs_f64(fault.for_s)).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            eprintln!("error: the core did not come back: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    say(format!("drill: fault {}: the core is back", i + 1));
+                }
             }
             _ = until_deadline => break,
             _ = tokio::signal::ctrl_c() => {
@@ -256,16 +341,40 @@ async fn run(args: DemoArgs) -> ExitCode {
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
-    let finals: Vec<BotReport> =
-        reports.iter().map(|r| r.lock().map(|r| r.clone()).unwrap_or_default()).collect();
+    let finals: Vec<BotReport> = snapshot(&reports);
+    let writes_after_lease: u64 = sandbox
+        .agents
+        .iter()
+        .map(|a| a.stats.writes_after_lease.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    let core_site = sandbox.core_site().to_owned();
     sandbox.shutdown().await;
-    let doc = final_document(&status, &finals);
+    let mut doc = final_document(&status, &finals);
+    if args.faults.is_some() {
+        let end = faults::now_s();
+        doc["core_site"] = core_site.into();
+        doc["faults"] = running.iter().map(|r| faults::report(r, &finals, end)).collect();
+        let refused = &status["stale_refused"];
+        doc["stale_writes_refused"] = (refused["copies"].as_u64().unwrap_or(0)
+            + refused["renewals"].as_u64().unwrap_or(0))
+        .into();
+        doc["writes_after_lease"] = writes_after_lease.into();
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         say(format!("final: {doc}"));
     }
     ExitCode::SUCCESS
+}
+
+/// One step of a drill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Start,
+    End,
+    /// Look at where the fault left its players.
+    Observe,
 }
 
 fn by_site(status: &serde_json::Value, key: &str) -> BTreeMap<String, u64> {

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod daemons;
 mod demo;
+mod faults;
 
 /// Exit code for bad input files or configuration (EX_USAGE).
 pub(crate) const EXIT_BAD_INPUT: u8 = 64;

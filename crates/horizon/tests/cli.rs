@@ -55,6 +55,32 @@ fn a_bad_file_exits_64_and_names_the_key() {
     assert_eq!(missing.status.code(), Some(64));
 }
 
+#[test]
+fn a_bad_drill_exits_64_before_anything_starts_naming_each_fault() {
+    let dir = temp_dir("drill");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("drill.toml");
+    std::fs::write(
+        &bad,
+        "[[fault]]\nat_s = 5\nkind = \"partition\"\nsite = \"SYD\"\nfor_s = 10\n\
+         [[fault]]\nat_s = 9\nkind = \"restart_agent\"\nsite = \"MTL\"\nfor_s = 3\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out =
+        horizon().args(["demo", "--admin", "127.0.0.1:0", "--faults"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("fault 1 (partition)") && err.contains("SYD"), "{err}");
+    assert!(err.contains("fault 2 (restart_agent)"), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "refused before the mesh started"
+    );
+    let bundled = concat!(env!("CARGO_MANIFEST_DIR"), "/../../simulations/drills/failures.toml");
+    assert!(std::path::Path::new(bundled).exists());
+}
+
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("horizon-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

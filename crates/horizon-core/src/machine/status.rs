@@ -132,6 +132,10 @@ impl CoreMachine {
             "uptime_s": now.as_secs_f64(),
             "tick": self.mesh.last_stats(),
             "handovers": { "committed": self.metrics.handovers.get(0), "failed": self.metrics.handovers_failed.get(0), "in_flight": self.handovers.len() },
+            "stale_refused": {
+                "copies": self.cfg.sites.ids().map(|s| self.metrics.backups_refused.get(s.index())).sum::<u64>(),
+                "renewals": self.cfg.sites.ids().map(|s| self.metrics.leases_refused.get(s.index())).sum::<u64>(),
+            },
             "failovers": self.cfg.sites.ids().map(|s| (self.cfg.sites.name(s).to_string(), self.metrics.failovers.get(s.index()))).collect::<BTreeMap<_, _>>(),
             "sites": sites,
             "bubbles": bubbles,

@@ -1,0 +1,312 @@
+//! One player's session at their home gateway, sans-IO: which inputs are kept and re-sent,
+//! where they go, which updates reach the player, when the player must be told the simulation
+//! is unreachable. The agent's loop feeds it (an input, an update, a route, a covered copy,
+//! the time) and carries out what it says.
+//!
+//! Inputs are kept until a stored copy of the universe backup covers them — acknowledged or
+//! not — so that a holder restored from that copy gets every input it lacks (SPEC section 6,
+//! I4). The route follows the player's bubble to any site that sends an update under a newer
+//! epoch: epochs fence, so only the bubble's current holder writes under the newest one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use horizon_proto::{Blob, BubbleId, Epoch, Name, Seq};
+use tokio::time::Instant;
+
+/// Inputs kept per player until a stored copy covers them. Beyond it the oldest applied ones are
+/// forgotten (a restore could no longer replay them; counted); if none is applied yet, new
+/// inputs are refused and counted.
+pub(crate) const MAX_KEPT: usize = 1024;
+/// An input not acknowledged after this is sent again to where the player is simulated.
+pub(crate) const RESEND_AFTER: Duration = Duration::from_millis(400);
+/// A routed player with no update for this long is told `Reconnecting` (once per silence).
+/// (Longer than a handover's freeze, 150–250 ms, or a crashed server's restart.)
+pub(crate) const STALL_NOTICE: Duration = Duration::from_secs(1);
+
+/// What became of one input from the player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InputVerdict {
+    /// Applied or already kept: nothing to do.
+    Duplicate,
+    /// Kept, to be sent to the route; `forgot_applied` when the oldest applied input was
+    /// forgotten to make room (before any copy covered it).
+    Kept { forgot_applied: bool },
+    /// Too many inputs waiting, none of them applied: refused.
+    Refused,
+}
+
+/// What an update of a bubble means for this player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UpdateVerdict {
+    /// Of a bubble the player is not routed to: not for them.
+    NotTheirs,
+    /// Deliver it; with `resend_all`, a new holder runs the bubble (a newer epoch): send it
+    /// every kept input.
+    Deliver { resend_all: bool },
+}
+
+/// One player's session. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct PlayerSession {
+    route: Option<(BubbleId, Name)>,
+    /// The newest epoch seen in an update of the routed bubble (0 until the first).
+    route_epoch: Epoch,
+    /// Inputs with `seq > covered`, each with when it was last sent.
+    kept: BTreeMap<Seq, (Blob, Instant)>,
+    acked: Seq,
+    covered: Seq,
+    last_update: Option<Instant>,
+    told_reconnecting: bool,
+}
+
+impl PlayerSession {
+    pub(crate) fn new(now: Instant) -> Self {
+        PlayerSession {
+            route: None,
+            route_epoch: Epoch(0),
+            kept: BTreeMap::new(),
+            acked: Seq(0),
+            covered: Seq(0),
+            last_update: Some(now),
+            told_reconnecting: false,
+        }
+    }
+
+    pub(crate) fn route(&self) -> Option<&(BubbleId, Name)> {
+        self.route.as_ref()
+    }
+
+    /// The highest seq the simulation acknowledged.
+    pub(crate) fn acked(&self) -> Seq {
+        self.acked
+    }
+
+    /// An input from the player.
+    pub(crate) fn input(&mut self, seq: Seq, bytes: Blob, now: Instant) -> InputVerdict {
+        if seq <= self.acked || self.kept.contains_key(&seq) {
+            return InputVerdict::Duplicate;
+        }
+        let mut forgot_applied = false;
+        if self.kept.len() >= MAX_KEPT {
+            match self.kept.first_key_value() {
+                Some((&oldest, _)) if oldest <= self.acked => {
+                    self.kept.remove(&oldest);
+                    forgot_applied = true;
+                }
+                _ => return InputVerdict::Refused,
+            }
+        }
+        self.kept.insert(seq, (bytes, now));
+        InputVerdict::Kept { forgot_applied }
+    }
+
+    /// The core says where the player is simulated now. True when that changed: every kept
+    /// input must go there (see [`PlayerSession::resend`]).
+    pub(crate) fn set_route(&mut self, bubble: BubbleId, site: Name) -> bool {
+        let new = Some((bubble, site));
+        if self.route == new {
+            return false;
+        }
+        if self.route.as_ref().is_none_or(|(b, _)| *b != bubble) {
+            self.route_epoch = Epoch(0);
+        }
+        self.route = new;
+        true
+    }
+
+    /// An update of `bubble` under `epoch`, acknowledging `acked`, from `site`.
+    pub(crate) fn on_update(
+        &mut self,
+        bubble: BubbleId,
+        epoch: Epoch,
+        acked: Seq,
+        site: &Name,
+        now: Instant,
+    ) -> UpdateVerdict {
+        if self.route.as_ref().is_some_and(|(b, _)| *b != bubble) {
+            return UpdateVerdict::NotTheirs;
+        }
+        let mut resend_all = false;
+        if epoch > self.route_epoch {
+            let first = self.route_epoch == Epoch(0);
+            self.route_epoch = epoch;
+            if self.route.as_ref().is_some_and(|(_, s)| s != site) {
+                tracing::info!(bubble = bubble.0, %site, "route follows the bubble's newer epoch");
+                self.route = Some((bubble, site.clone()));
+            }
+            if !first {
+                // The new holder's acknowledgements are the truth from here on (a restore from
+                // a copy may have fewer than the lost holder had).
+                self.acked = acked;
+                resend_all = true;
+            }
+        }
+        self.acked = self.acked.max(acked);
+        self.last_update = Some(now);
+        self.told_reconnecting = false;
+        UpdateVerdict::Deliver { resend_all }
+    }
+
+    /// A stored copy includes this player's inputs up to `seq`: they are forgotten.
+    pub(crate) fn covered(&mut self, seq: Seq) {
+        // Never beyond what was applied: a copy cannot include more.
+        let seq = seq.min(self.acked);
+        if seq > self.covered {
+            self.covered = seq;
+            self.kept = self.kept.split_off(&Seq(seq.0 + 1));
+        }
+    }
+
+    /// The inputs to send again: with `all`, every kept one (a new holder drops those it
+    /// applied); else those not acknowledged and last sent at least [`RESEND_AFTER`] ago.
+    pub(crate) fn resend(&mut self, all: bool, now: Instant) -> Vec<(Seq, Blob)> {
+        if self.route.is_none() {
+            return Vec::new();
+        }
+        let from = if all { Seq(0) } else { Seq(self.acked.0 + 1) };
+        let mut out = Vec::new();
+        for (seq, (bytes, sent)) in self.kept.range_mut(from..) {
+            if all || now.duration_since(*sent) >= RESEND_AFTER {
+                *sent = now;
+                out.push((*seq, bytes.clone()));
+            }
+        }
+        out
+    }
+
+    /// True once per silence: the player is routed and no update came for [`STALL_NOTICE`]
+    /// (its bubble stopped: a lost lease, a crashed server, a cut link).
+    pub(crate) fn stalled(&mut self, now: Instant) -> bool {
+        let silent = self.last_update.is_some_and(|t| now.duration_since(t) >= STALL_NOTICE);
+        if self.route.is_some() && silent && !self.told_reconnecting {
+            self.told_reconnecting = true;
+            return true;
+        }
+        false
+    }
+
+    /// The player was just told `Reconnecting` (their bubble's lease ran out here).
+    pub(crate) fn told(&mut self) {
+        self.told_reconnecting = true;
+    }
+
+    /// Inputs kept.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> usize {
+        self.kept.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> Name {
+        Name::new(s).unwrap()
+    }
+
+    fn blob() -> Blob {
+        Blob(vec![1, 2, 3])
+    }
+
+    /// A session routed to bubble 7 at MTL, having seen one update of epoch 5.
+    fn routed(now: Instant) -> PlayerSession {
+        let mut s = PlayerSession::new(now);
+        assert!(s.set_route(BubbleId(7), name("MTL")));
+        let v = s.on_update(BubbleId(7), Epoch(5), Seq(0), &name("MTL"), now);
+        assert_eq!(v, UpdateVerdict::Deliver { resend_all: false }, "the first update");
+        s
+    }
+
+    fn seqs(v: &[(Seq, Blob)]) -> Vec<u64> {
+        v.iter().map(|(s, _)| s.0).collect()
+    }
+
+    #[test]
+    fn inputs_are_kept_after_their_ack_until_a_copy_covers_them() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        for seq in 1..=5 {
+            assert_eq!(s.input(Seq(seq), blob(), t), InputVerdict::Kept { forgot_applied: false });
+        }
+        assert_eq!(s.input(Seq(3), blob(), t), InputVerdict::Duplicate);
+        s.on_update(BubbleId(7), Epoch(5), Seq(4), &name("MTL"), t);
+        assert_eq!(s.kept(), 5, "acknowledged, not yet covered");
+        assert_eq!(s.input(Seq(2), blob(), t), InputVerdict::Duplicate, "applied already");
+        s.covered(Seq(9));
+        assert_eq!(s.kept(), 1, "covered up to the ack only: 5 stays");
+        s.covered(Seq(2));
+        assert_eq!(s.kept(), 1, "coverage never goes back");
+    }
+
+    #[test]
+    fn the_timer_resends_only_the_unacknowledged_and_a_new_route_gets_everything_kept() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        for seq in 1..=4 {
+            s.input(Seq(seq), blob(), t);
+        }
+        s.on_update(BubbleId(7), Epoch(5), Seq(2), &name("MTL"), t);
+        assert!(s.resend(false, t + Duration::from_millis(100)).is_empty(), "too early");
+        let late = t + RESEND_AFTER;
+        assert_eq!(seqs(&s.resend(false, late)), vec![3, 4]);
+        assert!(s.resend(false, late).is_empty(), "sent again just now");
+        assert!(!s.set_route(BubbleId(7), name("MTL")), "same route");
+        assert!(s.set_route(BubbleId(7), name("PAR")));
+        assert_eq!(seqs(&s.resend(true, late)), vec![1, 2, 3, 4], "the new holder gets all");
+    }
+
+    #[test]
+    fn an_update_under_a_newer_epoch_moves_the_route_and_replays_what_the_restore_lacks() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        for seq in 1..=6 {
+            s.input(Seq(seq), blob(), t);
+        }
+        s.on_update(BubbleId(7), Epoch(5), Seq(6), &name("MTL"), t);
+        s.covered(Seq(2));
+        // Restored on PAR from the copy covering seq 2; MTL cannot hear the core.
+        let v = s.on_update(BubbleId(7), Epoch(9), Seq(2), &name("PAR"), t);
+        assert_eq!(v, UpdateVerdict::Deliver { resend_all: true });
+        assert_eq!(s.route(), Some(&(BubbleId(7), name("PAR"))));
+        assert_eq!(s.acked(), Seq(2), "the restored holder's acknowledgements count");
+        assert_eq!(seqs(&s.resend(true, t)), vec![3, 4, 5, 6], "everything after the copy");
+        // A late update of the old epoch changes nothing.
+        let old = s.on_update(BubbleId(7), Epoch(5), Seq(6), &name("MTL"), t);
+        assert_eq!(old, UpdateVerdict::Deliver { resend_all: false });
+        assert_eq!(s.route(), Some(&(BubbleId(7), name("PAR"))));
+        assert_eq!(
+            s.on_update(BubbleId(8), Epoch(99), Seq(0), &name("HKG"), t),
+            UpdateVerdict::NotTheirs
+        );
+    }
+
+    #[test]
+    fn kept_inputs_are_bounded_forgetting_applied_ones_first() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        for seq in 1..=MAX_KEPT as u64 {
+            s.input(Seq(seq), blob(), t);
+        }
+        let next = Seq(MAX_KEPT as u64 + 1);
+        assert_eq!(s.input(next, blob(), t), InputVerdict::Refused, "none applied yet");
+        s.on_update(BubbleId(7), Epoch(5), Seq(10), &name("MTL"), t);
+        assert_eq!(s.input(next, blob(), t), InputVerdict::Kept { forgot_applied: true });
+        assert_eq!(s.kept(), MAX_KEPT);
+    }
+
+    #[test]
+    fn a_silent_route_is_noticed_once_per_silence() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        assert!(!s.stalled(t + Duration::from_secs(1)));
+        assert!(s.stalled(t + STALL_NOTICE));
+        assert!(!s.stalled(t + STALL_NOTICE * 2), "told once");
+        let back = t + STALL_NOTICE * 3;
+        s.on_update(BubbleId(7), Epoch(5), Seq(0), &name("MTL"), back);
+        assert!(s.stalled(back + STALL_NOTICE), "a new silence is told again");
+        let mut unrouted = PlayerSession::new(t);
+        assert!(!unrouted.stalled(t + STALL_NOTICE * 5), "not simulated yet: nothing to tell");
+    }
+}

@@ -1,0 +1,555 @@
+//! `horizon demo --faults FILE`: drills. Timed faults carried out on the running mesh, and
+//! what each did to the players it touched (docs/running.md, "Drills").
+//!
+//! ```toml
+//! [[fault]]
+//! at_s = 40
+//! kind = "partition"     # the site agent's link to the core, both ways
+//! site = "MTL"
+//! for_s = 45
+//! ```
+//!
+//! Kinds: `partition` (site, for_s), `kill_server` (site: SIGKILL of the game server holding
+//! that site's most players), `restart_core` (for_s: down that long, then back on its store),
+//! `cut_transfer` (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core
+//! link). `restart_agent` is refused: an agent restarted in process drops its players, and a
+//! player's reconnection resuming its session is not built yet.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use horizon_testkit::Sandbox;
+use horizon_testkit::bots::BotReport;
+use serde::Deserialize;
+
+/// One fault of a drill file, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Fault {
+    pub(crate) kind: FaultKind,
+    pub(crate) at_s: f64,
+    /// How long it lasts (0 for a kill).
+    pub(crate) for_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum FaultKind {
+    Partition { site: String },
+    KillServer { site: String },
+    RestartCore,
+    CutTransfer { a: String, b: String },
+    Loss { site: String, rate: f64 },
+}
+
+impl FaultKind {
+    fn name(&self) -> &'static str {
+        match self {
+            FaultKind::Partition { .. } => "partition",
+            FaultKind::KillServer { .. } => "kill_server",
+            FaultKind::RestartCore => "restart_core",
+            FaultKind::CutTransfer { .. } => "cut_transfer",
+            FaultKind::Loss { .. } => "loss",
+        }
+    }
+
+    fn sites(&self) -> Vec<String> {
+        match self {
+            FaultKind::Partition { site }
+            | FaultKind::KillServer { site }
+            | FaultKind::Loss { site, .. } => vec![site.clone()],
+            FaultKind::CutTransfer { a, b } => vec![a.clone(), b.clone()],
+            FaultKind::RestartCore => Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    fault: Vec<RawFault>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    at_s: f64,
+    kind: String,
+    site: Option<String>,
+    sites: Option<Vec<String>>,
+    for_s: Option<f64>,
+    rate: Option<f64>,
+}
+
+/// Longest drill fault, and latest start.
+const MAX_S: f64 = 3_600.0;
+
+/// Reads and checks a drill file against the mesh's sites (`core` first). Every problem is
+/// reported, each naming its fault.
+pub(crate) fn load(path: &Path, sites: &[String], core: &str) -> Result<Vec<Fault>, Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+    parse(&text, sites, core)
+        .map_err(|errors| errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect())
+}
+
+pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Fault>, Vec<String>> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
+    let mut errors = Vec::new();
+    let mut faults = Vec::new();
+    for (i, f) in raw.fault.iter().enumerate() {
+        let mut bad = |why: String| errors.push(format!("fault {} ({}): {why}", i + 1, f.kind));
+        let known = |s: &str| sites.iter().any(|x| x == s);
+        let relay = |s: &Option<String>, bad: &mut dyn FnMut(String)| -> Option<String> {
+            match s {
+                None => bad("needs `site`".into()),
+                Some(s) if !known(s) => {
+                    bad(format!("site {s:?} is not one of {}", sites.join(", ")))
+                }
+                Some(s) if s == core => bad(format!(
+                    "{s} is the core site: its agent has no emulated link to the core to cut"
+                )),
+                Some(s) => return Some(s.clone()),
+            }
+            None
+        };
+        if !(f.at_s.is_finite() && (0.0..=MAX_S).contains(&f.at_s)) {
+            bad(format!("at_s = {} must be within 0..={MAX_S}", f.at_s));
+        }
+        let lasting = matches!(
+            f.kind.as_str(),
+            "partition" | "restart_core" | "cut_transfer" | "loss" | "restart_agent"
+        );
+        let for_s = match (f.for_s, lasting) {
+            (Some(s), true) if s.is_finite() && s > 0.0 && s <= MAX_S => s,
+            (Some(s), true) => {
+                bad(format!("for_s = {s} must be within 0 (excluded) ..= {MAX_S}"));
+                0.0
+            }
+            (None, true) => {
+                bad("needs `for_s`".into());
+                0.0
+            }
+            (Some(_), false) => {
+                bad("takes no `for_s`".into());
+                0.0
+            }
+            (None, false) => 0.0,
+        };
+        if f.rate.is_some() && f.kind != "loss" {
+            bad("takes no `rate`".into());
+        }
+        if f.sites.is_some() && f.kind != "cut_transfer" {
+            bad("takes `site`, not `sites`".into());
+        }
+        let kind = match f.kind.as_str() {
+            "partition" => relay(&f.site, &mut bad).map(|site| FaultKind::Partition { site }),
+            "loss" => {
+                let rate = f.rate.unwrap_or(f64::NAN);
+                if !(0.0..=1.0).contains(&rate) {
+                    bad("needs `rate` within 0..=1".into());
+                }
+                relay(&f.site, &mut bad).map(|site| FaultKind::Loss { site, rate })
+            }
+            "kill_server" => match &f.site {
+                Some(s) if known(s) => Some(FaultKind::KillServer { site: s.to_owned() }),
+                Some(s) => {
+                    bad(format!("site {s:?} is not one of {}", sites.join(", ")));
+                    None
+                }
+                None => {
+                    bad("needs `site`".into());
+                    None
+                }
+            },
+            "restart_core" => {
+                if f.site.is_some() {
+                    bad("takes no `site`".into());
+                }
+                Some(FaultKind::RestartCore)
+            }
+            "cut_transfer" => match f.sites.as_deref() {
+                Some([a, b]) if known(a) && known(b) && a != b => {
+                    Some(FaultKind::CutTransfer { a: a.clone(), b: b.clone() })
+                }
+                _ => {
+                    bad(format!("needs `sites` = two different sites of {}", sites.join(", ")));
+                    None
+                }
+            },
+            "restart_agent" => {
+                bad("cannot be carried out yet: an agent restarted in process drops its players, \
+                     and a player's reconnection resuming its session is not built"
+                    .into());
+                None
+            }
+            other => {
+                bad(format!(
+                    "unknown kind {other:?}: partition, kill_server, restart_core, cut_transfer, loss"
+                ));
+                None
+            }
+        };
+        if let Some(kind) = kind {
+            faults.push(Fault { kind, at_s: f.at_s, for_s });
+        }
+    }
+    if raw.fault.is_empty() {
+        errors.push("no [[fault]] in the file".into());
+    }
+    if errors.is_empty() { Ok(faults) } else { Err(errors) }
+}
+
+/// A fault being carried out, and what is needed to report it.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) fault: Fault,
+    /// When it started, in seconds since the Unix epoch (the bots' clock).
+    started_at: f64,
+    /// Index of each affected bot, with its `reconnecting_seen` at the start.
+    affected: Vec<(usize, u64)>,
+    /// What could not be done (e.g. no server to kill).
+    pub(crate) problem: Option<String>,
+    /// The core's generation and bubble ids when it began.
+    generation: Option<u64>,
+    bubbles: Vec<u64>,
+    /// Looked at [`OBSERVE_AFTER_S`] after the fault ended.
+    observed: Option<Observed>,
+}
+
+/// The mesh after a fault.
+#[derive(Debug, Default)]
+struct Observed {
+    /// Where each affected player (by id) was simulated.
+    placed: BTreeMap<u64, String>,
+    generation: Option<u64>,
+    bubbles: Vec<u64>,
+}
+
+/// A fault's outcome is looked at this long after it ended (or began, for a kill).
+/// (Past a tick of the core, so that a restarted one has placed everyone again.)
+pub(crate) const OBSERVE_AFTER_S: f64 = 8.0;
+
+pub(crate) fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The player (bot index) → bubble and bubble → site maps of a status document.
+fn placement(status: &serde_json::Value) -> (BTreeMap<u64, u64>, BTreeMap<u64, String>) {
+    let players = status["players"].as_array().cloned().unwrap_or_default();
+    let bubbles = status["bubbles"].as_array().cloned().unwrap_or_default();
+    let of = players
+        .iter()
+        .filter_map(|p| Some((p["player"].as_u64()?, p["bubble"].as_u64()?)))
+        .collect();
+    let site = bubbles
+        .iter()
+        .filter_map(|b| Some((b["bubble"].as_u64()?, b["site"].as_str()?.to_owned())))
+        .collect();
+    (of, site)
+}
+
+/// Starts `fault` (everything but a core restart, which the caller carries out): decides who
+/// it affects from the core's status, then breaks the link or kills the server.
+pub(crate) fn start(
+    fault: &Fault,
+    sandbox: &Sandbox,
+    status: &serde_json::Value,
+    bots: &[BotReport],
+) -> Running {
+    let (bubble_of, site_of) = placement(status);
+    let player_site = |r: &BotReport| {
+        r.player.and_then(|p| bubble_of.get(&p)).and_then(|b| site_of.get(b)).cloned()
+    };
+    let mut problem = None;
+    let mut affected_bubbles: Option<Vec<u64>> = None;
+    let pick = |pred: &dyn Fn(&BotReport) -> bool| -> Vec<(usize, u64)> {
+        bots.iter()
+            .enumerate()
+            .filter(|(_, r)| r.joined && !r.left_early && pred(r))
+            .map(|(i, r)| (i, r.reconnecting_seen))
+            .collect()
+    };
+    let affected = match &fault.kind {
+        FaultKind::Partition { site } => {
+            sandbox.partition_core(site, true);
+            pick(&|r| player_site(r).as_deref() == Some(site))
+        }
+        FaultKind::Loss { site, rate } => {
+            sandbox.core_link_loss(site, *rate);
+            pick(&|r| player_site(r).as_deref() == Some(site))
+        }
+        FaultKind::CutTransfer { a, b } => {
+            sandbox.partition_transfer(a, b, true);
+            pick(&|r| {
+                let at = player_site(r);
+                let pair = [a.as_str(), b.as_str()];
+                pair.contains(&r.site.as_str())
+                    && at.as_deref().is_some_and(|s| pair.contains(&s) && s != r.site)
+            })
+        }
+        FaultKind::RestartCore => pick(&|_| true),
+        FaultKind::KillServer { site } => {
+            let servers = status["sites"]
+                .as_array()
+                .and_then(|v| v.iter().find(|s| s["site"] == site.as_str()))
+                .and_then(|s| s["servers"].as_array().cloned())
+                .unwrap_or_default();
+            let busiest = servers
+                .iter()
+                .filter(|s| s["bubbles"].as_array().is_some_and(|b| !b.is_empty()))
+                .max_by_key(|s| s["players"].as_u64().unwrap_or(0));
+            match busiest.and_then(|s| Some((s["server"].as_str()?, s["bubbles"].as_array()?))) {
+                Some((name, bubbles)) => {
+                    let bubbles: Vec<u64> = bubbles.iter().filter_map(|b| b.as_u64()).collect();
+                    if !sandbox.kill_server(site, name) {
+                        problem = Some(format!("server {name} not found to kill"));
+                    }
+                    affected_bubbles = Some(bubbles);
+                }
+                None => problem = Some(format!("no game server at {site} holds a bubble")),
+            }
+            let bubbles = affected_bubbles.clone().unwrap_or_default();
+            pick(&|r| r.player.and_then(|p| bubble_of.get(&p)).is_some_and(|b| bubbles.contains(b)))
+        }
+    };
+    let generation = status["generation"].as_u64();
+    let bubbles = bubble_ids(status);
+    Running {
+        fault: fault.clone(),
+        started_at: now_s(),
+        affected,
+        problem,
+        generation,
+        bubbles,
+        observed: None,
+    }
+}
+
+fn bubble_ids(status: &serde_json::Value) -> Vec<u64> {
+    let all = status["bubbles"].as_array().cloned().unwrap_or_default();
+    all.iter().filter_map(|b| b["bubble"].as_u64()).collect()
+}
+
+/// Looks at where the fault left its players ([`OBSERVE_AFTER_S`] after it ended).
+pub(crate) fn observe(r: &mut Running, status: &serde_json::Value, bots: &[BotReport]) {
+    let (bubble_of, site_of) = placement(status);
+    let mut at = BTreeMap::new();
+    for &(i, _) in &r.affected {
+        let Some(p) = bots.get(i).and_then(|b| b.player) else { continue };
+        if let Some(site) = bubble_of.get(&p).and_then(|b| site_of.get(b)) {
+            at.insert(p, site.clone());
+        }
+    }
+    let generation = status["generation"].as_u64();
+    r.observed = Some(Observed { placed: at, generation, bubbles: bubble_ids(status) });
+}
+
+/// Ends a lasting fault: the link heals.
+pub(crate) fn end(fault: &Fault, sandbox: &Sandbox) {
+    match &fault.kind {
+        FaultKind::Partition { site } => {
+            sandbox.partition_core(site, false);
+        }
+        FaultKind::Loss { site, .. } => {
+            sandbox.core_link_loss(site, 0.0);
+        }
+        FaultKind::CutTransfer { a, b } => {
+            sandbox.partition_transfer(a, b, false);
+        }
+        FaultKind::RestartCore | FaultKind::KillServer { .. } => {}
+    }
+}
+
+/// A few words for the 5 s summary line: the faults in force and the players waiting.
+pub(crate) fn describe(running: &[Running], bots: &[BotReport], now: f64) -> String {
+    let mut parts = Vec::new();
+    for r in running.iter().filter(|r| now < r.started_at + r.fault.for_s.max(5.0)) {
+        let since = now - r.started_at;
+        let what = match &r.fault.kind {
+            FaultKind::Partition { site } => format!("{site} cut from core {since:.0} s"),
+            FaultKind::Loss { site, rate } => format!("{site}–core loss {rate} {since:.0} s"),
+            FaultKind::CutTransfer { a, b } => format!("{a}–{b} transfer cut {since:.0} s"),
+            FaultKind::RestartCore => format!("core restarted {since:.0} s ago"),
+            FaultKind::KillServer { site } => format!("{site} server killed {since:.0} s ago"),
+        };
+        let waiting = r
+            .affected
+            .iter()
+            .filter(|(i, seen)| {
+                bots.get(*i)
+                    .is_some_and(|b| b.reconnecting_seen > *seen && now - b.last_update_at > 1.0)
+            })
+            .count();
+        parts.push(if waiting > 0 {
+            format!("{what}; {waiting} players reconnecting")
+        } else {
+            what
+        });
+    }
+    parts.join(" · ")
+}
+
+/// The `faults[]` entry of the final document for one fault.
+pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_json::Value {
+    let empty = Observed::default();
+    let Observed { placed, generation: generation_after, bubbles: bubbles_after } =
+        r.observed.as_ref().unwrap_or(&empty);
+    let mut resumed = Vec::new();
+    let mut stopped = Vec::new();
+    let mut resumed_on: BTreeMap<String, u64> = BTreeMap::new();
+    let mut never = 0;
+    let mut told = 0;
+    let mut twice = 0;
+    // A silence this fault caused begins before it is over (and a little after, for a kill).
+    let window_end = r.started_at + r.fault.for_s + OBSERVE_AFTER_S;
+    for &(i, _) in &r.affected {
+        let Some(b) = bots.get(i) else { continue };
+        if b.left_early {
+            // Left during the drill (the demo's leavers): nothing to resume.
+            continue;
+        }
+        let in_window = |t: &f64| *t >= r.started_at - 0.5 && *t <= window_end;
+        told += u64::from(b.reconnecting_at.iter().any(in_window));
+        twice += b.applied_twice;
+        if b.last_update_at < run_end - 3.0 || b.last_update_at < r.started_at {
+            never += 1;
+            continue;
+        }
+        // The silence the fault caused: the first gap ending after the fault began.
+        let gap = b
+            .gaps
+            .iter()
+            .find(|(began, len)| began + len / 1000.0 > r.started_at - 0.5 && *began < window_end);
+        match gap {
+            Some((began, len)) => {
+                resumed.push((began + len / 1000.0 - r.started_at).max(0.0));
+                stopped.push((began - r.started_at).max(0.0));
+            }
+            None => resumed.push(0.0),
+        }
+        if let Some(site) = b.player.and_then(|p| placed.get(&p)) {
+            *resumed_on.entry(site.clone()).or_default() += 1;
+        }
+    }
+    resumed.sort_by(f64::total_cmp);
+    let p50 = resumed.get(resumed.len() / 2).copied();
+    let max = resumed.last().copied();
+    let mut doc = serde_json::json!({
+        "kind": r.fault.kind.name(),
+        "at_s": r.fault.at_s,
+        "for_s": r.fault.for_s,
+        "players_affected": r.affected.len(),
+        "stopped_after_fault_s": stopped.iter().copied().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
+        "reconnecting_shown": told,
+        "resumed_after_s": { "p50": p50, "max": max },
+        "resumed_on": resumed_on,
+        "never_resumed": never,
+        "inputs_applied_twice": twice,
+        "problem": r.problem,
+    });
+    if r.fault.kind == FaultKind::RestartCore {
+        doc["generation"] =
+            serde_json::json!({ "before": r.generation, "after": generation_after });
+        let kept = r.bubbles.iter().filter(|b| bubbles_after.contains(b)).count();
+        doc["bubbles_kept"] = serde_json::json!({ "before": r.bubbles.len(), "kept": kept });
+    }
+    let sites = r.fault.kind.sites();
+    match sites.len() {
+        1 => doc["site"] = sites[0].clone().into(),
+        2 => doc["sites"] = serde_json::json!(sites),
+        _ => {}
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sites() -> Vec<String> {
+        ["PAR", "MTL", "HKG"].map(String::from).to_vec()
+    }
+
+    #[test]
+    fn a_good_drill_parses() {
+        let text = r#"
+            [[fault]]
+            at_s = 40
+            kind = "partition"
+            site = "MTL"
+            for_s = 45
+            [[fault]]
+            at_s = 10
+            kind = "kill_server"
+            site = "PAR"
+            [[fault]]
+            at_s = 100
+            kind = "cut_transfer"
+            sites = ["PAR", "MTL"]
+            for_s = 10
+            [[fault]]
+            at_s = 120
+            kind = "loss"
+            site = "HKG"
+            rate = 0.2
+            for_s = 5
+            [[fault]]
+            at_s = 130
+            kind = "restart_core"
+            for_s = 10
+        "#;
+        let f = parse(text, &sites(), "PAR").unwrap();
+        assert_eq!(f.len(), 5);
+        assert_eq!(
+            f[0],
+            Fault { kind: FaultKind::Partition { site: "MTL".into() }, at_s: 40.0, for_s: 45.0 }
+        );
+        assert_eq!(f[1].for_s, 0.0);
+    }
+
+    #[test]
+    fn every_problem_is_named_with_its_fault() {
+        let text = r#"
+            [[fault]]
+            at_s = 40
+            kind = "partition"
+            site = "SYD"
+            for_s = 45
+            [[fault]]
+            at_s = 10
+            kind = "partition"
+            site = "PAR"
+            for_s = 5
+            [[fault]]
+            at_s = 10
+            kind = "kill_server"
+            site = "MTL"
+            for_s = 3
+            [[fault]]
+            at_s = 10
+            kind = "restart_agent"
+            site = "MTL"
+            for_s = 3
+            [[fault]]
+            at_s = 10
+            kind = "meteor"
+        "#;
+        let errors = parse(text, &sites(), "PAR").unwrap_err();
+        let all = errors.join("\n");
+        assert!(all.contains("fault 1 (partition): site \"SYD\""), "{all}");
+        assert!(all.contains("fault 2 (partition): PAR is the core site"), "{all}");
+        assert!(all.contains("fault 3 (kill_server): takes no `for_s`"), "{all}");
+        assert!(all.contains("fault 4 (restart_agent): cannot be carried out yet"), "{all}");
+        assert!(all.contains("fault 5 (meteor): unknown kind"), "{all}");
+        assert!(
+            parse(
+                "[[fault]]\nat_s = 1\nkind = \"partition\"\nsite = \"MTL\"\nfor_s = 2\nwhen = 3\n",
+                &sites(),
+                "PAR"
+            )
+            .unwrap_err()[0]
+                .contains("when")
+        );
+    }
+}
