@@ -1,6 +1,10 @@
 //! The agent's event loop. One task owns all state; connections are pumped into it through
 //! bounded queues, and anything that waits on another site runs in a spawned task that reports
-//! back as an [`Event::Task`].
+//! back as an [`Event::Task`]. Each part of the state has its file: [`core_link`] (register,
+//! report, renew, the core's orders), [`bubbles`] (what this site simulates, handovers,
+//! restores), [`servers`] (the game servers and their updates), [`players`] (the gateway; a
+//! player's session logic is sans-IO in `crate::gateway`), [`peers`] (other sites), [`periodic`]
+//! (timers). Not yet a sans-IO machine like the core's: handlers still await game servers.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
