@@ -23,7 +23,7 @@ use crate::config::CoreConfig;
 use crate::machine::{
     ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken, StoredCopy,
 };
-use crate::store::{Store, StoreError};
+use crate::store::{Durable, Store, StoreError};
 
 const EVENT_QUEUE: usize = 4096;
 /// Orders queued per agent. A full queue is an error (counted), never a silent wait.
@@ -123,7 +123,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let shell = Shell {
         sites: cfg.sites.clone(),
         machine,
-        store,
+        store: Box::new(store),
         started: Instant::now(),
         conns: HashMap::new(),
         replies: HashMap::new(),
@@ -151,7 +151,7 @@ struct AgentConn {
 struct Shell {
     sites: horizon_mesh::Sites,
     machine: CoreMachine,
-    store: Store,
+    store: Box<dyn Durable>,
     started: Instant,
     conns: HashMap<ConnId, AgentConn>,
     /// Agent requests waiting for the machine's reply.

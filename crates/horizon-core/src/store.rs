@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -152,6 +152,69 @@ impl StoreState {
     }
 }
 
+/// What the core needs of its durable store. [`Store`] (a local, `fsync`ed log) is the one
+/// built in; a replicated store (etcd, say) can take its place behind this.
+pub trait Durable: Send + std::fmt::Debug {
+    /// Everything persisted so far.
+    fn state(&self) -> &StoreState;
+    /// Writes one record; returns once it is durable.
+    fn append(&mut self, record: Record) -> Result<(), StoreError>;
+    /// Keeps `bytes` as the latest whole copy of `bubble`.
+    fn put_backup(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError>;
+    /// Keeps `bytes` as the latest copy of part `part.0` of `bubble` spread over `part.1`.
+    fn put_backup_part(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        part: (u32, u32),
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError>;
+    /// The latest copy of `bubble`, if any.
+    fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)>;
+}
+
+impl Durable for Store {
+    fn state(&self) -> &StoreState {
+        Store::state(self)
+    }
+
+    fn append(&mut self, record: Record) -> Result<(), StoreError> {
+        Store::append(self, record)
+    }
+
+    fn put_backup(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        Store::put_backup(self, bubble, epoch, tick, bytes)
+    }
+
+    fn put_backup_part(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        part: (u32, u32),
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        Store::put_backup_part(self, bubble, epoch, part, tick, bytes)
+    }
+
+    fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
+        Store::backup(self, bubble)
+    }
+}
+
 /// The open store.
 #[derive(Debug)]
 pub struct Store {
@@ -159,17 +222,61 @@ pub struct Store {
     log: File,
     since_snapshot: usize,
     state: StoreState,
+    /// Held (an exclusive file lock on `LOCK`) while the store is open: two cores never share it.
+    _lock: File,
+}
+
+/// One log line: the record's JSON after the CRC-32 of that JSON (8 hex digits and a space).
+fn encode_line(record: &Record) -> Result<String, serde_json::Error> {
+    let json = serde_json::to_string(record)?;
+    Ok(format!("{:08x} {json}\n", crc32fast::hash(json.as_bytes())))
+}
+
+/// A log line back into its record. Lines of older builds are plain JSON (no checksum).
+fn decode_line(line: &str) -> Result<Record, String> {
+    let line = line.trim_end_matches('\n');
+    let json = match line.split_once(' ') {
+        Some((crc, json)) if crc.len() == 8 && !line.starts_with('{') => {
+            let want = u32::from_str_radix(crc, 16).map_err(|_| "bad checksum field".to_owned())?;
+            if crc32fast::hash(json.as_bytes()) != want {
+                return Err("checksum mismatch".into());
+            }
+            json
+        }
+        _ if line.starts_with('{') => line,
+        _ => return Err("not a record".into()),
+    };
+    serde_json::from_str(json).map_err(|e| e.to_string())
 }
 
 impl Store {
     /// Opens (or creates) the store in `dir` and recovers its state. A torn last record (a
-    /// crash mid-write) is dropped; anything else unreadable is an error.
+    /// crash mid-write) is dropped; any other unreadable or corrupt record (checksum) is an
+    /// error naming the file and the byte offset: later records are never dropped silently.
+    /// Refused while another process holds the store open.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         let fail = |path: &Path, e: &dyn std::fmt::Display| StoreError {
             path: path.to_owned(),
             why: e.to_string(),
         };
         fs::create_dir_all(dir.join("backups")).map_err(|e| fail(dir, &e))?;
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| fail(&lock_path, &e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(fail(
+                    &lock_path,
+                    &"the store is open in another core (its lock is held)",
+                ));
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(fail(&lock_path, &e)),
+        }
         let snapshot = dir.join("snapshot.json");
         let mut state = match fs::read(&snapshot) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| fail(&snapshot, &e))?,
@@ -185,13 +292,29 @@ impl Store {
             loop {
                 line.clear();
                 let n = reader.read_line(&mut line).map_err(|e| fail(&log_path, &e))?;
-                if n == 0 || !line.ends_with('\n') {
+                if n == 0 {
                     break;
                 }
-                match serde_json::from_str::<Record>(line.trim_end()) {
+                let decoded = if line.ends_with('\n') {
+                    decode_line(&line)
+                } else {
+                    Err("no end of line".to_owned())
+                };
+                match decoded {
                     Ok(r) => state.apply(&r),
-                    Err(e) => {
-                        tracing::warn!(path = %log_path.display(), error = %e, "log ends in a torn record; dropped");
+                    Err(why) => {
+                        // Only the last record may be torn (a crash mid-write).
+                        let mut rest = String::new();
+                        reader.read_to_string(&mut rest).map_err(|e| fail(&log_path, &e))?;
+                        if !rest.trim().is_empty() {
+                            let why = format!(
+                                "corrupt record at byte {valid_len} ({why}), with records after it: \
+                                 refusing to start (restore the file, or cut it at that offset \
+                                 to drop what follows)"
+                            );
+                            return Err(fail(&log_path, &why));
+                        }
+                        tracing::warn!(path = %log_path.display(), offset = valid_len, %why, "log ends in a torn record; dropped");
                         break;
                     }
                 }
@@ -206,7 +329,7 @@ impl Store {
             .open(&log_path)
             .map_err(|e| fail(&log_path, &e))?;
         log.set_len(valid_len).map_err(|e| fail(&log_path, &e))?;
-        Ok(Store { dir: dir.to_owned(), log, since_snapshot, state })
+        Ok(Store { dir: dir.to_owned(), log, since_snapshot, state, _lock: lock })
     }
 
     pub fn state(&self) -> &StoreState {
@@ -226,8 +349,7 @@ impl Store {
         let path = self.dir.join("log.jsonl");
         let fail =
             |e: &dyn std::fmt::Display| StoreError { path: path.clone(), why: e.to_string() };
-        let mut line = serde_json::to_string(&record).map_err(|e| fail(&e))?;
-        line.push('\n');
+        let line = encode_line(&record).map_err(|e| fail(&e))?;
         self.log.write_all(line.as_bytes()).map_err(|e| fail(&e))?;
         self.log.sync_data().map_err(|e| fail(&e))?;
         self.state.apply(&record);
@@ -359,6 +481,57 @@ mod tests {
         let s = Store::open(dir.path()).unwrap();
         assert!(s.state().leases.is_empty());
         assert_eq!(s.state().generation, 1);
+    }
+
+    #[test]
+    fn a_corrupt_record_with_records_after_it_is_refused_naming_the_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.next_generation().unwrap();
+        s.append(Record::Lease { bubble: 1, epoch: 9, site: "HKG".into(), region: None }).unwrap();
+        s.append(Record::Gone { bubble: 1 }).unwrap();
+        drop(s);
+        let path = dir.path().join("log.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let second = text.find('\n').unwrap() + 1;
+        // One flipped digit in the second record's epoch: its checksum no longer matches.
+        let corrupt = text.replacen("\"epoch\":9", "\"epoch\":8", 1);
+        std::fs::write(&path, &corrupt).unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(err.path.ends_with("log.jsonl"), "{err}");
+        assert!(
+            err.why.contains(&format!("byte {second}")) && err.why.contains("checksum"),
+            "{err}"
+        );
+        // The same damage on the last record is a torn write: dropped, the rest kept.
+        let lines: Vec<&str> = corrupt.lines().collect();
+        std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[1])).unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.state().generation, 1);
+        assert!(s.state().leases.is_empty(), "the corrupt last lease is dropped");
+    }
+
+    #[test]
+    fn two_cores_cannot_open_the_same_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Store::open(dir.path()).unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(err.why.contains("another core"), "{err}");
+        drop(first);
+        Store::open(dir.path()).expect("free once the first is closed");
+    }
+
+    #[test]
+    fn logs_of_older_builds_without_checksums_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path()).unwrap();
+        std::fs::write(
+            dir.path().join("log.jsonl"),
+            "{\"record\":\"generation\",\"generation\":4}\n{\"record\":\"lease\",\"bubble\":2,\"epoch\":7,\"site\":\"MTL\"}\n",
+        )
+        .unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!((s.state().generation, s.state().leases[&2].epoch), (4, 7));
     }
 
     #[test]

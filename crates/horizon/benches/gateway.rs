@@ -106,6 +106,8 @@ async fn raw_udp_relay() -> (f64, f64, f64) {
     let relay_addr = relay.local_addr();
     let deadline = Instant::now() + WARMUP.min(Duration::from_secs(1)) + MEASURE;
     let measure_from = Instant::now() + WARMUP.min(Duration::from_secs(1));
+    // Every timestamp counts from one origin, so a round trip is now − sent.
+    let origin = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..PLAYERS {
         tasks.push(tokio::spawn(async move {
@@ -114,19 +116,16 @@ async fn raw_udp_relay() -> (f64, f64, f64) {
             let (tx, rx) = (sock.clone(), sock);
             let sender = tokio::spawn(async move {
                 let mut every = tokio::time::interval(INPUT_EVERY);
-                let start = Instant::now();
                 while Instant::now() < deadline {
                     every.tick().await;
                     let mut msg = [0u8; 64];
-                    let t = start.elapsed().as_nanos() as u64;
+                    let t = origin.elapsed().as_nanos() as u64;
                     msg[..8].copy_from_slice(&t.to_le_bytes());
                     let _ = tx.send(&msg).await;
                 }
-                start
             });
             let mut rtts = Vec::new();
             let mut buf = [0u8; 128];
-            let mut start = None::<Instant>;
             while Instant::now() < deadline {
                 let Ok(Ok(n)) =
                     tokio::time::timeout(Duration::from_millis(200), rx.recv(&mut buf)).await
@@ -137,11 +136,9 @@ async fn raw_udp_relay() -> (f64, f64, f64) {
                     continue;
                 }
                 let sent = u64::from_le_bytes(buf[..8].try_into().unwrap());
-                let base =
-                    *start.get_or_insert_with(|| Instant::now() - Duration::from_nanos(sent));
-                let now = Instant::now();
-                if now >= measure_from {
-                    rtts.push((now - base).as_secs_f64() * 1000.0 - sent as f64 / 1e6);
+                if Instant::now() >= measure_from {
+                    let rtt_ns = (origin.elapsed().as_nanos() as u64).saturating_sub(sent);
+                    rtts.push(rtt_ns as f64 / 1e6);
                 }
             }
             let _ = sender.await;
