@@ -64,9 +64,15 @@ impl CoreHandle {
     }
 
     /// Stops the core and waits for it.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    /// Stops the core and waits for it, keeping the handle (its status answers `None` from
+    /// then on). Its ports are free once this returns.
+    pub async fn stop(&mut self) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
     }
 }
 

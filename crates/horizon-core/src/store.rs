@@ -182,13 +182,26 @@ pub trait Durable: Send + std::fmt::Debug {
 
 impl Durable for Store {
     fn state(&self) -> &StoreState {
-        Store::state(self)
+        &self.state
     }
 
+    /// Writes one record and waits for it to be on disk.
     fn append(&mut self, record: Record) -> Result<(), StoreError> {
-        Store::append(self, record)
+        let path = self.dir.join("log.jsonl");
+        let fail =
+            |e: &dyn std::fmt::Display| StoreError { path: path.clone(), why: e.to_string() };
+        let line = encode_line(&record).map_err(|e| fail(&e))?;
+        self.log.write_all(line.as_bytes()).map_err(|e| fail(&e))?;
+        self.log.sync_data().map_err(|e| fail(&e))?;
+        self.state.apply(&record);
+        self.since_snapshot += 1;
+        if self.since_snapshot >= COMPACT_AFTER {
+            self.compact()?;
+        }
+        Ok(())
     }
 
+    /// Keeps `bytes` as the latest copy of `bubble` (the caller checked the epoch is current).
     fn put_backup(
         &mut self,
         bubble: u64,
@@ -196,22 +209,32 @@ impl Durable for Store {
         tick: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError> {
-        Store::put_backup(self, bubble, epoch, tick, bytes)
+        let path = self.dir.join("backups").join(format!("{bubble}.bin"));
+        write_atomic(&path, bytes)?;
+        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })
     }
 
+    /// Keeps `bytes` as the latest copy of part `part` of `bubble`, spread over `parts` servers
+    /// (the caller checked the epoch is current).
     fn put_backup_part(
         &mut self,
         bubble: u64,
         epoch: u64,
-        part: (u32, u32),
+        (part, parts): (u32, u32),
         tick: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError> {
-        Store::put_backup_part(self, bubble, epoch, part, tick, bytes)
+        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
+        write_atomic(&path, bytes)?;
+        let len = bytes.len() as u64;
+        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
     }
 
+    /// The latest copy of `bubble`, if any.
     fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
-        Store::backup(self, bubble)
+        let meta = self.state.backups.get(&bubble)?.clone();
+        let bytes = fs::read(self.dir.join("backups").join(format!("{bubble}.bin"))).ok()?;
+        Some((meta, bytes))
     }
 }
 
@@ -332,10 +355,6 @@ impl Store {
         Ok(Store { dir: dir.to_owned(), log, since_snapshot, state, _lock: lock })
     }
 
-    pub fn state(&self) -> &StoreState {
-        &self.state
-    }
-
     /// Persists the next generation and returns it. Called once at start, before serving:
     /// every epoch granted afterwards is higher than any granted before the restart.
     pub fn next_generation(&mut self) -> Result<u32, StoreError> {
@@ -344,63 +363,11 @@ impl Store {
         Ok(generation)
     }
 
-    /// Writes one record and waits for it to be on disk.
-    pub fn append(&mut self, record: Record) -> Result<(), StoreError> {
-        let path = self.dir.join("log.jsonl");
-        let fail =
-            |e: &dyn std::fmt::Display| StoreError { path: path.clone(), why: e.to_string() };
-        let line = encode_line(&record).map_err(|e| fail(&e))?;
-        self.log.write_all(line.as_bytes()).map_err(|e| fail(&e))?;
-        self.log.sync_data().map_err(|e| fail(&e))?;
-        self.state.apply(&record);
-        self.since_snapshot += 1;
-        if self.since_snapshot >= COMPACT_AFTER {
-            self.compact()?;
-        }
-        Ok(())
-    }
-
-    /// Keeps `bytes` as the latest copy of `bubble` (the caller checked the epoch is current).
-    pub fn put_backup(
-        &mut self,
-        bubble: u64,
-        epoch: u64,
-        tick: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        let path = self.dir.join("backups").join(format!("{bubble}.bin"));
-        write_atomic(&path, bytes)?;
-        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })
-    }
-
-    /// Keeps `bytes` as the latest copy of part `part` of `bubble`, spread over `parts` servers
-    /// (the caller checked the epoch is current).
-    pub fn put_backup_part(
-        &mut self,
-        bubble: u64,
-        epoch: u64,
-        (part, parts): (u32, u32),
-        tick: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
-        write_atomic(&path, bytes)?;
-        let len = bytes.len() as u64;
-        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
-    }
-
     /// The latest copy of part `part` of a spread `bubble`, if any.
     pub fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
         let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
         let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
         Some((meta, fs::read(path).ok()?))
-    }
-
-    /// The latest copy of `bubble`, if any.
-    pub fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
-        let meta = self.state.backups.get(&bubble)?.clone();
-        let bytes = fs::read(self.dir.join("backups").join(format!("{bubble}.bin"))).ok()?;
-        Some((meta, bytes))
     }
 
     /// Folds the log into the snapshot: write, fsync, rename, then empty the log.

@@ -261,32 +261,12 @@ impl Sandbox {
 
     /// Stops the core (its connections close) and starts it again on the same store and ports
     /// after `down_for`: a new generation, what it held taken back from the store.
-    pub async fn restart_core(self, down_for: Duration) -> Result<Sandbox, SandboxError> {
-        let Sandbox {
-            core,
-            agents,
-            gateways,
-            ca,
-            player_token,
-            netems,
-            transfer_links,
-            core_links,
-            core_config,
-        } = self;
-        core.shutdown().await;
+    pub async fn restart_core(&mut self, down_for: Duration) -> Result<(), SandboxError> {
+        self.core.stop().await;
         tokio::time::sleep(down_for).await;
-        let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
-        Ok(Sandbox {
-            core,
-            agents,
-            gateways,
-            ca,
-            player_token,
-            netems,
-            transfer_links,
-            core_links,
-            core_config,
-        })
+        self.core =
+            horizon_core::start(self.core_config.clone()).await.map_err(|e| setup("core")(&e))?;
+        Ok(())
     }
 
     /// Kills (SIGKILL) the game-server process named `server` of `site`'s agent in this

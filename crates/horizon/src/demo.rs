@@ -319,13 +319,11 @@ async fn run(args: DemoArgs) -> ExitCode {
                 }
                 running.push(r);
                 if fault.kind == FaultKind::RestartCore {
-                    sandbox = match sandbox.restart_core(Duration::from_secs_f64(fault.for_s)).await {
-                        Ok(s) => s,
-                        Err(e) => {
-                            eprintln!("error: the core did not come back: {e}");
-                            return ExitCode::FAILURE;
-                        }
-                    };
+                    if let Err(e) = sandbox.restart_core(Duration::from_secs_f64(fault.for_s)).await {
+                        eprintln!("error: the core did not come back: {e}");
+                        sandbox.shutdown().await;
+                        return ExitCode::FAILURE;
+                    }
                     say(format!("drill: fault {}: the core is back", i + 1));
                 }
             }

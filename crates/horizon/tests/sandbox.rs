@@ -571,10 +571,10 @@ async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_its_bubble_back() {
     let m = lone_montrealer("restart", |_| {}).await;
-    let LoneMontrealer { sandbox, dir, stop, running, player, bubble, .. } = m;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
     let before = sandbox.core.status().await.expect("status");
     let (generation, epoch) = (before["generation"].as_u64(), epoch_of(&before, player));
-    let sandbox = sandbox.restart_core(Duration::from_secs(5)).await.expect("the core restarts");
+    sandbox.restart_core(Duration::from_secs(5)).await.expect("the core restarts");
     let back = tokio::time::Instant::now();
     let status = wait_for(&sandbox, 15, |s| {
         (holder_of(s, player)?.0 == bubble && s["sites"][1]["agent_connected"] == true)

@@ -17,8 +17,8 @@ pub(crate) mod status;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use horizon_mesh::{
-    Command, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerJoin, PlayerUpdate, SiteId,
-    Sites, Thresholds, Time,
+    Command, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerUpdate, SiteId, Sites,
+    Thresholds, Time,
 };
 use horizon_proto::control;
 use horizon_proto::{
@@ -489,15 +489,7 @@ impl CoreMachine {
                 continue;
             }
             let j = &p.sample;
-            let join = PlayerJoin {
-                id,
-                home: site,
-                access_rtt_ms: f64::from(j.access_rtt_ms),
-                role: registry::role(j.role),
-                world: horizon_mesh::WorldId(j.world.0),
-                position: registry::vec3(j.pos),
-                velocity: registry::vec3(j.vel),
-            };
+            let join = registry::player_join(site, j);
             let joined = match p.bubble.filter(|b| self.registry.contains_key(b)) {
                 Some(b) => self.mesh.handle_join_in(join, horizon_mesh::BubbleId(b.0)),
                 None => self.mesh.handle_join(join),
@@ -524,16 +516,7 @@ impl CoreMachine {
         servers: &[control::ServerLoad],
     ) {
         for j in joins {
-            let join = PlayerJoin {
-                id: horizon_mesh::PlayerId(j.player.0),
-                home: site,
-                access_rtt_ms: f64::from(j.access_rtt_ms),
-                role: registry::role(j.role),
-                world: horizon_mesh::WorldId(j.world.0),
-                position: registry::vec3(j.pos),
-                velocity: registry::vec3(j.vel),
-            };
-            if let Err(e) = self.mesh.handle_join(join) {
+            if let Err(e) = self.mesh.handle_join(registry::player_join(site, j)) {
                 tracing::debug!(player = j.player.0, error = %e, "join refused");
             }
         }

@@ -245,6 +245,19 @@ impl CoreMachine {
     }
 }
 
+/// A player as the brain takes them in, from their home agent's sample.
+pub(crate) fn player_join(home: SiteId, j: &control::PlayerSample) -> horizon_mesh::PlayerJoin {
+    horizon_mesh::PlayerJoin {
+        id: horizon_mesh::PlayerId(j.player.0),
+        home,
+        access_rtt_ms: f64::from(j.access_rtt_ms),
+        role: role(j.role),
+        world: horizon_mesh::WorldId(j.world.0),
+        position: vec3(j.pos),
+        velocity: vec3(j.vel),
+    }
+}
+
 pub(crate) fn role(r: Role) -> horizon_mesh::Role {
     match r {
         Role::Pilot => horizon_mesh::Role::Pilot,

@@ -454,18 +454,7 @@ impl Mesh {
             kept_empty_until: Some(now + Span::from_ms(self.th.lease_ttl_ms)),
             load: LoadState::default(),
         };
-        let slot = match self.free_slots.pop() {
-            Some(s) => {
-                self.bubbles[s as usize] = Some(bubble);
-                s
-            }
-            None => {
-                self.bubbles.push(Some(bubble));
-                self.bubbles.len() as u32 - 1
-            }
-        };
-        self.bubble_index.insert(id, slot);
-        self.used[site.index()] += 1;
+        self.place_bubble(bubble);
         Ok(())
     }
 

@@ -307,6 +307,12 @@ impl Mesh {
             kept_empty_until: None,
             load: LoadState::default(),
         };
+        Some((self.place_bubble(bubble), lease.epoch))
+    }
+
+    /// Puts `bubble` in a free slot (or a new one), indexes it and accounts its server.
+    pub(super) fn place_bubble(&mut self, bubble: Bubble) -> u32 {
+        let (id, site) = (bubble.id, bubble.site);
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.bubbles[s as usize] = Some(bubble);
@@ -319,7 +325,7 @@ impl Mesh {
         };
         self.bubble_index.insert(id, slot);
         self.used[site.index()] += 1;
-        Some((slot, lease.epoch))
+        slot
     }
 
     pub(super) fn mark_touched(sc: &mut Scratch, slot: u32) {
