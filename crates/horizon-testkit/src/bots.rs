@@ -64,6 +64,9 @@ pub struct BotSpec {
     pub afk: Option<(Duration, Duration)>,
     /// Leaves the universe this long after joining (before the end of the run).
     pub leave_after: Option<Duration>,
+    /// Drop the connection this long after joining (a mobile blip) and reconnect from the same
+    /// client: the gateway must resume the same player.
+    pub reconnect_after: Option<Duration>,
 }
 
 /// What a bot measured.
@@ -88,6 +91,8 @@ pub struct BotReport {
     /// Times the player's simulation went back in time to a copy of the universe backup (a
     /// failover restore): its chain restarts from the copy, which is not a break.
     pub restores_seen: u64,
+    /// Times the player reconnected and the gateway resumed them as the same player.
+    pub resumed: u64,
     /// `Reconnecting` notices received from the gateway.
     pub reconnecting_seen: u64,
     /// When each notice came (seconds since the Unix epoch; the first [`MAX_GAPS`]).
@@ -160,7 +165,7 @@ async fn run(
         hello: HelloParams::new(name).with_token(token),
         limits,
     });
-    let conn =
+    let mut conn =
         parts.link.connected(Duration::from_secs(15)).await.map_err(|e| format!("connect: {e}"))?;
     let mut pos = Vec3 { x: spec.start[0], y: spec.start[1], z: spec.start[2] };
     let world = WorldId(spec.world);
@@ -177,6 +182,7 @@ async fn run(
         r.joined = true;
     }
     let mut inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
+    let mut reconnect_at = spec.reconnect_after.map(|d| Instant::now() + d);
     let (updates_tx, mut updates) = mpsc::channel(1024);
     let mut inbound = parts.inbound;
     tokio::spawn(async move {
@@ -197,7 +203,8 @@ async fn run(
     let mut input_timer = tokio::time::interval(spec.input_every);
     let mut move_timer = tokio::time::interval(Duration::from_millis(100));
     let mut seq = 0u64;
-    let mut pending: BTreeMap<u64, (Instant, u64)> = BTreeMap::new();
+    // Inputs not acknowledged yet: when sent (monotonic, wall µs) and their bytes.
+    let mut pending: BTreeMap<u64, (Instant, u64, Blob)> = BTreeMap::new();
     // (bubble, origin, tick, chain, at) of the last view followed.
     let mut last: Option<(u64, u64, u64, u64, Instant)> = None;
     let mut position_seq = 0u32;
@@ -212,8 +219,49 @@ async fn run(
                 None => std::future::pending().await,
             }
         };
+        let blip = async {
+            match reconnect_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = stop.changed() => break,
+            _ = blip => {
+                reconnect_at = None;
+                // The connection drops; the link dials again from the same client (hello
+                // peer and session), and the player joins again.
+                let old = conn.id();
+                conn.close(horizon_proto::ErrorCode::ShuttingDown, "connection lost");
+                let fresh = async {
+                    loop {
+                        if let Some(c) = parts.link.current().filter(|c| c.id() != old) {
+                            return c;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                conn = tokio::time::timeout(Duration::from_secs(15), fresh)
+                    .await
+                    .map_err(|_| "reconnect: no new connection in 15 s".to_owned())?;
+                let joined = conn
+                    .request(&gateway::Request::Join { role: spec.role, world, pos })
+                    .await
+                    .map_err(|e| format!("rejoin: {e}"))?;
+                let gateway::Reply::Joined { player: again, resume_after, .. } = joined else {
+                    return Err(format!("rejoin: unexpected reply {joined:?}"));
+                };
+                if again != player {
+                    return Err(format!("rejoined as player {} instead of {}", again.0, player.0));
+                }
+                lock(&report).resumed += 1;
+                inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
+                // As a client does: send again from `resume_after` what is not acknowledged.
+                for (&s, (_, _, bytes)) in pending.range(resume_after.0..) {
+                    let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
+                    inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
+                }
+            }
             _ = leave => {
                 lock(&report).left_early = true;
                 break;
@@ -232,8 +280,9 @@ async fn run(
                 }
                 seq += 1;
                 let v = [(vel.x * 1000.0) as i32, (vel.y * 1000.0) as i32, (vel.z * 1000.0) as i32];
-                let item = gateway::Item::Input { seq: Seq(seq), bytes: Blob(encode_input(v)) };
-                pending.insert(seq, (Instant::now(), wall_us()));
+                let bytes = Blob(encode_input(v));
+                let item = gateway::Item::Input { seq: Seq(seq), bytes: bytes.clone() };
+                pending.insert(seq, (Instant::now(), wall_us(), bytes));
                 if inputs.send(&item).await.is_err() {
                     return Err("input stream closed".into());
                 }
@@ -267,7 +316,7 @@ async fn run(
                 let done = std::mem::replace(&mut pending, later);
                 r.acked = r.acked.max(acked.0);
                 let view = View::decode(&bytes.0);
-                for (sent, sent_wall) in done.into_values() {
+                for (sent, sent_wall, _) in done.into_values() {
                     r.click_ms.push(at.duration_since(sent).as_secs_f64() * 1000.0);
                     if let Some(v) = &view {
                         r.delivery_ms.push(v.wall_us.saturating_sub(sent_wall) as f64 / 1000.0);

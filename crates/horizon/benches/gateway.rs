@@ -57,6 +57,7 @@ async fn through_the_gateway() -> (f64, f64, f64) {
                 input_every: INPUT_EVERY,
                 afk: None,
                 leave_after: None,
+                reconnect_after: None,
             };
             bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx.clone())
         })

@@ -146,6 +146,7 @@ pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec
                 start: [centre[0] + 5.0 * i as f64, 0.0, centre[2] + 3.0 * i as f64],
                 motion,
                 leave_after: leave,
+                reconnect_after: None,
                 // Hosts first; guests once the host's bubble exists.
                 join_after: Duration::from_millis(if i == 0 {
                     200 * g as u64 % 2000

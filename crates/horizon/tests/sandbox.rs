@@ -23,6 +23,7 @@ fn bot(name: &str, site: &str, sandbox: &Sandbox, x: f64, join_after_ms: u64) ->
         input_every: Duration::from_millis(50),
         afk: None,
         leave_after: None,
+        reconnect_after: None,
     }
 }
 
@@ -600,4 +601,33 @@ async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_it
     assert_eq!(r.restores_seen, 0, "the relay's bubble never stopped: {r:?}");
     played_through_a_failover(r, 1_000.0);
     eprintln!("core restart: bubble taken back {back_after:?} after the core was back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing_lost() {
+    let dir = std::env::temp_dir().join(format!("horizon-blip-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut spec = bot("mtl-blip", "MTL", &sandbox, 0.0, 0);
+    spec.reconnect_after = Some(Duration::from_secs(8));
+    let running = vec![bots::spawn(spec, roots, sandbox.player_token.clone(), stop_rx)];
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let status = sandbox.core.status().await.expect("status");
+    let resumes =
+        sandbox.agent_stats("MTL").map(|s| s.resumes.load(std::sync::atomic::Ordering::Relaxed));
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let r = &reports[0];
+    assert_eq!(r.resumed, 1, "rejoined as the same player: {r:?}");
+    assert_eq!(resumes, Some(1));
+    let player = r.player.expect("joined");
+    assert_eq!(site_of(&status, player).as_deref(), Some("MTL"), "still in its bubble");
+    let players = status["players"].as_array().map_or(0, Vec::len);
+    assert_eq!(players, 1, "one player, not a second one for the new connection");
+    played_through_a_failover(r, 2_000.0);
+    eprintln!("reconnect: longest gap {:.0} ms", r.max_gap_ms);
 }

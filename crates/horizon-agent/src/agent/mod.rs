@@ -60,6 +60,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const RESTORE_DEADLINE: Duration = Duration::from_secs(5);
 /// How late an update may reach the agent after its lease's end (the hop from the server).
 const WRITE_ALLOWANCE: Duration = Duration::from_millis(250);
+/// A player whose connection dropped is kept this long for its client to reconnect and resume.
+const RESUME_GRACE: Duration = Duration::from_secs(30);
 /// Snapshot chunk size when feeding a restored copy to a server.
 const RESTORE_CHUNK: usize = 64 * 1024;
 
@@ -90,6 +92,8 @@ pub struct AgentStats {
     /// clock (beyond a 250 ms allowance for the hop): I5 seen from the agent, 0 when the
     /// servers stop on time.
     pub writes_after_lease: AtomicU64,
+    /// Players who reconnected from the same client and resumed as themselves.
+    pub resumes: AtomicU64,
     pub updates_delivered: AtomicU64,
     pub crossings: AtomicU64,
     pub handovers_in: AtomicU64,
@@ -178,6 +182,8 @@ pub async fn start(
         bubbles: HashMap::new(),
         players: HashMap::new(),
         sessions: HashMap::new(),
+        clients: HashMap::new(),
+        conn_clients: HashMap::new(),
         next_player: 1,
         peers: HashMap::new(),
         dialed: HashMap::new(),
@@ -338,7 +344,15 @@ struct Gw {
     min_rtt_ms: f32,
     /// Inputs, route and acknowledgements: the sans-IO part.
     session: PlayerSession,
+    /// The client it joined from (gateway hello: peer and session), which may resume it.
+    client: Option<Client>,
+    /// Its connection ended at this time; the player is kept [`RESUME_GRACE`] for the same
+    /// client to reconnect.
+    gone_since: Option<Instant>,
 }
+
+/// A player's client as its hello names it: `peer` and the random `session` of its process.
+type Client = (Name, u64);
 
 struct PeerLink {
     conn: Conn<Transfer>,
@@ -368,6 +382,11 @@ struct Agent {
     bubbles: HashMap<BubbleId, Local>,
     players: HashMap<PlayerId, Gw>,
     sessions: HashMap<u64, PlayerId>,
+    /// The player each client joined as: a reconnecting client (same hello `peer` and
+    /// `session`) resumes it.
+    clients: HashMap<Client, PlayerId>,
+    /// The client of each gateway connection (connection id), from its hello.
+    conn_clients: HashMap<u64, Client>,
     next_player: u64,
     peers: HashMap<Name, PeerLink>,
     /// Links this agent dialed, kept alive by holding them.

@@ -126,6 +126,7 @@ impl Agent {
             }
         }
         self.restore_deadlines(now);
+        self.resume_deadlines(now);
         self.lease_expiries(now);
         self.top_up_pool();
     }

@@ -6,6 +6,7 @@ impl Agent {
     pub(super) fn player_up(&mut self, peer: Peer<Gateway>) {
         // The player exists from its Join; the pump ends when the connection does.
         let session = peer.conn.id();
+        self.conn_clients.insert(session, (peer.hello.peer.clone(), peer.hello.session));
         pump(
             peer.inbound,
             self.events.clone(),
@@ -42,6 +43,27 @@ impl Agent {
                     });
                 }
                 let conn = req.conn().clone();
+                let client = self.conn_clients.get(&session).cloned();
+                let known = client.as_ref().and_then(|c| self.clients.get(c)).copied();
+                if let Some(player) = known
+                    && let Some(gw) = self.players.get_mut(&player)
+                {
+                    // The same client reconnected (a mobile blip): the same player resumes,
+                    // its kept inputs and place untouched.
+                    gw.out = open_stream_task(conn.clone());
+                    gw.conn = conn;
+                    gw.gone_since = None;
+                    let resume_after = Seq(gw.session.acked().0 + 1);
+                    self.sessions.retain(|_, p| *p != player);
+                    self.sessions.insert(session, player);
+                    self.stats.resumes.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(site = %self.site, player = player.0, resume_after = resume_after.0, "player resumed");
+                    return Ok(gateway::Reply::Joined {
+                        player,
+                        home: self.site.clone(),
+                        resume_after,
+                    });
+                }
                 let player = PlayerId(self.site_key | self.next_player);
                 self.next_player += 1;
                 let rtt = conn.stats().rtt.as_secs_f32() * 1000.0;
@@ -56,7 +78,12 @@ impl Agent {
                     position_seq: 0,
                     min_rtt_ms: rtt,
                     session: PlayerSession::new(Instant::now()),
+                    client: client.clone(),
+                    gone_since: None,
                 };
+                if let Some(c) = client {
+                    self.clients.insert(c, player);
+                }
                 self.joins.push(self.sample(player, &gw));
                 self.players.insert(player, gw);
                 self.sessions.insert(session, player);
@@ -70,7 +97,9 @@ impl Agent {
                 Ok(gateway::Reply::Done)
             }
             gateway::Request::Leave => {
-                self.player_gone(session);
+                if let Some(player) = self.sessions.remove(&session) {
+                    self.remove_player(player);
+                }
                 Ok(gateway::Reply::Done)
             }
         }
@@ -182,12 +211,38 @@ impl Agent {
         self.send_inputs(bubble, &site, inputs);
     }
 
+    /// A gateway connection ended: its player stays [`RESUME_GRACE`] for its client to
+    /// reconnect (without a client identity, it leaves at once).
     pub(super) fn player_gone(&mut self, session: u64) {
+        self.conn_clients.remove(&session);
         let Some(player) = self.sessions.remove(&session) else { return };
+        match self.players.get_mut(&player) {
+            Some(gw) if gw.client.is_some() => gw.gone_since = Some(Instant::now()),
+            _ => self.remove_player(player),
+        }
+    }
+
+    /// Players whose client did not come back in time leave.
+    pub(super) fn resume_deadlines(&mut self, now: Instant) {
+        let late: Vec<PlayerId> = self
+            .players
+            .iter()
+            .filter(|(_, gw)| gw.gone_since.is_some_and(|t| now.duration_since(t) >= RESUME_GRACE))
+            .map(|(&p, _)| p)
+            .collect();
+        for player in late {
+            self.remove_player(player);
+        }
+    }
+
+    /// The player leaves: the core is told at the next report.
+    pub(super) fn remove_player(&mut self, player: PlayerId) {
         if self.players.remove(&player).is_some() {
             self.leaves.push(player);
             self.joins.retain(|j| j.player != player);
         }
+        self.clients.retain(|_, p| *p != player);
+        self.sessions.retain(|_, p| *p != player);
         self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
     }
 }
