@@ -38,6 +38,10 @@ pub struct ServerOptions {
     pub token: String,
     pub tick_ms: u32,
     pub max_players: u32,
+    /// Exit when the agent has been unreachable this long (or never answered since start): a
+    /// game server never outlives its agent unsupervised (SPEC section 6). Its leases ended
+    /// long before (they last 30 s). `None`: wait for the agent forever.
+    pub orphan_after: Option<Duration>,
 }
 
 /// What the server did, for tests and its own logs.
@@ -53,7 +57,8 @@ pub struct Counters {
 }
 
 /// Runs a game server until `stop` turns true. Reconnects to the agent on its own; regions are
-/// dropped on a reconnection (the agent re-assigns them from its copies).
+/// dropped on a reconnection (the agent re-assigns them from its copies). Ends with
+/// [`Error::Lost`] when the agent stayed unreachable for [`ServerOptions::orphan_after`].
 pub async fn run<G: Game>(
     opts: ServerOptions,
     roots: Roots,
@@ -100,14 +105,31 @@ pub async fn run<G: Game>(
     let mut tick = tokio::time::interval(Duration::from_millis(u64::from(server.opts.tick_ms)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut second = tokio::time::interval(Duration::from_secs(1));
+    // Since when the agent has been unreachable (from the start until the first connection).
+    let mut alone_since = Some(Instant::now());
     loop {
+        if let (Some(since), Some(limit)) = (alone_since, server.opts.orphan_after)
+            && since.elapsed() >= limit
+        {
+            let why = format!(
+                "agent {} unreachable for {} s: exiting, a game server never outlives its agent",
+                server.opts.agent,
+                limit.as_secs()
+            );
+            tracing::error!(server = %server.opts.name, "{why}");
+            return Err(Error::Lost(why));
+        }
         tokio::select! {
             _ = stop.changed() => break,
             event = events.recv() => match event {
-                Some(LinkEvent::Up(conn)) => server.connected(conn).await,
+                Some(LinkEvent::Up(conn)) => {
+                    alone_since = None;
+                    server.connected(conn).await
+                }
                 Some(LinkEvent::Down(e)) => {
                     tracing::warn!(server = %server.opts.name, error = %e, "lost the agent");
                     server.out = None;
+                    alone_since = Some(Instant::now());
                 }
                 Some(LinkEvent::Retry { error, wait }) => {
                     tracing::debug!(server = %server.opts.name, %error, ?wait, "agent unreachable");

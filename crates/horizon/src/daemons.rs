@@ -33,6 +33,10 @@ pub(crate) struct GameServerArgs {
     /// Players this server accepts.
     #[arg(long, default_value_t = 200)]
     max_players: u32,
+    /// Exit when the agent has been unreachable this many seconds (0: never): a game server
+    /// never outlives its agent unsupervised.
+    #[arg(long, default_value_t = 60)]
+    orphan_exit_s: u64,
 }
 
 /// A runtime for a daemon (`multi`: all cores) or a small tool (one thread).
@@ -152,6 +156,8 @@ pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
             token,
             tick_ms: args.tick_ms,
             max_players: args.max_players,
+            orphan_after: (args.orphan_exit_s > 0)
+                .then(|| std::time::Duration::from_secs(args.orphan_exit_s)),
         };
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {

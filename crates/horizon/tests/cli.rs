@@ -246,3 +246,23 @@ fn ctrl_c_stops_the_demo_and_leaves_nothing_running() {
     assert_eq!(servers_under(&dir), 0, "no game server left running");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_game_server_whose_agent_is_gone_exits_instead_of_living_on() {
+    let dir = temp_dir("orphan");
+    assert!(certs(&dir, &["init", "--sites", "PAR"]).status.success());
+    let started = std::time::Instant::now();
+    // Nothing listens on the agent's address: the server never reaches it.
+    let out = horizon()
+        .args(["gameserver", "--agent", "127.0.0.1:9", "--site", "PAR", "--name", "par-gs-0"])
+        .arg("--ca")
+        .arg(dir.join("ca.pem"))
+        .args(["--orphan-exit-s", "1"])
+        .env("HORIZON_SERVER_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("never outlives its agent"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
