@@ -81,6 +81,9 @@ pub struct StoreState {
     pub generation: u32,
     pub leases: BTreeMap<u64, StoredLease>,
     pub backups: BTreeMap<u64, StoredBackup>,
+    /// The first player id never handed out (ids are given to agents in blocks).
+    #[serde(default)]
+    pub next_player: u64,
 }
 
 /// One change, as a line of the log.
@@ -114,6 +117,10 @@ pub enum Record {
         tick: u64,
         bytes: u64,
     },
+    /// Player ids below `next` have been handed out.
+    PlayerIds {
+        next: u64,
+    },
 }
 
 impl StoreState {
@@ -124,6 +131,7 @@ impl StoreState {
                 let lease = StoredLease { epoch: *epoch, site: site.clone(), region: *region };
                 self.leases.insert(*bubble, lease);
             }
+            Record::PlayerIds { next } => self.next_player = self.next_player.max(*next),
             Record::Gone { bubble } => {
                 self.leases.remove(bubble);
             }

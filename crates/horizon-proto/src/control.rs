@@ -118,6 +118,10 @@ pub enum Request {
     /// each is routed to (full resync; a restarted core puts them back where they play). The
     /// core forgets this site's players missing from the list.
     Players { players: Vec<PlacedPlayer> },
+    /// agent → core: a block of `count` fresh player ids (answered with `PlayerIds`). The core
+    /// persists what it handed out before answering: an id is never given twice, across
+    /// restarts of the core and of the agents.
+    PlayerIds { count: u32 },
 }
 
 kinds!(Request {
@@ -142,6 +146,7 @@ kinds!(Request {
     Restore => "restore",
     Covered => "covered",
     Players => "players",
+    PlayerIds => "player_ids",
 });
 
 /// A reply on the control channel.
@@ -168,6 +173,8 @@ pub enum Reply {
     Prepared { handover: HandoverId },
     /// To `Freeze` (source): frozen and sealed at `tick`; the seal is on its way to the target.
     Frozen { handover: HandoverId, tick: Tick },
+    /// To `PlayerIds`: the ids `first .. first + count` are this agent's to give.
+    PlayerIds { first: u64, count: u32 },
 }
 
 kinds!(Reply {
@@ -176,6 +183,7 @@ kinds!(Reply {
     Renewed => "renewed",
     Prepared => "prepared",
     Frozen => "frozen",
+    PlayerIds => "player_ids",
 });
 
 /// A lease held at an agent, reported at registration.

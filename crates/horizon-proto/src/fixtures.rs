@@ -287,6 +287,7 @@ pub fn all() -> Vec<Fixture> {
                     bubble: Some(bubble),
                 }],
             },
+            control::Request::PlayerIds { count: 4096 },
         ],
         vec![
             control::Reply::Done,
@@ -303,6 +304,7 @@ pub fn all() -> Vec<Fixture> {
             control::Reply::Renewed { ttl_ms: 30_000, granted: vec![lref], refused: vec![] },
             control::Reply::Prepared { handover },
             control::Reply::Frozen { handover, tick: Tick(1002) },
+            control::Reply::PlayerIds { first: 1 << 20, count: 4096 },
         ],
         vec![
             control::Backup::Chunk {

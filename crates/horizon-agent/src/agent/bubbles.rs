@@ -582,6 +582,7 @@ impl Agent {
         match done {
             Done::Registered(reply) => self.registered(reply).await,
             Done::Renewed { sent, reply } => self.renewed(sent, reply).await,
+            Done::PlayerIds(reply) => self.ids_granted(reply),
             Done::SourceOpened { handover, bubble, stream } => {
                 self.source_opened(handover, bubble, stream).await
             }

@@ -76,6 +76,7 @@ impl Agent {
             self.drop_bubble(lref.bubble).await;
         }
         self.adopt_peers(peers);
+        self.ask_ids();
         // Full resync of this site's players: a restarted core puts them back where they play.
         let players = self
             .players
@@ -371,6 +372,7 @@ impl Agent {
             | R::Started { .. }
             | R::Lost { .. }
             | R::Players { .. }
+            | R::PlayerIds { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

@@ -60,6 +60,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const RESTORE_DEADLINE: Duration = Duration::from_secs(5);
 /// How late an update may reach the agent after its lease's end (the hop from the server).
 const WRITE_ALLOWANCE: Duration = Duration::from_millis(250);
+/// Player ids asked of the core at a time, and the stock below which more are asked for.
+const ID_BLOCK: u32 = 4096;
+const ID_LOW: u64 = 1024;
 /// A player whose connection dropped is kept this long for its client to reconnect and resume.
 const RESUME_GRACE: Duration = Duration::from_secs(30);
 /// Snapshot chunk size when feeding a restored copy to a server.
@@ -172,7 +175,6 @@ pub async fn start(
     });
     let agent = Agent {
         site,
-        site_key: site_key(&cfg.site),
         core: core.link,
         registered: false,
         driver,
@@ -184,7 +186,8 @@ pub async fn start(
         sessions: HashMap::new(),
         clients: HashMap::new(),
         conn_clients: HashMap::new(),
-        next_player: 1,
+        player_ids: std::collections::VecDeque::new(),
+        asking_ids: false,
         peers: HashMap::new(),
         dialed: HashMap::new(),
         crossings: HashMap::new(),
@@ -248,6 +251,8 @@ enum Done {
         sent: Instant,
         reply: control::Reply,
     },
+    /// A block of player ids from the core (or why not).
+    PlayerIds(Result<control::Reply, String>),
     /// A handover source reached its target and may start mirroring.
     SourceOpened {
         handover: HandoverId,
@@ -372,7 +377,6 @@ struct Crossing {
 struct Agent {
     cfg: AgentConfig,
     site: Name,
-    site_key: u64,
     core: Link<Control>,
     registered: bool,
     driver: Box<dyn ServerDriver>,
@@ -387,7 +391,10 @@ struct Agent {
     clients: HashMap<Client, PlayerId>,
     /// The client of each gateway connection (connection id), from its hello.
     conn_clients: HashMap<u64, Client>,
-    next_player: u64,
+    /// Player ids the core handed this agent and it has not given yet, oldest block first.
+    player_ids: std::collections::VecDeque<std::ops::Range<u64>>,
+    /// A `PlayerIds` request is on its way.
+    asking_ids: bool,
     peers: HashMap<Name, PeerLink>,
     /// Links this agent dialed, kept alive by holding them.
     dialed: HashMap<Name, Link<Transfer>>,
@@ -414,16 +421,6 @@ struct Agent {
     limits: Limits,
     events: mpsc::Sender<Event>,
     stats: Arc<AgentStats>,
-}
-
-/// A per-site prefix for player ids, so two agents never hand out the same id.
-fn site_key(site: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in site.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    (h & 0xff_ffff) << 40
 }
 
 impl Agent {

@@ -64,8 +64,12 @@ impl Agent {
                         resume_after,
                     });
                 }
-                let player = PlayerId(self.site_key | self.next_player);
-                self.next_player += 1;
+                let player = self.next_player_id().ok_or_else(|| {
+                    Fault::new(
+                        ErrorCode::NotReady,
+                        "no player id to give yet: the core is unreachable",
+                    )
+                })?;
                 let rtt = conn.stats().rtt.as_secs_f32() * 1000.0;
                 let out = open_stream_task(conn.clone());
                 let gw = Gw {
@@ -209,6 +213,51 @@ impl Agent {
             self.stats.inputs_resent.fetch_add(inputs.len() as u64, Ordering::Relaxed);
         }
         self.send_inputs(bubble, &site, inputs);
+    }
+
+    /// The next player id of the blocks the core handed out (more are asked for when few are
+    /// left). `None` when there is none: the core was never reached since this agent started.
+    fn next_player_id(&mut self) -> Option<PlayerId> {
+        let id = loop {
+            let block = self.player_ids.front_mut()?;
+            match block.next() {
+                Some(id) => break id,
+                None => {
+                    self.player_ids.pop_front();
+                }
+            }
+        };
+        self.ask_ids();
+        Some(PlayerId(id))
+    }
+
+    /// Asks the core for another block of player ids when few are left.
+    pub(super) fn ask_ids(&mut self) {
+        let left: u64 = self.player_ids.iter().map(|r| r.end - r.start).sum();
+        if left >= ID_LOW || self.asking_ids || !self.registered {
+            return;
+        }
+        self.asking_ids = true;
+        let core = self.core.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let reply = core
+                .request(&control::Request::PlayerIds { count: ID_BLOCK })
+                .await
+                .map_err(|e| e.to_string());
+            let _ = events.send(Event::Task(Done::PlayerIds(reply))).await;
+        });
+    }
+
+    pub(super) fn ids_granted(&mut self, reply: Result<control::Reply, String>) {
+        self.asking_ids = false;
+        match reply {
+            Ok(control::Reply::PlayerIds { first, count }) => {
+                self.player_ids.push_back(first..first + u64::from(count));
+            }
+            Ok(other) => tracing::warn!(?other, "unexpected reply to player ids"),
+            Err(e) => tracing::warn!(error = %e, "no player ids from the core; asked again later"),
+        }
     }
 
     /// A gateway connection ended: its player stays [`RESUME_GRACE`] for its client to

@@ -142,8 +142,13 @@ pub struct CoreMachine {
     /// Metadata of the copies in the store (the bytes stay in the store).
     pub(crate) stored: BTreeMap<u64, crate::store::StoredBackup>,
     pub(crate) metrics: Metrics,
+    /// The first player id not handed out yet.
+    next_player: u64,
     effects: VecDeque<Effect>,
 }
+
+/// Player ids handed out in one block, at most.
+const MAX_ID_BLOCK: u32 = 65_536;
 
 impl CoreMachine {
     /// A core of `generation` (already persisted) over what the store holds.
@@ -179,6 +184,7 @@ impl CoreMachine {
             decisions: VecDeque::new(),
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),
+            next_player: store.next_player.max(1),
             effects: VecDeque::new(),
         };
         machine.take_back(store, now);
@@ -329,6 +335,7 @@ impl CoreMachine {
                 self.handover_failed(handover, &reason, frozen, now);
                 Ok(control::Reply::Done)
             }
+            R::PlayerIds { count } => Ok(self.player_ids(site, count)),
             R::Players { players } => {
                 self.players(site, &players);
                 Ok(control::Reply::Done)
@@ -465,6 +472,16 @@ impl CoreMachine {
             stop,
             peers,
         }
+    }
+
+    /// A block of fresh player ids for an agent, persisted (ahead of the reply) before use.
+    fn player_ids(&mut self, site: SiteId, count: u32) -> control::Reply {
+        let count = count.clamp(1, MAX_ID_BLOCK);
+        let first = self.next_player;
+        self.next_player += u64::from(count);
+        self.persist(Record::PlayerIds { next: self.next_player });
+        tracing::debug!(site = %self.cfg.sites.name(site), first, count, "player ids handed out");
+        control::Reply::PlayerIds { first, count }
     }
 
     /// An agent's full list of its players (after each registration): those the brain does not

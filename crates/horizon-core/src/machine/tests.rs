@@ -485,3 +485,39 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
         "no new bubble for the returning player"
     );
 }
+
+#[test]
+fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
+    let mut h = Harness::new();
+    let ids = |h: &mut Harness, site: &str, count: u32| match h
+        .request(site, control::Request::PlayerIds { count })
+        .unwrap()
+    {
+        control::Reply::PlayerIds { first, count } => first..first + u64::from(count),
+        other => panic!("{other:?}"),
+    };
+    let a = ids(&mut h, "MTL", 100);
+    let b = ids(&mut h, "HKG", 100);
+    assert_eq!((a.start, a.end, b.start), (1, 101, 101), "{a:?} {b:?}");
+    assert_eq!(ids(&mut h, "PAR", 0).count(), 1, "at least one");
+    assert_eq!(ids(&mut h, "PAR", u32::MAX).count() as u32, MAX_ID_BLOCK, "at most a block");
+    // Persisted before the reply: a restarted core continues after the last block.
+    let mut state = StoreState::default();
+    for e in &h.log {
+        if let Effect::Persist(Record::PlayerIds { next }) = e {
+            state.next_player = state.next_player.max(*next);
+        }
+    }
+    let persisted_before_reply =
+        h.log.iter().position(|e| matches!(e, Effect::Persist(Record::PlayerIds { .. })))
+            < h.log.iter().position(|e| {
+                matches!(e, Effect::Reply { reply: Ok(control::Reply::PlayerIds { .. }), .. })
+            });
+    assert!(persisted_before_reply);
+    let cfg = h.core.cfg.clone();
+    let core = CoreMachine::new(cfg, 2, &state, Time::ZERO).unwrap();
+    let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
+    h2.connect("MTL");
+    let c = ids(&mut h2, "MTL", 10);
+    assert_eq!(c.start, 202 + u64::from(MAX_ID_BLOCK), "after every id given before");
+}
