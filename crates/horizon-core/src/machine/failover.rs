@@ -75,7 +75,7 @@ impl CoreMachine {
             copy: Blob(bytes),
         };
         let order = self.order(site, restore);
-        if !self.expect(order, Awaiting::Restore(bubble, epoch)) {
+        if !self.track(order, Awaiting::Restore(bubble, epoch)) {
             // The new site's agent is gone too: the brain picks another.
             self.restore_failed(bubble, epoch, "the new site's agent is not connected", now);
         }

@@ -200,7 +200,7 @@ impl CoreMachine {
             HandoverPhase::Frozen { .. } => return,
         };
         let order = self.send(site, Lane::Direct, request);
-        if !self.expect(order, Awaiting::Handover(id, h.phase)) {
+        if !self.track(order, Awaiting::Handover(id, h.phase)) {
             let why = format!("{}: agent not connected", h.phase.as_str());
             self.handover_failed(id, &why, h.phase.freeze_sent(), now);
         }

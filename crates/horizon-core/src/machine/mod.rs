@@ -711,7 +711,7 @@ impl CoreMachine {
     }
 
     /// Remembers that `order`'s result is for `what`.
-    fn expect(&mut self, order: Option<OrderId>, what: Awaiting) -> bool {
+    fn track(&mut self, order: Option<OrderId>, what: Awaiting) -> bool {
         match order {
             Some(o) => {
                 self.awaiting.insert(o, what);
