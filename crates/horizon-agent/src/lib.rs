@@ -6,20 +6,27 @@
 //!
 //! - **Core link**: registration (full state sync after every reconnection), a report of players,
 //!   servers and backbone links every second, one batched lease renewal every few seconds, and
-//!   the core's orders: create, resize, members, routes, handover steps, revoke.
+//!   the core's orders: create, resize, members, routes, handover steps, restore, revoke. After
+//!   each registration it sends every player it serves (`Players`), and it gets player ids from
+//!   the core in blocks.
 //! - **Game servers** speak the agent protocol (`horizon-sdk`): the agent assigns regions with
 //!   leases, forwards renewals, relays inputs in and updates out, and keeps a warm pool ready.
 //! - **Gateway**: players connect once to their home agent and stay connected whichever site
-//!   simulates them. Inputs `(player, seq)` go to the simulating site and are kept until an
-//!   update acknowledges them (re-sent after a route change or a timeout: applied once by the
-//!   server, never lost); updates come back. Access RTT is QUIC's, measured here, and the
-//!   minimum of the session is what the core scores with.
+//!   simulates them. Inputs `(player, seq)` go to the simulating site and are kept until a
+//!   stored copy of the universe backup covers them (re-sent after a timeout, a route change or
+//!   a new holder: applied once by the server, never lost, even across a restore); updates come
+//!   back. A player's session logic is sans-IO (`gateway.rs`). A dropped connection resumes as
+//!   the same player when its client comes back within 30 s. Access RTT is QUIC's, measured
+//!   here, and the minimum of the session is what the core scores with.
 //! - **Transfer**: one connection per pair of sites (the site whose name sorts first dials):
 //!   handover state (snapshot, deltas, seal), border crossings, forwarded inputs and updates,
 //!   and RTT probes.
 //!
-//! Failure paths beyond reconnection (a relay cut from the core, a crashed server's bubbles) are
-//! not handled yet: the seams are `ServerGone` and the lease expiry in `agent.rs`.
+//! - **Failures**: leases are counted by this agent's clock from the send of the granting
+//!   renewal; at expiry its players are told `Reconnecting`. A game server's exit is seen within
+//!   a housekeeping period and reported (`Lost`); the core restores the bubble (`Restore`) here
+//!   or elsewhere. Updates under a newer epoch move a player's route, so a home site cut from
+//!   the core follows its players' bubble to its new holder.
 
 mod agent;
 mod config;

@@ -9,6 +9,11 @@
 //! restarts), keeps the universe backup (copies accepted only under the current epoch), and
 //! serves the admin API: `/status`, `/metrics`, `/healthz` and a status page.
 //!
+//! Its logic is the sans-IO [`machine::CoreMachine`] (inputs and the time in, effects out; the
+//! unit tests drive it directly); `core.rs` is the tokio shell that carries the effects out.
+//! When a holder is lost the core restores its bubbles from the universe backup; restarted, it
+//! takes back what its store held.
+//!
 //! `horizon core --config FILE` runs it; the demo and the sandbox tests run the same code
 //! in process.
 
