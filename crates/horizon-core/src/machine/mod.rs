@@ -4,9 +4,9 @@
 //! (`core.rs`) moves the bytes and feeds results back; the tests drive this directly.
 //!
 //! One owner per fact: the brain ([`Mesh`]) decides where a bubble *should* run; the
-//! registry ([`registry`]) says where it *does* run (it lags the brain during a handover or a
+//! registry (`registry.rs`) says where it *does* run (it lags the brain during a handover or a
 //! restore) and which players were told to whom. Handovers are explicit state machines
-//! ([`handover`]), failovers restore the latest copy of the universe backup ([`failover`]).
+//! (`handover.rs`), failovers restore the latest copy of the universe backup (`failover.rs`).
 
 pub(crate) mod backup;
 pub(crate) mod failover;
