@@ -95,7 +95,7 @@ pub struct BotReport {
     pub resumed: u64,
     /// `Reconnecting` notices received from the gateway.
     pub reconnecting_seen: u64,
-    /// When each notice came (seconds since the Unix epoch; the first [`MAX_GAPS`]).
+    /// When each notice came (seconds since the Unix epoch; the first 256).
     pub reconnecting_at: Vec<f64>,
     pub max_gap_ms: f64,
     /// Every silence of more than [`GAP_RECORDED_MS`] between two updates: (when it began, in
