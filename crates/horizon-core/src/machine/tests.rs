@@ -62,14 +62,7 @@ impl Harness {
         let conn = 100 + site.index() as u64 + 10 * self.next_token;
         self.core.handle(Input::AgentConnected { site, conn }, self.now);
         let servers = (0..3).map(|i| server(&format!("{name}-{i}"), &[])).collect();
-        let register = control::Request::Register {
-            site: Name::new(name).unwrap(),
-            build: Name::new("test").unwrap(),
-            transfer_addr: format!("{name}:7401"),
-            servers,
-            held: Vec::new(),
-        };
-        self.request(name, register).unwrap();
+        self.request(name, register(name, servers, &[])).unwrap();
     }
 
     /// Sends an agent request and returns the machine's reply to it.
@@ -157,6 +150,17 @@ impl Harness {
         let bubble = self.core.placed[&PlayerId(player)];
         let r = &self.core.registry[&bubble];
         (bubble, self.core.cfg.sites.name(r.site).to_string(), r.epoch)
+    }
+}
+
+/// An agent's `Register`, with its servers and the leases it holds.
+fn register(site: &str, servers: Vec<control::ServerLoad>, held: &[LeaseRef]) -> control::Request {
+    control::Request::Register {
+        site: Name::new(site).unwrap(),
+        build: Name::new("test").unwrap(),
+        transfer_addr: format!("{site}:7401"),
+        servers,
+        held: held.iter().map(|&lease| control::Held { lease, tick: Tick(0) }).collect(),
     }
 }
 
@@ -259,16 +263,8 @@ fn a_relay_cut_from_the_core_is_restored_on_the_core_site_from_its_latest_copy_a
     h.log.clear();
     let conn = 999;
     h.core.handle(Input::AgentConnected { site: mtl, conn }, h.now);
-    let held =
-        vec![control::Held { lease: LeaseRef { bubble, epoch: Epoch(epoch) }, tick: Tick(0) }];
-    let register = control::Request::Register {
-        site: Name::new("MTL").unwrap(),
-        build: Name::new("test").unwrap(),
-        transfer_addr: "MTL:7401".into(),
-        servers: Vec::new(),
-        held,
-    };
-    let control::Reply::Registered { keep, stop, .. } = h.request("MTL", register).unwrap() else {
+    let again = register("MTL", Vec::new(), &[LeaseRef { bubble, epoch: Epoch(epoch) }]);
+    let control::Reply::Registered { keep, stop, .. } = h.request("MTL", again).unwrap() else {
         panic!()
     };
     assert!(keep.is_empty());
@@ -441,17 +437,10 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
     let mtl = h2.site("MTL");
     h2.core.handle(Input::AgentConnected { site: mtl, conn: 7 }, h2.now);
-    let held =
-        vec![control::Held { lease: LeaseRef { bubble, epoch: Epoch(epoch) }, tick: Tick(0) }];
-    let register = control::Request::Register {
-        site: Name::new("MTL").unwrap(),
-        build: Name::new("test").unwrap(),
-        transfer_addr: "MTL:7401".into(),
-        servers: vec![server("MTL-0", &[bubble])],
-        held,
-    };
+    let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
+    let again = register("MTL", vec![server("MTL-0", &[bubble])], &held);
     let control::Reply::Registered { keep, stop, generation, .. } =
-        h2.request("MTL", register).unwrap()
+        h2.request("MTL", again).unwrap()
     else {
         panic!()
     };
