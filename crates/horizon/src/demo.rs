@@ -287,7 +287,7 @@ async fn run(args: DemoArgs) -> ExitCode {
             _ = every.tick() => {
                 let status = sandbox.core.status().await.unwrap_or_default();
                 let mut line = summary_line(started.elapsed().as_secs(), &status, &reports, &mut seen);
-                let now = faults::describe(&running, &snapshot(&reports), faults::now_s());
+                let now = faults::describe(&running, &reports, faults::now_s());
                 if !now.is_empty() {
                     line = format!("{line}  |  {now}");
                 }

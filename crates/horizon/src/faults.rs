@@ -362,7 +362,12 @@ pub(crate) fn end(fault: &Fault, sandbox: &Sandbox) {
 }
 
 /// A few words for the 5 s summary line: the faults in force and the players waiting.
-pub(crate) fn describe(running: &[Running], bots: &[BotReport], now: f64) -> String {
+/// (Reads the live reports under their locks: called every 5 s, it copies nothing.)
+pub(crate) fn describe(
+    running: &[Running],
+    bots: &[std::sync::Arc<std::sync::Mutex<BotReport>>],
+    now: f64,
+) -> String {
     let mut parts = Vec::new();
     for r in running.iter().filter(|r| now < r.started_at + r.fault.for_s.max(5.0)) {
         let since = now - r.started_at;
@@ -378,6 +383,7 @@ pub(crate) fn describe(running: &[Running], bots: &[BotReport], now: f64) -> Str
             .iter()
             .filter(|(i, seen)| {
                 bots.get(*i)
+                    .and_then(|b| b.lock().ok())
                     .is_some_and(|b| b.reconnecting_seen > *seen && now - b.last_update_at > 1.0)
             })
             .count();
