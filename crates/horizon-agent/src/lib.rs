@@ -32,6 +32,7 @@ mod agent;
 mod config;
 mod driver;
 mod gateway;
+pub mod machine;
 
 pub use agent::{AgentError, AgentHandle, AgentStats, start};
 pub use config::{AgentConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};

@@ -2,80 +2,101 @@
 
 use super::*;
 
-impl Agent {
-    pub(super) fn top_up_pool(&mut self) {
+impl AgentMachine {
+    pub(super) fn top_up_pool(&mut self, now: Instant) {
         let spare =
             self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
         // The warm pool, or more while orders wait for several servers at once.
-        let demand = self.waiting.iter().map(|(_, r)| self.servers_needed(&r.body)).max();
+        let demand = self.waiting.iter().map(|w| self.servers_needed(&w.order)).max();
         let want = self.cfg.warm_pool.max(demand.unwrap_or(0));
         for _ in spare..want {
-            let name = format!("{}-gs-{}", self.cfg.site.to_ascii_lowercase(), self.next_server);
+            let site = self.cfg.site.as_str().to_ascii_lowercase();
+            let server = format!("{site}-gs-{}", self.next_server);
             self.next_server += 1;
-            match self.driver.start(&name, self.servers_addr) {
-                Ok(()) => {
-                    self.starting.insert(name, Instant::now());
-                }
-                Err(e) => {
-                    tracing::warn!(site = %self.site, error = %e, "cannot start a game server");
-                    break;
-                }
-            }
+            self.starting.insert(server.clone(), now);
+            self.effects.push_back(Effect::StartServer { server });
         }
     }
 
-    pub(super) fn server_up(&mut self, peer: Peer<Server>) {
-        let name = peer.hello.peer.clone();
-        let id = peer.conn.id();
-        let conn = peer.conn;
-        let (n, m) = (name.clone(), name.clone());
-        pump(
-            peer.inbound,
-            self.events.clone(),
-            move |item| Event::ServerItem(n.clone(), item),
-            move |i| Event::ServerInbound(m.clone(), id, i),
-            Event::ServerGone(name.clone(), id),
-        );
-        let out = open_stream_task(conn.clone());
-        self.starting.remove(name.as_str());
-        self.servers.insert(
-            name,
-            Srv { conn, out, ready: false, tps: 0.0, players: 0, bubbles: Vec::new() },
-        );
+    pub(super) fn server_up(&mut self, server: Name, conn: ConnId) {
+        self.starting.remove(server.as_str());
+        let srv = GameServer { conn, ready: false, tps: 0.0, players: 0, bubbles: Vec::new() };
+        self.servers.insert(server, srv);
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
     }
 
-    pub(super) fn server_inbound(&mut self, name: Name, id: u64, inbound: Inbound<Server>) {
-        let Inbound::Request(req) = inbound else { return };
-        let Some(srv) = self.servers.get_mut(&name).filter(|s| s.conn.id() == id) else { return };
-        let reply = match &req.body {
+    pub(super) fn server_request(
+        &mut self,
+        server: Name,
+        conn: ConnId,
+        token: Token,
+        request: server::Request,
+        now: Instant,
+    ) {
+        let Some(srv) = self.servers.get_mut(&server).filter(|s| s.conn == conn) else {
+            let fault = Fault::new(ErrorCode::Unexpected, "not this agent's server");
+            self.effects.push_back(Effect::AnswerServer { token, result: Err(fault) });
+            return;
+        };
+        let result = match request {
             server::Request::Register { .. } => {
                 Ok(server::Reply::Registered { load_every_ms: 1000 })
             }
             server::Request::Ready => {
                 srv.ready = true;
-                tracing::info!(site = %self.site, server = %name, "game server ready");
-                if let Some((received, waiting)) = self.waiting.pop_front() {
-                    let events = self.events.clone();
-                    tokio::spawn(async move {
-                        let _ = events.send(Event::Waited(received, waiting)).await;
-                    });
+                tracing::info!(site = %self.cfg.site, %server, "game server ready");
+                self.effects
+                    .push_back(Effect::AnswerServer { token, result: Ok(server::Reply::Done) });
+                if let Some(waiting) = self.waiting.pop_front() {
+                    self.serve_order(waiting, now);
                 }
-                Ok(server::Reply::Done)
+                return;
             }
             server::Request::Load { tps, players, .. } => {
-                srv.tps = *tps;
-                srv.players = *players;
+                srv.tps = tps;
+                srv.players = players;
                 Ok(server::Reply::Done)
             }
             _ => Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by a server")),
         };
-        tokio::spawn(req.reply(reply));
+        self.effects.push_back(Effect::AnswerServer { token, result });
     }
 
-    pub(super) fn server_item(&mut self, server: &Name, item: StateItem) {
+    /// A server answered a request of this machine.
+    pub(super) fn server_replied(
+        &mut self,
+        server: Name,
+        then: Then,
+        result: Result<server::Reply, String>,
+        now: Instant,
+    ) {
+        match then {
+            Then::Assigned { server, job } => self.assigned(server, job, result, now),
+            Then::Left { bubble, player, then } => self.left(bubble, player, then, result, now),
+            Then::Regranted { bubble } => self.regranted(bubble, result),
+            Then::Frozen { token, handover, bubble } => {
+                self.frozen(token, handover, bubble, result)
+            }
+            Then::Copying { token, handover, bubble } => {
+                self.copying(token, handover, bubble, result)
+            }
+            Then::Joined { player } => {
+                if let Err(e) = result {
+                    tracing::warn!(%server, player = player.0, error = %e, "join refused by the server");
+                }
+            }
+            Then::Nothing(what) => {
+                if let Err(e) = result {
+                    tracing::debug!(%server, error = %e, what, "request to a server failed");
+                }
+            }
+            then => tracing::warn!(%server, ?then, "a server's answer to a core request"),
+        }
+    }
+
+    pub(super) fn server_item(&mut self, server: &Name, item: StateItem, now: Instant) {
         match item {
-            StateItem::Update(update) => self.fan_out(server, update),
+            StateItem::Update(update) => self.fan_out(server, update, now),
             StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
                 let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
                 let (tick, index, total, bytes) = (s.tick, s.index, s.total, s.bytes);
@@ -104,17 +125,15 @@ impl Agent {
                         control::Backup::Part { lease, part, parts, tick, index, total, bytes }
                     }
                 };
-                if let Some(out) = &self.backups
-                    && out.try_send(chunk).is_ok()
-                    && let Some(covers) = covers
-                {
-                    let _ = out.try_send(covers);
+                if self.registered {
+                    self.effects.push_back(Effect::Backup(chunk));
+                    self.effects.extend(covers.map(Effect::Backup));
                 }
             }
             StateItem::Snapshot(ref s) => self.mirror(s.bubble, item.clone()),
             StateItem::Delta(ref d) => self.mirror(d.bubble, item.clone()),
             StateItem::Seal(ref s) => {
-                tracing::info!(site = %self.site, bubble = s.bubble.0, tick = s.tick.0, "sealed; seal sent to the target");
+                tracing::info!(site = %self.cfg.site, bubble = s.bubble.0, tick = s.tick.0, "sealed; seal sent to the target");
                 self.mirror(s.bubble, item.clone())
             }
             StateItem::Inputs(_) => {}
@@ -122,16 +141,14 @@ impl Agent {
     }
 
     pub(super) fn mirror(&mut self, bubble: BubbleId, item: StateItem) {
-        if let Some((handover, tx)) = self.mirrors.get(&bubble)
-            && tx.try_send(item).is_err()
-        {
-            tracing::warn!(handover = handover.0, "handover stream full or closed");
+        if let Some(&handover) = self.mirrors.get(&bubble) {
+            self.effects.push_back(Effect::Mirror { handover, item });
         }
     }
 
     /// A server's update goes to every member's home gateway: directly for this site's
     /// players, one copy per other home site.
-    pub(super) fn fan_out(&mut self, server: &Name, update: Update) {
+    pub(super) fn fan_out(&mut self, server: &Name, update: Update, now: Instant) {
         let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
         if !local.servers().any(|s| s == server) || update.epoch != local.lease.epoch {
             return;
@@ -139,14 +156,15 @@ impl Agent {
         if local.extra.is_empty() {
             local.acked_at = Some((update.tick, update.acked.clone()));
         }
-        if Instant::now() > local.valid_until + WRITE_ALLOWANCE {
+        if now > local.valid_until + WRITE_ALLOWANCE {
             self.stats.writes_after_lease.fetch_add(1, Ordering::Relaxed);
         }
         if local.phase == Phase::Restoring {
             local.phase = Phase::Running;
-            tracing::info!(site = %self.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
-            if let Some((_, req)) = self.pending_restore.remove(&update.bubble) {
-                tokio::spawn(req.reply(Ok(control::Reply::Done)));
+            tracing::info!(site = %self.cfg.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
+            if let Some((_, token)) = self.pending_restore.remove(&update.bubble) {
+                self.effects
+                    .push_back(Effect::AnswerCore { token, result: Ok(control::Reply::Done) });
             }
         }
         if let Phase::Standby { handover } = local.phase {
@@ -158,30 +176,29 @@ impl Agent {
                 epoch: update.epoch,
                 tick: update.tick,
             };
-            tracing::info!(site = %self.site, bubble = update.bubble.0, tick = update.tick.0, "handover target started");
-            let core = self.core.clone();
-            tokio::spawn(async move {
-                if let Err(e) = core.request(&started).await {
-                    tracing::warn!(error = %e, "started not delivered");
-                }
+            tracing::info!(site = %self.cfg.site, bubble = update.bubble.0, tick = update.tick.0, "handover target started");
+            self.effects.push_back(Effect::ToCore {
+                pending: Pending(Then::Nothing("started")),
+                request: started,
             });
         }
         let mut remote: Vec<Name> = Vec::new();
         for (player, _) in &update.acked {
             if let Some(home) = local.members.get(player)
-                && home != &self.site
+                && home != &self.cfg.site
                 && !remote.contains(home)
             {
                 remote.push(home.clone());
             }
         }
         for home in remote {
-            if let Some(peer) = self.peers.get(&home) {
-                let _ = peer.out.try_send(StateItem::Update(update.clone()));
+            if self.peers.contains_key(&home) {
+                let item = StateItem::Update(update.clone());
+                self.effects.push_back(Effect::PeerStream { site: home, item });
             }
         }
-        let here = self.site.clone();
-        self.deliver(&update, &here);
+        let here = self.cfg.site.clone();
+        self.deliver(&update, &here, now);
     }
 
     /// Hands an update from `site` to this site's players it concerns. An update of the
@@ -189,12 +206,11 @@ impl Agent {
     /// current holder's server writes under the newest one): the route follows it — the core
     /// may not be able to tell us (a failover while this site is cut from it) — and every input
     /// kept is sent there, since a restored holder may lack some already applied.
-    pub(super) fn deliver(&mut self, update: &Update, site: &Name) {
+    pub(super) fn deliver(&mut self, update: &Update, site: &Name, now: Instant) {
         let mut resend = Vec::new();
-        let now = Instant::now();
         for (player, acked) in &update.acked {
-            let Some(gw) = self.players.get_mut(player) else { continue };
-            match gw.session.on_update(update.bubble, update.epoch, *acked, site, now) {
+            let Some(p) = self.players.get_mut(player) else { continue };
+            match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
                 UpdateVerdict::NotTheirs => continue,
                 UpdateVerdict::Deliver { resend_all } => {
                     if resend_all {
@@ -208,63 +224,52 @@ impl Agent {
                 acked: *acked,
                 bytes: update.bytes.clone(),
             };
-            if gw.out.try_send(item).is_ok() {
-                self.stats.updates_delivered.fetch_add(1, Ordering::Relaxed);
-            }
+            self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+            self.stats.updates_delivered.fetch_add(1, Ordering::Relaxed);
         }
         for player in resend {
-            self.resend(player, true);
+            self.resend(player, true, now);
         }
-    }
-
-    pub(super) fn server_gone(&mut self, name: Name, id: u64) {
-        if self.servers.get(&name).is_none_or(|s| s.conn.id() != id) {
-            return;
-        }
-        self.server_lost(&name, "connection closed");
     }
 
     /// A game server is gone (its process exited, or its connection ended): its bubbles stop
     /// here and the core is told at once, so it restores them from their latest copy on a
     /// spare server of this site, or on another site (SPEC section 6).
-    pub(super) fn server_lost(&mut self, name: &Name, why: &str) {
+    pub(super) fn server_lost(&mut self, name: &Name, why: &str, now: Instant) {
         let Some(srv) = self.servers.remove(name) else { return };
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
-        self.driver.stop(name.as_str());
+        self.effects.push_back(Effect::StopServer { server: name.as_str().to_owned() });
         let mut lost = Vec::new();
         for bubble in srv.bubbles {
-            tracing::error!(site = %self.site, server = %name, bubble = bubble.0, %why, "server gone with its bubble");
+            tracing::error!(site = %self.cfg.site, server = %name, bubble = bubble.0, %why, "server gone with its bubble");
             let Some(local) = self.bubbles.remove(&bubble) else { continue };
-            self.mirrors.remove(&bubble);
-            if let Some((_, req)) = self.pending_restore.remove(&bubble) {
-                let fault = Fault::new(ErrorCode::NotReady, "the restored bubble's server is gone");
-                tokio::spawn(req.reply(Err(fault)));
+            self.stop_mirror(bubble);
+            if let Some(token) = self.abandon_regroup(bubble) {
+                let fault = Fault::new(ErrorCode::NotReady, "the bubble's server is gone");
+                self.answer(token, Err(fault));
             }
-            let lease = LeaseRef { bubble, epoch: local.lease.epoch };
+            if let Some((_, token)) = self.pending_restore.remove(&bubble) {
+                let fault = Fault::new(ErrorCode::NotReady, "the restored bubble's server is gone");
+                self.answer(token, Err(fault));
+            }
+            let lease = local.lease_ref();
             if matches!(local.phase, Phase::Running) {
                 lost.push(lease);
             }
             for other in local.servers().filter(|s| *s != name) {
-                if let Some(srv) = self.servers.get_mut(other) {
-                    srv.bubbles.retain(|b| *b != bubble);
-                    let conn = srv.conn.clone();
-                    tokio::spawn(async move {
-                        let _ = conn.request(&server::Request::Release { lease }).await;
-                    });
+                if self.release(other, bubble) {
+                    let request = server::Request::Release { lease };
+                    self.ask_server(other, Then::Nothing("release"), request);
                 }
             }
         }
-        self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
+        self.count_bubbles();
         if !lost.is_empty() {
-            let core = self.core.clone();
             let request =
                 control::Request::Lost { leases: lost, reason: format!("server {name}: {why}") };
-            tokio::spawn(async move {
-                if let Err(e) = core.request(&request).await {
-                    tracing::warn!(error = %e, "lost bubbles not reported (their leases run out at the core)");
-                }
-            });
+            // Not delivered: the leases run out at the core.
+            self.ask_core(Then::Nothing("lost bubbles"), request);
         }
-        self.top_up_pool();
+        self.top_up_pool(now);
     }
 }

@@ -2,67 +2,40 @@
 
 use super::*;
 
-impl Agent {
-    pub(super) fn player_up(&mut self, peer: Peer<Gateway>) {
-        // The player exists from its Join; the pump ends when the connection does.
-        let session = peer.conn.id();
-        self.conn_clients.insert(session, (peer.hello.peer.clone(), peer.hello.session));
-        pump(
-            peer.inbound,
-            self.events.clone(),
-            move |item| Event::PlayerItem(session, item),
-            move |i| Event::PlayerInbound(session, i),
-            Event::PlayerGone(session),
-        );
-    }
-
-    pub(super) fn player_inbound(&mut self, session: u64, inbound: Inbound<Gateway>) {
-        match inbound {
-            Inbound::Request(req) => {
-                let reply = self.player_request(session, &req);
-                tokio::spawn(req.reply(reply));
-            }
-            Inbound::Datagram(d) => self.player_datagram(session, d),
-            Inbound::Stream(_) => {}
-        }
-    }
-
+impl AgentMachine {
     pub(super) fn player_request(
         &mut self,
-        session: u64,
-        req: &InboundRequest<Gateway>,
+        conn: ConnId,
+        request: &gateway::Request,
+        rtt_ms: f32,
+        now: Instant,
     ) -> Result<gateway::Reply, Fault> {
-        match &req.body {
+        let home = self.cfg.site.clone();
+        match request {
             gateway::Request::Join { role, world, pos } => {
-                if let Some(&player) = self.sessions.get(&session) {
-                    let acked = self.players.get(&player).map_or(Seq(0), |g| g.session.acked());
+                if let Some(&player) = self.sessions.get(&conn) {
+                    let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
                     return Ok(gateway::Reply::Joined {
                         player,
-                        home: self.site.clone(),
+                        home,
                         resume_after: Seq(acked.0 + 1),
                     });
                 }
-                let conn = req.conn().clone();
-                let client = self.conn_clients.get(&session).cloned();
+                let client = self.conn_clients.get(&conn).cloned();
                 let known = client.as_ref().and_then(|c| self.clients.get(c)).copied();
                 if let Some(player) = known
-                    && let Some(gw) = self.players.get_mut(&player)
+                    && let Some(p) = self.players.get_mut(&player)
                 {
                     // The same client reconnected (a mobile blip): the same player resumes,
                     // its kept inputs and place untouched.
-                    gw.out = open_stream_task(conn.clone());
-                    gw.conn = conn;
-                    gw.gone_since = None;
-                    let resume_after = Seq(gw.session.acked().0 + 1);
+                    p.conn = conn;
+                    p.gone_since = None;
+                    let resume_after = Seq(p.session.acked().0 + 1);
                     self.sessions.retain(|_, p| *p != player);
-                    self.sessions.insert(session, player);
+                    self.sessions.insert(conn, player);
                     self.stats.resumes.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(site = %self.site, player = player.0, resume_after = resume_after.0, "player resumed");
-                    return Ok(gateway::Reply::Joined {
-                        player,
-                        home: self.site.clone(),
-                        resume_after,
-                    });
+                    tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");
+                    return Ok(gateway::Reply::Joined { player, home, resume_after });
                 }
                 let player = self.next_player_id().ok_or_else(|| {
                     Fault::new(
@@ -70,38 +43,35 @@ impl Agent {
                         "no player id to give yet: the core is unreachable",
                     )
                 })?;
-                let rtt = conn.stats().rtt.as_secs_f32() * 1000.0;
-                let out = open_stream_task(conn.clone());
-                let gw = Gw {
+                let p = Player {
                     conn,
-                    out,
                     role: *role,
                     world: *world,
                     pos: *pos,
                     vel: Vec3::default(),
                     position_seq: 0,
-                    min_rtt_ms: rtt,
-                    session: PlayerSession::new(Instant::now()),
+                    min_rtt_ms: rtt_ms,
+                    session: PlayerSession::new(now),
                     client: client.clone(),
                     gone_since: None,
                 };
                 if let Some(c) = client {
                     self.clients.insert(c, player);
                 }
-                self.joins.push(self.sample(player, &gw));
-                self.players.insert(player, gw);
-                self.sessions.insert(session, player);
+                self.joins.push(core_link::sample(player, &p));
+                self.players.insert(player, p);
+                self.sessions.insert(conn, player);
                 self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
-                tracing::debug!(site = %self.site, player = player.0, rtt_ms = rtt, "player joined");
-                Ok(gateway::Reply::Joined { player, home: self.site.clone(), resume_after: Seq(1) })
+                tracing::debug!(site = %home, player = player.0, rtt_ms, "player joined");
+                Ok(gateway::Reply::Joined { player, home, resume_after: Seq(1) })
             }
             gateway::Request::SetRole { role } => {
-                let gw = self.session_player(session)?;
-                gw.role = *role;
+                let p = self.session_player(conn)?;
+                p.role = *role;
                 Ok(gateway::Reply::Done)
             }
             gateway::Request::Leave => {
-                if let Some(player) = self.sessions.remove(&session) {
+                if let Some(player) = self.sessions.remove(&conn) {
                     self.remove_player(player);
                 }
                 Ok(gateway::Reply::Done)
@@ -109,43 +79,43 @@ impl Agent {
         }
     }
 
-    pub(super) fn session_player(&mut self, session: u64) -> Result<&mut Gw, Fault> {
+    pub(super) fn session_player(&mut self, conn: ConnId) -> Result<&mut Player, Fault> {
         let player = self
             .sessions
-            .get(&session)
+            .get(&conn)
             .ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))?;
         self.players.get_mut(player).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))
     }
 
-    pub(super) fn player_datagram(&mut self, session: u64, d: gateway::Datagram) {
-        let Ok(gw) = self.session_player(session) else { return };
+    pub(super) fn player_datagram(&mut self, conn: ConnId, d: gateway::Datagram, rtt_ms: f32) {
+        let Ok(p) = self.session_player(conn) else { return };
+        // The transport's estimator is the access RTT; the session minimum is what counts.
+        if rtt_ms > 0.0 {
+            p.min_rtt_ms = p.min_rtt_ms.min(rtt_ms);
+        }
         match d {
             gateway::Datagram::Position { seq, world, pos, vel } => {
-                if seq > gw.position_seq {
-                    gw.position_seq = seq;
-                    gw.world = world;
-                    gw.pos = pos;
-                    gw.vel = vel;
+                if seq > p.position_seq {
+                    p.position_seq = seq;
+                    p.world = world;
+                    p.pos = pos;
+                    p.vel = vel;
                 }
             }
             gateway::Datagram::Ping { nonce, sent_us } => {
-                let _ = gw.conn.send_datagram(&gateway::Datagram::Pong { nonce, sent_us });
+                let datagram = gateway::Datagram::Pong { nonce, sent_us };
+                self.effects.push_back(Effect::PlayerDatagram { conn, datagram });
             }
             gateway::Datagram::Pong { .. } => {}
         }
-        // The QUIC estimator is the access RTT; the session minimum is what counts.
-        let rtt = gw.conn.stats().rtt.as_secs_f32() * 1000.0;
-        if rtt > 0.0 {
-            gw.min_rtt_ms = gw.min_rtt_ms.min(rtt);
-        }
     }
 
-    pub(super) fn player_item(&mut self, session: u64, item: gateway::Item) {
+    pub(super) fn player_item(&mut self, conn: ConnId, item: gateway::Item, now: Instant) {
         let gateway::Item::Input { seq, bytes } = item else { return };
-        let Some(&player) = self.sessions.get(&session) else { return };
-        let Some(gw) = self.players.get_mut(&player) else { return };
+        let Some(&player) = self.sessions.get(&conn) else { return };
+        let Some(p) = self.players.get_mut(&player) else { return };
         self.stats.inputs_received.fetch_add(1, Ordering::Relaxed);
-        match gw.session.input(seq, bytes.clone(), Instant::now()) {
+        match p.session.input(seq, bytes.clone(), now) {
             InputVerdict::Duplicate => return,
             InputVerdict::Refused => {
                 self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
@@ -158,53 +128,52 @@ impl Agent {
                 }
             }
         }
-        if let Some((bubble, site)) = gw.session.route().cloned() {
-            let input = Input { player, seq, bytes };
+        if let Some((bubble, site)) = p.session.route().cloned() {
+            let input = PlayerInput { player, seq, bytes };
             self.send_inputs(bubble, &site, vec![input]);
         }
     }
 
     /// Inputs to whoever simulates `bubble`: this site's server, or another site's agent.
-    pub(super) fn send_inputs(&self, bubble: BubbleId, site: &Name, inputs: Vec<Input>) {
-        if site == &self.site {
-            self.to_servers(Inputs { bubble, inputs });
-        } else if let Some(peer) = self.peers.get(site) {
-            let _ = peer.out.try_send(StateItem::Inputs(Inputs { bubble, inputs }));
+    pub(super) fn send_inputs(&mut self, bubble: BubbleId, site: &Name, inputs: Vec<PlayerInput>) {
+        if site == &self.cfg.site {
+            self.inputs_to_servers(Inputs { bubble, inputs });
+        } else if self.peers.contains_key(site) {
+            let item = StateItem::Inputs(Inputs { bubble, inputs });
+            self.effects.push_back(Effect::PeerStream { site: site.clone(), item });
         }
     }
 
     /// Inputs of a bubble simulated here, each to the server holding its player.
-    pub(super) fn to_servers(&self, inputs: Inputs) {
+    pub(super) fn inputs_to_servers(&mut self, inputs: Inputs) {
         let Some(local) = self.bubbles.get(&inputs.bubble) else { return };
         if local.extra.is_empty() {
-            if let Some(srv) = self.servers.get(&local.server) {
-                let _ = srv.out.try_send(StateItem::Inputs(inputs));
-            }
+            let server = local.server.clone();
+            self.effects
+                .push_back(Effect::ServerStream { server, item: StateItem::Inputs(inputs) });
             return;
         }
-        let mut per_server: HashMap<&Name, Vec<Input>> = HashMap::new();
+        let mut per_server: BTreeMap<Name, Vec<PlayerInput>> = BTreeMap::new();
         for input in inputs.inputs {
-            per_server.entry(local.server_of(input.player)).or_default().push(input);
+            per_server.entry(local.server_of(input.player).clone()).or_default().push(input);
         }
-        for (name, batch) in per_server {
-            if let Some(srv) = self.servers.get(name) {
-                let item = Inputs { bubble: inputs.bubble, inputs: batch };
-                let _ = srv.out.try_send(StateItem::Inputs(item));
-            }
+        for (server, batch) in per_server {
+            let item = StateItem::Inputs(Inputs { bubble: inputs.bubble, inputs: batch });
+            self.effects.push_back(Effect::ServerStream { server, item });
         }
     }
 
     /// Sends `player`'s inputs again to where they are simulated: with `all`, every input kept
     /// (a new holder, which drops those it applied); else those not acknowledged after
     /// [`RESEND_AFTER`].
-    pub(super) fn resend(&mut self, player: PlayerId, all: bool) {
-        let Some(gw) = self.players.get_mut(&player) else { return };
-        let Some((bubble, site)) = gw.session.route().cloned() else { return };
-        let inputs: Vec<Input> = gw
+    pub(super) fn resend(&mut self, player: PlayerId, all: bool, now: Instant) {
+        let Some(p) = self.players.get_mut(&player) else { return };
+        let Some((bubble, site)) = p.session.route().cloned() else { return };
+        let inputs: Vec<PlayerInput> = p
             .session
-            .resend(all, Instant::now())
+            .resend(all, now)
             .into_iter()
-            .map(|(seq, bytes)| Input { player, seq, bytes })
+            .map(|(seq, bytes)| PlayerInput { player, seq, bytes })
             .collect();
         if inputs.is_empty() {
             return;
@@ -238,15 +207,7 @@ impl Agent {
             return;
         }
         self.asking_ids = true;
-        let core = self.core.clone();
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let reply = core
-                .request(&control::Request::PlayerIds { count: ID_BLOCK })
-                .await
-                .map_err(|e| e.to_string());
-            let _ = events.send(Event::Task(Done::PlayerIds(reply))).await;
-        });
+        self.ask_core(Then::PlayerIds, control::Request::PlayerIds { count: ID_BLOCK });
     }
 
     pub(super) fn ids_granted(&mut self, reply: Result<control::Reply, String>) {
@@ -262,11 +223,11 @@ impl Agent {
 
     /// A gateway connection ended: its player stays [`RESUME_GRACE`] for its client to
     /// reconnect (without a client identity, it leaves at once).
-    pub(super) fn player_gone(&mut self, session: u64) {
-        self.conn_clients.remove(&session);
-        let Some(player) = self.sessions.remove(&session) else { return };
+    pub(super) fn player_gone(&mut self, conn: ConnId, now: Instant) {
+        self.conn_clients.remove(&conn);
+        let Some(player) = self.sessions.remove(&conn) else { return };
         match self.players.get_mut(&player) {
-            Some(gw) if gw.client.is_some() => gw.gone_since = Some(Instant::now()),
+            Some(p) if p.client.is_some() => p.gone_since = Some(now),
             _ => self.remove_player(player),
         }
     }
@@ -276,7 +237,9 @@ impl Agent {
         let late: Vec<PlayerId> = self
             .players
             .iter()
-            .filter(|(_, gw)| gw.gone_since.is_some_and(|t| now.duration_since(t) >= RESUME_GRACE))
+            .filter(|(_, p)| {
+                p.gone_since.is_some_and(|t| now.saturating_duration_since(t) >= RESUME_GRACE)
+            })
             .map(|(&p, _)| p)
             .collect();
         for player in late {

@@ -1,0 +1,740 @@
+//! The agent's tokio shell around [`AgentMachine`]: it binds the listeners, keeps the
+//! connections and their streams, runs the [`ServerDriver`], feeds everything that happens
+//! to the machine with the time, and carries out its effects. No logic lives here: each
+//! connection is pumped into one bounded queue, each request leaves in a task that reports
+//! its answer back, and requests to one game server go through that server's lane, one at a
+//! time, in order.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use horizon_proto::control::Control;
+use horizon_proto::gateway::{self, Gateway};
+use horizon_proto::server::{self, Server};
+use horizon_proto::transfer::{self, Transfer};
+use horizon_proto::{ChannelId, ErrorCode, HandoverId, Name, StateItem};
+use horizon_transport::tls::{self, Identity, Roots};
+use horizon_transport::{
+    Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
+    SharedToken, SiteCertificate, StreamReceiver, StreamSender, client_endpoint,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::AgentConfig;
+use crate::driver::ServerDriver;
+use crate::machine::{AgentMachine, ConnId, Effect, Input, MachineConfig, Pending, Token};
+
+/// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
+const EVENT_QUEUE: usize = 8192;
+/// Items queued per outbound stream (to a server, a player, a peer) and requests queued per
+/// server lane. Beyond it, stream items are dropped (the next tick replaces an update, inputs
+/// wait for their re-send) and requests are answered with an error.
+const STREAM_QUEUE: usize = 2048;
+/// How often the driver is asked which servers ended.
+const DRIVER_POLL: Duration = Duration::from_millis(200);
+
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("TLS material: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("transport: {0}")]
+    Transport(#[from] horizon_transport::Error),
+    #[error("site name {0:?}: {1}")]
+    Name(String, horizon_proto::NameTooLong),
+}
+
+/// Live figures of an agent (for tests and the demo).
+#[derive(Debug, Default)]
+pub struct AgentStats {
+    pub players: AtomicU64,
+    pub bubbles: AtomicU64,
+    pub servers: AtomicU64,
+    pub inputs_received: AtomicU64,
+    pub inputs_resent: AtomicU64,
+    pub inputs_refused: AtomicU64,
+    /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were
+    /// at their limit): a restore from the copy could not replay them.
+    pub inputs_uncovered_dropped: AtomicU64,
+    /// Updates a game server wrote for a bubble after its lease had ended by this agent's
+    /// clock (beyond a 250 ms allowance for the hop): I5 seen from the agent, 0 when the
+    /// servers stop on time.
+    pub writes_after_lease: AtomicU64,
+    /// Players who reconnected from the same client and resumed as themselves.
+    pub resumes: AtomicU64,
+    pub updates_delivered: AtomicU64,
+    pub crossings: AtomicU64,
+    pub handovers_in: AtomicU64,
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct AgentHandle {
+    pub site: String,
+    pub servers_addr: SocketAddr,
+    pub players_addr: SocketAddr,
+    pub transfer_addr: SocketAddr,
+    pub stats: Arc<AgentStats>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl AgentHandle {
+    /// Stops the agent and its game servers, and waits for it.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Starts an agent: binds its three listeners, dials the core, and runs until shut down.
+pub async fn start(
+    cfg: AgentConfig,
+    driver: Box<dyn ServerDriver>,
+) -> Result<AgentHandle, AgentError> {
+    let roots = Roots::load(&cfg.ca)?;
+    let identity = Identity::load(&cfg.cert, &cfg.key)?;
+    let site = Name::new(cfg.site.clone()).map_err(|e| AgentError::Name(cfg.site.clone(), e))?;
+    let limits = Limits::default();
+    let servers = Listener::<Server>::bind(
+        cfg.listen_servers,
+        tls::server_config(&identity, None, ChannelId::Server, &limits)?,
+        site.clone(),
+        Arc::new(SharedToken(cfg.server_token.clone().into())),
+        limits.clone(),
+    )?;
+    let players = Listener::<Gateway>::bind(
+        cfg.listen_players,
+        tls::server_config(&identity, None, ChannelId::Gateway, &limits)?,
+        site.clone(),
+        Arc::new(SharedToken(cfg.player_token.clone().into())),
+        limits.clone(),
+    )?;
+    let transfers = Listener::<Transfer>::bind(
+        cfg.listen_transfer,
+        tls::server_config(&identity, Some(&roots), ChannelId::Transfer, &limits)?,
+        site.clone(),
+        Arc::new(SiteCertificate),
+        limits.clone(),
+    )?;
+    let (servers_addr, players_addr, transfer_addr) =
+        (servers.local_addr()?, players.local_addr()?, transfers.local_addr()?);
+    let endpoint = client_endpoint(cfg.listen_transfer.ip())?;
+    let core = Link::<Control>::connect(Dial {
+        endpoint: endpoint.clone(),
+        addr: cfg.core,
+        server_name: horizon_transport::site_dns_name(&cfg.core_site),
+        config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits)?,
+        hello: HelloParams::new(site.clone()),
+        limits: limits.clone(),
+    });
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let stats = Arc::new(AgentStats::default());
+    let (stop, stop_rx) = watch::channel(false);
+    pump_link(core.events, core.inbound, events_tx.clone());
+    accept_loop(servers, events_tx.clone(), Event::ServerUp);
+    accept_loop(players, events_tx.clone(), Event::PlayerUp);
+    accept_loop(transfers, events_tx.clone(), |p: Peer<Transfer>| {
+        Event::PeerUp(p.conn, Some(p.inbound))
+    });
+    let machine_cfg = MachineConfig {
+        site: site.clone(),
+        advertise_transfer: cfg.advertise_transfer.clone(),
+        peers: cfg.peers.clone(),
+        warm_pool: cfg.warm_pool,
+        report_every: Duration::from_millis(cfg.report_ms),
+        renew_every: Duration::from_millis(cfg.renew_ms),
+    };
+    let shell = Shell {
+        machine: AgentMachine::new(machine_cfg, stats.clone(), Instant::now()),
+        site: site.clone(),
+        core: core.link,
+        backup: None,
+        driver,
+        servers_addr,
+        endpoint,
+        roots,
+        identity,
+        limits,
+        events: events_tx,
+        next_token: 0,
+        core_orders: HashMap::new(),
+        server_requests: HashMap::new(),
+        player_requests: HashMap::new(),
+        peer_requests: HashMap::new(),
+        servers: HashMap::new(),
+        players: HashMap::new(),
+        peers: HashMap::new(),
+        dialed: HashMap::new(),
+        mirrors: HashMap::new(),
+    };
+    let task = tokio::spawn(shell.run(events_rx, stop_rx));
+    Ok(AgentHandle { site: cfg.site, servers_addr, players_addr, transfer_addr, stats, stop, task })
+}
+
+/// Everything that reaches the loop.
+enum Event {
+    Core(LinkEvent<Control>),
+    CoreInbound(Inbound<Control>),
+    ServerUp(Peer<Server>),
+    ServerInbound(Name, ConnId, Inbound<Server>),
+    ServerItem(Name, StateItem),
+    ServerGone(Name, ConnId),
+    PlayerUp(Peer<Gateway>),
+    PlayerInbound(ConnId, Inbound<Gateway>),
+    PlayerItem(ConnId, gateway::Item),
+    PlayerGone(ConnId),
+    /// A transfer connection to another site: accepted (with its inbound) or dialed.
+    PeerUp(Conn<Transfer>, Option<mpsc::Receiver<Inbound<Transfer>>>),
+    PeerInbound(Name, Inbound<Transfer>),
+    PeerItem(Name, StateItem),
+    PeerGone(Name, ConnId),
+    /// A handover stream was opened (or not).
+    MirrorOpened(HandoverId, Result<mpsc::Sender<StateItem>, String>),
+    /// A task's result, for the machine as it is.
+    Machine(Input),
+}
+
+/// A game server's connection: its stream and its request lane.
+struct ServerIo {
+    conn: Conn<Server>,
+    out: mpsc::Sender<StateItem>,
+    lane: mpsc::Sender<(Pending, server::Request)>,
+}
+
+struct PlayerIo {
+    conn: Conn<Gateway>,
+    /// Opened at the first item for the player.
+    out: Option<mpsc::Sender<gateway::Item>>,
+}
+
+struct PeerIo {
+    conn: Conn<Transfer>,
+    out: mpsc::Sender<StateItem>,
+}
+
+struct Shell {
+    machine: AgentMachine,
+    site: Name,
+    core: Link<Control>,
+    /// The universe backup stream to the core (opened at each connection).
+    backup: Option<mpsc::Sender<horizon_proto::control::Backup>>,
+    driver: Box<dyn ServerDriver>,
+    /// Where this agent's game servers connect.
+    servers_addr: SocketAddr,
+    endpoint: quinn::Endpoint,
+    roots: Roots,
+    identity: Identity,
+    limits: Limits,
+    events: mpsc::Sender<Event>,
+    next_token: Token,
+    core_orders: HashMap<Token, InboundRequest<Control>>,
+    server_requests: HashMap<Token, InboundRequest<Server>>,
+    player_requests: HashMap<Token, InboundRequest<Gateway>>,
+    peer_requests: HashMap<Token, InboundRequest<Transfer>>,
+    servers: HashMap<Name, ServerIo>,
+    players: HashMap<ConnId, PlayerIo>,
+    peers: HashMap<Name, PeerIo>,
+    /// Links this agent dialed, kept alive by holding them.
+    dialed: HashMap<Name, Link<Transfer>>,
+    mirrors: HashMap<HandoverId, mpsc::Sender<StateItem>>,
+}
+
+impl Shell {
+    async fn run(mut self, mut events: mpsc::Receiver<Event>, mut stop: watch::Receiver<bool>) {
+        let mut driver_poll = tokio::time::interval(DRIVER_POLL);
+        driver_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            let deadline = self.machine.poll_timeout();
+            tokio::select! {
+                _ = stop.changed() => break,
+                Some(event) = events.recv() => self.event(event),
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.machine.handle_timeout(Instant::now());
+                }
+                _ = driver_poll.tick() => {
+                    for (server, why) in self.driver.poll_ended() {
+                        self.machine.handle(Input::ServerEnded { server, why }, Instant::now());
+                    }
+                }
+            }
+            self.carry_out();
+        }
+        tracing::info!(site = %self.site, "agent stopping");
+        self.driver.stop_all();
+        for p in self.players.values() {
+            p.conn.close(ErrorCode::ShuttingDown, "agent stopping");
+        }
+        if let Some(conn) = self.core.current() {
+            conn.close(ErrorCode::ShuttingDown, "agent stopping");
+        }
+    }
+
+    fn token(&mut self) -> Token {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    fn feed(&mut self, input: Input) {
+        self.machine.handle(input, Instant::now());
+    }
+
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::Core(LinkEvent::Up(conn)) => {
+                self.backup = Some(open_stream_task(conn));
+                self.feed(Input::CoreUp);
+            }
+            Event::Core(LinkEvent::Down(e)) => {
+                self.backup = None;
+                self.feed(Input::CoreDown { error: e.to_string() });
+            }
+            Event::Core(LinkEvent::Retry { error, wait }) => {
+                tracing::debug!(site = %self.site, %error, ?wait, "core unreachable");
+            }
+            Event::CoreInbound(Inbound::Request(req)) => {
+                let token = self.token();
+                let order = req.body.clone();
+                self.core_orders.insert(token, req);
+                self.feed(Input::CoreOrder { token, order });
+            }
+            Event::CoreInbound(Inbound::Stream(_) | Inbound::Datagram(_)) => {}
+            Event::ServerUp(peer) => self.server_up(peer),
+            Event::ServerInbound(server, conn, Inbound::Request(req)) => {
+                let token = self.token();
+                let request = req.body.clone();
+                self.server_requests.insert(token, req);
+                self.feed(Input::ServerRequest { server, conn, token, request });
+            }
+            Event::ServerInbound(..) => {}
+            Event::ServerItem(server, item) => self.feed(Input::ServerItem { server, item }),
+            Event::ServerGone(server, conn) => {
+                if self.servers.get(&server).is_some_and(|s| s.conn.id() == conn) {
+                    self.servers.remove(&server);
+                }
+                self.feed(Input::ServerGone { server, conn });
+            }
+            Event::PlayerUp(peer) => {
+                let conn = peer.conn.id();
+                let client = (peer.hello.peer.clone(), peer.hello.session);
+                pump(
+                    peer.inbound,
+                    self.events.clone(),
+                    move |item| Event::PlayerItem(conn, item),
+                    move |i| Event::PlayerInbound(conn, i),
+                    Event::PlayerGone(conn),
+                );
+                self.players.insert(conn, PlayerIo { conn: peer.conn, out: None });
+                self.feed(Input::PlayerUp { conn, client });
+            }
+            Event::PlayerInbound(conn, inbound) => {
+                let rtt_ms = self.players.get(&conn).map_or(0.0, |p| rtt_ms(&p.conn));
+                match inbound {
+                    Inbound::Request(req) => {
+                        let token = self.token();
+                        let request = req.body.clone();
+                        self.player_requests.insert(token, req);
+                        self.feed(Input::PlayerRequest { conn, token, request, rtt_ms });
+                    }
+                    Inbound::Datagram(datagram) => {
+                        self.feed(Input::PlayerDatagram { conn, datagram, rtt_ms })
+                    }
+                    Inbound::Stream(_) => {}
+                }
+            }
+            Event::PlayerItem(conn, item) => self.feed(Input::PlayerItem { conn, item }),
+            Event::PlayerGone(conn) => {
+                self.players.remove(&conn);
+                self.feed(Input::PlayerGone { conn });
+            }
+            Event::PeerUp(conn, inbound) => self.peer_up(conn, inbound),
+            Event::PeerInbound(site, inbound) => match inbound {
+                Inbound::Request(req) => {
+                    let token = self.token();
+                    let request = req.body.clone();
+                    self.peer_requests.insert(token, req);
+                    self.feed(Input::PeerRequest { site, token, request });
+                }
+                Inbound::Stream(rx) => {
+                    forward_stream(rx, self.events.clone(), move |item| {
+                        Event::PeerItem(site.clone(), item)
+                    });
+                }
+                Inbound::Datagram(probe) => self.feed(Input::PeerDatagram { site, probe }),
+            },
+            Event::PeerItem(site, item) => self.feed(Input::PeerItem { site, item }),
+            Event::PeerGone(site, conn) => {
+                if self.peers.get(&site).is_some_and(|p| p.conn.id() == conn) {
+                    self.peers.remove(&site);
+                }
+                self.feed(Input::PeerGone { site, conn });
+            }
+            Event::MirrorOpened(handover, result) => {
+                let result = result.map(|tx| {
+                    self.mirrors.insert(handover, tx);
+                });
+                self.feed(Input::MirrorOpened { handover, result });
+            }
+            Event::Machine(input) => self.feed(input),
+        }
+    }
+
+    fn server_up(&mut self, peer: Peer<Server>) {
+        let server = peer.hello.peer.clone();
+        let id = peer.conn.id();
+        let (n, m) = (server.clone(), server.clone());
+        pump(
+            peer.inbound,
+            self.events.clone(),
+            move |item| Event::ServerItem(n.clone(), item),
+            move |i| Event::ServerInbound(m.clone(), id, i),
+            Event::ServerGone(server.clone(), id),
+        );
+        let out = open_stream_task(peer.conn.clone());
+        let lane = server_lane(peer.conn.clone(), server.clone(), self.events.clone());
+        self.servers.insert(server.clone(), ServerIo { conn: peer.conn, out, lane });
+        self.feed(Input::ServerUp { server, conn: id });
+    }
+
+    fn peer_up(
+        &mut self,
+        conn: Conn<Transfer>,
+        inbound: Option<mpsc::Receiver<Inbound<Transfer>>>,
+    ) {
+        let site = conn.peer().clone();
+        let id = conn.id();
+        if let Some(inbound) = inbound {
+            let (a, b) = (site.clone(), site.clone());
+            pump(
+                inbound,
+                self.events.clone(),
+                move |item| Event::PeerItem(a.clone(), item),
+                move |i| Event::PeerInbound(b.clone(), i),
+                Event::PeerGone(site.clone(), id),
+            );
+        }
+        let out = open_stream_task(conn.clone());
+        self.peers.insert(site.clone(), PeerIo { conn, out });
+        self.feed(Input::PeerUp { site, conn: id });
+    }
+
+    /// Carries out the machine's effects, feeding back at once what fails on the spot.
+    fn carry_out(&mut self) {
+        while let Some(effect) = self.machine.poll_effect() {
+            self.effect(effect);
+        }
+    }
+
+    fn effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::ToCore { pending, request } => {
+                let core = self.core.clone();
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    let result = core.request(&request).await.map_err(|e| e.to_string());
+                    let _ =
+                        events.send(Event::Machine(Input::CoreReplied { pending, result })).await;
+                });
+            }
+            Effect::AnswerCore { token, result } => {
+                if let Some(req) = self.core_orders.remove(&token) {
+                    tokio::spawn(req.reply(result));
+                }
+            }
+            Effect::Backup(item) => {
+                if let Some(out) = &self.backup {
+                    let _ = out.try_send(item);
+                }
+            }
+            Effect::StartServer { server } => {
+                if let Err(e) = self.driver.start(&server, self.servers_addr) {
+                    self.feed(Input::ServerNotStarted { server, why: e.to_string() });
+                }
+            }
+            Effect::StopServer { server } => self.driver.stop(&server),
+            Effect::ToServer { server, pending, request } => {
+                let refused = match self.servers.get(&server) {
+                    Some(s) => match s.lane.try_send((pending, request)) {
+                        Ok(()) => None,
+                        Err(e) => Some((e.into_inner().0, "the server's request queue is full")),
+                    },
+                    None => Some((pending, "the server is gone")),
+                };
+                if let Some((pending, why)) = refused {
+                    let result = Err(why.to_owned());
+                    self.feed(Input::ServerReplied { server, pending, result });
+                }
+            }
+            Effect::ServerStream { server, item } => {
+                if let Some(s) = self.servers.get(&server) {
+                    let _ = s.out.try_send(item);
+                }
+            }
+            Effect::AnswerServer { token, result } => {
+                if let Some(req) = self.server_requests.remove(&token) {
+                    tokio::spawn(req.reply(result));
+                }
+            }
+            Effect::ToPlayer { conn, item } => {
+                if let Some(p) = self.players.get_mut(&conn) {
+                    let out = p.out.get_or_insert_with(|| open_stream_task(p.conn.clone()));
+                    let _ = out.try_send(item);
+                }
+            }
+            Effect::PlayerDatagram { conn, datagram } => {
+                if let Some(p) = self.players.get(&conn) {
+                    let _ = p.conn.send_datagram(&datagram);
+                }
+            }
+            Effect::AnswerPlayer { token, result } => {
+                if let Some(req) = self.player_requests.remove(&token) {
+                    tokio::spawn(req.reply(result));
+                }
+            }
+            Effect::DialPeer { site, addr } => self.dial_peer(site, addr),
+            Effect::ToPeer { site, pending, request } => match self.peers.get(&site) {
+                Some(peer) => {
+                    let conn = peer.conn.clone();
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        let result = conn.request(&request).await.map_err(|e| e.to_string());
+                        let input = Input::PeerReplied { site, pending, result };
+                        let _ = events.send(Event::Machine(input)).await;
+                    });
+                }
+                None => {
+                    let result = Err("no transfer link".to_owned());
+                    self.feed(Input::PeerReplied { site, pending, result });
+                }
+            },
+            Effect::PeerStream { site, item } => {
+                if let Some(peer) = self.peers.get(&site) {
+                    let _ = peer.out.try_send(item);
+                }
+            }
+            Effect::PeerDatagram { site, probe } => {
+                if let Some(peer) = self.peers.get(&site) {
+                    let _ = peer.conn.send_datagram(&probe);
+                }
+            }
+            Effect::AnswerPeer { token, result } => {
+                if let Some(req) = self.peer_requests.remove(&token) {
+                    tokio::spawn(req.reply(result));
+                }
+            }
+            Effect::OpenMirror { site, handover, bubble, epoch } => {
+                let Some(peer) = self.peers.get(&site) else {
+                    let result = Err(format!("no transfer link to {site}"));
+                    self.feed(Input::MirrorOpened { handover, result });
+                    return;
+                };
+                let conn = peer.conn.clone();
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    let open = transfer::Request::Open { handover, bubble, epoch };
+                    let stream = match conn.request(&open).await {
+                        Ok(transfer::Reply::Accepted { .. }) => match conn.open_stream().await {
+                            Ok(sender) => Ok(stream_task(sender)),
+                            Err(e) => Err(e.to_string()),
+                        },
+                        Ok(other) => Err(format!("unexpected reply {other:?}")),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let _ = events.send(Event::MirrorOpened(handover, stream)).await;
+                });
+            }
+            Effect::Mirror { handover, item } => {
+                if let Some(tx) = self.mirrors.get(&handover)
+                    && tx.try_send(item).is_err()
+                {
+                    tracing::warn!(handover = handover.0, "handover stream full or closed");
+                }
+            }
+            Effect::CloseMirror { handover } => {
+                self.mirrors.remove(&handover);
+            }
+        }
+    }
+
+    fn dial_peer(&mut self, site: Name, addr: SocketAddr) {
+        let config = match tls::client_config(
+            &self.roots,
+            Some(&self.identity),
+            ChannelId::Transfer,
+            &self.limits,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "transfer client config");
+                return;
+            }
+        };
+        let parts = Link::<Transfer>::connect(Dial {
+            endpoint: self.endpoint.clone(),
+            addr,
+            server_name: horizon_transport::site_dns_name(site.as_str()),
+            config,
+            hello: HelloParams::new(self.site.clone()),
+            limits: self.limits.clone(),
+        });
+        let events = self.events.clone();
+        let mut link_events = parts.events;
+        let mut inbound = parts.inbound;
+        let peer = site.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    e = link_events.recv() => match e {
+                        Some(LinkEvent::Up(conn)) => Event::PeerUp(conn, None),
+                        Some(_) => continue,
+                        None => break,
+                    },
+                    i = inbound.recv() => match i {
+                        Some(i) => Event::PeerInbound(peer.clone(), i),
+                        None => break,
+                    },
+                };
+                if events.send(event).await.is_err() {
+                    break;
+                }
+            }
+        });
+        self.dialed.insert(site, parts.link);
+    }
+}
+
+fn rtt_ms<C: horizon_proto::Channel>(conn: &Conn<C>) -> f32 {
+    conn.stats().rtt.as_secs_f32() * 1000.0
+}
+
+/// A game server's request lane: one request at a time, in order, each answer fed back.
+/// Requests still queued when the connection ends are answered with its error.
+fn server_lane(
+    conn: Conn<Server>,
+    server: Name,
+    events: mpsc::Sender<Event>,
+) -> mpsc::Sender<(Pending, server::Request)> {
+    let (tx, mut rx) = mpsc::channel::<(Pending, server::Request)>(STREAM_QUEUE);
+    tokio::spawn(async move {
+        while let Some((pending, request)) = rx.recv().await {
+            let result = conn.request(&request).await.map_err(|e| e.to_string());
+            let input = Input::ServerReplied { server: server.clone(), pending, result };
+            if events.send(Event::Machine(input)).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// A task that owns an outbound stream; the returned queue feeds it.
+fn stream_task<C: horizon_proto::Channel>(sender: StreamSender<C>) -> mpsc::Sender<C::Stream>
+where
+    C::Stream: Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
+    tokio::spawn(feed(sender, rx));
+    tx
+}
+
+/// Opens a stream on `conn` in the background and feeds it from the returned queue.
+fn open_stream_task<C: horizon_proto::Channel>(conn: Conn<C>) -> mpsc::Sender<C::Stream>
+where
+    C::Stream: Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
+    tokio::spawn(async move {
+        if let Ok(sender) = conn.open_stream().await {
+            feed(sender, rx).await;
+        }
+    });
+    tx
+}
+
+async fn feed<C: horizon_proto::Channel>(
+    mut sender: StreamSender<C>,
+    mut rx: mpsc::Receiver<C::Stream>,
+) {
+    while let Some(item) = rx.recv().await {
+        if sender.send(&item).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Forwards one stream's items into the loop, each wrapped by `wrap`, until it ends.
+fn forward_stream<C: horizon_proto::Channel>(
+    mut rx: StreamReceiver<C>,
+    events: mpsc::Sender<Event>,
+    wrap: impl Fn(C::Stream) -> Event + Send + 'static,
+) {
+    tokio::spawn(async move {
+        while let Ok(Some(item)) = rx.next().await {
+            if events.send(wrap(item)).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Forwards a connection's inbound traffic into the loop — its streams' items through `item`,
+/// requests and datagrams through `other` — then `gone` once the connection has ended.
+fn pump<C: horizon_proto::Channel>(
+    mut inbound: mpsc::Receiver<Inbound<C>>,
+    events: mpsc::Sender<Event>,
+    item: impl Fn(C::Stream) -> Event + Clone + Send + 'static,
+    other: impl Fn(Inbound<C>) -> Event + Send + 'static,
+    gone: Event,
+) {
+    tokio::spawn(async move {
+        while let Some(i) = inbound.recv().await {
+            match i {
+                Inbound::Stream(rx) => forward_stream(rx, events.clone(), item.clone()),
+                i => {
+                    if events.send(other(i)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = events.send(gone).await;
+    });
+}
+
+fn pump_link(
+    mut link_events: mpsc::Receiver<LinkEvent<Control>>,
+    mut inbound: mpsc::Receiver<Inbound<Control>>,
+    events: mpsc::Sender<Event>,
+) {
+    tokio::spawn(async move {
+        loop {
+            let event = tokio::select! {
+                e = link_events.recv() => match e { Some(e) => Event::Core(e), None => break },
+                i = inbound.recv() => match i { Some(i) => Event::CoreInbound(i), None => break },
+            };
+            if events.send(event).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+fn accept_loop<C: horizon_proto::Channel>(
+    mut listener: Listener<C>,
+    events: mpsc::Sender<Event>,
+    wrap: impl Fn(Peer<C>) -> Event + Send + 'static,
+) {
+    tokio::spawn(async move {
+        while let Some(peer) = listener.accept().await {
+            if events.send(wrap(peer)).await.is_err() {
+                break;
+            }
+        }
+        listener.close("agent stopping");
+    });
+}

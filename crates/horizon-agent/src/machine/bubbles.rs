@@ -1,0 +1,610 @@
+//! The bubbles this site runs: creation, restore, members, crossings, handovers (source and
+//! target), regrant, release.
+
+use super::*;
+
+impl AgentMachine {
+    pub(super) fn free_servers(&self) -> usize {
+        self.servers.values().filter(|s| s.ready && s.bubbles.is_empty()).count()
+    }
+
+    pub(super) fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {
+        self.bubbles.iter().find(|(_, b)| pred(b.phase)).map(|(&id, _)| id)
+    }
+
+    /// A ready server holding nothing, if any (the first by name).
+    pub(super) fn free_server(&self) -> Option<Name> {
+        self.servers.iter().find(|(_, s)| s.ready && s.bubbles.is_empty()).map(|(n, _)| n.clone())
+    }
+
+    /// Gives `lease.bubble` to a free server (taken at once, so no other order picks it); the
+    /// server's answer carries on with `job` ([`AgentMachine::assigned`]).
+    pub(super) fn assign(
+        &mut self,
+        lease: Lease,
+        region: Region,
+        standby: bool,
+        job: AssignJob,
+        received: Instant,
+        now: Instant,
+    ) -> Result<(), Fault> {
+        let server = self.free_server().ok_or_else(|| {
+            Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.cfg.site))
+        })?;
+        if let Some(s) = self.servers.get_mut(&server) {
+            s.bubbles.push(lease.bubble);
+        }
+        let lease = remaining(lease, received, now);
+        let request = server::Request::Assign { lease, region, from_snapshot: standby };
+        self.ask_server(&server, Then::Assigned { server: server.clone(), job }, request);
+        self.top_up_pool(now);
+        Ok(())
+    }
+
+    /// A server's answer to an `Assign`.
+    pub(super) fn assigned(
+        &mut self,
+        server: Name,
+        job: AssignJob,
+        result: Result<server::Reply, String>,
+        now: Instant,
+    ) {
+        let refused = match result {
+            Ok(server::Reply::Stale { newest }) => {
+                Some(Fault::new(ErrorCode::StaleEpoch, format!("server has epoch {}", newest.0)))
+            }
+            Ok(_) => None,
+            Err(e) => Some(Fault::new(ErrorCode::NotReady, format!("server {server}: {e}"))),
+        };
+        if let Some(fault) = refused {
+            let bubble = match &job {
+                AssignJob::Create { lease, .. }
+                | AssignJob::Restore { lease, .. }
+                | AssignJob::Standby { lease, .. } => lease.bubble,
+                AssignJob::Part { lease } => lease.bubble,
+            };
+            self.release(&server, bubble);
+            match job {
+                AssignJob::Create { token, .. }
+                | AssignJob::Restore { token, .. }
+                | AssignJob::Standby { token, .. } => self.answer(token, Err(fault)),
+                AssignJob::Part { lease } => self.regroup_failed(lease.bubble, fault),
+            }
+            return;
+        }
+        match job {
+            AssignJob::Create { token, region, lease, received } => {
+                tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, epoch = lease.epoch.0, %server, "bubble created");
+                let local = Local::new(lease, region, server, Phase::Running, received);
+                self.bubbles.insert(lease.bubble, local);
+                self.count_bubbles();
+                self.answer(token, Ok(control::Reply::Done));
+            }
+            AssignJob::Restore { token, region, lease, from, tick, copy } => {
+                self.restored(token, server, region, lease, from, tick, copy, now)
+            }
+            AssignJob::Standby { token, handover, source, lease } => {
+                tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, from = %source, %server, "handover target standing by");
+                let region = Region { world: WorldId(0), bounds: None };
+                let local = Local::new(lease, region, server, Phase::Standby { handover }, now);
+                self.bubbles.insert(lease.bubble, local);
+                self.count_bubbles();
+                self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
+                self.answer(token, Ok(control::Reply::Prepared { handover }));
+            }
+            AssignJob::Part { lease } => self.part_assigned(lease, server, now),
+        }
+    }
+
+    /// A failover: run `lease.bubble` here from its latest copy (SPEC section 6). The server
+    /// stands by under the new epoch, takes the copy as a snapshot of the older epoch `from`
+    /// and a seal at `tick` (no final delta), and runs from `tick + 1`. Answered at the
+    /// server's first update (or at once when it already runs here, or the copy is empty).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn restore(
+        &mut self,
+        token: Token,
+        lease: Lease,
+        region: Region,
+        from: Epoch,
+        tick: Tick,
+        copy: Blob,
+        received: Instant,
+        now: Instant,
+    ) -> Result<(), Fault> {
+        let bubble = lease.bubble;
+        match self.bubbles.get(&bubble) {
+            Some(b) if b.lease.epoch == lease.epoch => {
+                self.answer(token, Ok(control::Reply::Done));
+                return Ok(());
+            }
+            Some(b) if b.lease.epoch > lease.epoch => {
+                return Err(Fault::new(ErrorCode::StaleEpoch, "a newer epoch runs here"));
+            }
+            // An older holder here (a stalled copy of this very bubble): it stops for good.
+            Some(_) => self.drop_bubble(bubble),
+            None => {}
+        }
+        let standby = !copy.0.is_empty();
+        let job = AssignJob::Restore { token, region, lease, from, tick, copy };
+        self.assign(lease, region, standby, job, received, now)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn restored(
+        &mut self,
+        token: Token,
+        server: Name,
+        region: Region,
+        lease: Lease,
+        from: Epoch,
+        tick: Tick,
+        copy: Blob,
+        now: Instant,
+    ) {
+        let bubble = lease.bubble;
+        tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = lease.epoch.0, tick = tick.0, copy_bytes = copy.0.len(), %server, "restoring a bubble from its copy");
+        let empty = copy.0.is_empty();
+        let phase = if empty { Phase::Running } else { Phase::Restoring };
+        self.bubbles.insert(bubble, Local::new(lease, region, server.clone(), phase, now));
+        self.count_bubbles();
+        if empty {
+            self.answer(token, Ok(control::Reply::Done));
+            return;
+        }
+        let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
+        let total = chunks.len() as u32;
+        for (i, bytes) in chunks.into_iter().enumerate() {
+            let item = StateItem::Snapshot(horizon_proto::Snapshot {
+                bubble,
+                epoch: from,
+                tick,
+                index: i as u32,
+                total,
+                bytes: Blob(bytes.to_vec()),
+            });
+            self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
+        }
+        let seal = StateItem::Seal(horizon_proto::Seal {
+            bubble,
+            epoch: from,
+            tick,
+            final_delta: Blob::default(),
+            last_applied: Vec::new(),
+        });
+        // The server's stream queue holds far more than one copy's chunks; a full one means
+        // the server is stuck, and the deadline refuses the restore.
+        self.effects.push_back(Effect::ServerStream { server, item: seal });
+        self.pending_restore.insert(bubble, (now, token));
+    }
+
+    /// The core stored copies that include these players' inputs up to `seq`.
+    pub(super) fn covered(&mut self, players: &[control::CoveredInput]) {
+        for c in players {
+            if let Some(p) = self.players.get_mut(&c.player) {
+                p.session.covered(c.seq);
+            }
+        }
+    }
+
+    pub(super) fn resize(
+        &mut self,
+        lease: LeaseRef,
+        region: Region,
+    ) -> Result<control::Reply, Fault> {
+        let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
+        b.region = region;
+        let lease = b.lease_ref();
+        if !b.extra.is_empty() {
+            // Spread: the parts' boxes follow in the next `Parts`.
+            return Ok(control::Reply::Done);
+        }
+        let server = b.server.clone();
+        self.ask_server(
+            &server,
+            Then::Nothing("resize"),
+            server::Request::Resize { lease, region },
+        );
+        Ok(control::Reply::Done)
+    }
+
+    /// The core's full member list of a bubble: join the new, release the departed (whose
+    /// state crosses to their new bubble when the server has let them go).
+    pub(super) fn members(
+        &mut self,
+        lease: LeaseRef,
+        players: Vec<control::Member>,
+        departed: Vec<control::Departure>,
+    ) -> Result<control::Reply, Fault> {
+        let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
+        let held = b.lease_ref();
+        let standby = matches!(b.phase, Phase::Standby { .. });
+        let server = b.server.clone();
+        let old: BTreeMap<PlayerId, Name> = std::mem::take(&mut b.members);
+        b.members = players.iter().map(|m| (m.player, m.home.clone())).collect();
+        if standby {
+            // The snapshot holds the players; the list only says where their updates go.
+            return Ok(control::Reply::Done);
+        }
+        if !self.servers.contains_key(&server) {
+            return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
+        }
+        for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
+            if m.crossing {
+                match self.crossings.remove(&m.player).filter(|c| c.to == lease.bubble) {
+                    Some(c) => self.join(&server, held, m.player, c.last_applied, c.state),
+                    None => {
+                        self.awaiting.insert(m.player, lease.bubble);
+                    }
+                }
+            } else {
+                self.join(&server, held, m.player, Seq(0), Blob::default());
+            }
+        }
+        let mut departed: BTreeMap<PlayerId, control::Departure> =
+            departed.into_iter().map(|d| (d.player, d)).collect();
+        for player in old.keys().filter(|p| !players.iter().any(|m| m.player == **p)) {
+            let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.holder.remove(player));
+            let from = holder.unwrap_or_else(|| server.clone());
+            let then = match departed.remove(player) {
+                Some(d) => AfterLeave::Cross(d),
+                None => AfterLeave::Nothing,
+            };
+            let request = server::Request::Leave { lease: held, player: *player };
+            self.ask_server(
+                &from,
+                Then::Left { bubble: lease.bubble, player: *player, then },
+                request,
+            );
+        }
+        Ok(control::Reply::Done)
+    }
+
+    /// A server let a player go.
+    pub(super) fn left(
+        &mut self,
+        bubble: BubbleId,
+        player: PlayerId,
+        then: AfterLeave,
+        result: Result<server::Reply, String>,
+        now: Instant,
+    ) {
+        let Ok(server::Reply::Left { last_applied, state }) = result else {
+            tracing::warn!(
+                player = player.0,
+                bubble = bubble.0,
+                ?result,
+                "player not let go by its server"
+            );
+            if let AfterLeave::Part { .. } = then {
+                self.part_moved(bubble, now);
+            }
+            return;
+        };
+        match then {
+            AfterLeave::Nothing => {}
+            AfterLeave::Cross(d) => self.cross(player, bubble, d, last_applied, state, now),
+            AfterLeave::Part { to } => {
+                if let Some(local) = self.bubbles.get(&bubble) {
+                    let lease = local.lease_ref();
+                    self.join(&to, lease, player, last_applied, state);
+                    if let Some(local) = self.bubbles.get_mut(&bubble) {
+                        local.holder.insert(player, to);
+                    }
+                }
+                self.part_moved(bubble, now);
+            }
+        }
+    }
+
+    pub(super) fn join(
+        &mut self,
+        server: &Name,
+        lease: LeaseRef,
+        player: PlayerId,
+        last_applied: Seq,
+        state: Blob,
+    ) {
+        let request = server::Request::Join { lease, player, last_applied, state };
+        self.ask_server(server, Then::Joined { player }, request);
+    }
+
+    /// Sends a departed player's state to the site that simulates them now.
+    pub(super) fn cross(
+        &mut self,
+        player: PlayerId,
+        from: BubbleId,
+        d: control::Departure,
+        last_applied: Seq,
+        state: Blob,
+        now: Instant,
+    ) {
+        self.stats.crossings.fetch_add(1, Ordering::Relaxed);
+        let request = transfer::Request::Cross {
+            player,
+            from,
+            to: d.to.bubble,
+            epoch: d.to.epoch,
+            last_applied,
+            state,
+        };
+        if d.site == self.cfg.site {
+            if let Err(fault) = self.take_crossing(&request, now) {
+                tracing::warn!(player = player.0, %fault, "crossing within the site lost");
+            }
+            return;
+        }
+        if !self.peers.contains_key(&d.site) {
+            tracing::warn!(player = player.0, site = %d.site, "no link to carry a crossing");
+            return;
+        }
+        let pending = Pending(Then::Nothing("crossing"));
+        self.effects.push_back(Effect::ToPeer { site: d.site, pending, request });
+    }
+
+    pub(super) fn route(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {
+        for r in routes {
+            let Some(p) = self.players.get_mut(&r.player) else { continue };
+            if p.session.set_route(r.bubble, r.site) {
+                // Every input kept goes to the new holder, which applies each (player, seq)
+                // once.
+                self.resend(r.player, true, now);
+            }
+        }
+    }
+
+    /// Stands a server by for a handover's state. `Ok(false)`: already standing by (answer
+    /// at once); `Ok(true)`: answered when the server took it.
+    pub(super) fn prepare_target(
+        &mut self,
+        token: Token,
+        handover: HandoverId,
+        bubble: BubbleId,
+        source: Name,
+        lease: Lease,
+        now: Instant,
+    ) -> Result<bool, Fault> {
+        if self.bubbles.get(&bubble).is_some_and(|b| b.phase == Phase::Standby { handover }) {
+            return Ok(false);
+        }
+        let region = Region { world: WorldId(0), bounds: None };
+        let job = AssignJob::Standby { token, handover, source, lease };
+        self.assign(lease, region, true, job, now, now)?;
+        Ok(true)
+    }
+
+    /// A handover source: asks the target for a stream, then its server for a snapshot and
+    /// deltas onto it. Answered when both are under way.
+    pub(super) fn prepare_source(
+        &mut self,
+        token: Token,
+        handover: HandoverId,
+        bubble: BubbleId,
+        target: Name,
+        lease: Lease,
+    ) {
+        if self.bubbles.get(&bubble).is_none_or(|b| b.lease.epoch != lease.epoch) {
+            self.answer(token, Err(unknown(bubble)));
+            return;
+        }
+        // The state goes over this site's one transfer connection to the target (the core's
+        // `target_addr` is what a fresh link would dial; the link exists once both registered).
+        if !self.peers.contains_key(&target) {
+            let fault = Fault::new(ErrorCode::NotReady, format!("no transfer link to {target}"));
+            self.answer(token, Err(fault));
+            return;
+        }
+        self.pending_prepare.insert(handover, (bubble, token));
+        self.effects.push_back(Effect::OpenMirror {
+            site: target,
+            handover,
+            bubble,
+            epoch: lease.epoch,
+        });
+    }
+
+    pub(super) fn mirror_opened(&mut self, handover: HandoverId, result: Result<(), String>) {
+        let Some((bubble, token)) = self.pending_prepare.remove(&handover) else {
+            // Abandoned meanwhile (a regrant): the stream is not needed.
+            self.effects.push_back(Effect::CloseMirror { handover });
+            return;
+        };
+        let local = match (result, self.bubbles.get_mut(&bubble)) {
+            (Ok(()), Some(local)) => local,
+            (Err(e), _) => {
+                let fault = Fault::new(ErrorCode::NotReady, format!("transfer to target: {e}"));
+                self.effects.push_back(Effect::CloseMirror { handover });
+                self.answer(token, Err(fault));
+                return;
+            }
+            (Ok(()), None) => {
+                self.effects.push_back(Effect::CloseMirror { handover });
+                self.answer(token, Err(unknown(bubble)));
+                return;
+            }
+        };
+        local.phase = Phase::Leaving { handover };
+        let lease = local.lease_ref();
+        let server = local.server.clone();
+        self.mirrors.insert(bubble, handover);
+        let then = Then::Copying { token, handover, bubble };
+        self.ask_server(&server, then, server::Request::Copy { lease, deltas: true });
+    }
+
+    /// The source's server answered the handover's `Copy`.
+    pub(super) fn copying(
+        &mut self,
+        token: Token,
+        handover: HandoverId,
+        bubble: BubbleId,
+        result: Result<server::Reply, String>,
+    ) {
+        match result {
+            Ok(_) => self.answer(token, Ok(control::Reply::Done)),
+            Err(e) => {
+                self.stop_mirror(bubble);
+                if let Some(local) = self.bubbles.get_mut(&bubble)
+                    && local.phase == (Phase::Leaving { handover })
+                {
+                    local.phase = Phase::Running;
+                }
+                self.answer(token, Err(Fault::new(ErrorCode::NotReady, format!("snapshot: {e}"))));
+            }
+        }
+    }
+
+    pub(super) fn stop_mirror(&mut self, bubble: BubbleId) {
+        if let Some(handover) = self.mirrors.remove(&bubble) {
+            self.effects.push_back(Effect::CloseMirror { handover });
+        }
+    }
+
+    /// The core abandoned a handover of this bubble before the freeze and re-granted it here
+    /// under a newer epoch: whatever was prepared for the old epoch stops (a prepare still
+    /// opening its transfer is answered now), the bubble keeps running with its state.
+    pub(super) fn regrant(
+        &mut self,
+        token: Token,
+        old: LeaseRef,
+        lease: Lease,
+        received: Instant,
+    ) -> Result<(), Fault> {
+        let local = self
+            .bubbles
+            .get(&old.bubble)
+            .filter(|b| b.lease.epoch == old.epoch)
+            .ok_or_else(|| unknown(old.bubble))?;
+        if !matches!(local.phase, Phase::Running | Phase::Leaving { .. }) {
+            return Err(Fault::new(ErrorCode::Conflict, "regrant of a bubble not running here"));
+        }
+        if self.regrants.contains_key(&old.bubble) {
+            return Err(Fault::new(ErrorCode::Conflict, "a regrant of this bubble is under way"));
+        }
+        let servers: Vec<Name> = local.servers().cloned().collect();
+        if let Some(gone) = servers.iter().find(|s| !self.servers.contains_key(*s)) {
+            return Err(Fault::new(ErrorCode::NotReady, format!("server {gone} is gone")));
+        }
+        let job = Regrant { token, lease, received, waiting: servers.len(), fault: None };
+        self.regrants.insert(old.bubble, job);
+        for server in servers {
+            let then = Then::Regranted { bubble: old.bubble };
+            self.ask_server(&server, then, server::Request::Regrant { old, lease });
+        }
+        Ok(())
+    }
+
+    pub(super) fn regranted(&mut self, bubble: BubbleId, result: Result<server::Reply, String>) {
+        let Some(job) = self.regrants.get_mut(&bubble) else { return };
+        job.waiting = job.waiting.saturating_sub(1);
+        let fault = match result {
+            Ok(server::Reply::Done) => None,
+            Ok(other) => Some(Fault::new(ErrorCode::Internal, format!("server replied {other:?}"))),
+            Err(e) => Some(Fault::new(ErrorCode::NotReady, format!("regrant: {e}"))),
+        };
+        if job.fault.is_none() {
+            job.fault = fault;
+        }
+        if job.waiting > 0 {
+            return;
+        }
+        let Some(job) = self.regrants.remove(&bubble) else { return };
+        if let Some(fault) = job.fault {
+            self.answer(job.token, Err(fault));
+            return;
+        }
+        let Some(local) = self.bubbles.get_mut(&bubble) else {
+            self.answer(job.token, Err(unknown(bubble)));
+            return;
+        };
+        local.phase = Phase::Running;
+        local.lease = job.lease;
+        local.valid_until = job.received + Duration::from_millis(u64::from(job.lease.ttl_ms));
+        self.stop_mirror(bubble);
+        let abandoned: Vec<HandoverId> = self
+            .pending_prepare
+            .iter()
+            .filter(|(_, (b, _))| *b == bubble)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in abandoned {
+            if let Some((_, token)) = self.pending_prepare.remove(&h) {
+                let fault = Fault::new(ErrorCode::Conflict, "handover abandoned by the core");
+                self.answer(token, Err(fault));
+            }
+        }
+        tracing::info!(site = %self.cfg.site, bubble = bubble.0, epoch = job.lease.epoch.0, "bubble regranted");
+        self.answer(job.token, Ok(control::Reply::Done));
+    }
+
+    pub(super) fn freeze(&mut self, token: Token, handover: HandoverId) -> Result<(), Fault> {
+        let bubble = self.bubble_in(|p| p == Phase::Leaving { handover }).ok_or_else(|| {
+            Fault::new(ErrorCode::Unexpected, format!("no handover {} here", handover.0))
+        })?;
+        let local = &self.bubbles[&bubble];
+        let lease = local.lease_ref();
+        let server = local.server.clone();
+        if !self.servers.contains_key(&server) {
+            return Err(Fault::new(ErrorCode::NotReady, "the bubble's server is gone"));
+        }
+        let then = Then::Frozen { token, handover, bubble };
+        self.ask_server(&server, then, server::Request::Freeze { lease });
+        Ok(())
+    }
+
+    pub(super) fn frozen(
+        &mut self,
+        token: Token,
+        handover: HandoverId,
+        bubble: BubbleId,
+        result: Result<server::Reply, String>,
+    ) {
+        let result = match result {
+            Ok(server::Reply::Frozen { tick }) => {
+                if let Some(local) = self.bubbles.get_mut(&bubble)
+                    && local.phase == (Phase::Leaving { handover })
+                {
+                    local.phase = Phase::Sealed { handover };
+                }
+                Ok(control::Reply::Frozen { handover, tick })
+            }
+            Ok(other) => Err(Fault::new(ErrorCode::Internal, format!("server replied {other:?}"))),
+            Err(e) => Err(Fault::new(ErrorCode::NotReady, format!("freeze: {e}"))),
+        };
+        self.answer(token, result);
+    }
+
+    pub(super) fn abort(&mut self, handover: HandoverId, reason: &str) {
+        tracing::warn!(handover = handover.0, %reason, "handover aborted");
+        if let Some(b) = self.bubble_in(|p| p == Phase::Standby { handover }) {
+            self.drop_bubble(b);
+        }
+        if let Some(b) = self.bubble_in(|p| p == Phase::Leaving { handover }) {
+            self.stop_mirror(b);
+            if let Some(local) = self.bubbles.get_mut(&b) {
+                local.phase = Phase::Running;
+            }
+        }
+        if let Some(b) = self.bubble_in(|p| p == Phase::Sealed { handover }) {
+            tracing::error!(
+                bubble = b.0,
+                "abort after the seal: the bubble stays sealed until revoked"
+            );
+        }
+    }
+
+    /// Stops simulating a bubble here (revoked, committed away, refused): its servers release
+    /// it and go back to the pool.
+    pub(super) fn drop_bubble(&mut self, bubble: BubbleId) {
+        let Some(local) = self.bubbles.remove(&bubble) else { return };
+        self.stop_mirror(bubble);
+        self.abandon_regroup(bubble);
+        self.count_bubbles();
+        let lease = local.lease_ref();
+        for name in local.servers() {
+            if self.release(name, bubble) {
+                self.ask_server(name, Then::Nothing("release"), server::Request::Release { lease });
+            }
+        }
+        tracing::info!(site = %self.cfg.site, bubble = bubble.0, "bubble released");
+    }
+}

@@ -1,0 +1,356 @@
+//! The core link: registration (full resync), reports, batched renewals, and the core's orders.
+
+use super::*;
+
+impl AgentMachine {
+    pub(super) fn register(&mut self) {
+        let held = self
+            .bubbles
+            .values()
+            .filter(|b| b.phase == Phase::Running)
+            .map(|b| control::Held { lease: b.lease_ref(), tick: Tick(0) })
+            .collect();
+        let register = control::Request::Register {
+            site: self.cfg.site.clone(),
+            build: name(env!("CARGO_PKG_VERSION")),
+            transfer_addr: self.cfg.advertise_transfer.clone(),
+            servers: self.server_loads(),
+            held,
+        };
+        self.ask_core(Then::Registered, register);
+    }
+
+    /// Every server's load. The servers of a bubble spread over several are listed in part
+    /// order (the core reads each part's tick rate from that order).
+    pub(super) fn server_loads(&self) -> Vec<control::ServerLoad> {
+        let part = |name: &Name, bubbles: &[BubbleId]| {
+            let b = bubbles.first().and_then(|b| self.bubbles.get(b));
+            (bubbles.first().map(|b| b.0), b.and_then(|b| b.servers().position(|s| s == name)))
+        };
+        let mut loads: Vec<_> = self
+            .servers
+            .iter()
+            .map(|(n, s)| {
+                let load = control::ServerLoad {
+                    server: n.clone(),
+                    tps: s.tps,
+                    players: s.players,
+                    chunks_loading: 0,
+                    ready: s.ready && s.bubbles.is_empty(),
+                    bubbles: s.bubbles.clone(),
+                };
+                (part(n, &s.bubbles), load)
+            })
+            .collect();
+        loads.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.server.cmp(&b.1.server)));
+        loads.into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// The answer to a request this machine sent the core.
+    pub(super) fn core_replied(
+        &mut self,
+        then: Then,
+        result: Result<control::Reply, String>,
+        now: Instant,
+    ) {
+        match (then, result) {
+            (Then::Registered, Ok(reply)) => self.registered(reply),
+            (Then::Registered, Err(e)) => {
+                tracing::warn!(error = %e, "registration failed; retried at reconnection")
+            }
+            (Then::Renewed { sent }, Ok(reply)) => self.renewed(sent, reply, now),
+            (Then::PlayerIds, reply) => self.ids_granted(reply),
+            (Then::Nothing(what), Err(e)) => {
+                tracing::warn!(error = %e, what, "request to the core failed")
+            }
+            (then, Err(e)) => tracing::warn!(error = %e, ?then, "request to the core failed"),
+            (_, Ok(_)) => {}
+        }
+    }
+
+    fn registered(&mut self, reply: control::Reply) {
+        let control::Reply::Registered { keep, stop, peers, generation, .. } = reply else {
+            tracing::warn!(?reply, "unexpected reply to register");
+            return;
+        };
+        self.registered = true;
+        tracing::info!(site = %self.cfg.site, generation, peers = peers.len(), "registered with the core");
+        for lease in keep {
+            if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
+                b.lease = lease;
+            }
+        }
+        for lref in stop {
+            self.drop_bubble(lref.bubble);
+        }
+        self.adopt_peers(peers);
+        self.ask_ids();
+        // Full resync of this site's players: a restarted core puts them back where they play.
+        let players = self
+            .players
+            .iter()
+            .map(|(&id, p)| control::PlacedPlayer {
+                sample: sample(id, p),
+                bubble: p.session.route().map(|(b, _)| *b),
+            })
+            .collect();
+        self.joins.clear();
+        self.ask_core(
+            Then::Nothing("player resync (sent again at the next registration)"),
+            control::Request::Players { players },
+        );
+    }
+
+    /// Dials the sites this agent must dial (one connection per pair: the site whose name
+    /// sorts first dials), at the configured address if any, else the one the core gave.
+    pub(super) fn adopt_peers(&mut self, peers: Vec<control::Peer>) {
+        for peer in peers {
+            if self.cfg.site.as_str() > peer.site.as_str() || self.dialed.contains(&peer.site) {
+                continue;
+            }
+            let addr = self
+                .cfg
+                .peers
+                .get(peer.site.as_str())
+                .copied()
+                .or_else(|| peer.transfer_addr.parse().ok());
+            match addr {
+                Some(addr) => {
+                    self.dialed.insert(peer.site.clone());
+                    self.effects.push_back(Effect::DialPeer { site: peer.site, addr });
+                }
+                None => {
+                    tracing::warn!(peer = %peer.site, addr = %peer.transfer_addr, "peer address unusable")
+                }
+            }
+        }
+    }
+
+    pub(super) fn report(&mut self) {
+        if !self.registered {
+            return;
+        }
+        let players = self.players.iter().map(|(&id, p)| sample(id, p)).collect();
+        let backbone = self
+            .peers
+            .iter()
+            .map(|(site, p)| control::BackboneSample {
+                site: site.clone(),
+                rtt_ms: p.rtt_ms,
+                loss: if p.probes_sent == 0 {
+                    0.0
+                } else {
+                    1.0 - p.probes_back.min(p.probes_sent) as f32 / p.probes_sent as f32
+                },
+            })
+            .collect();
+        let report = control::Request::Report {
+            joins: std::mem::take(&mut self.joins),
+            leaves: std::mem::take(&mut self.leaves),
+            players,
+            backbone,
+            servers: self.server_loads(),
+        };
+        self.ask_core(Then::Nothing("report"), report);
+    }
+
+    /// One batched renewal for every lease this site runs or stands by for. A handover source
+    /// is left out: its epoch is superseded, and it stops at the freeze well within its lease.
+    pub(super) fn renew(&mut self, now: Instant) {
+        if !self.registered {
+            return;
+        }
+        let leases: Vec<LeaseRef> = self
+            .bubbles
+            .values()
+            .filter(|b| !matches!(b.phase, Phase::Leaving { .. } | Phase::Sealed { .. }))
+            .map(Local::lease_ref)
+            .collect();
+        if leases.is_empty() {
+            return;
+        }
+        self.ask_core(Then::Renewed { sent: now }, control::Request::Renew { leases });
+    }
+
+    fn renewed(&mut self, sent: Instant, reply: control::Reply, now: Instant) {
+        let control::Reply::Renewed { ttl_ms, granted, refused } = reply else { return };
+        let sent_ago_ms =
+            now.saturating_duration_since(sent).as_millis().min(u128::from(u32::MAX)) as u32;
+        let mut per_server: BTreeMap<Name, Vec<LeaseRef>> = BTreeMap::new();
+        let until = sent + Duration::from_millis(u64::from(ttl_ms));
+        for l in granted {
+            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease.epoch == l.epoch) {
+                b.valid_until = b.valid_until.max(until);
+                b.told_reconnecting = false;
+                for server in b.servers() {
+                    per_server.entry(server.clone()).or_default().push(l);
+                }
+            }
+        }
+        let mut per_server: Vec<_> = per_server.into_iter().collect();
+        per_server.sort_by(|a, b| a.0.cmp(&b.0));
+        for (server, leases) in per_server {
+            let req = server::Request::Renew { leases, ttl_ms, sent_ago_ms };
+            self.ask_server(&server, Then::Nothing("renewal"), req);
+        }
+        for l in refused {
+            if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
+                tracing::warn!(bubble = l.bubble.0, epoch = l.epoch.0, "renewal refused: stopping");
+                self.drop_bubble(l.bubble);
+            }
+        }
+    }
+
+    /// One order of the core, received at `received` (earlier than now if it waited for a
+    /// server: leases it grants count from then).
+    pub(super) fn core_order(&mut self, token: Token, order: control::Request, received: Instant) {
+        self.serve_order(Waiting { received, token, order }, received);
+    }
+
+    pub(super) fn serve_order(&mut self, w: Waiting, now: Instant) {
+        use control::Request as R;
+        if self.servers_needed(&w.order) > self.free_servers() {
+            // Served when a server is ready (the pool grows for it), or refused at the deadline.
+            if self.waiting.len() >= MAX_WAITING {
+                let fault = Fault::new(ErrorCode::Busy, "too many orders waiting for a server");
+                self.answer(w.token, Err(fault));
+                return;
+            }
+            self.waiting.push_back(w);
+            self.top_up_pool(now);
+            return;
+        }
+        let Waiting { received, token, order } = w;
+        let result = match order {
+            R::Create { bubble, region, lease } => {
+                if self.bubbles.get(&bubble).is_some_and(|b| b.lease.epoch == lease.epoch) {
+                    Ok(control::Reply::Done)
+                } else {
+                    let lease = Lease { bubble, ..lease };
+                    let job = AssignJob::Create { token, region, lease, received };
+                    match self.assign(lease, region, false, job, received, now) {
+                        Ok(()) => return,
+                        Err(fault) => Err(fault),
+                    }
+                }
+            }
+            R::Restore { lease, region, from, tick, copy } => {
+                match self.restore(token, lease, region, from, tick, copy, received, now) {
+                    Ok(()) => return,
+                    Err(fault) => Err(fault),
+                }
+            }
+            R::Covered { players } => {
+                self.covered(&players);
+                Ok(control::Reply::Done)
+            }
+            R::Resize { lease, region } => self.resize(lease, region),
+            R::Members { lease, players, departed } => self.members(lease, players, departed),
+            R::Route { routes } => {
+                self.route(routes, now);
+                Ok(control::Reply::Done)
+            }
+            R::Peers { peers } => {
+                self.adopt_peers(peers);
+                Ok(control::Reply::Done)
+            }
+            R::Prepare { handover, bubble, source, target, lease, .. } => {
+                if target == self.cfg.site {
+                    match self.prepare_target(token, handover, bubble, source, lease, now) {
+                        Ok(true) => return,
+                        Ok(false) => Ok(control::Reply::Prepared { handover }),
+                        Err(fault) => Err(fault),
+                    }
+                } else if source == self.cfg.site {
+                    // The snapshot comes from one server: a spread bubble comes back onto it
+                    // first.
+                    let then =
+                        parts::AfterRegroup::PrepareSource { token, handover, target, lease };
+                    match self.consolidate(bubble, then, now) {
+                        Ok(()) => return,
+                        Err(fault) => Err(fault),
+                    }
+                } else {
+                    Err(Fault::new(ErrorCode::Unexpected, "prepare for a handover of other sites"))
+                }
+            }
+            R::Freeze { handover } => match self.freeze(token, handover) {
+                Ok(()) => return,
+                Err(fault) => Err(fault),
+            },
+            R::Commit { handover } => {
+                let bubble = self.bubble_in(|p| {
+                    p == Phase::Leaving { handover } || p == Phase::Sealed { handover }
+                });
+                if let Some(bubble) = bubble {
+                    self.drop_bubble(bubble);
+                }
+                Ok(control::Reply::Done)
+            }
+            R::Abort { handover, reason } => {
+                self.abort(handover, &reason);
+                Ok(control::Reply::Done)
+            }
+            R::Regrant { old, lease } => match self.regrant(token, old, lease, received) {
+                Ok(()) => return,
+                Err(fault) => Err(fault),
+            },
+            R::Parts { lease, parts, players } => {
+                match self.spread(token, lease, parts, players, now) {
+                    Ok(()) => return,
+                    Err(fault) => Err(fault),
+                }
+            }
+            R::Revoke { leases } => {
+                for l in leases {
+                    if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
+                        self.drop_bubble(l.bubble);
+                    }
+                }
+                Ok(control::Reply::Done)
+            }
+            R::Register { .. }
+            | R::Report { .. }
+            | R::Renew { .. }
+            | R::Started { .. }
+            | R::Lost { .. }
+            | R::Players { .. }
+            | R::PlayerIds { .. }
+            | R::Failed { .. } => {
+                Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
+            }
+        };
+        self.answer(token, result);
+    }
+
+    /// How many ready servers an order takes.
+    pub(super) fn servers_needed(&self, body: &control::Request) -> usize {
+        use control::Request as R;
+        match body {
+            R::Create { bubble, .. } => usize::from(!self.bubbles.contains_key(bubble)),
+            R::Restore { lease, .. } => usize::from(
+                self.bubbles.get(&lease.bubble).is_none_or(|b| b.lease.epoch != lease.epoch),
+            ),
+            R::Prepare { target, .. } => usize::from(target == &self.cfg.site),
+            // Nothing for a bubble not held here or a cut beyond the limit: refused at once.
+            R::Parts { lease, parts, .. } => match self.bubbles.get(&lease.bubble) {
+                Some(b) if parts.len() <= MAX_PARTS => {
+                    parts.len().saturating_sub(1 + b.extra.len())
+                }
+                _ => 0,
+            },
+            _ => 0,
+        }
+    }
+}
+
+pub(super) fn sample(id: PlayerId, p: &Player) -> control::PlayerSample {
+    control::PlayerSample {
+        player: id,
+        access_rtt_ms: p.min_rtt_ms,
+        role: p.role,
+        world: p.world,
+        pos: p.pos,
+        vel: p.vel,
+    }
+}

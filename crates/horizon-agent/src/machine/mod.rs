@@ -1,0 +1,770 @@
+//! The agent's logic as a sans-IO state machine, the shape of the core's: what happened goes
+//! in with the time ([`AgentMachine::handle`]), what to do comes out
+//! ([`AgentMachine::poll_effect`]), timers through [`AgentMachine::poll_timeout`]. It never
+//! awaits: a request to a game server, a peer or the core leaves as an effect carrying what
+//! waits on its answer ([`Pending`]), and the shell hands that back with the result. The shell
+//! (`agent.rs`) owns the connections, streams and the [`ServerDriver`](crate::ServerDriver).
+//!
+//! Requests to one game server are carried out in the order they leave, one at a time (the
+//! shell's per-server lane): a `Join` sent before a `Leave` of the same player arrives first.
+//!
+//! Each part of the state has its file: [`core_link`] (register, report, renew, the core's
+//! orders), [`bubbles`] (what this site simulates, handovers, restores), [`parts`] (a bubble
+//! spread over several servers), [`servers`] (the game servers and their updates),
+//! [`players`] (the gateway; a player's session is `crate::gateway`), [`peers`] (other
+//! sites), [`periodic`] (timers).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use horizon_proto::control;
+use horizon_proto::gateway;
+use horizon_proto::server;
+use horizon_proto::transfer;
+use horizon_proto::{
+    Aabb, Blob, BubbleId, Epoch, ErrorCode, Fault, HandoverId, Input as PlayerInput, Inputs, Lease,
+    LeaseRef, Name, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3, WorldId,
+};
+use tokio::time::Instant;
+
+mod bubbles;
+mod core_link;
+mod parts;
+mod peers;
+mod periodic;
+mod players;
+mod servers;
+#[cfg(test)]
+mod tests;
+
+use crate::AgentStats;
+use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
+
+/// Crossings that arrived before the core's `Members`: kept this long, at most this many.
+const CROSSING_TTL: Duration = Duration::from_secs(30);
+const MAX_CROSSINGS: usize = 4096;
+/// How often every running bubble's state is copied to the core (the universe backup).
+const BACKUP_EVERY: Duration = Duration::from_secs(10);
+/// How often game servers' exits, deadlines and re-sends are looked at.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(200);
+/// How often each transfer link is probed (backbone RTT and loss).
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// An order needing a server waits this long for one to be ready (under the core's request
+/// timeout), then is refused.
+const SERVER_WAIT: Duration = Duration::from_secs(4);
+/// A started server that has not registered after this is stopped.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// A restored bubble's server must run (its first update) within this, else the restore is
+/// refused and the core fails the bubble over again.
+const RESTORE_DEADLINE: Duration = Duration::from_secs(5);
+/// How late an update may reach the agent after its lease's end (the hop from the server).
+const WRITE_ALLOWANCE: Duration = Duration::from_millis(250);
+/// Player ids asked of the core at a time, and the stock below which more are asked for.
+const ID_BLOCK: u32 = 4096;
+const ID_LOW: u64 = 1024;
+/// A player whose connection dropped is kept this long for its client to reconnect and resume.
+const RESUME_GRACE: Duration = Duration::from_secs(30);
+/// Snapshot chunk size when feeding a restored copy to a server.
+const RESTORE_CHUNK: usize = 64 * 1024;
+/// The most servers one bubble is spread over.
+const MAX_PARTS: usize = 64;
+/// Orders waiting for a ready server, at most.
+const MAX_WAITING: usize = 1024;
+
+/// Identifies one connection (the transport's connection id).
+pub type ConnId = u64;
+
+/// Identifies a request waiting for the machine's answer (chosen by the shell): a core order
+/// ([`Effect::AnswerCore`]), or a server's, player's or peer's request.
+pub type Token = u64;
+
+/// A player's client as its gateway hello names it: `peer` and the random `session` of its
+/// process.
+pub type Client = (Name, u64);
+
+/// What the machine needs of the agent's configuration.
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    pub site: Name,
+    /// Where other agents reach this one's transfer endpoint (told to the core).
+    pub advertise_transfer: String,
+    /// Transfer addresses of other sites, overriding what the core says.
+    pub peers: BTreeMap<String, SocketAddr>,
+    pub warm_pool: usize,
+    pub report_every: Duration,
+    pub renew_every: Duration,
+}
+
+/// What waits on the answer to a request the machine sent. Opaque: the shell hands it back
+/// with the result ([`Input::CoreReplied`], [`Input::ServerReplied`], [`Input::PeerReplied`]).
+#[derive(Debug)]
+pub struct Pending(Then);
+
+#[derive(Debug)]
+enum Then {
+    /// Nothing: a failure is logged with what the request was.
+    Nothing(&'static str),
+    Registered,
+    Renewed {
+        sent: Instant,
+    },
+    PlayerIds,
+    /// A server took (or refused) a bubble for `job`.
+    Assigned {
+        server: Name,
+        job: AssignJob,
+    },
+    /// A server let a player go; its state goes on as `then` says.
+    Left {
+        bubble: BubbleId,
+        player: PlayerId,
+        then: AfterLeave,
+    },
+    /// One of the servers of a bubble being re-granted answered.
+    Regranted {
+        bubble: BubbleId,
+    },
+    Frozen {
+        token: Token,
+        handover: HandoverId,
+        bubble: BubbleId,
+    },
+    /// A handover source's server started its snapshot and deltas.
+    Copying {
+        token: Token,
+        handover: HandoverId,
+        bubble: BubbleId,
+    },
+    Joined {
+        player: PlayerId,
+    },
+}
+
+/// What a server taking a bubble is for.
+#[derive(Debug)]
+enum AssignJob {
+    Create {
+        token: Token,
+        region: Region,
+        lease: Lease,
+        received: Instant,
+    },
+    Restore {
+        token: Token,
+        region: Region,
+        lease: Lease,
+        from: Epoch,
+        tick: Tick,
+        copy: Blob,
+    },
+    Standby {
+        token: Token,
+        handover: HandoverId,
+        source: Name,
+        lease: Lease,
+    },
+    /// A new part of a bubble being spread.
+    Part {
+        lease: LeaseRef,
+    },
+}
+
+#[derive(Debug)]
+enum AfterLeave {
+    /// Nothing more (the core's members said so).
+    Nothing,
+    /// The player crossed into another bubble: its state goes there.
+    Cross(control::Departure),
+    /// Another part of the same bubble takes it.
+    Part { to: Name },
+}
+
+/// What happened, as the shell saw it.
+#[derive(Debug)]
+pub enum Input {
+    /// The control connection is up (the shell opened its backup stream).
+    CoreUp,
+    CoreDown {
+        error: String,
+    },
+    /// An order of the core, answered with [`Effect::AnswerCore`] carrying `token`.
+    CoreOrder {
+        token: Token,
+        order: control::Request,
+    },
+    CoreReplied {
+        pending: Pending,
+        result: Result<control::Reply, String>,
+    },
+    /// A game server connected and said hello as `server`.
+    ServerUp {
+        server: Name,
+        conn: ConnId,
+    },
+    /// A server's request, answered at once with [`Effect::AnswerServer`].
+    ServerRequest {
+        server: Name,
+        conn: ConnId,
+        token: Token,
+        request: server::Request,
+    },
+    ServerItem {
+        server: Name,
+        item: StateItem,
+    },
+    ServerReplied {
+        server: Name,
+        pending: Pending,
+        result: Result<server::Reply, String>,
+    },
+    ServerGone {
+        server: Name,
+        conn: ConnId,
+    },
+    /// The driver saw a server's process (or pod) end.
+    ServerEnded {
+        server: String,
+        why: String,
+    },
+    /// The driver could not start a server.
+    ServerNotStarted {
+        server: String,
+        why: String,
+    },
+    /// A gateway connection from `client`; `rtt_ms` is its transport's estimate.
+    PlayerUp {
+        conn: ConnId,
+        client: Client,
+    },
+    PlayerRequest {
+        conn: ConnId,
+        token: Token,
+        request: gateway::Request,
+        rtt_ms: f32,
+    },
+    PlayerDatagram {
+        conn: ConnId,
+        datagram: gateway::Datagram,
+        rtt_ms: f32,
+    },
+    PlayerItem {
+        conn: ConnId,
+        item: gateway::Item,
+    },
+    PlayerGone {
+        conn: ConnId,
+    },
+    /// A transfer connection with `site`, accepted or dialed.
+    PeerUp {
+        site: Name,
+        conn: ConnId,
+    },
+    PeerRequest {
+        site: Name,
+        token: Token,
+        request: transfer::Request,
+    },
+    PeerItem {
+        site: Name,
+        item: StateItem,
+    },
+    PeerDatagram {
+        site: Name,
+        probe: transfer::Probe,
+    },
+    PeerReplied {
+        site: Name,
+        pending: Pending,
+        result: Result<transfer::Reply, String>,
+    },
+    PeerGone {
+        site: Name,
+        conn: ConnId,
+    },
+    /// The handover stream asked for with [`Effect::OpenMirror`] is open (or why not).
+    MirrorOpened {
+        handover: HandoverId,
+        result: Result<(), String>,
+    },
+}
+
+/// What the shell must do, in order.
+#[derive(Debug)]
+pub enum Effect {
+    ToCore {
+        pending: Pending,
+        request: control::Request,
+    },
+    AnswerCore {
+        token: Token,
+        result: Result<control::Reply, Fault>,
+    },
+    /// One item of the universe backup stream to the core.
+    Backup(control::Backup),
+    StartServer {
+        server: String,
+    },
+    StopServer {
+        server: String,
+    },
+    /// A request to a game server, after every earlier one to it has been answered.
+    ToServer {
+        server: Name,
+        pending: Pending,
+        request: server::Request,
+    },
+    /// An item on the stream to a game server (dropped if its queue is full).
+    ServerStream {
+        server: Name,
+        item: StateItem,
+    },
+    AnswerServer {
+        token: Token,
+        result: Result<server::Reply, Fault>,
+    },
+    /// An item on the stream to a player's connection (dropped if its queue is full).
+    ToPlayer {
+        conn: ConnId,
+        item: gateway::Item,
+    },
+    PlayerDatagram {
+        conn: ConnId,
+        datagram: gateway::Datagram,
+    },
+    AnswerPlayer {
+        token: Token,
+        result: Result<gateway::Reply, Fault>,
+    },
+    /// Keep a transfer link to `site` at `addr` (reported back as [`Input::PeerUp`]).
+    DialPeer {
+        site: Name,
+        addr: SocketAddr,
+    },
+    ToPeer {
+        site: Name,
+        pending: Pending,
+        request: transfer::Request,
+    },
+    PeerStream {
+        site: Name,
+        item: StateItem,
+    },
+    PeerDatagram {
+        site: Name,
+        probe: transfer::Probe,
+    },
+    AnswerPeer {
+        token: Token,
+        result: Result<transfer::Reply, Fault>,
+    },
+    /// Ask `site` to take the handover's state (`Open`) and open a stream for it; the result
+    /// comes back as [`Input::MirrorOpened`].
+    OpenMirror {
+        site: Name,
+        handover: HandoverId,
+        bubble: BubbleId,
+        epoch: Epoch,
+    },
+    /// An item on a handover's stream (dropped if its queue is full).
+    Mirror {
+        handover: HandoverId,
+        item: StateItem,
+    },
+    CloseMirror {
+        handover: HandoverId,
+    },
+}
+
+struct GameServer {
+    conn: ConnId,
+    ready: bool,
+    tps: f32,
+    players: u32,
+    bubbles: Vec<BubbleId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Target of a handover: fed by the source, starts at the seal.
+    Standby {
+        handover: HandoverId,
+    },
+    /// Source of a handover: still simulating until the freeze.
+    Leaving {
+        handover: HandoverId,
+    },
+    /// Source of a handover after the freeze: sealed, waiting for the commit. Never runs again.
+    Sealed {
+        handover: HandoverId,
+    },
+    /// Restored from a copy (a failover): the server has the copy and its seal; the bubble
+    /// runs from the server's first update under the new epoch, which answers the core.
+    Restoring,
+}
+
+/// A bubble simulated (or standing by) here.
+struct Local {
+    lease: Lease,
+    /// The lease's end by this agent's clock: `ttl_ms` from when the granting renewal was sent
+    /// (or the granting order received). Past it the servers have stopped by their own clocks.
+    valid_until: Instant,
+    /// This site's players in the bubble were told `Reconnecting` since it stopped.
+    told_reconnecting: bool,
+    /// The acknowledgements of the bubble's last update (its tick): what a copy made after it
+    /// includes at least.
+    acked_at: Option<(Tick, Vec<(PlayerId, Seq)>)>,
+    region: Region,
+    /// The bubble's server; when spread over several (SPEC section 4, within a site), the
+    /// server of part 0, which takes new players and makes the handover snapshot.
+    server: Name,
+    members: BTreeMap<PlayerId, Name>,
+    phase: Phase,
+    /// Parts 1.. when the bubble is spread over several servers (part 0 is `server`).
+    extra: Vec<Name>,
+    /// Where each member is simulated while the bubble is spread; absent: `server`.
+    holder: BTreeMap<PlayerId, Name>,
+}
+
+impl Local {
+    fn new(lease: Lease, region: Region, server: Name, phase: Phase, received: Instant) -> Self {
+        Local {
+            lease,
+            valid_until: received + Duration::from_millis(u64::from(lease.ttl_ms)),
+            told_reconnecting: false,
+            acked_at: None,
+            region,
+            server,
+            members: BTreeMap::new(),
+            phase,
+            extra: Vec::new(),
+            holder: BTreeMap::new(),
+        }
+    }
+
+    fn server_of(&self, player: PlayerId) -> &Name {
+        self.holder.get(&player).unwrap_or(&self.server)
+    }
+
+    /// Every server simulating part of the bubble, part 0 first.
+    fn servers(&self) -> impl Iterator<Item = &Name> {
+        std::iter::once(&self.server).chain(&self.extra)
+    }
+
+    fn lease_ref(&self) -> LeaseRef {
+        LeaseRef { bubble: self.lease.bubble, epoch: self.lease.epoch }
+    }
+}
+
+/// A player this site is the home of.
+struct Player {
+    /// Its gateway connection (the latest, after a resume).
+    conn: ConnId,
+    role: Role,
+    world: WorldId,
+    pos: Vec3,
+    vel: Vec3,
+    position_seq: u32,
+    min_rtt_ms: f32,
+    /// Inputs, route and acknowledgements.
+    session: PlayerSession,
+    /// The client it joined from, which may resume it.
+    client: Option<Client>,
+    /// Its connection ended at this time; the player is kept [`RESUME_GRACE`] for the same
+    /// client to reconnect.
+    gone_since: Option<Instant>,
+}
+
+struct PeerLink {
+    conn: ConnId,
+    rtt_ms: Option<f32>,
+    probes_sent: u32,
+    probes_back: u32,
+}
+
+/// A player's state from another bubble that arrived before the core said where it goes.
+struct Crossing {
+    at: Instant,
+    to: BubbleId,
+    last_applied: Seq,
+    state: Blob,
+}
+
+/// A core order waiting for a ready server.
+struct Waiting {
+    received: Instant,
+    token: Token,
+    order: control::Request,
+}
+
+/// A regrant waiting for every server of its bubble.
+struct Regrant {
+    token: Token,
+    lease: Lease,
+    received: Instant,
+    waiting: usize,
+    fault: Option<Fault>,
+}
+
+/// The timers.
+struct Timers {
+    report: Instant,
+    renew: Instant,
+    housekeeping: Instant,
+    probe: Instant,
+    backup: Instant,
+}
+
+/// The agent. See the module documentation.
+pub struct AgentMachine {
+    cfg: MachineConfig,
+    stats: Arc<AgentStats>,
+    /// The machine's origin: probe stamps count from it.
+    origin: Instant,
+    timers: Timers,
+    effects: VecDeque<Effect>,
+    registered: bool,
+    next_server: u32,
+    starting: BTreeMap<String, Instant>,
+    servers: BTreeMap<Name, GameServer>,
+    bubbles: BTreeMap<BubbleId, Local>,
+    players: BTreeMap<PlayerId, Player>,
+    /// The player of each gateway connection.
+    sessions: BTreeMap<ConnId, PlayerId>,
+    /// The player each client joined as: a reconnecting client resumes it.
+    clients: BTreeMap<Client, PlayerId>,
+    /// The client of each gateway connection, from its hello.
+    conn_clients: BTreeMap<ConnId, Client>,
+    /// Player ids the core handed this agent and it has not given yet, oldest block first.
+    player_ids: VecDeque<std::ops::Range<u64>>,
+    /// A `PlayerIds` request is on its way.
+    asking_ids: bool,
+    peers: BTreeMap<Name, PeerLink>,
+    /// Sites this agent dials (the shell keeps those links up).
+    dialed: BTreeSet<Name>,
+    crossings: BTreeMap<PlayerId, Crossing>,
+    /// Players whose state is on its way from another bubble: player → bubble here.
+    awaiting: BTreeMap<PlayerId, BubbleId>,
+    /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
+    mirrors: BTreeMap<BubbleId, HandoverId>,
+    /// Handover sources waiting for their stream: handover → (bubble, the order's token).
+    pending_prepare: BTreeMap<HandoverId, (BubbleId, Token)>,
+    /// Restores waiting for their server's first update: bubble → (received, token).
+    pending_restore: BTreeMap<BubbleId, (Instant, Token)>,
+    /// Regrants waiting for their servers.
+    regrants: BTreeMap<BubbleId, Regrant>,
+    /// Bubbles being spread or brought together.
+    regroups: BTreeMap<BubbleId, parts::Regroup>,
+    /// Orders waiting for a ready server, oldest first.
+    waiting: VecDeque<Waiting>,
+    joins: Vec<control::PlayerSample>,
+    leaves: Vec<PlayerId>,
+}
+
+impl std::fmt::Debug for AgentMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentMachine")
+            .field("site", &self.cfg.site)
+            .field("registered", &self.registered)
+            .field("servers", &self.servers.len())
+            .field("bubbles", &self.bubbles.len())
+            .field("players", &self.players.len())
+            .field("effects", &self.effects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentMachine {
+    pub fn new(cfg: MachineConfig, stats: Arc<AgentStats>, now: Instant) -> Self {
+        let mut machine = AgentMachine {
+            cfg,
+            stats,
+            origin: now,
+            timers: Timers { report: now, renew: now, housekeeping: now, probe: now, backup: now },
+            effects: VecDeque::new(),
+            registered: false,
+            next_server: 0,
+            starting: BTreeMap::new(),
+            servers: BTreeMap::new(),
+            bubbles: BTreeMap::new(),
+            players: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            conn_clients: BTreeMap::new(),
+            player_ids: VecDeque::new(),
+            asking_ids: false,
+            peers: BTreeMap::new(),
+            dialed: BTreeSet::new(),
+            crossings: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+            pending_prepare: BTreeMap::new(),
+            pending_restore: BTreeMap::new(),
+            regrants: BTreeMap::new(),
+            regroups: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            joins: Vec::new(),
+            leaves: Vec::new(),
+        };
+        machine.top_up_pool(now);
+        machine
+    }
+
+    /// The next effect to carry out, oldest first.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// When [`AgentMachine::handle_timeout`] is due next.
+    pub fn poll_timeout(&self) -> Instant {
+        let t = &self.timers;
+        t.report.min(t.renew).min(t.housekeeping).min(t.probe).min(t.backup)
+    }
+
+    /// Runs every timer due at `now`. A timer late by more than its period skips the ticks it
+    /// missed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let next = |due: &mut Instant, every: Duration| -> bool {
+            if now < *due {
+                return false;
+            }
+            *due = (*due + every).max(now);
+            true
+        };
+        if next(&mut self.timers.report, self.cfg.report_every) {
+            self.report();
+        }
+        if next(&mut self.timers.renew, self.cfg.renew_every) {
+            self.renew(now);
+        }
+        if next(&mut self.timers.housekeeping, HOUSEKEEPING_EVERY) {
+            self.housekeeping(now);
+        }
+        if next(&mut self.timers.probe, PROBE_EVERY) {
+            self.probe(now);
+        }
+        if next(&mut self.timers.backup, BACKUP_EVERY) {
+            self.backup();
+        }
+    }
+
+    /// One thing that happened at `now`.
+    pub fn handle(&mut self, input: Input, now: Instant) {
+        match input {
+            Input::CoreUp => self.register(),
+            Input::CoreDown { error } => {
+                tracing::warn!(site = %self.cfg.site, %error, "lost the core");
+                self.registered = false;
+            }
+            Input::CoreOrder { token, order } => self.core_order(token, order, now),
+            Input::CoreReplied { pending, result } => self.core_replied(pending.0, result, now),
+            Input::ServerUp { server, conn } => self.server_up(server, conn),
+            Input::ServerRequest { server, conn, token, request } => {
+                self.server_request(server, conn, token, request, now)
+            }
+            Input::ServerItem { server, item } => self.server_item(&server, item, now),
+            Input::ServerReplied { server, pending, result } => {
+                self.server_replied(server, pending.0, result, now)
+            }
+            Input::ServerGone { server, conn } => {
+                if self.servers.get(&server).is_some_and(|s| s.conn == conn) {
+                    self.server_lost(&server, "connection closed", now);
+                }
+            }
+            Input::ServerEnded { server, why } => {
+                tracing::warn!(site = %self.cfg.site, %server, %why, "game server ended");
+                self.starting.remove(&server);
+                // Its exit is seen within a housekeeping period of the shell, long before its
+                // connection times out.
+                if let Ok(name) = Name::new(server) {
+                    self.server_lost(&name, &format!("exited: {why}"), now);
+                }
+            }
+            Input::ServerNotStarted { server, why } => {
+                tracing::warn!(site = %self.cfg.site, %server, %why, "cannot start a game server");
+                self.starting.remove(&server);
+            }
+            Input::PlayerUp { conn, client } => {
+                self.conn_clients.insert(conn, client);
+            }
+            Input::PlayerRequest { conn, token, request, rtt_ms } => {
+                let result = self.player_request(conn, &request, rtt_ms, now);
+                self.effects.push_back(Effect::AnswerPlayer { token, result });
+            }
+            Input::PlayerDatagram { conn, datagram, rtt_ms } => {
+                self.player_datagram(conn, datagram, rtt_ms)
+            }
+            Input::PlayerItem { conn, item } => self.player_item(conn, item, now),
+            Input::PlayerGone { conn } => self.player_gone(conn, now),
+            Input::PeerUp { site, conn } => self.peer_up(site, conn),
+            Input::PeerRequest { site: _, token, request } => {
+                let result = self.peer_request(&request, now);
+                self.effects.push_back(Effect::AnswerPeer { token, result });
+            }
+            Input::PeerItem { site, item } => self.peer_item(&site, item, now),
+            Input::PeerDatagram { site, probe } => self.peer_probe(&site, probe, now),
+            Input::PeerReplied { site, pending, result } => {
+                if let Err(e) = result {
+                    tracing::warn!(peer = %site, error = %e, then = ?pending.0, "request to a peer failed");
+                }
+            }
+            Input::PeerGone { site, conn } => {
+                if self.peers.get(&site).is_some_and(|p| p.conn == conn) {
+                    self.peers.remove(&site);
+                    tracing::warn!(site = %self.cfg.site, peer = %site, "transfer link down");
+                }
+            }
+            Input::MirrorOpened { handover, result } => self.mirror_opened(handover, result),
+        }
+    }
+
+    fn ask_core(&mut self, then: Then, request: control::Request) {
+        self.effects.push_back(Effect::ToCore { pending: Pending(then), request });
+    }
+
+    fn answer(&mut self, token: Token, result: Result<control::Reply, Fault>) {
+        self.effects.push_back(Effect::AnswerCore { token, result });
+    }
+
+    fn ask_server(&mut self, server: &Name, then: Then, request: server::Request) {
+        self.effects.push_back(Effect::ToServer {
+            server: server.clone(),
+            pending: Pending(then),
+            request,
+        });
+    }
+
+    fn release(&mut self, server: &Name, bubble: BubbleId) -> bool {
+        let Some(srv) = self.servers.get_mut(server) else { return false };
+        srv.bubbles.retain(|b| *b != bubble);
+        true
+    }
+
+    /// Microseconds since the machine's origin (probes compare only our own stamps).
+    fn stamp_us(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.origin).as_micros() as u64
+    }
+
+    fn count_bubbles(&self) {
+        self.stats.bubbles.store(self.bubbles.len() as u64, Ordering::Relaxed);
+    }
+}
+
+fn unknown(bubble: BubbleId) -> Fault {
+    Fault::new(ErrorCode::UnknownBubble, format!("bubble {} is not here", bubble.0))
+}
+
+fn name(s: &str) -> Name {
+    Name::new(s.chars().take(16).collect::<String>()).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+/// `lease` with the time since `received` taken off its ttl: the holder counts its lease from
+/// when the granting order reached this agent, not from when a server finally took it.
+fn remaining(lease: Lease, received: Instant, now: Instant) -> Lease {
+    let waited =
+        now.saturating_duration_since(received).as_millis().min(u128::from(lease.ttl_ms)) as u32;
+    Lease { ttl_ms: lease.ttl_ms - waited, ..lease }
+}

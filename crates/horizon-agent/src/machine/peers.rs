@@ -1,0 +1,112 @@
+//! The other sites' agents: transfer links, crossings, handover streams, backbone probes.
+
+use super::*;
+
+impl AgentMachine {
+    pub(super) fn peer_up(&mut self, site: Name, conn: ConnId) {
+        tracing::info!(site = %self.cfg.site, peer = %site, "transfer link up");
+        self.peers.insert(site, PeerLink { conn, rtt_ms: None, probes_sent: 0, probes_back: 0 });
+    }
+
+    pub(super) fn peer_probe(&mut self, site: &Name, probe: transfer::Probe, now: Instant) {
+        let now_us = self.stamp_us(now);
+        let Some(peer) = self.peers.get_mut(site) else { return };
+        match probe {
+            transfer::Probe::Ping { seq, sent_us } => {
+                let probe = transfer::Probe::Echo { seq, sent_us };
+                self.effects.push_back(Effect::PeerDatagram { site: site.clone(), probe });
+            }
+            transfer::Probe::Echo { sent_us, .. } => {
+                let rtt = now_us.saturating_sub(sent_us) as f32 / 1000.0;
+                peer.probes_back += 1;
+                peer.rtt_ms = Some(peer.rtt_ms.map_or(rtt, |r| 0.8 * r + 0.2 * rtt));
+            }
+        }
+    }
+
+    pub(super) fn peer_request(
+        &mut self,
+        request: &transfer::Request,
+        now: Instant,
+    ) -> Result<transfer::Reply, Fault> {
+        match request {
+            transfer::Request::Open { handover, bubble, epoch } => {
+                let local = self
+                    .bubbles
+                    .get(bubble)
+                    .filter(|b| b.phase == Phase::Standby { handover: *handover });
+                let local = local.ok_or_else(|| {
+                    Fault::new(
+                        ErrorCode::NotReady,
+                        format!("no standby for handover {}", handover.0),
+                    )
+                })?;
+                if *epoch >= local.lease.epoch {
+                    return Err(Fault::new(
+                        ErrorCode::StaleEpoch,
+                        "the source's epoch is not older",
+                    ));
+                }
+                Ok(transfer::Reply::Accepted { from_tick: Tick(0) })
+            }
+            transfer::Request::Cross { .. } => {
+                self.take_crossing(request, now)?;
+                Ok(transfer::Reply::Done)
+            }
+        }
+    }
+
+    /// A player's state crossing into a bubble here: joined now if the core already said so,
+    /// else kept until it does.
+    pub(super) fn take_crossing(
+        &mut self,
+        request: &transfer::Request,
+        now: Instant,
+    ) -> Result<(), Fault> {
+        let transfer::Request::Cross { player, to, epoch, last_applied, state, .. } = request
+        else {
+            return Ok(());
+        };
+        let here = self.bubbles.get(to).filter(|b| b.lease.epoch == *epoch);
+        if let Some(local) = here
+            && self.awaiting.get(player) == Some(to)
+        {
+            self.awaiting.remove(player);
+            let lease = LeaseRef { bubble: *to, epoch: *epoch };
+            let server = local.server.clone();
+            if self.servers.contains_key(&server) {
+                self.join(&server, lease, *player, *last_applied, state.clone());
+            }
+        } else if self.crossings.len() < MAX_CROSSINGS {
+            let crossing =
+                Crossing { at: now, to: *to, last_applied: *last_applied, state: state.clone() };
+            self.crossings.insert(*player, crossing);
+        } else {
+            return Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn peer_item(&mut self, site: &Name, item: StateItem, now: Instant) {
+        match item {
+            StateItem::Inputs(inputs) => self.inputs_to_servers(inputs),
+            StateItem::Update(update) => self.deliver(&update, site, now),
+            StateItem::Snapshot(ref s) => self.feed_standby(site, s.bubble, item.clone()),
+            StateItem::Delta(ref d) => self.feed_standby(site, d.bubble, item.clone()),
+            StateItem::Seal(ref s) => {
+                tracing::info!(site = %self.cfg.site, bubble = s.bubble.0, tick = s.tick.0, "seal received");
+                self.feed_standby(site, s.bubble, item.clone())
+            }
+        }
+    }
+
+    pub(super) fn feed_standby(&mut self, from: &Name, bubble: BubbleId, item: StateItem) {
+        let Some(local) = self.bubbles.get(&bubble) else { return };
+        if !matches!(local.phase, Phase::Standby { .. }) {
+            tracing::warn!(peer = %from, bubble = bubble.0, "state for a bubble not standing by");
+            return;
+        }
+        let server = local.server.clone();
+        self.effects.push_back(Effect::ServerStream { server, item });
+    }
+}

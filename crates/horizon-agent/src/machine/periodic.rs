@@ -1,0 +1,114 @@
+//! What runs on timers: universe backup copies, probes, restore deadlines, lease expiries, housekeeping.
+
+use super::*;
+
+impl AgentMachine {
+    /// Asks each server for a copy of every bubble it runs; the copies go to the core.
+    pub(super) fn backup(&mut self) {
+        if !self.registered {
+            return;
+        }
+        let mut copies = Vec::new();
+        for local in self.bubbles.values().filter(|b| b.phase == Phase::Running) {
+            // A spread bubble: every part's server copies its own state.
+            for name in local.servers().filter(|n| self.servers.contains_key(*n)) {
+                copies.push((name.clone(), local.lease_ref()));
+            }
+        }
+        for (server, lease) in copies {
+            let request = server::Request::Copy { lease, deltas: false };
+            self.ask_server(&server, Then::Nothing("backup copy"), request);
+        }
+    }
+
+    pub(super) fn probe(&mut self, now: Instant) {
+        let sent_us = self.stamp_us(now);
+        for (site, peer) in self.peers.iter_mut() {
+            peer.probes_sent += 1;
+            let probe = transfer::Probe::Ping { seq: peer.probes_sent, sent_us };
+            self.effects.push_back(Effect::PeerDatagram { site: site.clone(), probe });
+        }
+    }
+
+    /// Restores whose server did not run in time are refused: the core fails them over again.
+    pub(super) fn restore_deadlines(&mut self, now: Instant) {
+        let late: Vec<BubbleId> = self
+            .pending_restore
+            .iter()
+            .filter(|(_, (at, _))| now.saturating_duration_since(*at) > RESTORE_DEADLINE)
+            .map(|(&b, _)| b)
+            .collect();
+        for bubble in late {
+            if let Some((_, token)) = self.pending_restore.remove(&bubble) {
+                let fault =
+                    Fault::new(ErrorCode::NotReady, "the restored server did not run in time");
+                self.answer(token, Err(fault));
+            }
+            self.drop_bubble(bubble);
+        }
+    }
+
+    /// Bubbles whose lease ran out by this agent's clock have stopped (their servers stop by
+    /// their own clocks): this site's players in them are told they are reconnecting.
+    pub(super) fn lease_expiries(&mut self, now: Instant) {
+        for (&bubble, local) in self.bubbles.iter_mut() {
+            if local.phase != Phase::Running || now < local.valid_until || local.told_reconnecting {
+                continue;
+            }
+            local.told_reconnecting = true;
+            tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = local.lease.epoch.0, "lease expired: the bubble stopped here");
+            for p in self.players.values_mut() {
+                if p.session.route().is_some_and(|(b, s)| *b == bubble && *s == self.cfg.site) {
+                    p.session.told();
+                    let reason =
+                        format!("{} lost its lease on this part of the universe", self.cfg.site);
+                    let item = gateway::Item::Reconnecting { reason };
+                    self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+                }
+            }
+        }
+    }
+
+    pub(super) fn housekeeping(&mut self, now: Instant) {
+        let players: Vec<PlayerId> = self.players.keys().copied().collect();
+        for p in players {
+            self.resend(p, false, now);
+        }
+        for p in self.players.values_mut() {
+            if p.session.stalled(now) {
+                let reason = "the simulation is unreachable for now".to_owned();
+                let item = gateway::Item::Reconnecting { reason };
+                self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+            }
+        }
+        self.crossings.retain(|_, c| now.saturating_duration_since(c.at) < CROSSING_TTL);
+        while self
+            .waiting
+            .front()
+            .is_some_and(|w| now.saturating_duration_since(w.received) > SERVER_WAIT)
+        {
+            if let Some(w) = self.waiting.pop_front() {
+                let fault = Fault::new(
+                    ErrorCode::NotReady,
+                    format!("no game server ready at {} in time", self.cfg.site),
+                );
+                self.answer(w.token, Err(fault));
+            }
+        }
+        let late: Vec<String> = self
+            .starting
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) > START_TIMEOUT)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for server in late {
+            tracing::warn!(site = %self.cfg.site, %server, "server never registered: stopped");
+            self.starting.remove(&server);
+            self.effects.push_back(Effect::StopServer { server });
+        }
+        self.restore_deadlines(now);
+        self.resume_deadlines(now);
+        self.lease_expiries(now);
+        self.top_up_pool(now);
+    }
+}
