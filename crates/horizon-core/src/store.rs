@@ -246,6 +246,62 @@ impl Durable for Store {
     }
 }
 
+/// A store in memory, for simulations and tests: the same records and copies as [`Store`],
+/// lost with the process. A simulated core restarted "with its disk" keeps the same one.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: StoreState,
+    copies: BTreeMap<u64, Vec<u8>>,
+}
+
+impl MemoryStore {
+    /// Persists the next generation (as [`Store::next_generation`] does) and returns it.
+    pub fn next_generation(&mut self) -> u32 {
+        let generation = self.state.generation + 1;
+        self.state.apply(&Record::Generation { generation });
+        generation
+    }
+}
+
+impl Durable for MemoryStore {
+    fn state(&self) -> &StoreState {
+        &self.state
+    }
+
+    fn append(&mut self, record: Record) -> Result<(), StoreError> {
+        self.state.apply(&record);
+        Ok(())
+    }
+
+    fn put_backup(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.copies.insert(bubble, bytes.to_vec());
+        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })
+    }
+
+    fn put_backup_part(
+        &mut self,
+        bubble: u64,
+        epoch: u64,
+        (part, parts): (u32, u32),
+        tick: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let len = bytes.len() as u64;
+        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
+    }
+
+    fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
+        let meta = self.state.backups.get(&bubble)?.clone();
+        Some((meta, self.copies.get(&bubble)?.clone()))
+    }
+}
+
 /// The open store.
 #[derive(Debug)]
 pub struct Store {

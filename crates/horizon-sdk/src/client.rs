@@ -1,16 +1,13 @@
 //! The SDK's event loop: one connection to the agent, requests served in order, a tick timer,
 //! and the streams of state both ways.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use horizon_proto::server::{Reply, Request, Server};
-use horizon_proto::{
-    BubbleId, ChannelId, Epoch, ErrorCode, Fault, MAX_CHUNK_BYTES, Name, StateItem,
-};
+use horizon_proto::{ChannelId, ErrorCode, Name, StateItem};
 use horizon_transport::tls::{self, Roots};
 use horizon_transport::{
     Dial, Error, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, StreamSender,
@@ -20,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::game::Game;
-use crate::region::{Held, Phase};
+use crate::server::ServerMachine;
 
 /// Items from the agent's streams waiting for the loop. A full queue pauses the reading task,
 /// and QUIC flow control pushes back on the agent.
@@ -88,16 +85,11 @@ pub async fn run<G: Game>(
     let (items_tx, items_rx) = mpsc::channel(ITEM_QUEUE);
     let mut server = GameServer {
         opts,
-        game,
-        counters,
         link: parts.link,
-        regions: HashMap::new(),
-        newest: HashMap::new(),
+        machine: ServerMachine::new(game, counters),
         out: None,
         items_tx,
         load_every: Duration::from_secs(1),
-        ticks_this_second: 0,
-        tps: 0.0,
     };
     let mut events = parts.events;
     let mut inbound = parts.inbound;
@@ -163,22 +155,16 @@ pub async fn run<G: Game>(
 
 struct GameServer<G: Game> {
     opts: ServerOptions,
-    game: G,
-    counters: Arc<Counters>,
     link: Link<Server>,
-    regions: HashMap<BubbleId, Held<G>>,
-    /// The newest epoch seen per bubble: an older assignment is stale.
-    newest: HashMap<BubbleId, Epoch>,
+    machine: ServerMachine<G>,
     out: Option<StreamSender<Server>>,
     items_tx: mpsc::Sender<StateItem>,
     load_every: Duration,
-    ticks_this_second: u32,
-    tps: f32,
 }
 
 impl<G: Game> GameServer<G> {
     async fn connected(&mut self, conn: horizon_transport::Conn<Server>) {
-        self.regions.clear();
+        self.machine.reconnected();
         let register = Request::Register {
             server: conn_name(&self.opts.name),
             build: conn_name(&self.opts.build),
@@ -202,187 +188,23 @@ impl<G: Game> GameServer<G> {
     }
 
     async fn request(&mut self, req: InboundRequest<Server>) {
-        let now = Instant::now();
-        let reply = self.serve(&req.body, now).await;
+        let reply = self.machine.serve(&req.body, Instant::now());
+        // What the request produced (a copy's snapshot, a seal) goes before its reply.
+        self.flush().await;
         let _ = req.reply(reply).await;
     }
 
-    async fn serve(&mut self, body: &Request, now: Instant) -> Result<Reply, Fault> {
-        match body {
-            Request::Assign { lease, region, from_snapshot } => {
-                let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
-                if lease.epoch < *newest {
-                    return Ok(Reply::Stale { newest: *newest });
-                }
-                *newest = lease.epoch;
-                let lref = horizon_proto::LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
-                let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
-                let held = Held::new(&self.game, lref, *region, until, *from_snapshot);
-                self.regions.insert(lease.bubble, held);
-                self.counters.regions.store(self.regions.len() as u64, Ordering::Relaxed);
-                tracing::info!(
-                    bubble = lease.bubble.0,
-                    epoch = lease.epoch.0,
-                    standby = from_snapshot,
-                    "assigned"
-                );
-                Ok(Reply::Done)
-            }
-            Request::Renew { leases, ttl_ms, sent_ago_ms } => {
-                let sent =
-                    now.checked_sub(Duration::from_millis(u64::from(*sent_ago_ms))).unwrap_or(now);
-                let until = sent + Duration::from_millis(u64::from(*ttl_ms));
-                for l in leases {
-                    if let Some(h) = self.regions.get_mut(&l.bubble).filter(|h| h.lease == *l) {
-                        h.renew(until);
-                    }
-                }
-                Ok(Reply::Done)
-            }
-            Request::Resize { lease, region } => {
-                let held = self.held(*lease)?;
-                held.region = *region;
-                Ok(Reply::Done)
-            }
-            Request::Join { lease, player, last_applied, state } => {
-                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
-                if !held.join(&self.game, *player, *last_applied, &state.0) {
-                    tracing::debug!(player = player.0, "join of a player already here: kept as is");
-                }
-                Ok(Reply::Done)
-            }
-            Request::Leave { lease, player } => {
-                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
-                let (last_applied, state) = held.leave(&self.game, *player).ok_or_else(|| {
-                    Fault::new(ErrorCode::Unexpected, format!("player {} is not here", player.0))
-                })?;
-                Ok(Reply::Left { last_applied, state: horizon_proto::Blob(state) })
-            }
-            Request::Copy { lease, deltas } => {
-                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
-                let chunks = held.snapshot(&self.game, MAX_CHUNK_BYTES, *deltas);
-                for chunk in chunks {
-                    self.send(StateItem::Snapshot(chunk)).await;
-                }
-                Ok(Reply::Done)
-            }
-            Request::Freeze { lease } => {
-                let seal = {
-                    let held = self.held(*lease)?;
-                    if held.phase != Phase::Running {
-                        return Err(Fault::new(
-                            ErrorCode::Unexpected,
-                            "freeze of a region not running",
-                        ));
-                    }
-                    held.seal()
-                };
-                let tick = seal.tick;
-                self.send(StateItem::Seal(seal)).await;
-                tracing::info!(bubble = lease.bubble.0, tick = tick.0, "frozen and sealed");
-                Ok(Reply::Frozen { tick })
-            }
-            Request::Release { lease } => {
-                let held = self.regions.remove(&lease.bubble).filter(|h| h.lease == *lease);
-                self.counters.regions.store(self.regions.len() as u64, Ordering::Relaxed);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
-                Ok(Reply::Released { bubble: held.bubble(), tick: held.tick })
-            }
-            Request::Regrant { old, lease } => {
-                let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
-                let lref = horizon_proto::LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
-                self.held(*old)?
-                    .regrant(lref, until)
-                    .map_err(|why| Fault::new(ErrorCode::StaleEpoch, why))?;
-                let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
-                *newest = (*newest).max(lease.epoch);
-                tracing::info!(bubble = lease.bubble.0, epoch = lease.epoch.0, "regranted");
-                Ok(Reply::Done)
-            }
-            Request::Register { .. } | Request::Ready | Request::Load { .. } => {
-                Err(Fault::new(ErrorCode::Unexpected, "a server request, sent by the agent"))
-            }
-        }
-    }
-
-    fn held(&mut self, lease: horizon_proto::LeaseRef) -> Result<&mut Held<G>, Fault> {
-        self.regions
-            .get_mut(&lease.bubble)
-            .filter(|h| h.lease == lease)
-            .ok_or_else(|| unknown(lease.bubble))
-    }
-
     fn item(&mut self, item: StateItem) {
-        let now = Instant::now();
-        let result = match item {
-            StateItem::Inputs(inputs) => {
-                let Some(held) = self.regions.get_mut(&inputs.bubble) else { return };
-                let done = held.inputs(&self.game, inputs.inputs, now);
-                self.count(done);
-                Ok(())
-            }
-            StateItem::Snapshot(s) => match self.regions.get_mut(&s.bubble) {
-                Some(held) => held.on_snapshot(&self.game, s),
-                None => return,
-            },
-            StateItem::Delta(d) => match self.regions.get_mut(&d.bubble) {
-                Some(held) => held.on_delta(&self.game, d),
-                None => return,
-            },
-            StateItem::Seal(seal) => match self.regions.get_mut(&seal.bubble) {
-                Some(held) => {
-                    let tick = seal.tick;
-                    let r = held.on_seal(&self.game, seal);
-                    if r.is_ok() {
-                        tracing::info!(
-                            bubble = held.bubble().0,
-                            tick = tick.0 + 1,
-                            "running from the seal"
-                        );
-                    }
-                    r
-                }
-                None => return,
-            },
-            StateItem::Update(_) => return,
-        };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "state item refused");
-        }
-    }
-
-    fn count(&self, done: crate::region::Applied) {
-        let c = &self.counters;
-        c.inputs_applied.fetch_add(done.applied, Ordering::Relaxed);
-        c.inputs_duplicate.fetch_add(done.duplicates, Ordering::Relaxed);
-        c.inputs_dropped.fetch_add(done.dropped, Ordering::Relaxed);
+        self.machine.item(item, Instant::now());
     }
 
     async fn tick(&mut self) {
-        let now = Instant::now();
-        let mut out = Vec::new();
-        for held in self.regions.values_mut() {
-            if let Some((update, delta, applied)) = held.step(&self.game, now) {
-                self.counters.inputs_applied.fetch_add(applied, Ordering::Relaxed);
-                out.push(StateItem::Update(update));
-                out.extend(delta.map(StateItem::Delta));
-            }
-        }
-        self.ticks_this_second += 1;
-        self.counters.ticks.fetch_add(1, Ordering::Relaxed);
-        for item in out {
-            self.send(item).await;
-        }
+        self.machine.tick(Instant::now());
+        self.flush().await;
     }
 
     fn second(&mut self) {
-        self.tps = self.ticks_this_second as f32;
-        self.ticks_this_second = 0;
-        let players = self.regions.values().map(Held::players).sum::<usize>() as u32;
-        let load = Request::Load { tps: self.tps, players, chunks_loading: 0 };
+        let load = self.machine.load();
         let link = self.link.clone();
         if link.current().is_some() {
             tokio::spawn(async move {
@@ -391,17 +213,15 @@ impl<G: Game> GameServer<G> {
         }
     }
 
-    async fn send(&mut self, item: StateItem) {
-        let Some(out) = self.out.as_mut() else { return };
-        if let Err(e) = out.send(&item).await {
-            tracing::warn!(error = %e, "stream to the agent broke");
-            self.out = None;
+    async fn flush(&mut self) {
+        while let Some(item) = self.machine.poll_item() {
+            let Some(out) = self.out.as_mut() else { continue };
+            if let Err(e) = out.send(&item).await {
+                tracing::warn!(error = %e, "stream to the agent broke");
+                self.out = None;
+            }
         }
     }
-}
-
-fn unknown(bubble: BubbleId) -> Fault {
-    Fault::new(ErrorCode::UnknownBubble, format!("bubble {} is not held here", bubble.0))
 }
 
 /// A name for the wire, cut to the limit on a character boundary.

@@ -21,7 +21,9 @@ mod client;
 mod game;
 pub mod reference;
 mod region;
+mod server;
 
 pub use client::{Counters, ServerOptions, run};
 pub use game::Game;
 pub use region::{Phase, RegionError};
+pub use server::ServerMachine;

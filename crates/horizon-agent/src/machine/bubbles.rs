@@ -80,13 +80,14 @@ impl AgentMachine {
                 self.count_bubbles();
                 self.answer(token, Ok(control::Reply::Done));
             }
-            AssignJob::Restore { token, region, lease, from, tick, copy } => {
-                self.restored(token, server, region, lease, from, tick, copy, now)
+            AssignJob::Restore { token, region, lease, from, tick, copy, received } => {
+                self.restored(token, server, region, lease, from, tick, copy, received, now)
             }
-            AssignJob::Standby { token, handover, source, lease } => {
+            AssignJob::Standby { token, handover, source, lease, received } => {
                 tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, from = %source, %server, "handover target standing by");
                 let region = Region { world: WorldId(0), bounds: None };
-                let local = Local::new(lease, region, server, Phase::Standby { handover }, now);
+                let phase = Phase::Standby { handover };
+                let local = Local::new(lease, region, server, phase, received);
                 self.bubbles.insert(lease.bubble, local);
                 self.count_bubbles();
                 self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
@@ -126,7 +127,7 @@ impl AgentMachine {
             None => {}
         }
         let standby = !copy.0.is_empty();
-        let job = AssignJob::Restore { token, region, lease, from, tick, copy };
+        let job = AssignJob::Restore { token, region, lease, from, tick, copy, received };
         self.assign(lease, region, standby, job, received, now)
     }
 
@@ -140,13 +141,14 @@ impl AgentMachine {
         from: Epoch,
         tick: Tick,
         copy: Blob,
+        received: Instant,
         now: Instant,
     ) {
         let bubble = lease.bubble;
         tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = lease.epoch.0, tick = tick.0, copy_bytes = copy.0.len(), %server, "restoring a bubble from its copy");
         let empty = copy.0.is_empty();
         let phase = if empty { Phase::Running } else { Phase::Restoring };
-        self.bubbles.insert(bubble, Local::new(lease, region, server.clone(), phase, now));
+        self.bubbles.insert(bubble, Local::new(lease, region, server.clone(), phase, received));
         self.count_bubbles();
         if empty {
             self.answer(token, Ok(control::Reply::Done));
@@ -368,7 +370,7 @@ impl AgentMachine {
             return Ok(false);
         }
         let region = Region { world: WorldId(0), bounds: None };
-        let job = AssignJob::Standby { token, handover, source, lease };
+        let job = AssignJob::Standby { token, handover, source, lease, received: now };
         self.assign(lease, region, true, job, now, now)?;
         Ok(true)
     }

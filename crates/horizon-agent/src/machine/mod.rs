@@ -159,12 +159,14 @@ enum AssignJob {
         from: Epoch,
         tick: Tick,
         copy: Blob,
+        received: Instant,
     },
     Standby {
         token: Token,
         handover: HandoverId,
         source: Name,
         lease: Lease,
+        received: Instant,
     },
     /// A new part of a bubble being spread.
     Part {

@@ -252,6 +252,10 @@ impl AgentMachine {
                 let fault = Fault::new(ErrorCode::NotReady, "the restored bubble's server is gone");
                 self.answer(token, Err(fault));
             }
+            if let Some(job) = self.regrants.remove(&bubble) {
+                let fault = Fault::new(ErrorCode::NotReady, "the bubble's server is gone");
+                self.answer(job.token, Err(fault));
+            }
             let lease = local.lease_ref();
             if matches!(local.phase, Phase::Running) {
                 lost.push(lease);

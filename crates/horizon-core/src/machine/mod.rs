@@ -14,7 +14,7 @@ pub(crate) mod handover;
 pub(crate) mod registry;
 pub(crate) mod status;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use horizon_mesh::{
     Command, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerUpdate, SiteId, Sites,
@@ -129,14 +129,14 @@ pub struct CoreMachine {
     pub(crate) cfg: MachineConfig,
     pub(crate) mesh: Mesh,
     pub(crate) generation: u32,
-    pub(crate) agents: HashMap<SiteId, AgentSession>,
+    pub(crate) agents: BTreeMap<SiteId, AgentSession>,
     pub(crate) registry: BTreeMap<BubbleId, Hosted>,
     /// Where each player's membership was last sent: player → bubble.
-    pub(crate) placed: HashMap<PlayerId, BubbleId>,
-    pub(crate) handovers: HashMap<HandoverId, Handover>,
+    pub(crate) placed: BTreeMap<PlayerId, BubbleId>,
+    pub(crate) handovers: BTreeMap<HandoverId, Handover>,
     next_handover: u64,
     next_order: u64,
-    awaiting: HashMap<OrderId, Awaiting>,
+    awaiting: BTreeMap<OrderId, Awaiting>,
     pub(crate) decisions: VecDeque<serde_json::Value>,
     pub(crate) assembling: backup::Assembly,
     /// Metadata of the copies in the store (the bytes stay in the store).
@@ -173,14 +173,14 @@ impl CoreMachine {
             cfg,
             mesh,
             generation,
-            agents: HashMap::new(),
+            agents: BTreeMap::new(),
             registry: BTreeMap::new(),
-            placed: HashMap::new(),
-            handovers: HashMap::new(),
+            placed: BTreeMap::new(),
+            handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
             next_handover: (u64::from(generation) << 32) | 1,
             next_order: 1,
-            awaiting: HashMap::new(),
+            awaiting: BTreeMap::new(),
             decisions: VecDeque::new(),
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),

@@ -1,7 +1,7 @@
 //! What really runs where: each bubble's holder, epoch, box, members and parts, and the
 //! reconciliation that brings the agents in line with the brain after every change.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use horizon_mesh::SiteId;
 use horizon_proto::control;
@@ -59,7 +59,7 @@ impl CoreMachine {
     /// Players whose old or new bubble is in a handover or a restore wait for it to finish.
     pub(crate) fn reconcile(&mut self) {
         let mut touched: BTreeSet<BubbleId> = BTreeSet::new();
-        let mut departures: HashMap<BubbleId, Vec<(PlayerId, BubbleId)>> = HashMap::new();
+        let mut departures: BTreeMap<BubbleId, Vec<(PlayerId, BubbleId)>> = BTreeMap::new();
         let mut crossing: BTreeSet<PlayerId> = BTreeSet::new();
         let mut routes: Vec<PlayerId> = Vec::new();
         let mut present: BTreeSet<PlayerId> = BTreeSet::new();

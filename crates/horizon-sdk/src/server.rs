@@ -1,0 +1,256 @@
+//! A game server's side of the agent protocol as a sans-IO state machine: the agent's
+//! requests are served ([`ServerMachine::serve`]), its stream items taken in
+//! ([`ServerMachine::item`]), the regions stepped ([`ServerMachine::tick`]); what goes back on
+//! the stream to the agent waits in [`ServerMachine::poll_item`], to be sent *before* the
+//! request's reply (a `Copy`'s snapshot, a `Freeze`'s seal). `client.rs` is its tokio shell; the
+//! whole-mesh simulator drives it directly.
+//!
+//! A region runs only under a valid lease by the server's own clock, and the newest epoch seen
+//! per bubble fences older assignments.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use horizon_proto::server::{Reply, Request};
+use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, MAX_CHUNK_BYTES, StateItem};
+use tokio::time::Instant;
+
+use crate::client::Counters;
+use crate::game::Game;
+use crate::region::{Held, Phase};
+
+/// One game server's regions. See the module documentation.
+pub struct ServerMachine<G: Game> {
+    game: G,
+    counters: Arc<Counters>,
+    regions: BTreeMap<BubbleId, Held<G>>,
+    /// The newest epoch seen per bubble: an older assignment is stale.
+    newest: BTreeMap<BubbleId, Epoch>,
+    out: VecDeque<StateItem>,
+    ticks_this_second: u32,
+}
+
+impl<G: Game> std::fmt::Debug for ServerMachine<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerMachine").field("regions", &self.regions.len()).finish()
+    }
+}
+
+impl<G: Game> ServerMachine<G> {
+    pub fn new(game: G, counters: Arc<Counters>) -> Self {
+        ServerMachine {
+            game,
+            counters,
+            regions: BTreeMap::new(),
+            newest: BTreeMap::new(),
+            out: VecDeque::new(),
+            ticks_this_second: 0,
+        }
+    }
+
+    /// A new connection to the agent: the regions held are dropped (the agent assigns them
+    /// again from its copies); the newest epochs seen stay.
+    pub fn reconnected(&mut self) {
+        self.regions.clear();
+        self.out.clear();
+        self.count_regions();
+    }
+
+    /// The next item for the stream to the agent.
+    pub fn poll_item(&mut self) -> Option<StateItem> {
+        self.out.pop_front()
+    }
+
+    /// How many regions this server holds.
+    pub fn regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// The epoch a region runs under, if held.
+    pub fn epoch_of(&self, bubble: BubbleId) -> Option<Epoch> {
+        self.regions.get(&bubble).map(|h| h.lease.epoch)
+    }
+
+    pub fn serve(&mut self, body: &Request, now: Instant) -> Result<Reply, Fault> {
+        match body {
+            Request::Assign { lease, region, from_snapshot } => {
+                let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
+                if lease.epoch < *newest {
+                    return Ok(Reply::Stale { newest: *newest });
+                }
+                *newest = lease.epoch;
+                let lref = LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
+                let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
+                let held = Held::new(&self.game, lref, *region, until, *from_snapshot);
+                self.regions.insert(lease.bubble, held);
+                self.count_regions();
+                tracing::info!(
+                    bubble = lease.bubble.0,
+                    epoch = lease.epoch.0,
+                    standby = from_snapshot,
+                    "assigned"
+                );
+                Ok(Reply::Done)
+            }
+            Request::Renew { leases, ttl_ms, sent_ago_ms } => {
+                let sent =
+                    now.checked_sub(Duration::from_millis(u64::from(*sent_ago_ms))).unwrap_or(now);
+                let until = sent + Duration::from_millis(u64::from(*ttl_ms));
+                for l in leases {
+                    if let Some(h) = self.regions.get_mut(&l.bubble).filter(|h| h.lease == *l) {
+                        h.renew(until);
+                    }
+                }
+                Ok(Reply::Done)
+            }
+            Request::Resize { lease, region } => {
+                let held = self.held(*lease)?;
+                held.region = *region;
+                Ok(Reply::Done)
+            }
+            Request::Join { lease, player, last_applied, state } => {
+                let game = &self.game;
+                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
+                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                if !held.join(game, *player, *last_applied, &state.0) {
+                    tracing::debug!(player = player.0, "join of a player already here: kept as is");
+                }
+                Ok(Reply::Done)
+            }
+            Request::Leave { lease, player } => {
+                let game = &self.game;
+                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
+                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let (last_applied, state) = held.leave(game, *player).ok_or_else(|| {
+                    Fault::new(ErrorCode::Unexpected, format!("player {} is not here", player.0))
+                })?;
+                Ok(Reply::Left { last_applied, state: horizon_proto::Blob(state) })
+            }
+            Request::Copy { lease, deltas } => {
+                let game = &self.game;
+                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
+                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let chunks = held.snapshot(game, MAX_CHUNK_BYTES, *deltas);
+                self.out.extend(chunks.into_iter().map(StateItem::Snapshot));
+                Ok(Reply::Done)
+            }
+            Request::Freeze { lease } => {
+                let held = self.held(*lease)?;
+                if held.phase != Phase::Running {
+                    return Err(Fault::new(
+                        ErrorCode::Unexpected,
+                        "freeze of a region not running",
+                    ));
+                }
+                let seal = held.seal();
+                let tick = seal.tick;
+                self.out.push_back(StateItem::Seal(seal));
+                tracing::info!(bubble = lease.bubble.0, tick = tick.0, "frozen and sealed");
+                Ok(Reply::Frozen { tick })
+            }
+            Request::Release { lease } => {
+                let held = self.regions.get(&lease.bubble).filter(|h| h.lease == *lease);
+                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let reply = Reply::Released { bubble: held.bubble(), tick: held.tick };
+                self.regions.remove(&lease.bubble);
+                self.count_regions();
+                Ok(reply)
+            }
+            Request::Regrant { old, lease } => {
+                let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
+                let lref = LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
+                self.held(*old)?
+                    .regrant(lref, until)
+                    .map_err(|why| Fault::new(ErrorCode::StaleEpoch, why))?;
+                let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
+                *newest = (*newest).max(lease.epoch);
+                tracing::info!(bubble = lease.bubble.0, epoch = lease.epoch.0, "regranted");
+                Ok(Reply::Done)
+            }
+            Request::Register { .. } | Request::Ready | Request::Load { .. } => {
+                Err(Fault::new(ErrorCode::Unexpected, "a server request, sent by the agent"))
+            }
+        }
+    }
+
+    fn held(&mut self, lease: LeaseRef) -> Result<&mut Held<G>, Fault> {
+        self.regions
+            .get_mut(&lease.bubble)
+            .filter(|h| h.lease == lease)
+            .ok_or_else(|| unknown(lease.bubble))
+    }
+
+    /// An item of the agent's stream: inputs, or a handover's (or a restore's) state.
+    pub fn item(&mut self, item: StateItem, now: Instant) {
+        let game = &self.game;
+        let result = match item {
+            StateItem::Inputs(inputs) => {
+                let Some(held) = self.regions.get_mut(&inputs.bubble) else { return };
+                let done = held.inputs(game, inputs.inputs, now);
+                let c = &self.counters;
+                c.inputs_applied.fetch_add(done.applied, Ordering::Relaxed);
+                c.inputs_duplicate.fetch_add(done.duplicates, Ordering::Relaxed);
+                c.inputs_dropped.fetch_add(done.dropped, Ordering::Relaxed);
+                Ok(())
+            }
+            StateItem::Snapshot(s) => match self.regions.get_mut(&s.bubble) {
+                Some(held) => held.on_snapshot(game, s),
+                None => return,
+            },
+            StateItem::Delta(d) => match self.regions.get_mut(&d.bubble) {
+                Some(held) => held.on_delta(game, d),
+                None => return,
+            },
+            StateItem::Seal(seal) => match self.regions.get_mut(&seal.bubble) {
+                Some(held) => {
+                    let tick = seal.tick;
+                    let r = held.on_seal(game, seal);
+                    if r.is_ok() {
+                        tracing::info!(
+                            bubble = held.bubble().0,
+                            tick = tick.0 + 1,
+                            "running from the seal"
+                        );
+                    }
+                    r
+                }
+                None => return,
+            },
+            StateItem::Update(_) => return,
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "state item refused");
+        }
+    }
+
+    /// One tick of every region with a valid lease: its update (and delta while mirroring).
+    pub fn tick(&mut self, now: Instant) {
+        for held in self.regions.values_mut() {
+            if let Some((update, delta, applied)) = held.step(&self.game, now) {
+                self.counters.inputs_applied.fetch_add(applied, Ordering::Relaxed);
+                self.out.push_back(StateItem::Update(update));
+                self.out.extend(delta.map(StateItem::Delta));
+            }
+        }
+        self.ticks_this_second += 1;
+        self.counters.ticks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The load report, once a second: ticks since the last one, and players held.
+    pub fn load(&mut self) -> Request {
+        let tps = self.ticks_this_second as f32;
+        self.ticks_this_second = 0;
+        let players = self.regions.values().map(Held::players).sum::<usize>() as u32;
+        Request::Load { tps, players, chunks_loading: 0 }
+    }
+
+    fn count_regions(&self) {
+        self.counters.regions.store(self.regions.len() as u64, Ordering::Relaxed);
+    }
+}
+
+fn unknown(bubble: BubbleId) -> Fault {
+    Fault::new(ErrorCode::UnknownBubble, format!("bubble {} is not held here", bubble.0))
+}
