@@ -69,6 +69,8 @@ pub struct AgentStats {
     pub resumes: AtomicU64,
     pub updates_delivered: AtomicU64,
     pub crossings: AtomicU64,
+    /// Crossings to another site given up: not taken within their deadline.
+    pub crossings_lost: AtomicU64,
     pub handovers_in: AtomicU64,
 }
 

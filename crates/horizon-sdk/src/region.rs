@@ -143,8 +143,11 @@ impl<G: Game> Held<G> {
     }
 
     /// Takes a player in with their state and last applied seq. A player already here is left
-    /// as they are (returns `false`): after a restore from a copy the agent joins every member,
-    /// and those the copy holds keep their state and applied inputs.
+    /// as they are (returns `false`) unless this join carries more of their inputs: after a
+    /// restore from a copy the agent joins every member, and those the copy holds keep their
+    /// state and applied inputs; but a crossing that arrives late (its target was down) holds
+    /// the player's newest state, and replaces the fresh or older one. Each input is applied
+    /// once (I3), so the state that applied more of a player's inputs is the later one.
     pub(crate) fn join(
         &mut self,
         game: &G,
@@ -152,8 +155,12 @@ impl<G: Game> Held<G> {
         last_applied: Seq,
         bytes: &[u8],
     ) -> bool {
-        if self.last_applied.contains_key(&player) {
-            return false;
+        match self.last_applied.get(&player) {
+            Some(here) if *here >= last_applied => return false,
+            Some(_) => {
+                self.leave(game, player);
+            }
+            None => {}
         }
         if let Some(state) = self.state.as_mut() {
             game.join(state, player, bytes);
@@ -421,7 +428,7 @@ fn encode_log(log: &[Event]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::{Reference, View, encode_input};
+    use crate::reference::{Entity, Reference, View, encode_input};
     use horizon_proto::WorldId;
 
     const GAME: Reference = Reference { tick_ms: 50 };
@@ -470,10 +477,28 @@ mod tests {
         assert!(!h.join(&GAME, PlayerId(1), Seq(0), &[]), "already here");
         let again = h.inputs(&GAME, vec![input(1, 1), input(1, 2)], now);
         assert_eq!((again.applied, again.duplicates), (0, 2), "nothing applied twice");
+        assert!(!h.join(&GAME, PlayerId(1), Seq(2), &[]), "not newer than what is here");
         let (update, _, _) = h.step(&GAME, now).unwrap();
         let view = View::decode(&update.bytes.0).unwrap();
         let e = view.entity(PlayerId(1)).unwrap();
         assert_eq!((e.inputs, e.last_seq), (2, 2));
+    }
+
+    #[test]
+    fn a_late_crossing_with_more_applied_inputs_replaces_a_fresh_start() {
+        let now = Instant::now();
+        let mut h = held(1, false);
+        // Restored without the player's crossing: it started afresh.
+        assert!(h.join(&GAME, PlayerId(1), Seq(0), &[]));
+        // The crossing arrives: the player's entity after 7 inputs.
+        let crossed = Entity { pos: [5, 0, 0], vel: [0; 3], inputs: 7, last_seq: 7 };
+        let bytes = postcard::to_stdvec(&crossed).unwrap();
+        assert!(h.join(&GAME, PlayerId(1), Seq(7), &bytes));
+        assert_eq!(h.inputs(&GAME, vec![input(1, 7), input(1, 8)], now).applied, 1);
+        let (update, _, _) = h.step(&GAME, now).unwrap();
+        let view = View::decode(&update.bytes.0).unwrap();
+        let e = view.entity(PlayerId(1)).unwrap();
+        assert_eq!((e.inputs, e.last_seq), (8, 8));
     }
 
     #[test]

@@ -217,6 +217,7 @@ impl AgentMachine {
         lease: LeaseRef,
         players: Vec<control::Member>,
         departed: Vec<control::Departure>,
+        now: Instant,
     ) -> Result<control::Reply, Fault> {
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
         let held = b.lease_ref();
@@ -232,20 +233,30 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
         }
         for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
-            if m.crossing {
-                match self.crossings.remove(&m.player).filter(|c| c.to == lease.bubble) {
-                    Some(c) => self.join(&server, held, m.player, c.last_applied, c.state),
-                    None => {
-                        self.awaiting.insert(m.player, lease.bubble);
-                    }
+            // Its state may be here already (a crossing that came first), even when the list
+            // does not say it crosses (a resync after this site was cut from the core).
+            let stashed = self.crossings.remove(&m.player).filter(|c| c.to == lease.bubble);
+            match stashed {
+                Some(c) => self.join(&server, held, m.player, c.last_applied, c.state),
+                None if m.crossing => {
+                    self.awaiting.insert(m.player, (lease.bubble, now));
                 }
-            } else {
-                self.join(&server, held, m.player, Seq(0), Blob::default());
+                None => self.join(&server, held, m.player, Seq(0), Blob::default()),
             }
         }
         let mut departed: BTreeMap<PlayerId, control::Departure> =
             departed.into_iter().map(|d| (d.player, d)).collect();
-        for player in old.keys().filter(|p| !players.iter().any(|m| m.player == **p)) {
+        // Right after a registration the core may not know every member yet (a restarted core
+        // learns them from each home's `Players`): a member missing without a departure stays
+        // until the list is trusted again.
+        let trusting = self.registered_at.is_none_or(|t| now >= t + RESYNC_GRACE);
+        for (player, home) in old.iter().filter(|(p, _)| !players.iter().any(|m| m.player == **p)) {
+            if !trusting && !departed.contains_key(player) {
+                if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
+                    b.members.insert(*player, home.clone());
+                }
+                continue;
+            }
             let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.holder.remove(player));
             let from = holder.unwrap_or_else(|| server.clone());
             let then = match departed.remove(player) {
@@ -336,12 +347,87 @@ impl AgentMachine {
             }
             return;
         }
-        if !self.peers.contains_key(&d.site) {
-            tracing::warn!(player = player.0, site = %d.site, "no link to carry a crossing");
+        // Sent until that site takes it into its bubble: its link may be down, the site
+        // restarting, or not told yet that the player comes.
+        let crossing = Outbound { site: d.site, request, since: now, sent: None, retry_at: now };
+        self.outbound.insert(player, crossing);
+        self.send_crossing(player, now);
+    }
+
+    /// Sends a crossing (again) if no answer is awaited: taken here if its bubble runs here now
+    /// (restored here meanwhile), else sent to its site if the link is up.
+    pub(super) fn send_crossing(&mut self, player: PlayerId, now: Instant) {
+        let Some(c) = self.outbound.get(&player) else { return };
+        if c.sent.is_some() || now < c.retry_at {
             return;
         }
-        let pending = Pending(Then::Nothing("crossing"));
-        self.effects.push_back(Effect::ToPeer { site: d.site, pending, request });
+        if let transfer::Request::Cross { to, .. } = &c.request
+            && self.bubbles.get(to).is_some_and(|b| b.phase == Phase::Running)
+        {
+            let request = c.request.clone();
+            if self.take_crossing(&request, now) == Ok(true) {
+                self.outbound.remove(&player);
+            }
+            return;
+        }
+        let Some(c) = self.outbound.get_mut(&player) else { return };
+        if !self.peers.contains_key(&c.site) {
+            return;
+        }
+        c.sent = Some(now);
+        let (site, request) = (c.site.clone(), c.request.clone());
+        let pending = Pending(Then::Crossed { player });
+        self.effects.push_back(Effect::ToPeer { site, pending, request });
+    }
+
+    /// The answer to a crossing: taken, or to be sent again (after [`CROSSING_BACKOFF`]).
+    pub(super) fn crossed(&mut self, player: PlayerId, taken: bool, now: Instant) {
+        if taken {
+            self.outbound.remove(&player);
+        } else if let Some(c) = self.outbound.get_mut(&player) {
+            c.sent = None;
+            c.retry_at = now + CROSSING_BACKOFF;
+        }
+    }
+
+    /// Crossings are retried until taken or [`CROSSING_DEADLINE`]; members whose crossing
+    /// never came start afresh then.
+    pub(super) fn crossing_deadlines(&mut self, now: Instant) {
+        let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
+        let lost: Vec<PlayerId> =
+            self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
+        for player in lost {
+            self.outbound.remove(&player);
+            self.stats.crossings_lost.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(player = player.0, "crossing not taken in time: given up");
+        }
+        let retry: Vec<PlayerId> = self.outbound.keys().copied().collect();
+        for player in retry {
+            // An answer not back after this is taken as lost (the request is idempotent).
+            if let Some(c) = self.outbound.get_mut(&player)
+                && c.sent.is_some_and(|t| now.saturating_duration_since(t) >= CROSSING_RETRY)
+            {
+                c.sent = None;
+            }
+            self.send_crossing(player, now);
+        }
+        let stale: Vec<(PlayerId, BubbleId)> = self
+            .awaiting
+            .iter()
+            .filter(|(_, (_, since))| late(*since))
+            .map(|(p, (b, _))| (*p, *b))
+            .collect();
+        for (player, bubble) in stale {
+            self.awaiting.remove(&player);
+            let Some(local) = self.bubbles.get(&bubble) else { continue };
+            let (server, lease) = (local.server_of(player).clone(), local.lease_ref());
+            tracing::warn!(
+                player = player.0,
+                bubble = bubble.0,
+                "crossing state never came: the player starts afresh"
+            );
+            self.join(&server, lease, player, Seq(0), Blob::default());
+        }
     }
 
     pub(super) fn route(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {

@@ -3,7 +3,9 @@
 use super::*;
 
 impl AgentMachine {
-    pub(super) fn register(&mut self) {
+    pub(super) fn register(&mut self, now: Instant) {
+        // Orders may overtake the answer: the core's member lists are not trusted from now.
+        self.registered_at = Some(now);
         let held = self
             .bubbles
             .values()
@@ -245,7 +247,7 @@ impl AgentMachine {
                 Ok(control::Reply::Done)
             }
             R::Resize { lease, region } => self.resize(lease, region),
-            R::Members { lease, players, departed } => self.members(lease, players, departed),
+            R::Members { lease, players, departed } => self.members(lease, players, departed, now),
             R::Route { routes } => {
                 self.route(routes, now);
                 Ok(control::Reply::Done)

@@ -46,6 +46,13 @@ use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
 /// Crossings that arrived before the core's `Members`: kept this long, at most this many.
 const CROSSING_TTL: Duration = Duration::from_secs(30);
 const MAX_CROSSINGS: usize = 4096;
+/// A crossing to another site is sent again until that site takes it, for this long; a member
+/// whose crossing state has not come after it starts afresh.
+const CROSSING_DEADLINE: Duration = Duration::from_secs(30);
+/// A crossing's answer not back after this is taken as lost, and the crossing sent again.
+const CROSSING_RETRY: Duration = Duration::from_secs(5);
+/// A crossing refused (not expected there yet) is sent again after this.
+const CROSSING_BACKOFF: Duration = Duration::from_secs(1);
 /// How often every running bubble's state is copied to the core (the universe backup).
 const BACKUP_EVERY: Duration = Duration::from_secs(10);
 /// How often game servers' exits, deadlines and re-sends are looked at.
@@ -67,6 +74,9 @@ const ID_BLOCK: u32 = 4096;
 const ID_LOW: u64 = 1024;
 /// A player whose connection dropped is kept this long for its client to reconnect and resume.
 const RESUME_GRACE: Duration = Duration::from_secs(30);
+/// After a registration, a member list that leaves a player out without saying where they
+/// went is not trusted for this long (the core is still learning who plays where).
+const RESYNC_GRACE: Duration = Duration::from_secs(10);
 /// Snapshot chunk size when feeding a restored copy to a server.
 const RESTORE_CHUNK: usize = 64 * 1024;
 /// The most servers one bubble is spread over.
@@ -139,6 +149,10 @@ enum Then {
         bubble: BubbleId,
     },
     Joined {
+        player: PlayerId,
+    },
+    /// Another site took (or not) a player's crossing.
+    Crossed {
         player: PlayerId,
     },
 }
@@ -495,6 +509,17 @@ struct Crossing {
     state: Blob,
 }
 
+/// A player's state on its way to another site, until that site takes it.
+struct Outbound {
+    site: Name,
+    request: transfer::Request,
+    since: Instant,
+    /// When it was last sent, while an answer is awaited.
+    sent: Option<Instant>,
+    /// Not sent again before this.
+    retry_at: Instant,
+}
+
 /// A core order waiting for a ready server.
 struct Waiting {
     received: Instant,
@@ -529,6 +554,8 @@ pub struct AgentMachine {
     timers: Timers,
     effects: VecDeque<Effect>,
     registered: bool,
+    /// When the core link last came up (and Register left).
+    registered_at: Option<Instant>,
     next_server: u32,
     starting: BTreeMap<String, Instant>,
     servers: BTreeMap<Name, GameServer>,
@@ -548,8 +575,10 @@ pub struct AgentMachine {
     /// Sites this agent dials (the shell keeps those links up).
     dialed: BTreeSet<Name>,
     crossings: BTreeMap<PlayerId, Crossing>,
-    /// Players whose state is on its way from another bubble: player → bubble here.
-    awaiting: BTreeMap<PlayerId, BubbleId>,
+    /// Players whose state is on its way from another bubble: player → (bubble here, since).
+    awaiting: BTreeMap<PlayerId, (BubbleId, Instant)>,
+    /// Crossings this site sent another, not yet taken.
+    outbound: BTreeMap<PlayerId, Outbound>,
     /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
     mirrors: BTreeMap<BubbleId, HandoverId>,
     /// Handover sources waiting for their stream: handover → (bubble, the order's token).
@@ -588,6 +617,7 @@ impl AgentMachine {
             timers: Timers { report: now, renew: now, housekeeping: now, probe: now, backup: now },
             effects: VecDeque::new(),
             registered: false,
+            registered_at: None,
             next_server: 0,
             starting: BTreeMap::new(),
             servers: BTreeMap::new(),
@@ -602,6 +632,7 @@ impl AgentMachine {
             dialed: BTreeSet::new(),
             crossings: BTreeMap::new(),
             awaiting: BTreeMap::new(),
+            outbound: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             pending_prepare: BTreeMap::new(),
             pending_restore: BTreeMap::new(),
@@ -656,7 +687,7 @@ impl AgentMachine {
     /// One thing that happened at `now`.
     pub fn handle(&mut self, input: Input, now: Instant) {
         match input {
-            Input::CoreUp => self.register(),
+            Input::CoreUp => self.register(now),
             Input::CoreDown { error } => {
                 tracing::warn!(site = %self.cfg.site, %error, "lost the core");
                 self.registered = false;
@@ -708,11 +739,14 @@ impl AgentMachine {
             }
             Input::PeerItem { site, item } => self.peer_item(&site, item, now),
             Input::PeerDatagram { site, probe } => self.peer_probe(&site, probe, now),
-            Input::PeerReplied { site, pending, result } => {
-                if let Err(e) = result {
-                    tracing::warn!(peer = %site, error = %e, then = ?pending.0, "request to a peer failed");
+            Input::PeerReplied { site, pending, result } => match pending.0 {
+                Then::Crossed { player } => self.crossed(player, result.is_ok(), now),
+                then => {
+                    if let Err(e) = result {
+                        tracing::warn!(peer = %site, error = %e, ?then, "request to a peer failed");
+                    }
                 }
-            }
+            },
             Input::PeerGone { site, conn } => {
                 if self.peers.get(&site).is_some_and(|p| p.conn == conn) {
                     self.peers.remove(&site);

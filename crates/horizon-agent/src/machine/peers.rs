@@ -49,42 +49,55 @@ impl AgentMachine {
                 }
                 Ok(transfer::Reply::Accepted { from_tick: Tick(0) })
             }
-            transfer::Request::Cross { .. } => {
-                self.take_crossing(request, now)?;
-                Ok(transfer::Reply::Done)
+            transfer::Request::Cross { player, to, .. } => {
+                if self.take_crossing(request, now)? {
+                    Ok(transfer::Reply::Done)
+                } else {
+                    // Kept, and used as soon as the core says the player comes; the sender
+                    // keeps it too and tries again (the bubble may move meanwhile).
+                    let why = format!("player {} is not expected in bubble {} yet", player.0, to.0);
+                    Err(Fault::new(ErrorCode::NotReady, why))
+                }
             }
         }
     }
 
-    /// A player's state crossing into a bubble here: joined now if the core already said so,
-    /// else kept until it does.
+    /// A player's state crossing into a bubble here: joined now if the core already said so
+    /// (`true`), else kept until it does (`false`).
     pub(super) fn take_crossing(
         &mut self,
         request: &transfer::Request,
         now: Instant,
-    ) -> Result<(), Fault> {
+    ) -> Result<bool, Fault> {
         let transfer::Request::Cross { player, to, epoch, last_applied, state, .. } = request
         else {
-            return Ok(());
+            return Ok(false);
         };
-        let here = self.bubbles.get(to).filter(|b| b.lease.epoch == *epoch);
+        // The crossing names the target's epoch when the player left; a target restored since
+        // (a newer epoch) still takes the player's state, which its server keeps if it holds
+        // more of the player's inputs than what is there.
+        let here = self.bubbles.get(to).filter(|b| b.lease.epoch >= *epoch);
+        let expected = self.awaiting.get(player).is_some_and(|(b, _)| b == to)
+            || here.is_some_and(|b| b.members.contains_key(player) && b.phase == Phase::Running);
         if let Some(local) = here
-            && self.awaiting.get(player) == Some(to)
+            && expected
         {
             self.awaiting.remove(player);
-            let lease = LeaseRef { bubble: *to, epoch: *epoch };
-            let server = local.server.clone();
-            if self.servers.contains_key(&server) {
-                self.join(&server, lease, *player, *last_applied, state.clone());
+            let lease = local.lease_ref();
+            let server = local.server_of(*player).clone();
+            if !self.servers.contains_key(&server) {
+                return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
             }
-        } else if self.crossings.len() < MAX_CROSSINGS {
+            self.join(&server, lease, *player, *last_applied, state.clone());
+            Ok(true)
+        } else if self.crossings.len() < MAX_CROSSINGS || self.crossings.contains_key(player) {
             let crossing =
                 Crossing { at: now, to: *to, last_applied: *last_applied, state: state.clone() };
             self.crossings.insert(*player, crossing);
+            Ok(false)
         } else {
-            return Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"));
+            Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"))
         }
-        Ok(())
     }
 
     pub(super) fn peer_item(&mut self, site: &Name, item: StateItem, now: Instant) {

@@ -107,6 +107,7 @@ impl AgentMachine {
             self.effects.push_back(Effect::StopServer { server });
         }
         self.restore_deadlines(now);
+        self.crossing_deadlines(now);
         self.resume_deadlines(now);
         self.lease_expiries(now);
         self.top_up_pool(now);

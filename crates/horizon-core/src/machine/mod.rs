@@ -320,7 +320,25 @@ impl CoreMachine {
         use control::Request as R;
         match request {
             R::Register { transfer_addr, servers, held, .. } => {
-                Ok(self.register(site, transfer_addr, servers, &held))
+                let reply = self.register(site, transfer_addr, servers, &held);
+                // What this site ran and no longer holds (its agent restarted, or a server
+                // died while it was away) fails over now, not at its lease's end.
+                let missing: Vec<LeaseRef> = self
+                    .registry
+                    .iter()
+                    .filter(|(b, r)| {
+                        r.site == site
+                            && r.settled()
+                            && !held
+                                .iter()
+                                .any(|h| h.lease.bubble == **b && h.lease.epoch.0 == r.epoch)
+                    })
+                    .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch) })
+                    .collect();
+                if !missing.is_empty() {
+                    self.lost(site, &missing, "not held by its agent at registration", now);
+                }
+                Ok(reply)
             }
             R::Report { joins, leaves, players, backbone, servers } => {
                 self.report(site, &joins, &leaves, &players, &backbone, &servers);
@@ -507,12 +525,24 @@ impl CoreMachine {
             }
             let j = &p.sample;
             let join = registry::player_join(site, j);
-            let joined = match p.bubble.filter(|b| self.registry.contains_key(b)) {
+            let bubble = p.bubble.filter(|b| self.registry.contains_key(b));
+            let joined = match bubble {
                 Some(b) => self.mesh.handle_join_in(join, horizon_mesh::BubbleId(b.0)),
                 None => self.mesh.handle_join(join),
             };
-            if let Err(e) = joined {
-                tracing::debug!(player = j.player.0, error = %e, "resynced player refused");
+            match (joined, bubble) {
+                (Err(e), _) => {
+                    tracing::debug!(player = j.player.0, error = %e, "resynced player refused")
+                }
+                (Ok(_), Some(b)) => {
+                    // It plays there now, as its holder knows: where its membership is. A move
+                    // from there is a crossing that carries its state.
+                    self.placed.insert(j.player, b);
+                    if let Some(r) = self.registry.get_mut(&b) {
+                        r.members.insert(j.player, site);
+                    }
+                }
+                (Ok(_), None) => {}
             }
         }
     }

@@ -9,6 +9,9 @@ use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Role,
 
 use super::CoreMachine;
 
+/// Departures remembered per bubble for its holder's next registration.
+const MAX_DEPARTED: usize = 1024;
+
 /// A bubble as it really runs. The brain's view changes first during a handover (it already
 /// places the bubble at the target) and a restore (at the new site before its server runs).
 #[derive(Clone, Debug)]
@@ -19,6 +22,10 @@ pub(crate) struct Hosted {
     pub(crate) bounds: Aabb,
     /// Each member and their home site.
     pub(crate) members: BTreeMap<PlayerId, SiteId>,
+    /// Members who left for another bubble (player → that bubble), told again to the holder
+    /// at each of its registrations: a holder that missed the order (cut from the core) still
+    /// sends their state on. Forgotten when they come back or leave the game; bounded.
+    pub(crate) departed: BTreeMap<PlayerId, BubbleId>,
     /// A handover of this bubble is in flight.
     pub(crate) moving: Option<HandoverId>,
     /// A failover is restoring this bubble on `site` from its latest copy; not running yet.
@@ -37,6 +44,7 @@ impl Hosted {
             world,
             bounds,
             members: BTreeMap::new(),
+            departed: BTreeMap::new(),
             moving: None,
             restoring: false,
             parts: Vec::new(),
@@ -83,12 +91,19 @@ impl CoreMachine {
                 touched.insert(h.0);
                 if let Some(w) = want {
                     departures.entry(h.0).or_default().push((player, w));
+                    if h.1.departed.len() >= MAX_DEPARTED
+                        && let Some(&oldest) = h.1.departed.keys().next()
+                    {
+                        h.1.departed.remove(&oldest);
+                    }
+                    h.1.departed.insert(player, w);
                 }
             }
             match want {
                 Some(w) => {
                     if let Some(r) = self.registry.get_mut(&w) {
                         r.members.insert(player, p.home);
+                        r.departed.remove(&player);
                     }
                     touched.insert(w);
                     if have.is_some_and(|h| self.registry.contains_key(&h)) {
@@ -110,6 +125,9 @@ impl CoreMachine {
             {
                 r.members.remove(&player);
                 touched.insert(b);
+            }
+            for r in self.registry.values_mut() {
+                r.departed.remove(&player);
             }
         }
         for bubble in touched {
@@ -226,14 +244,29 @@ impl CoreMachine {
         let bubbles: Vec<BubbleId> = self
             .registry
             .iter()
-            .filter(|(_, r)| r.site == site && r.settled() && !r.members.is_empty())
+            .filter(|(_, r)| {
+                r.site == site && r.settled() && (!r.members.is_empty() || !r.departed.is_empty())
+            })
             .map(|(&b, _)| b)
             .collect();
         for bubble in bubbles {
             let reg = &self.registry[&bubble];
             let players = self.member_list(reg, &BTreeSet::new());
             let lease = reg.lease_ref(bubble);
-            self.order(site, control::Request::Members { lease, players, departed: Vec::new() });
+            // Those who left while the holder was away: their state still crosses.
+            let departed = reg
+                .departed
+                .iter()
+                .filter_map(|(&player, to)| {
+                    let r = self.registry.get(to)?;
+                    Some(control::Departure {
+                        player,
+                        to: r.lease_ref(*to),
+                        site: self.site_name(r.site),
+                    })
+                })
+                .collect();
+            self.order(site, control::Request::Members { lease, players, departed });
         }
         let homed: Vec<PlayerId> = self
             .placed

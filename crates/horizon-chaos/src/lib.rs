@@ -1,0 +1,175 @@
+//! # horizon-chaos — the whole mesh under faults, in virtual time
+//!
+//! `horizon sim chaos` runs the real logic of every daemon — the core's [`CoreMachine`] (brain,
+//! registry, handovers, failover, backup), each site's agent ([`AgentMachine`]) and its game
+//! servers ([`ServerMachine`] running the reference game) — over a simulated network
+//! (`world.rs` says what it models and what not), with simulated players, and one fault after
+//! another drawn from a seed (`faults.rs`). After every step that could break one, it checks
+//! SPEC section 6's invariants I1–I6 and liveness (`checks.rs`). A run is a pure function of its
+//! seed and the code: the same seed and commit give byte-identical output.
+//!
+//! [`CoreMachine`]: horizon_core::machine::CoreMachine
+//! [`AgentMachine`]: horizon_agent::machine::AgentMachine
+//! [`ServerMachine`]: horizon_sdk::ServerMachine
+
+mod checks;
+mod faults;
+mod world;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use horizon_mesh::rng::Rng;
+use serde::Serialize;
+
+pub use checks::{LIVENESS_S, Violation};
+pub use faults::{Direction, Fault, Timed};
+pub use world::{RunStats, SITES};
+
+/// Seeds that once broke an invariant, replayed by every `.ci/run` (and by the tests), with
+/// what they found. See docs/chaos.md.
+pub const REGRESSION_SEEDS: &[u64] = &[];
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ChaosOptions {
+    /// Simulated seconds per seed.
+    pub seconds: f64,
+}
+
+impl Default for ChaosOptions {
+    fn default() -> Self {
+        ChaosOptions { seconds: 300.0 }
+    }
+}
+
+/// One seed's run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    pub seed: u64,
+    pub faults: Vec<Timed>,
+    pub violations: Vec<Violation>,
+    pub stats: RunStats,
+    /// What happened, in order (faults, connections, grants, kills).
+    #[serde(skip)]
+    pub trace: Vec<String>,
+}
+
+/// Runs one seed.
+pub fn run_seed(seed: u64, opts: &ChaosOptions) -> Run {
+    let mut rng = Rng::new(seed ^ 0x5eed_c4a0_5000_0000);
+    let faults = faults::schedule(&mut rng, opts.seconds);
+    let mut world = world::World::new(seed, opts.seconds, faults.clone(), rng);
+    world.run();
+    Run {
+        seed,
+        faults,
+        violations: world.checker.violations.clone(),
+        stats: world.stats.clone(),
+        trace: std::mem::take(&mut world.trace),
+    }
+}
+
+/// Runs `count` seeds from `first` on `threads` threads; `progress` is called after each run
+/// with the number done. Runs come back in seed order.
+pub fn run_seeds(
+    first: u64,
+    count: u64,
+    opts: &ChaosOptions,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Vec<Run> {
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let mut runs: Vec<Run> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= count {
+                            break;
+                        }
+                        mine.push(run_seed(first + i, opts));
+                        progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
+    });
+    runs.sort_by_key(|r| r.seed);
+    runs
+}
+
+/// The `--json` document of several runs.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub runs: u64,
+    pub seconds: f64,
+    pub first_seed: u64,
+    pub violations: Vec<Violation>,
+    pub totals: RunStats,
+}
+
+impl Summary {
+    pub fn of(runs: &[Run], opts: &ChaosOptions, first_seed: u64) -> Summary {
+        let mut totals = RunStats::default();
+        for r in runs {
+            let s = &r.stats;
+            totals.events += s.events;
+            totals.ticks_checked += s.ticks_checked;
+            totals.inputs_sent += s.inputs_sent;
+            totals.updates_to_players += s.updates_to_players;
+            totals.handovers_started += s.handovers_started;
+            totals.restores += s.restores;
+            totals.core_generations = totals.core_generations.max(s.core_generations);
+        }
+        Summary {
+            runs: runs.len() as u64,
+            seconds: opts.seconds,
+            first_seed,
+            violations: runs.iter().flat_map(|r| r.violations.clone()).collect(),
+            totals,
+        }
+    }
+}
+
+/// A run's trace as text, and each violation with the last events before it.
+pub fn render_run(run: &Run, full: bool) -> String {
+    let mut out = format!("seed {}: {} fault(s)\n", run.seed, run.faults.len());
+    for f in &run.faults {
+        out.push_str(&format!("  at {:>5.0} s  {:?}\n", f.at_s, f.fault));
+    }
+    let s = &run.stats;
+    out.push_str(&format!(
+        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, generation {}\n",
+        s.events, s.ticks_checked, s.inputs_sent, s.updates_to_players, s.restores, s.core_generations
+    ));
+    if full {
+        out.push_str("trace:\n");
+        for line in &run.trace {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    for v in &run.violations {
+        out.push_str(&format!("VIOLATION {} at {:.3} s: {}\n", v.invariant, v.at_s, v.detail));
+        if !full {
+            let before: Vec<&String> = run
+                .trace
+                .iter()
+                .filter(|l| {
+                    l.split_whitespace()
+                        .next()
+                        .and_then(|t| t.parse::<f64>().ok())
+                        .is_some_and(|t| t <= v.at_s)
+                })
+                .collect();
+            for line in before.iter().rev().take(25).rev() {
+                out.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    out
+}

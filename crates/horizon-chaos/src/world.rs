@@ -1,0 +1,761 @@
+//! The simulated mesh: three sites, the real core ([`CoreMachine`]), agents ([`AgentMachine`])
+//! and game servers ([`ServerMachine`] running the reference game), simulated players, and a
+//! network in virtual time. Everything happens as events of one queue ordered by (time,
+//! sequence): the same seed gives the same run.
+//!
+//! What the network models (and what it does not):
+//! - per link one-way delays (the SPEC's backbone RTTs, 10 ms access, sub-millisecond within a
+//!   site) with jitter; requests and replies travel independently (they may overtake each
+//!   other), each stream is in order, datagrams may be lost, reordered or duplicated;
+//! - loss on the agent–core link as QUIC sees it: a lost packet is resent after a timeout, so a
+//!   message is late, not gone;
+//! - partitions, one way or both: messages wait (QUIC resends them) and arrive at the heal, unless
+//!   the cut outlasts the 10 s idle timeout: then the connection dies on both sides, every request
+//!   on it fails, and the agent redials every second until it gets through;
+//! - process deaths: a killed game server's exit is seen by the agent's driver within 200 ms, its
+//!   connection ends at the idle timeout; a killed agent takes its game servers and its players'
+//!   connections with it (players join again, as new players, once it is back); a killed core
+//!   is seen by the agents within a second (the port refuses), and restarts on its store;
+//! - clocks: each site's clock (agent and servers) runs at its own rate, within ±0.5 % of the
+//!   core's, from its own origin;
+//! - the store: every write may be slow; the core does nothing else meanwhile.
+//!
+//! Not modelled: bandwidth and message sizes, QUIC flow control, TLS, the admin API.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use horizon_agent::AgentStats;
+use horizon_agent::machine::{self as agent, AgentMachine, MachineConfig, Pending};
+use horizon_core::machine::{self as core, CoreMachine, Lane, OrderId, StoredCopy};
+use horizon_core::store::{Durable, MemoryStore};
+use horizon_mesh::rng::Rng;
+use horizon_mesh::{SiteId, SiteName, Sites, Thresholds, Time};
+use horizon_proto::control;
+use horizon_proto::gateway;
+use horizon_proto::server;
+use horizon_proto::transfer;
+use horizon_proto::{Epoch, HandoverId, Name, PlayerId, Role, Seq, StateItem, Vec3, WorldId};
+use horizon_sdk::reference::{self, Reference, View};
+use horizon_sdk::{Counters, ServerMachine};
+use tokio::time::Instant;
+
+use crate::checks::{Checker, LIVENESS_S, update_of};
+use crate::faults::{Direction, Fault, Timed};
+
+/// The sites, the core's first.
+pub const SITES: [&str; 3] = ["PAR", "MTL", "HKG"];
+const CORE_SITE: usize = 0;
+/// Backbone round trips, milliseconds (SPEC section 2).
+const RTT_MS: [[f64; 3]; 3] = [[0.0, 85.0, 185.0], [85.0, 0.0, 225.0], [185.0, 225.0, 0.0]];
+/// One way, player to home agent.
+const ACCESS_US: u64 = 10_000;
+/// One way, within a site (agent and its servers; the core-site agent and the core).
+const LOCAL_US: u64 = 300;
+/// QUIC's idle timeout: a connection silent this long is dead.
+const IDLE_US: u64 = 10_000_000;
+/// How often a cut-off agent redials.
+const REDIAL_US: u64 = 1_000_000;
+const TICK_MS: u32 = 100;
+const INPUT_EVERY_US: u64 = 250_000;
+const WARM_POOL: usize = 2;
+/// How often a traveling player moves to another group.
+const TRAVEL_EVERY_US: u64 = 30_000_000;
+/// A started game server connects this long after.
+const SERVER_START_US: u64 = 400_000;
+/// How long after its death a game server's exit is noticed (the driver's poll).
+const EXIT_NOTICED_US: u64 = 200_000;
+
+/// Every µs of the run, in order.
+#[derive(Debug)]
+enum Event {
+    CoreTimer,
+    AgentTimer(usize),
+    ServerTick(usize, String, u64),
+    ServerSecond(usize, String, u64),
+    ServerStarts(usize, String, u64),
+    PlayerTick(usize),
+    PlayerJoin(usize),
+    PlayerMove(usize),
+    Deliver(Delivery),
+    FaultStart(usize),
+    FaultEnd(usize),
+    ControlIdle(usize, u64),
+    TransferIdle((usize, usize), u64),
+    Redial(usize),
+    RedialPeer((usize, usize)),
+    CoreBack,
+    AgentBack(usize),
+    LivenessCheck,
+}
+
+#[derive(Debug)]
+enum Delivery {
+    ToCore {
+        site: usize,
+        conn: u64,
+        input: core::Input,
+    },
+    CoreToAgent {
+        site: usize,
+        conn: u64,
+        input: agent::Input,
+    },
+    /// Over the transfer link between `from` and `to`.
+    Peer {
+        from: usize,
+        to: usize,
+        conn: u64,
+        input: agent::Input,
+    },
+    ToServer {
+        site: usize,
+        server: String,
+        inc: u64,
+        what: ToServer,
+    },
+    ServerToAgent {
+        site: usize,
+        server: String,
+        inc: u64,
+        input: agent::Input,
+    },
+    ToPlayer {
+        player: usize,
+        conn: u64,
+        what: ToPlayer,
+    },
+    PlayerToAgent {
+        site: usize,
+        player: usize,
+        conn: u64,
+        input: agent::Input,
+    },
+}
+
+#[derive(Debug)]
+enum ToServer {
+    Request { pending: Pending, request: server::Request },
+    Item(StateItem),
+}
+
+#[derive(Debug)]
+enum ToPlayer {
+    Answer(Result<gateway::Reply, horizon_proto::Fault>),
+    Item(gateway::Item),
+}
+
+struct Scheduled {
+    at: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// A site's clock: `offset + rate · t`.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    offset_us: u64,
+    rate: f64,
+}
+
+impl Clock {
+    fn local(&self, t: u64) -> u64 {
+        self.offset_us + (t as f64 * self.rate) as u64
+    }
+    fn global(&self, local: u64) -> u64 {
+        (local.saturating_sub(self.offset_us) as f64 / self.rate).ceil() as u64
+    }
+}
+
+/// An agent's link to the core.
+#[derive(Default)]
+struct Control {
+    /// The connection's id; 0 while there is none.
+    conn: u64,
+    cut_to_core: bool,
+    cut_from_core: bool,
+    loss: f64,
+    /// Messages waiting for a heal, by direction (true: to the core).
+    held: Vec<(bool, Delivery)>,
+    /// The core's ordered lane: orders not yet sent, and whether one is out.
+    ordered: VecDeque<(OrderId, control::Request)>,
+    /// The ordered order out, until its answer reaches the core.
+    ordered_out: Option<OrderId>,
+}
+
+/// A transfer link between two agents (the lower index dials).
+#[derive(Default)]
+struct Transfer {
+    conn: u64,
+    cut: bool,
+    /// The dialer wants it.
+    wanted: bool,
+    held: Vec<Delivery>,
+}
+
+struct Agent {
+    machine: AgentMachine,
+    alive: bool,
+    timer_at: u64,
+}
+
+struct Server {
+    machine: ServerMachine<Reference>,
+    inc: u64,
+    /// The agent's request lane to it: queued requests, one out at a time.
+    lane: VecDeque<(Pending, server::Request)>,
+    lane_busy: bool,
+}
+
+struct Player {
+    home: usize,
+    pos: Vec3,
+    conn: u64,
+    /// Its gateway session (`None` until joined, and again after its agent died).
+    id: Option<PlayerId>,
+    seq: u64,
+    /// The highest seq the gateway said was applied.
+    told: u64,
+    /// The latest view of its own entity: (inputs, last_seq).
+    entity: Option<(u64, u64)>,
+    last_update: u64,
+    /// From when it counts for liveness (joined, or the end of a fault that isolated it).
+    live_from: u64,
+    playing: bool,
+    reported: bool,
+
+    moves: u32,
+}
+
+/// Counts of one run, for the report.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RunStats {
+    pub events: u64,
+    pub ticks_checked: u64,
+    pub inputs_sent: u64,
+    pub updates_to_players: u64,
+    pub handovers_started: u64,
+    pub restores: u64,
+    pub core_generations: u32,
+}
+
+/// One run.
+pub(crate) struct World {
+    rng: Rng,
+    now: u64,
+    end: u64,
+    next_seq: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    origin: Instant,
+    sites: Sites,
+    site_ids: Vec<SiteId>,
+    clocks: Vec<Clock>,
+    core: Option<CoreMachine>,
+    core_timer_at: u64,
+    core_busy_until: u64,
+    store: MemoryStore,
+    disk_us: u64,
+    agents: Vec<Agent>,
+    controls: Vec<Control>,
+    transfers: BTreeMap<(usize, usize), Transfer>,
+    servers: Vec<BTreeMap<String, Server>>,
+    players: Vec<Player>,
+    next_conn: u64,
+    next_token: u64,
+    /// Agent requests at the core: core token → (site, conn, what waits).
+    core_calls: BTreeMap<u64, (usize, u64, Pending, Option<(u64, Vec<horizon_proto::LeaseRef>)>)>,
+    /// Core orders at an agent: agent token → (site, conn, order, ordered lane).
+    orders: BTreeMap<u64, (usize, u64, OrderId, bool)>,
+    /// Peer requests at their receiver: token → (caller, callee, conn, what waits).
+    peer_calls: BTreeMap<u64, (usize, usize, u64, PeerWait)>,
+    /// Handover streams: handover → (source, target).
+    mirrors: BTreeMap<HandoverId, (usize, usize)>,
+    /// Gateway requests at an agent: token → player.
+    player_calls: BTreeMap<u64, usize>,
+    /// Per ordered stream, the time of its last delivery (streams stay in order).
+    fifo: BTreeMap<(u8, usize, usize, u64), u64>,
+    faults: Vec<Timed>,
+    /// Sites isolated until (global µs).
+    isolated_until: Vec<u64>,
+    pub(crate) checker: Checker,
+    pub(crate) stats: RunStats,
+    pub(crate) trace: Vec<String>,
+}
+
+#[derive(Debug)]
+enum PeerWait {
+    Call(Pending),
+    Mirror(HandoverId),
+}
+
+impl World {
+    pub(crate) fn new(seed: u64, seconds: f64, faults: Vec<Timed>, rng: Rng) -> World {
+        let mut rng = rng;
+        let names: Vec<SiteName> = SITES
+            .iter()
+            .map(|s| SiteName::new(s).unwrap_or_else(|e| unreachable!("{e:?}")))
+            .collect();
+        let pairs: Vec<(SiteName, SiteName, f64)> = (0..3)
+            .flat_map(|a| (a + 1..3).map(move |b| (a, b)))
+            .map(|(a, b)| (names[a].clone(), names[b].clone(), RTT_MS[a][b]))
+            .collect();
+        let sites = Sites::new(names.clone(), &names[CORE_SITE], &pairs)
+            .unwrap_or_else(|e| unreachable!("{e:?}"));
+        let site_ids =
+            names.iter().map(|n| sites.id(n.as_str()).unwrap_or_else(|| unreachable!())).collect();
+        let clocks = (0..SITES.len())
+            .map(|_| Clock {
+                offset_us: rng.below(1_000_000),
+                rate: 1.0 + rng.range(-0.005, 0.005),
+            })
+            .collect();
+        // The one clock read: a fixed origin for the machines' instants. Nothing printed
+        // depends on it.
+        #[allow(clippy::disallowed_methods)]
+        let origin = Instant::now();
+        let mut world = World {
+            rng,
+            now: 0,
+            end: (seconds * 1e6) as u64,
+            next_seq: 0,
+            queue: BinaryHeap::new(),
+            origin,
+            sites,
+            site_ids,
+            clocks,
+            core: None,
+            core_timer_at: u64::MAX,
+            core_busy_until: 0,
+            store: MemoryStore::default(),
+            disk_us: 0,
+            agents: Vec::new(),
+            controls: (0..SITES.len()).map(|_| Control::default()).collect(),
+            transfers: BTreeMap::new(),
+            servers: (0..SITES.len()).map(|_| BTreeMap::new()).collect(),
+            players: Vec::new(),
+            next_conn: 0,
+            next_token: 0,
+            core_calls: BTreeMap::new(),
+            orders: BTreeMap::new(),
+            peer_calls: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+            player_calls: BTreeMap::new(),
+            fifo: BTreeMap::new(),
+            faults,
+            isolated_until: vec![0; SITES.len()],
+            checker: Checker::new(seed),
+            stats: RunStats::default(),
+            trace: Vec::new(),
+        };
+        world.start_core();
+        for site in 0..SITES.len() {
+            let machine = world.new_agent(site);
+            world.agents.push(Agent { machine, alive: true, timer_at: u64::MAX });
+            world.after_agent(site);
+            world.schedule(50_000, Event::Redial(site));
+        }
+        for a in 0..SITES.len() {
+            for b in a + 1..SITES.len() {
+                world.transfers.insert((a, b), Transfer::default());
+            }
+        }
+        world.add_players();
+        for i in 0..world.faults.len() {
+            let at = (world.faults[i].at_s * 1e6) as u64;
+            world.schedule_at(at, Event::FaultStart(i));
+        }
+        world.schedule(1_000_000, Event::LivenessCheck);
+        world
+    }
+
+    /// Players in groups: most of a group at home on one site, a few from elsewhere.
+    fn add_players(&mut self) {
+        let groups: [(f64, &[usize]); 4] = [
+            (0.0, &[1, 1, 1, 0]),
+            (20_000.0, &[2, 2, 2, 1]),
+            (40_000.0, &[0, 0, 2]),
+            (60_000.0, &[1, 2]),
+        ];
+        for (x, homes) in groups {
+            for (i, &home) in homes.iter().enumerate() {
+                let idx = self.players.len();
+                self.players.push(Player {
+                    home,
+                    pos: Vec3 { x: x + 10.0 * i as f64, y: 0.0, z: 0.0 },
+                    conn: 0,
+                    id: None,
+                    seq: 0,
+                    told: 0,
+                    entity: None,
+                    last_update: 0,
+                    live_from: 0,
+                    playing: false,
+                    reported: false,
+
+                    moves: 0,
+                });
+                let at = 2_000_000 + self.rng.below(6_000_000);
+                self.schedule_at(at, Event::PlayerJoin(idx));
+                if x >= 60_000.0 {
+                    let at = TRAVEL_EVERY_US + self.rng.below(TRAVEL_EVERY_US);
+                    self.schedule_at(at, Event::PlayerMove(idx));
+                }
+            }
+        }
+    }
+
+    fn new_agent(&mut self, site: usize) -> AgentMachine {
+        let cfg = MachineConfig {
+            site: name(SITES[site]),
+            advertise_transfer: transfer_addr(site).to_string(),
+            peers: BTreeMap::new(),
+            warm_pool: WARM_POOL,
+            report_every: Duration::from_secs(1),
+            renew_every: Duration::from_secs(5),
+        };
+        let now = self.instant(site);
+        AgentMachine::new(cfg, Arc::new(AgentStats::default()), now)
+    }
+
+    fn start_core(&mut self) {
+        let generation = self.store.next_generation();
+        self.checker.generation(self.now, generation);
+        self.stats.core_generations = generation;
+        let cfg =
+            core::MachineConfig { sites: self.sites.clone(), thresholds: Thresholds::default() };
+        match CoreMachine::new(cfg, generation, self.store.state(), self.core_now()) {
+            Ok(machine) => self.core = Some(machine),
+            Err(e) => unreachable!("core configuration: {e}"),
+        }
+        self.note(format!("core up, generation {generation}"));
+        self.after_core();
+    }
+
+    // ---- time and scheduling ----
+
+    fn schedule(&mut self, after: u64, event: Event) {
+        self.schedule_at(self.now + after, event);
+    }
+
+    fn schedule_at(&mut self, at: u64, event: Event) {
+        self.next_seq += 1;
+        self.queue.push(Reverse(Scheduled { at: at.max(self.now), seq: self.next_seq, event }));
+    }
+
+    fn instant(&self, site: usize) -> Instant {
+        self.origin + Duration::from_micros(self.clocks[site].local(self.now))
+    }
+
+    fn local_us(&self, site: usize) -> u64 {
+        self.clocks[site].local(self.now)
+    }
+
+    fn core_now(&self) -> Time {
+        Time::from_ms(self.now / 1000)
+    }
+
+    fn note(&mut self, what: String) {
+        self.trace.push(format!("{:>9.3} s  {what}", self.now as f64 / 1e6));
+    }
+
+    fn jitter(&mut self, base: u64) -> u64 {
+        base + (base as f64 * self.rng.range(0.0, 0.1)) as u64 + self.rng.below(2_000)
+    }
+
+    /// One way between the core and `site`'s agent, with the link's loss.
+    fn control_delay(&mut self, site: usize) -> u64 {
+        let base =
+            if site == CORE_SITE { LOCAL_US } else { (RTT_MS[CORE_SITE][site] * 500.0) as u64 };
+        let mut d = self.jitter(base);
+        let loss = self.controls[site].loss;
+        let rto = (base * 6).max(200_000);
+        while loss > 0.0 && self.rng.unit() < loss {
+            d += rto;
+        }
+        d
+    }
+
+    fn peer_delay(&mut self, a: usize, b: usize) -> u64 {
+        let base = (RTT_MS[a][b] * 500.0) as u64;
+        self.jitter(base)
+    }
+
+    /// `at` for an item of an ordered stream: never before the stream's previous item.
+    fn in_order(&mut self, key: (u8, usize, usize, u64), at: u64) -> u64 {
+        let last = self.fifo.entry(key).or_insert(0);
+        let at = at.max(*last);
+        *last = at;
+        at
+    }
+
+    // ---- the run ----
+
+    /// Runs to the end; returns the invariants' verdicts in `checker`.
+    pub(crate) fn run(&mut self) {
+        while let Some(Reverse(next)) = self.queue.pop() {
+            if next.at > self.end {
+                break;
+            }
+            self.now = next.at;
+            self.stats.events += 1;
+            self.event(next.event);
+        }
+        self.now = self.end;
+        self.final_checks();
+        self.stats.ticks_checked = self.checker.ticks_checked;
+    }
+
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::CoreTimer => {
+                if self.now >= self.core_timer_at
+                    && let Some(core) = self.core.as_mut()
+                {
+                    self.core_timer_at = u64::MAX;
+                    core.handle_timeout(Time::from_ms(self.now / 1000));
+                    self.after_core();
+                }
+            }
+            Event::AgentTimer(site) => {
+                if self.agents[site].alive && self.now >= self.agents[site].timer_at {
+                    self.agents[site].timer_at = u64::MAX;
+                    let now = self.instant(site);
+                    self.agents[site].machine.handle_timeout(now);
+                    self.after_agent(site);
+                }
+            }
+            Event::ServerTick(site, name, inc) => self.server_tick(site, &name, inc),
+            Event::ServerSecond(site, name, inc) => self.server_second(site, &name, inc),
+            Event::ServerStarts(site, name, inc) => self.server_starts(site, name, inc),
+            Event::PlayerTick(p) => self.player_tick(p),
+            Event::PlayerJoin(p) => self.player_join(p),
+            Event::PlayerMove(p) => self.player_move(p),
+            Event::Deliver(d) => self.deliver(d),
+            Event::FaultStart(i) => self.fault_start(i),
+            Event::FaultEnd(i) => self.fault_end(i),
+            Event::ControlIdle(site, conn) => {
+                let c = &self.controls[site];
+                if c.conn == conn && (c.cut_to_core || c.cut_from_core) {
+                    self.control_down(site, "idle timeout");
+                }
+            }
+            Event::TransferIdle(pair, conn) => {
+                if self.transfers.get(&pair).is_some_and(|t| t.conn == conn && t.cut) {
+                    self.transfer_down(pair, "idle timeout");
+                }
+            }
+            Event::Redial(site) => self.redial(site),
+            Event::RedialPeer(pair) => self.redial_peer(pair),
+            Event::CoreBack => self.start_core(),
+            Event::AgentBack(site) => self.agent_back(site),
+            Event::LivenessCheck => {
+                self.liveness();
+                self.schedule(1_000_000, Event::LivenessCheck);
+            }
+        }
+    }
+
+    // ---- the core ----
+
+    fn core_input(&mut self, input: core::Input) {
+        let Some(core) = self.core.as_mut() else { return };
+        core.handle(input, Time::from_ms(self.now / 1000));
+        self.after_core();
+    }
+
+    fn after_core(&mut self) {
+        let mut cursor = self.now;
+        while let Some(effect) = self.core.as_mut().and_then(CoreMachine::poll_effect) {
+            match effect {
+                core::Effect::Send { site, conn, lane, order, request } => {
+                    let site = self.site_index(site);
+                    self.core_send(site, conn, lane, order, request, cursor);
+                }
+                core::Effect::Reply { token, reply } => {
+                    let Some((site, conn, pending, renew)) = self.core_calls.remove(&token) else {
+                        continue;
+                    };
+                    if let (Some((sent, _)), Ok(control::Reply::Renewed { ttl_ms, granted, .. })) =
+                        (&renew, &reply)
+                    {
+                        for l in granted {
+                            let until = sent + u64::from(*ttl_ms) * 1000;
+                            self.checker.granted(site, l.bubble, l.epoch, until);
+                        }
+                    }
+                    let result = reply.map_err(|f| f.to_string());
+                    let input = agent::Input::CoreReplied { pending, result };
+                    self.to_agent_from_core(site, conn, input, cursor);
+                }
+                core::Effect::Persist(record) => {
+                    cursor += self.disk_us;
+                    let _ = self.store.append(record);
+                }
+                core::Effect::PutBackup { bubble, epoch, tick, part, bytes } => {
+                    cursor += self.disk_us;
+                    self.checker.stored(self.now, bubble, Epoch(epoch));
+                    let _ = match part {
+                        None => self.store.put_backup(bubble.0, epoch, tick, &bytes),
+                        Some(part) => {
+                            self.store.put_backup_part(bubble.0, epoch, part, tick, &bytes)
+                        }
+                    };
+                }
+                core::Effect::ReadBackup { bubble } => {
+                    let copy = match self.store.backup(bubble.0) {
+                        Some((meta, bytes)) if meta.parts.is_empty() => {
+                            Some(StoredCopy { epoch: meta.epoch, tick: meta.tick, bytes })
+                        }
+                        _ => None,
+                    };
+                    let now = self.core_now();
+                    if let Some(core) = self.core.as_mut() {
+                        core.handle(core::Input::BackupRead { bubble, copy }, now);
+                    }
+                }
+                core::Effect::Close { conn, .. } => {
+                    if let Some(site) = self.controls.iter().position(|c| c.conn == conn) {
+                        self.control_down(site, "closed by the core");
+                    }
+                }
+            }
+        }
+        self.core_busy_until = self.core_busy_until.max(cursor);
+        if let Some(core) = &self.core {
+            let at = core.poll_timeout().as_ms() * 1000;
+            if at < self.core_timer_at {
+                self.core_timer_at = at;
+                self.schedule_at(at, Event::CoreTimer);
+            }
+        }
+    }
+
+    fn site_index(&self, id: SiteId) -> usize {
+        self.site_ids.iter().position(|s| *s == id).unwrap_or(CORE_SITE)
+    }
+
+    fn core_send(
+        &mut self,
+        site: usize,
+        conn: u64,
+        lane: Lane,
+        order: OrderId,
+        request: control::Request,
+        at: u64,
+    ) {
+        if self.controls[site].conn != conn || conn == 0 {
+            let result = Err("agent connection gone".into());
+            self.core_input_later(core::Input::OrderDone { order, result }, at);
+            return;
+        }
+        match lane {
+            Lane::Ordered => {
+                self.controls[site].ordered.push_back((order, request));
+                self.next_ordered(site, at);
+            }
+            Lane::Direct => self.deliver_order(site, conn, order, request, false, at),
+        }
+    }
+
+    fn next_ordered(&mut self, site: usize, at: u64) {
+        let c = &mut self.controls[site];
+        if c.ordered_out.is_some() {
+            return;
+        }
+        let Some((order, request)) = c.ordered.pop_front() else { return };
+        c.ordered_out = Some(order);
+        let conn = c.conn;
+        self.deliver_order(site, conn, order, request, true, at);
+    }
+
+    fn deliver_order(
+        &mut self,
+        site: usize,
+        conn: u64,
+        order: OrderId,
+        request: control::Request,
+        ordered: bool,
+        at: u64,
+    ) {
+        self.next_token += 1;
+        let token = self.next_token;
+        self.orders.insert(token, (site, conn, order, ordered));
+        let input = agent::Input::CoreOrder { token, order: request };
+        self.to_agent_from_core(site, conn, input, at);
+    }
+
+    fn core_input_later(&mut self, input: core::Input, at: u64) {
+        // Results the core's own shell produces at once (no connection to carry them).
+        self.next_seq += 1;
+        let d = Delivery::ToCore { site: usize::MAX, conn: 0, input };
+        self.queue.push(Reverse(Scheduled {
+            at: at.max(self.now),
+            seq: self.next_seq,
+            event: Event::Deliver(d),
+        }));
+    }
+
+    fn to_agent_from_core(&mut self, site: usize, conn: u64, input: agent::Input, at: u64) {
+        let delay = self.control_delay(site);
+        let stream = matches!(input, agent::Input::CoreReplied { .. });
+        let d = Delivery::CoreToAgent { site, conn, input };
+        if self.controls[site].cut_from_core {
+            self.controls[site].held.push((false, d));
+            return;
+        }
+        let at = if stream { at + delay } else { self.in_order((1, site, 0, conn), at + delay) };
+        self.schedule_at(at, Event::Deliver(d));
+    }
+
+    fn to_core(&mut self, site: usize, conn: u64, input: core::Input, ordered_stream: bool) {
+        let delay = self.control_delay(site);
+        let d = Delivery::ToCore { site, conn, input };
+        if self.controls[site].cut_to_core {
+            self.controls[site].held.push((true, d));
+            return;
+        }
+        let mut at = self.now + delay;
+        if ordered_stream {
+            at = self.in_order((2, site, 0, conn), at);
+        }
+        self.schedule_at(at, Event::Deliver(d));
+    }
+}
+
+pub(super) fn name(s: &str) -> Name {
+    Name::new(s).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+/// The transfer address a site advertises (nothing listens: the simulator routes by it).
+fn transfer_addr(site: usize) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, site as u8 + 1], 4433))
+}
+
+fn site_of_addr(addr: &SocketAddr) -> Option<usize> {
+    (0..SITES.len()).find(|&s| transfer_addr(s) == *addr)
+}
+
+mod agents;
+mod outages;
+mod players;
+mod servers;

@@ -1,0 +1,522 @@
+//! Agents: their effects carried over the simulated links, the links' lives (up, cut, dead,
+//! redialed), and deliveries checked against the connection they were sent on.
+
+use super::*;
+
+impl World {
+    pub(super) fn agent_input(&mut self, site: usize, input: agent::Input) {
+        if !self.agents[site].alive {
+            return;
+        }
+        let now = self.instant(site);
+        self.agents[site].machine.handle(input, now);
+        self.after_agent(site);
+    }
+
+    pub(super) fn after_agent(&mut self, site: usize) {
+        while let Some(effect) = self.agents[site].machine.poll_effect() {
+            self.agent_effect(site, effect);
+        }
+        let at = self.clocks[site].global(
+            self.agents[site].machine.poll_timeout().duration_since(self.origin).as_micros() as u64,
+        );
+        if at < self.agents[site].timer_at {
+            self.agents[site].timer_at = at;
+            self.schedule_at(at, Event::AgentTimer(site));
+        }
+    }
+
+    fn agent_effect(&mut self, site: usize, effect: agent::Effect) {
+        use agent::Effect as E;
+        match effect {
+            E::ToCore { pending, request } => {
+                let conn = self.controls[site].conn;
+                if conn == 0 {
+                    let input =
+                        agent::Input::CoreReplied { pending, result: Err("not connected".into()) };
+                    self.schedule(
+                        0,
+                        Event::Deliver(Delivery::CoreToAgent { site, conn: 0, input }),
+                    );
+                    return;
+                }
+                self.next_token += 1;
+                let token = self.next_token;
+                if let control::Request::Started { bubble, epoch, .. } = &request {
+                    self.stats.handovers_started += 1;
+                    self.note(format!(
+                        "{} started bubble {} epoch {} (handover)",
+                        SITES[site], bubble.0, epoch.0
+                    ));
+                }
+                let renew = match &request {
+                    control::Request::Renew { leases } => {
+                        Some((self.local_us(site), leases.clone()))
+                    }
+                    _ => None,
+                };
+                self.core_calls.insert(token, (site, conn, pending, renew));
+                let input =
+                    core::Input::AgentRequest { site: self.site_ids[site], conn, token, request };
+                self.to_core(site, conn, input, false);
+            }
+            E::AnswerCore { token, result } => {
+                let Some((s, conn, order, ordered)) = self.orders.remove(&token) else { return };
+                debug_assert_eq!(s, site);
+                if conn != self.controls[site].conn {
+                    return;
+                }
+                let result = result.map_err(|f| f.to_string());
+                let input = core::Input::OrderDone { order, result };
+                // An ordered order's answer frees the lane when it reaches the core.
+                let _ = ordered;
+                self.to_core(site, conn, input, false);
+            }
+            E::Backup(item) => {
+                let conn = self.controls[site].conn;
+                if conn != 0 {
+                    let input = core::Input::Backup { site: self.site_ids[site], conn, item };
+                    self.to_core(site, conn, input, true);
+                }
+            }
+            E::StartServer { server } => {
+                self.next_conn += 1;
+                let inc = self.next_conn;
+                self.schedule(SERVER_START_US, Event::ServerStarts(site, server, inc));
+            }
+            E::StopServer { server } => self.kill_server(site, &server, false),
+            E::ToServer { server, pending, request } => {
+                if let server::Request::Join { lease, player, last_applied, state } = &request {
+                    let note = format!(
+                        "{} joins player {} to bubble {} on {server} at seq {} ({} bytes)",
+                        SITES[site],
+                        player.0,
+                        lease.bubble.0,
+                        last_applied.0,
+                        state.0.len()
+                    );
+                    self.note(note);
+                }
+                match self.servers[site].get_mut(server.as_str()) {
+                    Some(s) => {
+                        s.lane.push_back((pending, request));
+                        self.next_in_lane(site, server.as_str());
+                    }
+                    None => {
+                        // Gone: the request fails when its connection times out.
+                        let input = agent::Input::ServerReplied {
+                            server: server.clone(),
+                            pending,
+                            result: Err("the server is gone".into()),
+                        };
+                        self.schedule(
+                            IDLE_US,
+                            Event::Deliver(Delivery::ServerToAgent {
+                                site,
+                                server: server.to_string(),
+                                inc: 0,
+                                input,
+                            }),
+                        );
+                    }
+                }
+            }
+            E::ServerStream { server, item } => {
+                let Some(s) = self.servers[site].get(server.as_str()) else { return };
+                let inc = s.inc;
+                let at = self.in_order((3, site, 0, inc), self.now + LOCAL_US);
+                let d = Delivery::ToServer {
+                    site,
+                    server: server.to_string(),
+                    inc,
+                    what: ToServer::Item(item),
+                };
+                self.schedule_at(at, Event::Deliver(d));
+            }
+            E::AnswerServer { .. } => {}
+            E::ToPlayer { conn, item } => {
+                let Some(player) = self.players.iter().position(|p| p.conn == conn) else { return };
+                let at = self.in_order((4, site, 0, conn), self.now + ACCESS_US);
+                let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Item(item) };
+                self.schedule_at(at, Event::Deliver(d));
+            }
+            E::PlayerDatagram { .. } => {}
+            E::AnswerPlayer { token, result } => {
+                let Some(player) = self.player_calls.remove(&token) else { return };
+                let conn = self.players[player].conn;
+                let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Answer(result) };
+                self.schedule(ACCESS_US, Event::Deliver(d));
+            }
+            E::DialPeer { site: peer, addr } => {
+                let Some(other) = site_of_addr(&addr) else { return };
+                debug_assert_eq!(SITES[other], peer.as_str());
+                let pair = (site.min(other), site.max(other));
+                if let Some(t) = self.transfers.get_mut(&pair) {
+                    t.wanted = true;
+                }
+                self.redial_peer(pair);
+            }
+            E::ToPeer { site: peer, pending, request } => {
+                if let transfer::Request::Cross { player, to, last_applied, .. } = &request {
+                    let note = format!(
+                        "{} crosses player {} to {peer} bubble {} at seq {}",
+                        SITES[site], player.0, to.0, last_applied.0
+                    );
+                    self.note(note);
+                }
+                self.peer_request(site, &peer, PeerWait::Call(pending), request)
+            }
+            E::PeerStream { site: peer, item } => self.peer_item(site, &peer, item),
+            E::PeerDatagram { site: peer, probe } => {
+                let Some(to) = index_of(&peer) else { return };
+                let pair = (site.min(to), site.max(to));
+                let Some(t) = self.transfers.get(&pair) else { return };
+                if t.conn == 0 || t.cut || self.rng.unit() < 0.02 {
+                    return;
+                }
+                let conn = t.conn;
+                let delay = self.peer_delay(site, to);
+                let input = agent::Input::PeerDatagram { site: name(SITES[site]), probe };
+                let d = Delivery::Peer { from: site, to, conn, input };
+                self.schedule(delay, Event::Deliver(d));
+            }
+            E::AnswerPeer { token, result } => {
+                let Some((caller, callee, conn, wait)) = self.peer_calls.remove(&token) else {
+                    return;
+                };
+                let input = match wait {
+                    PeerWait::Call(pending) => agent::Input::PeerReplied {
+                        site: name(SITES[callee]),
+                        pending,
+                        result: result.map_err(|f| f.to_string()),
+                    },
+                    PeerWait::Mirror(handover) => {
+                        let result = match result {
+                            Ok(transfer::Reply::Accepted { .. }) => {
+                                self.mirrors.insert(handover, (caller, callee));
+                                Ok(())
+                            }
+                            Ok(other) => Err(format!("unexpected reply {other:?}")),
+                            Err(f) => Err(f.to_string()),
+                        };
+                        agent::Input::MirrorOpened { handover, result }
+                    }
+                };
+                self.to_peer(callee, caller, conn, input, None);
+            }
+            E::OpenMirror { site: peer, handover, bubble, epoch } => {
+                let request = transfer::Request::Open { handover, bubble, epoch };
+                self.peer_request(site, &peer, PeerWait::Mirror(handover), request);
+            }
+            E::Mirror { handover, item } => {
+                let Some(&(from, to)) = self.mirrors.get(&handover) else { return };
+                if from == site {
+                    self.peer_item(site, &name(SITES[to]), item);
+                }
+            }
+            E::CloseMirror { handover } => {
+                self.mirrors.remove(&handover);
+            }
+        }
+    }
+
+    fn peer_request(
+        &mut self,
+        from: usize,
+        peer: &Name,
+        wait: PeerWait,
+        request: transfer::Request,
+    ) {
+        let fail = |wait: PeerWait, why: &str| match wait {
+            PeerWait::Call(pending) => {
+                agent::Input::PeerReplied { site: peer.clone(), pending, result: Err(why.into()) }
+            }
+            PeerWait::Mirror(handover) => {
+                agent::Input::MirrorOpened { handover, result: Err(why.into()) }
+            }
+        };
+        let Some(to) = index_of(peer) else { return };
+        let pair = (from.min(to), from.max(to));
+        let conn = self.transfers.get(&pair).map_or(0, |t| t.conn);
+        if conn == 0 {
+            let input = fail(wait, "no transfer link");
+            self.schedule(0, Event::Deliver(Delivery::Peer { from: to, to: from, conn: 0, input }));
+            return;
+        }
+        self.next_token += 1;
+        let token = self.next_token;
+        self.peer_calls.insert(token, (from, to, conn, wait));
+        let input = agent::Input::PeerRequest { site: name(SITES[from]), token, request };
+        self.to_peer(from, to, conn, input, None);
+    }
+
+    fn peer_item(&mut self, from: usize, peer: &Name, item: StateItem) {
+        let Some(to) = index_of(peer) else { return };
+        let pair = (from.min(to), from.max(to));
+        let conn = self.transfers.get(&pair).map_or(0, |t| t.conn);
+        if conn == 0 {
+            return;
+        }
+        let input = agent::Input::PeerItem { site: name(SITES[from]), item };
+        self.to_peer(from, to, conn, input, Some(5));
+    }
+
+    fn to_peer(
+        &mut self,
+        from: usize,
+        to: usize,
+        conn: u64,
+        input: agent::Input,
+        stream: Option<u8>,
+    ) {
+        let pair = (from.min(to), from.max(to));
+        let delay = self.peer_delay(from, to);
+        let d = Delivery::Peer { from, to, conn, input };
+        if let Some(t) = self.transfers.get_mut(&pair)
+            && t.cut
+        {
+            t.held.push(d);
+            return;
+        }
+        let mut at = self.now + delay;
+        if let Some(kind) = stream {
+            at = self.in_order((kind, from, to, conn), at);
+        }
+        self.schedule_at(at, Event::Deliver(d));
+    }
+
+    // ---- deliveries ----
+
+    pub(super) fn deliver(&mut self, d: Delivery) {
+        match d {
+            Delivery::ToCore { site, conn, input } => {
+                if self.core.is_none() {
+                    return;
+                }
+                if self.now < self.core_busy_until {
+                    // The core is writing to its store.
+                    let at = self.core_busy_until;
+                    self.schedule_at(at, Event::Deliver(Delivery::ToCore { site, conn, input }));
+                    return;
+                }
+                if site != usize::MAX && self.controls[site].conn != conn {
+                    return;
+                }
+                let lane_done = match &input {
+                    core::Input::OrderDone { order, .. } => {
+                        site != usize::MAX && self.controls[site].ordered_out == Some(*order)
+                    }
+                    _ => false,
+                };
+                self.core_input(input);
+                if lane_done {
+                    // The ordered lane's answer arrived: the next order may leave.
+                    self.controls[site].ordered_out = None;
+                    self.next_ordered(site, self.now);
+                }
+            }
+            Delivery::CoreToAgent { site, conn, input } => {
+                if conn != 0 && self.controls[site].conn != conn {
+                    return;
+                }
+                if let agent::Input::CoreOrder { order, .. } = &input {
+                    self.order_received(site, order);
+                }
+                self.agent_input(site, input);
+            }
+            Delivery::Peer { from, to, conn, input } => {
+                let pair = (from.min(to), from.max(to));
+                if conn != 0 && self.transfers.get(&pair).is_none_or(|t| t.conn != conn) {
+                    return;
+                }
+                self.agent_input(to, input);
+            }
+            Delivery::ToServer { site, server, inc, what } => {
+                self.server_delivery(site, server, inc, what)
+            }
+            Delivery::ServerToAgent { site, server, inc, input } => {
+                if let agent::Input::ServerReplied { .. } = &input
+                    && let Some(s) = self.servers[site].get_mut(&server)
+                    && s.inc == inc
+                {
+                    s.lane_busy = false;
+                    self.next_in_lane(site, &server);
+                }
+                let live =
+                    inc == 0 || self.servers[site].get(&server).is_some_and(|s| s.inc == inc);
+                if live
+                    || matches!(
+                        input,
+                        agent::Input::ServerReplied { .. }
+                            | agent::Input::ServerGone { .. }
+                            | agent::Input::ServerEnded { .. }
+                    )
+                {
+                    self.agent_input(site, input);
+                }
+            }
+            Delivery::ToPlayer { player, conn, what } => self.player_delivery(player, conn, what),
+            Delivery::PlayerToAgent { site, player, conn, input } => {
+                if self.players[player].conn == conn {
+                    self.agent_input(site, input);
+                }
+            }
+        }
+    }
+
+    /// The leases an order grants count for I5 from its receipt; their epochs for I6.
+    fn order_received(&mut self, site: usize, order: &control::Request) {
+        use control::Request as R;
+        let local = self.local_us(site);
+        let (what, lease) = match order {
+            R::Create { lease, .. } => ("create", *lease),
+            R::Restore { lease, .. } => {
+                self.stats.restores += 1;
+                ("restore", *lease)
+            }
+            R::Prepare { lease, target, .. } if target.as_str() == SITES[site] => {
+                ("prepare", *lease)
+            }
+            R::Regrant { lease, .. } => ("regrant", *lease),
+            R::Members { lease, players, departed } => {
+                let ids: Vec<String> = players
+                    .iter()
+                    .map(|m| format!("{}{}", m.player.0, if m.crossing { "*" } else { "" }))
+                    .collect();
+                let gone: Vec<String> =
+                    departed.iter().map(|d| format!("{}→{}", d.player.0, d.to.bubble.0)).collect();
+                self.note(format!(
+                    "{} members of bubble {}: [{}] departed [{}]",
+                    SITES[site],
+                    lease.bubble.0,
+                    ids.join(" "),
+                    gone.join(" ")
+                ));
+                return;
+            }
+            _ => return,
+        };
+        self.checker.order_lease(self.now, what, lease.bubble, lease.epoch);
+        let until = local + u64::from(lease.ttl_ms) * 1000;
+        self.checker.granted(site, lease.bubble, lease.epoch, until);
+        self.note(format!(
+            "{} gets {what} of bubble {} epoch {}",
+            SITES[site], lease.bubble.0, lease.epoch.0
+        ));
+    }
+
+    // ---- links ----
+
+    /// An agent (re)dials the core.
+    pub(super) fn redial(&mut self, site: usize) {
+        if !self.agents[site].alive || self.controls[site].conn != 0 {
+            return;
+        }
+        let c = &self.controls[site];
+        if self.core.is_none() || c.cut_to_core || c.cut_from_core {
+            self.schedule(REDIAL_US, Event::Redial(site));
+            return;
+        }
+        self.next_conn += 1;
+        let conn = self.next_conn;
+        self.controls[site].conn = conn;
+        self.controls[site].ordered.clear();
+        self.controls[site].ordered_out = None;
+        self.note(format!("{} connected to the core (conn {conn})", SITES[site]));
+        self.core_input(core::Input::AgentConnected { site: self.site_ids[site], conn });
+        self.agent_input(site, agent::Input::CoreUp);
+    }
+
+    /// The agent–core connection ended: both sides learn it, every request on it fails.
+    pub(super) fn control_down(&mut self, site: usize, why: &str) {
+        let conn = self.controls[site].conn;
+        if conn == 0 {
+            return;
+        }
+        self.note(format!("{} lost the core: {why}", SITES[site]));
+        let c = &mut self.controls[site];
+        c.conn = 0;
+        c.held.clear();
+        let orders: Vec<OrderId> = c.ordered.drain(..).map(|(o, _)| o).collect();
+        c.ordered_out = None;
+        let mut failed_orders: Vec<OrderId> = orders;
+        let tokens: Vec<u64> =
+            self.orders.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
+        for t in tokens {
+            if let Some((_, _, order, _)) = self.orders.remove(&t) {
+                failed_orders.push(order);
+            }
+        }
+        for order in failed_orders {
+            let result = Err("agent connection gone".into());
+            self.core_input(core::Input::OrderDone { order, result });
+        }
+        self.core_input(core::Input::AgentDisconnected { site: self.site_ids[site], conn });
+        let calls: Vec<u64> =
+            self.core_calls.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
+        for t in calls {
+            if let Some((_, _, pending, _)) = self.core_calls.remove(&t) {
+                let result = Err("connection lost".into());
+                self.agent_input(site, agent::Input::CoreReplied { pending, result });
+            }
+        }
+        self.agent_input(site, agent::Input::CoreDown { error: why.into() });
+        self.schedule(REDIAL_US, Event::Redial(site));
+    }
+
+    pub(super) fn redial_peer(&mut self, pair: (usize, usize)) {
+        let (a, b) = pair;
+        let Some(t) = self.transfers.get(&pair) else { return };
+        if t.conn != 0 || !t.wanted {
+            return;
+        }
+        if t.cut || !self.agents[a].alive || !self.agents[b].alive {
+            self.schedule(REDIAL_US, Event::RedialPeer(pair));
+            return;
+        }
+        self.next_conn += 1;
+        let conn = self.next_conn;
+        if let Some(t) = self.transfers.get_mut(&pair) {
+            t.conn = conn;
+        }
+        self.note(format!("transfer {}–{} up (conn {conn})", SITES[a], SITES[b]));
+        self.agent_input(a, agent::Input::PeerUp { site: name(SITES[b]), conn });
+        self.agent_input(b, agent::Input::PeerUp { site: name(SITES[a]), conn });
+    }
+
+    pub(super) fn transfer_down(&mut self, pair: (usize, usize), why: &str) {
+        let Some(t) = self.transfers.get_mut(&pair) else { return };
+        let conn = t.conn;
+        if conn == 0 {
+            return;
+        }
+        t.conn = 0;
+        t.held.clear();
+        let (a, b) = pair;
+        self.note(format!("transfer {}–{} down: {why}", SITES[a], SITES[b]));
+        let calls: Vec<u64> =
+            self.peer_calls.iter().filter(|(_, v)| v.2 == conn).map(|(t, _)| *t).collect();
+        for token in calls {
+            let Some((caller, callee, _, wait)) = self.peer_calls.remove(&token) else { continue };
+            let input = match wait {
+                PeerWait::Call(pending) => agent::Input::PeerReplied {
+                    site: name(SITES[callee]),
+                    pending,
+                    result: Err("connection lost".into()),
+                },
+                PeerWait::Mirror(handover) => {
+                    agent::Input::MirrorOpened { handover, result: Err("connection lost".into()) }
+                }
+            };
+            self.agent_input(caller, input);
+        }
+        self.mirrors.retain(|_, (f, t)| !((*f, *t) == (a, b) || (*f, *t) == (b, a)));
+        self.agent_input(a, agent::Input::PeerGone { site: name(SITES[b]), conn });
+        self.agent_input(b, agent::Input::PeerGone { site: name(SITES[a]), conn });
+        self.schedule(REDIAL_US, Event::RedialPeer(pair));
+    }
+}
+
+pub(super) fn index_of(site: &Name) -> Option<usize> {
+    SITES.iter().position(|s| *s == site.as_str())
+}

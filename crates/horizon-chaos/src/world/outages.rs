@@ -1,0 +1,155 @@
+//! Faults carried out: cuts and heals, kills and restarts.
+
+use super::*;
+
+impl World {
+    pub(super) fn fault_start(&mut self, i: usize) {
+        let fault = self.faults[i].fault.clone();
+        self.note(format!("FAULT {fault:?}"));
+        let for_us = (fault.duration_s() * 1e6) as u64;
+        for site in fault.isolates() {
+            if let Some(s) = SITES.iter().position(|n| *n == site) {
+                // Its players cannot be expected to play meanwhile, nor for a while after.
+                let until = self.now + for_us + (LIVENESS_S * 1e6) as u64;
+                self.isolated_until[s] = self.isolated_until[s].max(until);
+            }
+        }
+        match fault {
+            Fault::Partition { site, direction, .. } => {
+                let s = index(site);
+                let c = &mut self.controls[s];
+                c.cut_to_core = matches!(direction, Direction::Both | Direction::ToCore);
+                c.cut_from_core = matches!(direction, Direction::Both | Direction::FromCore);
+                let conn = c.conn;
+                self.schedule(IDLE_US, Event::ControlIdle(s, conn));
+            }
+            Fault::CutTransfer { sites, .. } => {
+                let (a, b) = (index(sites[0]), index(sites[1]));
+                let pair = (a.min(b), a.max(b));
+                if let Some(t) = self.transfers.get_mut(&pair) {
+                    t.cut = true;
+                    let conn = t.conn;
+                    self.schedule(IDLE_US, Event::TransferIdle(pair, conn));
+                }
+            }
+            Fault::KillServer { site } => {
+                let s = index(site);
+                if let Some(server) = self.busiest_server(s) {
+                    self.kill_server(s, &server, true);
+                }
+            }
+            Fault::RestartAgent { site, .. } => self.kill_agent(index(site)),
+            Fault::RestartCore { .. } => self.kill_core(),
+            Fault::Loss { site, rate, .. } => self.controls[index(site)].loss = rate,
+            Fault::SlowDisk { ms, .. } => self.disk_us = (ms * 1000.0) as u64,
+        }
+        if for_us > 0 {
+            self.schedule(for_us, Event::FaultEnd(i));
+        }
+    }
+
+    pub(super) fn fault_end(&mut self, i: usize) {
+        let fault = self.faults[i].fault.clone();
+        self.note(format!("HEALED {fault:?}"));
+        match fault {
+            Fault::Partition { site, .. } => {
+                let s = index(site);
+                let c = &mut self.controls[s];
+                c.cut_to_core = false;
+                c.cut_from_core = false;
+                let held = std::mem::take(&mut c.held);
+                for (to_core, d) in held {
+                    let delay = self.control_delay(s);
+                    let kind = if to_core { 2 } else { 1 };
+                    let at = self.in_order((kind, s, 0, self.controls[s].conn), self.now + delay);
+                    self.schedule_at(at, Event::Deliver(d));
+                }
+            }
+            Fault::CutTransfer { sites, .. } => {
+                let (a, b) = (index(sites[0]), index(sites[1]));
+                let pair = (a.min(b), a.max(b));
+                let held = match self.transfers.get_mut(&pair) {
+                    Some(t) => {
+                        t.cut = false;
+                        std::mem::take(&mut t.held)
+                    }
+                    None => Vec::new(),
+                };
+                for d in held {
+                    let delay = self.peer_delay(a, b);
+                    let at = self.in_order((8, a, b, 0), self.now + delay);
+                    self.schedule_at(at, Event::Deliver(d));
+                }
+            }
+            Fault::KillServer { .. } => {}
+            Fault::RestartAgent { site, .. } => self.schedule(0, Event::AgentBack(index(site))),
+            Fault::RestartCore { .. } => self.schedule(0, Event::CoreBack),
+            Fault::Loss { site, .. } => self.controls[index(site)].loss = 0.0,
+            Fault::SlowDisk { .. } => self.disk_us = 0,
+        }
+    }
+
+    /// The agent dies with its game servers (they never outlive it) and its players'
+    /// connections; its links end.
+    fn kill_agent(&mut self, site: usize) {
+        self.agents[site].alive = false;
+        let servers: Vec<String> = self.servers[site].keys().cloned().collect();
+        for server in servers {
+            self.servers[site].remove(&server);
+        }
+        for p in 0..self.players.len() {
+            if self.players[p].home == site && self.players[p].conn != 0 {
+                self.players[p].conn = 0;
+                self.players[p].id = None;
+            }
+        }
+        // The core sees the connection end when the port refuses (at once, here).
+        self.control_down(site, "agent killed");
+        let pairs: Vec<(usize, usize)> =
+            self.transfers.keys().copied().filter(|(a, b)| *a == site || *b == site).collect();
+        for pair in pairs {
+            self.transfer_down(pair, "agent killed");
+            // The dialer (the site whose name sorts first) is gone with its link: its next
+            // incarnation dials again when the core names its peers.
+            let dialer = if SITES[pair.0] < SITES[pair.1] { pair.0 } else { pair.1 };
+            if dialer == site
+                && let Some(t) = self.transfers.get_mut(&pair)
+            {
+                t.wanted = false;
+            }
+        }
+        self.player_calls.retain(|_, p| self.players[*p].home != site);
+    }
+
+    /// The agent starts again, knowing nothing; its players join again as new players.
+    pub(super) fn agent_back(&mut self, site: usize) {
+        let machine = self.new_agent(site);
+        self.agents[site] = Agent { machine, alive: true, timer_at: u64::MAX };
+        self.note(format!("{} agent started again", SITES[site]));
+        self.after_agent(site);
+        self.redial(site);
+        for p in 0..self.players.len() {
+            if self.players[p].home == site {
+                let after = 500_000 + self.rng.below(3_000_000);
+                self.schedule(after, Event::PlayerJoin(p));
+            }
+        }
+    }
+
+    /// The core dies; its store stays. Agents see their connections refused within a second.
+    fn kill_core(&mut self) {
+        self.core = None;
+        self.core_timer_at = u64::MAX;
+        self.core_busy_until = 0;
+        self.note("core killed".into());
+        for site in 0..SITES.len() {
+            self.control_down(site, "core killed");
+        }
+        self.core_calls.clear();
+        self.orders.clear();
+    }
+}
+
+fn index(site: &str) -> usize {
+    SITES.iter().position(|s| *s == site).unwrap_or_else(|| unreachable!("site {site}"))
+}

@@ -1,0 +1,174 @@
+//! Simulated players: each joins its home agent, acts every 250 ms once its world is on
+//! screen (an input, `seq` from 1), and watches what it is shown: its entity's counters and
+//! the acknowledgements.
+
+use super::*;
+
+impl World {
+    pub(super) fn player_join(&mut self, p: usize) {
+        let home = self.players[p].home;
+        if !self.agents[home].alive {
+            return;
+        }
+        self.next_conn += 1;
+        let conn = self.next_conn;
+        let player = &mut self.players[p];
+        player.conn = conn;
+        player.id = None;
+        player.seq = 0;
+        player.told = 0;
+        player.entity = None;
+        player.playing = false;
+        player.live_from = self.now;
+        player.last_update = self.now;
+        let pos = player.pos;
+        let client = (name(&format!("bot-{p}")), conn);
+        self.agent_input(home, agent::Input::PlayerUp { conn, client });
+        self.next_token += 1;
+        let token = self.next_token;
+        self.player_calls.insert(token, p);
+        let request = gateway::Request::Join { role: Role::Player, world: WorldId(0), pos };
+        let input = agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 };
+        let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
+        self.schedule(ACCESS_US, Event::Deliver(d));
+    }
+
+    pub(super) fn player_delivery(&mut self, p: usize, conn: u64, what: ToPlayer) {
+        if self.players[p].conn != conn {
+            return;
+        }
+        match what {
+            ToPlayer::Answer(Ok(gateway::Reply::Joined { player, .. })) => {
+                self.checker.player_id(self.now, player, p);
+                self.players[p].id = Some(player);
+                self.note(format!("player {} joined at {}", player.0, SITES[self.players[p].home]));
+            }
+            ToPlayer::Answer(_) => {
+                // Refused (no player id yet: the core is unreachable): try again.
+                self.players[p].conn = 0;
+                self.schedule(2_000_000, Event::PlayerJoin(p));
+            }
+            ToPlayer::Item(gateway::Item::Update { acked, bytes, .. }) => {
+                self.stats.updates_to_players += 1;
+                let now = self.now;
+                let player = &mut self.players[p];
+                player.told = player.told.max(acked.0);
+                player.last_update = now;
+                if let (Some(id), Some(view)) = (player.id, View::decode(&bytes.0))
+                    && let Some(e) = view.entity(id)
+                {
+                    player.entity = Some((e.inputs, e.last_seq));
+                }
+                if !player.playing {
+                    player.playing = true;
+                    self.schedule(INPUT_EVERY_US, Event::PlayerTick(p));
+                }
+            }
+            ToPlayer::Item(_) => {}
+        }
+    }
+
+    pub(super) fn player_tick(&mut self, p: usize) {
+        let player = &mut self.players[p];
+        if player.conn == 0 || player.id.is_none() {
+            return;
+        }
+        player.seq += 1;
+        let (seq, conn, home) = (player.seq, player.conn, player.home);
+        let vel = [(seq % 7) as i32 * 100 - 300, 0, 0];
+        let item = gateway::Item::Input {
+            seq: Seq(seq),
+            bytes: horizon_proto::Blob(reference::encode_input(vel)),
+        };
+        self.stats.inputs_sent += 1;
+        let input = agent::Input::PlayerItem { conn, item };
+        let at = self.in_order((7, home, 0, conn), self.now + ACCESS_US);
+        self.schedule_at(
+            at,
+            Event::Deliver(Delivery::PlayerToAgent { site: home, player: p, conn, input }),
+        );
+        self.schedule(INPUT_EVERY_US, Event::PlayerTick(p));
+    }
+
+    /// A traveler moves to another group's place and says so (a position datagram).
+    pub(super) fn player_move(&mut self, p: usize) {
+        self.schedule(TRAVEL_EVERY_US, Event::PlayerMove(p));
+        let group = self.rng.below(4) as f64;
+        let player = &mut self.players[p];
+        player.pos = Vec3 { x: group * 20_000.0 + 30.0 + p as f64, y: 5.0, z: 0.0 };
+        player.moves += 1;
+        let (conn, home) = (player.conn, player.home);
+        if conn == 0 || player.id.is_none() {
+            return;
+        }
+        let datagram = gateway::Datagram::Position {
+            seq: player.moves,
+            world: WorldId(0),
+            pos: player.pos,
+            vel: Vec3::default(),
+        };
+        let id = player.id.map_or(0, |i| i.0);
+        let input = agent::Input::PlayerDatagram { conn, datagram, rtt_ms: 20.0 };
+        self.note(format!("player {id} moves to group {group}"));
+        let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
+        self.schedule(ACCESS_US, Event::Deliver(d));
+    }
+
+    /// A player outside any partition gets an update at least every [`LIVENESS_S`].
+    pub(super) fn liveness(&mut self) {
+        let now = self.now;
+        let limit = (LIVENESS_S * 1e6) as u64;
+        for p in 0..self.players.len() {
+            let player = &self.players[p];
+            if player.conn == 0 || player.reported {
+                continue;
+            }
+            let since =
+                player.last_update.max(player.live_from).max(self.isolated_until[player.home]);
+            if now > since + limit {
+                let detail = format!(
+                    "player {} of {} has had no update for {:.0} s",
+                    player.id.map_or(0, |i| i.0),
+                    SITES[player.home],
+                    (now - since) as f64 / 1e6
+                );
+                self.players[p].reported = true;
+                self.checker.not_live(now, detail);
+            }
+        }
+    }
+
+    /// At the end: every player plays, and none lost an acknowledged input (I4).
+    pub(super) fn final_checks(&mut self) {
+        let now = self.now;
+        for p in 0..self.players.len() {
+            let player = &self.players[p];
+            let Some(id) = player.id else {
+                if self.isolated_until[player.home] < now {
+                    let detail = format!("player {p} of {} never joined", SITES[player.home]);
+                    self.checker.not_live(now, detail);
+                }
+                continue;
+            };
+            if now > player.last_update + 10_000_000 && !player.reported {
+                let detail = format!(
+                    "player {} of {} is not playing at the end (last update {:.1} s)",
+                    id.0,
+                    SITES[player.home],
+                    player.last_update as f64 / 1e6
+                );
+                self.checker.not_live(now, detail);
+            }
+            // Every seq it was told was applied is in its entity, and none was skipped
+            // (`inputs < last_seq`: a state lost and started again).
+            let told = player.told;
+            match player.entity {
+                Some((inputs, last_seq)) if last_seq < told || inputs < last_seq => {
+                    self.checker.lost_input(now, id, told, inputs, last_seq)
+                }
+                None if told > 0 => self.checker.lost_input(now, id, told, 0, 0),
+                _ => {}
+            }
+        }
+    }
+}

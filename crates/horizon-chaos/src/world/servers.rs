@@ -1,0 +1,192 @@
+//! Game servers: started by their agent's driver, served one request at a time through the
+//! agent's lane, ticking by their site's clock. Every update they write is checked.
+
+use super::*;
+
+impl World {
+    /// A started server connects to its agent, registers and says it is ready.
+    pub(super) fn server_starts(&mut self, site: usize, server: String, inc: u64) {
+        if !self.agents[site].alive {
+            return;
+        }
+        let counters = Arc::new(Counters::default());
+        let machine = ServerMachine::new(Reference { tick_ms: TICK_MS }, counters);
+        self.servers[site].insert(
+            server.clone(),
+            Server { machine, inc, lane: VecDeque::new(), lane_busy: false },
+        );
+        let n = name(&server);
+        self.agent_input(site, agent::Input::ServerUp { server: n.clone(), conn: inc });
+        for request in [
+            server::Request::Register { server: n.clone(), build: name("chaos"), max_players: 100 },
+            server::Request::Ready,
+        ] {
+            self.next_token += 1;
+            let input = agent::Input::ServerRequest {
+                server: n.clone(),
+                conn: inc,
+                token: self.next_token,
+                request,
+            };
+            let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+            let d = Delivery::ServerToAgent { site, server: server.clone(), inc, input };
+            self.schedule_at(at, Event::Deliver(d));
+        }
+        let tick = u64::from(TICK_MS) * 1000;
+        self.schedule(tick, Event::ServerTick(site, server.clone(), inc));
+        self.schedule(1_000_000, Event::ServerSecond(site, server, inc));
+    }
+
+    /// The agent's next request to `server`, once the one before is answered.
+    pub(super) fn next_in_lane(&mut self, site: usize, server: &str) {
+        let Some(s) = self.servers[site].get_mut(server) else { return };
+        if s.lane_busy {
+            return;
+        }
+        let Some((pending, request)) = s.lane.pop_front() else { return };
+        s.lane_busy = true;
+        let inc = s.inc;
+        let at = self.in_order((3, site, 0, inc), self.now + LOCAL_US);
+        let what = ToServer::Request { pending, request };
+        let d = Delivery::ToServer { site, server: server.to_owned(), inc, what };
+        self.schedule_at(at, Event::Deliver(d));
+    }
+
+    pub(super) fn server_delivery(
+        &mut self,
+        site: usize,
+        server: String,
+        inc: u64,
+        what: ToServer,
+    ) {
+        let alive = self.servers[site].get(&server).is_some_and(|s| s.inc == inc);
+        if !alive {
+            if let ToServer::Request { pending, .. } = what {
+                // The server is gone: the request fails at the connection's idle timeout.
+                let input = agent::Input::ServerReplied {
+                    server: name(&server),
+                    pending,
+                    result: Err("timed out".into()),
+                };
+                let d = Delivery::ServerToAgent { site, server, inc: 0, input };
+                self.schedule(IDLE_US, Event::Deliver(d));
+            }
+            return;
+        }
+        let now = self.instant(site);
+        let Some(s) = self.servers[site].get_mut(&server) else { return };
+        match what {
+            ToServer::Item(item) => s.machine.item(item, now),
+            ToServer::Request { pending, request } => {
+                let result = s.machine.serve(&request, now);
+                let accepted = match (&request, &result) {
+                    (server::Request::Assign { lease, .. }, Ok(server::Reply::Done))
+                    | (server::Request::Regrant { lease, .. }, Ok(server::Reply::Done)) => {
+                        Some((lease.bubble, lease.epoch))
+                    }
+                    _ => None,
+                };
+                if let Some((bubble, epoch)) = accepted {
+                    self.checker.accepted(self.now, site, &server, bubble, epoch);
+                }
+                self.server_items(site, &server, inc);
+                let input = agent::Input::ServerReplied {
+                    server: name(&server),
+                    pending,
+                    result: result.map_err(|f| f.to_string()),
+                };
+                let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+                let d = Delivery::ServerToAgent { site, server, inc, input };
+                self.schedule_at(at, Event::Deliver(d));
+            }
+        }
+    }
+
+    /// What the server wrote goes to its agent, in order; updates are checked as written.
+    fn server_items(&mut self, site: usize, server: &str, inc: u64) {
+        loop {
+            let Some(item) = self.servers[site].get_mut(server).and_then(|s| s.machine.poll_item())
+            else {
+                break;
+            };
+            if let Some(update) = update_of(&item) {
+                let local = self.local_us(site);
+                self.checker.tick(self.now, local, site, server, update);
+            }
+            let input = agent::Input::ServerItem { server: name(server), item };
+            let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+            let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
+            self.schedule_at(at, Event::Deliver(d));
+        }
+    }
+
+    pub(super) fn server_tick(&mut self, site: usize, server: &str, inc: u64) {
+        let now = self.instant(site);
+        let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
+        s.machine.tick(now);
+        self.server_items(site, server, inc);
+        // The server's tick timer runs on its site's clock.
+        let tick_local = u64::from(TICK_MS) * 1000;
+        let next = self.clocks[site].global(self.local_us(site) + tick_local);
+        self.schedule_at(next, Event::ServerTick(site, server.to_owned(), inc));
+    }
+
+    pub(super) fn server_second(&mut self, site: usize, server: &str, inc: u64) {
+        let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
+        let request = s.machine.load();
+        self.next_token += 1;
+        let input = agent::Input::ServerRequest {
+            server: name(server),
+            conn: inc,
+            token: self.next_token,
+            request,
+        };
+        let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+        let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
+        self.schedule_at(at, Event::Deliver(d));
+        self.schedule(1_000_000, Event::ServerSecond(site, server.to_owned(), inc));
+    }
+
+    /// SIGKILL: the server is gone at once; its agent's driver notices the exit shortly, its
+    /// connection ends at the idle timeout.
+    /// With `noticed`, the driver reports the exit (a crash); without, the agent stopped it.
+    pub(super) fn kill_server(&mut self, site: usize, server: &str, noticed: bool) {
+        let Some(s) = self.servers[site].remove(server) else { return };
+        let how = if noticed { "killed" } else { "stopped" };
+        self.note(format!(
+            "{}: server {server} {how} ({} regions)",
+            SITES[site],
+            s.machine.regions()
+        ));
+        if noticed {
+            let why = "signal: 9 (SIGKILL)".to_owned();
+            let ended = agent::Input::ServerEnded { server: server.to_owned(), why };
+            let d =
+                Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input: ended };
+            let after = self.rng.below(EXIT_NOTICED_US);
+            self.schedule(after, Event::Deliver(d));
+        }
+        let gone = agent::Input::ServerGone { server: name(server), conn: s.inc };
+        let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input: gone };
+        self.schedule(IDLE_US, Event::Deliver(d));
+        // Requests queued in its lane fail at the idle timeout too.
+        for (pending, _) in s.lane {
+            let input = agent::Input::ServerReplied {
+                server: name(server),
+                pending,
+                result: Err("timed out".into()),
+            };
+            let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input };
+            self.schedule(IDLE_US, Event::Deliver(d));
+        }
+    }
+
+    /// The server of `site` holding the most regions (the largest bubble's, roughly).
+    pub(super) fn busiest_server(&self, site: usize) -> Option<String> {
+        self.servers[site]
+            .iter()
+            .filter(|(_, s)| s.machine.regions() > 0)
+            .max_by_key(|(n, s)| (s.machine.regions(), std::cmp::Reverse((*n).clone())))
+            .map(|(n, _)| n.clone())
+    }
+}

@@ -1,0 +1,83 @@
+//! `horizon sim chaos`: runs seeds of the whole-mesh fault simulator (`horizon-chaos`) and
+//! reports what broke. Progress goes to stderr; stdout is a function of the seeds and the code
+//! only (the same seeds and commit print the same bytes).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use horizon_chaos::{ChaosOptions, REGRESSION_SEEDS, Run, Summary};
+
+pub(crate) struct Args {
+    pub(crate) seeds: u64,
+    pub(crate) first_seed: u64,
+    pub(crate) seed: Option<u64>,
+    pub(crate) seconds: f64,
+    pub(crate) regressions: bool,
+    pub(crate) threads: Option<usize>,
+    pub(crate) json: bool,
+}
+
+pub(crate) fn chaos(args: Args) -> ExitCode {
+    if !(args.seconds.is_finite() && args.seconds >= 60.0) {
+        eprintln!("error: --seconds must be at least 60 (a fault and its recovery)");
+        return ExitCode::from(64);
+    }
+    let opts = ChaosOptions { seconds: args.seconds };
+    if let Some(seed) = args.seed {
+        let run = horizon_chaos::run_seed(seed, &opts);
+        if args.json {
+            print_json(&Summary::of(std::slice::from_ref(&run), &opts, seed));
+        } else {
+            print!("{}", horizon_chaos::render_run(&run, true));
+        }
+        return verdict(&[run]);
+    }
+    let threads =
+        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let total = args.seeds;
+    let step = (total / 20).max(1);
+    let progress = |done: u64| {
+        if done % step == 0 || done == total {
+            eprintln!("chaos: {done}/{total} seeds");
+        }
+    };
+    let mut runs = horizon_chaos::run_seeds(args.first_seed, args.seeds, &opts, threads, &progress);
+    if args.regressions {
+        for &seed in REGRESSION_SEEDS {
+            if !(args.first_seed..args.first_seed + args.seeds).contains(&seed) {
+                runs.push(horizon_chaos::run_seed(seed, &opts));
+            }
+        }
+    }
+    if args.json {
+        print_json(&Summary::of(&runs, &opts, args.first_seed));
+    } else {
+        let bad: Vec<&Run> = runs.iter().filter(|r| !r.violations.is_empty()).collect();
+        for run in &bad {
+            print!("{}", horizon_chaos::render_run(run, false));
+            println!("  replay: horizon sim chaos --seed {} --seconds {}", run.seed, args.seconds);
+        }
+        let s = Summary::of(&runs, &opts, args.first_seed);
+        println!(
+            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores",
+            s.runs,
+            s.seconds,
+            s.violations.len(),
+            bad.len(),
+            s.totals.ticks_checked,
+            s.totals.inputs_sent,
+            s.totals.restores
+        );
+    }
+    verdict(&runs)
+}
+
+fn print_json(summary: &Summary) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer_pretty(&mut out, summary);
+    let _ = writeln!(out);
+}
+
+fn verdict(runs: &[Run]) -> ExitCode {
+    if runs.iter().all(|r| r.violations.is_empty()) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
