@@ -250,8 +250,27 @@ impl AgentMachine {
         // learns them from each home's `Players`): a member missing without a departure stays
         // until the list is trusted again.
         let trusting = self.registered_at.is_none_or(|t| now >= t + RESYNC_GRACE);
-        for (player, home) in old.iter().filter(|(p, _)| !players.iter().any(|m| m.player == **p)) {
-            if !trusting && !departed.contains_key(player) {
+        let listed = |p: &PlayerId| players.iter().any(|m| m.player == *p);
+        // A departure of a player this list never had: a restored copy may hold them.
+        let unknown: Vec<(PlayerId, Option<Name>)> = departed
+            .keys()
+            .filter(|p| !old.contains_key(p) && !listed(p))
+            .map(|p| (*p, None))
+            .collect();
+        let leaving: Vec<(PlayerId, Option<Name>)> = old
+            .iter()
+            .filter(|(p, _)| !listed(p))
+            .map(|(p, home)| (*p, Some(home.clone())))
+            .chain(unknown)
+            .collect();
+        for (player, home) in &leaving {
+            if self.awaiting.get(player).is_some_and(|(b, _)| *b == lease.bubble) {
+                self.awaiting.remove(player);
+            }
+            if let Some(home) = home
+                && !trusting
+                && !departed.contains_key(player)
+            {
                 if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
                     b.members.insert(*player, home.clone());
                 }

@@ -102,10 +102,9 @@ impl CoreMachine {
                 let reg = &self.registry[&bubble];
                 let lease = reg.lease_ref(bubble);
                 let list = self.member_list(reg, &Default::default());
-                self.order(
-                    site,
-                    control::Request::Members { lease, players: list, departed: Vec::new() },
-                );
+                // The copy may hold players who left since it was made: their state crosses on.
+                let departed = self.remembered_departures(bubble);
+                self.order(site, control::Request::Members { lease, players: list, departed });
                 self.send_routes(players);
                 self.reconcile();
             }

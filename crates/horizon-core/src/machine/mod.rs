@@ -133,6 +133,9 @@ pub struct CoreMachine {
     pub(crate) registry: BTreeMap<BubbleId, Hosted>,
     /// Where each player's membership was last sent: player → bubble.
     pub(crate) placed: BTreeMap<PlayerId, BubbleId>,
+    /// Who left each bubble (see `registry::remembered_departures`), kept after the bubble is
+    /// gone: its last holder may still have their state.
+    pub(crate) departed: BTreeMap<BubbleId, registry::Departed>,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
     next_handover: u64,
     next_order: u64,
@@ -176,6 +179,7 @@ impl CoreMachine {
             agents: BTreeMap::new(),
             registry: BTreeMap::new(),
             placed: BTreeMap::new(),
+            departed: BTreeMap::new(),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
             next_handover: (u64::from(generation) << 32) | 1,
@@ -445,6 +449,7 @@ impl CoreMachine {
         self.mesh.handle_site_link(site, true);
         let mut keep = Vec::new();
         let mut stop = Vec::new();
+        let mut hand_over = Vec::new();
         for h in held {
             let current = self
                 .registry
@@ -452,9 +457,17 @@ impl CoreMachine {
                 .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring);
             if current {
                 keep.push(self.lease(h.lease.bubble, h.lease.epoch.0));
+            } else if self.departed.get(&h.lease.bubble).is_some_and(|d| d.site == site) {
+                // Players left it while this site was away: their state crosses on first.
+                hand_over.push(h.lease);
             } else {
                 stop.push(h.lease);
             }
+        }
+        for lease in hand_over {
+            let departed = self.remembered_departures(lease.bubble);
+            self.order(site, control::Request::Members { lease, players: Vec::new(), departed });
+            self.order(site, control::Request::Revoke { leases: vec![lease] });
         }
         let others: Vec<SiteId> = self
             .agents

@@ -9,8 +9,16 @@ use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Role,
 
 use super::CoreMachine;
 
-/// Departures remembered per bubble for its holder's next registration.
+/// Departures remembered per bubble, and bubbles remembered (see `remembered_departures`).
 const MAX_DEPARTED: usize = 1024;
+const MAX_REMEMBERED_BUBBLES: usize = 4096;
+
+/// Players who left a bubble, and the site that held it then.
+#[derive(Clone, Debug)]
+pub(crate) struct Departed {
+    pub(crate) site: SiteId,
+    pub(crate) players: BTreeSet<PlayerId>,
+}
 
 /// A bubble as it really runs. The brain's view changes first during a handover (it already
 /// places the bubble at the target) and a restore (at the new site before its server runs).
@@ -22,10 +30,6 @@ pub(crate) struct Hosted {
     pub(crate) bounds: Aabb,
     /// Each member and their home site.
     pub(crate) members: BTreeMap<PlayerId, SiteId>,
-    /// Members who left for another bubble (player → that bubble), told again to the holder
-    /// at each of its registrations: a holder that missed the order (cut from the core) still
-    /// sends their state on. Forgotten when they come back or leave the game; bounded.
-    pub(crate) departed: BTreeMap<PlayerId, BubbleId>,
     /// A handover of this bubble is in flight.
     pub(crate) moving: Option<HandoverId>,
     /// A failover is restoring this bubble on `site` from its latest copy; not running yet.
@@ -44,7 +48,6 @@ impl Hosted {
             world,
             bounds,
             members: BTreeMap::new(),
-            departed: BTreeMap::new(),
             moving: None,
             restoring: false,
             parts: Vec::new(),
@@ -86,24 +89,24 @@ impl CoreMachine {
             if want == have || unsettled(&self.registry, want) || unsettled(&self.registry, have) {
                 continue;
             }
-            if let Some(h) = have.and_then(|h| self.registry.get_mut(&h).map(|r| (h, r))) {
-                h.1.members.remove(&player);
-                touched.insert(h.0);
+            let left = have.and_then(|h| self.registry.get_mut(&h).map(|r| (h, r))).map(|(h, r)| {
+                r.members.remove(&player);
+                (h, r.site)
+            });
+            if let Some((h, site)) = left {
+                touched.insert(h);
                 if let Some(w) = want {
-                    departures.entry(h.0).or_default().push((player, w));
-                    if h.1.departed.len() >= MAX_DEPARTED
-                        && let Some(&oldest) = h.1.departed.keys().next()
-                    {
-                        h.1.departed.remove(&oldest);
-                    }
-                    h.1.departed.insert(player, w);
+                    departures.entry(h).or_default().push((player, w));
+                    remember_departure(&mut self.departed, h, site, player);
                 }
             }
             match want {
                 Some(w) => {
                     if let Some(r) = self.registry.get_mut(&w) {
                         r.members.insert(player, p.home);
-                        r.departed.remove(&player);
+                    }
+                    if let Some(d) = self.departed.get_mut(&w) {
+                        d.players.remove(&player);
                     }
                     touched.insert(w);
                     if have.is_some_and(|h| self.registry.contains_key(&h)) {
@@ -126,8 +129,8 @@ impl CoreMachine {
                 r.members.remove(&player);
                 touched.insert(b);
             }
-            for r in self.registry.values_mut() {
-                r.departed.remove(&player);
+            for d in self.departed.values_mut() {
+                d.players.remove(&player);
             }
         }
         for bubble in touched {
@@ -218,6 +221,22 @@ impl CoreMachine {
             .collect()
     }
 
+    /// The players who left `bubble` (and are in the game), each to where it plays now. Told
+    /// again to a holder at its registration and to a bubble restored from a copy: a holder
+    /// that missed the order (cut from the core), or a copy made before they left, still holds
+    /// their state, which crosses on (the target keeps the state with more applied inputs).
+    pub(crate) fn remembered_departures(&self, bubble: BubbleId) -> Vec<control::Departure> {
+        let Some(d) = self.departed.get(&bubble) else { return Vec::new() };
+        d.players
+            .iter()
+            .filter_map(|&player| {
+                let to = *self.placed.get(&player).filter(|b| **b != bubble)?;
+                let r = self.registry.get(&to)?;
+                Some(control::Departure { player, to: r.lease_ref(to), site: self.site_name(r.site) })
+            })
+            .collect()
+    }
+
     /// Tells home agents where their players are simulated now.
     pub(crate) fn send_routes(&mut self, players: Vec<PlayerId>) {
         let mut per_home: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
@@ -244,8 +263,10 @@ impl CoreMachine {
         let bubbles: Vec<BubbleId> = self
             .registry
             .iter()
-            .filter(|(_, r)| {
-                r.site == site && r.settled() && (!r.members.is_empty() || !r.departed.is_empty())
+            .filter(|(b, r)| {
+                r.site == site
+                    && r.settled()
+                    && (!r.members.is_empty() || self.departed.contains_key(b))
             })
             .map(|(&b, _)| b)
             .collect();
@@ -254,18 +275,7 @@ impl CoreMachine {
             let players = self.member_list(reg, &BTreeSet::new());
             let lease = reg.lease_ref(bubble);
             // Those who left while the holder was away: their state still crosses.
-            let departed = reg
-                .departed
-                .iter()
-                .filter_map(|(&player, to)| {
-                    let r = self.registry.get(to)?;
-                    Some(control::Departure {
-                        player,
-                        to: r.lease_ref(*to),
-                        site: self.site_name(r.site),
-                    })
-                })
-                .collect();
+            let departed = self.remembered_departures(bubble);
             self.order(site, control::Request::Members { lease, players, departed });
         }
         let homed: Vec<PlayerId> = self
@@ -307,4 +317,25 @@ pub(crate) fn vec3(v: Vec3) -> horizon_mesh::Vec3 {
 pub(crate) fn aabb(b: horizon_mesh::Aabb) -> Aabb {
     let v = |p: horizon_mesh::Vec3| Vec3 { x: p.x, y: p.y, z: p.z };
     Aabb { min: v(b.min), max: v(b.max) }
+}
+
+/// Remembers that `player` left `bubble` (held at `site`), for a holder that may not have
+/// heard: see [`CoreMachine::remembered_departures`]. Bounded per bubble and in bubbles.
+fn remember_departure(
+    departed: &mut BTreeMap<BubbleId, Departed>,
+    bubble: BubbleId,
+    site: SiteId,
+    player: PlayerId,
+) {
+    if !departed.contains_key(&bubble)
+        && departed.len() >= MAX_REMEMBERED_BUBBLES
+        && let Some(&oldest) = departed.keys().next()
+    {
+        departed.remove(&oldest);
+    }
+    let d = departed.entry(bubble).or_insert_with(|| Departed { site, players: BTreeSet::new() });
+    d.site = site;
+    if d.players.len() < MAX_DEPARTED {
+        d.players.insert(player);
+    }
 }
