@@ -276,6 +276,25 @@ impl AgentMachine {
                 }
                 continue;
             }
+            // Its crossing is still on its way from here, to a bubble that moved since: it
+            // follows it.
+            if home.is_none()
+                && let Some(d) = departed.get(player)
+                && self.outbound.contains_key(player)
+            {
+                self.redirect_crossing(*player, d.clone(), now);
+                departed.remove(player);
+                continue;
+            }
+            // Its state came here and was never taken in (the list saying it comes never
+            // arrived): it goes on from here.
+            if home.is_none()
+                && let Some(c) = self.crossings.remove(player)
+                && let Some(d) = departed.remove(player)
+            {
+                self.cross(*player, lease.bubble, d, c.last_applied, c.state, now);
+                continue;
+            }
             let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.holder.remove(player));
             let from = holder.unwrap_or_else(|| server.clone());
             let then = match departed.remove(player) {
@@ -397,6 +416,19 @@ impl AgentMachine {
         let (site, request) = (c.site.clone(), c.request.clone());
         let pending = Pending(Then::Crossed { player });
         self.effects.push_back(Effect::ToPeer { site, pending, request });
+    }
+
+    /// A crossing still on its way goes to where its bubble runs now.
+    fn redirect_crossing(&mut self, player: PlayerId, d: control::Departure, now: Instant) {
+        let Some(c) = self.outbound.get_mut(&player) else { return };
+        if let transfer::Request::Cross { to, epoch, .. } = &mut c.request {
+            *to = d.to.bubble;
+            *epoch = d.to.epoch;
+        }
+        c.site = d.site;
+        c.sent = None;
+        c.retry_at = now;
+        self.send_crossing(player, now);
     }
 
     /// The answer to a crossing: taken, or to be sent again (after [`CROSSING_BACKOFF`]).

@@ -43,8 +43,10 @@ mod tests;
 use crate::AgentStats;
 use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
 
-/// Crossings that arrived before the core's `Members`: kept this long, at most this many.
-const CROSSING_TTL: Duration = Duration::from_secs(30);
+/// Crossings that arrived before the core's `Members`: kept this long (longer than a cut from
+/// the core that outlasts a lease, after which the core tells where the player went), at most
+/// this many.
+const CROSSING_TTL: Duration = Duration::from_secs(180);
 const MAX_CROSSINGS: usize = 4096;
 /// A crossing to another site is sent again until that site takes it, for this long; a member
 /// whose crossing state has not come after it starts afresh.

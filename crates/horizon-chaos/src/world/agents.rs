@@ -395,12 +395,18 @@ impl World {
                 return;
             }
             R::Revoke { leases } => {
-                let which: Vec<String> = leases.iter().map(|l| format!("{}@{}", l.bubble.0, l.epoch.0)).collect();
+                let which: Vec<String> =
+                    leases.iter().map(|l| format!("{}@{}", l.bubble.0, l.epoch.0)).collect();
                 self.note(format!("{} revoke [{}]", SITES[site], which.join(" ")));
                 return;
             }
             R::Commit { handover } | R::Freeze { handover } => {
-                self.note(format!("{} {} handover {}", SITES[site], if matches!(order, R::Commit { .. }) { "commit" } else { "freeze" }, handover.0));
+                self.note(format!(
+                    "{} {} handover {}",
+                    SITES[site],
+                    if matches!(order, R::Commit { .. }) { "commit" } else { "freeze" },
+                    handover.0
+                ));
                 return;
             }
             R::Abort { handover, reason } => {

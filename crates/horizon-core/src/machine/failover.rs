@@ -105,6 +105,7 @@ impl CoreMachine {
                 // The copy may hold players who left since it was made: their state crosses on.
                 let departed = self.remembered_departures(bubble);
                 self.order(site, control::Request::Members { lease, players: list, departed });
+                self.redirect_arrivals(bubble);
                 self.send_routes(players);
                 self.reconcile();
             }

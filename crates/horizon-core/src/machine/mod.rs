@@ -136,6 +136,8 @@ pub struct CoreMachine {
     /// Who left each bubble (see `registry::remembered_departures`), kept after the bubble is
     /// gone: its last holder may still have their state.
     pub(crate) departed: BTreeMap<BubbleId, registry::Departed>,
+    /// Who crossed into each bubble, from which bubble (see `registry::redirect_arrivals`).
+    pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, BubbleId>>,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
     next_handover: u64,
     next_order: u64,
@@ -180,6 +182,7 @@ impl CoreMachine {
             registry: BTreeMap::new(),
             placed: BTreeMap::new(),
             departed: BTreeMap::new(),
+            arrived: BTreeMap::new(),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
             next_handover: (u64::from(generation) << 32) | 1,

@@ -89,15 +89,20 @@ impl CoreMachine {
             if want == have || unsettled(&self.registry, want) || unsettled(&self.registry, have) {
                 continue;
             }
-            let left = have.and_then(|h| self.registry.get_mut(&h).map(|r| (h, r))).map(|(h, r)| {
-                r.members.remove(&player);
-                (h, r.site)
-            });
+            let left =
+                have.and_then(|h| self.registry.get_mut(&h).map(|r| (h, r))).map(|(h, r)| {
+                    r.members.remove(&player);
+                    (h, r.site)
+                });
             if let Some((h, site)) = left {
                 touched.insert(h);
                 if let Some(w) = want {
                     departures.entry(h).or_default().push((player, w));
                     remember_departure(&mut self.departed, h, site, player);
+                    let arrived = self.arrived.entry(w).or_default();
+                    if arrived.len() < MAX_DEPARTED || arrived.contains_key(&player) {
+                        arrived.insert(player, h);
+                    }
                 }
             }
             match want {
@@ -131,6 +136,9 @@ impl CoreMachine {
             }
             for d in self.departed.values_mut() {
                 d.players.remove(&player);
+            }
+            for a in self.arrived.values_mut() {
+                a.remove(&player);
             }
         }
         for bubble in touched {
@@ -232,9 +240,39 @@ impl CoreMachine {
             .filter_map(|&player| {
                 let to = *self.placed.get(&player).filter(|b| **b != bubble)?;
                 let r = self.registry.get(&to)?;
-                Some(control::Departure { player, to: r.lease_ref(to), site: self.site_name(r.site) })
+                Some(control::Departure {
+                    player,
+                    to: r.lease_ref(to),
+                    site: self.site_name(r.site),
+                })
             })
             .collect()
+    }
+
+    /// A bubble restored from a copy may lack players that crossed into it after the copy: the
+    /// bubbles they came from are told again where they went (its new lease and site), so a
+    /// crossing still on its way follows it there.
+    pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
+        let Some(arrived) = self.arrived.get(&bubble) else { return };
+        let mut per_source: BTreeMap<BubbleId, Vec<PlayerId>> = BTreeMap::new();
+        for (&player, &from) in arrived {
+            if self.placed.get(&player) == Some(&bubble) && self.registry.contains_key(&from) {
+                per_source.entry(from).or_default().push(player);
+            }
+        }
+        let Some(to) = self.registry.get(&bubble).map(|r| (r.lease_ref(bubble), r.site)) else {
+            return;
+        };
+        for (from, players) in per_source {
+            let Some(reg) = self.registry.get(&from).filter(|r| r.settled()) else { continue };
+            let departed = players
+                .into_iter()
+                .map(|player| control::Departure { player, to: to.0, site: self.site_name(to.1) })
+                .collect();
+            let (lease, site) = (reg.lease_ref(from), reg.site);
+            let players = self.member_list(reg, &BTreeSet::new());
+            self.order(site, control::Request::Members { lease, players, departed });
+        }
     }
 
     /// Tells home agents where their players are simulated now.
