@@ -419,7 +419,7 @@ impl AgentMachine {
     }
 
     /// A crossing still on its way goes to where its bubble runs now.
-    fn redirect_crossing(&mut self, player: PlayerId, d: control::Departure, now: Instant) {
+    pub(super) fn redirect_crossing(&mut self, player: PlayerId, d: control::Departure, now: Instant) {
         let Some(c) = self.outbound.get_mut(&player) else { return };
         if let transfer::Request::Cross { to, epoch, .. } = &mut c.request {
             *to = d.to.bubble;
@@ -442,7 +442,7 @@ impl AgentMachine {
     }
 
     /// Crossings are retried until taken or [`CROSSING_DEADLINE`]; members whose crossing
-    /// never came start afresh then.
+    /// has not come by [`AWAIT_DEADLINE`] start afresh.
     pub(super) fn crossing_deadlines(&mut self, now: Instant) {
         let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
         let lost: Vec<PlayerId> =
@@ -465,7 +465,7 @@ impl AgentMachine {
         let stale: Vec<(PlayerId, BubbleId)> = self
             .awaiting
             .iter()
-            .filter(|(_, (_, since))| late(*since))
+            .filter(|(_, (_, since))| now.saturating_duration_since(*since) >= AWAIT_DEADLINE)
             .map(|(p, (b, _))| (*p, *b))
             .collect();
         for (player, bubble) in stale {
@@ -483,6 +483,13 @@ impl AgentMachine {
 
     pub(super) fn route(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {
         for r in routes {
+            if self.outbound.contains_key(&r.player) {
+                // A crossing from here still on its way: it follows the player's bubble, under
+                // whatever epoch runs it there.
+                let to = LeaseRef { bubble: r.bubble, epoch: Epoch(0) };
+                let d = control::Departure { player: r.player, to, site: r.site.clone() };
+                self.redirect_crossing(r.player, d, now);
+            }
             let Some(p) = self.players.get_mut(&r.player) else { continue };
             if p.session.set_route(r.bubble, r.site) {
                 // Every input kept goes to the new holder, which applies each (player, seq)

@@ -48,9 +48,12 @@ use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
 /// this many.
 const CROSSING_TTL: Duration = Duration::from_secs(180);
 const MAX_CROSSINGS: usize = 4096;
-/// A crossing to another site is sent again until that site takes it, for this long; a member
-/// whose crossing state has not come after it starts afresh.
-const CROSSING_DEADLINE: Duration = Duration::from_secs(30);
+/// A crossing to another site is sent again until that site takes it, for this long: more
+/// than a lease and a failover, since its bubble may be restored elsewhere meanwhile.
+const CROSSING_DEADLINE: Duration = Duration::from_secs(90);
+/// A member whose crossing state has not come after this starts afresh (the state replaces
+/// the fresh start if it comes later).
+const AWAIT_DEADLINE: Duration = Duration::from_secs(30);
 /// A crossing's answer not back after this is taken as lost, and the crossing sent again.
 const CROSSING_RETRY: Duration = Duration::from_secs(5);
 /// A crossing refused (not expected there yet) is sent again after this.

@@ -249,29 +249,30 @@ impl CoreMachine {
             .collect()
     }
 
-    /// A bubble restored from a copy may lack players that crossed into it after the copy: the
-    /// bubbles they came from are told again where they went (its new lease and site), so a
-    /// crossing still on its way follows it there.
+    /// A bubble restored from a copy may lack players that crossed into it after the copy:
+    /// the sites they came from are told where it runs now (a `Route` for each), so a crossing
+    /// still on its way from there follows it.
     pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
         let Some(arrived) = self.arrived.get(&bubble) else { return };
-        let mut per_source: BTreeMap<BubbleId, Vec<PlayerId>> = BTreeMap::new();
+        let Some(holder) = self.registry.get(&bubble).map(|r| r.site) else { return };
+        let mut per_source: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
         for (&player, &from) in arrived {
-            if self.placed.get(&player) == Some(&bubble) && self.registry.contains_key(&from) {
-                per_source.entry(from).or_default().push(player);
+            if self.placed.get(&player) != Some(&bubble) {
+                continue;
+            }
+            let source = self
+                .registry
+                .get(&from)
+                .map(|r| r.site)
+                .or_else(|| self.departed.get(&from).map(|d| d.site));
+            if let Some(source) = source.filter(|s| *s != holder) {
+                let route =
+                    control::PlayerRoute { player, bubble, site: self.site_name(holder) };
+                per_source.entry(source).or_default().push(route);
             }
         }
-        let Some(to) = self.registry.get(&bubble).map(|r| (r.lease_ref(bubble), r.site)) else {
-            return;
-        };
-        for (from, players) in per_source {
-            let Some(reg) = self.registry.get(&from).filter(|r| r.settled()) else { continue };
-            let departed = players
-                .into_iter()
-                .map(|player| control::Departure { player, to: to.0, site: self.site_name(to.1) })
-                .collect();
-            let (lease, site) = (reg.lease_ref(from), reg.site);
-            let players = self.member_list(reg, &BTreeSet::new());
-            self.order(site, control::Request::Members { lease, players, departed });
+        for (site, routes) in per_source {
+            self.order(site, control::Request::Route { routes });
         }
     }
 
