@@ -380,8 +380,13 @@ impl AgentMachine {
             state,
         };
         if d.site == self.cfg.site {
-            if let Err(fault) = self.take_crossing(&request, now) {
-                tracing::warn!(player = player.0, %fault, "crossing within the site lost");
+            match self.take_crossing(&request, now) {
+                Ok(true) => {
+                    let site = self.cfg.site.clone();
+                    self.keep_delivered(player, site, request, now)
+                }
+                Ok(false) => {}
+                Err(fault) => tracing::warn!(player = player.0, %fault, "crossing within the site lost"),
             }
             return;
         }
@@ -405,6 +410,8 @@ impl AgentMachine {
             let request = c.request.clone();
             if self.take_crossing(&request, now) == Ok(true) {
                 self.outbound.remove(&player);
+                let site = self.cfg.site.clone();
+                self.keep_delivered(player, site, request, now);
             }
             return;
         }
@@ -418,8 +425,21 @@ impl AgentMachine {
         self.effects.push_back(Effect::ToPeer { site, pending, request });
     }
 
-    /// A crossing still on its way goes to where its bubble runs now.
+    fn keep_delivered(&mut self, player: PlayerId, site: Name, request: transfer::Request, now: Instant) {
+        if self.delivered.len() < MAX_CROSSINGS || self.delivered.contains_key(&player) {
+            self.delivered.insert(player, (now, site, request));
+        }
+    }
+
+    /// A crossing still on its way — or taken not long ago, by a bubble since restored from a
+    /// copy that may lack the player — goes to where its bubble runs now.
     pub(super) fn redirect_crossing(&mut self, player: PlayerId, d: control::Departure, now: Instant) {
+        if !self.outbound.contains_key(&player)
+            && let Some((_, _, request)) = self.delivered.remove(&player)
+        {
+            let site = d.site.clone();
+            self.outbound.insert(player, Outbound { site, request, since: now, sent: None, retry_at: now });
+        }
         let Some(c) = self.outbound.get_mut(&player) else { return };
         if let transfer::Request::Cross { to, epoch, .. } = &mut c.request {
             *to = d.to.bubble;
@@ -434,7 +454,9 @@ impl AgentMachine {
     /// The answer to a crossing: taken, or to be sent again (after [`CROSSING_BACKOFF`]).
     pub(super) fn crossed(&mut self, player: PlayerId, taken: bool, now: Instant) {
         if taken {
-            self.outbound.remove(&player);
+            if let Some(c) = self.outbound.remove(&player) {
+                self.keep_delivered(player, c.site, c.request, now);
+            }
         } else if let Some(c) = self.outbound.get_mut(&player) {
             c.sent = None;
             c.retry_at = now + CROSSING_BACKOFF;
@@ -445,6 +467,7 @@ impl AgentMachine {
     /// has not come by [`AWAIT_DEADLINE`] start afresh.
     pub(super) fn crossing_deadlines(&mut self, now: Instant) {
         let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
+        self.delivered.retain(|_, (at, _, _)| now.saturating_duration_since(*at) < CROSSING_KEEP);
         let lost: Vec<PlayerId> =
             self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
         for player in lost {
@@ -483,7 +506,17 @@ impl AgentMachine {
 
     pub(super) fn route(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {
         for r in routes {
-            if self.outbound.contains_key(&r.player) {
+            // The player's bubble runs elsewhere now (restored): a crossing into it from here,
+            // on its way or taken not long ago, follows it.
+            let into = |req: &transfer::Request| {
+                matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble)
+            };
+            let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request) && c.site != r.site)
+                || self
+                    .delivered
+                    .get(&r.player)
+                    .is_some_and(|(_, site, req)| into(req) && *site != r.site);
+            if moved {
                 // A crossing from here still on its way: it follows the player's bubble, under
                 // whatever epoch runs it there.
                 let to = LeaseRef { bubble: r.bubble, epoch: Epoch(0) };

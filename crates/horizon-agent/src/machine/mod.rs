@@ -54,6 +54,10 @@ const CROSSING_DEADLINE: Duration = Duration::from_secs(90);
 /// A member whose crossing state has not come after this starts afresh (the state replaces
 /// the fresh start if it comes later).
 const AWAIT_DEADLINE: Duration = Duration::from_secs(30);
+/// A crossing taken is kept this long: its target may fail before a stored copy includes the
+/// player, and the core then redirects it to the restored bubble (longer than a lease and a
+/// failover).
+const CROSSING_KEEP: Duration = Duration::from_secs(60);
 /// A crossing's answer not back after this is taken as lost, and the crossing sent again.
 const CROSSING_RETRY: Duration = Duration::from_secs(5);
 /// A crossing refused (not expected there yet) is sent again after this.
@@ -584,6 +588,8 @@ pub struct AgentMachine {
     awaiting: BTreeMap<PlayerId, (BubbleId, Instant)>,
     /// Crossings this site sent another, not yet taken.
     outbound: BTreeMap<PlayerId, Outbound>,
+    /// Crossings taken, kept [`CROSSING_KEEP`]: (when, by which site, the crossing).
+    delivered: BTreeMap<PlayerId, (Instant, Name, transfer::Request)>,
     /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
     mirrors: BTreeMap<BubbleId, HandoverId>,
     /// Handover sources waiting for their stream: handover → (bubble, the order's token).
@@ -638,6 +644,7 @@ impl AgentMachine {
             crossings: BTreeMap::new(),
             awaiting: BTreeMap::new(),
             outbound: BTreeMap::new(),
+            delivered: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             pending_prepare: BTreeMap::new(),
             pending_restore: BTreeMap::new(),

@@ -91,9 +91,12 @@ impl AgentMachine {
             self.join(&server, lease, *player, *last_applied, state.clone());
             Ok(true)
         } else if self.crossings.len() < MAX_CROSSINGS || self.crossings.contains_key(player) {
-            let crossing =
-                Crossing { at: now, to: *to, last_applied: *last_applied, state: state.clone() };
-            self.crossings.insert(*player, crossing);
+            // Of two states of one player, the one that applied more of its inputs is newer.
+            if self.crossings.get(player).is_none_or(|c| c.last_applied <= *last_applied) {
+                let crossing =
+                    Crossing { at: now, to: *to, last_applied: *last_applied, state: state.clone() };
+                self.crossings.insert(*player, crossing);
+            }
             Ok(false)
         } else {
             Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"))

@@ -370,8 +370,9 @@ impl World {
         let local = self.local_us(site);
         let (what, lease) = match order {
             R::Create { lease, .. } => ("create", *lease),
-            R::Restore { lease, .. } => {
+            R::Restore { lease, copy, tick, .. } => {
                 self.stats.restores += 1;
+                self.note(format!("{} restore copy: {} bytes at tick {}", SITES[site], copy.0.len(), tick.0));
                 ("restore", *lease)
             }
             R::Prepare { lease, target, .. } if target.as_str() == SITES[site] => {
