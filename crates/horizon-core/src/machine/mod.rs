@@ -138,6 +138,8 @@ pub struct CoreMachine {
     pub(crate) departed: BTreeMap<BubbleId, registry::Departed>,
     /// Who crossed into each bubble, from which bubble (see `registry::redirect_arrivals`).
     pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, BubbleId>>,
+    /// Bubbles the brain ended (merged, deleted) whose members are still leaving, since when.
+    ending: BTreeMap<BubbleId, Time>,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
     next_handover: u64,
     next_order: u64,
@@ -183,6 +185,7 @@ impl CoreMachine {
             placed: BTreeMap::new(),
             departed: BTreeMap::new(),
             arrived: BTreeMap::new(),
+            ending: BTreeMap::new(),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
             next_handover: (u64::from(generation) << 32) | 1,
@@ -642,6 +645,10 @@ impl CoreMachine {
             if reg.moving.is_some() && reg.site == site && reg.epoch == l.epoch.0 {
                 continue;
             }
+            if self.ending.contains_key(&l.bubble) {
+                // Ended by the brain, its members still leaving: see `carry_out_commands`.
+                continue;
+            }
             let given_up = reg
                 .moving
                 .and_then(|h| self.handovers.get(&h))
@@ -721,6 +728,22 @@ impl CoreMachine {
         // (players leave and move between parts without one).
         self.reconcile();
         for bubble in revokes {
+            self.ending.entry(bubble).or_insert(now);
+        }
+        // A merged or deleted bubble ends once its members have left it with their state (a
+        // move waiting for a handover or a restore elsewhere waits with it), or after a lease.
+        let ttl = self.cfg.thresholds.lease_ttl_ms;
+        let ended: Vec<BubbleId> = self
+            .ending
+            .iter()
+            .filter(|(b, since)| {
+                self.registry.get(b).is_none_or(|r| r.members.is_empty())
+                    || now.as_ms().saturating_sub(since.as_ms()) >= ttl
+            })
+            .map(|(b, _)| *b)
+            .collect();
+        for bubble in ended {
+            self.ending.remove(&bubble);
             if let Some(reg) = self.registry.remove(&bubble) {
                 self.persist(Record::Gone { bubble: bubble.0 });
                 let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
