@@ -511,11 +511,10 @@ impl AgentMachine {
             let into = |req: &transfer::Request| {
                 matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble)
             };
-            let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request) && c.site != r.site)
-                || self
-                    .delivered
-                    .get(&r.player)
-                    .is_some_and(|(_, site, req)| into(req) && *site != r.site);
+            // (Restored on the same site too, after a server crash: the copy may lack them. A
+            // state the bubble already has is ignored there.)
+            let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request))
+                || self.delivered.get(&r.player).is_some_and(|(_, _, req)| into(req));
             if moved {
                 // A crossing from here still on its way: it follows the player's bubble, under
                 // whatever epoch runs it there.

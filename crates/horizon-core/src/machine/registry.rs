@@ -265,7 +265,7 @@ impl CoreMachine {
                 .get(&from)
                 .map(|r| r.site)
                 .or_else(|| self.departed.get(&from).map(|d| d.site));
-            if let Some(source) = source.filter(|s| *s != holder) {
+            if let Some(source) = source {
                 let route =
                     control::PlayerRoute { player, bubble, site: self.site_name(holder) };
                 per_source.entry(source).or_default().push(route);
