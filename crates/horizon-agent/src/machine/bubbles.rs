@@ -220,6 +220,15 @@ impl AgentMachine {
         now: Instant,
     ) -> Result<control::Reply, Fault> {
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
+        if b.phase == Phase::Restoring {
+            // Its server is still taking the copy: the changes wait for it to run.
+            let (_, gone) = b.deferred.get_or_insert_with(Default::default);
+            let mut all: Vec<control::Departure> = std::mem::take(gone);
+            all.retain(|d| !departed.iter().any(|n| n.player == d.player));
+            all.extend(departed);
+            b.deferred = Some((players, all));
+            return Ok(control::Reply::Done);
+        }
         let held = b.lease_ref();
         let standby = matches!(b.phase, Phase::Standby { .. });
         let server = b.server.clone();

@@ -452,6 +452,9 @@ struct Local {
     extra: Vec<Name>,
     /// Where each member is simulated while the bubble is spread; absent: `server`.
     holder: BTreeMap<PlayerId, Name>,
+    /// The member list (and departures) that came while the bubble was being restored: its
+    /// server has not taken the copy yet, so joins and leaves wait for its first update.
+    deferred: Option<(Vec<control::Member>, Vec<control::Departure>)>,
 }
 
 impl Local {
@@ -467,6 +470,7 @@ impl Local {
             phase,
             extra: Vec::new(),
             holder: BTreeMap::new(),
+            deferred: None,
         }
     }
 

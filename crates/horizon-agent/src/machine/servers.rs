@@ -159,8 +159,10 @@ impl AgentMachine {
         if now > local.valid_until + WRITE_ALLOWANCE {
             self.stats.writes_after_lease.fetch_add(1, Ordering::Relaxed);
         }
+        let mut deferred = None;
         if local.phase == Phase::Restoring {
             local.phase = Phase::Running;
+            deferred = local.deferred.take().map(|d| (local.lease_ref(), d));
             tracing::info!(site = %self.cfg.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
             if let Some((_, token)) = self.pending_restore.remove(&update.bubble) {
                 self.effects
@@ -182,6 +184,11 @@ impl AgentMachine {
                 request: started,
             });
         }
+        if let Some((lease, (players, departed))) = deferred {
+            // The copy is in: the member changes that waited for it.
+            let _ = self.members(lease, players, departed, now);
+        }
+        let Some(local) = self.bubbles.get(&update.bubble) else { return };
         let mut remote: Vec<Name> = Vec::new();
         for (player, _) in &update.acked {
             if let Some(home) = local.members.get(player)
