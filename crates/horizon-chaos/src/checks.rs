@@ -238,3 +238,99 @@ pub(crate) fn update_of(item: &StateItem) -> Option<&Update> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use horizon_proto::{Blob, Seq, Tick};
+    use horizon_sdk::reference::Entity;
+
+    fn update(bubble: u64, epoch: u64, entities: &[(u64, u64, u64)]) -> Update {
+        // A view as the reference game writes it, with (player, inputs, last_seq) entities.
+        #[derive(serde::Serialize)]
+        struct V {
+            tick: Tick,
+            wall_us: u64,
+            origin: u64,
+            prev_chain: u64,
+            chain: u64,
+            entities: Vec<(PlayerId, Entity)>,
+        }
+        let entities = entities
+            .iter()
+            .map(|&(p, inputs, last_seq)| (PlayerId(p), Entity { inputs, last_seq, ..Entity::default() }))
+            .collect();
+        let v = V { tick: Tick(1), wall_us: 0, origin: 0, prev_chain: 0, chain: 0, entities };
+        Update {
+            bubble: BubbleId(bubble),
+            epoch: Epoch(epoch),
+            tick: Tick(1),
+            acked: vec![(PlayerId(1), Seq(1))],
+            bytes: Blob(postcard::to_stdvec(&v).unwrap()),
+        }
+    }
+
+    fn names(c: &Checker) -> Vec<&'static str> {
+        c.violations.iter().map(|v| v.invariant).collect()
+    }
+
+    #[test]
+    fn an_older_copy_stored_after_a_newer_one_breaks_i1() {
+        let mut c = Checker::new(7);
+        c.stored(0, BubbleId(1), Epoch(2));
+        c.stored(1, BubbleId(1), Epoch(2));
+        assert!(c.violations.is_empty());
+        c.stored(2, BubbleId(1), Epoch(1));
+        assert_eq!(names(&c), ["I1"]);
+        assert_eq!(c.violations[0].seed, 7);
+    }
+
+    #[test]
+    fn an_old_epoch_ticking_after_a_new_one_started_breaks_i2() {
+        let mut c = Checker::new(0);
+        c.granted(0, BubbleId(1), Epoch(1), 10_000_000);
+        c.granted(1, BubbleId(1), Epoch(2), 10_000_000);
+        c.tick(100, 100, 0, "a", &update(1, 1, &[]));
+        c.tick(200, 200, 1, "b", &update(1, 2, &[]));
+        assert!(c.violations.is_empty(), "a handover: old stops, new starts");
+        c.tick(300, 300, 0, "a", &update(1, 1, &[]));
+        assert_eq!(names(&c), ["I2"]);
+    }
+
+    #[test]
+    fn an_input_applied_twice_breaks_i3() {
+        let mut c = Checker::new(0);
+        c.granted(0, BubbleId(1), Epoch(1), 10_000_000);
+        c.tick(1, 1, 0, "a", &update(1, 1, &[(1, 5, 5)]));
+        assert!(c.violations.is_empty());
+        c.tick(2, 2, 0, "a", &update(1, 1, &[(1, 6, 5)]));
+        assert_eq!(names(&c), ["I3"]);
+    }
+
+    #[test]
+    fn a_tick_past_the_granted_lease_or_without_one_breaks_i5() {
+        let mut c = Checker::new(0);
+        c.granted(0, BubbleId(1), Epoch(1), 1_000_000);
+        c.tick(1, 1_004_000, 0, "a", &update(1, 1, &[]));
+        assert!(c.violations.is_empty(), "within the hop's allowance");
+        c.tick(2, 1_006_000, 0, "a", &update(1, 1, &[]));
+        c.tick(3, 10, 1, "b", &update(2, 1, &[]));
+        assert_eq!(names(&c), ["I5", "I5"]);
+    }
+
+    #[test]
+    fn epochs_generations_and_ids_going_back_break_i6() {
+        let mut c = Checker::new(0);
+        c.order_lease(0, "create", BubbleId(1), Epoch(3));
+        c.order_lease(1, "restore", BubbleId(1), Epoch(3));
+        c.generation(0, 1);
+        c.generation(1, 2);
+        c.player_id(0, PlayerId(9), 0);
+        c.player_id(1, PlayerId(9), 0);
+        assert!(c.violations.is_empty(), "the same grant again, a rejoin of the same player");
+        c.order_lease(2, "regrant", BubbleId(1), Epoch(2));
+        c.generation(3, 2);
+        c.player_id(4, PlayerId(9), 1);
+        assert_eq!(names(&c), ["I6", "I6", "I6"]);
+    }
+}
