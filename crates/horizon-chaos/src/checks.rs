@@ -258,7 +258,9 @@ mod tests {
         }
         let entities = entities
             .iter()
-            .map(|&(p, inputs, last_seq)| (PlayerId(p), Entity { inputs, last_seq, ..Entity::default() }))
+            .map(|&(p, inputs, last_seq)| {
+                (PlayerId(p), Entity { inputs, last_seq, ..Entity::default() })
+            })
             .collect();
         let v = V { tick: Tick(1), wall_us: 0, origin: 0, prev_chain: 0, chain: 0, entities };
         Update {

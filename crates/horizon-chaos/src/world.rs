@@ -80,7 +80,7 @@ enum Event {
     PlayerTick(usize),
     PlayerJoin(usize),
     PlayerMove(usize),
-    Deliver(Delivery),
+    Deliver(Box<Delivery>),
     FaultStart(usize),
     FaultEnd(usize),
     ControlIdle(usize, u64),
@@ -283,7 +283,7 @@ pub(crate) struct World {
     next_conn: u64,
     next_token: u64,
     /// Agent requests at the core: core token → (site, conn, what waits).
-    core_calls: BTreeMap<u64, (usize, u64, Pending, Option<(u64, Vec<horizon_proto::LeaseRef>)>)>,
+    core_calls: BTreeMap<u64, CoreCall>,
     /// Core orders at an agent: agent token → (site, conn, order, ordered lane).
     orders: BTreeMap<u64, (usize, u64, OrderId, bool)>,
     /// Peer requests at their receiver: token → (caller, callee, conn, what waits).
@@ -301,6 +301,10 @@ pub(crate) struct World {
     pub(crate) stats: RunStats,
     pub(crate) trace: Vec<String>,
 }
+
+/// An agent's request at the core: (site, connection, what waits, for a renewal: its send time
+/// by the site's clock and its leases).
+type CoreCall = (usize, u64, Pending, Option<(u64, Vec<horizon_proto::LeaseRef>)>);
 
 #[derive(Debug)]
 enum PeerWait {
@@ -550,7 +554,7 @@ impl World {
             Event::PlayerTick(p) => self.player_tick(p),
             Event::PlayerJoin(p) => self.player_join(p),
             Event::PlayerMove(p) => self.player_move(p),
-            Event::Deliver(d) => self.deliver(d),
+            Event::Deliver(d) => self.deliver(*d),
             Event::FaultStart(i) => self.fault_start(i),
             Event::FaultEnd(i) => self.fault_end(i),
             Event::ControlIdle(site, conn) => {
@@ -605,7 +609,7 @@ impl World {
                     }
                     let result = reply.map_err(|f| f.to_string());
                     let input = agent::Input::CoreReplied { pending, result };
-                    self.to_agent_from_core(site, conn, input, cursor);
+                    self.send_to_agent(site, conn, input, cursor);
                 }
                 core::Effect::Persist(record) => {
                     cursor += self.disk_us;
@@ -701,7 +705,7 @@ impl World {
         let token = self.next_token;
         self.orders.insert(token, (site, conn, order, ordered));
         let input = agent::Input::CoreOrder { token, order: request };
-        self.to_agent_from_core(site, conn, input, at);
+        self.send_to_agent(site, conn, input, at);
     }
 
     fn core_input_later(&mut self, input: core::Input, at: u64) {
@@ -711,11 +715,11 @@ impl World {
         self.queue.push(Reverse(Scheduled {
             at: at.max(self.now),
             seq: self.next_seq,
-            event: Event::Deliver(d),
+            event: Event::Deliver(Box::new(d)),
         }));
     }
 
-    fn to_agent_from_core(&mut self, site: usize, conn: u64, input: agent::Input, at: u64) {
+    fn send_to_agent(&mut self, site: usize, conn: u64, input: agent::Input, at: u64) {
         let delay = self.control_delay(site);
         let stream = matches!(input, agent::Input::CoreReplied { .. });
         let d = Delivery::CoreToAgent { site, conn, input };
@@ -724,10 +728,10 @@ impl World {
             return;
         }
         let at = if stream { at + delay } else { self.in_order((1, site, 0, conn), at + delay) };
-        self.schedule_at(at, Event::Deliver(d));
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 
-    fn to_core(&mut self, site: usize, conn: u64, input: core::Input, ordered_stream: bool) {
+    fn send_to_core(&mut self, site: usize, conn: u64, input: core::Input, ordered_stream: bool) {
         let delay = self.control_delay(site);
         let d = Delivery::ToCore { site, conn, input };
         if self.controls[site].cut_to_core {
@@ -738,7 +742,7 @@ impl World {
         if ordered_stream {
             at = self.in_order((2, site, 0, conn), at);
         }
-        self.schedule_at(at, Event::Deliver(d));
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 }
 

@@ -1,7 +1,9 @@
 //! Whole runs: a run is a function of its seed, and short runs of the real machines keep
 //! every invariant.
 
-use horizon_chaos::{ChaosOptions, KNOWN_FAILURES, REGRESSION_SEEDS, Summary, expected, render_run, run_seed};
+use horizon_chaos::{
+    ChaosOptions, KNOWN_FAILURES, REGRESSION_SEEDS, Summary, expected, render_run, run_seed,
+};
 
 #[test]
 fn the_same_seed_replays_byte_for_byte() {

@@ -37,7 +37,7 @@ pub(crate) fn chaos(args: Args) -> ExitCode {
     let total = args.seeds;
     let step = (total / 20).max(1);
     let progress = |done: u64| {
-        if done % step == 0 || done == total {
+        if done.is_multiple_of(step) || done == total {
             eprintln!("chaos: {done}/{total} seeds");
         }
     };

@@ -395,7 +395,9 @@ impl AgentMachine {
                     self.keep_delivered(player, site, request, now)
                 }
                 Ok(false) => {}
-                Err(fault) => tracing::warn!(player = player.0, %fault, "crossing within the site lost"),
+                Err(fault) => {
+                    tracing::warn!(player = player.0, %fault, "crossing within the site lost")
+                }
             }
             return;
         }
@@ -434,7 +436,13 @@ impl AgentMachine {
         self.effects.push_back(Effect::ToPeer { site, pending, request });
     }
 
-    fn keep_delivered(&mut self, player: PlayerId, site: Name, request: transfer::Request, now: Instant) {
+    fn keep_delivered(
+        &mut self,
+        player: PlayerId,
+        site: Name,
+        request: transfer::Request,
+        now: Instant,
+    ) {
         if self.delivered.len() < MAX_CROSSINGS || self.delivered.contains_key(&player) {
             self.delivered.insert(player, (now, site, request));
         }
@@ -442,12 +450,18 @@ impl AgentMachine {
 
     /// A crossing still on its way — or taken not long ago, by a bubble since restored from a
     /// copy that may lack the player — goes to where its bubble runs now.
-    pub(super) fn redirect_crossing(&mut self, player: PlayerId, d: control::Departure, now: Instant) {
+    pub(super) fn redirect_crossing(
+        &mut self,
+        player: PlayerId,
+        d: control::Departure,
+        now: Instant,
+    ) {
         if !self.outbound.contains_key(&player)
             && let Some((_, _, request)) = self.delivered.remove(&player)
         {
             let site = d.site.clone();
-            self.outbound.insert(player, Outbound { site, request, since: now, sent: None, retry_at: now });
+            self.outbound
+                .insert(player, Outbound { site, request, since: now, sent: None, retry_at: now });
         }
         let Some(c) = self.outbound.get_mut(&player) else { return };
         if let transfer::Request::Cross { to, epoch, .. } = &mut c.request {
@@ -517,9 +531,7 @@ impl AgentMachine {
         for r in routes {
             // The player's bubble runs elsewhere now (restored): a crossing into it from here,
             // on its way or taken not long ago, follows it.
-            let into = |req: &transfer::Request| {
-                matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble)
-            };
+            let into = |req: &transfer::Request| matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble);
             // (Restored on the same site too, after a server crash: the copy may lack them. A
             // state the bubble already has is ignored there.)
             let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request))

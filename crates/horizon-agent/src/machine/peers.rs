@@ -93,8 +93,12 @@ impl AgentMachine {
         } else if self.crossings.len() < MAX_CROSSINGS || self.crossings.contains_key(player) {
             // Of two states of one player, the one that applied more of its inputs is newer.
             if self.crossings.get(player).is_none_or(|c| c.last_applied <= *last_applied) {
-                let crossing =
-                    Crossing { at: now, to: *to, last_applied: *last_applied, state: state.clone() };
+                let crossing = Crossing {
+                    at: now,
+                    to: *to,
+                    last_applied: *last_applied,
+                    state: state.clone(),
+                };
                 self.crossings.insert(*player, crossing);
             }
             Ok(false)

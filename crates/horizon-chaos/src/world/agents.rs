@@ -36,7 +36,7 @@ impl World {
                         agent::Input::CoreReplied { pending, result: Err("not connected".into()) };
                     self.schedule(
                         0,
-                        Event::Deliver(Delivery::CoreToAgent { site, conn: 0, input }),
+                        Event::Deliver(Box::new(Delivery::CoreToAgent { site, conn: 0, input })),
                     );
                     return;
                 }
@@ -58,7 +58,7 @@ impl World {
                 self.core_calls.insert(token, (site, conn, pending, renew));
                 let input =
                     core::Input::AgentRequest { site: self.site_ids[site], conn, token, request };
-                self.to_core(site, conn, input, false);
+                self.send_to_core(site, conn, input, false);
             }
             E::AnswerCore { token, result } => {
                 let Some((s, conn, order, ordered)) = self.orders.remove(&token) else { return };
@@ -70,13 +70,13 @@ impl World {
                 let input = core::Input::OrderDone { order, result };
                 // An ordered order's answer frees the lane when it reaches the core.
                 let _ = ordered;
-                self.to_core(site, conn, input, false);
+                self.send_to_core(site, conn, input, false);
             }
             E::Backup(item) => {
                 let conn = self.controls[site].conn;
                 if conn != 0 {
                     let input = core::Input::Backup { site: self.site_ids[site], conn, item };
-                    self.to_core(site, conn, input, true);
+                    self.send_to_core(site, conn, input, true);
                 }
             }
             E::StartServer { server } => {
@@ -111,12 +111,12 @@ impl World {
                         };
                         self.schedule(
                             IDLE_US,
-                            Event::Deliver(Delivery::ServerToAgent {
+                            Event::Deliver(Box::new(Delivery::ServerToAgent {
                                 site,
                                 server: server.to_string(),
                                 inc: 0,
                                 input,
-                            }),
+                            })),
                         );
                     }
                 }
@@ -131,21 +131,21 @@ impl World {
                     inc,
                     what: ToServer::Item(item),
                 };
-                self.schedule_at(at, Event::Deliver(d));
+                self.schedule_at(at, Event::Deliver(Box::new(d)));
             }
             E::AnswerServer { .. } => {}
             E::ToPlayer { conn, item } => {
                 let Some(player) = self.players.iter().position(|p| p.conn == conn) else { return };
                 let at = self.in_order((4, site, 0, conn), self.now + ACCESS_US);
                 let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Item(item) };
-                self.schedule_at(at, Event::Deliver(d));
+                self.schedule_at(at, Event::Deliver(Box::new(d)));
             }
             E::PlayerDatagram { .. } => {}
             E::AnswerPlayer { token, result } => {
                 let Some(player) = self.player_calls.remove(&token) else { return };
                 let conn = self.players[player].conn;
                 let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Answer(result) };
-                self.schedule(ACCESS_US, Event::Deliver(d));
+                self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
             }
             E::DialPeer { site: peer, addr } => {
                 let Some(other) = site_of_addr(&addr) else { return };
@@ -178,7 +178,7 @@ impl World {
                 let delay = self.peer_delay(site, to);
                 let input = agent::Input::PeerDatagram { site: name(SITES[site]), probe };
                 let d = Delivery::Peer { from: site, to, conn, input };
-                self.schedule(delay, Event::Deliver(d));
+                self.schedule(delay, Event::Deliver(Box::new(d)));
             }
             E::AnswerPeer { token, result } => {
                 let Some((caller, callee, conn, wait)) = self.peer_calls.remove(&token) else {
@@ -202,7 +202,7 @@ impl World {
                         agent::Input::MirrorOpened { handover, result }
                     }
                 };
-                self.to_peer(callee, caller, conn, input, None);
+                self.send_to_peer(callee, caller, conn, input, None);
             }
             E::OpenMirror { site: peer, handover, bubble, epoch } => {
                 let request = transfer::Request::Open { handover, bubble, epoch };
@@ -240,14 +240,17 @@ impl World {
         let conn = self.transfers.get(&pair).map_or(0, |t| t.conn);
         if conn == 0 {
             let input = fail(wait, "no transfer link");
-            self.schedule(0, Event::Deliver(Delivery::Peer { from: to, to: from, conn: 0, input }));
+            self.schedule(
+                0,
+                Event::Deliver(Box::new(Delivery::Peer { from: to, to: from, conn: 0, input })),
+            );
             return;
         }
         self.next_token += 1;
         let token = self.next_token;
         self.peer_calls.insert(token, (from, to, conn, wait));
         let input = agent::Input::PeerRequest { site: name(SITES[from]), token, request };
-        self.to_peer(from, to, conn, input, None);
+        self.send_to_peer(from, to, conn, input, None);
     }
 
     fn peer_item(&mut self, from: usize, peer: &Name, item: StateItem) {
@@ -258,10 +261,10 @@ impl World {
             return;
         }
         let input = agent::Input::PeerItem { site: name(SITES[from]), item };
-        self.to_peer(from, to, conn, input, Some(5));
+        self.send_to_peer(from, to, conn, input, Some(5));
     }
 
-    fn to_peer(
+    fn send_to_peer(
         &mut self,
         from: usize,
         to: usize,
@@ -282,7 +285,7 @@ impl World {
         if let Some(kind) = stream {
             at = self.in_order((kind, from, to, conn), at);
         }
-        self.schedule_at(at, Event::Deliver(d));
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 
     // ---- deliveries ----
@@ -296,7 +299,10 @@ impl World {
                 if self.now < self.core_busy_until {
                     // The core is writing to its store.
                     let at = self.core_busy_until;
-                    self.schedule_at(at, Event::Deliver(Delivery::ToCore { site, conn, input }));
+                    self.schedule_at(
+                        at,
+                        Event::Deliver(Box::new(Delivery::ToCore { site, conn, input })),
+                    );
                     return;
                 }
                 if site != usize::MAX && self.controls[site].conn != conn {
@@ -372,7 +378,12 @@ impl World {
             R::Create { lease, .. } => ("create", *lease),
             R::Restore { lease, copy, tick, .. } => {
                 self.stats.restores += 1;
-                self.note(format!("{} restore copy: {} bytes at tick {}", SITES[site], copy.0.len(), tick.0));
+                self.note(format!(
+                    "{} restore copy: {} bytes at tick {}",
+                    SITES[site],
+                    copy.0.len(),
+                    tick.0
+                ));
                 ("restore", *lease)
             }
             R::Prepare { lease, target, .. } if target.as_str() == SITES[site] => {

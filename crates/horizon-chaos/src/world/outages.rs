@@ -62,7 +62,7 @@ impl World {
                     let delay = self.control_delay(s);
                     let kind = if to_core { 2 } else { 1 };
                     let at = self.in_order((kind, s, 0, self.controls[s].conn), self.now + delay);
-                    self.schedule_at(at, Event::Deliver(d));
+                    self.schedule_at(at, Event::Deliver(Box::new(d)));
                 }
             }
             Fault::CutTransfer { sites, .. } => {
@@ -78,7 +78,7 @@ impl World {
                 for d in held {
                     let delay = self.peer_delay(a, b);
                     let at = self.in_order((8, a, b, 0), self.now + delay);
-                    self.schedule_at(at, Event::Deliver(d));
+                    self.schedule_at(at, Event::Deliver(Box::new(d)));
                 }
             }
             Fault::KillServer { .. } => {}

@@ -30,7 +30,7 @@ impl World {
         let request = gateway::Request::Join { role: Role::Player, world: WorldId(0), pos };
         let input = agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 };
         let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
-        self.schedule(ACCESS_US, Event::Deliver(d));
+        self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
     }
 
     pub(super) fn player_delivery(&mut self, p: usize, conn: u64, what: ToPlayer) {
@@ -85,7 +85,12 @@ impl World {
         let at = self.in_order((7, home, 0, conn), self.now + ACCESS_US);
         self.schedule_at(
             at,
-            Event::Deliver(Delivery::PlayerToAgent { site: home, player: p, conn, input }),
+            Event::Deliver(Box::new(Delivery::PlayerToAgent {
+                site: home,
+                player: p,
+                conn,
+                input,
+            })),
         );
         self.schedule(INPUT_EVERY_US, Event::PlayerTick(p));
     }
@@ -111,7 +116,7 @@ impl World {
         let input = agent::Input::PlayerDatagram { conn, datagram, rtt_ms: 20.0 };
         self.note(format!("player {id} moves to group {group}"));
         let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
-        self.schedule(ACCESS_US, Event::Deliver(d));
+        self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
     }
 
     /// A player outside any partition gets an update at least every [`LIVENESS_S`].

@@ -30,7 +30,7 @@ impl World {
             };
             let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
             let d = Delivery::ServerToAgent { site, server: server.clone(), inc, input };
-            self.schedule_at(at, Event::Deliver(d));
+            self.schedule_at(at, Event::Deliver(Box::new(d)));
         }
         let tick = u64::from(TICK_MS) * 1000;
         self.schedule(tick, Event::ServerTick(site, server.clone(), inc));
@@ -49,7 +49,7 @@ impl World {
         let at = self.in_order((3, site, 0, inc), self.now + LOCAL_US);
         let what = ToServer::Request { pending, request };
         let d = Delivery::ToServer { site, server: server.to_owned(), inc, what };
-        self.schedule_at(at, Event::Deliver(d));
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 
     pub(super) fn server_delivery(
@@ -69,7 +69,7 @@ impl World {
                     result: Err("timed out".into()),
                 };
                 let d = Delivery::ServerToAgent { site, server, inc: 0, input };
-                self.schedule(IDLE_US, Event::Deliver(d));
+                self.schedule(IDLE_US, Event::Deliver(Box::new(d)));
             }
             return;
         }
@@ -97,18 +97,16 @@ impl World {
                 };
                 let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
                 let d = Delivery::ServerToAgent { site, server, inc, input };
-                self.schedule_at(at, Event::Deliver(d));
+                self.schedule_at(at, Event::Deliver(Box::new(d)));
             }
         }
     }
 
     /// What the server wrote goes to its agent, in order; updates are checked as written.
     fn server_items(&mut self, site: usize, server: &str, inc: u64) {
-        loop {
-            let Some(item) = self.servers[site].get_mut(server).and_then(|s| s.machine.poll_item())
-            else {
-                break;
-            };
+        while let Some(item) =
+            self.servers[site].get_mut(server).and_then(|s| s.machine.poll_item())
+        {
             if let Some(update) = update_of(&item) {
                 let local = self.local_us(site);
                 self.checker.tick(self.now, local, site, server, update);
@@ -116,7 +114,7 @@ impl World {
             let input = agent::Input::ServerItem { server: name(server), item };
             let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
             let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
-            self.schedule_at(at, Event::Deliver(d));
+            self.schedule_at(at, Event::Deliver(Box::new(d)));
         }
     }
 
@@ -143,7 +141,7 @@ impl World {
         };
         let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
         let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
-        self.schedule_at(at, Event::Deliver(d));
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
         self.schedule(1_000_000, Event::ServerSecond(site, server.to_owned(), inc));
     }
 
@@ -164,11 +162,11 @@ impl World {
             let d =
                 Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input: ended };
             let after = self.rng.below(EXIT_NOTICED_US);
-            self.schedule(after, Event::Deliver(d));
+            self.schedule(after, Event::Deliver(Box::new(d)));
         }
         let gone = agent::Input::ServerGone { server: name(server), conn: s.inc };
         let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input: gone };
-        self.schedule(IDLE_US, Event::Deliver(d));
+        self.schedule(IDLE_US, Event::Deliver(Box::new(d)));
         // Requests queued in its lane fail at the idle timeout too.
         for (pending, _) in s.lane {
             let input = agent::Input::ServerReplied {
@@ -177,7 +175,7 @@ impl World {
                 result: Err("timed out".into()),
             };
             let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input };
-            self.schedule(IDLE_US, Event::Deliver(d));
+            self.schedule(IDLE_US, Event::Deliver(Box::new(d)));
         }
     }
 

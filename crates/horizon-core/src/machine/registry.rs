@@ -266,8 +266,7 @@ impl CoreMachine {
                 .map(|r| r.site)
                 .or_else(|| self.departed.get(&from).map(|d| d.site));
             if let Some(source) = source {
-                let route =
-                    control::PlayerRoute { player, bubble, site: self.site_name(holder) };
+                let route = control::PlayerRoute { player, bubble, site: self.site_name(holder) };
                 per_source.entry(source).or_default().push(route);
             }
         }
