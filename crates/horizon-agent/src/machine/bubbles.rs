@@ -59,14 +59,14 @@ impl AgentMachine {
         if let Some(fault) = refused {
             let bubble = match &job {
                 AssignJob::Create { lease, .. }
-                | AssignJob::Restore { lease, .. }
+                | AssignJob::Restore(RestoreJob { lease, .. })
                 | AssignJob::Standby { lease, .. } => lease.bubble,
                 AssignJob::Part { lease } => lease.bubble,
             };
             self.release(&server, bubble);
             match job {
                 AssignJob::Create { token, .. }
-                | AssignJob::Restore { token, .. }
+                | AssignJob::Restore(RestoreJob { token, .. })
                 | AssignJob::Standby { token, .. } => self.answer(token, Err(fault)),
                 AssignJob::Part { lease } => self.regroup_failed(lease.bubble, fault),
             }
@@ -80,9 +80,7 @@ impl AgentMachine {
                 self.count_bubbles();
                 self.answer(token, Ok(control::Reply::Done));
             }
-            AssignJob::Restore { token, region, lease, from, tick, copy, received } => {
-                self.restored(token, server, region, lease, from, tick, copy, received, now)
-            }
+            AssignJob::Restore(job) => self.restored(server, job, now),
             AssignJob::Standby { token, handover, source, lease, received } => {
                 tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, from = %source, %server, "handover target standing by");
                 let region = Region { world: WorldId(0), bounds: None };
@@ -127,23 +125,13 @@ impl AgentMachine {
             None => {}
         }
         let standby = !copy.0.is_empty();
-        let job = AssignJob::Restore { token, region, lease, from, tick, copy, received };
+        let job =
+            AssignJob::Restore(RestoreJob { token, region, lease, from, tick, copy, received });
         self.assign(lease, region, standby, job, received, now)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn restored(
-        &mut self,
-        token: Token,
-        server: Name,
-        region: Region,
-        lease: Lease,
-        from: Epoch,
-        tick: Tick,
-        copy: Blob,
-        received: Instant,
-        now: Instant,
-    ) {
+    fn restored(&mut self, server: Name, job: RestoreJob, now: Instant) {
+        let RestoreJob { token, region, lease, from, tick, copy, received } = job;
         let bubble = lease.bubble;
         tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = lease.epoch.0, tick = tick.0, copy_bytes = copy.0.len(), %server, "restoring a bubble from its copy");
         let empty = copy.0.is_empty();

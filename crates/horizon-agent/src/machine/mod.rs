@@ -175,15 +175,7 @@ enum AssignJob {
         lease: Lease,
         received: Instant,
     },
-    Restore {
-        token: Token,
-        region: Region,
-        lease: Lease,
-        from: Epoch,
-        tick: Tick,
-        copy: Blob,
-        received: Instant,
-    },
+    Restore(RestoreJob),
     Standby {
         token: Token,
         handover: HandoverId,
@@ -195,6 +187,19 @@ enum AssignJob {
     Part {
         lease: LeaseRef,
     },
+}
+
+/// A failover's restore: the copy to feed the server once it took the bubble.
+#[derive(Debug)]
+struct RestoreJob {
+    token: Token,
+    region: Region,
+    lease: Lease,
+    /// The copy's epoch and tick.
+    from: Epoch,
+    tick: Tick,
+    copy: Blob,
+    received: Instant,
 }
 
 #[derive(Debug)]

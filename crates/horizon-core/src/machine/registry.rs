@@ -293,10 +293,11 @@ impl CoreMachine {
         }
     }
 
-    /// After an agent (re-)registered: the member lists of the bubbles it runs and the routes
-    /// of its players, which it may have missed while it was away. A bubble with no member
-    /// known is left alone: after a core restart its members are not known until the agents'
-    /// `Players` (an empty list would take them out of their game server).
+    /// After an agent (re-)registered: the member lists of the bubbles it runs (with the
+    /// departures it may have missed) and the routes of its players. A bubble with no member
+    /// known and no departure is left alone: after a core restart its members are not known
+    /// until the agents' `Players` (and the agent does not trust a list dropping players
+    /// without a departure for a while after it registered).
     pub(crate) fn resync(&mut self, site: SiteId) {
         let bubbles: Vec<BubbleId> = self
             .registry
