@@ -48,7 +48,7 @@ impl ServerDriver for Fake {
 
 fn config(dir: &std::path::Path) -> AgentConfig {
     let ca = DevCa::new(dir);
-    ca.create(&["MTL", "PAR"], true).unwrap();
+    ca.create(&["MTL", "PAR"], true).expect("dev certificates");
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     AgentConfig {
         site: "MTL".into(),
