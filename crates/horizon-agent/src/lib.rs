@@ -1,5 +1,9 @@
 //! # horizon-agent — one daemon per site
 //!
+//! Its logic is a sans-IO state machine ([`machine::AgentMachine`]: events in with the time,
+//! effects out, no awaits), run by a thin tokio shell ([`start`]) that owns the connections and
+//! the [`ServerDriver`]; `horizon sim chaos` runs the same machine in virtual time.
+//!
 //! The agent holds **one** QUIC connection to the core (control channel, mutual TLS), runs its
 //! site's game servers through a [`ServerDriver`] (local processes here, Kubernetes pods behind
 //! the same trait), and is the entry point of its site's players (the **gateway**).

@@ -1,0 +1,200 @@
+//! What goes in and out of [`AgentMachine`](super::AgentMachine): the shell's events
+//! ([`Input`]) and the machine's orders to it ([`Effect`]).
+
+use super::*;
+
+/// What happened, as the shell saw it.
+#[derive(Debug)]
+pub enum Input {
+    /// The control connection is up (the shell opened its backup stream).
+    CoreUp,
+    CoreDown {
+        error: String,
+    },
+    /// An order of the core, answered with [`Effect::AnswerCore`] carrying `token`.
+    CoreOrder {
+        token: Token,
+        order: control::Request,
+    },
+    CoreReplied {
+        pending: Pending,
+        result: Result<control::Reply, String>,
+    },
+    /// A game server connected and said hello as `server`.
+    ServerUp {
+        server: Name,
+        conn: ConnId,
+    },
+    /// A server's request, answered at once with [`Effect::AnswerServer`].
+    ServerRequest {
+        server: Name,
+        conn: ConnId,
+        token: Token,
+        request: server::Request,
+    },
+    ServerItem {
+        server: Name,
+        item: StateItem,
+    },
+    ServerReplied {
+        server: Name,
+        pending: Pending,
+        result: Result<server::Reply, String>,
+    },
+    ServerGone {
+        server: Name,
+        conn: ConnId,
+    },
+    /// The driver saw a server's process (or pod) end.
+    ServerEnded {
+        server: String,
+        why: String,
+    },
+    /// The driver could not start a server.
+    ServerNotStarted {
+        server: String,
+        why: String,
+    },
+    /// A gateway connection from `client`; `rtt_ms` is its transport's estimate.
+    PlayerUp {
+        conn: ConnId,
+        client: Client,
+    },
+    PlayerRequest {
+        conn: ConnId,
+        token: Token,
+        request: gateway::Request,
+        rtt_ms: f32,
+    },
+    PlayerDatagram {
+        conn: ConnId,
+        datagram: gateway::Datagram,
+        rtt_ms: f32,
+    },
+    PlayerItem {
+        conn: ConnId,
+        item: gateway::Item,
+    },
+    PlayerGone {
+        conn: ConnId,
+    },
+    /// A transfer connection with `site`, accepted or dialed.
+    PeerUp {
+        site: Name,
+        conn: ConnId,
+    },
+    PeerRequest {
+        site: Name,
+        token: Token,
+        request: transfer::Request,
+    },
+    PeerItem {
+        site: Name,
+        item: StateItem,
+    },
+    PeerDatagram {
+        site: Name,
+        probe: transfer::Probe,
+    },
+    PeerReplied {
+        site: Name,
+        pending: Pending,
+        result: Result<transfer::Reply, String>,
+    },
+    PeerGone {
+        site: Name,
+        conn: ConnId,
+    },
+    /// The handover stream asked for with [`Effect::OpenMirror`] is open (or why not).
+    MirrorOpened {
+        handover: HandoverId,
+        result: Result<(), String>,
+    },
+}
+
+/// What the shell must do, in order.
+#[derive(Debug)]
+pub enum Effect {
+    ToCore {
+        pending: Pending,
+        request: control::Request,
+    },
+    AnswerCore {
+        token: Token,
+        result: Result<control::Reply, Fault>,
+    },
+    /// One item of the universe backup stream to the core.
+    Backup(control::Backup),
+    StartServer {
+        server: String,
+    },
+    StopServer {
+        server: String,
+    },
+    /// A request to a game server, after every earlier one to it has been answered.
+    ToServer {
+        server: Name,
+        pending: Pending,
+        request: server::Request,
+    },
+    /// An item on the stream to a game server (dropped if its queue is full).
+    ServerStream {
+        server: Name,
+        item: StateItem,
+    },
+    AnswerServer {
+        token: Token,
+        result: Result<server::Reply, Fault>,
+    },
+    /// An item on the stream to a player's connection (dropped if its queue is full).
+    ToPlayer {
+        conn: ConnId,
+        item: gateway::Item,
+    },
+    PlayerDatagram {
+        conn: ConnId,
+        datagram: gateway::Datagram,
+    },
+    AnswerPlayer {
+        token: Token,
+        result: Result<gateway::Reply, Fault>,
+    },
+    /// Keep a transfer link to `site` at `addr` (reported back as [`Input::PeerUp`]).
+    DialPeer {
+        site: Name,
+        addr: SocketAddr,
+    },
+    ToPeer {
+        site: Name,
+        pending: Pending,
+        request: transfer::Request,
+    },
+    PeerStream {
+        site: Name,
+        item: StateItem,
+    },
+    PeerDatagram {
+        site: Name,
+        probe: transfer::Probe,
+    },
+    AnswerPeer {
+        token: Token,
+        result: Result<transfer::Reply, Fault>,
+    },
+    /// Ask `site` to take the handover's state (`Open`) and open a stream for it; the result
+    /// comes back as [`Input::MirrorOpened`].
+    OpenMirror {
+        site: Name,
+        handover: HandoverId,
+        bubble: BubbleId,
+        epoch: Epoch,
+    },
+    /// An item on a handover's stream (dropped if its queue is full).
+    Mirror {
+        handover: HandoverId,
+        item: StateItem,
+    },
+    CloseMirror {
+        handover: HandoverId,
+    },
+}
