@@ -284,8 +284,9 @@ pub(crate) struct World {
     next_token: u64,
     /// Agent requests at the core: core token → (site, conn, what waits).
     core_calls: BTreeMap<u64, CoreCall>,
-    /// Core orders at an agent: agent token → (site, conn, order, ordered lane).
-    orders: BTreeMap<u64, (usize, u64, OrderId, bool)>,
+    /// Core orders at an agent: agent token → (site, conn, order). (An ordered order's answer
+    /// frees its lane when it reaches the core: see `Control::ordered_out`.)
+    orders: BTreeMap<u64, (usize, u64, OrderId)>,
     /// Peer requests at their receiver: token → (caller, callee, conn, what waits).
     peer_calls: BTreeMap<u64, (usize, usize, u64, PeerWait)>,
     /// Handover streams: handover → (source, target).
@@ -677,7 +678,7 @@ impl World {
                 self.controls[site].ordered.push_back((order, request));
                 self.next_ordered(site, at);
             }
-            Lane::Direct => self.deliver_order(site, conn, order, request, false, at),
+            Lane::Direct => self.deliver_order(site, conn, order, request, at),
         }
     }
 
@@ -689,7 +690,7 @@ impl World {
         let Some((order, request)) = c.ordered.pop_front() else { return };
         c.ordered_out = Some(order);
         let conn = c.conn;
-        self.deliver_order(site, conn, order, request, true, at);
+        self.deliver_order(site, conn, order, request, at);
     }
 
     fn deliver_order(
@@ -698,12 +699,11 @@ impl World {
         conn: u64,
         order: OrderId,
         request: control::Request,
-        ordered: bool,
         at: u64,
     ) {
         self.next_token += 1;
         let token = self.next_token;
-        self.orders.insert(token, (site, conn, order, ordered));
+        self.orders.insert(token, (site, conn, order));
         let input = agent::Input::CoreOrder { token, order: request };
         self.send_to_agent(site, conn, input, at);
     }

@@ -61,15 +61,13 @@ impl World {
                 self.send_to_core(site, conn, input, false);
             }
             E::AnswerCore { token, result } => {
-                let Some((s, conn, order, ordered)) = self.orders.remove(&token) else { return };
+                let Some((s, conn, order)) = self.orders.remove(&token) else { return };
                 debug_assert_eq!(s, site);
                 if conn != self.controls[site].conn {
                     return;
                 }
                 let result = result.map_err(|f| f.to_string());
                 let input = core::Input::OrderDone { order, result };
-                // An ordered order's answer frees the lane when it reaches the core.
-                let _ = ordered;
                 self.send_to_core(site, conn, input, false);
             }
             E::Backup(item) => {
@@ -474,7 +472,7 @@ impl World {
         let tokens: Vec<u64> =
             self.orders.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
         for t in tokens {
-            if let Some((_, _, order, _)) = self.orders.remove(&t) {
+            if let Some((_, _, order)) = self.orders.remove(&t) {
                 failed_orders.push(order);
             }
         }
