@@ -7,14 +7,28 @@ use std::process::ExitCode;
 
 use horizon_chaos::{ChaosOptions, REGRESSION_SEEDS, Run, Summary};
 
+#[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    pub(crate) seeds: u64,
-    pub(crate) first_seed: u64,
-    pub(crate) seed: Option<u64>,
-    pub(crate) seconds: f64,
-    pub(crate) regressions: bool,
-    pub(crate) threads: Option<usize>,
-    pub(crate) json: bool,
+    /// How many seeds to run, from --first-seed.
+    #[arg(long, default_value_t = 20, conflicts_with = "seed")]
+    seeds: u64,
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
+    /// Replay one seed and print its trace.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Simulated seconds per seed.
+    #[arg(long, default_value_t = 300.0)]
+    seconds: f64,
+    /// Also run the regression seeds (seeds that once failed).
+    #[arg(long)]
+    regressions: bool,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON document (`runs`, `violations`, `unexpected`, `totals`) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub(crate) fn chaos(args: Args) -> ExitCode {

@@ -111,11 +111,18 @@ impl AgentMachine {
         match item {
             StateItem::Inputs(inputs) => self.inputs_to_servers(inputs),
             StateItem::Update(update) => self.deliver(&update, site, now),
-            StateItem::Snapshot(ref s) => self.feed_standby(site, s.bubble, item.clone()),
-            StateItem::Delta(ref d) => self.feed_standby(site, d.bubble, item.clone()),
+            StateItem::Snapshot(ref s) => {
+                let bubble = s.bubble;
+                self.feed_standby(site, bubble, item)
+            }
+            StateItem::Delta(ref d) => {
+                let bubble = d.bubble;
+                self.feed_standby(site, bubble, item)
+            }
             StateItem::Seal(ref s) => {
-                tracing::info!(site = %self.cfg.site, bubble = s.bubble.0, tick = s.tick.0, "seal received");
-                self.feed_standby(site, s.bubble, item.clone())
+                let bubble = s.bubble;
+                tracing::info!(site = %self.cfg.site, bubble = bubble.0, tick = s.tick.0, "seal received");
+                self.feed_standby(site, bubble, item)
             }
         }
     }
