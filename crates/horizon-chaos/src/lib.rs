@@ -27,15 +27,10 @@ pub use world::{RunStats, SITES};
 
 /// Seeds that once broke an invariant and pass now, replayed by `--regressions` (every
 /// `.ci/run`) whatever the range run. What each found is in docs/chaos.md.
-pub const REGRESSION_SEEDS: &[u64] = &[0, 1, 2, 3, 11, 13, 24, 27, 37, 43, 53, 64];
-
-/// Seeds of `0..500` (300 s) that still break I4, all the same open problem: a player's state is
-/// lost when the bubble it just crossed into fails — or is ended by the brain while its holder
-/// is unreachable — before a stored copy includes the player, and no crossing kept elsewhere
-/// can be redirected to it (docs/chaos.md, "Known failures"). They are reported, and expected:
-/// a run fails on any other violation, and on one of these seeds passing (so the list shrinks
-/// as the problem is fixed).
-pub const KNOWN_FAILURES: &[u64] = &[8, 85, 109, 166, 198, 203, 210, 333, 392, 430, 456, 459, 469];
+pub const REGRESSION_SEEDS: &[u64] = &[
+    0, 1, 2, 3, 8, 11, 13, 24, 27, 37, 43, 53, 64, 85, 109, 142, 166, 198, 203, 210, 294, 333, 352,
+    392, 430, 456, 459, 469,
+];
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -118,18 +113,7 @@ pub struct Summary {
     pub seconds: f64,
     pub first_seed: u64,
     pub violations: Vec<Violation>,
-    /// Violations in seeds not in [`KNOWN_FAILURES`] (a run with any fails).
-    pub unexpected: u64,
-    /// Seeds of [`KNOWN_FAILURES`] run that passed (a run with any fails: shorten the list).
-    pub known_now_passing: Vec<u64>,
     pub totals: RunStats,
-}
-
-/// Whether `run`'s outcome is what is known: clean, or a known failure still failing (known
-/// failures are of the default 300 s runs).
-pub fn expected(run: &Run, opts: &ChaosOptions) -> bool {
-    let known = opts.seconds == 300.0 && KNOWN_FAILURES.contains(&run.seed);
-    run.violations.is_empty() != known
 }
 
 impl Summary {
@@ -145,18 +129,11 @@ impl Summary {
             totals.restores += s.restores;
             totals.core_generations = totals.core_generations.max(s.core_generations);
         }
-        let known = |r: &Run| opts.seconds == 300.0 && KNOWN_FAILURES.contains(&r.seed);
         Summary {
             runs: runs.len() as u64,
             seconds: opts.seconds,
             first_seed,
             violations: runs.iter().flat_map(|r| r.violations.clone()).collect(),
-            unexpected: runs.iter().filter(|r| !known(r)).map(|r| r.violations.len() as u64).sum(),
-            known_now_passing: runs
-                .iter()
-                .filter(|r| known(r) && r.violations.is_empty())
-                .map(|r| r.seed)
-                .collect(),
             totals,
         }
     }

@@ -1,9 +1,7 @@
 //! Whole runs: a run is a function of its seed, and short runs of the real machines keep
 //! every invariant.
 
-use horizon_chaos::{
-    ChaosOptions, KNOWN_FAILURES, REGRESSION_SEEDS, Summary, expected, render_run, run_seed,
-};
+use horizon_chaos::{ChaosOptions, REGRESSION_SEEDS, Summary, render_run, run_seed};
 
 #[test]
 fn the_same_seed_replays_byte_for_byte() {
@@ -34,10 +32,11 @@ fn short_runs_keep_every_invariant() {
 }
 
 #[test]
-fn known_failures_and_regressions_do_not_overlap() {
-    assert!(REGRESSION_SEEDS.iter().all(|s| !KNOWN_FAILURES.contains(s)));
+fn a_regression_seed_passes_at_the_default_length() {
+    // The CI runs them all; this one lost a player's state in a bubble ended while its holder
+    // (an agent restarting) was away, until the core drained it from its copy.
     let opts = ChaosOptions::default();
-    // A regression seed passes at the default length (the CI runs them all).
-    let run = run_seed(REGRESSION_SEEDS[0], &opts);
-    assert!(expected(&run, &opts), "{}", render_run(&run, false));
+    let run = run_seed(8, &opts);
+    assert!(REGRESSION_SEEDS.contains(&8));
+    assert!(run.violations.is_empty(), "{}", render_run(&run, false));
 }

@@ -134,6 +134,7 @@ pub(crate) struct Metrics {
     pub backups_refused: Family,
     pub store_failures: Family,
     pub failovers: Family,
+    pub drains: Family,
 }
 
 const TICK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
@@ -208,6 +209,11 @@ impl Metrics {
                 "Bubbles restored from the universe backup after their holder was lost, by the site that took them.",
                 true,
             ),
+            drains: c(
+                "horizon_drains_total",
+                "Ended bubbles restored from their copy for a moment so their players' states could leave (their holder was away), by the site that ran it.",
+                true,
+            ),
         }
     }
 
@@ -230,6 +236,7 @@ impl Metrics {
             &self.backups_refused,
             &self.store_failures,
             &self.failovers,
+            &self.drains,
         ] {
             f.render(sites, &mut out);
         }

@@ -124,6 +124,18 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         Ok(lease)
     }
 
+    /// A new epoch for a region nobody leases (the brain ended it), leased to nobody: the core
+    /// restores such a region from its copy for a moment, to hand its players' states on, and
+    /// the new epoch fences its last holder off. Refused while the region is leased.
+    pub fn mint(&mut self, region: R) -> Result<Epoch, LeaseError<H>> {
+        if let Some(l) = self.leases.get(&region) {
+            return Err(LeaseError::Held { holder: l.holder, until: l.expires_at + self.drift });
+        }
+        let epoch = self.next_epoch()?;
+        self.newest.insert(region, epoch);
+        Ok(epoch)
+    }
+
     /// Hands a region over (SPEC section 5): the source sealed at epoch `from`, so the target gets
     /// a new epoch at once. Refused if `from` is not the current epoch.
     pub fn transfer(
@@ -280,6 +292,20 @@ mod tests {
         assert!(b.epoch > a.epoch);
         assert!(!t.is_current(7, a.epoch));
         assert!(t.is_current(7, b.epoch));
+    }
+
+    #[test]
+    fn an_ended_region_gets_a_newer_epoch_leased_to_nobody() {
+        let mut t = table(1);
+        let a = t.grant(7, 'a', Time::ZERO).unwrap();
+        assert!(matches!(t.mint(7), Err(LeaseError::Held { holder: 'a', .. })), "still leased");
+        t.revoke(7, a.epoch).unwrap();
+        let minted = t.mint(7).unwrap();
+        assert!(minted > a.epoch, "epochs stay increasing per region");
+        assert!(t.get(7).is_none(), "nobody holds it: nothing to renew");
+        assert!(!t.is_current(7, a.epoch));
+        let b = t.grant(7, 'b', Time::from_secs(1)).unwrap();
+        assert!(b.epoch > minted);
     }
 
     #[test]

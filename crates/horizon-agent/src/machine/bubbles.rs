@@ -230,6 +230,7 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
         }
         for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
+            self.forwards.remove(&(m.player, lease.bubble));
             // Its state may be here already (a crossing that came first), even when the list
             // does not say it crosses (a resync after this site was cut from the core).
             let stashed = self.crossings.remove(&m.player).filter(|c| c.to == lease.bubble);
@@ -261,8 +262,15 @@ impl AgentMachine {
             .chain(unknown)
             .collect();
         for (player, home) in &leaving {
+            if let Some(d) = departed.get(player) {
+                self.forward_later(*player, lease.bubble, d.clone(), now);
+            }
             if self.awaiting.get(player).is_some_and(|(b, _)| *b == lease.bubble) {
                 self.awaiting.remove(player);
+                // Its state never came here: it goes on to where the player went when it does.
+                if departed.remove(player).is_some() {
+                    continue;
+                }
             }
             if let Some(home) = home
                 && !trusting
@@ -378,11 +386,12 @@ impl AgentMachine {
         };
         if d.site == self.cfg.site {
             match self.take_crossing(&request, now) {
-                Ok(true) => {
+                // Taken, or kept until its bubble says the player comes: either way, kept in
+                // case that bubble is restored from a copy without them.
+                Ok(_) => {
                     let site = self.cfg.site.clone();
                     self.keep_delivered(player, site, request, now)
                 }
-                Ok(false) => {}
                 Err(fault) => {
                     tracing::warn!(player = player.0, %fault, "crossing within the site lost")
                 }
@@ -474,11 +483,26 @@ impl AgentMachine {
         }
     }
 
+    /// `player` left `bubble`: see `forwards`.
+    fn forward_later(
+        &mut self,
+        player: PlayerId,
+        bubble: BubbleId,
+        d: control::Departure,
+        now: Instant,
+    ) {
+        let key = (player, bubble);
+        if self.forwards.len() < MAX_CROSSINGS || self.forwards.contains_key(&key) {
+            self.forwards.insert(key, (d, now));
+        }
+    }
+
     /// Crossings are retried until taken or [`CROSSING_DEADLINE`]; members whose crossing
     /// has not come by [`AWAIT_DEADLINE`] start afresh.
     pub(super) fn crossing_deadlines(&mut self, now: Instant) {
         let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
         self.delivered.retain(|_, (at, _, _)| now.saturating_duration_since(*at) < CROSSING_KEEP);
+        self.forwards.retain(|_, (_, at)| !late(*at));
         let lost: Vec<PlayerId> =
             self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
         for player in lost {
@@ -524,6 +548,12 @@ impl AgentMachine {
             // state the bubble already has is ignored there.)
             let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request))
                 || self.delivered.get(&r.player).is_some_and(|(_, _, req)| into(req));
+            // A crossing taken by a bubble the player has left since is no use any more (that
+            // bubble handed the player's state on): kept, a later route back into that bubble
+            // would send an old state again.
+            if self.delivered.get(&r.player).is_some_and(|(_, _, req)| !into(req)) {
+                self.delivered.remove(&r.player);
+            }
             if moved {
                 // A crossing from here still on its way: it follows the player's bubble, under
                 // whatever epoch runs it there.

@@ -166,6 +166,7 @@ impl AgentMachine {
             .bubbles
             .values()
             .filter(|b| !matches!(b.phase, Phase::Leaving { .. } | Phase::Sealed { .. }))
+            .filter(|b| b.refused_at.is_none())
             .map(Local::lease_ref)
             .collect();
         if leases.is_empty() {
@@ -196,9 +197,15 @@ impl AgentMachine {
             self.ask_server(&server, Then::Nothing("renewal"), req);
         }
         for l in refused {
-            if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
-                tracing::warn!(bubble = l.bubble.0, epoch = l.epoch.0, "renewal refused: stopping");
-                self.drop_bubble(l.bubble);
+            // Refused: the core's view of the lease ran out, so its servers (counting from an
+            // earlier send) have stopped by their clocks. Their players' states stay a while
+            // for the departures the core may order.
+            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease.epoch == l.epoch)
+                && b.refused_at.is_none()
+            {
+                tracing::warn!(bubble = l.bubble.0, epoch = l.epoch.0, "renewal refused: stopped");
+                b.refused_at = Some(now);
+                b.valid_until = b.valid_until.min(now);
             }
         }
     }

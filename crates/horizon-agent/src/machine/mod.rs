@@ -60,6 +60,10 @@ const AWAIT_DEADLINE: Duration = Duration::from_secs(30);
 /// player, and the core then redirects it to the restored bubble (longer than a lease and a
 /// failover).
 const CROSSING_KEEP: Duration = Duration::from_secs(60);
+/// A bubble whose renewal the core refused has stopped; its servers keep its players' states
+/// this long, for the departures the core may still order (it ended the bubble meanwhile),
+/// unless the core revokes it first.
+const REFUSED_KEEP: Duration = Duration::from_secs(60);
 /// A crossing's answer not back after this is taken as lost, and the crossing sent again.
 const CROSSING_RETRY: Duration = Duration::from_secs(5);
 /// A crossing refused (not expected there yet) is sent again after this.
@@ -250,6 +254,9 @@ struct Local {
     valid_until: Instant,
     /// This site's players in the bubble were told `Reconnecting` since it stopped.
     told_reconnecting: bool,
+    /// The core refused its renewal then: it is never renewed again, and released after
+    /// [`REFUSED_KEEP`] (see there).
+    refused_at: Option<Instant>,
     /// The acknowledgements of the bubble's last update (its tick): what a copy made after it
     /// includes at least.
     acked_at: Option<(Tick, Vec<(PlayerId, Seq)>)>,
@@ -274,6 +281,7 @@ impl Local {
             lease,
             valid_until: received + Duration::from_millis(u64::from(lease.ttl_ms)),
             told_reconnecting: false,
+            refused_at: None,
             acked_at: None,
             region,
             server,
@@ -401,6 +409,10 @@ pub struct AgentMachine {
     crossings: BTreeMap<PlayerId, Crossing>,
     /// Players whose state is on its way from another bubble: player → (bubble here, since).
     awaiting: BTreeMap<PlayerId, (BubbleId, Instant)>,
+    /// Players who left a bubble here: (player, that bubble) → (where they went, since). A
+    /// crossing into that bubble still on its way (its state may be newer than what the
+    /// bubble had) goes on there when it comes; kept [`CROSSING_DEADLINE`].
+    forwards: BTreeMap<(PlayerId, BubbleId), (control::Departure, Instant)>,
     /// Crossings this site sent another, not yet taken.
     outbound: BTreeMap<PlayerId, Outbound>,
     /// Crossings taken, kept [`CROSSING_KEEP`]: (when, by which site, the crossing).
@@ -460,6 +472,7 @@ impl AgentMachine {
             awaiting: BTreeMap::new(),
             outbound: BTreeMap::new(),
             delivered: BTreeMap::new(),
+            forwards: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             pending_prepare: BTreeMap::new(),
             pending_restore: BTreeMap::new(),

@@ -79,6 +79,10 @@ impl AgentMachine {
         let here = self.bubbles.get(to).filter(|b| b.lease.epoch >= *epoch);
         let expected = self.awaiting.get(player).is_some_and(|(b, _)| b == to)
             || here.is_some_and(|b| b.members.contains_key(player) && b.phase == Phase::Running);
+        // The player left that bubble before this state came: it goes on to where they went
+        // (where it replaces an older state of theirs). It is kept here too, in case the
+        // player is on their way back (the member list saying so not here yet).
+        let forward = if expected { None } else { self.forwards.remove(&(*player, *to)) };
         if let Some(local) = here
             && expected
         {
@@ -100,6 +104,10 @@ impl AgentMachine {
                     state: state.clone(),
                 };
                 self.crossings.insert(*player, crossing);
+            }
+            if let Some((d, _)) = forward {
+                self.cross(*player, *to, d, *last_applied, state.clone(), now);
+                return Ok(true);
             }
             Ok(false)
         } else {

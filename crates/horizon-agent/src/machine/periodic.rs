@@ -69,6 +69,21 @@ impl AgentMachine {
         }
     }
 
+    /// Bubbles refused by the core [`REFUSED_KEEP`] ago, not revoked since: released.
+    fn refused_releases(&mut self, now: Instant) {
+        let late: Vec<BubbleId> = self
+            .bubbles
+            .iter()
+            .filter(|(_, b)| {
+                b.refused_at.is_some_and(|t| now.saturating_duration_since(t) >= REFUSED_KEEP)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for bubble in late {
+            self.drop_bubble(bubble);
+        }
+    }
+
     pub(super) fn housekeeping(&mut self, now: Instant) {
         let players: Vec<PlayerId> = self.players.keys().copied().collect();
         for p in players {
@@ -110,6 +125,7 @@ impl AgentMachine {
         self.crossing_deadlines(now);
         self.resume_deadlines(now);
         self.lease_expiries(now);
+        self.refused_releases(now);
         self.top_up_pool(now);
     }
 }

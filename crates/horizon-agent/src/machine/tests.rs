@@ -376,6 +376,63 @@ fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() 
 }
 
 #[test]
+fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_went() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    // Player 7 comes from HKG (its state on its way), then leaves for PAR before it arrived.
+    let coming = control::Member {
+        player: PlayerId(7),
+        home: n("HKG"),
+        pos: Vec3::default(),
+        crossing: true,
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![coming],
+        departed: Vec::new(),
+    });
+    assert!(to_servers(&out).is_empty(), "waits for its state");
+    let departure = control::Departure {
+        player: PlayerId(7),
+        to: LeaseRef { bubble: BubbleId(2), epoch: Epoch(4) },
+        site: n("PAR"),
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: Vec::new(),
+        departed: vec![departure],
+    });
+    assert!(to_servers(&out).is_empty(), "its server never had it: nothing to let go");
+    // The state comes now: taken, and sent on to PAR's bubble.
+    let token = h.token();
+    let request = transfer::Request::Cross {
+        player: PlayerId(7),
+        from: BubbleId(9),
+        to: BubbleId(1),
+        epoch: Epoch(1),
+        last_applied: Seq(40),
+        state: Blob(vec![4, 0]),
+    };
+    let out = h.feed(Input::PeerRequest { site: n("HKG"), token, request });
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, Effect::AnswerPeer { token: t, result: Ok(_) } if *t == token)),
+        "taken: {out:?}"
+    );
+    let on = out.iter().find_map(|e| match e {
+        Effect::ToPeer {
+            site,
+            request: transfer::Request::Cross { player, from, to, last_applied, .. },
+            ..
+        } => Some((site.to_string(), *player, *from, *to, *last_applied)),
+        _ => None,
+    });
+    assert_eq!(on, Some(("PAR".into(), PlayerId(7), BubbleId(1), BubbleId(2), Seq(40))));
+}
+
+#[test]
 fn a_regrant_answers_once_every_server_of_the_bubble_took_the_new_epoch() {
     let mut h = running(10_000);
     let old = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };

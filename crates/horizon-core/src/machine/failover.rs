@@ -54,6 +54,9 @@ impl CoreMachine {
 
     /// The latest copy of a bubble being restored: send it to the new holder.
     pub(crate) fn backup_read(&mut self, bubble: BubbleId, copy: Option<StoredCopy>, now: Time) {
+        if self.draining(bubble) {
+            return self.drain_read(bubble, copy, now);
+        }
         let Some(reg) = self.registry.get(&bubble).filter(|r| r.restoring) else { return };
         let (site, epoch) = (reg.site, reg.epoch);
         let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
@@ -68,7 +71,7 @@ impl CoreMachine {
             }
         };
         let restore = control::Request::Restore {
-            lease: self.lease(bubble, epoch),
+            lease: self.lease(bubble, epoch, now),
             region,
             from,
             tick,
@@ -106,6 +109,7 @@ impl CoreMachine {
                 let departed = self.remembered_departures(bubble);
                 self.order(site, control::Request::Members { lease, players: list, departed });
                 self.redirect_arrivals(bubble);
+                self.drain_arrivals(bubble, now);
                 self.send_routes(players);
                 self.reconcile();
             }

@@ -169,6 +169,12 @@ impl CoreMachine {
     /// Sends the order of the handover's current phase.
     fn send_step(&mut self, id: HandoverId, now: Time) {
         let Some(h) = self.handovers.get(&id).cloned() else { return };
+        let Some(reg_epoch) = self.registry.get(&h.bubble).map(|r| r.epoch) else { return };
+        let lease = match h.phase {
+            HandoverPhase::PreparingTarget => Some(self.lease(h.bubble, h.epoch, now)),
+            HandoverPhase::PreparingSource => Some(self.lease(h.bubble, reg_epoch, now)),
+            _ => None,
+        };
         let Some(reg) = self.registry.get(&h.bubble) else { return };
         let prepare = |machine: &Self, lease: Lease| control::Request::Prepare {
             handover: id,
@@ -184,7 +190,11 @@ impl CoreMachine {
             deadline_ms: PREPARE_DEADLINE_MS,
         };
         let (site, request) = match h.phase {
-            HandoverPhase::PreparingTarget => (h.to, prepare(self, self.lease(h.bubble, h.epoch))),
+            HandoverPhase::PreparingTarget | HandoverPhase::PreparingSource => {
+                let Some(lease) = lease else { return };
+                let site = if h.phase == HandoverPhase::PreparingTarget { h.to } else { h.from };
+                (site, prepare(self, lease))
+            }
             HandoverPhase::SendingMembers => {
                 let members = control::Request::Members {
                     lease: LeaseRef { bubble: h.bubble, epoch: Epoch(h.epoch) },
@@ -192,9 +202,6 @@ impl CoreMachine {
                     departed: Vec::new(),
                 };
                 (h.to, members)
-            }
-            HandoverPhase::PreparingSource => {
-                (h.from, prepare(self, self.lease(h.bubble, reg.epoch)))
             }
             HandoverPhase::Freezing => (h.from, control::Request::Freeze { handover: id }),
             HandoverPhase::Frozen { .. } => return,
@@ -324,10 +331,11 @@ impl CoreMachine {
         match back {
             Ok(epoch) => {
                 if let Some(reg) = self.registry.get_mut(&bubble) {
+                    reg.regrant = Some((reg.epoch, epoch.0));
                     reg.epoch = epoch.0;
                 }
                 self.persist_lease(bubble);
-                let lease = self.lease(bubble, epoch.0);
+                let lease = self.lease(bubble, epoch.0, now);
                 self.order(source, control::Request::Regrant { old, lease });
             }
             Err(e) => {

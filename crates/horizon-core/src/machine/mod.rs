@@ -9,6 +9,7 @@
 //! (`handover.rs`), failovers restore the latest copy of the universe backup (`failover.rs`).
 
 pub(crate) mod backup;
+mod drain;
 pub(crate) mod failover;
 pub(crate) mod handover;
 pub(crate) mod registry;
@@ -121,6 +122,8 @@ enum Awaiting {
     Handover(HandoverId, HandoverPhase),
     /// A failover's restore on its new site.
     Restore(BubbleId, u64),
+    /// An ended bubble's restore for its drain (`drain.rs`).
+    Drain(BubbleId, u64),
 }
 
 /// The core. See the module documentation.
@@ -140,6 +143,8 @@ pub struct CoreMachine {
     pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, BubbleId>>,
     /// Bubbles the brain ended (merged, deleted) whose members are still leaving, since when.
     ending: BTreeMap<BubbleId, Time>,
+    /// Ended bubbles, and those whose players' states are handed on from their copy.
+    drains: drain::Drains,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
     next_handover: u64,
     next_order: u64,
@@ -186,6 +191,7 @@ impl CoreMachine {
             departed: BTreeMap::new(),
             arrived: BTreeMap::new(),
             ending: BTreeMap::new(),
+            drains: drain::Drains::default(),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
             next_handover: (u64::from(generation) << 32) | 1,
@@ -228,8 +234,10 @@ impl CoreMachine {
             };
             match self.mesh.handle_restore_bubble(restored, now) {
                 Ok(()) => {
-                    let hosted = Hosted::new(site, lease.epoch, region.world, bounds);
+                    let hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
                     self.registry.insert(bubble, hosted);
+                    // Active again for a full lease from now (its holder may still run it).
+                    self.leased_until(bubble, now);
                 }
                 Err(e) => {
                     tracing::warn!(bubble = id, error = %e, "stored lease not taken back: ended");
@@ -253,7 +261,8 @@ impl CoreMachine {
 
     /// When [`CoreMachine::handle_timeout`] must run next.
     pub fn poll_timeout(&self) -> Time {
-        self.mesh.poll_timeout()
+        let brain = self.mesh.poll_timeout();
+        self.next_drain().map_or(brain, |d| d.min(brain))
     }
 
     /// Runs what is due: lease expiries, the tick, handover deadlines.
@@ -261,6 +270,7 @@ impl CoreMachine {
         self.mesh.handle_timeout(now);
         self.carry_out_commands(now);
         self.handover_deadlines(now);
+        self.drain_due(now);
     }
 
     /// The shell measured the last [`CoreMachine::handle_timeout`] that ran a tick.
@@ -330,7 +340,7 @@ impl CoreMachine {
         use control::Request as R;
         match request {
             R::Register { transfer_addr, servers, held, .. } => {
-                let reply = self.register(site, transfer_addr, servers, &held);
+                let reply = self.register(site, transfer_addr, servers, &held, now);
                 // What this site ran and no longer holds (its agent restarted, or a server
                 // died while it was away) fails over now, not at its lease's end.
                 let missing: Vec<LeaseRef> = self
@@ -382,8 +392,19 @@ impl CoreMachine {
         Name::new(s).unwrap_or_else(|e| unreachable!("{e}"))
     }
 
-    pub(crate) fn lease(&self, bubble: BubbleId, epoch: u64) -> Lease {
+    /// A lease of `bubble` under `epoch` to send: from `now` on, nobody writes the bubble past
+    /// `now + ttl` under it (`Hosted::lease_until`).
+    pub(crate) fn lease(&mut self, bubble: BubbleId, epoch: u64, now: Time) -> Lease {
+        self.leased_until(bubble, now);
         Lease { bubble, epoch: Epoch(epoch), ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32 }
+    }
+
+    /// A lease of `bubble` given (or renewed) at `now`: see `Hosted::lease_until`.
+    pub(crate) fn leased_until(&mut self, bubble: BubbleId, now: Time) {
+        let until = now + horizon_mesh::Span::from_ms(self.cfg.thresholds.lease_ttl_ms);
+        if let Some(reg) = self.registry.get_mut(&bubble) {
+            reg.lease_until = reg.lease_until.max(until);
+        }
     }
 
     fn next_order(&mut self) -> OrderId {
@@ -414,6 +435,7 @@ impl CoreMachine {
         match self.awaiting.remove(&order) {
             Some(Awaiting::Handover(h, phase)) => self.handover_step(h, phase, result, now),
             Some(Awaiting::Restore(bubble, epoch)) => self.restored(bubble, epoch, result, now),
+            Some(Awaiting::Drain(bubble, epoch)) => self.drain_restored(bubble, epoch, result, now),
             None => {
                 if let Err(why) = result {
                     // The shell logs which order; the count is per core (the site is in the log).
@@ -451,6 +473,7 @@ impl CoreMachine {
         transfer_addr: String,
         servers: Vec<control::ServerLoad>,
         held: &[control::Held],
+        now: Time,
     ) -> control::Reply {
         self.mesh.handle_site_link(site, true);
         let mut keep = Vec::new();
@@ -462,7 +485,7 @@ impl CoreMachine {
                 .get(&h.lease.bubble)
                 .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring);
             if current {
-                keep.push(self.lease(h.lease.bubble, h.lease.epoch.0));
+                keep.push(self.lease(h.lease.bubble, h.lease.epoch.0, now));
             } else if self.departed.get(&h.lease.bubble).is_some_and(|d| d.site == site) {
                 // Players left it while this site was away: their state crosses on first.
                 hand_over.push(h.lease);
@@ -498,6 +521,7 @@ impl CoreMachine {
             agent.registered = true;
         }
         self.update_capacity(site);
+        self.drain_registered(site, held, now);
         // A reconnected agent lost the orders sent while it was away: tell it again who is in
         // its bubbles and where its players are simulated.
         self.resync(site);
@@ -633,7 +657,8 @@ impl CoreMachine {
     }
 
     /// One batched renewal. Neither granted nor refused: a handover source's superseded
-    /// epoch (it stops at the freeze, well within the lease it has) and a bubble the core has
+    /// epoch (it stops at the freeze, well within the lease it has), an epoch superseded by a
+    /// regrant to the same holder (the regrant follows), and a bubble the core has
     /// just ended (its `Revoke` follows the member changes that take its players out, in order;
     /// a refusal racing ahead would drop them before their state crossed). Refused: the
     /// target's epoch of a handover given up after its freeze (its lease must run out).
@@ -643,6 +668,12 @@ impl CoreMachine {
         for l in leases {
             let Some(reg) = self.registry.get(&l.bubble) else { continue };
             if reg.moving.is_some() && reg.site == site && reg.epoch == l.epoch.0 {
+                continue;
+            }
+            if reg.site == site && reg.regrant == Some((l.epoch.0, reg.epoch)) {
+                // Superseded by the `Regrant` on its way to this same holder (a handover given
+                // up before its freeze), behind this renewal: a refusal would stop the bubble
+                // before it arrives.
                 continue;
             }
             if self.ending.contains_key(&l.bubble) {
@@ -659,7 +690,10 @@ impl CoreMachine {
             }
             let pair = [(horizon_mesh::BubbleId(l.bubble.0), horizon_mesh::Epoch(l.epoch.0))];
             match self.mesh.handle_renewal(site, &pair, now).pop() {
-                Some(Ok(_)) => granted.push(*l),
+                Some(Ok(_)) => {
+                    self.leased_until(l.bubble, now);
+                    granted.push(*l);
+                }
                 _ => refused.push(*l),
             }
         }
@@ -683,10 +717,10 @@ impl CoreMachine {
                 Command::Create { bubble, site, world, bounds, epoch, .. } => {
                     let bubble = BubbleId(bubble.0);
                     let bounds = registry::aabb(bounds);
-                    self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds));
+                    self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds, now));
                     self.persist_lease(bubble);
                     let region = Region { world: WorldId(world.0), bounds: Some(bounds) };
-                    let lease = self.lease(bubble, epoch.0);
+                    let lease = self.lease(bubble, epoch.0, now);
                     self.order(site, control::Request::Create { bubble, region, lease });
                     self.metrics.bubbles_created.inc(site.index());
                 }
@@ -747,7 +781,11 @@ impl CoreMachine {
             if let Some(reg) = self.registry.remove(&bubble) {
                 self.persist(Record::Gone { bubble: bubble.0 });
                 let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
-                self.order(reg.site, control::Request::Revoke { leases: vec![lease] });
+                let revoke = control::Request::Revoke { leases: vec![lease] };
+                let heard = self.agents.get(&reg.site).is_some_and(|a| a.registered)
+                    && self.order(reg.site, revoke).is_some();
+                // A holder that did not hear never lets its players go: see `drain.rs`.
+                self.bubble_ended(bubble, &reg, heard);
             }
         }
     }
@@ -756,7 +794,12 @@ impl CoreMachine {
         let mut v = serde_json::to_value(command).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("t_ms".into(), now.as_ms().into());
+            // A merge's `from` is a bubble, not a site.
+            let merge = obj.get("command").and_then(|c| c.as_str()) == Some("merge");
             for key in ["site", "from", "to", "from_site", "into_site", "previous_site"] {
+                if merge && key == "from" {
+                    continue;
+                }
                 if let Some(id) = obj.get(key).and_then(|x| x.as_u64()) {
                     let name = self
                         .cfg

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use horizon_mesh::SiteId;
+use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
 use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Role, Vec3};
 
@@ -38,10 +38,22 @@ pub(crate) struct Hosted {
     /// bubble is on one server.
     pub(crate) parts: Vec<Aabb>,
     pub(crate) part_of: BTreeMap<PlayerId, u32>,
+    /// No lease the core gave for this bubble (grant, renewal, handover, restore) runs past
+    /// this, by the core's clock: after it plus the drift margin, nobody writes it any more.
+    pub(crate) lease_until: Time,
+    /// (old, new) epochs of the last `Regrant` to the holder (a handover given up before its
+    /// freeze): a renewal of the old one may still cross it (see `renew`).
+    pub(crate) regrant: Option<(u64, u64)>,
 }
 
 impl Hosted {
-    pub(crate) fn new(site: SiteId, epoch: u64, world: u32, bounds: Aabb) -> Self {
+    pub(crate) fn new(
+        site: SiteId,
+        epoch: u64,
+        world: u32,
+        bounds: Aabb,
+        lease_until: Time,
+    ) -> Self {
         Hosted {
             site,
             epoch,
@@ -52,6 +64,8 @@ impl Hosted {
             restoring: false,
             parts: Vec::new(),
             part_of: BTreeMap::new(),
+            lease_until,
+            regrant: None,
         }
     }
 

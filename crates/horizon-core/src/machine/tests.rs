@@ -510,3 +510,77 @@ fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
     let c = ids(&mut h2, "MTL", 10);
     assert_eq!(c.start, 202 + u64::from(MAX_ID_BLOCK), "after every id given before");
 }
+
+#[test]
+fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_writes_it() {
+    let mut h = Harness::new();
+    let (old, epoch) = montrealer_in_a_bubble(&mut h);
+    // Its last renewal: nobody writes it after this plus the lease and the drift margin.
+    let quiet = h.now.as_ms() + TTL_MS + MARGIN_MS;
+    copy(&mut h, "MTL", old, epoch, 40, 7);
+    for p in 2..5 {
+        h.join("PAR", p, 10_000.0 + p as f64);
+    }
+    h.run_until(h.now.as_ms() + 5_000);
+    let (paris, site, _) = h.hosted(2);
+    assert_eq!(site, "PAR");
+    h.ack_all("PAR");
+    // MTL's agent restarts: connected again, not registered yet, its old servers gone. Its
+    // player walks over to the Parisian: the brain ends MTL's bubble, whose holder never hears.
+    let mtl = h.site("MTL");
+    let conn = 4242;
+    h.core.handle(Input::AgentConnected { site: mtl, conn }, h.now);
+    let walked = control::PlayerSample {
+        player: PlayerId(1),
+        access_rtt_ms: 10.0,
+        role: Role::Player,
+        world: WorldId(1),
+        pos: Vec3 { x: 10_000.0, y: 0.0, z: 0.0 },
+        vel: Vec3::default(),
+    };
+    let report = control::Request::Report {
+        joins: Vec::new(),
+        leaves: Vec::new(),
+        players: vec![walked],
+        backbone: Vec::new(),
+        servers: Vec::new(),
+    };
+    h.request("MTL", report).unwrap();
+    h.log.clear();
+    h.run_until(quiet - 1);
+    assert_eq!(h.hosted(1).0, paris, "the Montrealer plays with the Parisian now");
+    assert!(!h.core.registry.contains_key(&old), "the brain ended the bubble");
+    assert!(
+        !h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })),
+        "not drained while its holder may still write it"
+    );
+    h.run_until(quiet);
+    assert!(h.log.contains(&Effect::ReadBackup { bubble: old }), "drained once quiet");
+    h.log.clear();
+    let stored = StoredCopy { epoch, tick: 40, bytes: vec![40; 8] };
+    h.core.handle(Input::BackupRead { bubble: old, copy: Some(stored) }, h.now);
+    h.drain(|_| {});
+    let sent = h.sent();
+    let (_, order, restore) = sent.iter().find(|(s, ..)| s == "PAR").expect("restored at PAR");
+    let control::Request::Restore { lease, from, .. } = restore else { panic!("{restore:?}") };
+    assert!(lease.epoch.0 > epoch, "a newer epoch fences the old holder off");
+    assert_eq!(from.0, epoch);
+    let (order, drained) = (*order, lease.epoch);
+    h.log.clear();
+    h.core.handle(Input::OrderDone { order, result: Ok(control::Reply::Done) }, h.now);
+    h.drain(|_| {});
+    let sent: Vec<control::Request> = h.sent().into_iter().map(|(_, _, r)| r).collect();
+    let [
+        control::Request::Members { lease: m, players, departed },
+        control::Request::Revoke { leases },
+    ] = &sent[..]
+    else {
+        panic!("{sent:?}")
+    };
+    assert_eq!((m.bubble, m.epoch), (old, drained));
+    assert!(players.is_empty());
+    assert_eq!(departed.len(), 1);
+    assert_eq!((departed[0].player, departed[0].to.bubble), (PlayerId(1), paris));
+    assert_eq!(leases, &vec![LeaseRef { bubble: old, epoch: drained }]);
+    assert_eq!(h.core.metrics.drains.get(h.site("PAR").index()), 1);
+}

@@ -544,6 +544,13 @@ impl Mesh {
         Ok(())
     }
 
+    /// An epoch for a bubble the brain has ended, to restore it briefly from its copy (see
+    /// [`LeaseTable::mint`]); epochs stay strictly increasing per bubble. Refused for a bubble
+    /// still leased (the brain runs it).
+    pub fn mint_epoch(&mut self, bubble: BubbleId) -> Result<Epoch, InputError> {
+        Ok(self.leases.mint(bubble)?)
+    }
+
     /// A handover of `bubble` to its current site under `epoch` was abandoned before the source
     /// froze (SPEC section 5: "the source simply continues"). The bubble goes back to `source`
     /// under a new epoch, so the abandoned one is fenced off for good. The hold time counts from
