@@ -47,6 +47,8 @@ pub enum AgentError {
     Transport(#[from] horizon_transport::Error),
     #[error("site name {0:?}: {1}")]
     Name(String, horizon_proto::NameTooLong),
+    #[error("admin API on {0}: {1}")]
+    Admin(SocketAddr, std::io::Error),
 }
 
 /// Live figures of an agent (for tests and the demo).
@@ -55,6 +57,12 @@ pub struct AgentStats {
     pub players: AtomicU64,
     pub bubbles: AtomicU64,
     pub servers: AtomicU64,
+    /// Game servers that said they are ready (holding a bubble or not).
+    pub servers_ready: AtomicU64,
+    /// 1 while registered with the core.
+    pub registered: AtomicU64,
+    /// Inputs kept by the gateway until a stored copy covers them, every player together.
+    pub inputs_unacked: AtomicU64,
     pub inputs_received: AtomicU64,
     pub inputs_resent: AtomicU64,
     pub inputs_refused: AtomicU64,
@@ -81,6 +89,8 @@ pub struct AgentHandle {
     pub servers_addr: SocketAddr,
     pub players_addr: SocketAddr,
     pub transfer_addr: SocketAddr,
+    /// The admin API's address, if configured.
+    pub admin_addr: Option<SocketAddr>,
     pub stats: Arc<AgentStats>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -138,6 +148,10 @@ pub async fn start(
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let stats = Arc::new(AgentStats::default());
     let (stop, stop_rx) = watch::channel(false);
+    let admin_addr = match cfg.listen_admin {
+        Some(addr) => Some(serve_admin(addr, &cfg.site, stats.clone(), stop_rx.clone()).await?),
+        None => None,
+    };
     pump_link(core.events, core.inbound, events_tx.clone());
     accept_loop(servers, events_tx.clone(), Event::ServerUp);
     accept_loop(players, events_tx.clone(), Event::PlayerUp);
@@ -176,7 +190,41 @@ pub async fn start(
         mirrors: HashMap::new(),
     };
     let task = tokio::spawn(shell.run(events_rx, stop_rx));
-    Ok(AgentHandle { site: cfg.site, servers_addr, players_addr, transfer_addr, stats, stop, task })
+    Ok(AgentHandle {
+        site: cfg.site,
+        servers_addr,
+        players_addr,
+        transfer_addr,
+        admin_addr,
+        stats,
+        stop,
+        task,
+    })
+}
+
+/// Binds and serves the admin API until the agent stops; returns its address.
+async fn serve_admin(
+    addr: SocketAddr,
+    site: &str,
+    stats: Arc<AgentStats>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<SocketAddr, AgentError> {
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| AgentError::Admin(addr, e))?;
+    let bound = listener.local_addr().map_err(|e| AgentError::Admin(addr, e))?;
+    let metrics = crate::metrics::AgentMetrics::new(site, stats);
+    let registry = metrics.registry.clone();
+    let source = Arc::new(crate::metrics::AgentSource { site: site.to_owned(), metrics });
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    tokio::spawn(async move {
+        if let Err(e) = horizon_admin::serve(listener, registry, source, None, stopped).await {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    });
+    tracing::info!(%bound, "agent admin API serving");
+    Ok(bound)
 }
 
 /// Everything that reaches the loop.

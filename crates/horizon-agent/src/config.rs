@@ -17,6 +17,8 @@ pub struct AgentConfig {
     pub listen_servers: SocketAddr,
     pub listen_players: SocketAddr,
     pub listen_transfer: SocketAddr,
+    /// The admin HTTP API (`/livez`, `/readyz`, `/metrics`, `/status`); none if absent.
+    pub listen_admin: Option<SocketAddr>,
     /// Where other agents reach this one's transfer endpoint (told to the core).
     pub advertise_transfer: String,
     pub ca: PathBuf,
@@ -64,6 +66,7 @@ struct RawListen {
     players: String,
     transfer: String,
     advertise_transfer: Option<String>,
+    admin: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +122,7 @@ impl AgentConfig {
         let listen_servers = addr("listen.servers", &raw.listen.servers);
         let listen_players = addr("listen.players", &raw.listen.players);
         let listen_transfer = addr("listen.transfer", &raw.listen.transfer);
+        let listen_admin = raw.listen.admin.as_deref().map(|a| addr("listen.admin", a));
         let peers: BTreeMap<String, SocketAddr> = raw
             .peers
             .iter()
@@ -168,6 +172,7 @@ impl AgentConfig {
             listen_servers,
             listen_players,
             listen_transfer,
+            listen_admin,
             ca: base.join(raw.tls.ca),
             cert: base.join(raw.tls.cert),
             key: base.join(raw.tls.key),

@@ -192,7 +192,6 @@ impl PlayerSession {
     }
 
     /// Inputs kept.
-    #[cfg(test)]
     pub(crate) fn kept(&self) -> usize {
         self.kept.len()
     }

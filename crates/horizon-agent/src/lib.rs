@@ -37,7 +37,9 @@ mod config;
 mod driver;
 mod gateway;
 pub mod machine;
+mod metrics;
 
 pub use agent::{AgentError, AgentHandle, AgentStats, start};
 pub use config::{AgentConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
+pub use metrics::AgentStatus;

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::admin::{self, AdminQuery};
+use crate::admin::{AdminQuery, CoreSource, PAGE};
 use crate::config::CoreConfig;
 use crate::machine::{
     ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken, StoredCopy,
@@ -59,7 +59,8 @@ impl CoreHandle {
     /// The status document served at `/status`.
     pub async fn status(&self) -> Option<serde_json::Value> {
         let (tx, rx) = oneshot::channel();
-        self.queries.send(AdminQuery::Status(tx)).await.ok()?;
+        let all = horizon_admin::Page { after: None, limit: usize::MAX };
+        self.queries.send(AdminQuery::Status(all, tx)).await.ok()?;
         rx.await.ok()
     }
 
@@ -106,7 +107,13 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         .local_addr()
         .map_err(|e| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() })?;
     let (stop, stop_rx) = watch::channel(false);
-    tokio::spawn(admin::serve(admin_listener, queries_tx.clone(), stop_rx.clone()));
+    let source = Arc::new(CoreSource { queries: queries_tx.clone() });
+    let mut admin_stop = stop_rx.clone();
+    let stopped = async move {
+        let _ = admin_stop.changed().await;
+    };
+    let registry = machine.registry();
+    tokio::spawn(horizon_admin::serve(admin_listener, registry, source, Some(PAGE), stopped));
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let accept_events = events_tx.clone();
     let mut listener = listener;
@@ -183,6 +190,7 @@ impl Shell {
                     let t0 = Instant::now();
                     self.machine.handle_timeout(self.now());
                     self.machine.record_tick(t0.elapsed().as_secs_f64());
+                    self.machine.refresh_gauges();
                 }
             }
             self.carry_out();
@@ -357,11 +365,11 @@ impl Shell {
 
     fn query(&mut self, query: AdminQuery) {
         match query {
-            AdminQuery::Status(tx) => {
-                let _ = tx.send(self.machine.status(self.now()));
+            AdminQuery::Ping(tx) => {
+                let _ = tx.send(());
             }
-            AdminQuery::Metrics(tx) => {
-                let _ = tx.send(self.machine.metrics_text());
+            AdminQuery::Status(page, tx) => {
+                let _ = tx.send(self.machine.status(self.now(), page));
             }
         }
     }

@@ -1,247 +1,304 @@
-//! The core's Prometheus metrics: one explicit registry, prefix `horizon_`, `_total` counters,
-//! `_seconds` histograms, and a `site` label whose values come from the configuration (never a
-//! player, bubble or server id). Every metric is listed in `docs/running.md`.
+//! The core's Prometheus metrics, on the `prometheus` crate: one registry per core, prefix
+//! `horizon_`, `_total` counters, `_seconds` histograms. Label values come from the
+//! configuration (site names) or from enums (outcomes, reasons, states), never from a player,
+//! bubble or server id. Every metric is listed in `docs/metrics.md`.
+//!
+//! The machine updates them as it goes (counters) and at every step of its loop (gauges), so
+//! `/metrics` renders the registry without asking the loop anything.
 
-use std::fmt::Write;
+use horizon_mesh::{SiteId, Sites};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use horizon_mesh::Sites;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Counter,
-    Gauge,
+/// A counter or gauge family with one child per site (label `label`), reached by site index.
+#[derive(Clone, Debug)]
+pub(crate) struct PerSite<M> {
+    children: Vec<M>,
 }
 
-/// A counter or gauge, per site or global.
-#[derive(Debug)]
-pub(crate) struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
-    per_site: bool,
-    values: Vec<u64>,
+fn unreachable_metric<T>(e: prometheus::Error) -> T {
+    unreachable!("metric definitions are constant and valid: {e}")
 }
 
-impl Family {
-    fn new(
-        name: &'static str,
-        help: &'static str,
-        kind: Kind,
-        per_site: bool,
-        sites: usize,
-    ) -> Self {
-        Family { name, help, kind, per_site, values: vec![0; if per_site { sites } else { 1 }] }
+impl PerSite<prometheus::IntCounter> {
+    fn counter(reg: &Registry, sites: &Sites, name: &str, help: &str, label: &str) -> Self {
+        let vec =
+            IntCounterVec::new(Opts::new(name, help), &[label]).unwrap_or_else(unreachable_metric);
+        horizon_admin::register(reg, Box::new(vec.clone()));
+        let children =
+            sites.ids().map(|s| vec.with_label_values(&[sites.name(s).as_str()])).collect();
+        PerSite { children }
     }
 
-    pub(crate) fn inc(&mut self, site: usize) {
+    pub(crate) fn inc(&self, site: usize) {
         self.add(site, 1);
     }
 
-    pub(crate) fn add(&mut self, site: usize, n: u64) {
-        if let Some(v) = self.values.get_mut(site) {
-            *v += n;
-        }
-    }
-
-    pub(crate) fn set(&mut self, site: usize, n: u64) {
-        if let Some(v) = self.values.get_mut(site) {
-            *v = n;
+    pub(crate) fn add(&self, site: usize, n: u64) {
+        if let Some(c) = self.children.get(site) {
+            c.inc_by(n);
         }
     }
 
     pub(crate) fn get(&self, site: usize) -> u64 {
-        self.values.get(site).copied().unwrap_or(0)
+        self.children.get(site).map_or(0, |c| c.get())
+    }
+}
+
+impl PerSite<prometheus::IntGauge> {
+    fn gauge(reg: &Registry, sites: &Sites, name: &str, help: &str, label: &str) -> Self {
+        let vec =
+            IntGaugeVec::new(Opts::new(name, help), &[label]).unwrap_or_else(unreachable_metric);
+        horizon_admin::register(reg, Box::new(vec.clone()));
+        let children =
+            sites.ids().map(|s| vec.with_label_values(&[sites.name(s).as_str()])).collect();
+        PerSite { children }
     }
 
-    fn render(&self, sites: &Sites, out: &mut String) {
-        let kind = match self.kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        };
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} {kind}", self.name);
-        if self.per_site {
-            for s in sites.ids() {
-                let _ = writeln!(
-                    out,
-                    "{}{{site=\"{}\"}} {}",
-                    self.name,
-                    sites.name(s),
-                    self.get(s.index())
-                );
-            }
-        } else {
-            let _ = writeln!(out, "{} {}", self.name, self.get(0));
+    pub(crate) fn set(&self, site: usize, n: u64) {
+        if let Some(g) = self.children.get(site) {
+            g.set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 }
 
-/// A histogram with fixed buckets (seconds).
-#[derive(Debug)]
-pub(crate) struct Histogram {
-    name: &'static str,
-    help: &'static str,
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+/// How a handover ended (label `outcome` of `horizon_handovers_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandoverOutcome {
+    Committed,
+    /// Abandoned before the freeze: the source went on.
+    Abandoned,
+    /// Given up after the freeze: the target's lease runs out and the bubble fails over.
+    GivenUp,
 }
 
-impl Histogram {
-    fn new(name: &'static str, help: &'static str, bounds: &'static [f64]) -> Self {
-        Histogram { name, help, bounds, counts: vec![0; bounds.len()], sum: 0.0, count: 0 }
-    }
-
-    pub(crate) fn observe(&mut self, v: f64) {
-        for (b, c) in self.bounds.iter().zip(&mut self.counts) {
-            if v <= *b {
-                *c += 1;
-            }
+impl HandoverOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            HandoverOutcome::Committed => "committed",
+            HandoverOutcome::Abandoned => "abandoned",
+            HandoverOutcome::GivenUp => "given_up",
         }
-        self.sum += v;
-        self.count += 1;
     }
+}
 
-    fn render(&self, out: &mut String) {
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} histogram", self.name);
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{}_bucket{{le=\"{b}\"}} {c}", self.name);
+/// Why a bubble failed over (label `reason` of `horizon_failovers_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FailoverReason {
+    /// Its holder stopped renewing (cut from the core, dead, or a handover given up).
+    LeaseExpired,
+    /// Its holder reported its game server gone.
+    ServerLost,
+    /// Its holder registered without it (the agent restarted).
+    NotHeld,
+    /// A restore elsewhere did not happen.
+    RestoreFailed,
+}
+
+impl FailoverReason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FailoverReason::LeaseExpired => "lease_expired",
+            FailoverReason::ServerLost => "server_lost",
+            FailoverReason::NotHeld => "not_held_at_registration",
+            FailoverReason::RestoreFailed => "restore_failed",
         }
-        let _ = writeln!(out, "{}_bucket{{le=\"+Inf\"}} {}", self.name, self.count);
-        let _ = writeln!(out, "{}_sum {}", self.name, self.sum);
-        let _ = writeln!(out, "{}_count {}", self.name, self.count);
     }
 }
 
 /// Every metric of the core.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Metrics {
-    pub ticks: Family,
-    pub tick_seconds: Histogram,
-    pub players: Family,
-    pub bubbles: Family,
-    pub servers_ready: Family,
-    pub agent_connected: Family,
-    pub bubbles_created: Family,
-    pub handovers: Family,
-    pub handovers_failed: Family,
-    pub handover_seconds: Histogram,
-    pub renewals: Family,
-    pub leases_refused: Family,
-    pub order_failures: Family,
-    pub backups: Family,
-    pub backups_refused: Family,
-    pub store_failures: Family,
-    pub failovers: Family,
-    pub drains: Family,
+    pub(crate) registry: Registry,
+    site_names: Vec<String>,
+    pub ticks: prometheus::IntCounter,
+    pub tick_seconds: prometheus::Histogram,
+    pub players: PerSite<prometheus::IntGauge>,
+    pub bubbles: PerSite<prometheus::IntGauge>,
+    servers: IntGaugeVec,
+    pub agent_connected: PerSite<prometheus::IntGauge>,
+    pub bubbles_created: PerSite<prometheus::IntCounter>,
+    handovers: IntCounterVec,
+    handover_seconds: HistogramVec,
+    pub renewals: PerSite<prometheus::IntCounter>,
+    pub leases_refused: PerSite<prometheus::IntCounter>,
+    pub order_failures: PerSite<prometheus::IntCounter>,
+    pub backups: PerSite<prometheus::IntCounter>,
+    pub backups_refused: PerSite<prometheus::IntCounter>,
+    pub store_failures: prometheus::IntCounter,
+    failovers: IntCounterVec,
+    pub drains: PerSite<prometheus::IntCounter>,
+    backbone_rtt: prometheus::GaugeVec,
 }
 
-const TICK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
-const HANDOVER_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
+/// Tick durations: the brain's tick is budgeted well under its 5 s period; buckets go past it.
+const TICK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0];
+const HANDOVER_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
 
 impl Metrics {
     pub(crate) fn new(sites: &Sites) -> Self {
-        let n = sites.len();
-        let c = |name, help, per_site| Family::new(name, help, Kind::Counter, per_site, n);
-        let g = |name, help| Family::new(name, help, Kind::Gauge, true, n);
-        Metrics {
-            ticks: c("horizon_core_ticks_total", "Scoring ticks run.", false),
-            tick_seconds: Histogram::new(
+        let reg = horizon_admin::registry("core");
+        let c = |name: &str, help: &str| PerSite::counter(&reg, sites, name, help, "site");
+        let g =
+            |name: &str, help: &str, label: &str| PerSite::gauge(&reg, sites, name, help, label);
+        let plain = |name: &str, help: &str| {
+            let c = prometheus::IntCounter::new(name, help).unwrap_or_else(unreachable_metric);
+            horizon_admin::register(&reg, Box::new(c.clone()));
+            c
+        };
+        let tick_seconds = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
                 "horizon_core_tick_seconds",
                 "Time of one tick of the brain (grouping, scoring, decisions).",
-                TICK_BUCKETS,
+            )
+            .buckets(TICK_BUCKETS.to_vec()),
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(tick_seconds.clone()));
+        let servers = IntGaugeVec::new(
+            Opts::new("horizon_servers", "Game servers by site and state, as agents report them."),
+            &["site", "state"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(servers.clone()));
+        let handovers = IntCounterVec::new(
+            Opts::new("horizon_handovers_total", "Handovers ended, by source, target and outcome."),
+            &["from", "to", "outcome"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(handovers.clone()));
+        let handover_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "horizon_handover_seconds",
+                "From the decision to the commit of a handover, by source and target.",
+            )
+            .buckets(HANDOVER_BUCKETS.to_vec()),
+            &["from", "to"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(handover_seconds.clone()));
+        let failovers = IntCounterVec::new(
+            Opts::new(
+                "horizon_failovers_total",
+                "Bubbles restored from the universe backup after their holder was lost, by the site that took them and why.",
             ),
-            players: g("horizon_players", "Connected players by home site."),
-            bubbles: g("horizon_bubbles", "Bubbles simulated by site."),
-            servers_ready: g(
-                "horizon_servers_ready",
-                "Ready game servers holding nothing, by site.",
+            &["site", "reason"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(failovers.clone()));
+        let backbone_rtt = prometheus::GaugeVec::new(
+            Opts::new(
+                "horizon_backbone_rtt_seconds",
+                "Round trip between two sites' agents, as the `from` agent measures it.",
             ),
+            &["from", "to"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(backbone_rtt.clone()));
+        Metrics {
+            site_names: sites.ids().map(|s| sites.name(s).to_string()).collect(),
+            ticks: plain("horizon_core_ticks_total", "Scoring ticks run."),
+            tick_seconds,
+            players: g("horizon_players", "Connected players by home site.", "home_site"),
+            bubbles: g("horizon_bubbles", "Bubbles by the site that simulates them.", "site"),
+            servers,
             agent_connected: g(
                 "horizon_agent_connected",
                 "1 when the site's agent is connected to the core.",
+                "site",
             ),
-            bubbles_created: c("horizon_bubbles_created_total", "Bubbles created, by site.", true),
-            handovers: c("horizon_handovers_total", "Handovers committed.", false),
-            handovers_failed: c(
-                "horizon_handovers_failed_total",
-                "Handovers that could not complete.",
-                false,
-            ),
-            handover_seconds: Histogram::new(
-                "horizon_handover_seconds",
-                "From the decision to the commit of a handover.",
-                HANDOVER_BUCKETS,
-            ),
+            bubbles_created: c("horizon_bubbles_created_total", "Bubbles created, by site."),
+            handovers,
+            handover_seconds,
             renewals: c(
                 "horizon_lease_renewals_total",
                 "Batched lease renewals received, by site.",
-                true,
             ),
             leases_refused: c(
                 "horizon_leases_refused_total",
                 "Lease renewals refused (fenced or expired), by site.",
-                true,
             ),
             order_failures: c(
                 "horizon_agent_order_failures_total",
                 "Orders to an agent that failed or could not be queued, by site.",
-                true,
             ),
             backups: c(
                 "horizon_backups_total",
                 "State copies accepted into the universe backup, by site.",
-                true,
             ),
             backups_refused: c(
                 "horizon_backups_refused_total",
                 "State copies refused (not the current holder or epoch, or malformed), by site.",
-                true,
             ),
-            store_failures: c(
+            store_failures: plain(
                 "horizon_store_failures_total",
                 "Writes the durable store could not make.",
-                false,
             ),
-            failovers: c(
-                "horizon_failovers_total",
-                "Bubbles restored from the universe backup after their holder was lost, by the site that took them.",
-                true,
-            ),
+            failovers,
             drains: c(
                 "horizon_drains_total",
                 "Ended bubbles restored from their copy for a moment so their players' states could leave (their holder was away), by the site that ran it.",
-                true,
             ),
+            backbone_rtt,
+            registry: reg,
         }
     }
 
-    /// The exposition text served at `/metrics`.
-    pub(crate) fn render(&self, sites: &Sites) -> String {
-        let mut out = String::new();
-        for f in [
-            &self.ticks,
-            &self.players,
-            &self.bubbles,
-            &self.servers_ready,
-            &self.agent_connected,
-            &self.bubbles_created,
-            &self.handovers,
-            &self.handovers_failed,
-            &self.renewals,
-            &self.leases_refused,
-            &self.order_failures,
-            &self.backups,
-            &self.backups_refused,
-            &self.store_failures,
-            &self.failovers,
-            &self.drains,
-        ] {
-            f.render(sites, &mut out);
+    fn name(&self, site: SiteId) -> &str {
+        self.site_names.get(site.index()).map_or("?", String::as_str)
+    }
+
+    /// A handover from `from` to `to` ended; `seconds` from its decision, if committed.
+    pub(crate) fn handover(
+        &self,
+        from: SiteId,
+        to: SiteId,
+        outcome: HandoverOutcome,
+        seconds: Option<f64>,
+    ) {
+        let (f, t) = (self.name(from), self.name(to));
+        self.handovers.with_label_values(&[f, t, outcome.as_str()]).inc();
+        if let Some(s) = seconds {
+            self.handover_seconds.with_label_values(&[f, t]).observe(s);
         }
-        self.tick_seconds.render(&mut out);
-        self.handover_seconds.render(&mut out);
-        out
+    }
+
+    /// Handovers that ended with `outcome`, every pair together.
+    pub(crate) fn handovers_ended(&self, outcome: HandoverOutcome) -> u64 {
+        let mut n = 0;
+        for f in &self.site_names {
+            for t in &self.site_names {
+                n += self.handovers.with_label_values(&[f, t, outcome.as_str()]).get();
+            }
+        }
+        n
+    }
+
+    pub(crate) fn failover(&self, to: SiteId, reason: FailoverReason) {
+        self.failovers.with_label_values(&[self.name(to), reason.as_str()]).inc();
+    }
+
+    /// Failovers to `site`, every reason together.
+    pub(crate) fn failovers_to(&self, site: SiteId) -> u64 {
+        [
+            FailoverReason::LeaseExpired,
+            FailoverReason::ServerLost,
+            FailoverReason::NotHeld,
+            FailoverReason::RestoreFailed,
+        ]
+        .iter()
+        .map(|r| self.failovers.with_label_values(&[self.name(site), r.as_str()]).get())
+        .sum()
+    }
+
+    pub(crate) fn servers(&self, site: SiteId, ready: u64, busy: u64) {
+        let name = self.name(site).to_owned();
+        for (state, n) in [("ready", ready), ("busy", busy)] {
+            self.servers.with_label_values(&[&name, state]).set(i64::try_from(n).unwrap_or(0));
+        }
+    }
+
+    pub(crate) fn backbone(&self, from: SiteId, to: SiteId, rtt_ms: f64) {
+        let (f, t) = (self.name(from).to_owned(), self.name(to).to_owned());
+        self.backbone_rtt.with_label_values(&[&f, &t]).set(rtt_ms / 1000.0);
     }
 }

@@ -179,6 +179,7 @@ impl Sandbox {
                 listen_servers: any,
                 listen_players: any,
                 listen_transfer: any,
+                listen_admin: Some(any),
                 advertise_transfer: String::new(),
                 ca: ca.ca_cert(),
                 cert: ca.site_cert(site),

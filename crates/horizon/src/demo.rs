@@ -220,7 +220,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         }
     };
     say(format!(
-        "status page http://{0}/  ·  /status  ·  /metrics  ·  /healthz   (working dir {1})",
+        "status page http://{0}/  ·  /status  ·  /metrics  ·  /livez  ·  /readyz   (working dir {1})",
         sandbox.core.admin_addr,
         dir.display()
     ));

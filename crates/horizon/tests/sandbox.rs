@@ -32,7 +32,9 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("admin API reachable");
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
         .await
         .expect("request sent");
     let mut out = String::new();
@@ -101,11 +103,23 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     tokio::time::sleep(Duration::from_secs(24)).await;
     let status = sandbox.core.status().await.expect("status");
     let admin = sandbox.core.admin_addr;
-    let (healthz, metrics, page, json) = (
-        get(admin, "/healthz").await,
+    let (livez, readyz, metrics, page, json) = (
+        get(admin, "/livez").await,
+        get(admin, "/readyz").await,
         get(admin, "/metrics").await,
         get(admin, "/").await,
         get(admin, "/status").await,
+    );
+    let mtl_admin = sandbox
+        .agents
+        .iter()
+        .find(|a| a.site == "MTL")
+        .and_then(|a| a.admin_addr)
+        .expect("the agent's admin API");
+    let (agent_ready, agent_metrics, agent_status) = (
+        get(mtl_admin, "/readyz").await,
+        get(mtl_admin, "/metrics").await,
+        get(mtl_admin, "/status").await,
     );
     let crossings: u64 = sandbox
         .agents
@@ -170,15 +184,31 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     );
     assert!(crossings >= 1, "the player's state crossed to the new holder");
     // The admin API: health, Prometheus text with site labels, the page, the status JSON.
-    assert!(healthz.starts_with("HTTP/1.1 200") && healthz.ends_with("ok\n"), "{healthz}");
+    assert!(livez.starts_with("HTTP/1.1 200") && livez.ends_with("ok\n"), "{livez}");
+    assert!(readyz.starts_with("HTTP/1.1 200") && readyz.ends_with("ready\n"), "{readyz}");
     for line in [
         "# TYPE horizon_handovers_total counter",
+        "outcome=\"committed\"",
         "horizon_bubbles{site=\"MTL\"}",
+        "horizon_players{home_site=\"MTL\"}",
         "horizon_core_tick_seconds_count",
+        "horizon_backbone_rtt_seconds{from=\"MTL\",to=\"PAR\"}",
+        "horizon_build_info{daemon=\"core\"",
+        "process_resident_memory_bytes",
     ] {
         assert!(metrics.contains(line), "/metrics lacks {line}:\n{metrics}");
     }
     assert!(page.contains("<svg") || page.contains("worlds"), "status page");
+    // Each agent serves its own: registered with a ready server, its counters, its status.
+    assert!(agent_ready.starts_with("HTTP/1.1 200"), "{agent_ready}");
+    for line in
+        ["horizon_agent_registered{site=\"MTL\"} 1", "horizon_agent_inputs_total{site=\"MTL\"}"]
+    {
+        assert!(agent_metrics.contains(line), "agent /metrics lacks {line}:\n{agent_metrics}");
+    }
+    let body = agent_status.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let s: horizon_agent::AgentStatus = serde_json::from_str(body).expect("the agent's status");
+    assert!(s.registered && s.players >= 1 && s.servers_ready >= 1, "{s:?}");
     // Every running bubble's state reaches the universe backup (copies every 10 s), accepted
     // from the current holder under the current epoch.
     let backups: f64 = metrics

@@ -85,6 +85,11 @@ impl AgentMachine {
     }
 
     pub(super) fn housekeeping(&mut self, now: Instant) {
+        let ready = self.servers.values().filter(|s| s.ready).count() as u64;
+        self.stats.servers_ready.store(ready, Ordering::Relaxed);
+        self.stats.registered.store(u64::from(self.registered), Ordering::Relaxed);
+        let kept: usize = self.players.values().map(|p| p.session.kept()).sum();
+        self.stats.inputs_unacked.store(kept as u64, Ordering::Relaxed);
         let players: Vec<PlayerId> = self.players.keys().copied().collect();
         for p in players {
             self.resend(p, false, now);

@@ -20,6 +20,7 @@ use horizon_proto::control;
 use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, Tick, WorldId};
 
 use super::{Awaiting, CoreMachine, Effect, StoredCopy};
+use crate::metrics::FailoverReason;
 
 impl CoreMachine {
     /// The brain failed `bubble` over from `from` to `to` under `epoch`.
@@ -40,7 +41,8 @@ impl CoreMachine {
         reg.parts.clear();
         reg.part_of.clear();
         self.forget_handover(bubble);
-        self.metrics.failovers.inc(to.index());
+        let reason = self.loss.remove(&bubble).unwrap_or(FailoverReason::LeaseExpired);
+        self.metrics.failover(to, reason);
         self.persist_lease(bubble);
         // The old holder, if it can hear us, stops at once (it stopped by its own clock
         // anyway, or its server is gone).
@@ -121,6 +123,7 @@ impl CoreMachine {
     /// A restore that did not happen: fail over again, to wherever the brain says now.
     fn restore_failed(&mut self, bubble: BubbleId, epoch: u64, why: &str, now: Time) {
         tracing::error!(bubble = bubble.0, epoch, %why, "restore failed: failing over again");
+        self.loss.insert(bubble, FailoverReason::RestoreFailed);
         let lost = self.mesh.handle_bubble_lost(
             horizon_mesh::BubbleId(bubble.0),
             horizon_mesh::Epoch(epoch),
@@ -134,7 +137,13 @@ impl CoreMachine {
     }
 
     /// An agent says it can no longer simulate these bubbles (their game server is gone).
-    pub(crate) fn lost(&mut self, site: SiteId, leases: &[LeaseRef], reason: &str, now: Time) {
+    pub(crate) fn lost(
+        &mut self,
+        site: SiteId,
+        leases: &[LeaseRef],
+        reason: FailoverReason,
+        now: Time,
+    ) {
         for l in leases {
             let current = self
                 .registry
@@ -143,7 +152,8 @@ impl CoreMachine {
             if !current {
                 continue;
             }
-            tracing::warn!(bubble = l.bubble.0, site = %self.cfg.sites.name(site), %reason, "bubble lost by its holder");
+            tracing::warn!(bubble = l.bubble.0, site = %self.cfg.sites.name(site), reason = reason.as_str(), "bubble lost by its holder");
+            self.loss.insert(l.bubble, reason);
             let lost = self.mesh.handle_bubble_lost(
                 horizon_mesh::BubbleId(l.bubble.0),
                 horizon_mesh::Epoch(l.epoch.0),

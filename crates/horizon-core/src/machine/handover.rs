@@ -11,6 +11,7 @@
 //!  renewed: its lease runs out and the brain fails the bubble over (restore from the backup)
 //! ```
 
+use crate::metrics::HandoverOutcome;
 use std::collections::BTreeSet;
 
 use horizon_mesh::{SiteId, Span, Time};
@@ -149,7 +150,7 @@ impl CoreMachine {
         let Some(players) = self.registry.get(&bubble).map(|r| r.members.len()) else { return };
         if !self.agents.contains_key(&from) || !self.agents.contains_key(&to) {
             tracing::warn!(bubble = bubble.0, "handover abandoned: it needs both agents connected");
-            self.metrics.handovers_failed.inc(0);
+            self.metrics.handover(from, to, HandoverOutcome::Abandoned, None);
             self.abandon_move(bubble, from, epoch, now);
             return;
         }
@@ -278,8 +279,7 @@ impl CoreMachine {
             HandoverPhase::Frozen { at } => Some(now.since(at).as_secs_f64() * 1000.0),
             _ => None,
         };
-        self.metrics.handovers.inc(0);
-        self.metrics.handover_seconds.observe(total);
+        self.metrics.handover(ho.from, ho.to, HandoverOutcome::Committed, Some(total));
         tracing::info!(handover = h.0, bubble = bubble.0, to = %self.cfg.sites.name(site), total_ms = total * 1000.0, since_freeze_ms = freeze, "handover committed");
         self.reconcile();
         Ok(control::Reply::Done)
@@ -305,7 +305,7 @@ impl CoreMachine {
         }
         self.handovers.remove(&h);
         tracing::error!(handover = h.0, bubble = ho.bubble.0, %why, "handover abandoned before the freeze");
-        self.metrics.handovers_failed.inc(0);
+        self.metrics.handover(ho.from, ho.to, HandoverOutcome::Abandoned, None);
         let abort = control::Request::Abort { handover: h, reason: why.to_owned() };
         self.order(ho.to, abort.clone());
         self.order(ho.from, abort);
@@ -361,7 +361,7 @@ impl CoreMachine {
             }
             if let Some(h) = self.handovers.get_mut(&id) {
                 h.given_up = true;
-                self.metrics.handovers_failed.inc(0);
+                self.metrics.handover(h.from, h.to, HandoverOutcome::GivenUp, None);
                 tracing::error!(
                     handover = id.0,
                     bubble = h.bubble.0,

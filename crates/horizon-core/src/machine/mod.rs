@@ -26,7 +26,7 @@ use horizon_proto::{
     BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, WorldId,
 };
 
-use crate::metrics::Metrics;
+use crate::metrics::{FailoverReason, Metrics};
 use crate::store::{Record, StoreState};
 use handover::{Handover, HandoverPhase};
 use registry::Hosted;
@@ -143,6 +143,8 @@ pub struct CoreMachine {
     pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, BubbleId>>,
     /// Bubbles the brain ended (merged, deleted) whose members are still leaving, since when.
     ending: BTreeMap<BubbleId, Time>,
+    /// Why each bubble being failed over was lost (default: its lease expired).
+    pub(crate) loss: BTreeMap<BubbleId, FailoverReason>,
     /// Ended bubbles, and those whose players' states are handed on from their copy.
     drains: drain::Drains,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
@@ -191,6 +193,7 @@ impl CoreMachine {
             departed: BTreeMap::new(),
             arrived: BTreeMap::new(),
             ending: BTreeMap::new(),
+            loss: BTreeMap::new(),
             drains: drain::Drains::default(),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
@@ -275,7 +278,7 @@ impl CoreMachine {
 
     /// The shell measured the last [`CoreMachine::handle_timeout`] that ran a tick.
     pub fn record_tick(&mut self, seconds: f64) {
-        self.metrics.ticks.inc(0);
+        self.metrics.ticks.inc();
         self.metrics.tick_seconds.observe(seconds);
     }
 
@@ -305,7 +308,7 @@ impl CoreMachine {
             }
             Input::OrderDone { order, result } => self.order_done(order, result, now),
             Input::BackupRead { bubble, copy } => self.backup_read(bubble, copy, now),
-            Input::StoreFailed => self.metrics.store_failures.inc(0),
+            Input::StoreFailed => self.metrics.store_failures.inc(),
         }
     }
 
@@ -356,7 +359,7 @@ impl CoreMachine {
                     .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch) })
                     .collect();
                 if !missing.is_empty() {
-                    self.lost(site, &missing, "not held by its agent at registration", now);
+                    self.lost(site, &missing, FailoverReason::NotHeld, now);
                 }
                 Ok(reply)
             }
@@ -379,7 +382,8 @@ impl CoreMachine {
                 Ok(control::Reply::Done)
             }
             R::Lost { leases, reason } => {
-                self.lost(site, &leases, &reason, now);
+                tracing::warn!(site = %self.cfg.sites.name(site), %reason, "bubbles lost by their holder");
+                self.lost(site, &leases, FailoverReason::ServerLost, now);
                 Ok(control::Reply::Done)
             }
             _ => Err(Fault::new(ErrorCode::Unexpected, "a core request, sent by an agent")),
@@ -629,6 +633,7 @@ impl CoreMachine {
                 && rtt >= 0.0
             {
                 self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
+                self.metrics.backbone(site, other, f64::from(rtt));
             }
         }
         // Tick rates feed the brain's load rule (SPEC section 4). The agent lists a spread

@@ -7,6 +7,7 @@ use horizon_mesh::Time;
 use horizon_proto::PlayerId;
 
 use super::CoreMachine;
+use crate::metrics::HandoverOutcome;
 
 /// Groups listed in the status JSON, largest first.
 const STATUS_GROUPS: usize = 500;
@@ -15,10 +16,18 @@ impl CoreMachine {
     /// The exposition text served at `/metrics`.
     pub fn metrics_text(&mut self) -> String {
         self.refresh_gauges();
-        self.metrics.render(&self.cfg.sites)
+        horizon_admin::render(&self.metrics.registry)
     }
 
-    pub(crate) fn refresh_gauges(&mut self) {
+    /// The core's metrics registry (rendered by the admin API; gauges refreshed by
+    /// [`CoreMachine::refresh_gauges`]).
+    pub fn registry(&self) -> prometheus::Registry {
+        self.metrics.registry.clone()
+    }
+
+    /// Sets the gauges from the registry and the agents' reports (after every step of the
+    /// shell's loop).
+    pub fn refresh_gauges(&mut self) {
         let n = self.cfg.sites.len();
         let mut bubbles = vec![0u64; n];
         for r in self.registry.values() {
@@ -34,9 +43,10 @@ impl CoreMachine {
             self.metrics.players.set(i, players[i]);
             let agent = self.agents.get(&s);
             self.metrics.agent_connected.set(i, u64::from(agent.is_some()));
-            self.metrics
-                .servers_ready
-                .set(i, agent.map_or(0, |a| a.servers.iter().filter(|s| s.ready).count() as u64));
+            let servers = agent.map_or(&[][..], |a| &a.servers[..]);
+            let ready = servers.iter().filter(|s| s.ready).count() as u64;
+            let busy = servers.iter().filter(|s| !s.bubbles.is_empty()).count() as u64;
+            self.metrics.servers(s, ready, busy);
         }
     }
 
@@ -71,7 +81,9 @@ impl CoreMachine {
     }
 
     /// The status document served at `/status`.
-    pub fn status(&self, now: Time) -> serde_json::Value {
+    /// `page` says which players to list (ids above `after`, at most `limit`); the document says
+    /// how many there are (`players_total`) and where the next page starts (`players_next`).
+    pub fn status(&self, now: Time, page: horizon_admin::Page) -> serde_json::Value {
         let sites: Vec<serde_json::Value> = self
             .cfg
             .sites
@@ -111,10 +123,14 @@ impl CoreMachine {
                 })
             })
             .collect();
-        let players: Vec<serde_json::Value> = self
-            .mesh
-            .players()
-            .iter()
+        let mut listed: Vec<&horizon_mesh::Player> =
+            self.mesh.players().iter().filter(|p| page.after.is_none_or(|a| p.id.0 > a)).collect();
+        listed.sort_by_key(|p| p.id.0);
+        let limit = page.limit.max(1);
+        let next = (listed.len() > limit).then(|| listed[limit - 1].id.0);
+        listed.truncate(limit);
+        let players: Vec<serde_json::Value> = listed
+            .into_iter()
             .map(|p| {
                 serde_json::json!({
                     "player": p.id.0,
@@ -131,16 +147,22 @@ impl CoreMachine {
             "generation": self.generation,
             "uptime_s": now.as_secs_f64(),
             "tick": self.mesh.last_stats(),
-            "handovers": { "committed": self.metrics.handovers.get(0), "failed": self.metrics.handovers_failed.get(0), "in_flight": self.handovers.len() },
+            "handovers": {
+                "committed": self.metrics.handovers_ended(HandoverOutcome::Committed),
+                "failed": self.metrics.handovers_ended(HandoverOutcome::Abandoned) + self.metrics.handovers_ended(HandoverOutcome::GivenUp),
+                "in_flight": self.handovers.len(),
+            },
             "stale_refused": {
                 "copies": self.cfg.sites.ids().map(|s| self.metrics.backups_refused.get(s.index())).sum::<u64>(),
                 "renewals": self.cfg.sites.ids().map(|s| self.metrics.leases_refused.get(s.index())).sum::<u64>(),
             },
-            "failovers": self.cfg.sites.ids().map(|s| (self.cfg.sites.name(s).to_string(), self.metrics.failovers.get(s.index()))).collect::<BTreeMap<_, _>>(),
+            "failovers": self.cfg.sites.ids().map(|s| (self.cfg.sites.name(s).to_string(), self.metrics.failovers_to(s))).collect::<BTreeMap<_, _>>(),
             "sites": sites,
             "bubbles": bubbles,
             "groups": self.groups(),
             "players": players,
+            "players_total": self.mesh.players().len(),
+            "players_next": next,
             "recent_decisions": self.decisions.iter().rev().take(50).collect::<Vec<_>>(),
         })
     }

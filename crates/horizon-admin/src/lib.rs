@@ -1,0 +1,240 @@
+//! # horizon-admin — the daemons' admin HTTP API
+//!
+//! The core and every agent serve the same small read-only API on their admin port (axum,
+//! HTTP/1.1). Bind it to an operator network:
+//!
+//! | path | answers |
+//! |---|---|
+//! | `GET /livez` | `200 ok` while the process serves HTTP: never calls into the daemon's loop |
+//! | `GET /readyz` | `200 ready`, or `503` with the reason (core: its loop answers; agent: registered with the core and a ready game server) |
+//! | `GET /metrics` | the daemon's Prometheus registry, text format 0.0.4 (docs/metrics.md) |
+//! | `GET /status` | the daemon's status document (JSON); `?players=N&after=ID` pages its player list |
+//! | `GET /` | the daemon's status page, if it has one |
+//!
+//! A daemon gives its [`Registry`] (from [`registry`]: `horizon_build_info` and the process
+//! collector already in) and two callbacks ([`Source`]) that ask its loop, each given
+//! [`LOOP_TIMEOUT`] to answer.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
+use serde::Deserialize;
+
+/// A loop that has not answered after this is reported not ready (`/readyz`, `/status`).
+pub const LOOP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Players listed in one `/status` page by default, and at most.
+pub const DEFAULT_PLAYERS: usize = 1000;
+pub const MAX_PLAYERS: usize = 10_000;
+
+/// A boxed future, as the callbacks return.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Which players a `/status` request wants: at most `limit`, with ids above `after`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page {
+    pub after: Option<u64>,
+    pub limit: usize,
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Page { after: None, limit: DEFAULT_PLAYERS }
+    }
+}
+
+/// What the API asks the daemon.
+pub trait Source: Send + Sync + 'static {
+    /// `Ok` when ready to serve, else why not.
+    fn ready(&self) -> BoxFuture<Result<(), String>>;
+    /// The status document, or why it cannot be had.
+    fn status(&self, page: Page) -> BoxFuture<Result<serde_json::Value, String>>;
+    /// Called before `/metrics` renders the registry: bring values kept elsewhere (atomics)
+    /// into it. Must not wait on the daemon's loop.
+    fn refresh(&self) {}
+}
+
+/// A daemon's registry: every metric name starts with `horizon_`; `horizon_build_info` and
+/// the process collector (`process_*`: CPU, memory, open files) are registered.
+pub fn registry(daemon: &str) -> Registry {
+    let registry = Registry::new();
+    let build = IntGaugeVec::new(
+        Opts::new("horizon_build_info", "1, labelled with the build's version and the daemon."),
+        &["version", "daemon"],
+    )
+    .unwrap_or_else(|e| unreachable!("a valid metric: {e}"));
+    build.with_label_values(&[env!("CARGO_PKG_VERSION"), daemon]).set(1);
+    register(&registry, Box::new(build));
+    register(&registry, Box::new(prometheus::process_collector::ProcessCollector::for_self()));
+    registry
+}
+
+/// Registers a collector; a name registered twice is a programming error, logged.
+pub fn register(registry: &Registry, collector: Box<dyn prometheus::core::Collector>) {
+    if let Err(e) = registry.register(collector) {
+        tracing::error!(error = %e, "metric not registered");
+    }
+}
+
+/// The registry's exposition text.
+pub fn render(registry: &Registry) -> String {
+    let mut out = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut out) {
+        tracing::error!(error = %e, "metrics not encoded");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+struct App {
+    registry: Registry,
+    source: Arc<dyn Source>,
+    page: Option<&'static str>,
+}
+
+#[derive(Deserialize)]
+struct StatusParams {
+    players: Option<usize>,
+    after: Option<u64>,
+}
+
+/// The API's routes (for tests; [`serve`] runs them).
+pub fn router(registry: Registry, source: Arc<dyn Source>, page: Option<&'static str>) -> Router {
+    let app = Arc::new(App { registry, source, page });
+    Router::new()
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .route("/", get(index))
+        .fallback(|| async {
+            (StatusCode::NOT_FOUND, "not found: try /, /livez, /readyz, /metrics, /status\n")
+        })
+        .with_state(app)
+}
+
+/// Serves the API on `listener` until `stop` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    registry: Registry,
+    source: Arc<dyn Source>,
+    page: Option<&'static str>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(registry, source, page)).with_graceful_shutdown(stop).await
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    match tokio::time::timeout(LOOP_TIMEOUT, app.source.ready()).await {
+        Ok(Ok(())) => "ready\n".into_response(),
+        Ok(Err(why)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response()
+        }
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not ready: the loop does not answer\n")
+            .into_response(),
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    app.source.refresh();
+    let body = render(&app.registry);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+async fn status(State(app): State<Arc<App>>, Query(q): Query<StatusParams>) -> Response {
+    let page =
+        Page { after: q.after, limit: q.players.unwrap_or(DEFAULT_PLAYERS).min(MAX_PLAYERS) };
+    match tokio::time::timeout(LOOP_TIMEOUT, app.source.status(page)).await {
+        Ok(Ok(doc)) => (
+            [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")],
+            doc.to_string(),
+        )
+            .into_response(),
+        Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the loop does not answer\n").into_response(),
+    }
+}
+
+async fn index(State(app): State<Arc<App>>) -> Response {
+    match app.page {
+        Some(html) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
+        None => "horizon: /livez /readyz /metrics /status\n".into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    struct Fake {
+        ready: bool,
+    }
+
+    impl Source for Fake {
+        fn ready(&self) -> BoxFuture<Result<(), String>> {
+            let ready = self.ready;
+            Box::pin(async move { if ready { Ok(()) } else { Err("not registered".into()) } })
+        }
+        fn status(&self, page: Page) -> BoxFuture<Result<serde_json::Value, String>> {
+            Box::pin(
+                async move { Ok(serde_json::json!({ "limit": page.limit, "after": page.after })) },
+            )
+        }
+    }
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connects");
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.expect("sends");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("reads");
+        let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+        (code, body)
+    }
+
+    async fn start(ready: bool) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = listener.local_addr().expect("an address");
+        let registry = registry("test");
+        tokio::spawn(serve(
+            listener,
+            registry,
+            Arc::new(Fake { ready }),
+            None,
+            std::future::pending(),
+        ));
+        addr
+    }
+
+    #[tokio::test]
+    async fn probes_metrics_and_status_answer_as_documented() {
+        let addr = start(true).await;
+        assert_eq!(get(addr, "/livez").await, (200, "ok\n".into()));
+        assert_eq!(get(addr, "/readyz").await, (200, "ready\n".into()));
+        let (code, text) = get(addr, "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(text.contains("horizon_build_info{daemon=\"test\",version=\""), "{text}");
+        assert!(text.contains("process_resident_memory_bytes"), "{text}");
+        let (code, body) = get(addr, "/status?players=50000&after=7").await;
+        assert_eq!(code, 200);
+        let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(doc["limit"], MAX_PLAYERS, "capped");
+        assert_eq!(doc["after"], 7);
+        assert_eq!(get(addr, "/nope").await.0, 404);
+    }
+
+    #[tokio::test]
+    async fn not_ready_says_why() {
+        let addr = start(false).await;
+        assert_eq!(get(addr, "/livez").await.0, 200, "alive all the same");
+        assert_eq!(get(addr, "/readyz").await, (503, "not ready: not registered\n".into()));
+    }
+}

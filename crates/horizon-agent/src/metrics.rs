@@ -1,0 +1,227 @@
+//! The agent's Prometheus metrics (`prometheus` crate, one registry per agent, `horizon_agent_`
+//! prefix, label `site` from the configuration) and its admin API's view of it: `/readyz` is
+//! "registered with the core and at least one game server ready", `/status` the
+//! [`AgentStatus`] document. The machine counts in [`AgentStats`] (atomics, no locks on its
+//! loop); a scrape brings them into the registry. Every metric is listed in `docs/metrics.md`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use horizon_admin::{BoxFuture, Page, Source};
+use prometheus::{IntCounter, IntGauge, Opts, Registry};
+use serde::{Deserialize, Serialize};
+
+use crate::AgentStats;
+
+type Field = fn(&AgentStats) -> &AtomicU64;
+
+/// Counters: (name, help, field).
+const COUNTERS: &[(&str, &str, Field)] = &[
+    ("horizon_agent_inputs_total", "Player inputs received by the gateway.", |s| {
+        &s.inputs_received
+    }),
+    (
+        "horizon_agent_inputs_resent_total",
+        "Inputs sent again (a timeout, a route change, a new holder).",
+        |s| &s.inputs_resent,
+    ),
+    (
+        "horizon_agent_inputs_refused_total",
+        "Inputs refused (out of window, over the player's limit).",
+        |s| &s.inputs_refused,
+    ),
+    (
+        "horizon_agent_inputs_uncovered_dropped_total",
+        "Applied inputs forgotten before a stored copy covered them (a player's kept inputs at their limit).",
+        |s| &s.inputs_uncovered_dropped,
+    ),
+    (
+        "horizon_agent_writes_after_lease_total",
+        "Updates a game server wrote after its lease had ended by this agent's clock (I5 seen from the agent; 0 when servers stop on time).",
+        |s| &s.writes_after_lease,
+    ),
+    (
+        "horizon_agent_resumes_total",
+        "Players who reconnected from the same client and resumed as themselves.",
+        |s| &s.resumes,
+    ),
+    ("horizon_agent_updates_total", "World updates delivered to this site's players.", |s| {
+        &s.updates_delivered
+    }),
+    (
+        "horizon_agent_crossings_total",
+        "Players' states sent across a border to another bubble.",
+        |s| &s.crossings,
+    ),
+    (
+        "horizon_agent_crossings_lost_total",
+        "Crossings to another site given up: not taken within their deadline.",
+        |s| &s.crossings_lost,
+    ),
+    ("horizon_agent_handovers_in_total", "Handovers this site took as the target.", |s| {
+        &s.handovers_in
+    }),
+];
+
+/// Gauges: (name, help, field).
+const GAUGES: &[(&str, &str, Field)] = &[
+    ("horizon_agent_players", "Players connected to this site's gateway (homed here).", |s| {
+        &s.players
+    }),
+    ("horizon_agent_bubbles", "Bubbles this site simulates or stands by for.", |s| &s.bubbles),
+    ("horizon_agent_servers", "Game servers connected to this agent.", |s| &s.servers),
+    (
+        "horizon_agent_servers_ready",
+        "Game servers that said they are ready (holding a bubble or not).",
+        |s| &s.servers_ready,
+    ),
+    ("horizon_agent_registered", "1 while the agent is registered with the core.", |s| {
+        &s.registered
+    }),
+    (
+        "horizon_agent_inputs_unacked",
+        "Inputs the gateway keeps until a stored copy covers them, every player together.",
+        |s| &s.inputs_unacked,
+    ),
+];
+
+/// The agent's registry over its [`AgentStats`].
+#[derive(Debug)]
+pub(crate) struct AgentMetrics {
+    pub(crate) registry: Registry,
+    stats: Arc<AgentStats>,
+    counters: Vec<(IntCounter, Field)>,
+    gauges: Vec<(IntGauge, Field)>,
+}
+
+fn valid<T>(r: prometheus::Result<T>) -> T {
+    r.unwrap_or_else(|e| unreachable!("metric definitions are constant and valid: {e}"))
+}
+
+impl AgentMetrics {
+    pub(crate) fn new(site: &str, stats: Arc<AgentStats>) -> Self {
+        let registry = horizon_admin::registry("agent");
+        let opts = |name: &str, help: &str| Opts::new(name, help).const_label("site", site);
+        let counters = COUNTERS
+            .iter()
+            .map(|&(name, help, field)| {
+                let c = valid(IntCounter::with_opts(opts(name, help)));
+                horizon_admin::register(&registry, Box::new(c.clone()));
+                (c, field)
+            })
+            .collect();
+        let gauges = GAUGES
+            .iter()
+            .map(|&(name, help, field)| {
+                let g = valid(IntGauge::with_opts(opts(name, help)));
+                horizon_admin::register(&registry, Box::new(g.clone()));
+                (g, field)
+            })
+            .collect();
+        AgentMetrics { registry, stats, counters, gauges }
+    }
+
+    /// Brings the stats into the registry (counters only ever go up).
+    pub(crate) fn refresh(&self) {
+        for (c, field) in &self.counters {
+            let now = field(&self.stats).load(Ordering::Relaxed);
+            c.inc_by(now.saturating_sub(c.get()));
+        }
+        for (g, field) in &self.gauges {
+            g.set(i64::try_from(field(&self.stats).load(Ordering::Relaxed)).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// An agent's `/status` document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    pub site: String,
+    pub registered: bool,
+    pub players: u64,
+    pub bubbles: u64,
+    pub servers: u64,
+    pub servers_ready: u64,
+    pub inputs_unacked: u64,
+    pub crossings: u64,
+    pub crossings_lost: u64,
+}
+
+impl AgentStatus {
+    pub(crate) fn of(site: &str, s: &AgentStats) -> Self {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        AgentStatus {
+            site: site.to_owned(),
+            registered: get(&s.registered) == 1,
+            players: get(&s.players),
+            bubbles: get(&s.bubbles),
+            servers: get(&s.servers),
+            servers_ready: get(&s.servers_ready),
+            inputs_unacked: get(&s.inputs_unacked),
+            crossings: get(&s.crossings),
+            crossings_lost: get(&s.crossings_lost),
+        }
+    }
+
+    /// Ready to serve: registered with the core, with a game server ready.
+    pub fn ready(&self) -> Result<(), String> {
+        match (self.registered, self.servers_ready) {
+            (false, _) => Err("not registered with the core".into()),
+            (true, 0) => Err("no game server ready".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The agent as its admin API sees it: everything from the stats, nothing asks its loop.
+#[derive(Debug)]
+pub(crate) struct AgentSource {
+    pub(crate) site: String,
+    pub(crate) metrics: AgentMetrics,
+}
+
+impl Source for AgentSource {
+    fn ready(&self) -> BoxFuture<Result<(), String>> {
+        let status = AgentStatus::of(&self.site, &self.metrics.stats);
+        Box::pin(async move { status.ready() })
+    }
+
+    fn status(&self, _page: Page) -> BoxFuture<Result<serde_json::Value, String>> {
+        let status = AgentStatus::of(&self.site, &self.metrics.stats);
+        Box::pin(async move { serde_json::to_value(status).map_err(|e| e.to_string()) })
+    }
+
+    fn refresh(&self) {
+        self.metrics.refresh();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scrape_shows_the_stats_with_the_site_label() {
+        let stats = Arc::new(AgentStats::default());
+        stats.inputs_received.store(41, Ordering::Relaxed);
+        stats.players.store(3, Ordering::Relaxed);
+        let m = AgentMetrics::new("MTL", stats.clone());
+        m.refresh();
+        stats.inputs_received.fetch_add(1, Ordering::Relaxed);
+        m.refresh();
+        let text = horizon_admin::render(&m.registry);
+        assert!(text.contains("horizon_agent_inputs_total{site=\"MTL\"} 42"), "{text}");
+        assert!(text.contains("horizon_agent_players{site=\"MTL\"} 3"), "{text}");
+        assert!(text.contains("horizon_build_info{daemon=\"agent\""), "{text}");
+    }
+
+    #[test]
+    fn ready_means_registered_with_a_ready_server() {
+        let stats = AgentStats::default();
+        assert!(AgentStatus::of("MTL", &stats).ready().unwrap_err().contains("not registered"));
+        stats.registered.store(1, Ordering::Relaxed);
+        assert!(AgentStatus::of("MTL", &stats).ready().unwrap_err().contains("no game server"));
+        stats.servers_ready.store(1, Ordering::Relaxed);
+        assert_eq!(AgentStatus::of("MTL", &stats).ready(), Ok(()));
+    }
+}
