@@ -30,6 +30,8 @@ use crate::driver::ServerDriver;
 use crate::machine::{AgentMachine, ConnId, Effect, Input, MachineConfig, Pending, Token};
 
 /// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
+/// Game servers stopping with the agent get this long after SIGTERM before SIGKILL.
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(5);
 const EVENT_QUEUE: usize = 8192;
 /// Items queued per outbound stream (to a server, a player, a peer) and requests queued per
 /// server lane. Beyond it, stream items are dropped (the next tick replaces an update, inputs
@@ -316,6 +318,13 @@ impl Shell {
             self.carry_out();
         }
         tracing::info!(site = %self.site, "agent stopping");
+        // Game servers get SIGTERM and a grace period to finish, then SIGKILL.
+        self.driver.terminate_all();
+        let grace = Instant::now() + SERVER_STOP_GRACE;
+        while self.driver.running() > 0 && Instant::now() < grace {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.driver.poll_ended();
+        }
         self.driver.stop_all();
         for p in self.players.values() {
             p.conn.close(ErrorCode::ShuttingDown, "agent stopping");

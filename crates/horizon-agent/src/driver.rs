@@ -29,6 +29,12 @@ pub trait ServerDriver: Send + 'static {
     fn poll_ended(&mut self) -> Vec<(String, String)>;
     /// Stops everything (agent shutdown).
     fn stop_all(&mut self);
+
+    /// Asks every server to stop (SIGTERM, a pod deletion with its grace period); the caller
+    /// waits for [`ServerDriver::poll_ended`] to see them go, then calls `stop_all`.
+    fn terminate_all(&mut self) {
+        self.stop_all();
+    }
     /// Servers started and not ended.
     fn running(&self) -> usize;
 }
@@ -75,6 +81,8 @@ impl ServerDriver for ProcessDriver {
             .arg("--ca")
             .arg(&o.ca)
             .args(["--tick-ms", &o.tick_ms.to_string()])
+            // It exits if this agent dies, however it dies (parent-death signal).
+            .arg("--exit-with-parent")
             .env("HORIZON_SERVER_TOKEN", &o.token)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -113,6 +121,17 @@ impl ServerDriver for ProcessDriver {
     fn stop_all(&mut self) {
         for (_, mut child) in self.children.drain() {
             let _ = child.start_kill();
+        }
+    }
+
+    fn terminate_all(&mut self) {
+        for (name, child) in &self.children {
+            let pid = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32));
+            if let Some(pid) = pid
+                && let Err(e) = rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+            {
+                tracing::warn!(server = %name, error = %e, "SIGTERM not sent");
+            }
         }
     }
 

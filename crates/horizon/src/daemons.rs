@@ -37,6 +37,27 @@ pub(crate) struct GameServerArgs {
     /// never outlives its agent unsupervised.
     #[arg(long, default_value_t = 60)]
     orphan_exit_s: u64,
+    /// Exit (SIGTERM) when the process that started this one dies, however it dies: the
+    /// process driver's game servers never outlive their agent.
+    #[arg(long)]
+    exit_with_parent: bool,
+}
+
+/// Waits for SIGINT (Ctrl-C) or SIGTERM (what a supervisor or the kubelet sends); returns
+/// which, for the log. Each daemon then stops gracefully and exits 0.
+pub(crate) async fn stop_signal() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("warning: SIGTERM not handled: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return "Ctrl-C";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
 }
 
 /// A runtime for a daemon (`multi`: all cores) or a small tool (one thread).
@@ -84,7 +105,8 @@ pub(crate) fn core(args: ConfigArgs) -> ExitCode {
             "core serving: control {} · admin http://{} · generation {}",
             core.control_addr, core.admin_addr, core.generation
         );
-        let _ = tokio::signal::ctrl_c().await;
+        let signal = stop_signal().await;
+        println!("{signal}: core stopping (store flushed, agents told)");
         core.shutdown().await;
         ExitCode::SUCCESS
     })
@@ -115,7 +137,8 @@ pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
             "agent {} serving: servers {} · players {} · transfer {}",
             agent.site, agent.servers_addr, agent.players_addr, agent.transfer_addr
         );
-        let _ = tokio::signal::ctrl_c().await;
+        let signal = stop_signal().await;
+        println!("{signal}: agent stopping (game servers get SIGTERM, then SIGKILL after 5 s)");
         agent.shutdown().await;
         ExitCode::SUCCESS
     })
@@ -143,6 +166,18 @@ pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if args.exit_with_parent {
+        let term = Some(rustix::process::Signal::TERM);
+        if let Err(e) = rustix::process::set_parent_process_death_signal(term) {
+            eprintln!("error: --exit-with-parent: {e}");
+            return ExitCode::FAILURE;
+        }
+        // The parent may have died before the signal was asked for: then this is an orphan.
+        if rustix::process::getppid().is_none_or(|p| p.as_raw_nonzero().get() == 1) {
+            eprintln!("error: --exit-with-parent: the parent is already gone");
+            return ExitCode::FAILURE;
+        }
+    }
     let rt = match runtime(false) {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -161,7 +196,7 @@ pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
         };
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            stop_signal().await;
             let _ = stop.send(true);
         });
         let game = horizon_sdk::reference::Reference { tick_ms: opts.tick_ms };

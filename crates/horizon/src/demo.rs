@@ -329,8 +329,8 @@ async fn run(args: DemoArgs) -> ExitCode {
                 }
             }
             _ = until_deadline => break,
-            _ = tokio::signal::ctrl_c() => {
-                say("Ctrl-C: stopping players, agents, game servers and the core".to_owned());
+            signal = crate::daemons::stop_signal() => {
+                say(format!("{signal}: stopping players, agents, game servers and the core"));
                 break;
             }
         }

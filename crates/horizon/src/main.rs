@@ -278,7 +278,7 @@ fn netem_command(args: NetemArgs) -> ExitCode {
                     // stdin closed (e.g. run in the background): keep forwarding until Ctrl-C.
                     Ok(None) | Err(_) => stdin_open = false,
                 },
-                _ = tokio::signal::ctrl_c() => {
+                _ = daemons::stop_signal() => {
                     println!("{}", describe(netem.handle()));
                     return ExitCode::SUCCESS;
                 }

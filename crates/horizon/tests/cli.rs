@@ -220,10 +220,11 @@ fn servers_under(dir: &std::path::Path) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
-#[test]
-fn ctrl_c_stops_the_demo_and_leaves_nothing_running() {
+/// Starts the demo, waits for its first summary (servers ready, players playing), sends it
+/// `signal`, and checks it stops within 10 s with exit 0 and nothing of it left running.
+fn signal_stops_the_demo(signal: &str, said: &str) {
     use std::io::{BufRead, BufReader};
-    let dir = std::env::temp_dir().join(format!("horizon-ctrlc-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("horizon-{signal}-{}", std::process::id()));
     let mut demo = horizon()
         .args(["demo", "--admin", "127.0.0.1:0", "--dir"])
         .arg(&dir)
@@ -236,14 +237,69 @@ fn ctrl_c_stops_the_demo_and_leaves_nothing_running() {
     let first = lines.find(|l| l.as_ref().is_ok_and(|l| l.starts_with("t="))).unwrap().unwrap();
     assert!(servers_under(&dir) >= 6, "game servers running: {first}");
     let pid = demo.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let sent = std::time::Instant::now();
+    assert!(Command::new("kill").args([&format!("-{signal}"), &pid]).status().unwrap().success());
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = demo.wait().unwrap();
+    let took = sent.elapsed();
     assert!(status.success(), "{status:?}: {rest:?}");
-    assert!(rest.iter().any(|l| l.starts_with("Ctrl-C")), "{rest:?}");
+    assert!(took < std::time::Duration::from_secs(10), "stopped in {took:?}");
+    assert!(rest.iter().any(|l| l.starts_with(said)), "{rest:?}");
     assert!(rest.iter().any(|l| l.starts_with("final:")), "{rest:?}");
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(servers_under(&dir), 0, "no game server left running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ctrl_c_stops_the_demo_and_leaves_nothing_running() {
+    signal_stops_the_demo("INT", "Ctrl-C");
+}
+
+#[test]
+fn sigterm_stops_the_demo_within_10_s_and_leaves_nothing_running() {
+    signal_stops_the_demo("TERM", "SIGTERM");
+}
+
+#[test]
+fn a_game_server_started_with_exit_with_parent_dies_with_its_parent() {
+    let dir = temp_dir("pdeath");
+    assert!(certs(&dir, &["init", "--sites", "PAR"]).status.success());
+    // A shell starts the server in the background, then is killed: the server follows it.
+    let bin = env!("CARGO_BIN_EXE_horizon");
+    let script = format!(
+        "HORIZON_SERVER_TOKEN=t {bin} gameserver --agent 127.0.0.1:9 --site PAR --name pd-0 \
+         --ca {} --orphan-exit-s 0 --exit-with-parent & echo $!; sleep 30",
+        dir.join("ca.pem").display()
+    );
+    let mut sh = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut out = std::io::BufReader::new(sh.stdout.take().unwrap());
+    let mut pid = String::new();
+    out.read_line(&mut pid).unwrap();
+    let pid = pid.trim().to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Running, not a zombie waiting for whoever adopted it to reap it.
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|rest| !rest.starts_with('Z')))
+    };
+    assert!(alive(&pid), "the server runs while its parent does");
+    sh.kill().unwrap();
+    let _ = sh.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while alive(&pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let outlived = alive(&pid);
+    if outlived {
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    }
+    assert!(!outlived, "the server outlived its parent");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
