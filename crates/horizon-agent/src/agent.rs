@@ -620,7 +620,7 @@ impl Shell {
         }
     }
 
-    fn dial_peer(&mut self, site: Name, addr: SocketAddr) {
+    fn dial_peer(&mut self, site: Name, addr: horizon_transport::Target) {
         let config = match tls::client_config(
             &self.roots,
             Some(&self.identity),

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use horizon_transport::Target;
 use serde::Deserialize;
 
 /// Everything an agent runs with.
@@ -11,7 +12,8 @@ use serde::Deserialize;
 pub struct AgentConfig {
     /// This agent's site (`MTL`). Its certificate must name it.
     pub site: String,
-    pub core: SocketAddr,
+    /// The core's control endpoint: `host:port`, a name resolved at each (re)connection.
+    pub core: Target,
     /// The core's site, whose certificate the core presents.
     pub core_site: String,
     pub listen_servers: SocketAddr,
@@ -34,8 +36,8 @@ pub struct AgentConfig {
     pub server_tick_ms: u32,
     /// The `horizon` binary the process driver runs (`gameserver` subcommand).
     pub server_program: PathBuf,
-    /// Transfer addresses of other sites, overriding what the core says (per-pair routes).
-    pub peers: BTreeMap<String, SocketAddr>,
+    /// Transfer addresses of other sites (`host:port`), overriding what the core says.
+    pub peers: BTreeMap<String, Target>,
     /// How often the agent reports players, servers and links to the core.
     pub report_ms: u64,
     /// How often leases are renewed (one batched request).
@@ -111,6 +113,22 @@ impl AgentConfig {
     ) -> Result<AgentConfig, Vec<String>> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
         let mut errors = Vec::new();
+        let mut target = |key: &str, value: &str| match Target::parse(value) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(format!("{key} = {e}"));
+                Target::from(SocketAddr::from(([127, 0, 0, 1], 1)))
+            }
+        };
+        let core = target("core", &raw.core);
+        let peers: BTreeMap<String, Target> = raw
+            .peers
+            .iter()
+            .map(|(site, a)| (site.clone(), target(&format!("peers.{site}"), a)))
+            .collect();
+        if let Some(a) = &raw.listen.advertise_transfer {
+            let _ = target("listen.advertise_transfer", a);
+        }
         let mut addr = |key: &str, value: &str| match value.parse::<SocketAddr>() {
             Ok(a) => a,
             Err(e) => {
@@ -118,16 +136,10 @@ impl AgentConfig {
                 SocketAddr::from(([0, 0, 0, 0], 0))
             }
         };
-        let core = addr("core", &raw.core);
         let listen_servers = addr("listen.servers", &raw.listen.servers);
         let listen_players = addr("listen.players", &raw.listen.players);
         let listen_transfer = addr("listen.transfer", &raw.listen.transfer);
         let listen_admin = raw.listen.admin.as_deref().map(|a| addr("listen.admin", a));
-        let peers: BTreeMap<String, SocketAddr> = raw
-            .peers
-            .iter()
-            .map(|(site, a)| (site.clone(), addr(&format!("peers.{site}"), a)))
-            .collect();
         let token = |var: &str, errors: &mut Vec<String>| {
             env(var).filter(|t| !t.is_empty()).unwrap_or_else(|| {
                 errors.push(format!("environment variable {var} must hold the token"));
@@ -224,7 +236,20 @@ mod tests {
         assert_eq!(c.warm_pool, 3);
         assert_eq!(c.server_tick_ms, 33);
         assert_eq!(c.advertise_transfer, "mtl.example:7413");
-        assert_eq!(c.peers["HKG"].port(), 7513);
+        assert_eq!(c.peers["HKG"].as_str(), "127.0.0.1:7513");
+    }
+
+    #[test]
+    fn the_core_and_peers_may_be_names() {
+        let named = GOOD
+            .replace("10.0.0.1:7400", "horizon-core.par.svc:7400")
+            .replace("HKG = \"127.0.0.1:7513\"", "HKG = \"agent-hkg:7413\"");
+        let c = AgentConfig::parse(&named, Path::new("."), tokens).unwrap();
+        assert_eq!(c.core.as_str(), "horizon-core.par.svc:7400");
+        assert_eq!(c.peers["HKG"].as_str(), "agent-hkg:7413");
+        let bad = GOOD.replace("mtl.example:7413", "mtl.example");
+        let errors = AgentConfig::parse(&bad, Path::new("."), tokens).unwrap_err();
+        assert!(errors[0].contains("listen.advertise_transfer"), "{errors:?}");
     }
 
     #[test]

@@ -755,8 +755,8 @@ fn transfer_addr(site: usize) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, site as u8 + 1], 4433))
 }
 
-fn site_of_addr(addr: &SocketAddr) -> Option<usize> {
-    (0..SITES.len()).find(|&s| transfer_addr(s) == *addr)
+fn site_of_addr(addr: &horizon_transport::Target) -> Option<usize> {
+    (0..SITES.len()).find(|&s| transfer_addr(s).to_string() == addr.as_str())
 }
 
 mod agents;

@@ -29,7 +29,8 @@ pub struct ServerOptions {
     /// This server's name, unique within its site (`mtl-gs-3`).
     pub name: String,
     pub build: String,
-    pub agent: SocketAddr,
+    /// The agent's game-server endpoint: `host:port`, a name resolved at each (re)connection.
+    pub agent: horizon_transport::Target,
     /// The agent's site, whose certificate the agent presents.
     pub agent_site: String,
     pub token: String,
@@ -64,10 +65,12 @@ pub async fn run<G: Game>(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let limits = Limits::default();
-    let ip = if opts.agent.is_ipv4() {
-        std::net::Ipv4Addr::LOCALHOST.into()
+    // Any local address of the agent's family (an IPv6 literal, else IPv4: names resolve to
+    // their IPv4 address first).
+    let ip = if opts.agent.as_str().parse::<SocketAddr>().is_ok_and(|a| a.is_ipv6()) {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
     } else {
-        std::net::Ipv6Addr::LOCALHOST.into()
+        std::net::Ipv4Addr::UNSPECIFIED.into()
     };
     let endpoint = client_endpoint(ip)?;
     let config = tls::client_config(&roots, None, ChannelId::Server, &limits)
@@ -76,7 +79,7 @@ pub async fn run<G: Game>(
     let hello = HelloParams::new(name.clone()).with_token(opts.token.clone());
     let parts = Link::<Server>::connect(Dial {
         endpoint,
-        addr: opts.agent,
+        addr: opts.agent.clone(),
         server_name: horizon_transport::site_dns_name(&opts.agent_site),
         config,
         hello,

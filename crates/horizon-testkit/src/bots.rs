@@ -159,7 +159,7 @@ async fn run(
     let name = Name::new(spec.name.clone()).map_err(|e| e.to_string())?;
     let parts = Link::<Gateway>::connect(Dial {
         endpoint,
-        addr: spec.gateway,
+        addr: spec.gateway.into(),
         server_name: horizon_transport::site_dns_name(&spec.site),
         config,
         hello: HelloParams::new(name).with_token(token),

@@ -167,14 +167,14 @@ impl Sandbox {
             for (other, addr) in &transfer {
                 let n =
                     proxy(*addr, opts.rtt(site, other)).await.map_err(|e| setup("netem")(&e))?;
-                peers.insert(other.clone(), n.local_addr());
+                peers.insert(other.clone(), n.local_addr().into());
                 transfer_links.insert(pair(site, other), netems.len());
                 netems.push(n);
             }
             let any = SocketAddr::from((LOCALHOST, 0));
             let cfg = AgentConfig {
                 site: site.clone(),
-                core: core_addr,
+                core: core_addr.into(),
                 core_site: core_site.clone(),
                 listen_servers: any,
                 listen_players: any,

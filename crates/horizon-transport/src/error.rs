@@ -10,7 +10,7 @@ pub enum Error {
     Setup(String),
     /// The QUIC/TLS handshake failed (unreachable, untrusted certificate, no common ALPN).
     #[error("connect to {addr}: {why}")]
-    Connect { addr: std::net::SocketAddr, why: String },
+    Connect { addr: String, why: String },
     /// The peer refused the hello (version mismatch, unauthorized, …).
     #[error("hello refused: {0}")]
     Refused(Fault),

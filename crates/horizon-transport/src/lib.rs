@@ -19,6 +19,7 @@ mod limits;
 mod link;
 mod listener;
 pub mod netem;
+mod target;
 pub mod tls;
 
 pub use conn::{Conn, Counters, Inbound, InboundRequest, LinkStats, StreamReceiver, StreamSender};
@@ -27,4 +28,5 @@ pub use handshake::{Authenticator, HelloParams, SharedToken, SiteCertificate};
 pub use limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 pub use link::{Dial, Link, LinkEvent, LinkParts, client_endpoint};
 pub use listener::{Listener, Peer};
+pub use target::{BadTarget, Target};
 pub use tls::site_dns_name;

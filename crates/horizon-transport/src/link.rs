@@ -21,7 +21,8 @@ use crate::limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 pub struct Dial {
     /// The local endpoint to connect from (one per process is enough).
     pub endpoint: quinn::Endpoint,
-    pub addr: SocketAddr,
+    /// Resolved at every connection attempt (a name may move).
+    pub addr: crate::Target,
     /// The name the server's certificate must carry (see [`crate::site_dns_name`]).
     pub server_name: String,
     pub config: quinn::ClientConfig,
@@ -203,19 +204,17 @@ impl<C: Channel> Supervisor<C> {
 
     async fn connect_once(&self) -> Result<Conn<C>, Error> {
         let dial = &self.dial;
+        let fail = |why: String| Error::Connect { addr: dial.addr.to_string(), why };
+        let ipv4 = dial.endpoint.local_addr().map_or(true, |a| a.is_ipv4());
+        let addr = dial.addr.resolve(ipv4).await.map_err(fail)?;
         let connecting = dial
             .endpoint
-            .connect_with(dial.config.clone(), dial.addr, &dial.server_name)
-            .map_err(|e| Error::Connect { addr: dial.addr, why: e.to_string() })?;
+            .connect_with(dial.config.clone(), addr, &dial.server_name)
+            .map_err(|e| fail(e.to_string()))?;
         let quic = match tokio::time::timeout(self.limits.handshake_timeout, connecting).await {
             Ok(Ok(quic)) => quic,
-            Ok(Err(e)) => return Err(Error::Connect { addr: dial.addr, why: e.to_string() }),
-            Err(_) => {
-                return Err(Error::Connect {
-                    addr: dial.addr,
-                    why: "handshake timed out".to_owned(),
-                });
-            }
+            Ok(Err(e)) => return Err(fail(e.to_string())),
+            Err(_) => return Err(fail("handshake timed out".to_owned())),
         };
         handshake::client::<C>(quic, &dial.hello, self.limits.clone(), self.ids.clone()).await
     }

@@ -1,6 +1,5 @@
 //! `horizon core`, `horizon agent` and `horizon gameserver`: thin shells over the libraries.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,9 +14,9 @@ pub(crate) struct ConfigArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct GameServerArgs {
-    /// The agent's game-server endpoint.
-    #[arg(long)]
-    agent: SocketAddr,
+    /// The agent's game-server endpoint: host:port (a name is resolved at each connection).
+    #[arg(long, value_parser = parse_target)]
+    agent: horizon_transport::Target,
     /// The agent's site (its certificate names it).
     #[arg(long)]
     site: String,
@@ -58,6 +57,10 @@ pub(crate) async fn stop_signal() -> &'static str {
         _ = tokio::signal::ctrl_c() => "Ctrl-C",
         _ = term.recv() => "SIGTERM",
     }
+}
+
+fn parse_target(s: &str) -> Result<horizon_transport::Target, String> {
+    horizon_transport::Target::parse(s).map_err(|e| e.to_string())
 }
 
 /// A runtime for a daemon (`multi`: all cores) or a small tool (one thread).

@@ -114,8 +114,8 @@ impl AgentMachine {
                 .cfg
                 .peers
                 .get(peer.site.as_str())
-                .copied()
-                .or_else(|| peer.transfer_addr.parse().ok());
+                .cloned()
+                .or_else(|| horizon_transport::Target::parse(&peer.transfer_addr).ok());
             match addr {
                 Some(addr) => {
                     self.dialed.insert(peer.site.clone());

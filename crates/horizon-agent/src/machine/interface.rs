@@ -162,7 +162,7 @@ pub enum Effect {
     /// Keep a transfer link to `site` at `addr` (reported back as [`Input::PeerUp`]).
     DialPeer {
         site: Name,
-        addr: SocketAddr,
+        addr: horizon_transport::Target,
     },
     ToPeer {
         site: Name,

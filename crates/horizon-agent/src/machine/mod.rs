@@ -15,7 +15,6 @@
 //! sites), [`periodic`] (timers).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -117,7 +116,7 @@ pub struct MachineConfig {
     /// Where other agents reach this one's transfer endpoint (told to the core).
     pub advertise_transfer: String,
     /// Transfer addresses of other sites, overriding what the core says.
-    pub peers: BTreeMap<String, SocketAddr>,
+    pub peers: BTreeMap<String, horizon_transport::Target>,
     pub warm_pool: usize,
     pub report_every: Duration,
     pub renew_every: Duration,
