@@ -10,6 +10,10 @@ pub(crate) struct ConfigArgs {
     /// The configuration file (TOML); see docs/running.md.
     #[arg(long)]
     config: PathBuf,
+    /// Check the configuration (and the tokens in the environment) and exit: 0 if good, 64
+    /// with every problem printed otherwise. Nothing is opened or bound.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +88,17 @@ fn prepare<C>(
     Ok((cfg, runtime(true)?))
 }
 
+/// `--check`: the verdict on a configuration.
+fn checked<C>(loaded: Result<C, Vec<String>>, path: &std::path::Path) -> ExitCode {
+    match loaded {
+        Ok(_) => {
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => bad_config(errors),
+    }
+}
+
 fn bad_config(errors: Vec<String>) -> ExitCode {
     for e in errors {
         eprintln!("error: {e}");
@@ -92,6 +107,9 @@ fn bad_config(errors: Vec<String>) -> ExitCode {
 }
 
 pub(crate) fn core(args: ConfigArgs) -> ExitCode {
+    if args.check {
+        return checked(horizon_core::CoreConfig::load(&args.config), &args.config);
+    }
     let (cfg, rt) = match prepare(|| horizon_core::CoreConfig::load(&args.config)) {
         Ok(ready) => ready,
         Err(code) => return code,
@@ -116,6 +134,9 @@ pub(crate) fn core(args: ConfigArgs) -> ExitCode {
 }
 
 pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
+    if args.check {
+        return checked(horizon_agent::AgentConfig::load(&args.config), &args.config);
+    }
     let (cfg, rt) = match prepare(|| horizon_agent::AgentConfig::load(&args.config)) {
         Ok(ready) => ready,
         Err(code) => return code,

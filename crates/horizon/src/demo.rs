@@ -224,6 +224,11 @@ async fn run(args: DemoArgs) -> ExitCode {
         sandbox.core.admin_addr,
         dir.display()
     ));
+    for agent in &sandbox.agents {
+        if let Some(admin) = agent.admin_addr {
+            say(format!("agent {} admin http://{admin}/  ·  /metrics  ·  /readyz", agent.site));
+        }
+    }
     if !sandbox.wait_ready(2, Duration::from_secs(30)).await {
         eprintln!("error: game servers did not become ready within 30 s");
         sandbox.shutdown().await;

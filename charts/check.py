@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Checks the Helm chart with the real tools, offline (run by .ci/run):
+
+- lint (Helm 4's SDK, helm-python-sdk) and render with every values file in charts/horizon/ci/;
+- every rendered object validated against the Kubernetes schemas (kubernetes-validate,
+  --strict); custom resources (cert-manager, Prometheus Operator) are reported, not validated;
+- the rendered core.toml and agent.toml parsed by the real daemons (`horizon … --check`);
+- values the schema must refuse, and required values missing, refused with their key named;
+- every metric the alert rules and dashboards name is one the daemons export (docs/metrics.md).
+
+- the dashboards type-checked against Grafana's schema (@grafana/schema, typescript --strict),
+  when NODE_DIR (where both are installed with npm) is given.
+
+Usage: charts/check.py HORIZON_BINARY OUT_DIR [NODE_DIR]
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import helm_python as helm
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHART = os.path.join(HERE, "horizon")
+ROOT = os.path.dirname(HERE)
+KUBE_VERSION = "1.35"
+CUSTOM_KINDS = {"Certificate", "ServiceMonitor", "PrometheusRule"}
+
+failures = []
+
+
+def fail(what):
+    failures.append(what)
+    print(f"FAIL: {what}")
+
+
+def render(values, name="site"):
+    chart = helm.Chart.load(CHART)
+    chart.validate_schema(values)
+    return chart.render(values, name=name, namespace="horizon", is_install=True)
+
+
+def check_values_file(path, binary, out_dir):
+    name = os.path.splitext(os.path.basename(path))[0]
+    with open(path) as f:
+        values = yaml.safe_load(f)
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}.0")
+    for m in report.get("messages", []):
+        print(f"  lint [{name}] severity {m['severity']}: {m['path']}: {m['error']}")
+        if m["severity"] >= 2:
+            fail(f"lint {name}: {m['error']}")
+    manifests = render(values)
+    docs = []
+    for template, text in sorted(manifests.items()):
+        if template.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                docs.append((template, doc))
+    kinds = sorted({d["kind"] for _, d in docs})
+    print(f"  {name}: {len(docs)} objects: {', '.join(kinds)}")
+    out = os.path.join(out_dir, name)
+    os.makedirs(out, exist_ok=True)
+    to_validate = []
+    for i, (template, doc) in enumerate(docs):
+        file = os.path.join(out, f"{i:02d}-{doc['kind'].lower()}.yaml")
+        with open(file, "w") as f:
+            yaml.safe_dump(doc, f)
+        if doc["kind"] in CUSTOM_KINDS:
+            print(f"  {name}: {doc['kind']} {doc['metadata']['name']}: custom resource, not validated")
+        else:
+            to_validate.append(file)
+        if doc["kind"] == "ConfigMap":
+            for key, text in doc.get("data", {}).items():
+                if key.endswith(".toml"):
+                    check_config(binary, out, name, key, text)
+    run = subprocess.run(
+        ["kubernetes-validate", "--strict", "--quiet", "-k", KUBE_VERSION, *to_validate],
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        fail(f"kubernetes-validate {name}:\n{run.stdout}{run.stderr}")
+    else:
+        print(f"  {name}: {len(to_validate)} objects valid for Kubernetes {KUBE_VERSION}")
+    return docs
+
+
+def check_config(binary, out, name, key, text):
+    daemon = key.removesuffix(".toml")
+    file = os.path.join(out, key)
+    with open(file, "w") as f:
+        f.write(text)
+    env = dict(os.environ, HORIZON_SERVER_TOKEN="t", HORIZON_PLAYER_TOKEN="t")
+    run = subprocess.run(
+        [binary, daemon, "--config", file, "--check"], capture_output=True, text=True, env=env
+    )
+    if run.returncode != 0:
+        fail(f"{name}: the rendered {key} is refused by `horizon {daemon}`:\n{run.stderr}")
+    else:
+        print(f"  {name}: rendered {key} accepted by `horizon {daemon} --check`")
+
+
+def base_values():
+    with open(os.path.join(CHART, "ci", "core-site.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def check_refusals():
+    def with_change(path, value):
+        v = base_values()
+        node = v
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = value
+        return v
+
+    bad = [
+        (("site",), "P A R", "site"),
+        (("agent", "coreAddress"), "no-port", "coreAddress"),
+        (("agent", "servers"), {"tickMs": 1}, "tickMs"),
+        (("agent", "peers"), {"HKG": "x"}, "HKG"),
+        (("core", "store"), {"size": "lots"}, "size"),
+        (("agent", "replicas"), 2, "replicas"),
+    ]
+    for path, value, key in bad:
+        try:
+            render(with_change(path, value))
+            fail(f"values {'.'.join(path)} = {value!r} were accepted")
+        except Exception as e:  # the SDK raises HelmValuesError naming the key
+            if key not in str(e):
+                fail(f"values {'.'.join(path)} = {value!r}: refused without naming {key}: {e}")
+            else:
+                print(f"  refused as it should: {'.'.join(path)} = {value!r}")
+    for path, key in [(("agent", "coreAddress"), "agent.coreAddress"), (("tls", "existingSecret"), "tls.existingSecret")]:
+        try:
+            render(with_change(path, ""))
+            fail(f"{key} missing was accepted")
+        except Exception as e:
+            if key not in str(e):
+                fail(f"{key} missing: refused without naming it: {e}")
+            else:
+                print(f"  required as it should: {key}")
+
+
+def check_metric_names():
+    documented = set(re.findall(r"`(horizon_[a-z_]+)[`{]", open(os.path.join(ROOT, "docs", "metrics.md")).read()))
+    exported = documented | {"process_cpu_seconds_total", "process_resident_memory_bytes"}
+    suffixes = ("_bucket", "_sum", "_count")
+    texts = [open(os.path.join(CHART, "rules", "horizon-alerts.yaml")).read()]
+    for d in glob.glob(os.path.join(CHART, "dashboards", "*.json")):
+        for panel in json.load(open(d))["panels"]:
+            texts.extend(t["expr"] for t in panel.get("targets", []))
+    named = set()
+    for t in texts:
+        named |= set(re.findall(r"\b((?:horizon|process)_[a-z_]+)", t))
+    missing = []
+    for m in sorted(named):
+        base = next((m[: -len(s)] for s in suffixes if m.endswith(s) and m[: -len(s)] in exported), m)
+        if base not in exported:
+            missing.append(m)
+            fail(f"{m} is named by a rule or dashboard but no daemon exports it")
+    if not missing:
+        print(f"  {len(named)} metric names in rules and dashboards, all exported")
+
+
+def check_dashboards(node_dir):
+    """Each dashboard as a TypeScript object literal typed `Dashboard`: literal types and excess
+    properties are checked (an imported .json would be widened to plain strings)."""
+    lines = ["import type { Dashboard } from '@grafana/schema';"]
+    files = sorted(glob.glob(os.path.join(CHART, "dashboards", "*.json")))
+    for i, f in enumerate(files):
+        lines.append(f"// {os.path.basename(f)}\nexport const dashboard{i}: Dashboard = {open(f).read()};")
+    with open(os.path.join(node_dir, "dashboards.ts"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    config = {
+        "compilerOptions": {
+            "strict": True, "noEmit": True, "target": "es2020", "skipLibCheck": True,
+            "module": "nodenext", "moduleResolution": "nodenext",
+        },
+        "files": ["dashboards.ts"],
+    }
+    with open(os.path.join(node_dir, "tsconfig.json"), "w") as f:
+        json.dump(config, f)
+    run = subprocess.run(["npx", "--no-install", "tsc", "-p", "tsconfig.json"], cwd=node_dir,
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        fail(f"dashboards do not type-check against @grafana/schema:\n{run.stdout}{run.stderr}")
+    else:
+        print(f"  {len(files)} dashboards type-check against @grafana/schema")
+
+
+def main():
+    binary, out_dir = sys.argv[1], sys.argv[2]
+    values_files = sorted(glob.glob(os.path.join(CHART, "ci", "*.yaml")))
+    for path in values_files:
+        print(f"chart with {os.path.relpath(path, ROOT)}")
+        check_values_file(path, binary, out_dir)
+    print("values the schema refuses")
+    check_refusals()
+    print("metrics named by rules and dashboards")
+    check_metric_names()
+    if len(sys.argv) > 3:
+        print("dashboards")
+        check_dashboards(sys.argv[3])
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("chart: ok")
+
+
+if __name__ == "__main__":
+    main()
