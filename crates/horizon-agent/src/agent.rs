@@ -81,7 +81,24 @@ pub struct AgentStats {
     pub crossings: AtomicU64,
     /// Crossings to another site given up: not taken within their deadline.
     pub crossings_lost: AtomicU64,
+    /// The last moves of this site's players' bubbles to a new holder, as the gateway saw them
+    /// (at most [`MAX_FREEZES`]; for the demo's report). Written by the shell, not the machine.
+    pub freezes: std::sync::Mutex<Vec<FreezeSample>>,
     pub handovers_in: AtomicU64,
+}
+
+/// Freeze samples kept in [`AgentStats::freezes`].
+pub const MAX_FREEZES: usize = 10_000;
+
+/// One move of a player's bubble to a new holder, as the player's gateway saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FreezeSample {
+    pub from: String,
+    pub to: String,
+    /// The gap in the player's updates.
+    pub gap: Duration,
+    /// The physical floor of that gap, when this site is one end of the move.
+    pub floor: Option<Duration>,
 }
 
 /// A running agent.
@@ -150,8 +167,9 @@ pub async fn start(
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let stats = Arc::new(AgentStats::default());
     let (stop, stop_rx) = watch::channel(false);
+    let metrics = crate::metrics::AgentMetrics::new(&cfg.site, stats.clone());
     let admin_addr = match cfg.listen_admin {
-        Some(addr) => Some(serve_admin(addr, &cfg.site, stats.clone(), stop_rx.clone()).await?),
+        Some(addr) => Some(serve_admin(addr, &cfg.site, metrics.clone(), stop_rx.clone()).await?),
         None => None,
     };
     pump_link(core.events, core.inbound, events_tx.clone());
@@ -167,9 +185,11 @@ pub async fn start(
         warm_pool: cfg.warm_pool,
         report_every: Duration::from_millis(cfg.report_ms),
         renew_every: Duration::from_millis(cfg.renew_ms),
+        server_tick: Duration::from_millis(u64::from(cfg.server_tick_ms)),
     };
     let shell = Shell {
         machine: AgentMachine::new(machine_cfg, stats.clone(), Instant::now()),
+        metrics,
         site: site.clone(),
         core: core.link,
         backup: None,
@@ -208,13 +228,12 @@ pub async fn start(
 async fn serve_admin(
     addr: SocketAddr,
     site: &str,
-    stats: Arc<AgentStats>,
+    metrics: crate::metrics::AgentMetrics,
     mut stop: watch::Receiver<bool>,
 ) -> Result<SocketAddr, AgentError> {
     let listener =
         tokio::net::TcpListener::bind(addr).await.map_err(|e| AgentError::Admin(addr, e))?;
     let bound = listener.local_addr().map_err(|e| AgentError::Admin(addr, e))?;
-    let metrics = crate::metrics::AgentMetrics::new(site, stats);
     let registry = metrics.registry.clone();
     let source = Arc::new(crate::metrics::AgentSource { site: site.to_owned(), metrics });
     let stopped = async move {
@@ -272,6 +291,8 @@ struct PeerIo {
 
 struct Shell {
     machine: AgentMachine,
+    /// Histograms of what the machine observed (its counters are in `AgentStats`).
+    metrics: crate::metrics::AgentMetrics,
     site: Name,
     core: Link<Control>,
     /// The universe backup stream to the core (opened at each connection).
@@ -613,6 +634,10 @@ impl Shell {
                 {
                     tracing::warn!(handover = handover.0, "handover stream full or closed");
                 }
+            }
+            Effect::Freeze { from, to, gap, floor } => {
+                let (from, to) = (from.to_string(), to.to_string());
+                self.metrics.freeze(FreezeSample { from, to, gap, floor });
             }
             Effect::CloseMirror { handover } => {
                 self.mirrors.remove(&handover);

@@ -46,6 +46,15 @@ pub(crate) enum UpdateVerdict {
     Deliver { resend_all: bool },
 }
 
+/// The player's bubble moved to a new holder: the gap in their updates, as the gateway saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Moved {
+    /// The site whose update came last before, and the one of the first update after.
+    pub(crate) from: Name,
+    pub(crate) to: Name,
+    pub(crate) gap: Duration,
+}
+
 /// One player's session. See the module documentation.
 #[derive(Debug)]
 pub(crate) struct PlayerSession {
@@ -57,6 +66,10 @@ pub(crate) struct PlayerSession {
     acked: Seq,
     covered: Seq,
     last_update: Option<Instant>,
+    /// The site of the last update delivered.
+    last_site: Option<Name>,
+    /// The last move seen, until taken ([`PlayerSession::take_moved`]).
+    moved: Option<Moved>,
     told_reconnecting: bool,
 }
 
@@ -69,6 +82,8 @@ impl PlayerSession {
             acked: Seq(0),
             covered: Seq(0),
             last_update: Some(now),
+            last_site: None,
+            moved: None,
             told_reconnecting: false,
         }
     }
@@ -140,12 +155,24 @@ impl PlayerSession {
                 // a copy may have fewer than the lost holder had).
                 self.acked = acked;
                 resend_all = true;
+                if let (Some(last), Some(from)) = (self.last_update, self.last_site.clone()) {
+                    let gap = now.saturating_duration_since(last);
+                    self.moved = Some(Moved { from, to: site.clone(), gap });
+                }
             }
+        }
+        if self.last_site.as_ref() != Some(site) {
+            self.last_site = Some(site.clone());
         }
         self.acked = self.acked.max(acked);
         self.last_update = Some(now);
         self.told_reconnecting = false;
         UpdateVerdict::Deliver { resend_all }
+    }
+
+    /// The last move of the player's bubble to a new holder (a newer epoch), once.
+    pub(crate) fn take_moved(&mut self) -> Option<Moved> {
+        self.moved.take()
     }
 
     /// A stored copy includes this player's inputs up to `seq`: they are forgotten.
@@ -307,5 +334,24 @@ mod tests {
         assert!(s.stalled(back + STALL_NOTICE), "a new silence is told again");
         let mut unrouted = PlayerSession::new(t);
         assert!(!unrouted.stalled(t + STALL_NOTICE * 5), "not simulated yet: nothing to tell");
+    }
+
+    #[test]
+    fn a_move_to_a_new_holder_is_measured_once_as_the_gap_in_updates() {
+        let t0 = Instant::now();
+        let mut s = PlayerSession::new(t0);
+        s.set_route(BubbleId(7), name("MTL"));
+        let mtl = name("MTL");
+        s.on_update(BubbleId(7), Epoch(5), Seq(0), &mtl, t0);
+        s.on_update(BubbleId(7), Epoch(5), Seq(1), &mtl, t0 + Duration::from_millis(33));
+        assert_eq!(s.take_moved(), None, "the first update is no move");
+        let par = name("PAR");
+        let after = t0 + Duration::from_millis(33 + 180);
+        s.on_update(BubbleId(7), Epoch(6), Seq(1), &par, after);
+        let moved = Moved { from: mtl, to: par.clone(), gap: Duration::from_millis(180) };
+        assert_eq!(s.take_moved(), Some(moved));
+        assert_eq!(s.take_moved(), None, "taken once");
+        s.on_update(BubbleId(7), Epoch(6), Seq(2), &par, after + Duration::from_millis(33));
+        assert_eq!(s.take_moved(), None, "the same holder: no move");
     }
 }

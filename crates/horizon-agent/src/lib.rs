@@ -39,7 +39,7 @@ mod gateway;
 pub mod machine;
 mod metrics;
 
-pub use agent::{AgentError, AgentHandle, AgentStats, start};
+pub use agent::{AgentError, AgentHandle, AgentStats, FreezeSample, MAX_FREEZES, start};
 pub use config::{AgentConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
 pub use metrics::AgentStatus;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use horizon_admin::{BoxFuture, Page, Source};
-use prometheus::{IntCounter, IntGauge, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntGauge, Opts, Registry};
 use serde::{Deserialize, Serialize};
 
 use crate::AgentStats;
@@ -85,13 +85,20 @@ const GAUGES: &[(&str, &str, Field)] = &[
     ),
 ];
 
-/// The agent's registry over its [`AgentStats`].
-#[derive(Debug)]
+/// Freeze buckets (seconds): a handover's freeze is tens to hundreds of ms; a failover's gap
+/// is a lease (30 s) and more.
+const FREEZE_BUCKETS: &[f64] =
+    &[0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 15.0, 30.0, 60.0];
+
+/// The agent's registry over its [`AgentStats`], and the histograms the shell observes.
+#[derive(Clone, Debug)]
 pub(crate) struct AgentMetrics {
     pub(crate) registry: Registry,
     stats: Arc<AgentStats>,
     counters: Vec<(IntCounter, Field)>,
     gauges: Vec<(IntGauge, Field)>,
+    freeze: HistogramVec,
+    freeze_excess: HistogramVec,
 }
 
 fn valid<T>(r: prometheus::Result<T>) -> T {
@@ -118,7 +125,39 @@ impl AgentMetrics {
                 (g, field)
             })
             .collect();
-        AgentMetrics { registry, stats, counters, gauges }
+        let histogram = |name: &str, help: &str| {
+            let opts = HistogramOpts::new(name, help)
+                .const_label("site", site)
+                .buckets(FREEZE_BUCKETS.to_vec());
+            let h = valid(HistogramVec::new(opts, &["from", "to"]));
+            horizon_admin::register(&registry, Box::new(h.clone()));
+            h
+        };
+        let freeze = histogram(
+            "horizon_agent_freeze_seconds",
+            "The gap in a player's updates when their bubble moved to a new holder (a handover's freeze, or a failover's outage), as their home gateway saw it, by the sites before and after.",
+        );
+        let freeze_excess = histogram(
+            "horizon_agent_freeze_excess_seconds",
+            "That gap beyond its physical floor d(S,T) + d(T,h) - d(S,h) + tick (one-way delays from the measured backbone), for moves this site is one end of.",
+        );
+        AgentMetrics { registry, stats, counters, gauges, freeze, freeze_excess }
+    }
+
+    /// A move seen at the gateway (see `Effect::Freeze`): observed, and kept for the demo.
+    pub(crate) fn freeze(&self, sample: crate::agent::FreezeSample) {
+        let labels = [sample.from.as_str(), sample.to.as_str()];
+        self.freeze.with_label_values(&labels).observe(sample.gap.as_secs_f64());
+        if let Some(floor) = sample.floor {
+            let excess = sample.gap.saturating_sub(floor).as_secs_f64();
+            self.freeze_excess.with_label_values(&labels).observe(excess);
+        }
+        if let Ok(mut log) = self.stats.freezes.lock() {
+            if log.len() >= crate::agent::MAX_FREEZES {
+                log.remove(0);
+            }
+            log.push(sample);
+        }
     }
 
     /// Brings the stats into the registry (counters only ever go up).

@@ -437,6 +437,7 @@ impl World {
             warm_pool: WARM_POOL,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
+            server_tick: Duration::from_millis(100),
         };
         let now = self.instant(site);
         AgentMachine::new(cfg, Arc::new(AgentStats::default()), now)

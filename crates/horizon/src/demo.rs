@@ -351,9 +351,17 @@ async fn run(args: DemoArgs) -> ExitCode {
         .iter()
         .map(|a| a.stats.writes_after_lease.load(std::sync::atomic::Ordering::Relaxed))
         .sum();
+    let freezes: Vec<horizon_agent::FreezeSample> = sandbox
+        .agents
+        .iter()
+        .flat_map(|a| a.stats.freezes.lock().map(|f| f.clone()).unwrap_or_default())
+        .collect();
     let core_site = sandbox.core_site().to_owned();
     sandbox.shutdown().await;
     let mut doc = final_document(&status, &finals);
+    let (freeze, excess) = freeze_report(&freezes);
+    doc["freeze_ms"] = freeze;
+    doc["freeze_excess_ms"] = excess;
     if args.faults.is_some() {
         let end = faults::now_s();
         doc["core_site"] = core_site.into();
@@ -426,6 +434,35 @@ fn summary_line(
         fmt(&bubbles),
         status["handovers"]["committed"].as_u64().unwrap_or(0),
     )
+}
+
+/// The freezes players saw when their bubble moved, as their gateways measured them:
+/// `freeze_ms` per "FROM-TO" pair {p50, p99, max, samples}, and `freeze_excess_ms` {p50, p99,
+/// max, samples} beyond the physical floor, over the moves whose floor is known (the player's
+/// home is one end).
+fn freeze_report(
+    samples: &[horizon_agent::FreezeSample],
+) -> (serde_json::Value, serde_json::Value) {
+    let stats = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
+        serde_json::json!({
+            "p50": r(bots::quantile(&v, 0.5)),
+            "p99": r(bots::quantile(&v, 0.99)),
+            "max": r(v.last().copied()),
+            "samples": v.len(),
+        })
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for s in samples {
+        per.entry(format!("{}-{}", s.from, s.to)).or_default().push(ms(s.gap));
+    }
+    let freeze: serde_json::Map<String, serde_json::Value> =
+        per.into_iter().map(|(pair, v)| (pair, stats(v))).collect();
+    let excess: Vec<f64> =
+        samples.iter().filter_map(|s| s.floor.map(|f| ms(s.gap.saturating_sub(f)))).collect();
+    (freeze.into(), stats(excess))
 }
 
 /// The final document. Inputs: `inputs_applied` is what the game counted on each player's

@@ -159,6 +159,17 @@ pub enum Effect {
         token: Token,
         result: Result<gateway::Reply, Fault>,
     },
+    /// A player of this site saw their bubble move to a new holder: `gap` without updates, and
+    /// `floor`, the least the move could cost them (SPEC section 5:
+    /// `d(S,T) + d(T,h) − d(S,h) + tick`, one-way delays from the measured backbone), when this
+    /// site is the source or the target (the other sites' link is not measured here). For the
+    /// metrics.
+    Freeze {
+        from: Name,
+        to: Name,
+        gap: Duration,
+        floor: Option<Duration>,
+    },
     /// Keep a transfer link to `site` at `addr` (reported back as [`Input::PeerUp`]).
     DialPeer {
         site: Name,

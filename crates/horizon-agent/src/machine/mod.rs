@@ -120,6 +120,8 @@ pub struct MachineConfig {
     pub warm_pool: usize,
     pub report_every: Duration,
     pub renew_every: Duration,
+    /// The game servers' tick (part of the physical floor of a handover's freeze).
+    pub server_tick: Duration,
 }
 
 /// What waits on the answer to a request the machine sent. Opaque: the shell hands it back

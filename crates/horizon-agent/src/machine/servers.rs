@@ -215,6 +215,7 @@ impl AgentMachine {
     /// kept is sent there, since a restored holder may lack some already applied.
     pub(super) fn deliver(&mut self, update: &Update, site: &Name, now: Instant) {
         let mut resend = Vec::new();
+        let mut freezes = Vec::new();
         for (player, acked) in &update.acked {
             let Some(p) = self.players.get_mut(player) else { continue };
             match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
@@ -224,6 +225,9 @@ impl AgentMachine {
                         resend.push(*player);
                     }
                 }
+            }
+            if let Some(moved) = p.session.take_moved() {
+                freezes.push(moved);
             }
             let item = gateway::Item::Update {
                 bubble: update.bubble,
@@ -236,6 +240,29 @@ impl AgentMachine {
         }
         for player in resend {
             self.resend(player, true, now);
+        }
+        for m in freezes {
+            let floor = self.freeze_floor(&m.from, &m.to);
+            self.effects.push_back(Effect::Freeze { from: m.from, to: m.to, gap: m.gap, floor });
+        }
+    }
+
+    /// The least a move from `from` to `to` can freeze this site's players (see
+    /// [`Effect::Freeze`]): known when this site is one end.
+    fn freeze_floor(&self, from: &Name, to: &Name) -> Option<Duration> {
+        let tick = self.cfg.server_tick;
+        let rtt = |site: &Name| {
+            let ms = self.peers.get(site)?.rtt_ms?;
+            Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
+        };
+        if *to == self.cfg.site {
+            // d(S,T) = d(S,h): they cancel.
+            Some(tick)
+        } else if *from == self.cfg.site {
+            // d(h,T) there and d(T,h) back.
+            Some(rtt(to)? + tick)
+        } else {
+            None
         }
     }
 

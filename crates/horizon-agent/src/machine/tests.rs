@@ -42,6 +42,7 @@ impl Harness {
             warm_pool,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(2),
+            server_tick: Duration::from_millis(33),
         };
         let now = Instant::now();
         let m = AgentMachine::new(cfg, Arc::new(AgentStats::default()), now);

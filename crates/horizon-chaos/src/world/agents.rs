@@ -215,6 +215,8 @@ impl World {
             E::CloseMirror { handover } => {
                 self.mirrors.remove(&handover);
             }
+            // For the daemon's metrics: the simulator checks the players themselves.
+            E::Freeze { .. } => {}
         }
     }
 
