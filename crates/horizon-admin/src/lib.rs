@@ -11,9 +11,13 @@
 //! | `GET /status` | the daemon's status document (JSON); `?players=N&after=ID` pages its player list |
 //! | `GET /` | the daemon's status page, if it has one |
 //!
+//! [`overrides`] lets the environment set configuration values over a daemon's file.
+//!
 //! A daemon gives its [`Registry`] (from [`registry`]: `horizon_build_info` and the process
 //! collector already in) and two callbacks ([`Source`]) that ask its loop, each given
 //! [`LOOP_TIMEOUT`] to answer.
+
+pub mod overrides;
 
 use std::future::Future;
 use std::pin::Pin;

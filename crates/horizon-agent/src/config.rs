@@ -98,6 +98,10 @@ impl AgentConfig {
     pub fn load(path: &Path) -> Result<AgentConfig, Vec<String>> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+        // `HORIZON_CONFIG__…` variables set values over the file's (docs/running.md).
+        let text = horizon_admin::overrides::apply(&text, std::env::vars()).map_err(|errors| {
+            errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect::<Vec<_>>()
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         let env = |k: &str| std::env::var(k).ok();
         AgentConfig::parse(&text, base, env).map_err(|errors| {

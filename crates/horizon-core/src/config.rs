@@ -60,6 +60,10 @@ impl CoreConfig {
     pub fn load(path: &Path) -> Result<CoreConfig, Vec<String>> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+        // `HORIZON_CONFIG__…` variables set values over the file's (docs/running.md).
+        let text = horizon_admin::overrides::apply(&text, std::env::vars()).map_err(|errors| {
+            errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect::<Vec<_>>()
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         CoreConfig::parse(&text, base).map_err(|errors| {
             errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect()

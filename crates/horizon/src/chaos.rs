@@ -31,7 +31,7 @@ pub(crate) struct Args {
     json: bool,
 }
 
-pub(crate) fn chaos(args: Args) -> ExitCode {
+pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     if !(args.seconds.is_finite() && args.seconds >= 60.0) {
         eprintln!("error: --seconds must be at least 60 (a fault and its recovery)");
         return ExitCode::from(64);
@@ -39,7 +39,7 @@ pub(crate) fn chaos(args: Args) -> ExitCode {
     let opts = ChaosOptions { seconds: args.seconds };
     if let Some(seed) = args.seed {
         // The daemons' own logs, to stderr, when asked for (`RUST_LOG=horizon_agent=debug`).
-        crate::daemons::init_logs("off");
+        crate::daemons::init_logs("off", logs);
         let run = horizon_chaos::run_seed(seed, &opts);
         if args.json {
             print_json(&Summary::of(std::slice::from_ref(&run), &opts, seed));

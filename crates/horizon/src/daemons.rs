@@ -237,14 +237,22 @@ pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
 
 /// Logs to stderr, filtered by `RUST_LOG` (default: warnings, and info for Horizon's daemons),
 /// coloured only on a terminal.
-pub(crate) fn init_logs(default: &str) {
+pub(crate) fn init_logs(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Colours only on a terminal: a file, a pipe or a log collector gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        // Colours only on a terminal: a file, a pipe or a log collector gets plain text.
+        LogFormat::Plain => {
+            logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
+        }
+        LogFormat::Json => logs.json().with_current_span(false).try_init(),
+    };
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    Plain,
+    Json,
 }

@@ -321,4 +321,45 @@ fn a_game_server_whose_agent_is_gone_exits_instead_of_living_on() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("never outlives its agent"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(!err.contains('\u{1b}'), "no colour codes off a terminal: {err:?}");
+    // The same, logged for a collector: one JSON object per line.
+    let out = horizon()
+        .args(["--log-format", "json", "gameserver", "--agent", "127.0.0.1:9", "--site", "PAR"])
+        .args(["--name", "par-gs-0", "--orphan-exit-s", "1", "--ca"])
+        .arg(dir.join("ca.pem"))
+        .env("HORIZON_SERVER_TOKEN", "t")
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let line = err.lines().find(|l| l.starts_with('{')).expect("a JSON log line");
+    let log: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    assert_eq!(log["level"], "ERROR", "{log}");
+    assert!(log["fields"]["message"].as_str().unwrap().contains("never outlives its agent"));
+}
+
+#[test]
+fn check_validates_a_configuration_with_its_environment_overrides() {
+    let core = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/examples/core.toml");
+    let ok = horizon().args(["core", "--check", "--config", core]).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    // An override sets a value over the file's; a key the core does not know is refused by name.
+    let over = horizon()
+        .args(["core", "--check", "--config", core])
+        .env("HORIZON_CONFIG__TICK_S", "2.5")
+        .output()
+        .unwrap();
+    assert!(over.status.success(), "{}", String::from_utf8_lossy(&over.stderr));
+    let typo = horizon()
+        .args(["core", "--check", "--config", core])
+        .env("HORIZON_CONFIG__TICKS", "2")
+        .output()
+        .unwrap();
+    assert_eq!(typo.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("unknown field `ticks`"));
+    let bad = horizon()
+        .args(["core", "--check", "--config", core])
+        .env("HORIZON_CONFIG__TICK_S", "-1")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(64), "{}", String::from_utf8_lossy(&bad.stderr));
 }
