@@ -230,10 +230,13 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
         }
         for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
-            self.forwards.remove(&(m.player, lease.bubble));
+            // Back in a bubble it left: a crossing into it is for here again.
+            if let Some(f) = self.forwards.get_mut(&m.player) {
+                f.left.retain(|b| *b != lease.bubble);
+            }
             // Its state may be here already (a crossing that came first), even when the list
             // does not say it crosses (a resync after this site was cut from the core).
-            let stashed = self.crossings.remove(&m.player).filter(|c| c.to == lease.bubble);
+            let stashed = self.crossings.remove(&(m.player, lease.bubble));
             match stashed {
                 Some(c) => self.join(&server, held, m.player, c.last_applied, c.state),
                 None if m.crossing => {
@@ -294,7 +297,7 @@ impl AgentMachine {
             // Its state came here and was never taken in (the list saying it comes never
             // arrived): it goes on from here.
             if home.is_none()
-                && let Some(c) = self.crossings.remove(player)
+                && let Some(c) = self.crossings.remove(&(*player, lease.bubble))
                 && let Some(d) = departed.remove(player)
             {
                 self.cross(*player, lease.bubble, d, c.last_applied, c.state, now);
@@ -491,10 +494,20 @@ impl AgentMachine {
         d: control::Departure,
         now: Instant,
     ) {
-        let key = (player, bubble);
-        if self.forwards.len() < MAX_CROSSINGS || self.forwards.contains_key(&key) {
-            self.forwards.insert(key, (d, now));
+        if self.forwards.len() >= MAX_CROSSINGS && !self.forwards.contains_key(&player) {
+            return;
         }
+        let f = self.forwards.entry(player).or_insert_with(|| Forward {
+            left: VecDeque::new(),
+            to: d.clone(),
+            at: now,
+        });
+        f.left.retain(|b| *b != bubble);
+        if f.left.len() >= MAX_FORWARD_BUBBLES {
+            f.left.pop_front();
+        }
+        f.left.push_back(bubble);
+        (f.to, f.at) = (d, now);
     }
 
     /// Crossings are retried until taken or [`CROSSING_DEADLINE`]; members whose crossing
@@ -502,7 +515,7 @@ impl AgentMachine {
     pub(super) fn crossing_deadlines(&mut self, now: Instant) {
         let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
         self.delivered.retain(|_, (at, _, _)| now.saturating_duration_since(*at) < CROSSING_KEEP);
-        self.forwards.retain(|_, (_, at)| !late(*at));
+        self.forwards.retain(|_, f| !late(f.at));
         let lost: Vec<PlayerId> =
             self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
         for player in lost {

@@ -337,10 +337,22 @@ struct PeerLink {
 /// A player's state from another bubble that arrived before the core said where it goes.
 struct Crossing {
     at: Instant,
-    to: BubbleId,
     last_applied: Seq,
     state: Blob,
 }
+
+/// Where to send on a crossing that reaches a bubble its player has left (see `forwards`).
+#[derive(Debug)]
+struct Forward {
+    /// The bubbles here the player left (at most [`MAX_FORWARD_BUBBLES`], the latest kept).
+    left: VecDeque<BubbleId>,
+    /// Their last departure from here.
+    to: control::Departure,
+    at: Instant,
+}
+
+/// Bubbles remembered per player in [`Forward::left`].
+const MAX_FORWARD_BUBBLES: usize = 16;
 
 /// A player's state on its way to another site, until that site takes it.
 struct Outbound {
@@ -407,13 +419,16 @@ pub struct AgentMachine {
     peers: BTreeMap<Name, PeerLink>,
     /// Sites this agent dials (the shell keeps those links up).
     dialed: BTreeSet<Name>,
-    crossings: BTreeMap<PlayerId, Crossing>,
+    /// Crossings that came before the member list saying their player comes, by (player, the
+    /// bubble they are for): a state sent on elsewhere never replaces one kept for here.
+    crossings: BTreeMap<(PlayerId, BubbleId), Crossing>,
     /// Players whose state is on its way from another bubble: player → (bubble here, since).
     awaiting: BTreeMap<PlayerId, (BubbleId, Instant)>,
-    /// Players who left a bubble here: (player, that bubble) → (where they went, since). A
-    /// crossing into that bubble still on its way (its state may be newer than what the
-    /// bubble had) goes on there when it comes; kept [`CROSSING_DEADLINE`].
-    forwards: BTreeMap<(PlayerId, BubbleId), (control::Departure, Instant)>,
+    /// Players who left bubbles here: which bubbles, and where they went last. A crossing into
+    /// one of those bubbles still on its way (its state may be newer than what the bubble had)
+    /// goes on to where the player went last; kept [`CROSSING_DEADLINE`] after the last
+    /// departure.
+    forwards: BTreeMap<PlayerId, Forward>,
     /// Crossings this site sent another, not yet taken.
     outbound: BTreeMap<PlayerId, Outbound>,
     /// Crossings taken, kept [`CROSSING_KEEP`]: (when, by which site, the crossing).

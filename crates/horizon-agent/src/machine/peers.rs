@@ -80,9 +80,16 @@ impl AgentMachine {
         let expected = self.awaiting.get(player).is_some_and(|(b, _)| b == to)
             || here.is_some_and(|b| b.members.contains_key(player) && b.phase == Phase::Running);
         // The player left that bubble before this state came: it goes on to where they went
-        // (where it replaces an older state of theirs). It is kept here too, in case the
-        // player is on their way back (the member list saying so not here yet).
-        let forward = if expected { None } else { self.forwards.remove(&(*player, *to)) };
+        // last (where it replaces an older state of theirs). It is kept here too, in case the
+        // player is on their way back (the member list saying so not here yet). Each bubble
+        // forwards once: a state never circles between sites.
+        let forward = match self.forwards.get_mut(player) {
+            Some(f) if !expected && f.left.contains(to) => {
+                f.left.retain(|b| b != to);
+                Some(f.to.clone())
+            }
+            _ => None,
+        };
         if let Some(local) = here
             && expected
         {
@@ -94,18 +101,17 @@ impl AgentMachine {
             }
             self.join(&server, lease, *player, *last_applied, state.clone());
             Ok(true)
-        } else if self.crossings.len() < MAX_CROSSINGS || self.crossings.contains_key(player) {
+        } else if self.crossings.len() < MAX_CROSSINGS
+            || self.crossings.contains_key(&(*player, *to))
+        {
             // Of two states of one player, the one that applied more of its inputs is newer.
-            if self.crossings.get(player).is_none_or(|c| c.last_applied <= *last_applied) {
-                let crossing = Crossing {
-                    at: now,
-                    to: *to,
-                    last_applied: *last_applied,
-                    state: state.clone(),
-                };
-                self.crossings.insert(*player, crossing);
+            let key = (*player, *to);
+            if self.crossings.get(&key).is_none_or(|c| c.last_applied <= *last_applied) {
+                let crossing =
+                    Crossing { at: now, last_applied: *last_applied, state: state.clone() };
+                self.crossings.insert(key, crossing);
             }
-            if let Some((d, _)) = forward {
+            if let Some(d) = forward {
                 self.cross(*player, *to, d, *last_applied, state.clone(), now);
                 return Ok(true);
             }

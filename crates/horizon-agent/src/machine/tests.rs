@@ -333,6 +333,16 @@ fn a_granted_renewal_counts_from_its_send_and_reaches_the_server_with_its_age() 
     assert_eq!(h.m.bubbles[&BubbleId(1)].valid_until, sent + Duration::from_millis(3_000));
 }
 
+/// The core's member list of bubble `lref` saying player 7 left it for PAR's bubble 2.
+fn leaves_for_par(lref: LeaseRef) -> control::Request {
+    let departure = control::Departure {
+        player: PlayerId(7),
+        to: LeaseRef { bubble: BubbleId(2), epoch: Epoch(4) },
+        site: n("PAR"),
+    };
+    control::Request::Members { lease: lref, players: Vec::new(), departed: vec![departure] }
+}
+
 #[test]
 fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() {
     let mut h = running(10_000);
@@ -351,16 +361,7 @@ fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() 
     });
     let out = h.answer_servers(out, done);
     assert_eq!(answers(&out).len(), 1);
-    let departure = control::Departure {
-        player: PlayerId(7),
-        to: LeaseRef { bubble: BubbleId(2), epoch: Epoch(4) },
-        site: n("PAR"),
-    };
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: Vec::new(),
-        departed: vec![departure],
-    });
+    let (_, out) = h.order(leaves_for_par(lref));
     assert!(matches!(to_servers(&out)[..], [(_, server::Request::Leave { .. })]));
     let out = h.answer_servers(out, |_| {
         Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
@@ -395,16 +396,7 @@ fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_
         departed: Vec::new(),
     });
     assert!(to_servers(&out).is_empty(), "waits for its state");
-    let departure = control::Departure {
-        player: PlayerId(7),
-        to: LeaseRef { bubble: BubbleId(2), epoch: Epoch(4) },
-        site: n("PAR"),
-    };
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: Vec::new(),
-        departed: vec![departure],
-    });
+    let (_, out) = h.order(leaves_for_par(lref));
     assert!(to_servers(&out).is_empty(), "its server never had it: nothing to let go");
     // The state comes now: taken, and sent on to PAR's bubble.
     let token = h.token();
@@ -431,6 +423,25 @@ fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_
         _ => None,
     });
     assert_eq!(on, Some(("PAR".into(), PlayerId(7), BubbleId(1), BubbleId(2), Seq(40))));
+    // It was kept here too: the player coming back into bubble 1 joins with it, not afresh.
+    let back = control::Member {
+        player: PlayerId(7),
+        home: n("HKG"),
+        pos: Vec3::default(),
+        crossing: true,
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![back],
+        departed: Vec::new(),
+    });
+    assert!(
+        matches!(
+            to_servers(&out)[..],
+            [(_, server::Request::Join { player: PlayerId(7), last_applied: Seq(40), .. })]
+        ),
+        "{out:?}"
+    );
 }
 
 #[test]
