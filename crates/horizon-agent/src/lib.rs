@@ -38,8 +38,10 @@ mod driver;
 mod gateway;
 pub mod machine;
 mod metrics;
+mod stats;
 
-pub use agent::{AgentError, AgentHandle, AgentStats, FreezeSample, MAX_FREEZES, start};
+pub use agent::{AgentError, AgentHandle, start};
 pub use config::{AgentConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
 pub use metrics::AgentStatus;
+pub use stats::{AgentStats, FreezeSample, MAX_FREEZES};

@@ -145,7 +145,7 @@ impl AgentMetrics {
     }
 
     /// A move seen at the gateway (see `Effect::Freeze`): observed, and kept for the demo.
-    pub(crate) fn freeze(&self, sample: crate::agent::FreezeSample) {
+    pub(crate) fn freeze(&self, sample: crate::FreezeSample) {
         let labels = [sample.from.as_str(), sample.to.as_str()];
         self.freeze.with_label_values(&labels).observe(sample.gap.as_secs_f64());
         if let Some(floor) = sample.floor {
@@ -153,7 +153,7 @@ impl AgentMetrics {
             self.freeze_excess.with_label_values(&labels).observe(excess);
         }
         if let Ok(mut log) = self.stats.freezes.lock() {
-            if log.len() >= crate::agent::MAX_FREEZES {
+            if log.len() >= crate::MAX_FREEZES {
                 log.remove(0);
             }
             log.push(sample);

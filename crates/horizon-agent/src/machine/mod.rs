@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 mod bubbles;
 mod core_link;
+mod crossings;
 mod interface;
 mod parts;
 mod peers;

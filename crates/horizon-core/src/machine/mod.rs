@@ -6,9 +6,12 @@
 //! One owner per fact: the brain ([`Mesh`]) decides where a bubble *should* run; the
 //! registry (`registry.rs`) says where it *does* run (it lags the brain during a handover or a
 //! restore) and which players were told to whom. Handovers are explicit state machines
-//! (`handover.rs`), failovers restore the latest copy of the universe backup (`failover.rs`).
+//! (`handover.rs`), failovers restore the latest copy of the universe backup (`failover.rs`),
+//! the brain's commands are carried out in `commands.rs`, and ended bubbles whose holder was
+//! away are drained from their copy (`drain.rs`).
 
 pub(crate) mod backup;
+mod commands;
 mod drain;
 pub(crate) mod failover;
 pub(crate) mod handover;
@@ -18,12 +21,11 @@ pub(crate) mod status;
 use std::collections::{BTreeMap, VecDeque};
 
 use horizon_mesh::{
-    Command, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerUpdate, SiteId, Sites,
-    Thresholds, Time,
+    Generation, Mesh, MeshConfig, Placement, PlayerUpdate, SiteId, Sites, Thresholds, Time,
 };
 use horizon_proto::control;
 use horizon_proto::{
-    BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, WorldId,
+    BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId,
 };
 
 use crate::metrics::{FailoverReason, Metrics};
@@ -708,122 +710,6 @@ impl CoreMachine {
             ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,
             granted,
             refused,
-        }
-    }
-
-    // ---- the brain's commands ----------------------------------------------------------------
-
-    /// Carries out every command the brain has queued.
-    fn carry_out_commands(&mut self, now: Time) {
-        let mut revokes = Vec::new();
-        while let Some(command) = self.mesh.poll_command() {
-            self.decide(&command, now);
-            match command {
-                Command::Create { bubble, site, world, bounds, epoch, .. } => {
-                    let bubble = BubbleId(bubble.0);
-                    let bounds = registry::aabb(bounds);
-                    self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds, now));
-                    self.persist_lease(bubble);
-                    let region = Region { world: WorldId(world.0), bounds: Some(bounds) };
-                    let lease = self.lease(bubble, epoch.0, now);
-                    self.order(site, control::Request::Create { bubble, region, lease });
-                    self.metrics.bubbles_created.inc(site.index());
-                }
-                Command::Move { bubble, from, to, epoch, reason, .. } => {
-                    let bubble = BubbleId(bubble.0);
-                    if reason == MoveReason::Failover {
-                        self.fail_over(bubble, from, to, epoch.0, now);
-                    } else {
-                        self.start_handover(bubble, from, to, epoch.0, reason.as_str(), now);
-                    }
-                }
-                Command::Merge { from, .. } => revokes.push(BubbleId(from.0)),
-                Command::Delete { bubble, .. } => revokes.push(BubbleId(bubble.0)),
-                Command::Border { bubble, bounds, .. } => {
-                    let bubble = BubbleId(bubble.0);
-                    if let Some(reg) = self.registry.get_mut(&bubble) {
-                        reg.bounds = registry::aabb(bounds);
-                        let (site, epoch, world, settled) =
-                            (reg.site, reg.epoch, reg.world, reg.settled());
-                        if settled {
-                            let bounds = Some(reg.bounds);
-                            let region = Region { world: WorldId(world), bounds };
-                            let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
-                            self.order(site, control::Request::Resize { lease, region });
-                        }
-                    }
-                }
-                Command::Enter { .. } => {}
-                Command::Servers { bubble, parts, reason, .. } => {
-                    // Carried out by `reconcile_parts`, with each member's part.
-                    tracing::info!(bubble = bubble.0, parts = parts.len(), reason = ?reason, "bubble spread over servers");
-                }
-                Command::Stalled { bubble, site, .. } => {
-                    tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
-                }
-            }
-        }
-        // Members, routes and parts follow the brain after every run, commands or not
-        // (players leave and move between parts without one).
-        self.reconcile();
-        for bubble in revokes {
-            self.ending.entry(bubble).or_insert(now);
-        }
-        // A merged or deleted bubble ends once its members have left it with their state (a
-        // move waiting for a handover or a restore elsewhere waits with it), or after a lease.
-        let ttl = self.cfg.thresholds.lease_ttl_ms;
-        let ended: Vec<BubbleId> = self
-            .ending
-            .iter()
-            .filter(|(b, since)| {
-                self.registry.get(b).is_none_or(|r| r.members.is_empty())
-                    || now.as_ms().saturating_sub(since.as_ms()) >= ttl
-            })
-            .map(|(b, _)| *b)
-            .collect();
-        for bubble in ended {
-            self.ending.remove(&bubble);
-            if let Some(reg) = self.registry.remove(&bubble) {
-                self.persist(Record::Gone { bubble: bubble.0 });
-                let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
-                let revoke = control::Request::Revoke { leases: vec![lease] };
-                let heard = self.agents.get(&reg.site).is_some_and(|a| a.registered)
-                    && self.order(reg.site, revoke).is_some();
-                // A holder that did not hear never lets its players go: see `drain.rs`.
-                self.bubble_ended(bubble, &reg, heard);
-            }
-        }
-    }
-
-    fn decide(&mut self, command: &Command, now: Time) {
-        let mut v = serde_json::to_value(command).unwrap_or_default();
-        if let Some(obj) = v.as_object_mut() {
-            obj.insert("t_ms".into(), now.as_ms().into());
-            // A merge's `from` is a bubble, not a site.
-            let merge = obj.get("command").and_then(|c| c.as_str()) == Some("merge");
-            for key in ["site", "from", "to", "from_site", "into_site", "previous_site"] {
-                if merge && key == "from" {
-                    continue;
-                }
-                if let Some(id) = obj.get(key).and_then(|x| x.as_u64()) {
-                    let name = self
-                        .cfg
-                        .sites
-                        .ids()
-                        .find(|s| s.index() as u64 == id)
-                        .map(|s| self.cfg.sites.name(s).to_string());
-                    if let Some(name) = name {
-                        obj.insert(key.into(), name.into());
-                    }
-                }
-            }
-            if let Some(players) = obj.remove("players") {
-                obj.insert("players".into(), players.as_array().map_or(0, Vec::len).into());
-            }
-        }
-        self.decisions.push_back(v);
-        while self.decisions.len() > RECENT_DECISIONS {
-            self.decisions.pop_front();
         }
     }
 

@@ -2,7 +2,7 @@
 //! brain ticks, and the effects say what the core would send. No sockets, no clock.
 
 use horizon_mesh::{SiteName, Sites, Thresholds};
-use horizon_proto::{Role, Seq, Tick, Vec3};
+use horizon_proto::{Role, Seq, Tick, Vec3, WorldId};
 
 use super::*;
 

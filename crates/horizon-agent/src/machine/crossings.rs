@@ -1,0 +1,222 @@
+//! Players' states crossing between bubbles: sent to the site that simulates the player now
+//! until it is taken (retried, redirected when the target bubble moves, kept a while after
+//! delivery), sent on from a bubble the player has left, and the deadlines of each.
+
+use super::*;
+
+impl AgentMachine {
+    /// Sends a departed player's state to the site that simulates them now.
+    pub(super) fn cross(
+        &mut self,
+        player: PlayerId,
+        from: BubbleId,
+        d: control::Departure,
+        last_applied: Seq,
+        state: Blob,
+        now: Instant,
+    ) {
+        self.stats.crossings.fetch_add(1, Ordering::Relaxed);
+        let request = transfer::Request::Cross {
+            player,
+            from,
+            to: d.to.bubble,
+            epoch: d.to.epoch,
+            last_applied,
+            state,
+        };
+        if d.site == self.cfg.site {
+            match self.take_crossing(&request, now) {
+                // Taken, or kept until its bubble says the player comes: either way, kept in
+                // case that bubble is restored from a copy without them.
+                Ok(_) => {
+                    let site = self.cfg.site.clone();
+                    self.keep_delivered(player, site, request, now)
+                }
+                Err(fault) => {
+                    tracing::warn!(player = player.0, %fault, "crossing within the site lost")
+                }
+            }
+            return;
+        }
+        // Sent until that site takes it into its bubble: its link may be down, the site
+        // restarting, or not told yet that the player comes.
+        let crossing = Outbound { site: d.site, request, since: now, sent: None, retry_at: now };
+        self.outbound.insert(player, crossing);
+        self.send_crossing(player, now);
+    }
+
+    /// Sends a crossing (again) if no answer is awaited: taken here if its bubble runs here now
+    /// (restored here meanwhile), else sent to its site if the link is up.
+    pub(super) fn send_crossing(&mut self, player: PlayerId, now: Instant) {
+        let Some(c) = self.outbound.get(&player) else { return };
+        if c.sent.is_some() || now < c.retry_at {
+            return;
+        }
+        if let transfer::Request::Cross { to, .. } = &c.request
+            && self.bubbles.get(to).is_some_and(|b| b.phase == Phase::Running)
+        {
+            let request = c.request.clone();
+            if self.take_crossing(&request, now) == Ok(true) {
+                self.outbound.remove(&player);
+                let site = self.cfg.site.clone();
+                self.keep_delivered(player, site, request, now);
+            }
+            return;
+        }
+        let Some(c) = self.outbound.get_mut(&player) else { return };
+        if !self.peers.contains_key(&c.site) {
+            return;
+        }
+        c.sent = Some(now);
+        let (site, request) = (c.site.clone(), c.request.clone());
+        let pending = Pending(Then::Crossed { player });
+        self.effects.push_back(Effect::ToPeer { site, pending, request });
+    }
+
+    pub(super) fn keep_delivered(
+        &mut self,
+        player: PlayerId,
+        site: Name,
+        request: transfer::Request,
+        now: Instant,
+    ) {
+        if self.delivered.len() < MAX_CROSSINGS || self.delivered.contains_key(&player) {
+            self.delivered.insert(player, (now, site, request));
+        }
+    }
+
+    /// A crossing still on its way — or taken not long ago, by a bubble since restored from a
+    /// copy that may lack the player — goes to where its bubble runs now.
+    pub(super) fn redirect_crossing(
+        &mut self,
+        player: PlayerId,
+        d: control::Departure,
+        now: Instant,
+    ) {
+        if !self.outbound.contains_key(&player)
+            && let Some((_, _, request)) = self.delivered.remove(&player)
+        {
+            let site = d.site.clone();
+            self.outbound
+                .insert(player, Outbound { site, request, since: now, sent: None, retry_at: now });
+        }
+        let Some(c) = self.outbound.get_mut(&player) else { return };
+        if let transfer::Request::Cross { to, epoch, .. } = &mut c.request {
+            *to = d.to.bubble;
+            *epoch = d.to.epoch;
+        }
+        c.site = d.site;
+        c.sent = None;
+        c.retry_at = now;
+        self.send_crossing(player, now);
+    }
+
+    /// The answer to a crossing: taken, or to be sent again (after [`CROSSING_BACKOFF`]).
+    pub(super) fn crossed(&mut self, player: PlayerId, taken: bool, now: Instant) {
+        if taken {
+            if let Some(c) = self.outbound.remove(&player) {
+                self.keep_delivered(player, c.site, c.request, now);
+            }
+        } else if let Some(c) = self.outbound.get_mut(&player) {
+            c.sent = None;
+            c.retry_at = now + CROSSING_BACKOFF;
+        }
+    }
+
+    /// `player` left `bubble`: see `forwards`.
+    pub(super) fn forward_later(
+        &mut self,
+        player: PlayerId,
+        bubble: BubbleId,
+        d: control::Departure,
+        now: Instant,
+    ) {
+        if self.forwards.len() >= MAX_CROSSINGS && !self.forwards.contains_key(&player) {
+            return;
+        }
+        let f = self.forwards.entry(player).or_insert_with(|| Forward {
+            left: VecDeque::new(),
+            to: d.clone(),
+            at: now,
+        });
+        f.left.retain(|b| *b != bubble);
+        if f.left.len() >= MAX_FORWARD_BUBBLES {
+            f.left.pop_front();
+        }
+        f.left.push_back(bubble);
+        (f.to, f.at) = (d, now);
+    }
+
+    /// Crossings are retried until taken or [`CROSSING_DEADLINE`]; members whose crossing
+    /// has not come by [`AWAIT_DEADLINE`] start afresh.
+    pub(super) fn crossing_deadlines(&mut self, now: Instant) {
+        let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
+        self.delivered.retain(|_, (at, _, _)| now.saturating_duration_since(*at) < CROSSING_KEEP);
+        self.forwards.retain(|_, f| !late(f.at));
+        let lost: Vec<PlayerId> =
+            self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
+        for player in lost {
+            self.outbound.remove(&player);
+            self.stats.crossings_lost.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(player = player.0, "crossing not taken in time: given up");
+        }
+        let retry: Vec<PlayerId> = self.outbound.keys().copied().collect();
+        for player in retry {
+            // An answer not back after this is taken as lost (the request is idempotent).
+            if let Some(c) = self.outbound.get_mut(&player)
+                && c.sent.is_some_and(|t| now.saturating_duration_since(t) >= CROSSING_RETRY)
+            {
+                c.sent = None;
+            }
+            self.send_crossing(player, now);
+        }
+        let stale: Vec<(PlayerId, BubbleId)> = self
+            .awaiting
+            .iter()
+            .filter(|(_, (_, since))| now.saturating_duration_since(*since) >= AWAIT_DEADLINE)
+            .map(|(p, (b, _))| (*p, *b))
+            .collect();
+        for (player, bubble) in stale {
+            self.awaiting.remove(&player);
+            let Some(local) = self.bubbles.get(&bubble) else { continue };
+            let (server, lease) = (local.server_of(player).clone(), local.lease_ref());
+            tracing::warn!(
+                player = player.0,
+                bubble = bubble.0,
+                "crossing state never came: the player starts afresh"
+            );
+            self.join(&server, lease, player, Seq(0), Blob::default());
+        }
+    }
+
+    pub(super) fn route(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {
+        for r in routes {
+            // The player's bubble runs elsewhere now (restored): a crossing into it from here,
+            // on its way or taken not long ago, follows it.
+            let into = |req: &transfer::Request| matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble);
+            // (Restored on the same site too, after a server crash: the copy may lack them. A
+            // state the bubble already has is ignored there.)
+            let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request))
+                || self.delivered.get(&r.player).is_some_and(|(_, _, req)| into(req));
+            // A crossing taken by a bubble the player has left since is no use any more (that
+            // bubble handed the player's state on): kept, a later route back into that bubble
+            // would send an old state again.
+            if self.delivered.get(&r.player).is_some_and(|(_, _, req)| !into(req)) {
+                self.delivered.remove(&r.player);
+            }
+            if moved {
+                // A crossing from here still on its way: it follows the player's bubble, under
+                // whatever epoch runs it there.
+                let to = LeaseRef { bubble: r.bubble, epoch: Epoch(0) };
+                let d = control::Departure { player: r.player, to, site: r.site.clone() };
+                self.redirect_crossing(r.player, d, now);
+            }
+            let Some(p) = self.players.get_mut(&r.player) else { continue };
+            if p.session.set_route(r.bubble, r.site) {
+                // Every input kept goes to the new holder, which applies each (player, seq)
+                // once.
+                self.resend(r.player, true, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! What an agent counts as it runs: lock-free figures the machine updates (the metrics and the
+//! admin API read them), and the freezes its players saw (written by the shell).
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// Live figures of an agent (for tests and the demo).
+#[derive(Debug, Default)]
+pub struct AgentStats {
+    pub players: AtomicU64,
+    pub bubbles: AtomicU64,
+    pub servers: AtomicU64,
+    /// Game servers that said they are ready (holding a bubble or not).
+    pub servers_ready: AtomicU64,
+    /// 1 while registered with the core.
+    pub registered: AtomicU64,
+    /// Inputs kept by the gateway until a stored copy covers them, every player together.
+    pub inputs_unacked: AtomicU64,
+    pub inputs_received: AtomicU64,
+    pub inputs_resent: AtomicU64,
+    pub inputs_refused: AtomicU64,
+    /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were
+    /// at their limit): a restore from the copy could not replay them.
+    pub inputs_uncovered_dropped: AtomicU64,
+    /// Updates a game server wrote for a bubble after its lease had ended by this agent's
+    /// clock (beyond a 250 ms allowance for the hop): I5 seen from the agent, 0 when the
+    /// servers stop on time.
+    pub writes_after_lease: AtomicU64,
+    /// Players who reconnected from the same client and resumed as themselves.
+    pub resumes: AtomicU64,
+    pub updates_delivered: AtomicU64,
+    pub crossings: AtomicU64,
+    /// Crossings to another site given up: not taken within their deadline.
+    pub crossings_lost: AtomicU64,
+    /// The last moves of this site's players' bubbles to a new holder, as the gateway saw them
+    /// (at most [`MAX_FREEZES`]; for the demo's report). Written by the shell, not the machine.
+    pub freezes: std::sync::Mutex<Vec<FreezeSample>>,
+    pub handovers_in: AtomicU64,
+}
+
+/// Freeze samples kept in [`AgentStats::freezes`].
+pub const MAX_FREEZES: usize = 10_000;
+
+/// One move of a player's bubble to a new holder, as the player's gateway saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FreezeSample {
+    pub from: String,
+    pub to: String,
+    /// The gap in the player's updates.
+    pub gap: Duration,
+    /// The physical floor of that gap, when this site is one end of the move.
+    pub floor: Option<Duration>,
+}
