@@ -333,6 +333,18 @@ fn a_granted_renewal_counts_from_its_send_and_reaches_the_server_with_its_age() 
     assert_eq!(h.m.bubbles[&BubbleId(1)].valid_until, sent + Duration::from_millis(3_000));
 }
 
+/// The core's member list of bubble `lref`: player 7, homed at HKG, crossing in (its state
+/// on its way).
+fn comes_from_hkg(lref: LeaseRef) -> control::Request {
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n("HKG"),
+        pos: Vec3::default(),
+        crossing: true,
+    };
+    control::Request::Members { lease: lref, players: vec![member], departed: Vec::new() }
+}
+
 /// The core's member list of bubble `lref` saying player 7 left it for PAR's bubble 2.
 fn leaves_for_par(lref: LeaseRef) -> control::Request {
     let departure = control::Departure {
@@ -384,17 +396,7 @@ fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_
     h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
     let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
     // Player 7 comes from HKG (its state on its way), then leaves for PAR before it arrived.
-    let coming = control::Member {
-        player: PlayerId(7),
-        home: n("HKG"),
-        pos: Vec3::default(),
-        crossing: true,
-    };
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: vec![coming],
-        departed: Vec::new(),
-    });
+    let (_, out) = h.order(comes_from_hkg(lref));
     assert!(to_servers(&out).is_empty(), "waits for its state");
     let (_, out) = h.order(leaves_for_par(lref));
     assert!(to_servers(&out).is_empty(), "its server never had it: nothing to let go");
@@ -424,17 +426,7 @@ fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_
     });
     assert_eq!(on, Some(("PAR".into(), PlayerId(7), BubbleId(1), BubbleId(2), Seq(40))));
     // It was kept here too: the player coming back into bubble 1 joins with it, not afresh.
-    let back = control::Member {
-        player: PlayerId(7),
-        home: n("HKG"),
-        pos: Vec3::default(),
-        crossing: true,
-    };
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: vec![back],
-        departed: Vec::new(),
-    });
+    let (_, out) = h.order(comes_from_hkg(lref));
     assert!(
         matches!(
             to_servers(&out)[..],
