@@ -36,12 +36,55 @@ pub struct AgentConfig {
     pub server_tick_ms: u32,
     /// The `horizon` binary the process driver runs (`gameserver` subcommand).
     pub server_program: PathBuf,
+    /// What starts the game servers: local processes, or pods through the Kubernetes API.
+    pub driver: DriverChoice,
     /// Transfer addresses of other sites (`host:port`), overriding what the core says.
     pub peers: BTreeMap<String, Target>,
     /// How often the agent reports players, servers and links to the core.
     pub report_ms: u64,
     /// How often leases are renewed (one batched request).
     pub renew_ms: u64,
+}
+
+/// What starts this site's game servers (`[servers] driver`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriverChoice {
+    /// `horizon gameserver` processes, children of the agent (the default).
+    Process,
+    /// Pods created from a template through the Kubernetes API (`horizon-kube`).
+    Kubernetes(KubernetesConfig),
+}
+
+/// `[servers.kubernetes]`: how the Kubernetes driver makes game-server pods. The pod template
+/// itself is read and checked by `horizon-kube` (`KubeOptions::from_config`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// The namespace the pods live in (the agent's own: RBAC grants it nothing else).
+    pub namespace: String,
+    /// A `PodTemplateSpec` as JSON (the chart renders it from its values). Relative to this file.
+    pub pod_template: PathBuf,
+    /// Where the pods reach this agent's game-server endpoint (`host:port`, e.g. the agent
+    /// Service's name). Default: `listen.servers`, which only suits a single machine.
+    pub agent: Option<String>,
+    /// The Secret holding the server token; the pods get it from there, never in their spec.
+    pub token_secret: String,
+    /// The key of the token within that Secret.
+    #[serde(default = "default_token_key")]
+    pub token_key: String,
+    /// Seconds a pod gets between SIGTERM and SIGKILL when the agent stops it.
+    #[serde(default = "default_grace_s")]
+    pub grace_s: u32,
+    /// The API server's URL. Default: in-cluster (the service account), else `KUBECONFIG`.
+    pub api: Option<String>,
+}
+
+fn default_token_key() -> String {
+    "server-token".to_owned()
+}
+
+fn default_grace_s() -> u32 {
+    10
 }
 
 /// The file's shape.
@@ -86,6 +129,8 @@ struct RawServers {
     warm_pool: Option<usize>,
     max: Option<usize>,
     tick_ms: Option<u32>,
+    driver: Option<String>,
+    kubernetes: Option<KubernetesConfig>,
 }
 
 /// The environment variables holding the tokens (secrets stay out of files).
@@ -177,10 +222,48 @@ impl AgentConfig {
             Some(p) => base.join(p),
             None => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("horizon")),
         };
+        let driver = match (raw.servers.driver.as_deref(), raw.servers.kubernetes) {
+            (None | Some("process"), None) => DriverChoice::Process,
+            (Some("kubernetes"), Some(mut k)) => {
+                k.pod_template = base.join(&k.pod_template);
+                if let Some(Err(e)) = k.agent.as_deref().map(Target::parse) {
+                    errors.push(format!("servers.kubernetes.agent = {e}"));
+                }
+                if k.namespace.is_empty() || k.token_secret.is_empty() {
+                    errors.push(
+                        "servers.kubernetes: namespace and token_secret must not be empty".into(),
+                    );
+                }
+                if k.grace_s > 3600 {
+                    errors
+                        .push(format!("servers.kubernetes.grace_s = {}: at most 3600", k.grace_s));
+                }
+                DriverChoice::Kubernetes(k)
+            }
+            (Some("kubernetes"), None) => {
+                errors.push(
+                    "servers.driver = \"kubernetes\" needs a [servers.kubernetes] table".into(),
+                );
+                DriverChoice::Process
+            }
+            (None | Some("process"), Some(_)) => {
+                errors.push(
+                    "[servers.kubernetes] is given but servers.driver is not \"kubernetes\"".into(),
+                );
+                DriverChoice::Process
+            }
+            (Some(other), _) => {
+                errors.push(format!(
+                    "servers.driver = {other:?}: must be \"process\" or \"kubernetes\""
+                ));
+                DriverChoice::Process
+            }
+        };
         if !errors.is_empty() {
             return Err(errors);
         }
         Ok(AgentConfig {
+            driver,
             advertise_transfer: raw.listen.advertise_transfer.unwrap_or(raw.listen.transfer),
             site: raw.site,
             core,
@@ -280,6 +363,34 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_kubernetes_driver_needs_its_table_and_names_relative_to_the_file() {
+        let kube = GOOD.replace(
+            "[servers]\n        warm_pool = 3",
+            "[servers]\nwarm_pool = 3\ndriver = \"kubernetes\"\n[servers.kubernetes]\n\
+             namespace = \"horizon\"\npod_template = \"pod.json\"\ntoken_secret = \"tokens\"\n\
+             agent = \"horizon-agent-mtl:7411\"",
+        );
+        let c = AgentConfig::parse(&kube, Path::new("/etc/horizon"), tokens).unwrap();
+        let DriverChoice::Kubernetes(k) = c.driver else { panic!("{:?}", c.driver) };
+        assert_eq!(k.pod_template, Path::new("/etc/horizon/pod.json"));
+        assert_eq!((k.token_key.as_str(), k.grace_s), ("server-token", 10));
+        let errors = AgentConfig::parse(
+            &GOOD.replace("warm_pool = 3", "warm_pool = 3\ndriver = \"kubernetes\""),
+            Path::new("."),
+            tokens,
+        )
+        .unwrap_err();
+        assert!(errors[0].contains("needs a [servers.kubernetes] table"), "{errors:?}");
+        let errors = AgentConfig::parse(
+            &GOOD.replace("warm_pool = 3", "warm_pool = 3\ndriver = \"docker\""),
+            Path::new("."),
+            tokens,
+        )
+        .unwrap_err();
+        assert!(errors[0].contains("\"docker\""), "{errors:?}");
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum DriverError {
     Spawn { program: String, why: String },
     #[error("at the limit of {max} servers")]
     Full { max: usize },
+    #[error("cannot start a server now: {why}")]
+    Unavailable { why: String },
 }
 
 /// Starts and stops this site's game servers. A started server dials the agent and registers
@@ -37,6 +39,12 @@ pub trait ServerDriver: Send + 'static {
     }
     /// Servers started and not ended.
     fn running(&self) -> usize;
+
+    /// Whether what runs `name` is ready by the platform's own account (a pod's `Ready`
+    /// condition). The agent counts a server ready once it said `Ready` and this holds.
+    fn ready(&self, _name: &str) -> bool {
+        true
+    }
 }
 
 /// What every game server of the site is started with.

@@ -41,7 +41,7 @@ mod metrics;
 mod stats;
 
 pub use agent::{AgentError, AgentHandle, start};
-pub use config::{AgentConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};
+pub use config::{AgentConfig, DriverChoice, KubernetesConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
 pub use metrics::AgentStatus;
 pub use stats::{AgentStats, FreezeSample, MAX_FREEZES};

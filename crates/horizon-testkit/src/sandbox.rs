@@ -190,6 +190,7 @@ impl Sandbox {
                 max_servers: 64,
                 server_tick_ms: opts.server_tick_ms,
                 server_program: opts.server_program.clone(),
+                driver: horizon_agent::DriverChoice::Process,
                 peers,
                 report_ms: 1000,
                 renew_ms: 5000,

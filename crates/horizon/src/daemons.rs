@@ -19,19 +19,19 @@ pub(crate) struct ConfigArgs {
 #[derive(Debug, clap::Args)]
 pub(crate) struct GameServerArgs {
     /// The agent's game-server endpoint: host:port (a name is resolved at each connection).
-    #[arg(long, value_parser = parse_target)]
+    #[arg(long, env = "HORIZON_AGENT", value_parser = parse_target)]
     agent: horizon_transport::Target,
     /// The agent's site (its certificate names it).
-    #[arg(long)]
+    #[arg(long, env = "HORIZON_SITE")]
     site: String,
     /// This server's name, unique within the site.
-    #[arg(long)]
+    #[arg(long, env = "HORIZON_SERVER_NAME")]
     name: String,
     /// The CA certificate that signed the agent's certificate.
     #[arg(long)]
     ca: PathBuf,
     /// Simulation tick, in ms.
-    #[arg(long, default_value_t = 33)]
+    #[arg(long, env = "HORIZON_TICK_MS", default_value_t = 33)]
     tick_ms: u32,
     /// Players this server accepts.
     #[arg(long, default_value_t = 200)]
