@@ -75,7 +75,21 @@ def check_values_file(path, binary, out_dir):
         else:
             to_validate.append(file)
         if doc["kind"] == "ConfigMap":
-            for key, text in doc.get("data", {}).items():
+            data = doc.get("data", {})
+            # Every file first: a configuration names the others relative to itself.
+            for key, text in data.items():
+                with open(os.path.join(out, key), "w") as f:
+                    f.write(text)
+            if "pod-template.json" in data:
+                # The game servers' pod template, validated as a PodTemplate object.
+                template = {"apiVersion": "v1", "kind": "PodTemplate",
+                            "metadata": {"name": "gameserver"},
+                            "template": json.loads(data["pod-template.json"])}
+                file = os.path.join(out, f"{i:02d}-podtemplate.yaml")
+                with open(file, "w") as f:
+                    yaml.safe_dump(template, f)
+                to_validate.append(file)
+            for key, text in data.items():
                 if key.endswith(".toml"):
                     check_config(binary, out, name, key, text)
     run = subprocess.run(
@@ -93,8 +107,6 @@ def check_values_file(path, binary, out_dir):
 def check_config(binary, out, name, key, text):
     daemon = key.removesuffix(".toml")
     file = os.path.join(out, key)
-    with open(file, "w") as f:
-        f.write(text)
     env = dict(os.environ, HORIZON_SERVER_TOKEN="t", HORIZON_PLAYER_TOKEN="t")
     run = subprocess.run(
         [binary, daemon, "--config", file, "--check"], capture_output=True, text=True, env=env
@@ -126,6 +138,9 @@ def check_refusals():
         (("agent", "peers"), {"HKG": "x"}, "HKG"),
         (("core", "store"), {"size": "lots"}, "size"),
         (("agent", "replicas"), 2, "replicas"),
+        (("agent", "servers"), {"podTemplate": {"spec": {"containers": []}}}, "podTemplate"),
+        (("agent", "servers"), {"podTemplate": {"spec": {"restartPolicy": "Always", "containers": [{"name": "g"}]}}}, "podTemplate"),
+        (("agent", "servers"), {"driver": "docker"}, "driver"),
     ]
     for path, value, key in bad:
         try:

@@ -30,7 +30,11 @@ core = {{ required "agent.coreAddress (host:port of the core) is required" .Valu
 core_site = {{ .Values.agent.coreSite | quote }}
 
 [listen]
+{{- if eq .Values.agent.servers.driver "kubernetes" }}
+servers = "0.0.0.0:{{ .Values.agent.ports.servers }}"
+{{- else }}
 servers = "127.0.0.1:{{ .Values.agent.ports.servers }}"
+{{- end }}
 players = "0.0.0.0:{{ .Values.agent.ports.players }}"
 transfer = "0.0.0.0:{{ .Values.agent.ports.transfer }}"
 advertise_transfer = {{ required "agent.advertiseTransfer (how other sites reach this agent) is required" .Values.agent.advertiseTransfer | quote }}
@@ -46,6 +50,17 @@ program = "/usr/local/bin/horizon"
 warm_pool = {{ .Values.agent.servers.warmPool }}
 max = {{ .Values.agent.servers.max }}
 tick_ms = {{ .Values.agent.servers.tickMs }}
+{{- if eq .Values.agent.servers.driver "kubernetes" }}
+driver = "kubernetes"
+
+[servers.kubernetes]
+namespace = {{ .Release.Namespace | quote }}
+pod_template = "pod-template.json"
+agent = "{{ include "horizon.fullname" . }}-agent-servers.{{ .Release.Namespace }}.svc:{{ .Values.agent.ports.servers }}"
+token_secret = {{ .Values.tokens.existingSecret | quote }}
+token_key = "server-token"
+grace_s = {{ .Values.agent.servers.graceSeconds }}
+{{- end }}
 {{- with .Values.agent.peers }}
 
 [peers]
@@ -53,4 +68,26 @@ tick_ms = {{ .Values.agent.servers.tickMs }}
 {{ $site }} = {{ $addr | quote }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+
+{{/* The game servers' PodTemplateSpec (JSON): the values' template, with the chart's image for
+     a container without one, and the site CA mounted at /etc/horizon/certs. */}}
+{{- define "horizon.podTemplate" -}}
+{{- $tpl := deepCopy .Values.agent.servers.podTemplate -}}
+{{- $spec := $tpl.spec -}}
+{{- $containers := list -}}
+{{- range $c := $spec.containers -}}
+{{- if not $c.image -}}{{- $_ := set $c "image" (include "horizon.image" $) -}}{{- end -}}
+{{- $mounts := default (list) $c.volumeMounts -}}
+{{- $mounts = append $mounts (dict "name" "horizon-ca" "mountPath" "/etc/horizon/certs" "readOnly" true) -}}
+{{- $_ := set $c "volumeMounts" $mounts -}}
+{{- $containers = append $containers $c -}}
+{{- end -}}
+{{- $_ := set $spec "containers" $containers -}}
+{{- $volumes := default (list) $spec.volumes -}}
+{{- $ca := dict "secretName" (include "horizon.tlsSecret" .) "items" (list (dict "key" "ca.crt" "path" "ca.pem")) -}}
+{{- $volumes = append $volumes (dict "name" "horizon-ca" "secret" $ca) -}}
+{{- $_ := set $spec "volumes" $volumes -}}
+{{- toJson $tpl -}}
 {{- end -}}

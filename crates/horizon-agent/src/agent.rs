@@ -162,6 +162,7 @@ pub async fn start(
         peers: HashMap::new(),
         dialed: HashMap::new(),
         mirrors: HashMap::new(),
+        held_ready: Vec::new(),
     };
     let task = tokio::spawn(shell.run(events_rx, stop_rx));
     Ok(AgentHandle {
@@ -268,6 +269,8 @@ struct Shell {
     /// Links this agent dialed, kept alive by holding them.
     dialed: HashMap<Name, Link<Transfer>>,
     mirrors: HashMap<HandoverId, mpsc::Sender<StateItem>>,
+    /// `Ready` requests of servers their driver does not count ready yet (one per server).
+    held_ready: Vec<(Name, ConnId, Token)>,
 }
 
 impl Shell {
@@ -286,6 +289,7 @@ impl Shell {
                     for (server, why) in self.driver.poll_ended() {
                         self.machine.handle(Input::ServerEnded { server, why }, Instant::now());
                     }
+                    self.release_ready();
                 }
             }
             self.carry_out();
@@ -304,6 +308,19 @@ impl Shell {
         }
         if let Some(conn) = self.core.current() {
             conn.close(ErrorCode::ShuttingDown, "agent stopping");
+        }
+    }
+
+    /// Passes on the held `Ready` of each server its driver now counts ready.
+    fn release_ready(&mut self) {
+        let held = std::mem::take(&mut self.held_ready);
+        for (server, conn, token) in held {
+            if self.driver.ready(server.as_str()) {
+                let request = server::Request::Ready;
+                self.feed(Input::ServerRequest { server, conn, token, request });
+            } else {
+                self.held_ready.push((server, conn, token));
+            }
         }
     }
 
@@ -341,11 +358,24 @@ impl Shell {
                 let token = self.token();
                 let request = req.body.clone();
                 self.server_requests.insert(token, req);
+                // A server is ready when it says so and its platform agrees (a pod's Ready
+                // condition): until then its `Ready` waits here, one per server.
+                let platform_ready = self.driver.ready(server.as_str());
+                if matches!(request, server::Request::Ready) && !platform_ready {
+                    if self.held_ready.iter().any(|(s, ..)| *s == server) {
+                        let fault = horizon_proto::Fault::new(ErrorCode::Unexpected, "Ready twice");
+                        self.effect(Effect::AnswerServer { token, result: Err(fault) });
+                    } else {
+                        self.held_ready.push((server, conn, token));
+                    }
+                    return;
+                }
                 self.feed(Input::ServerRequest { server, conn, token, request });
             }
             Event::ServerInbound(..) => {}
             Event::ServerItem(server, item) => self.feed(Input::ServerItem { server, item }),
             Event::ServerGone(server, conn) => {
+                self.held_ready.retain(|(s, c, _)| (s, *c) != (&server, conn));
                 if self.servers.get(&server).is_some_and(|s| s.conn.id() == conn) {
                     self.servers.remove(&server);
                 }

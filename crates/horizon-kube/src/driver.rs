@@ -87,16 +87,22 @@ impl KubernetesDriver {
     /// retried, the agent serves on.
     pub async fn connect(opts: KubeOptions) -> Result<KubernetesDriver, KubeError> {
         let config = match &opts.api {
-            Some(url) => {
-                let uri = url
-                    .parse::<http::Uri>()
-                    .map_err(|e| KubeError::Url { url: url.clone(), why: e.to_string() })?;
-                let mut config = kube::Config::new(uri);
-                config.default_namespace = opts.namespace.clone();
-                config
-            }
+            Some(url) => url_config(url, &opts.namespace)?,
             None => kube::Config::infer().await.map_err(|e| KubeError::Infer(e.to_string()))?,
         };
+        let client =
+            kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))?;
+        Ok(KubernetesDriver::with_client(client, opts))
+    }
+
+    /// The driver for the API server at `opts.api` (required here: nothing is discovered), from
+    /// code that is not async but runs inside a tokio runtime.
+    pub fn at_url(opts: KubeOptions) -> Result<KubernetesDriver, KubeError> {
+        let url = opts
+            .api
+            .clone()
+            .ok_or_else(|| KubeError::Url { url: String::new(), why: "no URL given".into() })?;
+        let config = url_config(&url, &opts.namespace)?;
         let client =
             kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))?;
         Ok(KubernetesDriver::with_client(client, opts))
@@ -192,6 +198,15 @@ impl ServerDriver for KubernetesDriver {
         let key = ObjectRef::new(&pod::pod_name(name, &self.run)).within(&self.namespace);
         self.pods.get(&key).is_some_and(|p| fate(&p) == Fate::Running { ready: true })
     }
+}
+
+fn url_config(url: &str, namespace: &str) -> Result<kube::Config, KubeError> {
+    let uri = url
+        .parse::<http::Uri>()
+        .map_err(|e| KubeError::Url { url: url.to_owned(), why: e.to_string() })?;
+    let mut config = kube::Config::new(uri);
+    config.default_namespace = namespace.to_owned();
+    Ok(config)
 }
 
 /// Reports `server` ended, once.

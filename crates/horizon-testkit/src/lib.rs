@@ -10,4 +10,4 @@
 pub mod bots;
 mod sandbox;
 
-pub use sandbox::{Sandbox, SandboxError, SandboxOptions};
+pub use sandbox::{DriverFactory, MakeDriver, Sandbox, SandboxError, SandboxOptions};

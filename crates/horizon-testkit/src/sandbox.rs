@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use horizon_agent::{AgentConfig, AgentHandle, ProcessDriver, ProcessOptions};
+use std::sync::Arc;
+
+use horizon_agent::{AgentConfig, AgentHandle, ProcessDriver, ProcessOptions, ServerDriver};
 use horizon_core::{CoreConfig, CoreHandle};
 use horizon_mesh::{SiteName, Sites, Thresholds};
 use horizon_transport::netem::{Netem, NetemConfig};
@@ -40,6 +42,23 @@ pub struct SandboxOptions {
     pub dir: PathBuf,
     /// Where the core's admin API listens (`127.0.0.1:0` picks a port).
     pub admin: SocketAddr,
+    /// Makes each agent's driver from what its game servers are started with; `None`: the
+    /// process driver.
+    pub drivers: Option<DriverFactory>,
+}
+
+/// Makes an agent's [`ServerDriver`] (`horizon demo --driver kube`: pods of a fake API server).
+#[derive(Clone)]
+pub struct DriverFactory(pub Arc<MakeDriver>);
+
+/// What a [`DriverFactory`] calls, once per agent.
+pub type MakeDriver =
+    dyn Fn(&ProcessOptions) -> Result<Box<dyn ServerDriver>, String> + Send + Sync;
+
+impl std::fmt::Debug for DriverFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DriverFactory(..)")
+    }
 }
 
 impl SandboxOptions {
@@ -59,6 +78,7 @@ impl SandboxOptions {
             server_program,
             dir,
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            drivers: None,
         }
     }
 
@@ -195,17 +215,19 @@ impl Sandbox {
                 report_ms: 1000,
                 renew_ms: 5000,
             };
-            let driver = ProcessDriver::new(ProcessOptions {
+            let process = ProcessOptions {
                 program: opts.server_program.clone(),
                 site: site.clone(),
                 ca: ca.ca_cert(),
                 token: server_token.clone(),
                 tick_ms: opts.server_tick_ms,
                 max_servers: 64,
-            });
-            let handle = horizon_agent::start(cfg, Box::new(driver))
-                .await
-                .map_err(|e| setup("agent")(&e))?;
+            };
+            let driver: Box<dyn ServerDriver> = match &opts.drivers {
+                Some(factory) => (factory.0)(&process).map_err(|e| setup("driver")(&e))?,
+                None => Box::new(ProcessDriver::new(process)),
+            };
+            let handle = horizon_agent::start(cfg, driver).await.map_err(|e| setup("agent")(&e))?;
             transfer.insert(site.clone(), handle.transfer_addr);
             let n =
                 proxy(handle.players_addr, opts.access_ms).await.map_err(|e| setup("netem")(&e))?;

@@ -32,6 +32,17 @@ pub(crate) struct DemoArgs {
     /// (`simulations/drills/`, docs/running.md). The JSON document reports each.
     #[arg(long)]
     faults: Option<std::path::PathBuf>,
+    /// How agents start game servers: `process` (children of the agent), or `kube` (pods
+    /// created, watched and deleted through the Kubernetes API of a fake API server whose fake
+    /// kubelet runs them as local processes; docs/running.md).
+    #[arg(long, value_enum, default_value_t = Driver::Process)]
+    driver: Driver,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Driver {
+    Process,
+    Kube,
 }
 
 /// A group of players around one point: the first is the host (joins first).
@@ -190,6 +201,19 @@ async fn run(args: DemoArgs) -> ExitCode {
     opts.thresholds.hold_ms = 20_000;
     opts.warm_pool = 4;
     opts.admin = args.admin;
+    let kube = match args.driver {
+        Driver::Process => None,
+        Driver::Kube => match crate::kube_demo::KubeDemo::start().await {
+            Ok(k) => {
+                opts.drivers = Some(k.drivers());
+                Some(k)
+            }
+            Err(e) => {
+                eprintln!("error: cannot start the fake Kubernetes API server: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let drill: Vec<Fault> = match &args.faults {
         None => Vec::new(),
         Some(path) => match faults::load(path, &opts.sites, &opts.sites[0]) {
@@ -224,6 +248,13 @@ async fn run(args: DemoArgs) -> ExitCode {
         sandbox.core.admin_addr,
         dir.display()
     ));
+    if let Some(k) = &kube {
+        say(format!(
+            "game servers are pods of the fake Kubernetes API at {}/api/v1/namespaces/{}/pods",
+            k.url(),
+            crate::kube_demo::NAMESPACE
+        ));
+    }
     for agent in &sandbox.agents {
         if let Some(admin) = agent.admin_addr {
             say(format!("agent {} admin http://{admin}/  ·  /metrics  ·  /readyz", agent.site));
@@ -362,6 +393,11 @@ async fn run(args: DemoArgs) -> ExitCode {
     let (freeze, excess) = freeze_report(&freezes);
     doc["freeze_ms"] = freeze;
     doc["freeze_excess_ms"] = excess;
+    doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
+    if let Some(k) = &kube {
+        // The agents deleted their pods as they stopped (SIGTERM, then the grace period).
+        doc["kube_pods_left"] = k.pods_left().into();
+    }
     if args.faults.is_some() {
         let end = faults::now_s();
         doc["core_site"] = core_site.into();

@@ -10,6 +10,7 @@ mod chaos;
 mod daemons;
 mod demo;
 mod faults;
+mod kube_demo;
 
 /// Exit code for bad input files or configuration (EX_USAGE).
 pub(crate) const EXIT_BAD_INPUT: u8 = 64;

@@ -3,7 +3,9 @@
 //! with the WAN emulator between sites (85 / 185 / 225 ms) and 10 ms of access.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use horizon_proto::Role;
@@ -660,4 +662,54 @@ async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing
     assert_eq!(players, 1, "one player, not a second one for the new connection");
     played_through_a_failover(r, 2_000.0);
     eprintln!("reconnect: longest gap {:.0} ms", r.max_gap_ms);
+}
+
+/// The process driver, with a switch standing for the platform's own readiness (a pod's
+/// `Ready` condition).
+struct Gated {
+    inner: horizon_agent::ProcessDriver,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl horizon_agent::ServerDriver for Gated {
+    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), horizon_agent::DriverError> {
+        self.inner.start(name, agent)
+    }
+    fn stop(&mut self, name: &str) {
+        self.inner.stop(name)
+    }
+    fn poll_ended(&mut self) -> Vec<(String, String)> {
+        self.inner.poll_ended()
+    }
+    fn stop_all(&mut self) {
+        self.inner.stop_all()
+    }
+    fn running(&self) -> usize {
+        self.inner.running()
+    }
+    fn ready(&self, _name: &str) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_ready_only_once_its_platform_says_so_too() {
+    let dir = std::env::temp_dir().join(format!("horizon-sandbox-gate-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = ready.clone();
+    opts.drivers = Some(horizon_testkit::DriverFactory(Arc::new(move |p| {
+        let inner = horizon_agent::ProcessDriver::new(p.clone());
+        Ok(Box::new(Gated { inner, ready: flag.clone() }) as Box<dyn horizon_agent::ServerDriver>)
+    })));
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(
+        !sandbox.wait_ready(1, Duration::from_secs(8)).await,
+        "servers that said Ready are not counted while their platform does not agree"
+    );
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(sandbox.wait_ready(2, Duration::from_secs(10)).await, "ready once it agrees");
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
