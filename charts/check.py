@@ -209,12 +209,29 @@ def check_dashboards(node_dir):
         print(f"  {len(files)} dashboards type-check against @grafana/schema")
 
 
+def check_rbac(name, docs):
+    """The agent may touch pods of its namespace, with the verbs the driver calls: no more."""
+    wanted = {"get", "list", "watch", "create", "delete"}
+    for _, doc in docs:
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            fail(f"{name}: {doc['kind']} {doc['metadata']['name']}: nothing cluster-wide")
+        if doc["kind"] != "Role":
+            continue
+        for rule in doc.get("rules", []):
+            words = rule.get("apiGroups", []) + rule.get("resources", []) + rule.get("verbs", [])
+            if "*" in words:
+                fail(f"{name}: Role {doc['metadata']['name']}: a wildcard in {rule}")
+            if rule.get("resources") != ["pods"] or set(rule.get("verbs", [])) - wanted:
+                fail(f"{name}: Role {doc['metadata']['name']}: more than pods {sorted(wanted)}: {rule}")
+        print(f"  {name}: Role {doc['metadata']['name']}: pods {sorted(wanted)} in its namespace only")
+
+
 def main():
     binary, out_dir = sys.argv[1], sys.argv[2]
     values_files = sorted(glob.glob(os.path.join(CHART, "ci", "*.yaml")))
     for path in values_files:
         print(f"chart with {os.path.relpath(path, ROOT)}")
-        check_values_file(path, binary, out_dir)
+        check_rbac(os.path.basename(path), check_values_file(path, binary, out_dir))
     print("values the schema refuses")
     check_refusals()
     print("metrics named by rules and dashboards")

@@ -133,24 +133,45 @@ pub(crate) fn core(args: ConfigArgs) -> ExitCode {
     })
 }
 
+/// An agent's configuration with its driver's: the Kubernetes driver's pod template read and
+/// checked too.
+fn load_agent(
+    path: &std::path::Path,
+) -> Result<(horizon_agent::AgentConfig, Option<horizon_kube::KubeOptions>), Vec<String>> {
+    let cfg = horizon_agent::AgentConfig::load(path)?;
+    let kube = horizon_kube::KubeOptions::from_config(&cfg, |k| std::env::var(k).ok()).map_err(
+        |errors| errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect::<Vec<_>>(),
+    )?;
+    Ok((cfg, kube))
+}
+
 pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
     if args.check {
-        return checked(horizon_agent::AgentConfig::load(&args.config), &args.config);
+        return checked(load_agent(&args.config), &args.config);
     }
-    let (cfg, rt) = match prepare(|| horizon_agent::AgentConfig::load(&args.config)) {
+    let ((cfg, kube), rt) = match prepare(|| load_agent(&args.config)) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
     rt.block_on(async move {
-        let driver = horizon_agent::ProcessDriver::new(horizon_agent::ProcessOptions {
-            program: cfg.server_program.clone(),
-            site: cfg.site.clone(),
-            ca: cfg.ca.clone(),
-            token: cfg.server_token.clone(),
-            tick_ms: cfg.server_tick_ms,
-            max_servers: cfg.max_servers,
-        });
-        let agent = match horizon_agent::start(cfg, Box::new(driver)).await {
+        let driver: Box<dyn horizon_agent::ServerDriver> = match kube {
+            Some(opts) => match horizon_kube::KubernetesDriver::connect(opts).await {
+                Ok(d) => Box::new(d),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => Box::new(horizon_agent::ProcessDriver::new(horizon_agent::ProcessOptions {
+                program: cfg.server_program.clone(),
+                site: cfg.site.clone(),
+                ca: cfg.ca.clone(),
+                token: cfg.server_token.clone(),
+                tick_ms: cfg.server_tick_ms,
+                max_servers: cfg.max_servers,
+            })),
+        };
+        let agent = match horizon_agent::start(cfg, driver).await {
             Ok(a) => a,
             Err(e) => {
                 eprintln!("error: {e}");

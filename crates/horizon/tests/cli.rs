@@ -222,11 +222,12 @@ fn servers_under(dir: &std::path::Path) -> usize {
 
 /// Starts the demo, waits for its first summary (servers ready, players playing), sends it
 /// `signal`, and checks it stops within 10 s with exit 0 and nothing of it left running.
-fn signal_stops_the_demo(signal: &str, said: &str) {
+fn signal_stops_the_demo(signal: &str, said: &str, driver: &str) {
     use std::io::{BufRead, BufReader};
-    let dir = std::env::temp_dir().join(format!("horizon-{signal}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("horizon-{signal}-{driver}-{}", std::process::id()));
     let mut demo = horizon()
-        .args(["demo", "--admin", "127.0.0.1:0", "--dir"])
+        .args(["demo", "--admin", "127.0.0.1:0", "--driver", driver, "--dir"])
         .arg(&dir)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -253,12 +254,17 @@ fn signal_stops_the_demo(signal: &str, said: &str) {
 
 #[test]
 fn ctrl_c_stops_the_demo_and_leaves_nothing_running() {
-    signal_stops_the_demo("INT", "Ctrl-C");
+    signal_stops_the_demo("INT", "Ctrl-C", "process");
 }
 
 #[test]
 fn sigterm_stops_the_demo_within_10_s_and_leaves_nothing_running() {
-    signal_stops_the_demo("TERM", "SIGTERM");
+    signal_stops_the_demo("TERM", "SIGTERM", "process");
+}
+
+#[test]
+fn sigterm_stops_the_demo_on_kubernetes_and_leaves_no_pod_process_running() {
+    signal_stops_the_demo("TERM", "SIGTERM", "kube");
 }
 
 #[test]
@@ -362,4 +368,33 @@ fn check_validates_a_configuration_with_its_environment_overrides() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(64), "{}", String::from_utf8_lossy(&bad.stderr));
+}
+
+#[test]
+fn check_reads_the_kubernetes_drivers_pod_template() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/examples/agent-mtl-kube.toml");
+    let agent = |config: &std::path::Path| {
+        horizon()
+            .args(["agent", "--check", "--config"])
+            .arg(config)
+            .env("HORIZON_SERVER_TOKEN", "t")
+            .env("HORIZON_PLAYER_TOKEN", "t")
+            .env_remove("HORIZON_POD_NAME")
+            .env_remove("HORIZON_POD_UID")
+            .output()
+            .unwrap()
+    };
+    let ok = agent(std::path::Path::new(example));
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    // The same configuration beside a template that is not a pod template.
+    let dir = std::env::temp_dir().join(format!("horizon-cli-kube-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example, dir.join("agent.toml")).unwrap();
+    std::fs::write(dir.join("pod-template.json"), r#"{"spec": {"containers": [{"name": "gs"}]}}"#)
+        .unwrap();
+    let bad = agent(&dir.join("agent.toml"));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(64), "{err}");
+    assert!(err.contains("pod-template.json") && err.contains("has no image"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,20 @@
+"""The plain demo's checks on a `horizon demo --json` document (.ci/run runs it after each demo
+that must pass them: the process driver's and the Kubernetes driver's)."""
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["click_to_screen_ms"]
+print(json.dumps({k: d[k] for k in ("players", "bubbles_by_site", "handovers", "inputs_sent",
+      "inputs_applied", "inputs_in_flight", "inputs_applied_twice", "state_chain_breaks")}))
+print({site: (v["p50"], v["p95"]) for site, v in c.items()})
+assert d["players"] == 60, d["errors"]
+assert d["handovers"] >= 1, "no handover happened"
+assert d["inputs_applied_twice"] == 0 and d["state_chain_breaks"] == 0
+assert d["inputs_applied"] + d["inputs_in_flight"] == d["inputs_sent"], "inputs lost"
+# Inputs go every 100 ms: more than 3 s of them unacknowledged means a player stopped being served.
+assert d["inputs_in_flight_max_per_player"] <= 30, "a player's inputs were stuck"
+# Every handover froze its players for a while, measured at their gateways.
+print("freeze_ms", d["freeze_ms"], "excess", d["freeze_excess_ms"])
+assert sum(v["samples"] for v in d["freeze_ms"].values()) >= 1, "no freeze measured"
+assert d["freeze_excess_ms"]["samples"] >= 1, "no freeze with a known floor"
+for site in ("MTL", "HKG"):
+    assert abs(c[site]["p50"] - c["PAR"]["p50"]) <= 15, f"{site} p50 not within 15 ms of PAR"
