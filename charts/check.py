@@ -211,7 +211,7 @@ def check_dashboards(node_dir):
 
 def check_rbac(name, docs):
     """The agent may touch pods of its namespace, with the verbs the driver calls: no more."""
-    wanted = {"get", "list", "watch", "create", "delete"}
+    wanted = {"get", "list", "watch", "create", "delete", "patch"}
     for _, doc in docs:
         if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
             fail(f"{name}: {doc['kind']} {doc['metadata']['name']}: nothing cluster-wide")

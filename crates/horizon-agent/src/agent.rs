@@ -163,6 +163,7 @@ pub async fn start(
         dialed: HashMap::new(),
         mirrors: HashMap::new(),
         held_ready: Vec::new(),
+        pool_states: HashMap::new(),
     };
     let task = tokio::spawn(shell.run(events_rx, stop_rx));
     Ok(AgentHandle {
@@ -271,6 +272,8 @@ struct Shell {
     mirrors: HashMap<HandoverId, mpsc::Sender<StateItem>>,
     /// `Ready` requests of servers their driver does not count ready yet (one per server).
     held_ready: Vec<(Name, ConnId, Token)>,
+    /// Each server's pool state as last told to the driver (`true`: hosting).
+    pool_states: HashMap<Name, bool>,
 }
 
 impl Shell {
@@ -290,6 +293,7 @@ impl Shell {
                         self.machine.handle(Input::ServerEnded { server, why }, Instant::now());
                     }
                     self.release_ready();
+                    self.tell_pool_states();
                 }
             }
             self.carry_out();
@@ -309,6 +313,18 @@ impl Shell {
         if let Some(conn) = self.core.current() {
             conn.close(ErrorCode::ShuttingDown, "agent stopping");
         }
+    }
+
+    /// Tells the driver each server whose pool state changed since it was last told.
+    fn tell_pool_states(&mut self) {
+        let now: HashMap<Name, bool> =
+            self.machine.hosting().map(|(name, hosting)| (name.clone(), hosting)).collect();
+        for (name, hosting) in &now {
+            if self.pool_states.get(name) != Some(hosting) {
+                self.driver.set_hosting(name.as_str(), *hosting);
+            }
+        }
+        self.pool_states = now;
     }
 
     /// Passes on the held `Ready` of each server its driver now counts ready.

@@ -45,6 +45,10 @@ pub trait ServerDriver: Send + 'static {
     fn ready(&self, _name: &str) -> bool {
         true
     }
+
+    /// Tells the platform whether `name` holds part of a bubble (`hosting`) or waits in the warm
+    /// pool (a pod's `horizon.dev/pool` label). Called when it changes.
+    fn set_hosting(&mut self, _name: &str, _hosting: bool) {}
 }
 
 /// What every game server of the site is started with.

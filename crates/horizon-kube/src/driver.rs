@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use horizon_agent::{DriverError, ServerDriver};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
@@ -51,8 +51,19 @@ pub enum KubeError {
 }
 
 enum Order {
-    Create { server: String, agent: String },
-    Delete { server: String, grace_s: u32 },
+    Create {
+        server: String,
+        agent: String,
+    },
+    Delete {
+        server: String,
+        grace_s: u32,
+    },
+    /// Relabels a pod with its pool state.
+    Pool {
+        server: String,
+        hosting: bool,
+    },
 }
 
 /// Game servers as pods of the agent's namespace; see the module documentation.
@@ -194,6 +205,13 @@ impl ServerDriver for KubernetesDriver {
         self.live.len()
     }
 
+    fn set_hosting(&mut self, name: &str, hosting: bool) {
+        if self.live.contains(name) {
+            // Best effort: a label for operators and autoscalers, never a decision.
+            let _ = self.order(Order::Pool { server: name.to_owned(), hosting });
+        }
+    }
+
     fn ready(&self, name: &str) -> bool {
         let key = ObjectRef::new(&pod::pod_name(name, &self.run)).within(&self.namespace);
         self.pods.get(&key).is_some_and(|p| fate(&p) == Fate::Running { ready: true })
@@ -318,6 +336,18 @@ async fn write_pods(
                         if why.starts_with("no answer") {
                             let _ = delete(&api, &name, 0).await;
                         }
+                    }
+                }
+            }
+            Order::Pool { server, hosting } => {
+                let name = pod::pod_name(&server, &run);
+                let patch = Patch::Merge(pod::pool_patch(hosting));
+                match call(api.patch(&name, &PatchParams::default(), &patch)).await {
+                    Ok(_) => backoff = Duration::ZERO,
+                    Err(why) if why.starts_with("404") => {}
+                    Err(why) => {
+                        backoff = next(backoff);
+                        tracing::warn!(site = %opts.site, pod = %name, %why, "pool label not set");
                     }
                 }
             }

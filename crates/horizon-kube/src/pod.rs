@@ -72,6 +72,7 @@ pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str) -> Pod 
     ] {
         labels.insert(k.to_owned(), v);
     }
+    meta.annotations.get_or_insert_with(BTreeMap::new).insert(SAFE_TO_EVICT.into(), "true".into());
     meta.owner_references = o.owner.as_ref().map(|owner| {
         vec![OwnerReference {
             api_version: "v1".into(),
@@ -113,6 +114,19 @@ pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str) -> Pod 
     }
     Pod { metadata: meta, spec: Some(spec), status: None }
 }
+
+/// The merge patch of a pod's pool state: `horizon.dev/pool` (`hosting` or `warm`), and the
+/// cluster autoscaler told not to evict a pod that holds players.
+pub fn pool_patch(hosting: bool) -> serde_json::Value {
+    let (pool, evict) = if hosting { ("hosting", "false") } else { ("warm", "true") };
+    serde_json::json!({"metadata": {
+        "labels": {POOL_LABEL: pool},
+        "annotations": {SAFE_TO_EVICT: evict},
+    }})
+}
+
+/// The cluster autoscaler's annotation: may it evict the pod to scale a node down.
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
 /// The server a pod of ours runs (its label), if any.
 pub fn server_of(pod: &Pod) -> Option<&str> {

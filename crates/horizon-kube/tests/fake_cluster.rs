@@ -87,6 +87,29 @@ async fn a_server_pod_runs_with_its_environment_and_is_ready_then_stops_with_sig
         (Some("mtl-gs-0"), Some("infra"))
     );
     assert!(driver.poll_ended().is_empty(), "the token reached the container: it runs");
+    // The pool state, as the agent sees it, on the pod for operators and the autoscaler.
+    let pool = |api: &FakeApi| {
+        let meta = &api.pods(NS)[0]["metadata"];
+        let evict = &meta["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"];
+        (
+            meta["labels"]["horizon.dev/pool"].as_str().map(str::to_owned),
+            evict.as_str().map(str::to_owned),
+        )
+    };
+    assert_eq!(pool(&api), (Some("warm".into()), Some("true".into())));
+    driver.set_hosting("mtl-gs-0", true);
+    until("labelled hosting", Duration::from_secs(5), || {
+        pool(&api).0.as_deref() == Some("hosting")
+    })
+    .await;
+    assert_eq!(
+        pool(&api).1.as_deref(),
+        Some("false"),
+        "a pod holding players is not evicted to scale down"
+    );
+    driver.set_hosting("mtl-gs-0", false);
+    until("labelled warm", Duration::from_secs(5), || pool(&api).0.as_deref() == Some("warm"))
+        .await;
     driver.stop("mtl-gs-0");
     assert_eq!(driver.running(), 0);
     until("the pod is gone after SIGTERM", Duration::from_secs(5), || api.pods(NS).is_empty())

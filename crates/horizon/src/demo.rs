@@ -388,6 +388,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         .flat_map(|a| a.stats.freezes.lock().map(|f| f.clone()).unwrap_or_default())
         .collect();
     let core_site = sandbox.core_site().to_owned();
+    let pods_by_pool = kube.as_ref().map(|k| k.pods_by_pool());
     sandbox.shutdown().await;
     let mut doc = final_document(&status, &finals);
     let (freeze, excess) = freeze_report(&freezes);
@@ -397,6 +398,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     if let Some(k) = &kube {
         // The agents deleted their pods as they stopped (SIGTERM, then the grace period).
         doc["kube_pods_left"] = k.pods_left().into();
+        doc["kube_pods_by_pool"] = pods_by_pool.unwrap_or_default();
     }
     if args.faults.is_some() {
         let end = faults::now_s();

@@ -36,6 +36,17 @@ impl KubeDemo {
         self.api.pods(NAMESPACE).iter().filter(|p| !agent(p)).count()
     }
 
+    /// Game-server pods by their `horizon.dev/pool` label (`hosting`, `warm`).
+    pub(crate) fn pods_by_pool(&self) -> serde_json::Value {
+        let mut by: std::collections::BTreeMap<String, u64> = Default::default();
+        for pod in self.api.pods(NAMESPACE) {
+            if let Some(pool) = pod["metadata"]["labels"]["horizon.dev/pool"].as_str() {
+                *by.entry(pool.to_owned()).or_default() += 1;
+            }
+        }
+        serde_json::json!(by)
+    }
+
     /// Each agent's driver: its token in a Secret, a pod standing for the agent (the owner of
     /// its game servers), and a pod template running `horizon gameserver`.
     pub(crate) fn drivers(&self) -> DriverFactory {

@@ -503,6 +503,11 @@ impl AgentMachine {
         machine
     }
 
+    /// Each connected game server, and whether it holds part of a bubble (its pool state).
+    pub fn hosting(&self) -> impl Iterator<Item = (&Name, bool)> {
+        self.servers.iter().map(|(name, s)| (name, !s.bubbles.is_empty()))
+    }
+
     /// The next effect to carry out, oldest first.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
