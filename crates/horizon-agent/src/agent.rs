@@ -633,6 +633,9 @@ impl Shell {
                     tracing::warn!(handover = handover.0, "handover stream full or closed");
                 }
             }
+            Effect::InputsServed { delays, access_rtt } => {
+                self.metrics.inputs_served(&delays, access_rtt)
+            }
             Effect::Freeze { from, to, gap, floor } => {
                 let (from, to) = (from.to_string(), to.to_string());
                 self.metrics.freeze(FreezeSample { from, to, gap, floor });

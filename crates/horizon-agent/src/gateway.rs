@@ -63,6 +63,11 @@ pub(crate) struct PlayerSession {
     route_epoch: Epoch,
     /// Inputs with `seq > covered`, each with when it was last sent.
     kept: BTreeMap<Seq, (Blob, Instant)>,
+    /// When each input not yet acknowledged first reached the gateway (at most one per kept input).
+    received: BTreeMap<Seq, Instant>,
+    /// How long each input acknowledged since the last [`PlayerSession::take_served`] took,
+    /// from reaching the gateway to the update acknowledging it.
+    served: Vec<Duration>,
     acked: Seq,
     covered: Seq,
     last_update: Option<Instant>,
@@ -79,6 +84,8 @@ impl PlayerSession {
             route: None,
             route_epoch: Epoch(0),
             kept: BTreeMap::new(),
+            received: BTreeMap::new(),
+            served: Vec::new(),
             acked: Seq(0),
             covered: Seq(0),
             last_update: Some(now),
@@ -113,6 +120,7 @@ impl PlayerSession {
             }
         }
         self.kept.insert(seq, (bytes, now));
+        self.received.insert(seq, now);
         InputVerdict::Kept { forgot_applied }
     }
 
@@ -165,9 +173,18 @@ impl PlayerSession {
             self.last_site = Some(site.clone());
         }
         self.acked = self.acked.max(acked);
+        let waiting = self.received.split_off(&Seq(self.acked.0 + 1));
+        let served = std::mem::replace(&mut self.received, waiting);
+        self.served.extend(served.into_values().map(|at| now.saturating_duration_since(at)));
         self.last_update = Some(now);
         self.told_reconnecting = false;
         UpdateVerdict::Deliver { resend_all }
+    }
+
+    /// The delays of the inputs acknowledged since the last call: from reaching the gateway to
+    /// the update that acknowledged them (the mesh's part of the player's click-to-screen).
+    pub(crate) fn take_served(&mut self) -> Vec<Duration> {
+        std::mem::take(&mut self.served)
     }
 
     /// The last move of the player's bubble to a new holder (a newer epoch), once.
@@ -334,6 +351,24 @@ mod tests {
         assert!(s.stalled(back + STALL_NOTICE), "a new silence is told again");
         let mut unrouted = PlayerSession::new(t);
         assert!(!unrouted.stalled(t + STALL_NOTICE * 5), "not simulated yet: nothing to tell");
+    }
+
+    #[test]
+    fn each_input_is_timed_once_from_the_gateway_to_the_update_that_acknowledges_it() {
+        let t0 = Instant::now();
+        let mut s = routed(t0);
+        for seq in 1..=3 {
+            s.input(Seq(seq), blob(), t0 + Duration::from_millis(10 * seq));
+        }
+        s.on_update(BubbleId(7), Epoch(5), Seq(2), &name("MTL"), t0 + Duration::from_millis(50));
+        let ms: Vec<u128> = s.take_served().iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [40, 30], "inputs 1 and 2, from their arrival");
+        s.on_update(BubbleId(7), Epoch(5), Seq(2), &name("MTL"), t0 + Duration::from_millis(80));
+        assert!(s.take_served().is_empty(), "an input is timed once");
+        s.input(Seq(3), blob(), t0 + Duration::from_millis(90));
+        s.on_update(BubbleId(7), Epoch(5), Seq(3), &name("MTL"), t0 + Duration::from_millis(100));
+        let ms: Vec<u128> = s.take_served().iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [70], "a resent input is timed from its first arrival");
     }
 
     #[test]

@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use horizon_admin::{BoxFuture, Page, Source};
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, Opts, Registry};
 use serde::{Deserialize, Serialize};
 
 use crate::AgentStats;
@@ -90,6 +91,10 @@ const GAUGES: &[(&str, &str, Field)] = &[
 const FREEZE_BUCKETS: &[f64] =
     &[0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 15.0, 30.0, 60.0];
 
+/// Input delay and click-to-screen buckets (seconds): a frame (16–33 ms) to a failover.
+const INPUT_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.02, 0.033, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0];
+
 /// The agent's registry over its [`AgentStats`], and the histograms the shell observes.
 #[derive(Clone, Debug)]
 pub(crate) struct AgentMetrics {
@@ -99,6 +104,8 @@ pub(crate) struct AgentMetrics {
     gauges: Vec<(IntGauge, Field)>,
     freeze: HistogramVec,
     freeze_excess: HistogramVec,
+    input_delay: Histogram,
+    click_to_screen: Histogram,
 }
 
 fn valid<T>(r: prometheus::Result<T>) -> T {
@@ -108,6 +115,9 @@ fn valid<T>(r: prometheus::Result<T>) -> T {
 impl AgentMetrics {
     pub(crate) fn new(site: &str, stats: Arc<AgentStats>) -> Self {
         let registry = horizon_admin::registry("agent");
+        for collector in horizon_transport::metrics::collectors() {
+            horizon_admin::register(&registry, collector);
+        }
         let opts = |name: &str, help: &str| Opts::new(name, help).const_label("site", site);
         let counters = COUNTERS
             .iter()
@@ -141,7 +151,42 @@ impl AgentMetrics {
             "horizon_agent_freeze_excess_seconds",
             "That gap beyond its physical floor d(S,T) + d(T,h) - d(S,h) + tick (one-way delays from the measured backbone), for moves this site is one end of.",
         );
-        AgentMetrics { registry, stats, counters, gauges, freeze, freeze_excess }
+        // This gateway's players are homed here: `home_site` is this site.
+        let served = |name: &str, help: &str| {
+            let opts = HistogramOpts::new(name, help)
+                .const_label("site", site)
+                .const_label("home_site", site)
+                .buckets(INPUT_BUCKETS.to_vec());
+            let h = valid(Histogram::with_opts(opts));
+            horizon_admin::register(&registry, Box::new(h.clone()));
+            h
+        };
+        let input_delay = served(
+            "horizon_agent_input_delay_seconds",
+            "From a player's input reaching their home gateway to the world update acknowledging it leaving for the player (the mesh's part: relay, server tick, way back), by home site.",
+        );
+        let click_to_screen = served(
+            "horizon_agent_click_to_screen_seconds",
+            "The input delay plus the player's access round trip (its smallest measured): a player's click to their screen, estimated at their home gateway, by home site.",
+        );
+        AgentMetrics {
+            registry,
+            stats,
+            counters,
+            gauges,
+            freeze,
+            freeze_excess,
+            input_delay,
+            click_to_screen,
+        }
+    }
+
+    /// Inputs acknowledged by an update delivered (see `Effect::InputsServed`).
+    pub(crate) fn inputs_served(&self, delays: &[Duration], access_rtt: Duration) {
+        for delay in delays {
+            self.input_delay.observe(delay.as_secs_f64());
+            self.click_to_screen.observe((*delay + access_rtt).as_secs_f64());
+        }
     }
 
     /// A move seen at the gateway (see `Effect::Freeze`): observed, and kept for the demo.
@@ -252,6 +297,37 @@ mod tests {
         assert!(text.contains("horizon_agent_inputs_total{site=\"MTL\"} 42"), "{text}");
         assert!(text.contains("horizon_agent_players{site=\"MTL\"} 3"), "{text}");
         assert!(text.contains("horizon_build_info{daemon=\"agent\""), "{text}");
+    }
+
+    #[test]
+    fn every_metric_an_agent_exports_is_documented() {
+        let m = AgentMetrics::new("MTL", Arc::new(AgentStats::default()));
+        m.inputs_served(&[Duration::from_millis(40)], Duration::from_millis(10));
+        m.freeze(crate::FreezeSample {
+            from: "PAR".into(),
+            to: "MTL".into(),
+            gap: Duration::from_millis(120),
+            floor: Some(Duration::from_millis(100)),
+        });
+        let text = horizon_admin::render(&m.registry);
+        let docs = include_str!("../../../docs/metrics.md");
+        let names: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with("horizon_"))
+            .collect();
+        assert!(names.contains("horizon_agent_click_to_screen_seconds"), "{names:?}");
+        assert!(names.contains("horizon_transport_replays_total"), "{names:?}");
+        for name in names {
+            assert!(docs.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
+        }
+        let line =
+            text.lines().find(|l| l.starts_with("horizon_agent_click_to_screen_seconds_sum"));
+        assert!(
+            line.is_some_and(|l| l.contains("home_site=\"MTL\"") && l.ends_with(" 0.05")),
+            "{line:?}"
+        );
     }
 
     #[test]

@@ -137,6 +137,9 @@ const HANDOVER_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
 impl Metrics {
     pub(crate) fn new(sites: &Sites) -> Self {
         let reg = horizon_admin::registry("core");
+        for collector in horizon_transport::metrics::collectors() {
+            horizon_admin::register(&reg, collector);
+        }
         let c = |name: &str, help: &str| PerSite::counter(&reg, sites, name, help, "site");
         let g =
             |name: &str, help: &str, label: &str| PerSite::gauge(&reg, sites, name, help, label);
@@ -300,5 +303,33 @@ impl Metrics {
     pub(crate) fn backbone(&self, from: SiteId, to: SiteId, rtt_ms: f64) {
         let (f, t) = (self.name(from).to_owned(), self.name(to).to_owned());
         self.backbone_rtt.with_label_values(&[&f, &t]).set(rtt_ms / 1000.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_the_core_exports_is_documented() {
+        let sites = crate::machine::tests::sites();
+        let m = Metrics::new(&sites);
+        let (par, mtl) = (sites.core(), sites.id("MTL").expect("MTL"));
+        m.handover(par, mtl, HandoverOutcome::Committed, Some(0.2));
+        m.failover(mtl, FailoverReason::LeaseExpired);
+        m.backbone(par, mtl, 85.0);
+        m.servers(par, 2, 1);
+        let text = horizon_admin::render(&m.registry);
+        let docs = include_str!("../../../docs/metrics.md");
+        let names: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with("horizon_"))
+            .collect();
+        assert!(names.len() >= 21, "{names:?}");
+        for name in names {
+            assert!(docs.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
+        }
     }
 }

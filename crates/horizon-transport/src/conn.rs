@@ -645,6 +645,7 @@ async fn serve_request<C: Channel>(
         }
         Seen::Replied(bytes) => {
             conn.counters.replays.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::replayed(C::ID);
             bytes
         }
         Seen::Running => {
@@ -698,6 +699,7 @@ async fn accept_datagrams<C: Channel>(conn: Conn<C>, inbound: mpsc::Sender<Inbou
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 conn.counters.datagrams_dropped.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::datagram_dropped(C::ID);
             }
             Err(mpsc::error::TrySendError::Closed(_)) => return,
         }

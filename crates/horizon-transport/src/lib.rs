@@ -18,6 +18,7 @@ mod handshake;
 mod limits;
 mod link;
 mod listener;
+pub mod metrics;
 pub mod netem;
 mod target;
 pub mod tls;

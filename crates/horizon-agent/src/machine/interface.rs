@@ -170,6 +170,14 @@ pub enum Effect {
         gap: Duration,
         floor: Option<Duration>,
     },
+    /// Inputs of one player acknowledged by an update just delivered: for each, the time from
+    /// reaching the gateway to that update (`delays`), and the player's access round trip
+    /// (its smallest measured), which added to a delay estimates their click-to-screen. For the
+    /// metrics.
+    InputsServed {
+        delays: Vec<Duration>,
+        access_rtt: Duration,
+    },
     /// Keep a transfer link to `site` at `addr` (reported back as [`Input::PeerUp`]).
     DialPeer {
         site: Name,

@@ -229,6 +229,11 @@ impl AgentMachine {
             if let Some(moved) = p.session.take_moved() {
                 freezes.push(moved);
             }
+            let delays = p.session.take_served();
+            if !delays.is_empty() {
+                let access_rtt = Duration::from_secs_f64(f64::from(p.min_rtt_ms.max(0.0)) / 1000.0);
+                self.effects.push_back(Effect::InputsServed { delays, access_rtt });
+            }
             let item = gateway::Item::Update {
                 bubble: update.bubble,
                 tick: update.tick,
