@@ -138,6 +138,11 @@ pub async fn start(
         report_every: Duration::from_millis(cfg.report_ms),
         renew_every: Duration::from_millis(cfg.renew_ms),
         server_tick: Duration::from_millis(u64::from(cfg.server_tick_ms)),
+        // The configured address, else the bound one unless it is a wildcard.
+        advertise_admin: cfg
+            .advertise_admin
+            .clone()
+            .or_else(|| admin_addr.filter(|a| !a.ip().is_unspecified()).map(|a| a.to_string())),
     };
     let shell = Shell {
         machine: AgentMachine::new(machine_cfg, stats.clone(), Instant::now()),

@@ -21,6 +21,9 @@ pub struct AgentConfig {
     pub listen_transfer: SocketAddr,
     /// The admin HTTP API (`/livez`, `/readyz`, `/metrics`, `/status`); none if absent.
     pub listen_admin: Option<SocketAddr>,
+    /// Where operators reach the admin API (`host:port`), told to the core for its status
+    /// page. Default: `listen.admin` unless it is a wildcard address.
+    pub advertise_admin: Option<String>,
     /// Where other agents reach this one's transfer endpoint (told to the core).
     pub advertise_transfer: String,
     pub ca: PathBuf,
@@ -112,6 +115,7 @@ struct RawListen {
     transfer: String,
     advertise_transfer: Option<String>,
     admin: Option<String>,
+    advertise_admin: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,6 +181,9 @@ impl AgentConfig {
             .collect();
         if let Some(a) = &raw.listen.advertise_transfer {
             let _ = target("listen.advertise_transfer", a);
+        }
+        if let Some(a) = &raw.listen.advertise_admin {
+            let _ = target("listen.advertise_admin", a);
         }
         let mut addr = |key: &str, value: &str| match value.parse::<SocketAddr>() {
             Ok(a) => a,
@@ -272,6 +279,7 @@ impl AgentConfig {
             listen_players,
             listen_transfer,
             listen_admin,
+            advertise_admin: raw.listen.advertise_admin,
             ca: base.join(raw.tls.ca),
             cert: base.join(raw.tls.cert),
             key: base.join(raw.tls.key),

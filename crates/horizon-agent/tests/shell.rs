@@ -59,6 +59,7 @@ fn config(dir: &std::path::Path) -> AgentConfig {
         listen_players: any,
         listen_transfer: any,
         listen_admin: None,
+        advertise_admin: None,
         advertise_transfer: "127.0.0.1:1".into(),
         ca: ca.ca_cert(),
         cert: ca.site_cert("MTL"),

@@ -438,6 +438,7 @@ impl World {
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
             server_tick: Duration::from_millis(100),
+            advertise_admin: None,
         };
         let now = self.instant(site);
         AgentMachine::new(cfg, Arc::new(AgentStats::default()), now)

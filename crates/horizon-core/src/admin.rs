@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) enum AdminQuery {
     /// Answered at once by a loop that serves.
     Ping(oneshot::Sender<()>),
-    Status(Page, oneshot::Sender<serde_json::Value>),
+    Status(Page, oneshot::Sender<crate::CoreStatus>),
 }
 
 /// The core loop as the admin API sees it.
@@ -37,7 +37,8 @@ impl Source for CoreSource {
             queries
                 .try_send(AdminQuery::Status(page, tx))
                 .map_err(|_| "the core loop is busy or gone")?;
-            rx.await.map_err(|_| "the core loop is gone".to_owned())
+            let status = rx.await.map_err(|_| "the core loop is gone".to_owned())?;
+            serde_json::to_value(status).map_err(|e| e.to_string())
         })
     }
 }

@@ -57,7 +57,7 @@ pub struct CoreHandle {
 
 impl CoreHandle {
     /// The status document served at `/status`.
-    pub async fn status(&self) -> Option<serde_json::Value> {
+    pub async fn status(&self) -> Option<crate::CoreStatus> {
         let (tx, rx) = oneshot::channel();
         let all = horizon_admin::Page { after: None, limit: usize::MAX };
         self.queries.send(AdminQuery::Status(all, tx)).await.ok()?;

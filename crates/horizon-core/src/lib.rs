@@ -22,7 +22,9 @@ mod config;
 mod core;
 pub mod machine;
 mod metrics;
+pub mod status;
 pub mod store;
 
 pub use crate::config::CoreConfig;
 pub use crate::core::{CoreError, CoreHandle, start};
+pub use crate::status::CoreStatus;

@@ -122,6 +122,9 @@ pub enum Request {
     /// persists what it handed out before answering: an id is never given twice, across
     /// restarts of the core and of the agents.
     PlayerIds { count: u32 },
+    /// agent → core, after every `Registered`: where operators reach this agent's admin API
+    /// (`host:port`, for the core's status page; empty: none).
+    Admin { addr: String },
 }
 
 kinds!(Request {
@@ -147,6 +150,7 @@ kinds!(Request {
     Covered => "covered",
     Players => "players",
     PlayerIds => "player_ids",
+    Admin => "admin",
 });
 
 /// A reply on the control channel.

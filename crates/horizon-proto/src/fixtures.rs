@@ -288,6 +288,7 @@ pub fn all() -> Vec<Fixture> {
                 }],
             },
             control::Request::PlayerIds { count: 4096 },
+            control::Request::Admin { addr: "agent-mtl.example.net:7414".into() },
         ],
         vec![
             control::Reply::Done,

@@ -200,6 +200,7 @@ impl Sandbox {
                 listen_players: any,
                 listen_transfer: any,
                 listen_admin: Some(any),
+                advertise_admin: None,
                 advertise_transfer: String::new(),
                 ca: ca.ca_cert(),
                 cert: ca.site_cert(site),
@@ -324,15 +325,13 @@ impl Sandbox {
     pub async fn wait_ready(&self, ready: u64, within: Duration) -> bool {
         let until = tokio::time::Instant::now() + within;
         loop {
-            let status = self.core.status().await;
-            let all =
-                status.as_ref().and_then(|s| s["sites"].as_array().cloned()).unwrap_or_default();
-            let ok = !all.is_empty()
-                && all.iter().all(|s| {
-                    s["agent_connected"].as_bool() == Some(true)
-                        && s["servers"].as_array().is_some_and(|v| {
-                            v.iter().filter(|x| x["ready"] == true).count() as u64 >= ready
-                        })
+            let status = self.core.status().await.unwrap_or_default();
+            let ok = !status.sites.is_empty()
+                && status.sites.iter().all(|s| {
+                    s.agent_connected
+                        && s.servers
+                            .as_ref()
+                            .is_some_and(|v| v.iter().filter(|x| x.ready).count() as u64 >= ready)
                 });
             if ok {
                 return true;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use horizon_core::CoreStatus;
 use horizon_proto::Role;
 use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
@@ -404,10 +405,8 @@ async fn run(args: DemoArgs) -> ExitCode {
         let end = faults::now_s();
         doc["core_site"] = core_site.into();
         doc["faults"] = running.iter().map(|r| faults::report(r, &finals, end)).collect();
-        let refused = &status["stale_refused"];
-        doc["stale_writes_refused"] = (refused["copies"].as_u64().unwrap_or(0)
-            + refused["renewals"].as_u64().unwrap_or(0))
-        .into();
+        let refused = &status.stale_refused;
+        doc["stale_writes_refused"] = (refused.copies + refused.renewals).into();
         doc["writes_after_lease"] = writes_after_lease.into();
     }
     if args.json {
@@ -427,22 +426,16 @@ enum Step {
     Observe,
 }
 
-fn by_site(status: &serde_json::Value, key: &str) -> BTreeMap<String, u64> {
-    status["sites"]
-        .as_array()
-        .map(|v| {
-            v.iter()
-                .map(|s| {
-                    (s["site"].as_str().unwrap_or("?").to_owned(), s[key].as_u64().unwrap_or(0))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+fn by_site(
+    status: &CoreStatus,
+    count: fn(&horizon_core::status::SiteStatus) -> usize,
+) -> BTreeMap<String, u64> {
+    status.sites.iter().map(|s| (s.site.clone(), count(s) as u64)).collect()
 }
 
 fn summary_line(
     t: u64,
-    status: &serde_json::Value,
+    status: &CoreStatus,
     reports: &[Arc<Mutex<BotReport>>],
     seen: &mut [usize],
 ) -> String {
@@ -452,8 +445,8 @@ fn summary_line(
         window.entry(r.site.clone()).or_default().extend(&r.click_ms[*seen..]);
         *seen = r.click_ms.len();
     }
-    let players = by_site(status, "players");
-    let bubbles = by_site(status, "bubbles");
+    let players = by_site(status, |s| s.players);
+    let bubbles = by_site(status, |s| s.bubbles);
     let fmt = |m: &BTreeMap<String, u64>| {
         m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" ")
     };
@@ -470,7 +463,7 @@ fn summary_line(
         "t={t:>3}s  players {}  |  bubbles {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
         fmt(&players),
         fmt(&bubbles),
-        status["handovers"]["committed"].as_u64().unwrap_or(0),
+        status.handovers.committed,
     )
 }
 
@@ -507,15 +500,15 @@ fn freeze_report(
 /// entity (its `inputs` counter in the last update the player saw); `inputs_in_flight` are
 /// inputs sent but not yet acknowledged when the players stopped; so `inputs_applied +
 /// inputs_in_flight = inputs_sent` when nothing is lost.
-fn final_document(status: &serde_json::Value, finals: &[BotReport]) -> serde_json::Value {
+fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde_json::Value {
     let sum = |f: fn(&BotReport) -> u64| finals.iter().map(f).sum::<u64>();
     let sent = sum(|r| r.inputs_sent);
     let acked = sum(|r| r.acked);
     serde_json::json!({
         "players": finals.iter().filter(|r| r.joined).count(),
-        "bubbles_by_site": by_site(status, "bubbles"),
-        "handovers": status["handovers"]["committed"],
-        "handovers_failed": status["handovers"]["failed"],
+        "bubbles_by_site": by_site(status, |s| s.bubbles),
+        "handovers": status.handovers.committed,
+        "handovers_failed": status.handovers.failed,
         "inputs_sent": sent,
         "inputs_applied": sum(|r| r.applied),
         "inputs_acked": acked,

@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use horizon_core::CoreStatus;
 use horizon_testkit::Sandbox;
 use horizon_testkit::bots::BotReport;
 use serde::Deserialize;
@@ -235,17 +236,9 @@ pub(crate) fn now_s() -> f64 {
 }
 
 /// The player (bot index) → bubble and bubble → site maps of a status document.
-fn placement(status: &serde_json::Value) -> (BTreeMap<u64, u64>, BTreeMap<u64, String>) {
-    let players = status["players"].as_array().cloned().unwrap_or_default();
-    let bubbles = status["bubbles"].as_array().cloned().unwrap_or_default();
-    let of = players
-        .iter()
-        .filter_map(|p| Some((p["player"].as_u64()?, p["bubble"].as_u64()?)))
-        .collect();
-    let site = bubbles
-        .iter()
-        .filter_map(|b| Some((b["bubble"].as_u64()?, b["site"].as_str()?.to_owned())))
-        .collect();
+fn placement(status: &CoreStatus) -> (BTreeMap<u64, u64>, BTreeMap<u64, String>) {
+    let of = status.players.iter().filter_map(|p| Some((p.player, p.bubble?))).collect();
+    let site = status.bubbles.iter().map(|b| (b.bubble, b.site.clone())).collect();
     (of, site)
 }
 
@@ -254,7 +247,7 @@ fn placement(status: &serde_json::Value) -> (BTreeMap<u64, u64>, BTreeMap<u64, S
 pub(crate) fn start(
     fault: &Fault,
     sandbox: &Sandbox,
-    status: &serde_json::Value,
+    status: &CoreStatus,
     bots: &[BotReport],
 ) -> Running {
     let (bubble_of, site_of) = placement(status);
@@ -290,18 +283,11 @@ pub(crate) fn start(
         }
         FaultKind::RestartCore => pick(&|_| true),
         FaultKind::KillServer { site } => {
-            let servers = status["sites"]
-                .as_array()
-                .and_then(|v| v.iter().find(|s| s["site"] == site.as_str()))
-                .and_then(|s| s["servers"].as_array().cloned())
-                .unwrap_or_default();
-            let busiest = servers
-                .iter()
-                .filter(|s| s["bubbles"].as_array().is_some_and(|b| !b.is_empty()))
-                .max_by_key(|s| s["players"].as_u64().unwrap_or(0));
-            match busiest.and_then(|s| Some((s["server"].as_str()?, s["bubbles"].as_array()?))) {
+            let servers = status.site(site).and_then(|s| s.servers.clone()).unwrap_or_default();
+            let busiest =
+                servers.iter().filter(|s| !s.bubbles.is_empty()).max_by_key(|s| s.players);
+            match busiest.map(|s| (s.server.as_str(), s.bubbles.clone())) {
                 Some((name, bubbles)) => {
-                    let bubbles: Vec<u64> = bubbles.iter().filter_map(|b| b.as_u64()).collect();
                     if !sandbox.kill_server(site, name) {
                         problem = Some(format!("server {name} not found to kill"));
                     }
@@ -313,7 +299,7 @@ pub(crate) fn start(
             pick(&|r| r.player.and_then(|p| bubble_of.get(&p)).is_some_and(|b| bubbles.contains(b)))
         }
     };
-    let generation = status["generation"].as_u64();
+    let generation = Some(u64::from(status.generation));
     let bubbles = bubble_ids(status);
     Running {
         fault: fault.clone(),
@@ -326,13 +312,12 @@ pub(crate) fn start(
     }
 }
 
-fn bubble_ids(status: &serde_json::Value) -> Vec<u64> {
-    let all = status["bubbles"].as_array().cloned().unwrap_or_default();
-    all.iter().filter_map(|b| b["bubble"].as_u64()).collect()
+fn bubble_ids(status: &CoreStatus) -> Vec<u64> {
+    status.bubbles.iter().map(|b| b.bubble).collect()
 }
 
 /// Looks at where the fault left its players ([`OBSERVE_AFTER_S`] after it ended).
-pub(crate) fn observe(r: &mut Running, status: &serde_json::Value, bots: &[BotReport]) {
+pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport]) {
     let (bubble_of, site_of) = placement(status);
     let mut at = BTreeMap::new();
     for &(i, _) in &r.affected {
@@ -341,7 +326,7 @@ pub(crate) fn observe(r: &mut Running, status: &serde_json::Value, bots: &[BotRe
             at.insert(p, site.clone());
         }
     }
-    let generation = status["generation"].as_u64();
+    let generation = Some(u64::from(status.generation));
     r.observed = Some(Observed { placed: at, generation, bubbles: bubble_ids(status) });
 }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use horizon_core::CoreStatus;
 use horizon_proto::Role;
 use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
@@ -51,11 +52,8 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// The site simulating `player` now, from the core's status.
-fn site_of(status: &serde_json::Value, player: u64) -> Option<String> {
-    let bubble =
-        status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
-    let b = status["bubbles"].as_array()?.iter().find(|b| b["bubble"] == bubble)?;
-    b["site"].as_str().map(str::to_owned)
+fn site_of(status: &CoreStatus, player: u64) -> Option<String> {
+    status.placement(player).map(|b| b.site.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,6 +116,12 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         .find(|a| a.site == "MTL")
         .and_then(|a| a.admin_addr)
         .expect("the agent's admin API");
+    // Each agent told the core where its admin API is: the core's status lists it.
+    assert_eq!(
+        status.site("MTL").and_then(|s| s.admin.clone()),
+        Some(mtl_admin.to_string()),
+        "sites[].admin"
+    );
     let (agent_ready, agent_metrics, agent_status) = (
         get(mtl_admin, "/readyz").await,
         get(mtl_admin, "/metrics").await,
@@ -164,7 +168,7 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
             "{name}: 3 MTL + 1 PAR end on MTL"
         );
     }
-    assert!(status["handovers"]["committed"].as_u64() >= Some(1), "{}", status["handovers"]);
+    assert!(status.handovers.committed >= 1, "{:?}", status.handovers);
     let lone = median(&reports["mtl-lone"].click_ms);
     let far = median(&reports["mtl-at-par"].click_ms);
     assert!(lone < 60.0, "lone MTL click-to-screen p50 {lone:.1} ms");
@@ -272,10 +276,8 @@ fn played_cleanly(r: &BotReport) {
 }
 
 /// The epoch of the bubble simulating `player`, from the core's status.
-fn epoch_of(status: &serde_json::Value, player: u64) -> Option<u64> {
-    let bubble =
-        status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
-    status["bubbles"].as_array()?.iter().find(|b| b["bubble"] == bubble)?["epoch"].as_u64()
+fn epoch_of(status: &CoreStatus, player: u64) -> Option<u64> {
+    status.placement(player).map(|b| b.epoch)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,14 +317,14 @@ async fn a_handover_whose_target_is_unreachable_is_abandoned_and_the_group_plays
         if first_epoch.is_none() {
             first_epoch = epoch_of(&status, p);
         }
-        if status["handovers"]["failed"].as_u64() >= Some(1) {
+        if status.handovers.failed >= 1 {
             abandoned = Some(status);
             break;
         }
     }
     let abandoned = abandoned.expect("the handover was abandoned");
     let p = host().expect("joined");
-    assert_eq!(abandoned["handovers"]["committed"].as_u64(), Some(0));
+    assert_eq!(abandoned.handovers.committed, 0);
     assert_eq!(site_of(&abandoned, p).as_deref(), Some("PAR"), "the source continues");
     assert!(
         epoch_of(&abandoned, p) > first_epoch,
@@ -346,7 +348,7 @@ async fn a_handover_whose_target_is_unreachable_is_abandoned_and_the_group_plays
     let reports = finish(sandbox, &dir, stop, running).await;
 
     let moved = moved.expect("the group reached MTL after the link healed");
-    assert!(moved["handovers"]["committed"].as_u64() >= Some(1));
+    assert!(moved.handovers.committed >= 1);
     for r in &reports {
         // Playing on through the abandoned attempt: no long silence.
         played_cleanly(r);
@@ -386,10 +388,7 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
     for _ in 0..60 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let status = sandbox.core.status().await.expect("status");
-        let parts = status["bubbles"]
-            .as_array()
-            .and_then(|b| b.iter().map(|b| b["parts"].as_array().map_or(0, Vec::len)).max())
-            .unwrap_or(0);
+        let parts = status.bubbles.iter().map(|b| b.parts.len()).max().unwrap_or(0);
         if parts >= 3 {
             spread = Some(status);
             break;
@@ -416,33 +415,28 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
     let reports = finish(sandbox, &dir, stop, running).await;
 
     let spread = spread.expect("the crowd's bubble was spread over three servers");
-    let bubbles = spread["bubbles"].as_array().expect("bubbles");
+    let bubbles = &spread.bubbles;
     assert_eq!(bubbles.len(), 1, "one bubble for the whole crowd: {bubbles:?}");
-    assert_eq!(bubbles[0]["site"], "PAR");
-    let bubble = bubbles[0]["bubble"].as_u64().expect("bubble id");
+    assert_eq!(bubbles[0].site, "PAR");
+    let bubble = bubbles[0].bubble;
     // Every group whole on one server, several servers holding the bubble.
-    let par = status["sites"].as_array().unwrap().iter().find(|s| s["site"] == "PAR").unwrap();
-    let holding: Vec<&serde_json::Value> = par["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["bubbles"].as_array().is_some_and(|b| b.contains(&bubble.into())))
-        .collect();
+    let par = status.site("PAR").expect("PAR");
+    let holding: Vec<&horizon_core::status::ServerStatus> =
+        par.servers.iter().flatten().filter(|s| s.bubbles.contains(&bubble)).collect();
     assert!(holding.len() >= 3, "servers holding the bubble: {holding:?}");
     for s in &holding {
-        let n = s["players"].as_u64().unwrap_or(0);
-        assert!(n > 0 && n % 3 == 0, "whole groups per server: {s}");
+        assert!(s.players > 0 && s.players % 3 == 0, "whole groups per server: {s:?}");
     }
     for r in &reports {
         assert!(r.inputs_sent > 50, "{} played: {r:?}", r.name);
         played_cleanly(r);
     }
     // Each part's server's tick rate reached the brain (the agent lists them in part order).
-    let spread_now = status["bubbles"].as_array().and_then(|b| b.first()).expect("the bubble");
-    let tps = spread_now["tps"].as_array().expect("tick rates per part");
+    let spread_now = status.bubbles.first().expect("the bubble");
+    let tps = spread_now.tps.as_ref().expect("tick rates per part");
     assert!(
-        tps.len() >= 3 && tps.iter().all(|t| t.as_f64().is_some_and(|t| t > 10.0)),
-        "tick rate of every part: {spread_now}"
+        tps.len() >= 3 && tps.iter().all(|t| t.is_some_and(|t| t > 10.0)),
+        "tick rate of every part: {spread_now:?}"
     );
     // State copies of the spread bubble: one per part, from each part's server.
     for part in 0..3 {
@@ -454,14 +448,12 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
 }
 
 /// The bubble simulating `player` and the server holding it, from the core's status.
-fn holder_of(status: &serde_json::Value, player: u64) -> Option<(u64, String, String)> {
-    let bubble =
-        status["players"].as_array()?.iter().find(|p| p["player"] == player)?["bubble"].as_u64()?;
-    for site in status["sites"].as_array()? {
-        for server in site["servers"].as_array().into_iter().flatten() {
-            if server["bubbles"].as_array()?.iter().any(|b| b.as_u64() == Some(bubble)) {
-                let name = server["server"].as_str()?.to_owned();
-                return Some((bubble, site["site"].as_str()?.to_owned(), name));
+fn holder_of(status: &CoreStatus, player: u64) -> Option<(u64, String, String)> {
+    let bubble = status.players.iter().find(|p| p.player == player)?.bubble?;
+    for site in &status.sites {
+        for server in site.servers.iter().flatten() {
+            if server.bubbles.contains(&bubble) {
+                return Some((bubble, site.site.clone(), server.server.clone()));
             }
         }
     }
@@ -484,7 +476,7 @@ fn played_through_a_failover(r: &BotReport, max_gap_ms: f64) {
 async fn wait_for<T>(
     sandbox: &Sandbox,
     secs: u64,
-    mut f: impl FnMut(&serde_json::Value) -> Option<T>,
+    mut f: impl FnMut(&CoreStatus) -> Option<T>,
 ) -> Option<T> {
     for _ in 0..secs * 5 {
         if let Some(status) = sandbox.core.status().await
@@ -548,7 +540,7 @@ async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_
     let reports = finish(m.sandbox, &m.dir, m.stop, m.running).await;
     let (site, status) = restored.expect("the bubble was restored on another server");
     assert_eq!(site, "MTL", "on a spare server of the same site");
-    assert_eq!(status["failovers"]["MTL"].as_u64(), Some(1), "{:?}", status["failovers"]);
+    assert_eq!(status.failovers.get("MTL"), Some(&1), "{:?}", status.failovers);
     let r = &reports[0];
     assert!(r.restores_seen >= 1, "the player's simulation went back to the copy: {r:?}");
     played_through_a_failover(r, 3_000.0);
@@ -569,10 +561,7 @@ async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_
     // Lease (10 s) + margin (2 s) after the last renewal (at most 5 s before the cut), then
     // the restore on PAR.
     let moved = wait_for(sandbox, 30, |s| {
-        let restored = s["bubbles"]
-            .as_array()?
-            .iter()
-            .any(|b| b["bubble"] == bubble && b["restoring"] == false);
+        let restored = s.bubble(bubble).is_some_and(|b| !b.restoring);
         (site_of(s, player).as_deref() == Some("PAR") && restored).then_some(())
     })
     .await;
@@ -606,11 +595,11 @@ async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_it
     let m = lone_montrealer("restart", |_| {}).await;
     let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
     let before = sandbox.core.status().await.expect("status");
-    let (generation, epoch) = (before["generation"].as_u64(), epoch_of(&before, player));
+    let (generation, epoch) = (before.generation, epoch_of(&before, player));
     sandbox.restart_core(Duration::from_secs(5)).await.expect("the core restarts");
     let back = tokio::time::Instant::now();
     let status = wait_for(&sandbox, 15, |s| {
-        (holder_of(s, player)?.0 == bubble && s["sites"][1]["agent_connected"] == true)
+        (holder_of(s, player)?.0 == bubble && s.site("MTL").is_some_and(|m| m.agent_connected))
             .then(|| s.clone())
     })
     .await;
@@ -621,11 +610,11 @@ async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_it
     let status = status.unwrap_or_else(|| {
         let l = last.unwrap_or_default();
         panic!(
-            "the player is back in their bubble at the restarted core: sites {} bubbles {} players {} decisions {}",
-            l["sites"], l["bubbles"], l["players"], l["recent_decisions"]
+            "the player is back in their bubble at the restarted core: sites {:?} bubbles {:?} players {:?} decisions {:?}",
+            l.sites, l.bubbles, l.players, l.recent_decisions
         )
     });
-    assert_eq!(status["generation"].as_u64(), generation.map(|g| g + 1), "a new generation");
+    assert_eq!(status.generation, generation + 1, "a new generation");
     assert_eq!(epoch_of(&status, player), epoch, "the relay kept its lease: same epoch");
     assert_eq!(site_of(&status, player).as_deref(), Some("MTL"));
     assert!(back_after < Duration::from_secs(15), "taken back {back_after:?} after the restart");
@@ -658,7 +647,7 @@ async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing
     assert_eq!(resumes, Some(1));
     let player = r.player.expect("joined");
     assert_eq!(site_of(&status, player).as_deref(), Some("MTL"), "still in its bubble");
-    let players = status["players"].as_array().map_or(0, Vec::len);
+    let players = status.players.len();
     assert_eq!(players, 1, "one player, not a second one for the new connection");
     played_through_a_failover(r, 2_000.0);
     eprintln!("reconnect: longest gap {:.0} ms", r.max_gap_ms);

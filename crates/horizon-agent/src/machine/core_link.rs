@@ -101,6 +101,9 @@ impl AgentMachine {
             Then::Nothing("player resync (sent again at the next registration)"),
             control::Request::Players { players },
         );
+        if let Some(addr) = self.cfg.advertise_admin.clone() {
+            self.ask_core(Then::Nothing("admin address"), control::Request::Admin { addr });
+        }
     }
 
     /// Dials the sites this agent must dial (one connection per pair: the site whose name
@@ -325,6 +328,7 @@ impl AgentMachine {
             | R::Lost { .. }
             | R::Players { .. }
             | R::PlayerIds { .. }
+            | R::Admin { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

@@ -123,6 +123,8 @@ pub struct MachineConfig {
     pub renew_every: Duration,
     /// The game servers' tick (part of the physical floor of a handover's freeze).
     pub server_tick: Duration,
+    /// Where operators reach this agent's admin API (told to the core for its status page).
+    pub advertise_admin: Option<String>,
 }
 
 /// What waits on the answer to a request the machine sent. Opaque: the shell hands it back

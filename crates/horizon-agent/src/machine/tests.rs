@@ -43,6 +43,7 @@ impl Harness {
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(2),
             server_tick: Duration::from_millis(33),
+            advertise_admin: None,
         };
         let now = Instant::now();
         let m = AgentMachine::new(cfg, Arc::new(AgentStats::default()), now);

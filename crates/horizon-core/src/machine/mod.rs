@@ -112,6 +112,8 @@ pub struct MachineConfig {
 pub(crate) struct AgentSession {
     pub(crate) conn: ConnId,
     pub(crate) transfer_addr: String,
+    /// Where operators reach its admin API (`host:port`), as it said; empty until then.
+    pub(crate) admin: String,
     /// Its Register arrived: it is told about peers, and peers about it.
     pub(crate) registered: bool,
     pub(crate) servers: Vec<control::ServerLoad>,
@@ -330,6 +332,7 @@ impl CoreMachine {
             AgentSession {
                 conn,
                 transfer_addr: String::new(),
+                admin: String::new(),
                 registered: false,
                 servers: Vec::new(),
             },
@@ -379,6 +382,13 @@ impl CoreMachine {
                 Ok(control::Reply::Done)
             }
             R::PlayerIds { count } => Ok(self.player_ids(site, count)),
+            R::Admin { addr } => {
+                if let Some(session) = self.agents.get_mut(&site) {
+                    // For operators only, shown as given (bounded by the frame limit).
+                    session.admin = addr.chars().take(256).collect();
+                }
+                Ok(control::Reply::Done)
+            }
             R::Players { players } => {
                 self.players(site, &players);
                 Ok(control::Reply::Done)

@@ -8,6 +8,10 @@ use horizon_proto::PlayerId;
 
 use super::CoreMachine;
 use crate::metrics::HandoverOutcome;
+use crate::status::{
+    BubbleStatus, CoreStatus, GroupStatus, HandoverCounts, PlayerStatus, ServerStatus, SiteStatus,
+    StaleRefused,
+};
 
 /// Groups listed in the status JSON, largest first.
 const STATUS_GROUPS: usize = 500;
@@ -51,7 +55,7 @@ impl CoreMachine {
     }
 
     /// The brain's proximity groups, each with its bubble (if all of it is in one) and homes.
-    fn groups(&self) -> Vec<serde_json::Value> {
+    fn groups(&self) -> Vec<GroupStatus> {
         let mut groups = self.mesh.groups();
         groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
         groups
@@ -71,11 +75,7 @@ impl CoreMachine {
                     1 => bubbles.into_iter().next().flatten(),
                     _ => None,
                 };
-                serde_json::json!({
-                    "players": g.iter().map(|p| p.0).collect::<Vec<_>>(),
-                    "homes": homes,
-                    "bubble": bubble,
-                })
+                GroupStatus { players: g.iter().map(|p| p.0).collect(), homes, bubble }
             })
             .collect()
     }
@@ -83,44 +83,67 @@ impl CoreMachine {
     /// The status document served at `/status`.
     /// `page` says which players to list (ids above `after`, at most `limit`); the document says
     /// how many there are (`players_total`) and where the next page starts (`players_next`).
-    pub fn status(&self, now: Time, page: horizon_admin::Page) -> serde_json::Value {
-        let sites: Vec<serde_json::Value> = self
+    pub fn status(&self, now: Time, page: horizon_admin::Page) -> CoreStatus {
+        let name = |s: horizon_mesh::SiteId| self.cfg.sites.name(s).to_string();
+        let bounds =
+            |b: &horizon_proto::Aabb| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]];
+        let sites = self
             .cfg
             .sites
             .ids()
             .map(|s| {
                 let agent = self.agents.get(&s);
-                serde_json::json!({
-                    "site": self.cfg.sites.name(s).to_string(),
-                    "core": s == self.cfg.sites.core(),
-                    "agent_connected": agent.is_some(),
-                    "players": self.mesh.players().iter().filter(|p| p.home == s).count(),
-                    "bubbles": self.registry.values().filter(|r| r.site == s).count(),
-                    "servers": agent.map_or(serde_json::Value::Null, |a| serde_json::json!(a.servers.iter().map(|x| serde_json::json!({
-                        "server": x.server.to_string(), "tps": x.tps, "players": x.players, "ready": x.ready,
-                        "bubbles": x.bubbles.iter().map(|b| b.0).collect::<Vec<_>>(),
-                    })).collect::<Vec<_>>())),
-                    "backbone_rtt_ms": self.cfg.sites.ids().filter(|o| *o != s).map(|o| (self.cfg.sites.name(o).to_string(), self.mesh.sites().backbone_ms(s, o))).collect::<BTreeMap<_, _>>(),
-                })
+                let servers = agent.map(|a| {
+                    a.servers
+                        .iter()
+                        .map(|x| ServerStatus {
+                            server: x.server.to_string(),
+                            tps: x.tps,
+                            players: x.players,
+                            ready: x.ready,
+                            bubbles: x.bubbles.iter().map(|b| b.0).collect(),
+                        })
+                        .collect()
+                });
+                SiteStatus {
+                    site: name(s),
+                    core: s == self.cfg.sites.core(),
+                    agent_connected: agent.is_some(),
+                    admin: agent.map(|a| a.admin.clone()).filter(|a| !a.is_empty()),
+                    players: self.mesh.players().iter().filter(|p| p.home == s).count(),
+                    bubbles: self.registry.values().filter(|r| r.site == s).count(),
+                    servers,
+                    backbone_rtt_ms: self
+                        .cfg
+                        .sites
+                        .ids()
+                        .filter(|o| *o != s)
+                        .map(|o| (name(o), self.mesh.sites().backbone_ms(s, o)))
+                        .collect(),
+                }
             })
             .collect();
-        let bubbles: Vec<serde_json::Value> = self
+        let bubbles = self
             .registry
             .iter()
-            .map(|(id, r)| {
-                serde_json::json!({
-                    "bubble": id.0,
-                    "site": self.cfg.sites.name(r.site).to_string(),
-                    "epoch": r.epoch,
-                    "world": r.world,
-                    "bounds": [[r.bounds.min.x, r.bounds.min.y, r.bounds.min.z], [r.bounds.max.x, r.bounds.max.y, r.bounds.max.z]],
-                    "players": r.members.len(),
-                    "homes": r.members.values().fold(BTreeMap::<String, usize>::new(), |mut m, h| { *m.entry(self.cfg.sites.name(*h).to_string()).or_default() += 1; m }),
-                    "moving": r.moving.map(|h| h.0),
-                    "restoring": r.restoring,
-                    "tps": self.mesh.bubble_by_id(horizon_mesh::BubbleId(id.0)).map(|b| b.part_tps().to_vec()),
-                    "parts": r.parts.iter().map(|b| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]]).collect::<Vec<_>>(),
-                })
+            .map(|(id, r)| BubbleStatus {
+                bubble: id.0,
+                site: name(r.site),
+                epoch: r.epoch,
+                world: r.world,
+                bounds: bounds(&r.bounds),
+                players: r.members.len(),
+                homes: r.members.values().fold(BTreeMap::new(), |mut m, h| {
+                    *m.entry(name(*h)).or_default() += 1;
+                    m
+                }),
+                moving: r.moving.map(|h| h.0),
+                restoring: r.restoring,
+                tps: self
+                    .mesh
+                    .bubble_by_id(horizon_mesh::BubbleId(id.0))
+                    .map(|b| b.part_tps().to_vec()),
+                parts: r.parts.iter().map(bounds).collect(),
             })
             .collect();
         let mut listed: Vec<&horizon_mesh::Player> =
@@ -129,41 +152,48 @@ impl CoreMachine {
         let limit = page.limit.max(1);
         let next = (listed.len() > limit).then(|| listed[limit - 1].id.0);
         listed.truncate(limit);
-        let players: Vec<serde_json::Value> = listed
+        let players = listed
             .into_iter()
-            .map(|p| {
-                serde_json::json!({
-                    "player": p.id.0,
-                    "home": self.cfg.sites.name(p.home).to_string(),
-                    "world": p.world.0,
-                    "pos": [p.position.x, p.position.y, p.position.z],
-                    "bubble": self.placed.get(&PlayerId(p.id.0)).map(|b| b.0),
-                    "latency_ms": self.mesh.latency_of(p.id),
-                })
+            .map(|p| PlayerStatus {
+                player: p.id.0,
+                home: name(p.home),
+                world: p.world.0,
+                pos: [p.position.x, p.position.y, p.position.z],
+                bubble: self.placed.get(&PlayerId(p.id.0)).map(|b| b.0),
+                latency_ms: self.mesh.latency_of(p.id),
             })
             .collect();
-        serde_json::json!({
-            "core": self.cfg.sites.name(self.cfg.sites.core()).to_string(),
-            "generation": self.generation,
-            "uptime_s": now.as_secs_f64(),
-            "tick": self.mesh.last_stats(),
-            "handovers": {
-                "committed": self.metrics.handovers_ended(HandoverOutcome::Committed),
-                "failed": self.metrics.handovers_ended(HandoverOutcome::Abandoned) + self.metrics.handovers_ended(HandoverOutcome::GivenUp),
-                "in_flight": self.handovers.len(),
+        let ended = |o| self.metrics.handovers_ended(o);
+        let per_site = |c: &crate::metrics::PerSite<prometheus::IntCounter>| {
+            self.cfg.sites.ids().map(|s| c.get(s.index())).sum::<u64>()
+        };
+        CoreStatus {
+            core: name(self.cfg.sites.core()),
+            generation: self.generation,
+            uptime_s: now.as_secs_f64(),
+            tick: self.mesh.last_stats(),
+            handovers: HandoverCounts {
+                committed: ended(HandoverOutcome::Committed),
+                failed: ended(HandoverOutcome::Abandoned) + ended(HandoverOutcome::GivenUp),
+                in_flight: self.handovers.len(),
             },
-            "stale_refused": {
-                "copies": self.cfg.sites.ids().map(|s| self.metrics.backups_refused.get(s.index())).sum::<u64>(),
-                "renewals": self.cfg.sites.ids().map(|s| self.metrics.leases_refused.get(s.index())).sum::<u64>(),
+            stale_refused: StaleRefused {
+                copies: per_site(&self.metrics.backups_refused),
+                renewals: per_site(&self.metrics.leases_refused),
             },
-            "failovers": self.cfg.sites.ids().map(|s| (self.cfg.sites.name(s).to_string(), self.metrics.failovers_to(s))).collect::<BTreeMap<_, _>>(),
-            "sites": sites,
-            "bubbles": bubbles,
-            "groups": self.groups(),
-            "players": players,
-            "players_total": self.mesh.players().len(),
-            "players_next": next,
-            "recent_decisions": self.decisions.iter().rev().take(50).collect::<Vec<_>>(),
-        })
+            failovers: self
+                .cfg
+                .sites
+                .ids()
+                .map(|s| (name(s), self.metrics.failovers_to(s)))
+                .collect(),
+            sites,
+            bubbles,
+            groups: self.groups(),
+            players,
+            players_total: self.mesh.players().len(),
+            players_next: next,
+            recent_decisions: self.decisions.iter().rev().take(50).cloned().collect(),
+        }
     }
 }

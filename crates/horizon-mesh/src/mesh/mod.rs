@@ -212,7 +212,7 @@ pub enum Command {
 }
 
 /// Figures of one tick, for logs, metrics and benchmarks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TickStats {
     pub players: u32,
     pub counted: u32,

@@ -1,0 +1,138 @@
+//! The core's status document (`/status`), typed: what the admin API serves, the status page
+//! draws, and the demo and tests read (`CoreHandle::status`). Field names are the JSON keys.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole document. Players are listed a page at a time (`players_total`, `players_next`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoreStatus {
+    /// The core's site.
+    pub core: String,
+    /// The core's generation (+1 at every start on its store).
+    pub generation: u32,
+    pub uptime_s: f64,
+    /// The brain's last tick.
+    pub tick: horizon_mesh::TickStats,
+    pub handovers: HandoverCounts,
+    /// Stale-epoch writes refused (I1 seen from the core).
+    pub stale_refused: StaleRefused,
+    /// Failovers so far, by the site the bubbles went to.
+    pub failovers: BTreeMap<String, u64>,
+    pub sites: Vec<SiteStatus>,
+    pub bubbles: Vec<BubbleStatus>,
+    /// The brain's proximity groups, largest first (at most 500).
+    pub groups: Vec<GroupStatus>,
+    pub players: Vec<PlayerStatus>,
+    pub players_total: usize,
+    /// The `after` of the next page, if any.
+    pub players_next: Option<u64>,
+    /// The brain's latest decisions (free-form, newest first).
+    pub recent_decisions: Vec<serde_json::Value>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HandoverCounts {
+    pub committed: u64,
+    /// Abandoned before the freeze or given up after it.
+    pub failed: u64,
+    pub in_flight: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StaleRefused {
+    /// State copies refused (not the current holder or epoch).
+    pub copies: u64,
+    /// Renewals refused (fenced or expired).
+    pub renewals: u64,
+}
+
+/// One site, as the core sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteStatus {
+    pub site: String,
+    /// The core's own site.
+    pub core: bool,
+    pub agent_connected: bool,
+    /// Where operators reach the site agent's admin API (`host:port`), as it said.
+    pub admin: Option<String>,
+    /// Players homed here.
+    pub players: usize,
+    /// Bubbles simulated here.
+    pub bubbles: usize,
+    /// The agent's game servers, as it last reported them (`None` while it is away).
+    pub servers: Option<Vec<ServerStatus>>,
+    /// Backbone round trips to the other sites, as measured (ms).
+    pub backbone_rtt_ms: BTreeMap<String, f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    pub server: String,
+    pub tps: f32,
+    pub players: u32,
+    pub ready: bool,
+    pub bubbles: Vec<u64>,
+}
+
+/// A box: `[[min x, y, z], [max x, y, z]]`.
+pub type Bounds = [[f64; 3]; 2];
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BubbleStatus {
+    pub bubble: u64,
+    /// Its holder.
+    pub site: String,
+    pub epoch: u64,
+    pub world: u32,
+    pub bounds: Bounds,
+    pub players: usize,
+    /// Its members by home site.
+    pub homes: BTreeMap<String, usize>,
+    /// The handover under way, if any.
+    pub moving: Option<u64>,
+    /// Being restored from its copy (a failover).
+    pub restoring: bool,
+    /// Ticks per second of each part, as its servers report (`None`: not reported yet).
+    pub tps: Option<Vec<Option<f64>>>,
+    /// The parts' boxes when spread over several servers.
+    pub parts: Vec<Bounds>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub players: Vec<u64>,
+    pub homes: BTreeMap<String, usize>,
+    /// The bubble holding the whole group, if one does.
+    pub bubble: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlayerStatus {
+    pub player: u64,
+    pub home: String,
+    pub world: u32,
+    pub pos: [f64; 3],
+    pub bubble: Option<u64>,
+    /// The latency the brain scores the player's bubble with (ms), if placed.
+    pub latency_ms: Option<f64>,
+}
+
+impl CoreStatus {
+    /// The site named `site`.
+    pub fn site(&self, site: &str) -> Option<&SiteStatus> {
+        self.sites.iter().find(|s| s.site == site)
+    }
+
+    /// The bubble `bubble`.
+    pub fn bubble(&self, bubble: u64) -> Option<&BubbleStatus> {
+        self.bubbles.iter().find(|b| b.bubble == bubble)
+    }
+
+    /// The bubble player `player` is in, and its holder.
+    pub fn placement(&self, player: u64) -> Option<&BubbleStatus> {
+        let bubble = self.players.iter().find(|p| p.player == player)?.bubble?;
+        self.bubble(bubble)
+    }
+}
