@@ -78,8 +78,7 @@ impl CoreConfig {
             errors.push(format!("tick_s = {tick_s}: must be within 0.1..=60"));
         }
         let period_ms = (tick_s.clamp(0.1, 60.0) * 1000.0).round() as u64;
-        let parsed =
-            horizon_sim::scenario::sites_and_thresholds(raw.sites, raw.thresholds, period_ms);
+        let parsed = horizon_mesh::file::sites_and_thresholds(raw.sites, raw.thresholds, period_ms);
         let mut addr = |key: &str, v: &str| match v.parse::<SocketAddr>() {
             Ok(a) => a,
             Err(e) => {

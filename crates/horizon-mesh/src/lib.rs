@@ -15,6 +15,7 @@
 
 pub mod bubble;
 pub mod config;
+pub mod file;
 pub mod geom;
 pub mod grouping;
 pub mod ids;

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use horizon_mesh::{
-    PlayerId, PlayerJoin, PlayerUpdate, Role, SiteId, SiteName, Sites, Thresholds, Vec3, WorldId,
+    PlayerId, PlayerJoin, PlayerUpdate, Role, SiteId, Sites, Thresholds, Vec3, WorldId,
 };
 use serde::Deserialize;
 
@@ -13,16 +13,11 @@ use horizon_mesh::rng::Rng;
 
 /// Limits that keep a scenario from exhausting memory or running forever.
 pub const MAX_PLAYERS: usize = 2_000_000;
-pub const MAX_DURATION_S: f64 = 30.0 * 24.0 * 3600.0;
+pub const MAX_DURATION_S: f64 = horizon_mesh::file::MAX_SECONDS;
 pub const MAX_STEPS: u64 = 10_000_000;
 
-/// One problem in a scenario file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// Where: a dotted key such as `players[2].home`, or `file` for syntax errors.
-    pub key: String,
-    pub why: String,
-}
+/// One problem in a scenario file (the brain's tables' type: they are read alike).
+pub use horizon_mesh::file::Problem;
 
 /// A scenario file that cannot be run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -63,46 +58,7 @@ struct RawScenario {
     site_events: Vec<RawSiteEvent>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawSites {
-    core: String,
-    list: Vec<String>,
-    #[serde(default)]
-    backbone_rtt_ms: BTreeMap<String, f64>,
-    #[serde(default)]
-    ready_servers: BTreeMap<String, u32>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawThresholds {
-    cap_ms: Option<f64>,
-    gain_ms: Option<f64>,
-    dwell_s: Option<f64>,
-    hold_s: Option<f64>,
-    weights: Option<RawWeights>,
-    group_radius_m: Option<f64>,
-    border_margin_m: Option<f64>,
-    merge_distance_m: Option<f64>,
-    lead_s: Option<f64>,
-    players_per_server: Option<u32>,
-    tps_min: Option<f64>,
-    split_sustain_s: Option<f64>,
-    merge_low_s: Option<f64>,
-    merge_fill_ratio: Option<f64>,
-    settle_s: Option<f64>,
-    lease_ttl_s: Option<f64>,
-    lease_drift_margin_s: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWeights {
-    pilot: Option<f64>,
-    player: Option<f64>,
-    afk: Option<f64>,
-}
+pub(crate) use horizon_mesh::file::{SitesTable as RawSites, ThresholdsTable as RawThresholds};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -227,29 +183,6 @@ impl Scenario {
     }
 }
 
-/// Reads the `[sites]` and `[thresholds]` tables exactly as scenario files write them, for
-/// other files that configure a brain (the core's configuration). `period_ms` is the tick.
-pub fn sites_and_thresholds(
-    sites: toml::Value,
-    thresholds: Option<toml::Value>,
-    period_ms: u64,
-) -> Result<(Sites, Thresholds), Vec<Problem>> {
-    let mut b = Builder::default();
-    let raw_sites = RawSites::deserialize(sites)
-        .map_err(|e| vec![Problem { key: "sites".into(), why: e.to_string() }])?;
-    let raw_thresholds = match thresholds {
-        Some(t) => RawThresholds::deserialize(t)
-            .map_err(|e| vec![Problem { key: "thresholds".into(), why: e.to_string() }])?,
-        None => RawThresholds::default(),
-    };
-    let sites = b.sites(&raw_sites);
-    let thresholds = b.thresholds(&raw_thresholds, period_ms);
-    match sites {
-        Some(sites) if b.problems.is_empty() => Ok((sites, thresholds)),
-        _ => Err(b.problems),
-    }
-}
-
 #[derive(Default)]
 pub(crate) struct Builder {
     pub(crate) problems: Vec<Problem>,
@@ -264,15 +197,7 @@ impl Builder {
     }
 
     pub(crate) fn seconds(&mut self, key: &str, s: f64) -> u64 {
-        if !s.is_finite() || s < 0.0 {
-            self.bad(key, format!("must be a finite number of seconds >= 0, got {s}"));
-            return 0;
-        }
-        if s > MAX_DURATION_S {
-            self.bad(key, format!("must be at most {MAX_DURATION_S} s, got {s}"));
-            return 0;
-        }
-        (s * 1000.0).round() as u64
+        horizon_mesh::file::seconds(key, s, &mut self.problems)
     }
 
     fn world(&mut self, name: Option<&str>) -> WorldId {
@@ -531,76 +456,10 @@ impl Builder {
     }
 
     pub(crate) fn sites(&mut self, raw: &RawSites) -> Option<Sites> {
-        let mut names = Vec::new();
-        for (i, n) in raw.list.iter().enumerate() {
-            match SiteName::new(n) {
-                Ok(s) => names.push(s),
-                Err(e) => self.bad(format!("sites.list[{i}]"), e.to_string()),
-            }
-        }
-        let core = match SiteName::new(&raw.core) {
-            Ok(c) => c,
-            Err(e) => {
-                self.bad("sites.core", e.to_string());
-                return None;
-            }
-        };
-        let mut pairs = Vec::new();
-        for (pair, &ms) in &raw.backbone_rtt_ms {
-            let key = format!("sites.backbone_rtt_ms.{pair}");
-            let parts: Vec<&str> = pair.split('-').collect();
-            let [a, b] = parts[..] else {
-                self.bad(key, "a pair is written SITE-SITE, e.g. PAR-MTL");
-                continue;
-            };
-            match (SiteName::new(a), SiteName::new(b)) {
-                (Ok(a), Ok(b)) => pairs.push((a, b, ms)),
-                _ => self.bad(key, "a pair is written SITE-SITE, e.g. PAR-MTL"),
-            }
-        }
-        match Sites::new(names, &core, &pairs) {
-            Ok(s) => Some(s),
-            Err(errors) => {
-                for e in errors {
-                    self.bad("sites", e.to_string());
-                }
-                None
-            }
-        }
+        horizon_mesh::file::sites(raw, &mut self.problems)
     }
 
     pub(crate) fn thresholds(&mut self, raw: &RawThresholds, tick_ms: u64) -> Thresholds {
-        let mut t = Thresholds { period_ms: tick_ms.max(1), ..Thresholds::default() };
-        let ms = |b: &mut Self, key: &str, v: Option<f64>, d: u64| {
-            v.map_or(d, |s| b.seconds(&format!("thresholds.{key}"), s))
-        };
-        t.dwell_ms = ms(self, "dwell_s", raw.dwell_s, t.dwell_ms);
-        t.hold_ms = ms(self, "hold_s", raw.hold_s, t.hold_ms);
-        t.split_sustain_ms = ms(self, "split_sustain_s", raw.split_sustain_s, t.split_sustain_ms);
-        t.merge_low_ms = ms(self, "merge_low_s", raw.merge_low_s, t.merge_low_ms);
-        t.settle_ms = ms(self, "settle_s", raw.settle_s, t.settle_ms);
-        t.lease_ttl_ms = ms(self, "lease_ttl_s", raw.lease_ttl_s, t.lease_ttl_ms);
-        t.lease_drift_margin_ms =
-            ms(self, "lease_drift_margin_s", raw.lease_drift_margin_s, t.lease_drift_margin_ms);
-        t.cap_ms = raw.cap_ms.unwrap_or(t.cap_ms);
-        t.gain_ms = raw.gain_ms.unwrap_or(t.gain_ms);
-        t.group_radius_m = raw.group_radius_m.unwrap_or(t.group_radius_m);
-        t.border_margin_m = raw.border_margin_m.unwrap_or(t.border_margin_m);
-        t.merge_distance_m = raw.merge_distance_m.unwrap_or(t.merge_distance_m);
-        t.lead_s = raw.lead_s.unwrap_or(t.lead_s);
-        t.players_per_server = raw.players_per_server.unwrap_or(t.players_per_server);
-        t.tps_min = raw.tps_min.unwrap_or(t.tps_min);
-        t.merge_fill_ratio = raw.merge_fill_ratio.unwrap_or(t.merge_fill_ratio);
-        if let Some(w) = &raw.weights {
-            t.weights.pilot = w.pilot.unwrap_or(t.weights.pilot);
-            t.weights.player = w.player.unwrap_or(t.weights.player);
-            t.weights.afk = w.afk.unwrap_or(t.weights.afk);
-        }
-        if let Err(errors) = t.validate() {
-            for e in errors {
-                self.bad("thresholds", e.to_string());
-            }
-        }
-        t
+        horizon_mesh::file::thresholds(raw, tick_ms, &mut self.problems)
     }
 }

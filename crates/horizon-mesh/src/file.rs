@@ -1,0 +1,211 @@
+//! The brain's tables as files write them: `[sites]` and `[thresholds]`, read the same way by
+//! the core's configuration, scenario files and population files (docs/scenarios.md). Every
+//! problem is collected with its dotted key.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::{SiteName, Sites, Thresholds};
+
+/// The longest duration a file may give, in seconds (30 days).
+pub const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// One problem in a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Where: a dotted key such as `players[2].home`, or `file` for syntax errors.
+    pub key: String,
+    pub why: String,
+}
+
+impl Problem {
+    pub fn new(key: impl Into<String>, why: impl Into<String>) -> Self {
+        Problem { key: key.into(), why: why.into() }
+    }
+}
+
+/// `[sites]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SitesTable {
+    pub core: String,
+    pub list: Vec<String>,
+    #[serde(default)]
+    pub backbone_rtt_ms: BTreeMap<String, f64>,
+    /// Ready game servers per site (the simulators; the core learns them from its agents).
+    #[serde(default)]
+    pub ready_servers: BTreeMap<String, u32>,
+}
+
+/// `[thresholds]`: each key overrides the SPEC's default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdsTable {
+    cap_ms: Option<f64>,
+    gain_ms: Option<f64>,
+    dwell_s: Option<f64>,
+    hold_s: Option<f64>,
+    weights: Option<WeightsTable>,
+    group_radius_m: Option<f64>,
+    border_margin_m: Option<f64>,
+    merge_distance_m: Option<f64>,
+    lead_s: Option<f64>,
+    players_per_server: Option<u32>,
+    tps_min: Option<f64>,
+    split_sustain_s: Option<f64>,
+    merge_low_s: Option<f64>,
+    merge_fill_ratio: Option<f64>,
+    settle_s: Option<f64>,
+    lease_ttl_s: Option<f64>,
+    lease_drift_margin_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WeightsTable {
+    pilot: Option<f64>,
+    player: Option<f64>,
+    afk: Option<f64>,
+}
+
+/// `s` seconds as milliseconds, or a problem at `key` (negative, not finite, over
+/// [`MAX_SECONDS`]) and 0.
+pub fn seconds(key: &str, s: f64, problems: &mut Vec<Problem>) -> u64 {
+    if !s.is_finite() || s < 0.0 {
+        problems
+            .push(Problem::new(key, format!("must be a finite number of seconds >= 0, got {s}")));
+        return 0;
+    }
+    if s > MAX_SECONDS {
+        problems.push(Problem::new(key, format!("must be at most {MAX_SECONDS} s, got {s}")));
+        return 0;
+    }
+    (s * 1000.0).round() as u64
+}
+
+/// The site table of `[sites]`, or `None` with its problems.
+pub fn sites(raw: &SitesTable, problems: &mut Vec<Problem>) -> Option<Sites> {
+    let mut names = Vec::new();
+    for (i, n) in raw.list.iter().enumerate() {
+        match SiteName::new(n) {
+            Ok(s) => names.push(s),
+            Err(e) => problems.push(Problem::new(format!("sites.list[{i}]"), e.to_string())),
+        }
+    }
+    let core = match SiteName::new(&raw.core) {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(Problem::new("sites.core", e.to_string()));
+            return None;
+        }
+    };
+    let mut pairs = Vec::new();
+    for (pair, &ms) in &raw.backbone_rtt_ms {
+        let key = format!("sites.backbone_rtt_ms.{pair}");
+        let parts: Vec<&str> = pair.split('-').collect();
+        let written = "a pair is written SITE-SITE, e.g. PAR-MTL";
+        let [a, b] = parts[..] else {
+            problems.push(Problem::new(key, written));
+            continue;
+        };
+        match (SiteName::new(a), SiteName::new(b)) {
+            (Ok(a), Ok(b)) => pairs.push((a, b, ms)),
+            _ => problems.push(Problem::new(key, written)),
+        }
+    }
+    match Sites::new(names, &core, &pairs) {
+        Ok(s) => Some(s),
+        Err(errors) => {
+            problems.extend(errors.into_iter().map(|e| Problem::new("sites", e.to_string())));
+            None
+        }
+    }
+}
+
+/// The thresholds of `[thresholds]` over the defaults, with the tick `tick_ms`; problems
+/// (a bad duration, a validation failure) are collected.
+pub fn thresholds(raw: &ThresholdsTable, tick_ms: u64, problems: &mut Vec<Problem>) -> Thresholds {
+    let mut t = Thresholds { period_ms: tick_ms.max(1), ..Thresholds::default() };
+    let mut ms = |key: &str, v: Option<f64>, d: u64| {
+        v.map_or(d, |s| seconds(&format!("thresholds.{key}"), s, problems))
+    };
+    t.dwell_ms = ms("dwell_s", raw.dwell_s, t.dwell_ms);
+    t.hold_ms = ms("hold_s", raw.hold_s, t.hold_ms);
+    t.split_sustain_ms = ms("split_sustain_s", raw.split_sustain_s, t.split_sustain_ms);
+    t.merge_low_ms = ms("merge_low_s", raw.merge_low_s, t.merge_low_ms);
+    t.settle_ms = ms("settle_s", raw.settle_s, t.settle_ms);
+    t.lease_ttl_ms = ms("lease_ttl_s", raw.lease_ttl_s, t.lease_ttl_ms);
+    t.lease_drift_margin_ms =
+        ms("lease_drift_margin_s", raw.lease_drift_margin_s, t.lease_drift_margin_ms);
+    t.cap_ms = raw.cap_ms.unwrap_or(t.cap_ms);
+    t.gain_ms = raw.gain_ms.unwrap_or(t.gain_ms);
+    t.group_radius_m = raw.group_radius_m.unwrap_or(t.group_radius_m);
+    t.border_margin_m = raw.border_margin_m.unwrap_or(t.border_margin_m);
+    t.merge_distance_m = raw.merge_distance_m.unwrap_or(t.merge_distance_m);
+    t.lead_s = raw.lead_s.unwrap_or(t.lead_s);
+    t.players_per_server = raw.players_per_server.unwrap_or(t.players_per_server);
+    t.tps_min = raw.tps_min.unwrap_or(t.tps_min);
+    t.merge_fill_ratio = raw.merge_fill_ratio.unwrap_or(t.merge_fill_ratio);
+    if let Some(w) = &raw.weights {
+        t.weights.pilot = w.pilot.unwrap_or(t.weights.pilot);
+        t.weights.player = w.player.unwrap_or(t.weights.player);
+        t.weights.afk = w.afk.unwrap_or(t.weights.afk);
+    }
+    if let Err(errors) = t.validate() {
+        problems.extend(errors.into_iter().map(|e| Problem::new("thresholds", e.to_string())));
+    }
+    t
+}
+
+/// Reads `[sites]` and `[thresholds]` (absent: the defaults) from any serde format's values
+/// (the core's configuration passes TOML ones). `period_ms` is the tick.
+pub fn sites_and_thresholds<'de, D: Deserializer<'de>>(
+    sites_table: D,
+    thresholds_table: Option<D>,
+    period_ms: u64,
+) -> Result<(Sites, Thresholds), Vec<Problem>> {
+    let raw_sites = SitesTable::deserialize(sites_table)
+        .map_err(|e| vec![Problem::new("sites", e.to_string())])?;
+    let raw_thresholds = match thresholds_table {
+        Some(t) => ThresholdsTable::deserialize(t)
+            .map_err(|e| vec![Problem::new("thresholds", e.to_string())])?,
+        None => ThresholdsTable::default(),
+    };
+    let mut problems = Vec::new();
+    let sites = sites(&raw_sites, &mut problems);
+    let thresholds = thresholds(&raw_thresholds, period_ms, &mut problems);
+    match sites {
+        Some(sites) if problems.is_empty() => Ok((sites, thresholds)),
+        _ => Err(problems),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(sites: &str, thresholds: Option<&str>) -> Result<(Sites, Thresholds), Vec<Problem>> {
+        let value = |t: &str| t.parse::<toml::Table>().map(toml::Value::Table).expect("TOML");
+        sites_and_thresholds(value(sites), thresholds.map(value), 5000)
+    }
+
+    #[test]
+    fn the_tables_read_with_defaults_and_every_problem_named_by_its_key() {
+        let sites = r#"core = "PAR"
+            list = ["PAR", "MTL"]
+            backbone_rtt_ms = { PAR-MTL = 85 }"#;
+        let (s, t) = read(sites, Some("dwell_s = 10")).unwrap();
+        assert_eq!((s.len(), t.dwell_ms, t.period_ms), (2, 10_000, 5000));
+        assert_eq!(t.hold_ms, Thresholds::default().hold_ms);
+        let problems =
+            read(&sites.replace("PAR-MTL", "PARMTL"), Some("dwell_s = -1\nsettle_s = 1e12"))
+                .unwrap_err();
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        for key in ["sites.backbone_rtt_ms.PARMTL", "thresholds.dwell_s", "thresholds.settle_s"] {
+            assert!(keys.contains(&key), "{key} in {problems:?}");
+        }
+        let unknown = read(sites, Some("dwel_s = 1")).unwrap_err();
+        assert!(unknown[0].why.contains("unknown field `dwel_s`"), "{unknown:?}");
+    }
+}
