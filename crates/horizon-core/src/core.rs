@@ -21,9 +21,10 @@ use tokio::time::Instant;
 use crate::admin::{AdminQuery, CoreSource, PAGE};
 use crate::config::CoreConfig;
 use crate::machine::{
-    ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken, StoredCopy,
+    ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken,
 };
 use crate::store::{Durable, Store, StoreError};
+use crate::writer::{Barrier, Done, Step, Writer};
 
 const EVENT_QUEUE: usize = 4096;
 /// Orders queued per agent. A full queue is an error (counted), never a silent wait.
@@ -133,10 +134,13 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         listener.close("core stopping");
     });
     tracing::info!(site = %core_name, %control_addr, %admin_addr, generation, "core serving");
+    let writer = Writer::start(Box::new(store), events_tx.clone(), Event::Stored)
+        .map_err(|e| CoreError::Config(format!("cannot start the store thread: {e}")))?;
     let shell = Shell {
         sites: cfg.sites.clone(),
         machine,
-        store: Box::new(store),
+        writer: Some(writer),
+        barrier: Barrier::default(),
         started: Instant::now(),
         conns: HashMap::new(),
         replies: HashMap::new(),
@@ -153,6 +157,8 @@ enum Event {
     AgentGone(SiteId, ConnId),
     Backup(SiteId, ConnId, control::Backup),
     OrderDone(OrderId, Result<control::Reply, String>),
+    /// The store thread finished a job.
+    Stored(Done),
 }
 
 /// One agent connection: how to reach it.
@@ -164,7 +170,10 @@ struct AgentConn {
 struct Shell {
     sites: horizon_mesh::Sites,
     machine: CoreMachine,
-    store: Box<dyn Durable>,
+    /// The store, on its thread (`None` once closed).
+    writer: Option<Writer>,
+    /// The machine's effects not carried out yet (they wait behind a write).
+    barrier: Barrier,
     started: Instant,
     conns: HashMap<ConnId, AgentConn>,
     /// Agent requests waiting for the machine's reply.
@@ -197,6 +206,11 @@ impl Shell {
         }
         for agent in self.conns.values() {
             agent.conn.close(ErrorCode::ShuttingDown, "core stopping");
+        }
+        // The store thread finishes what it was sent (flushed), then releases the store.
+        drop(events);
+        if let Some(writer) = self.writer.take() {
+            writer.close().await;
         }
         tracing::info!("core stopped");
     }
@@ -238,6 +252,20 @@ impl Shell {
                 Input::AgentDisconnected { site, conn }
             }
             Event::OrderDone(order, result) => Input::OrderDone { order, result },
+            Event::Stored(Done::Written(result)) => {
+                self.barrier.written();
+                match result {
+                    Ok(()) => return,
+                    Err(e) => {
+                        // Ownership must be durable before it is used; a store that cannot
+                        // write is fatal for a production core (the supervisor restarts it
+                        // with a new generation). Counted and logged here.
+                        tracing::error!(error = %e, "store write failed");
+                        Input::StoreFailed
+                    }
+                }
+            }
+            Event::Stored(Done::Read(bubble, copy)) => Input::BackupRead { bubble, copy },
         };
         self.machine.handle(input, now);
     }
@@ -278,61 +306,47 @@ impl Shell {
         Some(Input::AgentConnected { site, conn: id })
     }
 
-    /// Carries out the machine's effects, in order, feeding back what completes at once.
+    /// Carries out the machine's effects, in order. Writes go to the store thread; nothing
+    /// after a write is carried out until it is durable (the loop takes events meanwhile).
     fn carry_out(&mut self) {
         while let Some(effect) = self.machine.poll_effect() {
-            match effect {
-                Effect::Send { conn, lane, order, request, .. } => {
-                    self.send(conn, lane, order, request)
-                }
-                Effect::Reply { token, reply } => {
-                    if let Some(req) = self.replies.remove(&token) {
-                        tokio::spawn(req.reply(reply));
-                    }
-                }
-                Effect::Persist(record) => {
-                    if let Err(e) = self.store.append(record) {
-                        // Ownership must be durable before it is used; a store that cannot
-                        // write is fatal for a production core (the supervisor restarts it
-                        // with a new generation). Counted and logged here.
-                        tracing::error!(error = %e, "store write failed");
+            self.barrier.push(effect);
+        }
+        while let Some(step) = self.barrier.next() {
+            match step {
+                Step::Now(effect) => self.carry_out_now(effect),
+                Step::Store(job) => {
+                    let writes = job.writes();
+                    if !self.writer.as_ref().is_some_and(|w| w.send(job)) {
+                        tracing::error!("the store thread is gone");
+                        if writes {
+                            self.barrier.written();
+                        }
                         self.machine.handle(Input::StoreFailed, self.now());
-                    }
-                }
-                Effect::PutBackup { bubble, epoch, tick, part, bytes } => {
-                    let put = match part {
-                        None => self.store.put_backup(bubble.0, epoch, tick, &bytes),
-                        Some(part) => {
-                            self.store.put_backup_part(bubble.0, epoch, part, tick, &bytes)
-                        }
-                    };
-                    if let Err(e) = put {
-                        tracing::error!(error = %e, "backup not stored");
-                        self.machine.handle(Input::StoreFailed, self.now());
-                    }
-                }
-                Effect::ReadBackup { bubble } => {
-                    let copy = match self.store.backup(bubble.0) {
-                        Some((meta, bytes)) if meta.parts.is_empty() => {
-                            Some(StoredCopy { epoch: meta.epoch, tick: meta.tick, bytes })
-                        }
-                        Some(_) => {
-                            tracing::error!(
-                                bubble = bubble.0,
-                                "the latest copy is spread over parts: restoring parts is not supported yet"
-                            );
-                            None
-                        }
-                        None => None,
-                    };
-                    self.machine.handle(Input::BackupRead { bubble, copy }, self.now());
-                }
-                Effect::Close { conn, code, why } => {
-                    if let Some(agent) = self.conns.get(&conn) {
-                        agent.conn.close(code, why);
                     }
                 }
             }
+        }
+    }
+
+    /// Carries out an effect that touches no store.
+    fn carry_out_now(&mut self, effect: Effect) {
+        match effect {
+            Effect::Send { conn, lane, order, request, .. } => {
+                self.send(conn, lane, order, request)
+            }
+            Effect::Reply { token, reply } => {
+                if let Some(req) = self.replies.remove(&token) {
+                    tokio::spawn(req.reply(reply));
+                }
+            }
+            Effect::Close { conn, code, why } => {
+                if let Some(agent) = self.conns.get(&conn) {
+                    agent.conn.close(code, why);
+                }
+            }
+            // Store effects go through `carry_out`.
+            Effect::Persist(_) | Effect::PutBackup { .. } | Effect::ReadBackup { .. } => {}
         }
     }
 

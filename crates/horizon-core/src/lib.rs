@@ -24,6 +24,7 @@ pub mod machine;
 mod metrics;
 pub mod status;
 pub mod store;
+mod writer;
 
 pub use crate::config::CoreConfig;
 pub use crate::core::{CoreError, CoreHandle, start};
