@@ -638,6 +638,11 @@ impl Shell {
                     tracing::warn!(handover = handover.0, "handover stream full or closed");
                 }
             }
+            Effect::Crossed { from, to, gap } => {
+                let sample =
+                    FreezeSample { from: from.to_string(), to: to.to_string(), gap, floor: None };
+                self.metrics.crossed(sample);
+            }
             Effect::InputsServed { delays, access_rtt } => {
                 self.metrics.inputs_served(&delays, access_rtt)
             }

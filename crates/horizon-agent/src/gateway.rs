@@ -75,6 +75,11 @@ pub(crate) struct PlayerSession {
     last_site: Option<Name>,
     /// The last move seen, until taken ([`PlayerSession::take_moved`]).
     moved: Option<Moved>,
+    /// The bubble of the last update delivered.
+    last_bubble: Option<BubbleId>,
+    /// The last change of bubble seen (a border crossing, a merge), until taken
+    /// ([`PlayerSession::take_crossed`]).
+    crossed: Option<Moved>,
     told_reconnecting: bool,
 }
 
@@ -91,6 +96,8 @@ impl PlayerSession {
             last_update: Some(now),
             last_site: None,
             moved: None,
+            last_bubble: None,
+            crossed: None,
             told_reconnecting: false,
         }
     }
@@ -169,6 +176,14 @@ impl PlayerSession {
                 }
             }
         }
+        if let (Some(prev), Some(last), Some(from)) =
+            (self.last_bubble, self.last_update, self.last_site.clone())
+            && prev != bubble
+        {
+            let gap = now.saturating_duration_since(last);
+            self.crossed = Some(Moved { from, to: site.clone(), gap });
+        }
+        self.last_bubble = Some(bubble);
         if self.last_site.as_ref() != Some(site) {
             self.last_site = Some(site.clone());
         }
@@ -185,6 +200,12 @@ impl PlayerSession {
     /// the update that acknowledged them (the mesh's part of the player's click-to-screen).
     pub(crate) fn take_served(&mut self) -> Vec<Duration> {
         std::mem::take(&mut self.served)
+    }
+
+    /// The player's last change of bubble (a border crossing, a merge): the gap between the
+    /// last update of the old bubble and the first of the new one, once.
+    pub(crate) fn take_crossed(&mut self) -> Option<Moved> {
+        self.crossed.take()
     }
 
     /// The last move of the player's bubble to a new holder (a newer epoch), once.
@@ -369,6 +390,25 @@ mod tests {
         s.on_update(BubbleId(7), Epoch(5), Seq(3), &name("MTL"), t0 + Duration::from_millis(100));
         let ms: Vec<u128> = s.take_served().iter().map(Duration::as_millis).collect();
         assert_eq!(ms, [70], "a resent input is timed from its first arrival");
+    }
+
+    #[test]
+    fn a_change_of_bubble_is_measured_once_as_the_gap_between_the_two_bubbles_updates() {
+        let t0 = Instant::now();
+        let mut s = routed(t0);
+        assert_eq!(s.take_crossed(), None, "the first bubble is no crossing");
+        assert!(s.set_route(BubbleId(8), name("PAR")));
+        let late = t0 + Duration::from_millis(20);
+        assert_eq!(
+            s.on_update(BubbleId(7), Epoch(5), Seq(0), &name("MTL"), late),
+            UpdateVerdict::NotTheirs
+        );
+        let t1 = t0 + Duration::from_millis(150);
+        s.on_update(BubbleId(8), Epoch(3), Seq(0), &name("PAR"), t1);
+        let crossed = Moved { from: name("MTL"), to: name("PAR"), gap: Duration::from_millis(150) };
+        assert_eq!(s.take_crossed(), Some(crossed));
+        s.on_update(BubbleId(8), Epoch(3), Seq(0), &name("PAR"), t1 + Duration::from_millis(30));
+        assert_eq!(s.take_crossed(), None, "once");
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub(crate) struct AgentMetrics {
     gauges: Vec<(IntGauge, Field)>,
     freeze: HistogramVec,
     freeze_excess: HistogramVec,
+    crossing_freeze: HistogramVec,
     input_delay: Histogram,
     click_to_screen: Histogram,
 }
@@ -151,6 +152,10 @@ impl AgentMetrics {
             "horizon_agent_freeze_excess_seconds",
             "That gap beyond its physical floor d(S,T) + d(T,h) - d(S,h) + tick (one-way delays from the measured backbone), for moves this site is one end of.",
         );
+        let crossing_freeze = histogram(
+            "horizon_agent_crossing_freeze_seconds",
+            "The gap in a player's updates when they changed bubble (a border crossing, a merge), between the last update of the old bubble and the first of the new one, by the sites of the two.",
+        );
         // This gateway's players are homed here: `home_site` is this site.
         let served = |name: &str, help: &str| {
             let opts = HistogramOpts::new(name, help)
@@ -176,8 +181,22 @@ impl AgentMetrics {
             gauges,
             freeze,
             freeze_excess,
+            crossing_freeze,
             input_delay,
             click_to_screen,
+        }
+    }
+
+    /// A change of bubble seen at the gateway (see `Effect::Crossed`): observed, and kept for
+    /// the demo.
+    pub(crate) fn crossed(&self, sample: crate::FreezeSample) {
+        let labels = [sample.from.as_str(), sample.to.as_str()];
+        self.crossing_freeze.with_label_values(&labels).observe(sample.gap.as_secs_f64());
+        if let Ok(mut log) = self.stats.crossing_freezes.lock() {
+            if log.len() >= crate::MAX_FREEZES {
+                log.remove(0);
+            }
+            log.push(sample);
         }
     }
 
@@ -303,6 +322,12 @@ mod tests {
     fn every_metric_an_agent_exports_is_documented() {
         let m = AgentMetrics::new("MTL", Arc::new(AgentStats::default()));
         m.inputs_served(&[Duration::from_millis(40)], Duration::from_millis(10));
+        m.crossed(crate::FreezeSample {
+            from: "MTL".into(),
+            to: "PAR".into(),
+            gap: Duration::from_millis(90),
+            floor: None,
+        });
         m.freeze(crate::FreezeSample {
             from: "PAR".into(),
             to: "MTL".into(),

@@ -35,6 +35,9 @@ pub struct AgentStats {
     /// The last moves of this site's players' bubbles to a new holder, as the gateway saw them
     /// (at most [`MAX_FREEZES`]; for the demo's report). Written by the shell, not the machine.
     pub freezes: std::sync::Mutex<Vec<FreezeSample>>,
+    /// The last changes of bubble of this site's players (border crossings, merges), as the
+    /// gateway saw them (at most [`MAX_FREEZES`], no floor; for the demo's report).
+    pub crossing_freezes: std::sync::Mutex<Vec<FreezeSample>>,
     pub handovers_in: AtomicU64,
 }
 

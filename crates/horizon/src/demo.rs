@@ -388,6 +388,11 @@ async fn run(args: DemoArgs) -> ExitCode {
         .iter()
         .flat_map(|a| a.stats.freezes.lock().map(|f| f.clone()).unwrap_or_default())
         .collect();
+    let crossings: Vec<horizon_agent::FreezeSample> = sandbox
+        .agents
+        .iter()
+        .flat_map(|a| a.stats.crossing_freezes.lock().map(|f| f.clone()).unwrap_or_default())
+        .collect();
     let core_site = sandbox.core_site().to_owned();
     let pods_by_pool = kube.as_ref().map(|k| k.pods_by_pool());
     sandbox.shutdown().await;
@@ -395,6 +400,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     let (freeze, excess) = freeze_report(&freezes);
     doc["freeze_ms"] = freeze;
     doc["freeze_excess_ms"] = excess;
+    doc["crossing_freeze_ms"] = freeze_report(&crossings).0;
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
     if let Some(k) = &kube {
         // The agents deleted their pods as they stopped (SIGTERM, then the grace period).

@@ -170,6 +170,14 @@ pub enum Effect {
         gap: Duration,
         floor: Option<Duration>,
     },
+    /// A player changed bubble (a border crossing, a merge): the gap between the last update
+    /// of the old bubble (from `from`) and the first of the new one (from `to`), at their home
+    /// gateway. For the metrics.
+    Crossed {
+        from: Name,
+        to: Name,
+        gap: Duration,
+    },
     /// Inputs of one player acknowledged by an update just delivered: for each, the time from
     /// reaching the gateway to that update (`delays`), and the player's access round trip
     /// (its smallest measured), which added to a delay estimates their click-to-screen. For the

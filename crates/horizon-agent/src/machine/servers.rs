@@ -229,6 +229,9 @@ impl AgentMachine {
             if let Some(moved) = p.session.take_moved() {
                 freezes.push(moved);
             }
+            if let Some(c) = p.session.take_crossed() {
+                self.effects.push_back(Effect::Crossed { from: c.from, to: c.to, gap: c.gap });
+            }
             let delays = p.session.take_served();
             if !delays.is_empty() {
                 let access_rtt = Duration::from_secs_f64(f64::from(p.min_rtt_ms.max(0.0)) / 1000.0);

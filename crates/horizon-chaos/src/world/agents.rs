@@ -216,7 +216,7 @@ impl World {
                 self.mirrors.remove(&handover);
             }
             // For the daemon's metrics: the simulator checks the players themselves.
-            E::Freeze { .. } | E::InputsServed { .. } => {}
+            E::Freeze { .. } | E::InputsServed { .. } | E::Crossed { .. } => {}
         }
     }
 
