@@ -96,6 +96,17 @@ pub fn render(registry: &Registry) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// The names of the `horizon_` metrics the registry exports now (those with a series: a
+/// labelled family appears once it has one).
+pub fn metric_names(registry: &Registry) -> std::collections::BTreeSet<String> {
+    registry
+        .gather()
+        .iter()
+        .map(|family| family.name().to_owned())
+        .filter(|name| name.starts_with("horizon_"))
+        .collect()
+}
+
 struct App {
     registry: Registry,
     source: Arc<dyn Source>,

@@ -336,12 +336,7 @@ mod tests {
         });
         let text = horizon_admin::render(&m.registry);
         let docs = include_str!("../../../docs/metrics.md");
-        let names: std::collections::BTreeSet<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| n.starts_with("horizon_"))
-            .collect();
+        let names = horizon_admin::metric_names(&m.registry);
         assert!(names.contains("horizon_agent_click_to_screen_seconds"), "{names:?}");
         assert!(names.contains("horizon_transport_replays_total"), "{names:?}");
         for name in names {
