@@ -18,7 +18,7 @@ use horizon_proto::{ChannelId, ErrorCode, HandoverId, Name, StateItem};
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
     Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
-    SharedToken, SiteCertificate, StreamReceiver, StreamSender, client_endpoint,
+    SharedToken, SiteCertificate, client_endpoint,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -27,16 +27,20 @@ use tokio::time::Instant;
 use crate::config::AgentConfig;
 use crate::driver::ServerDriver;
 use crate::machine::{AgentMachine, ConnId, Effect, Input, MachineConfig, Pending, Token};
+use crate::plumbing::{
+    accept_loop, forward_stream, open_stream_task, pump, pump_link, rtt_ms, server_lane,
+    stream_task,
+};
 use crate::stats::{AgentStats, FreezeSample};
 
-/// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
 /// Game servers stopping with the agent get this long after SIGTERM before SIGKILL.
 const SERVER_STOP_GRACE: Duration = Duration::from_secs(5);
+/// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
 const EVENT_QUEUE: usize = 8192;
 /// Items queued per outbound stream (to a server, a player, a peer) and requests queued per
 /// server lane. Beyond it, stream items are dropped (the next tick replaces an update, inputs
 /// wait for their re-send) and requests are answered with an error.
-const STREAM_QUEUE: usize = 2048;
+pub(crate) const STREAM_QUEUE: usize = 2048;
 /// How often the driver is asked which servers ended.
 const DRIVER_POLL: Duration = Duration::from_millis(200);
 
@@ -208,7 +212,7 @@ async fn serve_admin(
 }
 
 /// Everything that reaches the loop.
-enum Event {
+pub(crate) enum Event {
     Core(LinkEvent<Control>),
     CoreInbound(Inbound<Control>),
     ServerUp(Peer<Server>),
@@ -701,135 +705,4 @@ impl Shell {
         });
         self.dialed.insert(site, parts.link);
     }
-}
-
-fn rtt_ms<C: horizon_proto::Channel>(conn: &Conn<C>) -> f32 {
-    conn.stats().rtt.as_secs_f32() * 1000.0
-}
-
-/// A game server's request lane: one request at a time, in order, each answer fed back.
-/// Requests still queued when the connection ends are answered with its error.
-fn server_lane(
-    conn: Conn<Server>,
-    server: Name,
-    events: mpsc::Sender<Event>,
-) -> mpsc::Sender<(Pending, server::Request)> {
-    let (tx, mut rx) = mpsc::channel::<(Pending, server::Request)>(STREAM_QUEUE);
-    tokio::spawn(async move {
-        while let Some((pending, request)) = rx.recv().await {
-            let result = conn.request(&request).await.map_err(|e| e.to_string());
-            let input = Input::ServerReplied { server: server.clone(), pending, result };
-            if events.send(Event::Machine(input)).await.is_err() {
-                break;
-            }
-        }
-    });
-    tx
-}
-
-/// A task that owns an outbound stream; the returned queue feeds it.
-fn stream_task<C: horizon_proto::Channel>(sender: StreamSender<C>) -> mpsc::Sender<C::Stream>
-where
-    C::Stream: Send + 'static,
-{
-    let (tx, rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
-    tokio::spawn(feed(sender, rx));
-    tx
-}
-
-/// Opens a stream on `conn` in the background and feeds it from the returned queue.
-fn open_stream_task<C: horizon_proto::Channel>(conn: Conn<C>) -> mpsc::Sender<C::Stream>
-where
-    C::Stream: Send + 'static,
-{
-    let (tx, rx) = mpsc::channel::<C::Stream>(STREAM_QUEUE);
-    tokio::spawn(async move {
-        if let Ok(sender) = conn.open_stream().await {
-            feed(sender, rx).await;
-        }
-    });
-    tx
-}
-
-async fn feed<C: horizon_proto::Channel>(
-    mut sender: StreamSender<C>,
-    mut rx: mpsc::Receiver<C::Stream>,
-) {
-    while let Some(item) = rx.recv().await {
-        if sender.send(&item).await.is_err() {
-            break;
-        }
-    }
-}
-
-/// Forwards one stream's items into the loop, each wrapped by `wrap`, until it ends.
-fn forward_stream<C: horizon_proto::Channel>(
-    mut rx: StreamReceiver<C>,
-    events: mpsc::Sender<Event>,
-    wrap: impl Fn(C::Stream) -> Event + Send + 'static,
-) {
-    tokio::spawn(async move {
-        while let Ok(Some(item)) = rx.next().await {
-            if events.send(wrap(item)).await.is_err() {
-                break;
-            }
-        }
-    });
-}
-
-/// Forwards a connection's inbound traffic into the loop — its streams' items through `item`,
-/// requests and datagrams through `other` — then `gone` once the connection has ended.
-fn pump<C: horizon_proto::Channel>(
-    mut inbound: mpsc::Receiver<Inbound<C>>,
-    events: mpsc::Sender<Event>,
-    item: impl Fn(C::Stream) -> Event + Clone + Send + 'static,
-    other: impl Fn(Inbound<C>) -> Event + Send + 'static,
-    gone: Event,
-) {
-    tokio::spawn(async move {
-        while let Some(i) = inbound.recv().await {
-            match i {
-                Inbound::Stream(rx) => forward_stream(rx, events.clone(), item.clone()),
-                i => {
-                    if events.send(other(i)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = events.send(gone).await;
-    });
-}
-
-fn pump_link(
-    mut link_events: mpsc::Receiver<LinkEvent<Control>>,
-    mut inbound: mpsc::Receiver<Inbound<Control>>,
-    events: mpsc::Sender<Event>,
-) {
-    tokio::spawn(async move {
-        loop {
-            let event = tokio::select! {
-                e = link_events.recv() => match e { Some(e) => Event::Core(e), None => break },
-                i = inbound.recv() => match i { Some(i) => Event::CoreInbound(i), None => break },
-            };
-            if events.send(event).await.is_err() {
-                break;
-            }
-        }
-    });
-}
-
-fn accept_loop<C: horizon_proto::Channel>(
-    mut listener: Listener<C>,
-    events: mpsc::Sender<Event>,
-    wrap: impl Fn(Peer<C>) -> Event + Send + 'static,
-) {
-    tokio::spawn(async move {
-        while let Some(peer) = listener.accept().await {
-            if events.send(wrap(peer)).await.is_err() {
-                break;
-            }
-        }
-        listener.close("agent stopping");
-    });
 }

@@ -38,6 +38,7 @@ mod driver;
 mod gateway;
 pub mod machine;
 mod metrics;
+mod plumbing;
 mod stats;
 
 pub use agent::{AgentError, AgentHandle, start};
