@@ -173,7 +173,11 @@ impl ServerDriver for KubernetesDriver {
 
     fn stop(&mut self, name: &str) {
         if self.live.remove(name) {
-            let _ = self.order(Order::Delete { server: name.to_owned(), grace_s: self.grace_s });
+            let order = Order::Delete { server: name.to_owned(), grace_s: self.grace_s };
+            if let Err(e) = self.order(order) {
+                // Left to the ownerReference's collection or the next run's orphan cleanup.
+                tracing::warn!(server = name, error = %e, "game-server pod not deleted");
+            }
         }
     }
 
