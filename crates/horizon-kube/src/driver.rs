@@ -101,9 +101,7 @@ impl KubernetesDriver {
             Some(url) => url_config(url, &opts.namespace)?,
             None => kube::Config::infer().await.map_err(|e| KubeError::Infer(e.to_string()))?,
         };
-        let client =
-            kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))?;
-        Ok(KubernetesDriver::with_client(client, opts))
+        Ok(KubernetesDriver::with_client(client(config)?, opts))
     }
 
     /// The driver for the API server at `opts.api` (required here: nothing is discovered), from
@@ -114,12 +112,13 @@ impl KubernetesDriver {
             .clone()
             .ok_or_else(|| KubeError::Url { url: String::new(), why: "no URL given".into() })?;
         let config = url_config(&url, &opts.namespace)?;
-        let client =
-            kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))?;
-        Ok(KubernetesDriver::with_client(client, opts))
+        Ok(KubernetesDriver::with_client(client(config)?, opts))
     }
 
     /// The driver over `client` (a real one, or a mocked service in tests).
+    ///
+    /// (kube's TLS to an `https` API server takes rustls' process-wide crypto provider: see
+    /// [`client`].)
     pub fn with_client(client: kube::Client, opts: KubeOptions) -> KubernetesDriver {
         let run = format!("{:06x}", fastrand::u32(..0x100_0000));
         let api: Api<Pod> = Api::namespaced(client, &opts.namespace);
@@ -220,6 +219,18 @@ impl ServerDriver for KubernetesDriver {
         let key = ObjectRef::new(&pod::pod_name(name, &self.run)).within(&self.namespace);
         self.pods.get(&key).is_some_and(|p| fate(&p) == Fate::Running { ready: true })
     }
+}
+
+/// A kube client for `config`. kube builds its TLS configuration with rustls' process-wide
+/// crypto provider. With ring the only one compiled in, rustls picks it by itself; were another
+/// dependency to compile aws-lc-rs in too, rustls could not choose and would panic, so ring's is
+/// installed first unless one is (the rest of Horizon passes ring explicitly).
+pub fn client(config: kube::Config) -> Result<kube::Client, KubeError> {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Only fails if another thread installed one meanwhile: then that one serves.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))
 }
 
 fn url_config(url: &str, namespace: &str) -> Result<kube::Config, KubeError> {
@@ -432,4 +443,19 @@ async fn call<T>(f: impl Future<Output = kube::Result<T>>) -> Result<T, String> 
 
 fn next(backoff: Duration) -> Duration {
     (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_for_an_https_api_server_builds_its_tls_with_ring() {
+        // An in-cluster API server is https: kube's TLS takes the process's crypto provider.
+        let config = url_config("https://127.0.0.1:6443", "horizon").unwrap();
+        assert!(client(config).is_ok());
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+        let bad = url_config("not a url", "horizon").unwrap_err();
+        assert!(bad.to_string().contains("not a url"), "{bad}");
+    }
 }
