@@ -77,6 +77,23 @@ impl AgentHandle {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
+
+    /// Ends the agent as a crash would, for drills and tests: no goodbye to anyone. Its loop
+    /// is dropped where it stands, so its game servers get SIGKILL (as the parent-death signal
+    /// gives them when an agent process dies), its listeners and links close, and nothing is
+    /// told to the core, the players or the game servers first. Returns once its ports are
+    /// free to bind again (or after 5 s).
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        drop(self.stop);
+        let addrs = [self.servers_addr, self.players_addr, self.transfer_addr];
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && addrs.iter().any(|a| std::net::UdpSocket::bind(a).is_err())
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// Starts an agent: binds its three listeners, dials the core, and runs until shut down.

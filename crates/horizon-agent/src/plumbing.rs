@@ -135,7 +135,13 @@ pub(crate) fn accept_loop<C: horizon_proto::Channel>(
     wrap: impl Fn(Peer<C>) -> Event + Send + 'static,
 ) {
     tokio::spawn(async move {
-        while let Some(peer) = listener.accept().await {
+        loop {
+            // The loop's end (a shutdown, or a crash in a drill) ends the listener at once.
+            let peer = tokio::select! {
+                peer = listener.accept() => peer,
+                _ = events.closed() => break,
+            };
+            let Some(peer) = peer else { break };
             if events.send(wrap(peer)).await.is_err() {
                 break;
             }

@@ -93,6 +93,14 @@ pub struct BotReport {
     pub restores_seen: u64,
     /// Times the player reconnected and the gateway resumed them as the same player.
     pub resumed: u64,
+    /// Times the player's connection was lost without the client wanting it (its agent
+    /// restarted) and the client dialed again.
+    pub connections_lost: u64,
+    /// Sessions that ended without the player leaving: a restarted agent remembers nobody, so
+    /// the client joined again as a new player (a new id). The figures above are the current
+    /// session's; `earlier` sums those of the sessions that ended.
+    pub sessions_ended: u64,
+    pub earlier: EarlierSessions,
     /// `Reconnecting` notices received from the gateway.
     pub reconnecting_seen: u64,
     /// When each notice came (seconds since the Unix epoch; the first 256).
@@ -113,6 +121,73 @@ pub struct BotReport {
     #[serde(skip)]
     pub delivery_ms: Vec<f64>,
     pub error: Option<String>,
+}
+
+/// The inputs of a bot's sessions that ended (see [`BotReport::sessions_ended`]).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct EarlierSessions {
+    pub inputs_sent: u64,
+    pub acked: u64,
+    pub applied: u64,
+}
+
+impl BotReport {
+    /// Inputs sent in every session.
+    pub fn total_sent(&self) -> u64 {
+        self.inputs_sent + self.earlier.inputs_sent
+    }
+    /// Inputs acknowledged in every session.
+    pub fn total_acked(&self) -> u64 {
+        self.acked.min(self.inputs_sent) + self.earlier.acked
+    }
+    /// Inputs the game counted on the player's entities, every session.
+    pub fn total_applied(&self) -> u64 {
+        self.applied + self.earlier.applied
+    }
+    /// Inputs of ended sessions never acknowledged: sent when the session's agent died, their
+    /// fate unknown to the client (the entity they were for is gone with the session).
+    pub fn unacked_in_ended_sessions(&self) -> u64 {
+        self.earlier.inputs_sent - self.earlier.acked
+    }
+}
+
+/// How long a bot waits for its gateway after losing its connection.
+const REJOIN_WITHIN: Duration = Duration::from_secs(60);
+
+/// Waits for the link's next connection (not `old`) and joins on it, again and again while
+/// the agent cannot take the player yet (a restarted agent without player ids), until
+/// `within` has passed.
+async fn rejoin(
+    link: &Link<Gateway>,
+    old: u64,
+    join: &gateway::Request,
+    within: Duration,
+) -> Result<(horizon_transport::Conn<Gateway>, PlayerId, Seq), String> {
+    let until = Instant::now() + within;
+    loop {
+        let fresh = async {
+            loop {
+                if let Some(c) = link.current().filter(|c| c.id() != old) {
+                    return c;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let conn = tokio::time::timeout_at(until, fresh)
+            .await
+            .map_err(|_| format!("reconnect: no new connection in {} s", within.as_secs()))?;
+        match conn.request(join).await {
+            Ok(gateway::Reply::Joined { player, resume_after, .. }) => {
+                return Ok((conn, player, resume_after));
+            }
+            Ok(other) => return Err(format!("rejoin: unexpected reply {other:?}")),
+            Err(e) if Instant::now() < until => {
+                tracing::debug!(error = %e, "rejoin refused; trying again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(format!("rejoin: {e}")),
+        }
+    }
 }
 
 /// Starts a bot; it runs until `stop` turns true, then leaves.
@@ -173,7 +248,7 @@ async fn run(
         .request(&gateway::Request::Join { role: spec.role, world, pos })
         .await
         .map_err(|e| format!("join: {e}"))?;
-    let gateway::Reply::Joined { player, .. } = joined else {
+    let gateway::Reply::Joined { mut player, .. } = joined else {
         return Err(format!("join: unexpected reply {joined:?}"));
     };
     {
@@ -207,6 +282,8 @@ async fn run(
     let mut pending: BTreeMap<u64, (Instant, u64, Blob)> = BTreeMap::new();
     // (bubble, origin, tick, chain, at) of the last view followed.
     let mut last: Option<(u64, u64, u64, u64, Instant)> = None;
+    // The last update of a session that ended, until the new session's first.
+    let mut silent_since: Option<Instant> = None;
     let mut position_seq = 0u32;
     let mut afk = false;
     let mut vel = Vec3::default();
@@ -233,24 +310,9 @@ async fn run(
                 // peer and session), and the player joins again.
                 let old = conn.id();
                 conn.close(horizon_proto::ErrorCode::ShuttingDown, "connection lost");
-                let fresh = async {
-                    loop {
-                        if let Some(c) = parts.link.current().filter(|c| c.id() != old) {
-                            return c;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                };
-                conn = tokio::time::timeout(Duration::from_secs(15), fresh)
-                    .await
-                    .map_err(|_| "reconnect: no new connection in 15 s".to_owned())?;
-                let joined = conn
-                    .request(&gateway::Request::Join { role: spec.role, world, pos })
-                    .await
-                    .map_err(|e| format!("rejoin: {e}"))?;
-                let gateway::Reply::Joined { player: again, resume_after, .. } = joined else {
-                    return Err(format!("rejoin: unexpected reply {joined:?}"));
-                };
+                let join = gateway::Request::Join { role: spec.role, world, pos };
+                let (c, again, resume_after) = rejoin(&parts.link, old, &join, Duration::from_secs(15)).await?;
+                conn = c;
                 if again != player {
                     return Err(format!("rejoined as player {} instead of {}", again.0, player.0));
                 }
@@ -260,6 +322,37 @@ async fn run(
                 for (&s, (_, _, bytes)) in pending.range(resume_after.0..) {
                     let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
                     inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
+                }
+            }
+            why = conn.closed() => {
+                // Lost without the client wanting it (the agent died): dial again, join again.
+                tracing::debug!(bot = %spec.name, reason = %why, "gateway connection lost");
+                lock(&report).connections_lost += 1;
+                let join = gateway::Request::Join { role: spec.role, world, pos };
+                let (c, again, resume_after) = rejoin(&parts.link, conn.id(), &join, REJOIN_WITHIN).await?;
+                conn = c;
+                inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
+                if again == player {
+                    lock(&report).resumed += 1;
+                    for (&s, (_, _, bytes)) in pending.range(resume_after.0..) {
+                        let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
+                        inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
+                    }
+                } else {
+                    // A new session (the restarted agent knew nobody): a new player, its
+                    // inputs counted from 1; the world is on screen again with its first update.
+                    let mut r = lock(&report);
+                    r.sessions_ended += 1;
+                    r.earlier.inputs_sent += r.inputs_sent;
+                    r.earlier.acked += r.acked.min(r.inputs_sent);
+                    r.earlier.applied += r.applied;
+                    (r.inputs_sent, r.acked, r.applied) = (0, 0, 0);
+                    r.player = Some(again.0);
+                    player = again;
+                    seq = 0;
+                    pending.clear();
+                    silent_since = last.map(|(.., at)| at);
+                    last = None;
                 }
             }
             _ = leave => {
@@ -283,10 +376,10 @@ async fn run(
                 let bytes = Blob(encode_input(v));
                 let item = gateway::Item::Input { seq: Seq(seq), bytes: bytes.clone() };
                 pending.insert(seq, (Instant::now(), wall_us(), bytes));
-                if inputs.send(&item).await.is_err() {
-                    return Err("input stream closed".into());
-                }
                 lock(&report).inputs_sent = seq;
+                // A connection going fails this: its `closed` arm dials again, and the input,
+                // kept, is sent again from `resume_after` if the player resumes.
+                let _ = inputs.send(&item).await;
             }
             _ = move_timer.tick() => {
                 let t = joined_at.elapsed().as_secs_f64();
@@ -354,6 +447,15 @@ async fn run(
                     Some(_) | None => {
                         r.bubbles_seen += 1;
                         r.simulations_seen += 1;
+                        // The silence across a new session counts like any other.
+                        if let Some(seen) = silent_since.take() {
+                            let gap = at.duration_since(seen).as_secs_f64() * 1000.0;
+                            r.max_gap_ms = r.max_gap_ms.max(gap);
+                            if gap > GAP_RECORDED_MS && r.gaps.len() < MAX_GAPS {
+                                let began = wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64() - gap / 1000.0;
+                                r.gaps.push((began, gap));
+                            }
+                        }
                     }
                 }
                 last = Some((bubble.0, view.origin, tick.0, view.chain, at));

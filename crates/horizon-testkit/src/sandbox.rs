@@ -107,9 +107,24 @@ pub struct Sandbox {
     core_links: BTreeMap<String, usize>,
     /// What the core runs with (its ports fixed), to start it again.
     core_config: CoreConfig,
+    /// What each site's agent runs with (its ports fixed), to start it again.
+    agent_setups: BTreeMap<String, (AgentConfig, ProcessOptions)>,
+    drivers: Option<DriverFactory>,
+    /// The figures of agents killed by [`Sandbox::restart_agent`].
+    retired: Vec<Arc<horizon_agent::AgentStats>>,
 }
 
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
+
+fn make_driver(
+    drivers: Option<&DriverFactory>,
+    process: &ProcessOptions,
+) -> Result<Box<dyn ServerDriver>, SandboxError> {
+    match drivers {
+        Some(factory) => (factory.0)(process).map_err(|e| setup("driver")(&e)),
+        None => Ok(Box::new(ProcessDriver::new(process.clone()))),
+    }
+}
 
 fn pair(a: &str, b: &str) -> (String, String) {
     if a <= b { (a.to_owned(), b.to_owned()) } else { (b.to_owned(), a.to_owned()) }
@@ -171,6 +186,7 @@ impl Sandbox {
         let mut gateways = BTreeMap::new();
         let mut transfer_links = BTreeMap::new();
         let mut core_links = BTreeMap::new();
+        let mut agent_setups = BTreeMap::new();
         for site in order {
             let core_addr = if *site == core_site {
                 core.control_addr
@@ -224,11 +240,18 @@ impl Sandbox {
                 tick_ms: opts.server_tick_ms,
                 max_servers: 64,
             };
-            let driver: Box<dyn ServerDriver> = match &opts.drivers {
-                Some(factory) => (factory.0)(&process).map_err(|e| setup("driver")(&e))?,
-                None => Box::new(ProcessDriver::new(process)),
+            let driver = make_driver(opts.drivers.as_ref(), &process)?;
+            let handle =
+                horizon_agent::start(cfg.clone(), driver).await.map_err(|e| setup("agent")(&e))?;
+            // A restarted agent comes back on the same ports (the emulators point at them).
+            let fixed = AgentConfig {
+                listen_servers: handle.servers_addr,
+                listen_players: handle.players_addr,
+                listen_transfer: handle.transfer_addr,
+                listen_admin: handle.admin_addr,
+                ..cfg
             };
-            let handle = horizon_agent::start(cfg, driver).await.map_err(|e| setup("agent")(&e))?;
+            agent_setups.insert(site.clone(), (fixed, process));
             transfer.insert(site.clone(), handle.transfer_addr);
             let n =
                 proxy(handle.players_addr, opts.access_ms).await.map_err(|e| setup("netem")(&e))?;
@@ -246,7 +269,33 @@ impl Sandbox {
             transfer_links,
             core_links,
             core_config,
+            agent_setups,
+            drivers: opts.drivers,
+            retired: Vec::new(),
         })
+    }
+
+    /// Kills a site's agent as a crash would ([`AgentHandle::kill`]: its game servers with it,
+    /// nobody told) and starts it again with nothing, on the same ports, after `down_for`.
+    pub async fn restart_agent(&mut self, site: &str, down_for: Duration) -> Result<(), SandboxError> {
+        let i = self
+            .agents
+            .iter()
+            .position(|a| a.site == site)
+            .ok_or_else(|| SandboxError::Setup(format!("no agent at {site}")))?;
+        let (cfg, process) = self
+            .agent_setups
+            .get(site)
+            .cloned()
+            .ok_or_else(|| SandboxError::Setup(format!("no agent at {site}")))?;
+        let old = self.agents.remove(i);
+        self.retired.push(old.stats.clone());
+        old.kill().await;
+        tokio::time::sleep(down_for).await;
+        let driver = make_driver(self.drivers.as_ref(), &process)?;
+        let handle = horizon_agent::start(cfg, driver).await.map_err(|e| setup("agent")(&e))?;
+        self.agents.insert(i, handle);
+        Ok(())
     }
 
     /// Cuts (or restores) the agent-to-agent link between two sites, both directions; their
@@ -279,6 +328,11 @@ impl Sandbox {
         self.agents.iter().find(|a| a.site == site).map(|a| &*a.stats)
     }
 
+    /// The figures of every agent that ran: those running and those restarted since.
+    pub fn every_agent_stats(&self) -> impl Iterator<Item = &horizon_agent::AgentStats> {
+        self.agents.iter().map(|a| &*a.stats).chain(self.retired.iter().map(|s| &**s))
+    }
+
     /// The sites, core first.
     pub fn core_site(&self) -> &str {
         self.core_config.sites.name(self.core_config.sites.core()).as_str()
@@ -298,27 +352,38 @@ impl Sandbox {
     /// sandbox (sandboxes running side by side use the same names), as a crash would. False
     /// if no such process runs.
     pub fn kill_server(&self, site: &str, server: &str) -> bool {
-        let Some(agent) = self.agents.iter().find(|a| a.site == site) else { return false };
+        let Some((pid, _)) = self.server_processes(site).into_iter().find(|(_, n)| n == server)
+        else {
+            return false;
+        };
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The game-server processes (pid, server name) running for `site`'s agent in this sandbox
+    /// (those started with its address), from `/proc`.
+    pub fn server_processes(&self, site: &str) -> Vec<(u32, String)> {
+        let Some(agent) = self.agents.iter().find(|a| a.site == site) else { return Vec::new() };
         let agent_addr = agent.servers_addr.to_string();
-        let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        let mut found = Vec::new();
         for entry in dir.flatten() {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let arg = |key: &[u8], value: &str| {
-                args.windows(2).any(|w| w[0] == key && w[1] == value.as_bytes())
+            let value = |key: &[u8]| {
+                args.windows(2).find(|w| w[0] == key).map(|w| String::from_utf8_lossy(w[1]))
             };
-            if arg(b"--name", server)
-                && arg(b"--agent", &agent_addr)
+            if value(b"--agent").as_deref() == Some(agent_addr.as_str())
                 && args.iter().any(|a| *a == b"gameserver")
+                && let Some(name) = value(b"--name")
             {
-                return std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status()
-                    .is_ok_and(|s| s.success());
+                found.push((pid, name.into_owned()));
             }
         }
-        false
+        found
     }
 
     /// Waits until every site has `ready` servers holding nothing (or the timeout).

@@ -293,7 +293,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         .iter()
         .enumerate()
         .flat_map(|(i, f)| {
-            let lasting = f.for_s > 0.0 && f.kind != FaultKind::RestartCore;
+            let lasting = f.for_s > 0.0 && !f.kind.is_restart();
             let end = lasting.then_some((f.at_s + f.for_s, i, Step::End));
             let look = (f.at_s + f.for_s + faults::OBSERVE_AFTER_S, i, Step::Observe);
             std::iter::once((f.at_s, i, Step::Start)).chain(end).chain(std::iter::once(look))
@@ -364,6 +364,14 @@ async fn run(args: DemoArgs) -> ExitCode {
                     }
                     say(format!("drill: fault {}: the core is back", i + 1));
                 }
+                if let FaultKind::RestartAgent { site } = &fault.kind {
+                    if let Err(e) = sandbox.restart_agent(site, Duration::from_secs_f64(fault.for_s)).await {
+                        eprintln!("error: the {site} agent did not come back: {e}");
+                        sandbox.shutdown().await;
+                        return ExitCode::FAILURE;
+                    }
+                    say(format!("drill: fault {}: the {site} agent is back, knowing nobody", i + 1));
+                }
             }
             _ = until_deadline => break,
             signal = crate::daemons::stop_signal() => {
@@ -379,19 +387,16 @@ async fn run(args: DemoArgs) -> ExitCode {
     }
     let finals: Vec<BotReport> = snapshot(&reports);
     let writes_after_lease: u64 = sandbox
-        .agents
-        .iter()
-        .map(|a| a.stats.writes_after_lease.load(std::sync::atomic::Ordering::Relaxed))
+        .every_agent_stats()
+        .map(|a| a.writes_after_lease.load(std::sync::atomic::Ordering::Relaxed))
         .sum();
     let freezes: Vec<horizon_agent::FreezeSample> = sandbox
-        .agents
-        .iter()
-        .flat_map(|a| a.stats.freezes.lock().map(|f| f.clone()).unwrap_or_default())
+        .every_agent_stats()
+        .flat_map(|a| a.freezes.lock().map(|f| f.clone()).unwrap_or_default())
         .collect();
     let crossings: Vec<horizon_agent::FreezeSample> = sandbox
-        .agents
-        .iter()
-        .flat_map(|a| a.stats.crossing_freezes.lock().map(|f| f.clone()).unwrap_or_default())
+        .every_agent_stats()
+        .flat_map(|a| a.crossing_freezes.lock().map(|f| f.clone()).unwrap_or_default())
         .collect();
     let core_site = sandbox.core_site().to_owned();
     let pods_by_pool = kube.as_ref().map(|k| k.pods_by_pool());
@@ -504,22 +509,27 @@ fn freeze_report(
 
 /// The final document. Inputs: `inputs_applied` is what the game counted on each player's
 /// entity (its `inputs` counter in the last update the player saw); `inputs_in_flight` are
-/// inputs sent but not yet acknowledged when the players stopped; so `inputs_applied +
-/// inputs_in_flight = inputs_sent` when nothing is lost.
+/// inputs sent but not yet acknowledged when the players stopped; `inputs_unacked_in_ended_sessions`
+/// those of sessions a restarted agent ended (never acknowledged, their player gone with the
+/// session); so `inputs_applied + inputs_in_flight + inputs_unacked_in_ended_sessions =
+/// inputs_sent` when nothing is lost. Each sums every session of each player.
 fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde_json::Value {
     let sum = |f: fn(&BotReport) -> u64| finals.iter().map(f).sum::<u64>();
-    let sent = sum(|r| r.inputs_sent);
-    let acked = sum(|r| r.acked);
+    let sent = sum(BotReport::total_sent);
+    let acked = sum(BotReport::total_acked);
+    let ended = sum(BotReport::unacked_in_ended_sessions);
     serde_json::json!({
         "players": finals.iter().filter(|r| r.joined).count(),
         "bubbles_by_site": by_site(status, |s| s.bubbles),
         "handovers": status.handovers.committed,
         "handovers_failed": status.handovers.failed,
         "inputs_sent": sent,
-        "inputs_applied": sum(|r| r.applied),
+        "inputs_applied": sum(BotReport::total_applied),
         "inputs_acked": acked,
-        "inputs_in_flight": sent - acked.min(sent),
+        "inputs_in_flight": sent - (acked + ended).min(sent),
         "inputs_in_flight_max_per_player": finals.iter().map(|r| r.inputs_sent - r.acked.min(r.inputs_sent)).max().unwrap_or(0),
+        "inputs_unacked_in_ended_sessions": ended,
+        "sessions_ended": sum(|r| r.sessions_ended),
         "inputs_applied_twice": sum(|r| r.applied_twice),
         "state_chain_checked": sum(|r| r.chain_checked),
         "state_chain_breaks": sum(|r| r.chain_breaks),

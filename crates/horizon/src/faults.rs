@@ -11,9 +11,9 @@
 //!
 //! Kinds: `partition` (site, for_s), `kill_server` (site: SIGKILL of the game server holding
 //! that site's most players), `restart_core` (for_s: down that long, then back on its store),
-//! `cut_transfer` (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core
-//! link). `restart_agent` is refused: an agent restarted in process drops its players, and a
-//! player's reconnection resuming its session is not built yet.
+//! `restart_agent` (site, for_s: killed as a crash would, its game servers with it, started
+//! again with nothing after for_s; its players join again as new players), `cut_transfer`
+//! (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core link).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -37,6 +37,7 @@ pub(crate) enum FaultKind {
     Partition { site: String },
     KillServer { site: String },
     RestartCore,
+    RestartAgent { site: String },
     CutTransfer { a: String, b: String },
     Loss { site: String, rate: f64 },
 }
@@ -47,15 +48,23 @@ impl FaultKind {
             FaultKind::Partition { .. } => "partition",
             FaultKind::KillServer { .. } => "kill_server",
             FaultKind::RestartCore => "restart_core",
+            FaultKind::RestartAgent { .. } => "restart_agent",
             FaultKind::CutTransfer { .. } => "cut_transfer",
             FaultKind::Loss { .. } => "loss",
         }
+    }
+
+    /// Carried out by the caller, which owns the sandbox (the process comes back after
+    /// `for_s`; nothing is to be ended later).
+    pub(crate) fn is_restart(&self) -> bool {
+        matches!(self, FaultKind::RestartCore | FaultKind::RestartAgent { .. })
     }
 
     fn sites(&self) -> Vec<String> {
         match self {
             FaultKind::Partition { site }
             | FaultKind::KillServer { site }
+            | FaultKind::RestartAgent { site }
             | FaultKind::Loss { site, .. } => vec![site.clone()],
             FaultKind::CutTransfer { a, b } => vec![a.clone(), b.clone()],
             FaultKind::RestartCore => Vec::new(),
@@ -112,6 +121,14 @@ pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Faul
             }
             None
         };
+        let any_site = |s: &Option<String>, bad: &mut dyn FnMut(String)| -> Option<String> {
+            match s {
+                Some(s) if known(s) => return Some(s.clone()),
+                Some(s) => bad(format!("site {s:?} is not one of {}", sites.join(", "))),
+                None => bad("needs `site`".into()),
+            }
+            None
+        };
         if !(f.at_s.is_finite() && (0.0..=MAX_S).contains(&f.at_s)) {
             bad(format!("at_s = {} must be within 0..={MAX_S}", f.at_s));
         }
@@ -150,17 +167,10 @@ pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Faul
                 }
                 relay(&f.site, &mut bad).map(|site| FaultKind::Loss { site, rate })
             }
-            "kill_server" => match &f.site {
-                Some(s) if known(s) => Some(FaultKind::KillServer { site: s.to_owned() }),
-                Some(s) => {
-                    bad(format!("site {s:?} is not one of {}", sites.join(", ")));
-                    None
-                }
-                None => {
-                    bad("needs `site`".into());
-                    None
-                }
-            },
+            "kill_server" => any_site(&f.site, &mut bad).map(|site| FaultKind::KillServer { site }),
+            "restart_agent" => {
+                any_site(&f.site, &mut bad).map(|site| FaultKind::RestartAgent { site })
+            }
             "restart_core" => {
                 if f.site.is_some() {
                     bad("takes no `site`".into());
@@ -176,15 +186,10 @@ pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Faul
                     None
                 }
             },
-            "restart_agent" => {
-                bad("cannot be carried out yet: an agent restarted in process drops its players, \
-                     and a player's reconnection resuming its session is not built"
-                    .into());
-                None
-            }
             other => {
                 bad(format!(
-                    "unknown kind {other:?}: partition, kill_server, restart_core, cut_transfer, loss"
+                    "unknown kind {other:?}: partition, kill_server, restart_agent, \
+                     restart_core, cut_transfer, loss"
                 ));
                 None
             }
@@ -205,8 +210,9 @@ pub(crate) struct Running {
     pub(crate) fault: Fault,
     /// When it started, in seconds since the Unix epoch (the bots' clock).
     started_at: f64,
-    /// Index of each affected bot, with its `reconnecting_seen` at the start.
-    affected: Vec<(usize, u64)>,
+    /// Index of each affected bot, with its `reconnecting_seen` and `sessions_ended` at the
+    /// start.
+    affected: Vec<(usize, u64, u64)>,
     /// What could not be done (e.g. no server to kill).
     pub(crate) problem: Option<String>,
     /// The core's generation and bubble ids when it began.
@@ -256,11 +262,11 @@ pub(crate) fn start(
     };
     let mut problem = None;
     let mut affected_bubbles: Option<Vec<u64>> = None;
-    let pick = |pred: &dyn Fn(&BotReport) -> bool| -> Vec<(usize, u64)> {
+    let pick = |pred: &dyn Fn(&BotReport) -> bool| -> Vec<(usize, u64, u64)> {
         bots.iter()
             .enumerate()
             .filter(|(_, r)| r.joined && !r.left_early && pred(r))
-            .map(|(i, r)| (i, r.reconnecting_seen))
+            .map(|(i, r)| (i, r.reconnecting_seen, r.sessions_ended))
             .collect()
     };
     let affected = match &fault.kind {
@@ -282,6 +288,10 @@ pub(crate) fn start(
             })
         }
         FaultKind::RestartCore => pick(&|_| true),
+        // Its players (their gateway dies) and those it simulates (its servers die).
+        FaultKind::RestartAgent { site } => {
+            pick(&|r| r.site == *site || player_site(r).as_deref() == Some(site))
+        }
         FaultKind::KillServer { site } => {
             let servers = status.site(site).and_then(|s| s.servers.clone()).unwrap_or_default();
             let busiest =
@@ -320,7 +330,7 @@ fn bubble_ids(status: &CoreStatus) -> Vec<u64> {
 pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport]) {
     let (bubble_of, site_of) = placement(status);
     let mut at = BTreeMap::new();
-    for &(i, _) in &r.affected {
+    for &(i, ..) in &r.affected {
         let Some(p) = bots.get(i).and_then(|b| b.player) else { continue };
         if let Some(site) = bubble_of.get(&p).and_then(|b| site_of.get(b)) {
             at.insert(p, site.clone());
@@ -342,7 +352,7 @@ pub(crate) fn end(fault: &Fault, sandbox: &Sandbox) {
         FaultKind::CutTransfer { a, b } => {
             sandbox.partition_transfer(a, b, false);
         }
-        FaultKind::RestartCore | FaultKind::KillServer { .. } => {}
+        FaultKind::RestartCore | FaultKind::RestartAgent { .. } | FaultKind::KillServer { .. } => {}
     }
 }
 
@@ -361,12 +371,13 @@ pub(crate) fn describe(
             FaultKind::Loss { site, rate } => format!("{site}–core loss {rate} {since:.0} s"),
             FaultKind::CutTransfer { a, b } => format!("{a}–{b} transfer cut {since:.0} s"),
             FaultKind::RestartCore => format!("core restarted {since:.0} s ago"),
+            FaultKind::RestartAgent { site } => format!("{site} agent restarted {since:.0} s ago"),
             FaultKind::KillServer { site } => format!("{site} server killed {since:.0} s ago"),
         };
         let waiting = r
             .affected
             .iter()
-            .filter(|(i, seen)| {
+            .filter(|(i, seen, _)| {
                 bots.get(*i)
                     .and_then(|b| b.lock().ok())
                     .is_some_and(|b| b.reconnecting_seen > *seen && now - b.last_update_at > 1.0)
@@ -392,10 +403,12 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
     let mut never = 0;
     let mut told = 0;
     let mut twice = 0;
+    let mut new_sessions = 0;
     // A silence this fault caused begins before it is over (and a little after, for a kill).
     let window_end = r.started_at + r.fault.for_s + OBSERVE_AFTER_S;
-    for &(i, _) in &r.affected {
+    for &(i, _, sessions) in &r.affected {
         let Some(b) = bots.get(i) else { continue };
+        new_sessions += u64::from(b.sessions_ended > sessions);
         if b.left_early {
             // Left during the drill (the demo's leavers): nothing to resume.
             continue;
@@ -439,6 +452,10 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         "inputs_applied_twice": twice,
         "problem": r.problem,
     });
+    if let FaultKind::RestartAgent { .. } = r.fault.kind {
+        // The restarted agent knew nobody: its players joined again as new players.
+        doc["sessions_ended"] = new_sessions.into();
+    }
     if r.fault.kind == FaultKind::RestartCore {
         doc["generation"] =
             serde_json::json!({ "before": r.generation, "after": generation_after });
@@ -489,9 +506,15 @@ mod tests {
             at_s = 130
             kind = "restart_core"
             for_s = 10
+            [[fault]]
+            at_s = 150
+            kind = "restart_agent"
+            site = "PAR"
+            for_s = 3
         "#;
         let f = parse(text, &sites(), "PAR").unwrap();
-        assert_eq!(f.len(), 5);
+        assert_eq!(f.len(), 6);
+        assert_eq!(f[5].kind, FaultKind::RestartAgent { site: "PAR".into() });
         assert_eq!(
             f[0],
             Fault { kind: FaultKind::Partition { site: "MTL".into() }, at_s: 40.0, for_s: 45.0 }
@@ -521,7 +544,6 @@ mod tests {
             at_s = 10
             kind = "restart_agent"
             site = "MTL"
-            for_s = 3
             [[fault]]
             at_s = 10
             kind = "meteor"
@@ -531,7 +553,7 @@ mod tests {
         assert!(all.contains("fault 1 (partition): site \"SYD\""), "{all}");
         assert!(all.contains("fault 2 (partition): PAR is the core site"), "{all}");
         assert!(all.contains("fault 3 (kill_server): takes no `for_s`"), "{all}");
-        assert!(all.contains("fault 4 (restart_agent): cannot be carried out yet"), "{all}");
+        assert!(all.contains("fault 4 (restart_agent): needs `for_s`"), "{all}");
         assert!(all.contains("fault 5 (meteor): unknown kind"), "{all}");
         assert!(
             parse(

@@ -653,6 +653,51 @@ async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing
     eprintln!("reconnect: longest gap {:.0} ms", r.max_gap_ms);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_again_as_new_players()
+{
+    let m = lone_montrealer("agent-crash", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, .. } = m;
+    let servers_before = sandbox.server_processes("MTL");
+    assert!(!servers_before.is_empty(), "MTL runs game servers");
+    sandbox.restart_agent("MTL", Duration::from_secs(3)).await.expect("the agent restarts");
+    let back = tokio::time::Instant::now();
+    let report = running[0].0.clone();
+    let new_player = move || report.lock().expect("bot report").player.filter(|p| *p != player);
+    // The new session plays: simulated, its updates coming again.
+    let again = wait_for(&sandbox, 20, |s| {
+        let p = new_player()?;
+        (holder_of(s, p).is_some() && s.players.iter().all(|x| x.player != player)).then_some(p)
+    })
+    .await;
+    let back_after = back.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let alive: Vec<u32> = servers_before
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .filter(|pid| {
+            // A zombie not reaped yet is dead.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.split(' ').nth(2).is_some_and(|state| state == "Z"))
+        })
+        .collect();
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let again = again.expect("the player joined again and is simulated");
+    assert!(again > player, "a new id, never one handed out before: {player} then {again}");
+    assert!(alive.is_empty(), "the crashed agent's game servers died with it: {alive:?} still run");
+    assert!(back_after < Duration::from_secs(15), "playing again {back_after:?} after the restart");
+    let r = &reports[0];
+    assert_eq!(r.error, None);
+    assert_eq!(r.sessions_ended, 1, "{r:?}");
+    assert_eq!(r.resumed, 0, "a new session, not a resumed one: {r:?}");
+    assert_eq!(r.applied_twice, 0);
+    assert_eq!(r.chain_breaks, 0);
+    assert_eq!(r.applied, r.acked, "the new session's inputs applied once each: {r:?}");
+    assert!(r.updates > 20 && r.inputs_sent - r.acked < 20, "the new session plays: {r:?}");
+    eprintln!("agent crash: playing again {back_after:?} after the agent was back");
+}
+
 /// The process driver, with a switch standing for the platform's own readiness (a pod's
 /// `Ready` condition).
 struct Gated {
