@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use horizon_agent::AgentStats;
 use horizon_agent::machine::{self as agent, AgentMachine, MachineConfig, Pending};
-use horizon_core::machine::{self as core, CoreMachine, Lane, OrderId, StoredCopy};
+use horizon_core::machine::{self as core, CoreMachine, Lane, OrderId};
 use horizon_core::store::{Durable, MemoryStore};
 use horizon_mesh::rng::Rng;
 use horizon_mesh::{SiteId, SiteName, Sites, Thresholds, Time};
@@ -138,7 +138,11 @@ enum Delivery {
 
 #[derive(Debug)]
 enum ToServer {
-    Request { pending: Pending, request: server::Request },
+    /// (The agent's continuation is large: boxed, so an item is not.)
+    Request {
+        pending: Box<Pending>,
+        request: server::Request,
+    },
     Item(StateItem),
 }
 
@@ -629,12 +633,7 @@ impl World {
                     };
                 }
                 core::Effect::ReadBackup { bubble } => {
-                    let copy = match self.store.backup(bubble.0) {
-                        Some((meta, bytes)) if meta.parts.is_empty() => {
-                            Some(StoredCopy { epoch: meta.epoch, tick: meta.tick, bytes })
-                        }
-                        _ => None,
-                    };
+                    let copy = self.store.latest_copy(bubble.0);
                     let now = self.core_now();
                     if let Some(core) = self.core.as_mut() {
                         core.handle(core::Input::BackupRead { bubble, copy }, now);

@@ -81,6 +81,9 @@ impl HandoverOutcome {
     }
 }
 
+/// The kinds of copy a bubble is restored from (label `copy` of `horizon_restores_total`).
+pub(crate) const RESTORE_COPIES: [&str; 3] = ["whole", "parts", "none"];
+
 /// Why a bubble failed over (label `reason` of `horizon_failovers_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FailoverReason {
@@ -126,6 +129,7 @@ pub(crate) struct Metrics {
     pub backups_refused: PerSite<prometheus::IntCounter>,
     pub store_failures: prometheus::IntCounter,
     failovers: IntCounterVec,
+    restores: IntCounterVec,
     pub drains: PerSite<prometheus::IntCounter>,
     backbone_rtt: prometheus::GaugeVec,
 }
@@ -188,6 +192,15 @@ impl Metrics {
         )
         .unwrap_or_else(unreachable_metric);
         horizon_admin::register(&reg, Box::new(failovers.clone()));
+        let restores = IntCounterVec::new(
+            Opts::new(
+                "horizon_restores_total",
+                "Bubbles restored from the universe backup (failovers and drains), by the site that took them and the copy: whole, parts (copied spread over servers) or none (no copy: restored empty, its players' states lost unless a crossing holds them).",
+            ),
+            &["site", "copy"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(restores.clone()));
         let backbone_rtt = prometheus::GaugeVec::new(
             Opts::new(
                 "horizon_backbone_rtt_seconds",
@@ -237,6 +250,7 @@ impl Metrics {
                 "Writes the durable store could not make.",
             ),
             failovers,
+            restores,
             drains: c(
                 "horizon_drains_total",
                 "Ended bubbles restored from their copy for a moment so their players' states could leave (their holder was away), by the site that ran it.",
@@ -278,6 +292,26 @@ impl Metrics {
 
     pub(crate) fn failover(&self, to: SiteId, reason: FailoverReason) {
         self.failovers.with_label_values(&[self.name(to), reason.as_str()]).inc();
+    }
+
+    /// A restore sent to `site` from a copy of kind `copy` (see [`RESTORE_COPIES`]).
+    pub(crate) fn restore(&self, site: SiteId, copy: &str) {
+        self.restores.with_label_values(&[self.name(site), copy]).inc();
+    }
+
+    /// Restores so far, by the kind of copy, every site together.
+    pub(crate) fn restores_by_copy(&self) -> std::collections::BTreeMap<String, u64> {
+        let sites = 0..self.site_names.len();
+        RESTORE_COPIES
+            .iter()
+            .map(|&copy| {
+                let n = sites
+                    .clone()
+                    .map(|i| self.restores.with_label_values(&[&self.site_names[i], copy]).get())
+                    .sum();
+                (copy.to_owned(), n)
+            })
+            .collect()
     }
 
     /// Failovers to `site`, every reason together.

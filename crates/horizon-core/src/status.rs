@@ -20,6 +20,10 @@ pub struct CoreStatus {
     pub stale_refused: StaleRefused,
     /// Failovers so far, by the site the bubbles went to.
     pub failovers: BTreeMap<String, u64>,
+    /// Restores from the universe backup so far (failovers and drains), by the copy they
+    /// came from: `whole`, `parts`, `none` (restored empty).
+    #[serde(default)]
+    pub restores: BTreeMap<String, u64>,
     pub sites: Vec<SiteStatus>,
     pub bubbles: Vec<BubbleStatus>,
     /// The brain's proximity groups, largest first (at most 500).

@@ -184,8 +184,41 @@ pub trait Durable: Send + std::fmt::Debug {
         tick: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError>;
-    /// The latest copy of `bubble`, if any.
+    /// The latest whole copy of `bubble`, if any.
     fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)>;
+    /// The latest copy of part `part` of a spread `bubble`, if any.
+    fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)>;
+
+    /// The latest copy of `bubble` to restore it from: whole, or the copies of its parts when
+    /// it was last copied spread over several servers (a part never copied is left out, and
+    /// logged: its players' states are not in it).
+    fn latest_copy(&self, bubble: u64) -> Option<crate::machine::StoredCopy> {
+        let meta = self.state().backups.get(&bubble)?.clone();
+        if meta.parts.is_empty() {
+            let (meta, bytes) = self.backup(bubble)?;
+            return Some(crate::machine::StoredCopy {
+                epoch: meta.epoch,
+                tick: meta.tick,
+                bytes,
+                parts: Vec::new(),
+            });
+        }
+        let mut found = Vec::new();
+        for part in 0..meta.parts.len() as u32 {
+            match self.backup_part(bubble, part) {
+                Some((p, bytes)) => found.push((p.tick, bytes)),
+                None => tracing::error!(
+                    bubble,
+                    part,
+                    "a part of the bubble's latest copy is missing: its players' states are not restored"
+                ),
+            }
+        }
+        let mut found = found.into_iter();
+        let (tick, bytes) = found.next()?;
+        let parts = found.map(|(_, bytes)| bytes).collect();
+        Some(crate::machine::StoredCopy { epoch: meta.epoch, tick, bytes, parts })
+    }
 }
 
 impl Durable for Store {
@@ -244,6 +277,12 @@ impl Durable for Store {
         let bytes = fs::read(self.dir.join("backups").join(format!("{bubble}.bin"))).ok()?;
         Some((meta, bytes))
     }
+
+    fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
+        let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
+        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
+        Some((meta, fs::read(path).ok()?))
+    }
 }
 
 /// A store in memory, for simulations and tests: the same records and copies as [`Store`],
@@ -252,6 +291,7 @@ impl Durable for Store {
 pub struct MemoryStore {
     state: StoreState,
     copies: BTreeMap<u64, Vec<u8>>,
+    part_copies: BTreeMap<(u64, u32), Vec<u8>>,
 }
 
 impl MemoryStore {
@@ -292,6 +332,7 @@ impl Durable for MemoryStore {
         tick: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError> {
+        self.part_copies.insert((bubble, part), bytes.to_vec());
         let len = bytes.len() as u64;
         self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
     }
@@ -299,6 +340,11 @@ impl Durable for MemoryStore {
     fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
         let meta = self.state.backups.get(&bubble)?.clone();
         Some((meta, self.copies.get(&bubble)?.clone()))
+    }
+
+    fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
+        let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
+        Some((meta, self.part_copies.get(&(bubble, part))?.clone()))
     }
 }
 
@@ -427,13 +473,6 @@ impl Store {
         Ok(generation)
     }
 
-    /// The latest copy of part `part` of a spread `bubble`, if any.
-    pub fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
-        let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
-        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
-        Some((meta, fs::read(path).ok()?))
-    }
-
     /// Folds the log into the snapshot: write, fsync, rename, then empty the log.
     pub fn compact(&mut self) -> Result<(), StoreError> {
         let path = self.dir.join("snapshot.json");
@@ -540,6 +579,42 @@ mod tests {
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.state().generation, 1);
         assert!(s.state().leases.is_empty(), "the corrupt last lease is dropped");
+    }
+
+    /// What a store gives back to restore a bubble from: the whole copy, then, once the
+    /// bubble is copied spread over servers, its parts' copies (and never the older whole one).
+    fn latest_copies_come_back_whole_or_in_parts(s: &mut dyn Durable) {
+        s.put_backup(3, 7, 100, b"whole").unwrap();
+        let c = s.latest_copy(3).unwrap();
+        assert_eq!(
+            (c.epoch, c.tick, c.bytes.as_slice(), c.parts.len()),
+            (7, 100, &b"whole"[..], 0)
+        );
+        s.put_backup_part(3, 7, (1, 2), 130, b"part one").unwrap();
+        s.put_backup_part(3, 7, (0, 2), 120, b"part zero").unwrap();
+        let c = s.latest_copy(3).unwrap();
+        assert_eq!((c.epoch, c.tick), (7, 120), "part 0's tick: the seal's");
+        assert_eq!(c.bytes, b"part zero");
+        assert_eq!(c.parts, vec![b"part one".to_vec()]);
+        // Spread over three from a newer epoch, part 0 not copied yet: the others are restored.
+        s.put_backup_part(3, 8, (2, 3), 140, b"part two").unwrap();
+        let c = s.latest_copy(3).unwrap();
+        assert_eq!(
+            (c.epoch, c.tick, c.bytes.as_slice(), c.parts.len()),
+            (8, 140, &b"part two"[..], 0)
+        );
+        assert!(s.latest_copy(4).is_none());
+    }
+
+    #[test]
+    fn the_disk_store_gives_back_whole_and_part_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        latest_copies_come_back_whole_or_in_parts(&mut Store::open(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn the_memory_store_gives_back_whole_and_part_copies() {
+        latest_copies_come_back_whole_or_in_parts(&mut MemoryStore::default());
     }
 
     #[test]

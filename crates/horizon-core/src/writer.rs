@@ -140,22 +140,7 @@ fn run(store: &mut dyn Durable, job: Job) -> Done {
             };
             Done::Written(put.map_err(|e| format!("backup of bubble {} not stored: {e}", bubble.0)))
         }
-        Job::ReadBackup(bubble) => {
-            let copy = match store.backup(bubble.0) {
-                Some((meta, bytes)) if meta.parts.is_empty() => {
-                    Some(StoredCopy { epoch: meta.epoch, tick: meta.tick, bytes })
-                }
-                Some(_) => {
-                    tracing::error!(
-                        bubble = bubble.0,
-                        "the latest copy is spread over parts: restoring parts is not supported yet"
-                    );
-                    None
-                }
-                None => None,
-            };
-            Done::Read(bubble, copy)
-        }
+        Job::ReadBackup(bubble) => Done::Read(bubble, store.latest_copy(bubble.0)),
     }
 }
 

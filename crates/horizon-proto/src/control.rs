@@ -125,6 +125,18 @@ pub enum Request {
     /// agent → core, after every `Registered`: where operators reach this agent's admin API
     /// (`host:port`, for the core's status page; empty: none).
     Admin { addr: String },
+    /// core → agent: `Restore` for a bubble whose latest copy was taken while it was spread
+    /// over several servers: `copy` is part 0's copy (at `tick`), `parts` the other parts'.
+    /// The server takes `copy` as the snapshot, then each of `parts` as a `PartSnapshot` (its
+    /// players join the state), then the seal at `tick`; the bubble runs on one server again.
+    RestoreParts {
+        lease: Lease,
+        region: Region,
+        from: Epoch,
+        tick: Tick,
+        copy: Blob,
+        parts: Vec<Blob>,
+    },
 }
 
 kinds!(Request {
@@ -151,6 +163,7 @@ kinds!(Request {
     Players => "players",
     PlayerIds => "player_ids",
     Admin => "admin",
+    RestoreParts => "restore_parts",
 });
 
 /// A reply on the control channel.

@@ -289,6 +289,14 @@ pub fn all() -> Vec<Fixture> {
             },
             control::Request::PlayerIds { count: 4096 },
             control::Request::Admin { addr: "agent-mtl.example.net:7414".into() },
+            control::Request::RestoreParts {
+                lease,
+                region,
+                from: Epoch((3 << 32) | 6),
+                tick: Tick(1000),
+                copy: blob.clone(),
+                parts: vec![blob.clone()],
+            },
         ],
         vec![
             control::Reply::Done,
@@ -352,6 +360,7 @@ pub fn all() -> Vec<Fixture> {
             StateItem::Seal(seal.clone()),
             StateItem::Inputs(inputs.clone()),
             StateItem::Update(update.clone()),
+            StateItem::PartSnapshot(snapshot.clone()),
         ],
         vec![
             transfer::Probe::Ping { seq: 1, sent_us: 1_000_000 },
@@ -392,11 +401,12 @@ pub fn all() -> Vec<Fixture> {
             server::Reply::Released { bubble, tick: Tick(1002) },
         ],
         vec![
-            StateItem::Snapshot(snapshot),
+            StateItem::Snapshot(snapshot.clone()),
             StateItem::Delta(delta),
             StateItem::Seal(seal),
             StateItem::Inputs(inputs),
             StateItem::Update(update),
+            StateItem::PartSnapshot(snapshot),
         ],
         vec![],
     );

@@ -80,6 +80,11 @@ pub enum StateItem {
     Inputs(Inputs),
     /// State for players, back towards their home gateway.
     Update(Update),
+    /// agent → server, restoring a bubble whose latest copy was taken spread over several
+    /// servers: the copy of one more part, after the `Snapshot` of part 0 and before the
+    /// `Seal`. Chunked like a snapshot; once whole, each player it holds joins the state the
+    /// `Snapshot` gave, with their applied inputs (the reverse of spreading the bubble).
+    PartSnapshot(Snapshot),
 }
 
 kinds!(StateItem {
@@ -88,4 +93,5 @@ kinds!(StateItem {
     Seal => "seal",
     Inputs => "inputs",
     Update => "update",
+    PartSnapshot => "part_snapshot",
 });

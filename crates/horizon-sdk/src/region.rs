@@ -80,6 +80,8 @@ pub(crate) struct Held<G: Game> {
     /// Stream a delta every tick (a handover is being prepared).
     pub(crate) mirroring: bool,
     chunks: Vec<Option<Vec<u8>>>,
+    /// The chunks of a part copy being received (a restore of a spread bubble).
+    part_chunks: Vec<Option<Vec<u8>>>,
 }
 
 impl<G: Game> Held<G> {
@@ -103,6 +105,7 @@ impl<G: Game> Held<G> {
             log: Vec::new(),
             mirroring: false,
             chunks: Vec::new(),
+            part_chunks: Vec::new(),
         }
     }
 
@@ -315,6 +318,48 @@ impl<G: Game> Held<G> {
         self.state = Some(state);
         self.tick = body.tick;
         self.last_applied = body.last_applied.into_iter().collect();
+        Ok(())
+    }
+
+    /// A standby being restored from a spread bubble's copies takes one chunk of another
+    /// part's copy, after the snapshot of part 0. Once the part is whole, each of its players
+    /// joins the state with their applied inputs; of two states of one player (it changed
+    /// part between the copies), the one that applied more of its inputs stays.
+    pub(crate) fn on_part_snapshot(&mut self, game: &G, s: Snapshot) -> Result<(), RegionError> {
+        self.standby_only("part snapshot")?;
+        self.older_epoch(s.epoch)?;
+        if s.total == 0 || s.index >= s.total || s.total > 1 << 16 {
+            return Err(self.bad(format!("part chunk {} of {}", s.index, s.total)));
+        }
+        if self.part_chunks.len() != s.total as usize {
+            self.part_chunks = vec![None; s.total as usize];
+        }
+        self.part_chunks[s.index as usize] = Some(s.bytes.0);
+        if self.part_chunks.iter().any(Option::is_none) {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = self.part_chunks.drain(..).flatten().flatten().collect();
+        let body: SnapshotBody =
+            postcard::from_bytes(&bytes).map_err(|e| self.bad(format!("part snapshot: {e}")))?;
+        let mut part = game.decode(&body.game).map_err(|e| self.bad(e))?;
+        let bubble = self.bubble().0;
+        let state = self.state.as_mut().ok_or(RegionError::Phase {
+            bubble,
+            what: "part snapshot before the snapshot",
+            phase: self.phase,
+        })?;
+        for (player, seq) in body.last_applied {
+            let player_state = game.leave(&mut part, player);
+            match self.last_applied.get(&player) {
+                Some(&held) if held >= seq => continue,
+                Some(_) => {
+                    game.leave(state, player);
+                }
+                None => {}
+            }
+            game.join(state, player, &player_state);
+            self.last_applied.insert(player, seq);
+        }
         Ok(())
     }
 
@@ -580,6 +625,69 @@ mod tests {
             let e = view.entity(PlayerId(p)).unwrap();
             assert_eq!((e.inputs, e.last_seq), (seq, seq), "every input applied once");
         }
+    }
+
+    #[test]
+    fn a_standby_restored_from_part_copies_holds_every_part_s_players_once() {
+        let now = Instant::now();
+        // Part 0 simulates players 1 and 2; part 1 player 3, and an older state of player 2
+        // (it changed part between the two copies).
+        let (mut part0, mut part1) = (held(1, false), held(1, false));
+        for p in [1, 2] {
+            part0.join(&GAME, PlayerId(p), Seq(0), &[]);
+        }
+        for p in [2, 3] {
+            part1.join(&GAME, PlayerId(p), Seq(0), &[]);
+        }
+        for seq in 1..=4 {
+            part0.inputs(&GAME, vec![input(1, seq), input(2, seq)], now);
+            part0.step(&GAME, now);
+        }
+        for seq in 1..=2 {
+            part1.inputs(&GAME, vec![input(2, seq), input(3, seq)], now);
+            part1.step(&GAME, now);
+        }
+        let mut target = held(2, true);
+        for chunk in part0.snapshot(&GAME, 16, false) {
+            target.on_snapshot(&GAME, chunk).unwrap();
+        }
+        let tick = target.tick;
+        for chunk in part1.snapshot(&GAME, 16, false) {
+            target.on_part_snapshot(&GAME, chunk).unwrap();
+        }
+        let seal = Seal {
+            bubble: BubbleId(1),
+            epoch: Epoch(1),
+            tick,
+            final_delta: Blob::default(),
+            last_applied: Vec::new(),
+        };
+        target.on_seal(&GAME, seal).unwrap();
+        // Re-sent inputs: those the copies hold are recognised, the next ones applied.
+        let resent = target.inputs(&GAME, vec![input(1, 4), input(2, 4), input(3, 2)], now);
+        assert_eq!(resent.duplicates, 3);
+        assert_eq!(target.inputs(&GAME, vec![input(3, 3)], now).applied, 1);
+        let (update, _, _) = target.step(&GAME, now).unwrap();
+        let view = View::decode(&update.bytes.0).unwrap();
+        let e = |p| view.entity(PlayerId(p)).map(|e| (e.inputs, e.last_seq));
+        assert_eq!(e(1), Some((4, 4)));
+        assert_eq!(e(2), Some((4, 4)), "the state that applied more inputs stays");
+        assert_eq!(e(3), Some((3, 3)));
+        assert_eq!(view.entities.len(), 3, "each player once");
+    }
+
+    #[test]
+    fn a_part_snapshot_needs_the_snapshot_first_and_a_standby() {
+        let mut part = held(1, false);
+        part.join(&GAME, PlayerId(1), Seq(0), &[]);
+        let chunk = part.snapshot(&GAME, 1 << 20, false).remove(0);
+        let mut target = held(2, true);
+        assert!(matches!(
+            target.on_part_snapshot(&GAME, chunk.clone()),
+            Err(RegionError::Phase { .. })
+        ));
+        let mut running = held(2, false);
+        assert!(matches!(running.on_part_snapshot(&GAME, chunk), Err(RegionError::Phase { .. })));
     }
 
     #[test]

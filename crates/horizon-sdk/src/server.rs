@@ -199,6 +199,10 @@ impl<G: Game> ServerMachine<G> {
                 Some(held) => held.on_snapshot(game, s),
                 None => return,
             },
+            StateItem::PartSnapshot(s) => match self.regions.get_mut(&s.bubble) {
+                Some(held) => held.on_part_snapshot(game, s),
+                None => return,
+            },
             StateItem::Delta(d) => match self.regions.get_mut(&d.bubble) {
                 Some(held) => held.on_delta(game, d),
                 None => return,

@@ -277,7 +277,11 @@ impl Sandbox {
 
     /// Kills a site's agent as a crash would ([`AgentHandle::kill`]: its game servers with it,
     /// nobody told) and starts it again with nothing, on the same ports, after `down_for`.
-    pub async fn restart_agent(&mut self, site: &str, down_for: Duration) -> Result<(), SandboxError> {
+    pub async fn restart_agent(
+        &mut self,
+        site: &str,
+        down_for: Duration,
+    ) -> Result<(), SandboxError> {
         let i = self
             .agents
             .iter()

@@ -356,7 +356,8 @@ async fn a_handover_whose_target_is_unreachable_is_abandoned_and_the_group_plays
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_group() {
+async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_restored_from_its_part_copies()
+ {
     let dir = std::env::temp_dir().join(format!("horizon-parts-{}", std::process::id()));
     let mut opts =
         SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
@@ -412,6 +413,24 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
     }
     let status = sandbox.core.status().await.expect("status");
     let part_copies = copies();
+    // A server of the spread bubble crashes: the bubble is restored on one server from its
+    // parts' copies, every player's state in it.
+    let bubble_now = status.bubbles.first().map(|b| (b.bubble, b.epoch));
+    let victim = status
+        .site("PAR")
+        .and_then(|par| {
+            par.servers.iter().flatten().find(|s| s.players > 0 && !s.bubbles.is_empty())
+        })
+        .map(|s| s.server.clone());
+    let killed = victim.as_ref().is_some_and(|v| sandbox.kill_server("PAR", v));
+    let restored = wait_for(&sandbox, 10, |s| {
+        let (bubble, epoch) = bubble_now?;
+        let b = s.bubble(bubble)?;
+        (b.epoch > epoch && !b.restoring).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = sandbox.core.status().await.expect("status");
     let reports = finish(sandbox, &dir, stop, running).await;
 
     let spread = spread.expect("the crowd's bubble was spread over three servers");
@@ -427,9 +446,16 @@ async fn a_crowd_is_spread_over_several_servers_of_its_site_without_cutting_a_gr
     for s in &holding {
         assert!(s.players > 0 && s.players % 3 == 0, "whole groups per server: {s:?}");
     }
+    assert!(killed, "a server of the bubble killed: {victim:?}");
+    restored.expect("the bubble restored under a newer epoch");
+    assert_eq!(after.restores.get("parts"), Some(&1), "from its part copies: {:?}", after.restores);
+    assert_eq!(after.players.len(), 12, "every player still there: {:?}", after.players);
     for r in &reports {
         assert!(r.inputs_sent > 50, "{} played: {r:?}", r.name);
-        played_cleanly(r);
+        // Everyone's inputs applied once and none lost across the restore: each player's
+        // state came back from its part's copy, what the copy lacked re-sent by its gateway.
+        played_through_a_failover(r, 3_000.0);
+        assert!(r.updates > 0 && r.inputs_sent - r.acked < 20, "{} plays again: {r:?}", r.name);
     }
     // Each part's server's tick rate reached the brain (the agent lists them in part order).
     let spread_now = status.bubbles.first().expect("the bubble");
@@ -679,7 +705,7 @@ async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_aga
         .filter(|pid| {
             // A zombie not reaped yet is dead.
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| !s.split(' ').nth(2).is_some_and(|state| state == "Z"))
+                .is_ok_and(|s| s.split(' ').nth(2).is_none_or(|state| state != "Z"))
         })
         .collect();
     let reports = finish(sandbox, &dir, stop, running).await;

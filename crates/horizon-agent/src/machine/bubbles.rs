@@ -99,15 +99,14 @@ impl AgentMachine {
     /// stands by under the new epoch, takes the copy as a snapshot of the older epoch `from`
     /// and a seal at `tick` (no final delta), and runs from `tick + 1`. Answered at the
     /// server's first update (or at once when it already runs here, or the copy is empty).
-    #[allow(clippy::too_many_arguments)]
+    /// A copy taken spread over several servers comes back onto one: part 0's copy is the
+    /// snapshot, each other part's a `PartSnapshot` whose players join it.
     pub(super) fn restore(
         &mut self,
         token: Token,
         lease: Lease,
         region: Region,
-        from: Epoch,
-        tick: Tick,
-        copy: Blob,
+        copy: BackupCopy,
         received: Instant,
         now: Instant,
     ) -> Result<(), Fault> {
@@ -124,16 +123,16 @@ impl AgentMachine {
             Some(_) => self.drop_bubble(bubble),
             None => {}
         }
-        let standby = !copy.0.is_empty();
-        let job =
-            AssignJob::Restore(RestoreJob { token, region, lease, from, tick, copy, received });
+        let standby = !copy.copy.0.is_empty();
+        let job = AssignJob::Restore(RestoreJob { token, region, lease, copy, received });
         self.assign(lease, region, standby, job, received, now)
     }
 
     fn restored(&mut self, server: Name, job: RestoreJob, now: Instant) {
-        let RestoreJob { token, region, lease, from, tick, copy, received } = job;
+        let RestoreJob { token, region, lease, copy, received } = job;
+        let BackupCopy { from, tick, copy, parts } = copy;
         let bubble = lease.bubble;
-        tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = lease.epoch.0, tick = tick.0, copy_bytes = copy.0.len(), %server, "restoring a bubble from its copy");
+        tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = lease.epoch.0, tick = tick.0, copy_bytes = copy.0.len(), parts = parts.len() + 1, %server, "restoring a bubble from its copy");
         let empty = copy.0.is_empty();
         let phase = if empty { Phase::Running } else { Phase::Restoring };
         self.bubbles.insert(bubble, Local::new(lease, region, server.clone(), phase, received));
@@ -142,18 +141,23 @@ impl AgentMachine {
             self.answer(token, Ok(control::Reply::Done));
             return;
         }
-        let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
-        let total = chunks.len() as u32;
-        for (i, bytes) in chunks.into_iter().enumerate() {
-            let item = StateItem::Snapshot(horizon_proto::Snapshot {
-                bubble,
-                epoch: from,
-                tick,
-                index: i as u32,
-                total,
-                bytes: Blob(bytes.to_vec()),
-            });
-            self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
+        let copies = std::iter::once((true, copy)).chain(parts.into_iter().map(|p| (false, p)));
+        for (first, copy) in copies.filter(|(_, c)| !c.0.is_empty()) {
+            let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
+            let total = chunks.len() as u32;
+            for (i, bytes) in chunks.into_iter().enumerate() {
+                let chunk = horizon_proto::Snapshot {
+                    bubble,
+                    epoch: from,
+                    tick,
+                    index: i as u32,
+                    total,
+                    bytes: Blob(bytes.to_vec()),
+                };
+                let item =
+                    if first { StateItem::Snapshot(chunk) } else { StateItem::PartSnapshot(chunk) };
+                self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
+            }
         }
         let seal = StateItem::Seal(horizon_proto::Seal {
             bubble,

@@ -247,7 +247,15 @@ impl AgentMachine {
                 }
             }
             R::Restore { lease, region, from, tick, copy } => {
-                match self.restore(token, lease, region, from, tick, copy, received, now) {
+                let copy = BackupCopy { from, tick, copy, parts: Vec::new() };
+                match self.restore(token, lease, region, copy, received, now) {
+                    Ok(()) => return,
+                    Err(fault) => Err(fault),
+                }
+            }
+            R::RestoreParts { lease, region, from, tick, copy, parts } => {
+                let copy = BackupCopy { from, tick, copy, parts };
+                match self.restore(token, lease, region, copy, received, now) {
                     Ok(()) => return,
                     Err(fault) => Err(fault),
                 }
@@ -341,7 +349,7 @@ impl AgentMachine {
         use control::Request as R;
         match body {
             R::Create { bubble, .. } => usize::from(!self.bubbles.contains_key(bubble)),
-            R::Restore { lease, .. } => usize::from(
+            R::Restore { lease, .. } | R::RestoreParts { lease, .. } => usize::from(
                 self.bubbles.get(&lease.bubble).is_none_or(|b| b.lease.epoch != lease.epoch),
             ),
             R::Prepare { target, .. } => usize::from(target == &self.cfg.site),

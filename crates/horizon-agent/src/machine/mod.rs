@@ -205,11 +205,19 @@ struct RestoreJob {
     token: Token,
     region: Region,
     lease: Lease,
-    /// The copy's epoch and tick.
+    copy: BackupCopy,
+    received: Instant,
+}
+
+/// A bubble's copy from the universe backup, to restore it from.
+#[derive(Debug)]
+struct BackupCopy {
+    /// The epoch and tick of the copy (of part 0's, when spread).
     from: Epoch,
     tick: Tick,
     copy: Blob,
-    received: Instant,
+    /// The other parts' copies, when the copy was taken spread over several servers.
+    parts: Vec<Blob>,
 }
 
 #[derive(Debug)]

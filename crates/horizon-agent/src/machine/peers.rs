@@ -138,6 +138,10 @@ impl AgentMachine {
                 tracing::info!(site = %self.cfg.site, bubble = bubble.0, tick = s.tick.0, "seal received");
                 self.feed_standby(site, bubble, item)
             }
+            // Only the agent sends these, to its own servers.
+            StateItem::PartSnapshot(_) => {
+                tracing::warn!(peer = %site, "a part snapshot from a peer: ignored");
+            }
         }
     }
 

@@ -494,6 +494,45 @@ fn a_restore_feeds_the_copy_and_answers_at_the_servers_first_update() {
 }
 
 #[test]
+fn a_restore_from_part_copies_feeds_part_0_then_every_other_part_then_the_seal() {
+    let mut h = Harness::new(1);
+    h.effects();
+    h.register();
+    h.server_ready("mtl-gs-0");
+    let (token, out) = h.order(control::Request::RestoreParts {
+        lease: lease(5, 3, 10_000),
+        region: region(),
+        from: Epoch(2),
+        tick: Tick(40),
+        copy: Blob(vec![0; 10]),
+        parts: vec![Blob(vec![1; 70_000]), Blob(vec![2; 10])],
+    });
+    let out = h.answer_servers(out, done);
+    let fed: Vec<(&str, u32, u8)> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ServerStream { item: StateItem::Snapshot(s), .. } => {
+                Some(("snapshot", s.index, s.bytes.0[0]))
+            }
+            Effect::ServerStream { item: StateItem::PartSnapshot(s), .. } => {
+                Some(("part", s.index, s.bytes.0[0]))
+            }
+            Effect::ServerStream { item: StateItem::Seal(s), .. } if s.tick == Tick(40) => {
+                Some(("seal", 0, 0))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fed,
+        [("snapshot", 0, 0), ("part", 0, 1), ("part", 1, 1), ("part", 0, 2), ("seal", 0, 0)],
+        "part 0 as the snapshot, each other part whole in order, then the seal"
+    );
+    let out = h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(5, 3, 41, &[]) });
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+}
+
+#[test]
 fn a_restore_whose_server_never_runs_is_refused_at_its_deadline() {
     let mut h = Harness::new(1);
     h.effects();

@@ -47,7 +47,7 @@ impl World {
         s.lane_busy = true;
         let inc = s.inc;
         let at = self.in_order((3, site, 0, inc), self.now + LOCAL_US);
-        let what = ToServer::Request { pending, request };
+        let what = ToServer::Request { pending: Box::new(pending), request };
         let d = Delivery::ToServer { site, server: server.to_owned(), inc, what };
         self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
@@ -65,7 +65,7 @@ impl World {
                 // The server is gone: the request fails at the connection's idle timeout.
                 let input = agent::Input::ServerReplied {
                     server: name(&server),
-                    pending,
+                    pending: *pending,
                     result: Err("timed out".into()),
                 };
                 let d = Delivery::ServerToAgent { site, server, inc: 0, input };
@@ -92,7 +92,7 @@ impl World {
                 self.server_items(site, &server, inc);
                 let input = agent::Input::ServerReplied {
                     server: name(&server),
-                    pending,
+                    pending: *pending,
                     result: result.map_err(|f| f.to_string()),
                 };
                 let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);

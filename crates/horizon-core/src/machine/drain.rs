@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use horizon_mesh::{SiteId, Span, Time};
 use horizon_proto::control;
-use horizon_proto::{Aabb, BubbleId, Epoch, LeaseRef, PlayerId, Region, Tick, WorldId};
+use horizon_proto::{Aabb, BubbleId, Epoch, LeaseRef, PlayerId, Region, WorldId};
 
 use super::{Awaiting, ConnId, CoreMachine, Effect, StoredCopy};
 use crate::machine::registry::Hosted;
@@ -276,17 +276,14 @@ impl CoreMachine {
                 return;
             }
         };
-        let restore = control::Request::Restore {
-            lease: horizon_proto::Lease {
-                bubble,
-                epoch: Epoch(epoch),
-                ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,
-            },
-            region: Region { world: WorldId(e.world), bounds: Some(e.bounds) },
-            from: Epoch(copy.epoch),
-            tick: Tick(copy.tick),
-            copy: horizon_proto::Blob(copy.bytes),
+        let lease = horizon_proto::Lease {
+            bubble,
+            epoch: Epoch(epoch),
+            ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,
         };
+        self.metrics.restore(site, copy.kind());
+        let restore =
+            copy.restore(lease, Region { world: WorldId(e.world), bounds: Some(e.bounds) });
         tracing::info!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, players = departures.len(), "draining an ended bubble from its copy");
         let order = self.order(site, restore);
         if self.track(order, Awaiting::Drain(bubble, epoch)) {

@@ -17,7 +17,7 @@
 
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
-use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, Tick, WorldId};
+use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, WorldId};
 
 use super::{Awaiting, CoreMachine, Effect, StoredCopy};
 use crate::metrics::FailoverReason;
@@ -64,21 +64,12 @@ impl CoreMachine {
         let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
         // A copy from a newer epoch than the one being granted cannot exist (fencing); an
         // older one is what we restore from.
-        let copy = copy.filter(|c| c.epoch < epoch);
-        let (from, tick, bytes) = match copy {
-            Some(c) => (horizon_proto::Epoch(c.epoch), Tick(c.tick), c.bytes),
-            None => {
-                tracing::warn!(bubble = bubble.0, "no copy in the backup: restored empty");
-                (horizon_proto::Epoch(0), Tick(0), Vec::new())
-            }
-        };
-        let restore = control::Request::Restore {
-            lease: self.lease(bubble, epoch, now),
-            region,
-            from,
-            tick,
-            copy: Blob(bytes),
-        };
+        let copy = copy.filter(|c| c.epoch < epoch).unwrap_or_else(|| {
+            tracing::warn!(bubble = bubble.0, "no copy in the backup: restored empty");
+            StoredCopy { epoch: 0, tick: 0, bytes: Vec::new(), parts: Vec::new() }
+        });
+        self.metrics.restore(site, copy.kind());
+        let restore = copy.restore(self.lease(bubble, epoch, now), region);
         let order = self.order(site, restore);
         if !self.track(order, Awaiting::Restore(bubble, epoch)) {
             // The new site's agent is gone too: the brain picks another.

@@ -79,8 +79,40 @@ pub enum Input {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredCopy {
     pub epoch: u64,
+    /// The tick of `bytes`.
     pub tick: u64,
+    /// The whole copy; for a bubble copied while spread over several servers, its first
+    /// part's copy.
     pub bytes: Vec<u8>,
+    /// The other parts' copies (empty for a whole copy).
+    pub parts: Vec<Vec<u8>>,
+}
+
+impl StoredCopy {
+    /// What `horizon_restores_total` calls this copy.
+    pub(crate) fn kind(&self) -> &'static str {
+        match (self.bytes.is_empty(), self.parts.is_empty()) {
+            (true, _) => "none",
+            (false, true) => "whole",
+            (false, false) => "parts",
+        }
+    }
+
+    /// The order restoring `lease`'s bubble over `region` from this copy.
+    pub(crate) fn restore(
+        self,
+        lease: horizon_proto::Lease,
+        region: horizon_proto::Region,
+    ) -> control::Request {
+        use horizon_proto::{Blob, Tick};
+        let (from, tick, copy) = (Epoch(self.epoch), Tick(self.tick), Blob(self.bytes));
+        if self.parts.is_empty() {
+            control::Request::Restore { lease, region, from, tick, copy }
+        } else {
+            let parts = self.parts.into_iter().map(Blob).collect();
+            control::Request::RestoreParts { lease, region, from, tick, copy, parts }
+        }
+    }
 }
 
 /// What the shell must do, in order.

@@ -187,6 +187,7 @@ impl CoreMachine {
                 .ids()
                 .map(|s| (name(s), self.metrics.failovers_to(s)))
                 .collect(),
+            restores: self.metrics.restores_by_copy(),
             sites,
             bubbles,
             groups: self.groups(),

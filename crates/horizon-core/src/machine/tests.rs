@@ -241,7 +241,7 @@ fn a_relay_cut_from_the_core_is_restored_on_the_core_site_from_its_latest_copy_a
     assert!(h.log.iter().any(|e| matches!(e, Effect::Persist(Record::Lease { epoch: e, site, .. }) if *e == new_epoch && site == "PAR")));
     // The shell reads the copy; the restore goes to PAR with it.
     h.log.clear();
-    let stored = StoredCopy { epoch, tick: 40, bytes: vec![40; 8] };
+    let stored = StoredCopy { epoch, tick: 40, bytes: vec![40; 8], parts: Vec::new() };
     h.core.handle(Input::BackupRead { bubble, copy: Some(stored) }, h.now);
     h.drain(|_| {});
     let sent = h.sent();
@@ -557,7 +557,7 @@ fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_
     h.run_until(quiet);
     assert!(h.log.contains(&Effect::ReadBackup { bubble: old }), "drained once quiet");
     h.log.clear();
-    let stored = StoredCopy { epoch, tick: 40, bytes: vec![40; 8] };
+    let stored = StoredCopy { epoch, tick: 40, bytes: vec![40; 8], parts: Vec::new() };
     h.core.handle(Input::BackupRead { bubble: old, copy: Some(stored) }, h.now);
     h.drain(|_| {});
     let sent = h.sent();
