@@ -301,19 +301,10 @@ impl<G: Game> Held<G> {
     pub(crate) fn on_snapshot(&mut self, game: &G, s: Snapshot) -> Result<(), RegionError> {
         self.standby_only("snapshot")?;
         self.older_epoch(s.epoch)?;
-        if s.total == 0 || s.index >= s.total || s.total > 1 << 16 {
-            return Err(self.bad(format!("chunk {} of {}", s.index, s.total)));
-        }
-        if self.chunks.len() != s.total as usize {
-            self.chunks = vec![None; s.total as usize];
-        }
-        self.chunks[s.index as usize] = Some(s.bytes.0);
-        if self.chunks.iter().any(Option::is_none) {
-            return Ok(());
-        }
-        let bytes: Vec<u8> = self.chunks.drain(..).flatten().flatten().collect();
-        let body: SnapshotBody =
-            postcard::from_bytes(&bytes).map_err(|e| self.bad(format!("snapshot: {e}")))?;
+        let mut chunks = std::mem::take(&mut self.chunks);
+        let whole = gather(&mut chunks, s).map_err(|why| self.bad(format!("snapshot: {why}")));
+        self.chunks = chunks;
+        let Some(body) = whole? else { return Ok(()) };
         let state = game.decode(&body.game).map_err(|e| self.bad(e))?;
         self.state = Some(state);
         self.tick = body.tick;
@@ -328,19 +319,10 @@ impl<G: Game> Held<G> {
     pub(crate) fn on_part_snapshot(&mut self, game: &G, s: Snapshot) -> Result<(), RegionError> {
         self.standby_only("part snapshot")?;
         self.older_epoch(s.epoch)?;
-        if s.total == 0 || s.index >= s.total || s.total > 1 << 16 {
-            return Err(self.bad(format!("part chunk {} of {}", s.index, s.total)));
-        }
-        if self.part_chunks.len() != s.total as usize {
-            self.part_chunks = vec![None; s.total as usize];
-        }
-        self.part_chunks[s.index as usize] = Some(s.bytes.0);
-        if self.part_chunks.iter().any(Option::is_none) {
-            return Ok(());
-        }
-        let bytes: Vec<u8> = self.part_chunks.drain(..).flatten().flatten().collect();
-        let body: SnapshotBody =
-            postcard::from_bytes(&bytes).map_err(|e| self.bad(format!("part snapshot: {e}")))?;
+        let mut chunks = std::mem::take(&mut self.part_chunks);
+        let whole = gather(&mut chunks, s).map_err(|why| self.bad(format!("part snapshot: {why}")));
+        self.part_chunks = chunks;
+        let Some(body) = whole? else { return Ok(()) };
         let mut part = game.decode(&body.game).map_err(|e| self.bad(e))?;
         let bubble = self.bubble().0;
         let state = self.state.as_mut().ok_or(RegionError::Phase {
@@ -460,6 +442,22 @@ impl<G: Game> Held<G> {
     fn bad(&self, why: String) -> RegionError {
         RegionError::State { bubble: self.bubble().0, why }
     }
+}
+
+/// Takes one chunk of a snapshot into `chunks`; the decoded body once every chunk is in.
+fn gather(chunks: &mut Vec<Option<Vec<u8>>>, s: Snapshot) -> Result<Option<SnapshotBody>, String> {
+    if s.total == 0 || s.index >= s.total || s.total > 1 << 16 {
+        return Err(format!("chunk {} of {}", s.index, s.total));
+    }
+    if chunks.len() != s.total as usize {
+        *chunks = vec![None; s.total as usize];
+    }
+    chunks[s.index as usize] = Some(s.bytes.0);
+    if chunks.iter().any(Option::is_none) {
+        return Ok(None);
+    }
+    let bytes: Vec<u8> = chunks.drain(..).flatten().flatten().collect();
+    postcard::from_bytes(&bytes).map(Some).map_err(|e| e.to_string())
 }
 
 fn encode_log(log: &[Event]) -> Vec<u8> {
