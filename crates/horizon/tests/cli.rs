@@ -63,7 +63,7 @@ fn a_bad_drill_exits_64_before_anything_starts_naming_each_fault() {
     std::fs::write(
         &bad,
         "[[fault]]\nat_s = 5\nkind = \"partition\"\nsite = \"SYD\"\nfor_s = 10\n\
-         [[fault]]\nat_s = 9\nkind = \"restart_agent\"\nsite = \"MTL\"\nfor_s = 3\n",
+         [[fault]]\nat_s = 9\nkind = \"restart_agent\"\nsite = \"MTL\"\n",
     )
     .unwrap();
     let started = std::time::Instant::now();
@@ -72,7 +72,7 @@ fn a_bad_drill_exits_64_before_anything_starts_naming_each_fault() {
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("fault 1 (partition)") && err.contains("SYD"), "{err}");
-    assert!(err.contains("fault 2 (restart_agent)"), "{err}");
+    assert!(err.contains("fault 2 (restart_agent): needs `for_s`"), "{err}");
     assert!(
         started.elapsed() < std::time::Duration::from_secs(10),
         "refused before the mesh started"
