@@ -37,8 +37,12 @@ pub struct AgentConfig {
     pub warm_pool: usize,
     pub max_servers: usize,
     pub server_tick_ms: u32,
-    /// The `horizon` binary the process driver runs (`gameserver` subcommand).
+    /// The program the process driver runs for each game server: the `horizon` binary by
+    /// default, or a studio's own.
     pub server_program: PathBuf,
+    /// Its first arguments (`["gameserver"]` by default, `["godot-server", "--project", DIR]`
+    /// for Godot); the agent's flags follow them (docs/running.md).
+    pub server_args: Vec<String>,
     /// What starts the game servers: local processes, or pods through the Kubernetes API.
     pub driver: DriverChoice,
     /// Transfer addresses of other sites (`host:port`), overriding what the core says.
@@ -130,6 +134,7 @@ struct RawTls {
 #[serde(deny_unknown_fields)]
 struct RawServers {
     program: Option<PathBuf>,
+    args: Option<Vec<String>>,
     warm_pool: Option<usize>,
     max: Option<usize>,
     tick_ms: Option<u32>,
@@ -289,6 +294,7 @@ impl AgentConfig {
             max_servers,
             server_tick_ms,
             server_program,
+            server_args: raw.servers.args.unwrap_or_else(|| vec!["gameserver".to_owned()]),
             peers,
             report_ms,
             renew_ms,

@@ -54,8 +54,11 @@ pub trait ServerDriver: Send + 'static {
 /// What every game server of the site is started with.
 #[derive(Clone, Debug)]
 pub struct ProcessOptions {
-    /// The `horizon` binary (its `gameserver` subcommand is run).
+    /// The program run for each game server (the `horizon` binary by default).
     pub program: PathBuf,
+    /// Its first arguments (`gameserver`, or `godot-server --project DIR`); the agent's own
+    /// flags follow: `--agent`, `--site`, `--name`, `--ca`, `--tick-ms`, `--exit-with-parent`.
+    pub args: Vec<String>,
     pub site: String,
     /// CA certificate the server verifies the agent with.
     pub ca: PathBuf,
@@ -86,7 +89,7 @@ impl ServerDriver for ProcessDriver {
         }
         let o = &self.opts;
         let child = Command::new(&o.program)
-            .arg("gameserver")
+            .args(&o.args)
             .args(["--agent", &agent.to_string()])
             .args(["--site", &o.site])
             .args(["--name", name])

@@ -70,6 +70,7 @@ fn config(dir: &std::path::Path) -> AgentConfig {
         max_servers: 8,
         server_tick_ms: 33,
         server_program: "/bin/false".into(),
+        server_args: vec!["gameserver".into()],
         driver: horizon_agent::DriverChoice::Process,
         peers: BTreeMap::new(),
         report_ms: 1000,

@@ -54,10 +54,9 @@ pub enum HostError {
     Io(#[from] std::io::Error),
 }
 
-/// A running Godot process and the game over its link.
+/// A running Godot process (its game, over the link, is returned next to it by [`start`]).
 #[derive(Debug)]
 pub struct Hosted {
-    pub game: GodotGame,
     /// The engine's version, from the hello.
     pub engine: String,
     link: Arc<Mutex<Link>>,
@@ -66,8 +65,8 @@ pub struct Hosted {
 }
 
 /// Starts Godot and links to it. `broken` is called (from any thread) when the game server
-/// cannot go on: Godot exited, stopped answering, or broke the API.
-pub fn start(opts: &GodotOptions, broken: Broken) -> Result<Hosted, HostError> {
+/// cannot go on: Godot exited, stopped answering, or broke the API; Godot is killed first.
+pub fn start(opts: &GodotOptions, broken: Broken) -> Result<(GodotGame, Hosted), HostError> {
     if !opts.project.join("project.godot").is_file() {
         return Err(HostError::NoProject(opts.project.display().to_string()));
     }
@@ -124,7 +123,7 @@ pub fn start(opts: &GodotOptions, broken: Broken) -> Result<Hosted, HostError> {
     };
     watch(link.clone(), child.clone(), stopping.clone(), kill_and_report.clone());
     let game = GodotGame::new(link.clone(), kill_and_report);
-    Ok(Hosted { game, engine, link, child, stopping })
+    Ok((game, Hosted { engine, link, child, stopping }))
 }
 
 impl Hosted {

@@ -22,6 +22,7 @@
 mod game;
 pub mod host;
 pub mod link;
+pub mod reference;
 
 pub use game::{Broken, GodotGame};
 pub use host::{GodotOptions, HostError, Hosted};

@@ -52,9 +52,8 @@ fn view(bytes: &[u8]) -> View {
 #[test]
 fn the_gdscript_reference_game_gives_the_rust_one_s_bytes_call_by_call() {
     let (broken, reports) = recording();
-    let hosted = host::start(&options(project()), broken).expect("Godot starts and links");
+    let (godot, hosted) = host::start(&options(project()), broken).expect("Godot starts and links");
     assert!(hosted.engine.starts_with("3.2.3"), "engine {:?}", hosted.engine);
-    let godot = &hosted.game;
     let rust = Reference { tick_ms: 50 };
     let bounds =
         Aabb { min: Vec3 { x: -1.5, y: 0.0, z: 2.25 }, max: Vec3 { x: 10.0, y: 3.0, z: 8.0 } };
@@ -148,9 +147,8 @@ fn a_script_stuck_in_a_call_is_reported_broken_and_godot_killed() {
     let mut opts = options(dir.path().to_owned());
     opts.reply_within = Duration::from_millis(800);
     let (broken, reports) = recording();
-    let hosted = host::start(&opts, broken).expect("links");
+    let (game, hosted) = host::start(&opts, broken).expect("links");
     let pid = hosted.pid();
-    let game = &hosted.game;
     let mut state = game.empty(BubbleId(1), &Region { world: WorldId(0), bounds: None });
     game.step(&mut state, Tick(1));
     assert_eq!(game.view(&state, Tick(1)), Vec::<u8>::new(), "no view from a stuck game");
@@ -166,8 +164,7 @@ fn godot_exiting_on_its_own_is_reported_by_the_watchdog() {
         .replace("func step(state, tick):\n", "func step(state, tick):\n\tget_tree().quit(3)\n");
     let dir = broken_project(&quits);
     let (broken, reports) = recording();
-    let hosted = host::start(&options(dir.path().to_owned()), broken).expect("links");
-    let game = &hosted.game;
+    let (game, _hosted) = host::start(&options(dir.path().to_owned()), broken).expect("links");
     let mut state = game.empty(BubbleId(1), &Region { world: WorldId(0), bounds: None });
     game.step(&mut state, Tick(1));
     let _ = game.view(&state, Tick(1));

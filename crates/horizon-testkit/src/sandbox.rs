@@ -36,8 +36,11 @@ pub struct SandboxOptions {
     pub thresholds: Thresholds,
     pub warm_pool: usize,
     pub server_tick_ms: u32,
-    /// The `horizon` binary (its `gameserver` subcommand).
+    /// The program every game server runs: the `horizon` binary.
     pub server_program: PathBuf,
+    /// Its first arguments: `gameserver` (the Rust reference game), or `godot-server --project
+    /// DIR` (the GDScript one on Godot).
+    pub server_args: Vec<String>,
     /// Working directory (certificates, store). Created if missing.
     pub dir: PathBuf,
     /// Where the core's admin API listens (`127.0.0.1:0` picks a port).
@@ -76,6 +79,7 @@ impl SandboxOptions {
             warm_pool: 2,
             server_tick_ms: 33,
             server_program,
+            server_args: vec!["gameserver".into()],
             dir,
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             drivers: None,
@@ -227,6 +231,7 @@ impl Sandbox {
                 max_servers: 64,
                 server_tick_ms: opts.server_tick_ms,
                 server_program: opts.server_program.clone(),
+                server_args: opts.server_args.clone(),
                 driver: horizon_agent::DriverChoice::Process,
                 peers,
                 report_ms: 1000,
@@ -234,6 +239,7 @@ impl Sandbox {
             };
             let process = ProcessOptions {
                 program: opts.server_program.clone(),
+                args: opts.server_args.clone(),
                 site: site.clone(),
                 ca: ca.ca_cert(),
                 token: server_token.clone(),
@@ -381,10 +387,25 @@ impl Sandbox {
                 args.windows(2).find(|w| w[0] == key).map(|w| String::from_utf8_lossy(w[1]))
             };
             if value(b"--agent").as_deref() == Some(agent_addr.as_str())
-                && args.iter().any(|a| *a == b"gameserver")
+                && args.iter().any(|a| *a == b"gameserver" || *a == b"godot-server")
                 && let Some(name) = value(b"--name")
             {
                 found.push((pid, name.into_owned()));
+            }
+        }
+        found
+    }
+
+    /// The processes a site's game servers started (a Godot server's engine), as (pid, name).
+    pub fn server_children(&self, site: &str) -> Vec<(u32, String)> {
+        let mut found = Vec::new();
+        for (pid, _) in self.server_processes(site) {
+            let path = format!("/proc/{pid}/task/{pid}/children");
+            let children = std::fs::read_to_string(path).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                found.push((child, comm.trim().to_owned()));
             }
         }
         found

@@ -164,6 +164,7 @@ pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
             },
             None => Box::new(horizon_agent::ProcessDriver::new(horizon_agent::ProcessOptions {
                 program: cfg.server_program.clone(),
+                args: cfg.server_args.clone(),
                 site: cfg.site.clone(),
                 ca: cfg.ca.clone(),
                 token: cfg.server_token.clone(),
@@ -190,6 +191,21 @@ pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
 }
 
 pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
+    let build = format!("horizon-reference {}", env!("CARGO_PKG_VERSION"));
+    let (opts, roots) = match prepare_server(args, build) {
+        Ok(ready) => ready,
+        Err(code) => return code,
+    };
+    let game = horizon_sdk::reference::Reference { tick_ms: opts.tick_ms };
+    serve(opts, roots, game)
+}
+
+/// Checks a game server's arguments and environment (the token, the tick, the CA) and ties
+/// it to its parent when asked.
+pub(crate) fn prepare_server(
+    args: GameServerArgs,
+    build: String,
+) -> Result<(horizon_sdk::ServerOptions, horizon_transport::tls::Roots), ExitCode> {
     let token = match std::env::var(horizon_agent::SERVER_TOKEN_ENV) {
         Ok(t) if !t.is_empty() => t,
         _ => {
@@ -197,54 +213,67 @@ pub(crate) fn gameserver(args: GameServerArgs) -> ExitCode {
                 "error: environment variable {} must hold the agent's server token",
                 horizon_agent::SERVER_TOKEN_ENV
             );
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
         }
     };
     if !(5..=1000).contains(&args.tick_ms) {
         eprintln!("error: --tick-ms {} is outside 5..=1000", args.tick_ms);
-        return ExitCode::from(EXIT_BAD_INPUT);
+        return Err(ExitCode::from(EXIT_BAD_INPUT));
     }
     let roots = match horizon_transport::tls::Roots::load(&args.ca) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
         }
     };
     if args.exit_with_parent {
-        let term = Some(rustix::process::Signal::TERM);
-        if let Err(e) = rustix::process::set_parent_process_death_signal(term) {
+        tie_to_parent(rustix::process::Signal::TERM).map_err(|e| {
             eprintln!("error: --exit-with-parent: {e}");
-            return ExitCode::FAILURE;
-        }
-        // The parent may have died before the signal was asked for: then this is an orphan.
-        if rustix::process::getppid().is_none_or(|p| p.as_raw_nonzero().get() == 1) {
-            eprintln!("error: --exit-with-parent: the parent is already gone");
-            return ExitCode::FAILURE;
-        }
+            ExitCode::FAILURE
+        })?;
     }
+    let opts = horizon_sdk::ServerOptions {
+        name: args.name,
+        build,
+        agent: args.agent,
+        agent_site: args.site,
+        token,
+        tick_ms: args.tick_ms,
+        max_players: args.max_players,
+        orphan_after: (args.orphan_exit_s > 0)
+            .then(|| std::time::Duration::from_secs(args.orphan_exit_s)),
+    };
+    Ok((opts, roots))
+}
+
+/// `signal` is sent to this process when the one that started it dies, however it dies.
+pub(crate) fn tie_to_parent(signal: rustix::process::Signal) -> Result<(), String> {
+    rustix::process::set_parent_process_death_signal(Some(signal)).map_err(|e| e.to_string())?;
+    // The parent may have died before the signal was asked for: then this is an orphan.
+    if rustix::process::getppid().is_none_or(|p| p.as_raw_nonzero().get() == 1) {
+        return Err("the parent is already gone".to_owned());
+    }
+    Ok(())
+}
+
+/// Runs a game server until SIGTERM or SIGINT (exit 0), or until its agent stayed unreachable
+/// too long (exit 1).
+pub(crate) fn serve<G: horizon_sdk::Game>(
+    opts: horizon_sdk::ServerOptions,
+    roots: horizon_transport::tls::Roots,
+    game: G,
+) -> ExitCode {
     let rt = match runtime(false) {
         Ok(rt) => rt,
         Err(code) => return code,
     };
     rt.block_on(async move {
-        let opts = horizon_sdk::ServerOptions {
-            name: args.name,
-            build: format!("horizon-reference {}", env!("CARGO_PKG_VERSION")),
-            agent: args.agent,
-            agent_site: args.site,
-            token,
-            tick_ms: args.tick_ms,
-            max_players: args.max_players,
-            orphan_after: (args.orphan_exit_s > 0)
-                .then(|| std::time::Duration::from_secs(args.orphan_exit_s)),
-        };
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             stop_signal().await;
             let _ = stop.send(true);
         });
-        let game = horizon_sdk::reference::Reference { tick_ms: opts.tick_ms };
         let counters = std::sync::Arc::new(horizon_sdk::Counters::default());
         match horizon_sdk::run(opts, roots, game, counters, stop_rx).await {
             Ok(()) => ExitCode::SUCCESS,

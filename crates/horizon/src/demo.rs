@@ -38,6 +38,20 @@ pub(crate) struct DemoArgs {
     /// kubelet runs them as local processes; docs/running.md).
     #[arg(long, value_enum, default_value_t = Driver::Process)]
     driver: Driver,
+    /// What every game server runs: `rust` (`horizon gameserver`, the reference game in Rust),
+    /// or `godot` (`horizon godot-server` on the GDScript reference game, godot/reference, in a
+    /// headless Godot 3 process; docs/godot.md).
+    #[arg(long, value_enum, default_value_t = GameServer::Rust)]
+    game_server: GameServer,
+    /// The headless Godot binary, for `--game-server godot`.
+    #[arg(long, env = "HORIZON_GODOT", default_value = "godot3-server")]
+    godot: std::path::PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum GameServer {
+    Rust,
+    Godot,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -202,6 +216,16 @@ async fn run(args: DemoArgs) -> ExitCode {
     opts.thresholds.hold_ms = 20_000;
     opts.warm_pool = 4;
     opts.admin = args.admin;
+    if args.game_server == GameServer::Godot {
+        let project = dir.join("godot-reference");
+        if let Err(e) = horizon_godot::reference::write_project(&project) {
+            eprintln!("error: cannot write the Godot project into {}: {e}", project.display());
+            return ExitCode::FAILURE;
+        }
+        opts.server_args =
+            vec!["godot-server".into(), "--project".into(), project.display().to_string()];
+        opts.server_args.extend(["--godot".into(), args.godot.display().to_string()]);
+    }
     let kube = match args.driver {
         Driver::Process => None,
         Driver::Kube => match crate::kube_demo::KubeDemo::start().await {
@@ -399,6 +423,13 @@ async fn run(args: DemoArgs) -> ExitCode {
         .flat_map(|a| a.crossing_freezes.lock().map(|f| f.clone()).unwrap_or_default())
         .collect();
     let core_site = sandbox.core_site().to_owned();
+    let engines: usize = sandbox
+        .gateways
+        .keys()
+        .map(|site| {
+            sandbox.server_children(site).iter().filter(|(_, c)| c.contains("godot")).count()
+        })
+        .sum();
     let pods_by_pool = kube.as_ref().map(|k| k.pods_by_pool());
     sandbox.shutdown().await;
     let mut doc = final_document(&status, &finals);
@@ -407,6 +438,13 @@ async fn run(args: DemoArgs) -> ExitCode {
     doc["freeze_excess_ms"] = excess;
     doc["crossing_freeze_ms"] = freeze_report(&crossings).0;
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
+    doc["game_server"] = match args.game_server {
+        GameServer::Rust => "rust",
+        GameServer::Godot => "godot",
+    }
+    .into();
+    // Godot processes under the game servers just before the stop.
+    doc["godot_processes"] = engines.into();
     if let Some(k) = &kube {
         // The agents deleted their pods as they stopped (SIGTERM, then the grace period).
         doc["kube_pods_left"] = k.pods_left().into();

@@ -57,12 +57,20 @@ impl KubeDemo {
             api.create_secret(NAMESPACE, &secret, &[("server-token", &p.token)])?;
             let agent_pod = format!("horizon-agent-{site}");
             let uid = api.create_outside_pod(NAMESPACE, &agent_pod)?;
+            // The program, then what it runs (gameserver, or godot-server and its project).
+            let mut command = vec![p.program.display().to_string()];
+            command.extend(p.args.iter().cloned());
+            command.extend([
+                "--ca".into(),
+                p.ca.display().to_string(),
+                "--exit-with-parent".into(),
+            ]);
             let template = serde_json::json!({
                 "metadata": {"labels": {"app.kubernetes.io/instance": "demo"}},
                 "spec": {"containers": [{
                     "name": "gameserver",
                     "image": "horizon:demo",
-                    "command": [p.program, "gameserver", "--ca", p.ca, "--exit-with-parent"],
+                    "command": command,
                 }]},
             });
             let opts = KubeOptions {

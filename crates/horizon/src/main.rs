@@ -10,6 +10,7 @@ mod chaos;
 mod daemons;
 mod demo;
 mod faults;
+mod godot;
 mod kube_demo;
 
 /// Exit code for bad input files or configuration (EX_USAGE).
@@ -38,6 +39,16 @@ enum Command {
     Agent(daemons::ConfigArgs),
     /// Run the reference game server (started by an agent's process driver).
     Gameserver(daemons::GameServerArgs),
+    /// Run a Godot game server: this process speaks the agent protocol and drives the game of a
+    /// Godot project over a loopback link (docs/godot.md). Started by an agent's process driver.
+    GodotServer(godot::GodotServerArgs),
+    /// Run PROGRAM so that it gets SIGKILL when this process's parent dies (used by
+    /// godot-server to start Godot).
+    #[command(hide = true)]
+    ExecTied {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Simulations over the real placement brain.
     #[command(subcommand)]
     Sim(Sim),
@@ -177,6 +188,11 @@ fn main() -> ExitCode {
             daemons::init_logs("warn", logs);
             daemons::gameserver(args)
         }
+        Command::GodotServer(args) => {
+            daemons::init_logs("warn", logs);
+            godot::godot_server(args)
+        }
+        Command::ExecTied { command } => godot::exec_tied(command),
         Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
         Command::Sim(Sim::Population { file, players, seed, hours, json, out }) => {
             sim_population(file.as_deref(), (players, seed, hours), json, out.as_deref())
