@@ -195,8 +195,10 @@ impl AgentMachine {
             // on its way or taken not long ago, follows it.
             let into = |req: &transfer::Request| matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble);
             // (Restored on the same site too, after a server crash: the copy may lack them. A
-            // state the bubble already has is ignored there.)
-            let moved = self.outbound.get(&r.player).is_some_and(|c| into(&c.request))
+            // state the bubble already has is ignored there.) And a crossing from here not
+            // taken yet, into any bubble: the player plays in this one now (the bubble it went
+            // to never took it: its holder cut from the core, or gone), so its state goes here.
+            let moved = self.outbound.contains_key(&r.player)
                 || self.delivered.get(&r.player).is_some_and(|(_, _, req)| into(req));
             // A crossing taken by a bubble the player has left since is no use any more (that
             // bubble handed the player's state on): kept, a later route back into that bubble

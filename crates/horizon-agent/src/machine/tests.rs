@@ -391,6 +391,58 @@ fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() 
 }
 
 #[test]
+fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member],
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    // Player 7 leaves for HKG's bubble 3, whose site this agent cannot reach: its state waits.
+    let to_hkg = control::Departure {
+        player: PlayerId(7),
+        to: LeaseRef { bubble: BubbleId(3), epoch: Epoch(2) },
+        site: n("HKG"),
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: Vec::new(),
+        departed: vec![to_hkg],
+    });
+    let out = h.answer_servers(out, |_| {
+        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
+    });
+    let crossings = |out: &[Effect]| -> Vec<(String, BubbleId, Seq)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::ToPeer {
+                    site,
+                    request: transfer::Request::Cross { to, last_applied, .. },
+                    ..
+                } => Some((site.to_string(), *to, *last_applied)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(crossings(&out).is_empty(), "HKG is unreachable: {out:?}");
+    // The core placed the player in PAR's bubble 2 since (HKG's bubble never took it): told
+    // where it plays now, the crossing goes there.
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(2), site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Route { routes });
+    assert_eq!(crossings(&out), vec![("PAR".to_owned(), BubbleId(2), Seq(12))]);
+}
+
+#[test]
 fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_went() {
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });

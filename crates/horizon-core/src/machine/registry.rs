@@ -79,6 +79,9 @@ impl Hosted {
     }
 }
 
+/// How far back the sites a player's state came through are told where it plays now.
+const MAX_CROSSING_HOPS: usize = 4;
+
 impl CoreMachine {
     /// Brings every bubble's member list and every player's route in line with the brain.
     /// Players whose old or new bubble is in a handover or a restore wait for it to finish.
@@ -87,6 +90,7 @@ impl CoreMachine {
         let mut departures: BTreeMap<BubbleId, Vec<(PlayerId, BubbleId)>> = BTreeMap::new();
         let mut crossing: BTreeSet<PlayerId> = BTreeSet::new();
         let mut routes: Vec<PlayerId> = Vec::new();
+        let mut unfinished: Vec<(PlayerId, BubbleId, BubbleId)> = Vec::new();
         let mut present: BTreeSet<PlayerId> = BTreeSet::new();
         let unsettled = |r: &BTreeMap<BubbleId, Hosted>, b: Option<BubbleId>| {
             b.and_then(|b| r.get(&b)).is_some_and(|r| !r.settled())
@@ -111,6 +115,7 @@ impl CoreMachine {
             if let Some((h, site)) = left {
                 touched.insert(h);
                 if let Some(w) = want {
+                    unfinished.push((player, h, w));
                     departures.entry(h).or_default().push((player, w));
                     remember_departure(&mut self.departed, h, site, player);
                     let arrived = self.arrived.entry(w).or_default();
@@ -175,7 +180,36 @@ impl CoreMachine {
             self.order(site, control::Request::Members { lease, players, departed });
         }
         self.send_routes(routes);
+        for (player, left, to) in unfinished {
+            self.follow_unfinished_crossing(player, left, to);
+        }
         self.reconcile_parts();
+    }
+
+    /// `player` left `left` for `to`, maybe before its state ever reached `left` (its holder
+    /// cut from the core, or gone): the sites its state came from on the way into `left` are
+    /// told where it plays now (a `Route`), so a crossing still on its way from one of them
+    /// follows it instead of waiting for a bubble that will never take it. A site with no
+    /// such crossing ignores the route.
+    fn follow_unfinished_crossing(&mut self, player: PlayerId, left: BubbleId, to: BubbleId) {
+        let Some(reg) = self.registry.get(&to) else { return };
+        let route = control::PlayerRoute { player, bubble: to, site: self.site_name(reg.site) };
+        let (mut at, mut told) = (left, BTreeSet::new());
+        for _ in 0..MAX_CROSSING_HOPS {
+            let Some(&from) = self.arrived.get(&at).and_then(|a| a.get(&player)) else { break };
+            let site = self
+                .registry
+                .get(&from)
+                .map(|r| r.site)
+                .or_else(|| self.departed.get(&from).map(|d| d.site));
+            if let Some(site) = site
+                && from != to
+                && told.insert(site)
+            {
+                self.order(site, control::Request::Route { routes: vec![route.clone()] });
+            }
+            at = from;
+        }
     }
 
     /// Tells each holder how the brain spreads its bubbles over servers (SPEC section 4, within
