@@ -85,6 +85,9 @@ pub fn start(opts: &GodotOptions, broken: Broken) -> Result<(GodotGame, Hosted),
         .arg(format!("--horizon-link={port}"))
         .env(LINK_KEY_ENV, &key)
         .stdin(Stdio::null())
+        // Godot prints its banner and the script's `print`s on stdout: they are logs, and
+        // this process's stdout may be someone's data (the demo's JSON document).
+        .stdout(stderr_for_child()?)
         .spawn()
         .map_err(|e| HostError::Spawn {
             program: program.to_string_lossy().into_owned(),
@@ -155,6 +158,11 @@ fn kill(child: &Mutex<Child>) {
     let mut child = child.lock().unwrap_or_else(|p| p.into_inner());
     let _ = child.kill();
     let _ = child.wait();
+}
+
+fn stderr_for_child() -> std::io::Result<Stdio> {
+    use std::os::fd::AsFd;
+    Ok(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?))
 }
 
 /// 16 random bytes as hex, from the kernel.

@@ -18,6 +18,11 @@ extends Node
 # once and in order, and replays a handover's joins, leaves, inputs and steps on the target
 # through these same methods: nothing here has to know about leases, epochs or handovers.
 #
+# The engine's main loop advances when the sidecar calls: between calls Godot sleeps in the
+# link's socket (an idle server costs no CPU), and after each batch of calls the engine runs
+# one iteration (at least once a second: the sidecar's watchdog pings an idle link). So the
+# game never relies on `_process`, timers or physics frames: only on these methods.
+#
 # Call `Horizon.serve(game)` once, from the main scene's `_ready`. The link's address comes
 # from the command line (`-- --horizon-link=PORT`, set by the sidecar). When the link ends
 # (the sidecar stopped or died) this process quits: a game server never outlives its link.
@@ -48,7 +53,6 @@ var tick_ms = 0
 var _game = null
 var _peer = StreamPeerTCP.new()
 var _started_ms = 0
-var _inbox = PoolByteArray()
 var _states = {}
 var _said_hello = false
 
@@ -89,35 +93,27 @@ func _process(_delta):
 			else:
 				_quit(EXIT_LINK_ENDED, "the link to the sidecar ended")
 			return
-	var available = _peer.get_available_bytes()
-	if available > 0:
-		var got = _peer.get_partial_data(available)
-		if got[0] != OK:
+	# Wait for the sidecar's next frame: Godot sleeps in the socket between calls (no CPU spent
+	# polling), then takes every frame already there and lets the engine run one iteration.
+	while true:
+		var head = _peer.get_data(4)
+		if head[0] != OK:
 			_quit(EXIT_LINK_ENDED, "the link to the sidecar ended")
 			return
-		_inbox.append_array(got[1])
-		_read_frames()
-
-
-# Frames: u32 length (little-endian) of what follows, then u8 op, u32 state handle, fields.
-func _read_frames():
-	var r = StreamPeerBuffer.new()
-	r.data_array = _inbox
-	var consumed = 0
-	while r.get_size() - consumed >= 4:
-		r.seek(consumed)
-		var length = r.get_u32()
-		if r.get_size() - consumed - 4 < length:
-			break
+		var length = head[1][0] | head[1][1] << 8 | head[1][2] << 16 | head[1][3] << 24
+		if length < 5:
+			_fail(EXIT_GAME_BROKEN, "a link frame of %d bytes" % length)
+			return
+		var body = _peer.get_data(length)
+		if body[0] != OK:
+			_quit(EXIT_LINK_ENDED, "the link to the sidecar ended")
+			return
 		var frame = StreamPeerBuffer.new()
-		frame.data_array = _inbox.subarray(consumed + 4, consumed + 3 + length)
-		consumed += 4 + length
+		frame.data_array = body[1]
 		if not _handle(frame):
 			return
-	if consumed == _inbox.size():
-		_inbox = PoolByteArray()
-	elif consumed > 0:
-		_inbox = _inbox.subarray(consumed, _inbox.size() - 1)
+		if _peer.get_available_bytes() == 0:
+			return
 
 
 func _handle(f):
