@@ -230,6 +230,12 @@ impl AgentConfig {
         if raw.site.is_empty() || raw.site.len() > 16 {
             errors.push(format!("site = {:?}: 1 to 16 characters", raw.site));
         }
+        if raw.servers.program.is_none() && raw.servers.args.as_ref().is_some_and(Vec::is_empty) {
+            errors.push(
+                "servers.args = []: the horizon binary needs its subcommand (\"gameserver\", or \"godot-server\" and its project)"
+                    .to_owned(),
+            );
+        }
         let server_program = match raw.servers.program {
             Some(p) => base.join(p),
             None => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("horizon")),
@@ -338,6 +344,20 @@ mod tests {
         assert_eq!(c.server_tick_ms, 33);
         assert_eq!(c.advertise_transfer, "mtl.example:7413");
         assert_eq!(c.peers["HKG"].as_str(), "127.0.0.1:7513");
+        assert_eq!(c.server_args, ["gameserver"]);
+    }
+
+    #[test]
+    fn game_servers_may_be_godot_servers_but_not_nothing() {
+        let godot = GOOD.replace(
+            "[servers]",
+            "[servers]\nargs = [\"godot-server\", \"--project\", \"/srv/game\"]",
+        );
+        let c = AgentConfig::parse(&godot, Path::new("."), tokens).unwrap();
+        assert_eq!(c.server_args, ["godot-server", "--project", "/srv/game"]);
+        let none = GOOD.replace("[servers]", "[servers]\nargs = []");
+        let errors = AgentConfig::parse(&none, Path::new("."), tokens).unwrap_err();
+        assert!(errors[0].contains("servers.args = []"), "{errors:?}");
     }
 
     #[test]
