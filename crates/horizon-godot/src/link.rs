@@ -245,3 +245,204 @@ impl Link {
         })
     }
 }
+
+/// A sidecar's frame, as the engine side reads it (what the Godot 3 addon does in GDScript and
+/// the Godot 4 extension in Rust).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    Hello { protocol: u32, tick_ms: u32, server_name: String, site: String },
+    Empty { handle: u32, bubble: u64, world: u32, bounds: Option<[f64; 6]> },
+    Encode { handle: u32 },
+    Decode { handle: u32, bytes: Vec<u8> },
+    Join { handle: u32, player: u64, bytes: Vec<u8> },
+    Leave { handle: u32, player: u64 },
+    Input { handle: u32, player: u64, seq: u64, bytes: Vec<u8> },
+    Step { handle: u32, tick: u64 },
+    View { handle: u32, tick: u64 },
+    Drop { handle: u32 },
+    Ping,
+}
+
+impl Call {
+    /// The op, for the reply.
+    pub fn op(&self) -> Op {
+        match self {
+            Call::Hello { .. } => Op::Hello,
+            Call::Empty { .. } => Op::Empty,
+            Call::Encode { .. } => Op::Encode,
+            Call::Decode { .. } => Op::Decode,
+            Call::Join { .. } => Op::Join,
+            Call::Leave { .. } => Op::Leave,
+            Call::Input { .. } => Op::Input,
+            Call::Step { .. } => Op::Step,
+            Call::View { .. } => Op::View,
+            Call::Drop { .. } => Op::Drop,
+            Call::Ping => Op::Ping,
+        }
+    }
+
+    /// One frame's body (after its length): `op | handle | fields`.
+    pub fn decode(body: &[u8]) -> Result<Call, String> {
+        let mut r = Reader { bytes: body, at: 0 };
+        let (op, handle) = (r.u8()?, r.u32()?);
+        let call = match op {
+            0 => Call::Hello {
+                protocol: handle,
+                tick_ms: r.u32()?,
+                server_name: r.string()?,
+                site: r.string()?,
+            },
+            1 => {
+                let (bubble, world) = (r.u64()?, r.u32()?);
+                let bounds = match r.u8()? {
+                    0 => None,
+                    _ => Some([r.f64()?, r.f64()?, r.f64()?, r.f64()?, r.f64()?, r.f64()?]),
+                };
+                Call::Empty { handle, bubble, world, bounds }
+            }
+            2 => Call::Encode { handle },
+            3 => Call::Decode { handle, bytes: r.bytes()? },
+            4 => Call::Join { handle, player: r.u64()?, bytes: r.bytes()? },
+            5 => Call::Leave { handle, player: r.u64()? },
+            6 => Call::Input { handle, player: r.u64()?, seq: r.u64()?, bytes: r.bytes()? },
+            7 => Call::Step { handle, tick: r.u64()? },
+            8 => Call::View { handle, tick: r.u64()? },
+            9 => Call::Drop { handle },
+            10 => Call::Ping,
+            op => return Err(format!("unknown link op {op}")),
+        };
+        if r.at != body.len() {
+            return Err(format!("{} bytes after a {:?} frame", body.len() - r.at, call.op()));
+        }
+        Ok(call)
+    }
+}
+
+/// A reply frame, length first: `u32 length | u8 op | u8 status | u32 n | n bytes`.
+pub fn reply(op: Op, status: Status, bytes: &[u8]) -> Vec<u8> {
+    let n = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(10 + n as usize);
+    out.extend_from_slice(&(6 + n).to_le_bytes());
+    out.push(op as u8);
+    out.push(match status {
+        Status::Ok => 0,
+        Status::Refused => 1,
+        Status::Broken => 2,
+    });
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&bytes[..n as usize]);
+    out
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
+        let end = end.ok_or_else(|| format!("a frame cut short at byte {}", self.at))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn f64(&mut self) -> Result<f64, String> {
+        Ok(f64::from_bits(self.u64()?))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, String> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        String::from_utf8(self.bytes()?).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(frame: Frame) -> Vec<u8> {
+        frame.finish()[4..].to_vec()
+    }
+
+    #[test]
+    fn every_frame_the_sidecar_writes_reads_back_as_its_call() {
+        let cases = [
+            (
+                Frame::new(Op::Hello, PROTOCOL).u32(33).bytes(b"mtl-gs-1").bytes(b"MTL"),
+                Call::Hello {
+                    protocol: 1,
+                    tick_ms: 33,
+                    server_name: "mtl-gs-1".into(),
+                    site: "MTL".into(),
+                },
+            ),
+            (
+                [1.0, 2.0, 3.0, 4.0, 5.0, 6.5]
+                    .into_iter()
+                    .fold(Frame::new(Op::Empty, 7).u64(u64::MAX).u32(2).u8(1), Frame::f64),
+                Call::Empty {
+                    handle: 7,
+                    bubble: u64::MAX,
+                    world: 2,
+                    bounds: Some([1.0, 2.0, 3.0, 4.0, 5.0, 6.5]),
+                },
+            ),
+            (
+                Frame::new(Op::Empty, 8).u64(1).u32(0).u8(0),
+                Call::Empty { handle: 8, bubble: 1, world: 0, bounds: None },
+            ),
+            (
+                Frame::new(Op::Decode, 3).bytes(&[9, 9]),
+                Call::Decode { handle: 3, bytes: vec![9, 9] },
+            ),
+            (
+                Frame::new(Op::Input, 3).u64(5).u64(6).bytes(b"jump"),
+                Call::Input { handle: 3, player: 5, seq: 6, bytes: b"jump".to_vec() },
+            ),
+            (Frame::new(Op::View, 3).u64(40), Call::View { handle: 3, tick: 40 }),
+            (Frame::new(Op::Ping, 0), Call::Ping),
+        ];
+        for (frame, call) in cases {
+            assert_eq!(Call::decode(&body(frame)), Ok(call));
+        }
+    }
+
+    #[test]
+    fn a_frame_cut_short_or_too_long_or_unknown_is_refused() {
+        let whole = body(Frame::new(Op::Leave, 1).u64(5));
+        assert!(Call::decode(&whole[..whole.len() - 1]).unwrap_err().contains("cut short"));
+        let mut long = whole.clone();
+        long.push(0);
+        assert!(Call::decode(&long).unwrap_err().contains("1 bytes after"));
+        assert!(Call::decode(&[42, 0, 0, 0, 0]).unwrap_err().contains("unknown link op 42"));
+        // A declared length beyond the frame never allocates it.
+        let lying = body(Frame::new(Op::Decode, 1).u32(u32::MAX));
+        assert!(Call::decode(&lying).unwrap_err().contains("cut short"));
+    }
+
+    #[test]
+    fn a_reply_is_what_the_link_reads() {
+        assert_eq!(reply(Op::View, Status::Ok, &[1, 2]), [8, 0, 0, 0, 8, 0, 2, 0, 0, 0, 1, 2]);
+    }
+}
