@@ -13,9 +13,9 @@
 //! on these machines; docs/godot.md says it in full): a script error, a hang or a crash of
 //! either process ends the pair as one game server (the agent's crash path restarts the
 //! region elsewhere), no engine version is baked into a binary (one sidecar for Godot 3 and 4,
-//! a GDScript addon for each), and it builds without libclang or engine bindings. The price is
-//! one loopback round trip per tick and region (`step` then `view`), measured in
-//! `horizon-godot`'s bench and quoted in docs/godot.md.
+//! a GDScript addon for Godot 3, a GDExtension for Godot 4), and it builds without libclang or
+//! engine bindings. The price is one loopback round trip per tick and region (`step` is sent
+//! with `view`), ~0.2 ms: `cargo bench -p horizon-godot --bench link` (docs/performance.md).
 //!
 //! [`host`] starts and watches the Godot process; [`GodotGame`] is the `Game` over the link.
 
