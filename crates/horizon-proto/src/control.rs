@@ -137,6 +137,11 @@ pub enum Request {
         copy: Blob,
         parts: Vec<Blob>,
     },
+    /// core → agent (a site these players' states came through): the bubble each is in now was
+    /// restored from a copy that may lack them. A state of theirs this agent still holds — a
+    /// crossing on its way, or one delivered and kept a while — goes to that bubble, whichever
+    /// bubble it was sent to; the bubble keeps the state that applied more inputs.
+    Recover { routes: Vec<PlayerRoute> },
 }
 
 kinds!(Request {
@@ -164,6 +169,7 @@ kinds!(Request {
     PlayerIds => "player_ids",
     Admin => "admin",
     RestoreParts => "restore_parts",
+    Recover => "recover",
 });
 
 /// A reply on the control channel.

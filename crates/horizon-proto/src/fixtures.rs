@@ -297,6 +297,13 @@ pub fn all() -> Vec<Fixture> {
                 copy: blob.clone(),
                 parts: vec![blob.clone()],
             },
+            control::Request::Recover {
+                routes: vec![control::PlayerRoute {
+                    player: PlayerId(4097),
+                    bubble: BubbleId(7),
+                    site: name("HKG"),
+                }],
+            },
         ],
         vec![
             control::Reply::Done,

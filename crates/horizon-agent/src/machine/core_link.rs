@@ -270,6 +270,10 @@ impl AgentMachine {
                 self.route(routes, now);
                 Ok(control::Reply::Done)
             }
+            R::Recover { routes } => {
+                self.recover(routes, now);
+                Ok(control::Reply::Done)
+            }
             R::Peers { peers } => {
                 self.adopt_peers(peers);
                 Ok(control::Reply::Done)

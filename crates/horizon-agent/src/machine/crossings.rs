@@ -111,6 +111,19 @@ impl AgentMachine {
         self.send_crossing(player, now);
     }
 
+    /// The bubble each of these players is in was restored from a copy that may lack them: a
+    /// state of theirs kept here (a crossing on its way, or delivered not long ago, into
+    /// whichever bubble) goes to it. Its server keeps the state that applied more inputs.
+    pub(super) fn recover(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {
+        for r in routes {
+            if self.outbound.contains_key(&r.player) || self.delivered.contains_key(&r.player) {
+                let to = LeaseRef { bubble: r.bubble, epoch: Epoch(0) };
+                let d = control::Departure { player: r.player, to, site: r.site };
+                self.redirect_crossing(r.player, d, now);
+            }
+        }
+    }
+
     /// The answer to a crossing: taken, or to be sent again (after [`CROSSING_BACKOFF`]).
     pub(super) fn crossed(&mut self, player: PlayerId, taken: bool, now: Instant) {
         if taken {

@@ -443,6 +443,65 @@ fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
 }
 
 #[test]
+fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_player() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n("PAR"),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member],
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    // Player 7 leaves for HKG's bubble 3, which takes the state.
+    let to_hkg = control::Departure {
+        player: PlayerId(7),
+        to: LeaseRef { bubble: BubbleId(3), epoch: Epoch(2) },
+        site: n("HKG"),
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: Vec::new(),
+        departed: vec![to_hkg],
+    });
+    let out = h.answer_servers(out, |_| {
+        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
+    });
+    let pending = out.into_iter().find_map(|e| match e {
+        Effect::ToPeer { pending, .. } => Some(pending),
+        _ => None,
+    });
+    let pending = pending.expect("the crossing to HKG");
+    h.feed(Input::PeerReplied { site: n("HKG"), pending, result: Ok(transfer::Reply::Done) });
+    // The player went on from bubble 3 to bubble 5, whose holder died before a copy had them:
+    // bubble 5 comes back on PAR from a copy without the player, and this site, which the
+    // state came through, is asked for what it kept.
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(5), site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Recover { routes });
+    let again = out.iter().find_map(|e| match e {
+        Effect::ToPeer {
+            site, request: transfer::Request::Cross { to, last_applied, .. }, ..
+        } => Some((site.to_string(), *to, *last_applied)),
+        _ => None,
+    });
+    assert_eq!(again, Some(("PAR".to_owned(), BubbleId(5), Seq(12))));
+    // An agent that kept nothing of the player sends nothing.
+    let mut h2 = running(10_000);
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(5), site: n("PAR") }];
+    let (_, out) = h2.order(control::Request::Recover { routes });
+    assert!(!out.iter().any(|e| matches!(e, Effect::ToPeer { .. })), "nothing kept: nothing sent");
+}
+
+#[test]
 fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_went() {
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });

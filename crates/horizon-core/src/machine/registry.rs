@@ -194,21 +194,8 @@ impl CoreMachine {
     fn follow_unfinished_crossing(&mut self, player: PlayerId, left: BubbleId, to: BubbleId) {
         let Some(reg) = self.registry.get(&to) else { return };
         let route = control::PlayerRoute { player, bubble: to, site: self.site_name(reg.site) };
-        let (mut at, mut told) = (left, BTreeSet::new());
-        for _ in 0..MAX_CROSSING_HOPS {
-            let Some(&from) = self.arrived.get(&at).and_then(|a| a.get(&player)) else { break };
-            let site = self
-                .registry
-                .get(&from)
-                .map(|r| r.site)
-                .or_else(|| self.departed.get(&from).map(|d| d.site));
-            if let Some(site) = site
-                && from != to
-                && told.insert(site)
-            {
-                self.order(site, control::Request::Route { routes: vec![route.clone()] });
-            }
-            at = from;
+        for site in self.sources_of(player, left) {
+            self.order(site, control::Request::Route { routes: vec![route.clone()] });
         }
     }
 
@@ -297,30 +284,50 @@ impl CoreMachine {
             .collect()
     }
 
-    /// A bubble restored from a copy may lack players that crossed into it after the copy:
-    /// the sites they came from are told where it runs now (a `Route` for each), so a crossing
-    /// still on its way from there follows it.
+    /// A bubble restored from a copy may lack players that crossed into it after the copy: the
+    /// sites their states came through on the way in (up to [`MAX_CROSSING_HOPS`] back: the
+    /// last one may have died with its copy-less bubbles) are told where it runs now
+    /// (`Recover`), so a crossing still on its way from one of them, or one delivered and kept
+    /// there, comes to it.
     pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
         let Some(arrived) = self.arrived.get(&bubble) else { return };
         let Some(holder) = self.registry.get(&bubble).map(|r| r.site) else { return };
-        let mut per_source: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
-        for (&player, &from) in arrived {
-            if self.placed.get(&player) != Some(&bubble) {
-                continue;
+        let players: Vec<PlayerId> =
+            arrived.keys().filter(|p| self.placed.get(p) == Some(&bubble)).copied().collect();
+        let mut per_site: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
+        for player in players {
+            let route = control::PlayerRoute { player, bubble, site: self.site_name(holder) };
+            for site in self.sources_of(player, bubble) {
+                per_site.entry(site).or_default().push(route.clone());
             }
-            let source = self
+        }
+        for (site, routes) in per_site {
+            self.order(site, control::Request::Recover { routes });
+        }
+    }
+
+    /// The sites `player`'s state came through on its way into `bubble`, the last first (at
+    /// most [`MAX_CROSSING_HOPS`]).
+    fn sources_of(&self, player: PlayerId, bubble: BubbleId) -> Vec<SiteId> {
+        let (mut at, mut sites) = (bubble, Vec::new());
+        for _ in 0..MAX_CROSSING_HOPS {
+            let Some(&from) = self.arrived.get(&at).and_then(|a| a.get(&player)) else { break };
+            let site = self
                 .registry
                 .get(&from)
                 .map(|r| r.site)
                 .or_else(|| self.departed.get(&from).map(|d| d.site));
-            if let Some(source) = source {
-                let route = control::PlayerRoute { player, bubble, site: self.site_name(holder) };
-                per_source.entry(source).or_default().push(route);
+            if let Some(site) = site
+                && !sites.contains(&site)
+            {
+                sites.push(site);
             }
+            if from == bubble {
+                break;
+            }
+            at = from;
         }
-        for (site, routes) in per_source {
-            self.order(site, control::Request::Route { routes });
-        }
+        sites
     }
 
     /// Tells home agents where their players are simulated now.
