@@ -225,8 +225,9 @@ pub(crate) struct Running {
 /// The mesh after a fault.
 #[derive(Debug, Default)]
 struct Observed {
-    /// Where each affected player (by id) was simulated.
-    placed: BTreeMap<u64, String>,
+    /// Where each affected player (by bot index: a player who joins again later, after an
+    /// agent restart, has a new id) was simulated.
+    placed: BTreeMap<usize, String>,
     generation: Option<u64>,
     bubbles: Vec<u64>,
 }
@@ -333,7 +334,7 @@ pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport]) 
     for &(i, ..) in &r.affected {
         let Some(p) = bots.get(i).and_then(|b| b.player) else { continue };
         if let Some(site) = bubble_of.get(&p).and_then(|b| site_of.get(b)) {
-            at.insert(p, site.clone());
+            at.insert(i, site.clone());
         }
     }
     let generation = Some(u64::from(status.generation));
@@ -432,7 +433,7 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
             }
             None => resumed.push(0.0),
         }
-        if let Some(site) = b.player.and_then(|p| placed.get(&p)) {
+        if let Some(site) = placed.get(&i) {
             *resumed_on.entry(site.clone()).or_default() += 1;
         }
     }
