@@ -9,26 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use horizon_core::CoreStatus;
-use horizon_proto::Role;
-use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
+use horizon_testkit::bots::{self, BotReport};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
-fn bot(name: &str, site: &str, sandbox: &Sandbox, x: f64, join_after_ms: u64) -> BotSpec {
-    BotSpec {
-        name: name.to_owned(),
-        site: site.to_owned(),
-        gateway: sandbox.gateways[site],
-        role: Role::Player,
-        world: 1,
-        start: [x, 0.0, 0.0],
-        motion: Motion::Wander { radius_m: 20.0, speed_mps: 1.5 },
-        join_after: Duration::from_millis(join_after_ms),
-        input_every: Duration::from_millis(50),
-        afk: None,
-        leave_after: None,
-        reconnect_after: None,
-    }
-}
+mod common;
+use common::{bot, wait_for};
 
 /// The bubble simulating `player` and the server holding it.
 fn holder_of(status: &CoreStatus, player: u64) -> Option<(u64, u64, String, String)> {
@@ -40,22 +25,6 @@ fn holder_of(status: &CoreStatus, player: u64) -> Option<(u64, u64, String, Stri
                 return Some((bubble, epoch, site.site.clone(), server.server.clone()));
             }
         }
-    }
-    None
-}
-
-async fn wait_for<T>(
-    sandbox: &Sandbox,
-    secs: u64,
-    mut f: impl FnMut(&CoreStatus) -> Option<T>,
-) -> Option<T> {
-    for _ in 0..secs * 5 {
-        if let Some(status) = sandbox.core.status().await
-            && let Some(t) = f(&status)
-        {
-            return Some(t);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     None
 }

@@ -9,26 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use horizon_core::CoreStatus;
-use horizon_proto::Role;
 use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
-fn bot(name: &str, site: &str, sandbox: &Sandbox, x: f64, join_after_ms: u64) -> BotSpec {
-    BotSpec {
-        name: name.to_owned(),
-        site: site.to_owned(),
-        gateway: sandbox.gateways[site],
-        role: Role::Player,
-        world: 1,
-        start: [x, 0.0, 0.0],
-        motion: Motion::Wander { radius_m: 20.0, speed_mps: 1.5 },
-        join_after: Duration::from_millis(join_after_ms),
-        input_every: Duration::from_millis(50),
-        afk: None,
-        leave_after: None,
-        reconnect_after: None,
-    }
-}
+mod common;
+use common::{bot, wait_for};
 
 /// One plain HTTP GET against the admin API; the whole response.
 async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -496,23 +481,6 @@ fn played_through_a_failover(r: &BotReport, max_gap_ms: f64) {
     assert_eq!(r.chain_breaks, 0, "{}", r.name);
     assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
     assert!(r.max_gap_ms < max_gap_ms, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
-}
-
-/// Waits (polling the core's status) until `f` holds, at most `secs` seconds.
-async fn wait_for<T>(
-    sandbox: &Sandbox,
-    secs: u64,
-    mut f: impl FnMut(&CoreStatus) -> Option<T>,
-) -> Option<T> {
-    for _ in 0..secs * 5 {
-        if let Some(status) = sandbox.core.status().await
-            && let Some(t) = f(&status)
-        {
-            return Some(t);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    None
 }
 
 /// A lone Montrealer playing in a three-site sandbox tuned by `tune`, once their bubble has had

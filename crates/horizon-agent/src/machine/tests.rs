@@ -390,14 +390,13 @@ fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() 
     assert_eq!(cross, Some(("PAR".into(), PlayerId(7), BubbleId(2), Seq(12))));
 }
 
-#[test]
-fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
-    let mut h = running(10_000);
-    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+/// Player 7 (home `home`) plays in bubble 1 here, then the core says they left for HKG's
+/// bubble 3 and the server lets them go at seq 12: what the agent does then.
+fn leaves_bubble_1_for_hkg(h: &mut Harness, home: &str) -> Vec<Effect> {
     let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
     let member = control::Member {
         player: PlayerId(7),
-        home: n(SITE),
+        home: n(home),
         pos: Vec3::default(),
         crossing: false,
     };
@@ -407,7 +406,6 @@ fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
         departed: Vec::new(),
     });
     h.answer_servers(out, done);
-    // Player 7 leaves for HKG's bubble 3, whose site this agent cannot reach: its state waits.
     let to_hkg = control::Departure {
         player: PlayerId(7),
         to: LeaseRef { bubble: BubbleId(3), epoch: Epoch(2) },
@@ -418,9 +416,17 @@ fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
         players: Vec::new(),
         departed: vec![to_hkg],
     });
-    let out = h.answer_servers(out, |_| {
+    h.answer_servers(out, |_| {
         Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
-    });
+    })
+}
+
+#[test]
+fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    // Player 7 leaves for HKG's bubble 3, whose site this agent cannot reach: its state waits.
+    let out = leaves_bubble_1_for_hkg(&mut h, SITE);
     let crossings = |out: &[Effect]| -> Vec<(String, BubbleId, Seq)> {
         out.iter()
             .filter_map(|e| match e {
@@ -447,33 +453,8 @@ fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_pla
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
     h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
-    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
-    let member = control::Member {
-        player: PlayerId(7),
-        home: n("PAR"),
-        pos: Vec3::default(),
-        crossing: false,
-    };
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: vec![member],
-        departed: Vec::new(),
-    });
-    h.answer_servers(out, done);
     // Player 7 leaves for HKG's bubble 3, which takes the state.
-    let to_hkg = control::Departure {
-        player: PlayerId(7),
-        to: LeaseRef { bubble: BubbleId(3), epoch: Epoch(2) },
-        site: n("HKG"),
-    };
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: Vec::new(),
-        departed: vec![to_hkg],
-    });
-    let out = h.answer_servers(out, |_| {
-        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
-    });
+    let out = leaves_bubble_1_for_hkg(&mut h, "PAR");
     let pending = out.into_iter().find_map(|e| match e {
         Effect::ToPeer { pending, .. } => Some(pending),
         _ => None,
