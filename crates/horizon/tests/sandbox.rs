@@ -657,10 +657,15 @@ async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_aga
     sandbox.restart_agent("MTL", Duration::from_secs(3)).await.expect("the agent restarts");
     let back = tokio::time::Instant::now();
     let report = running[0].0.clone();
-    let new_player = move || report.lock().expect("bot report").player.filter(|p| *p != player);
-    // The new session plays: simulated, its updates coming again.
+    // The new session plays: simulated, its inputs acknowledged as they go. Waited for, not
+    // slept on: the restarted agent starts its game servers afresh, slow on a loaded machine.
+    let new_session = move || {
+        let r = report.lock().expect("bot report");
+        let playing = r.acked > 20 && r.inputs_sent - r.acked < 20;
+        r.player.filter(|p| *p != player && playing)
+    };
     let again = wait_for(&sandbox, 20, |s| {
-        let p = new_player()?;
+        let p = new_session()?;
         (holder_of(s, p).is_some() && s.players.iter().all(|x| x.player != player)).then_some(p)
     })
     .await;
@@ -688,7 +693,7 @@ async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_aga
     assert_eq!(r.applied_twice, 0);
     assert_eq!(r.chain_breaks, 0);
     assert_eq!(r.applied, r.acked, "the new session's inputs applied once each: {r:?}");
-    assert!(r.updates > 20 && r.inputs_sent - r.acked < 20, "the new session plays: {r:?}");
+    assert!(r.acked > 20 && r.inputs_sent - r.acked < 20, "the new session plays: {r:?}");
     eprintln!("agent crash: playing again {back_after:?} after the agent was back");
 }
 
