@@ -1,6 +1,6 @@
 //! What a game implements: a deterministic simulation of one region.
 
-use horizon_proto::{BubbleId, PlayerId, Region, Seq, Tick};
+use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
 
 /// A game's simulation, as the SDK drives it. Every method must be deterministic: a target
 /// server replays the source's joins, leaves, inputs and steps and must reach the same state.
@@ -24,4 +24,33 @@ pub trait Game: Send + Sync + 'static {
     fn step(&self, state: &mut Self::State, tick: Tick);
     /// What the region's players see after a step.
     fn view(&self, state: &Self::State, tick: Tick) -> Vec<u8>;
+
+    /// The region may be written from now on, under `lease`: it runs, and its lease is valid by
+    /// this server's clock. Called again after [`Game::stopped`] when a late renewal brings the
+    /// lease back, and with the newer lease after a regrant. A game stepped by the SDK needs
+    /// nothing here; an engine running its own loop (today's servers, SPEC section 9) starts
+    /// simulating the region here and nowhere else.
+    fn started(&self, _state: &mut Self::State, _lease: LeaseRef) {}
+
+    /// The region may no longer be written: its lease lapsed by this server's clock, it was
+    /// sealed for a handover, regranted under a newer epoch (`started` follows), released, or
+    /// the agent's connection was lost. Whatever the game shows players must stop changing;
+    /// an engine running its own loop stops simulating the region. Replayed deltas on a
+    /// standby come between a `stopped` (or nothing) and the next `started`.
+    fn stopped(&self, _state: &mut Self::State) {}
+
+    /// What an engine running its own loop reports of itself, for the load report; `None`
+    /// (the default): the SDK counts its own ticks and holds no chunk loading.
+    fn engine_load(&self) -> Option<EngineLoad> {
+        None
+    }
+}
+
+/// An engine's own account of its health (today's servers' `serverinfo`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EngineLoad {
+    /// Simulation ticks in the last second.
+    pub tps: f32,
+    /// World chunks still loading: a server is ready only with none.
+    pub chunks_loading: u32,
 }

@@ -24,6 +24,6 @@ mod region;
 mod server;
 
 pub use client::{Counters, ServerOptions, run};
-pub use game::Game;
+pub use game::{EngineLoad, Game};
 pub use region::{Phase, RegionError};
 pub use server::ServerMachine;

@@ -79,6 +79,8 @@ pub(crate) struct Held<G: Game> {
     log: Vec<Event>,
     /// Stream a delta every tick (a handover is being prepared).
     pub(crate) mirroring: bool,
+    /// The game was told [`Game::started`] and not [`Game::stopped`] since.
+    live: bool,
     chunks: Vec<Option<Vec<u8>>>,
     /// The chunks of a part copy being received (a restore of a spread bubble).
     part_chunks: Vec<Option<Vec<u8>>>,
@@ -104,6 +106,7 @@ impl<G: Game> Held<G> {
             pending: BTreeMap::new(),
             log: Vec::new(),
             mirroring: false,
+            live: false,
             chunks: Vec::new(),
             part_chunks: Vec::new(),
         }
@@ -121,6 +124,7 @@ impl<G: Game> Held<G> {
     /// tick and applied inputs stay; delta mirroring for the abandoned target stops.
     pub(crate) fn regrant(
         &mut self,
+        game: &G,
         lease: LeaseRef,
         valid_until: Instant,
     ) -> Result<(), &'static str> {
@@ -130,6 +134,7 @@ impl<G: Game> Held<G> {
         if lease.bubble != self.lease.bubble || lease.epoch <= self.lease.epoch {
             return Err("regrant must be the same bubble under a newer epoch");
         }
+        self.retire(game);
         self.lease = lease;
         self.valid_until = valid_until;
         self.mirroring = false;
@@ -139,6 +144,32 @@ impl<G: Game> Held<G> {
     /// Simulating now is allowed: running, with a lease valid by our own clock.
     pub(crate) fn writable(&self, now: Instant) -> bool {
         self.phase == Phase::Running && now < self.valid_until && self.state.is_some()
+    }
+
+    /// Tells the game when writing starts or stops ([`Game::started`], [`Game::stopped`]);
+    /// returns whether the region may be written now.
+    fn refresh(&mut self, game: &G, now: Instant) -> bool {
+        let writable = self.writable(now);
+        if writable != self.live {
+            if let Some(state) = self.state.as_mut() {
+                if writable {
+                    game.started(state, self.lease);
+                } else {
+                    game.stopped(state);
+                }
+            }
+            self.live = writable;
+        }
+        writable
+    }
+
+    /// Stops writing for good under this lease: the game is told, if it was writing.
+    pub(crate) fn retire(&mut self, game: &G) {
+        if std::mem::take(&mut self.live)
+            && let Some(state) = self.state.as_mut()
+        {
+            game.stopped(state);
+        }
     }
 
     pub(crate) fn players(&self) -> usize {
@@ -197,7 +228,7 @@ impl<G: Game> Held<G> {
                 out.dropped += 1;
             }
         }
-        if self.writable(now) {
+        if self.refresh(game, now) {
             out.applied += self.drain(game);
         }
         out
@@ -225,7 +256,7 @@ impl<G: Game> Held<G> {
 
     /// One tick: step, then the update for players and (when mirroring) the delta.
     pub(crate) fn step(&mut self, game: &G, now: Instant) -> Option<(Update, Option<Delta>, u64)> {
-        if !self.writable(now) {
+        if !self.refresh(game, now) {
             return None;
         }
         let applied = self.drain(game);
@@ -283,7 +314,8 @@ impl<G: Game> Held<G> {
     }
 
     /// Stops for good under this epoch and says where: the seal.
-    pub(crate) fn seal(&mut self) -> Seal {
+    pub(crate) fn seal(&mut self, game: &G) -> Seal {
+        self.retire(game);
         self.phase = Phase::Sealed;
         let mut last_applied: Vec<_> = self.last_applied.iter().map(|(&p, &s)| (p, s)).collect();
         last_applied.sort_unstable();
@@ -565,8 +597,8 @@ mod tests {
         h.join(&GAME, PlayerId(1), Seq(0), &[]);
         h.inputs(&GAME, vec![input(1, 1)], now);
         let (before, _, _) = h.step(&GAME, now).unwrap();
-        assert!(h.regrant(lease(1), now + std::time::Duration::from_secs(30)).is_err());
-        h.regrant(lease(3), now + std::time::Duration::from_secs(30)).unwrap();
+        assert!(h.regrant(&GAME, lease(1), now + std::time::Duration::from_secs(30)).is_err());
+        h.regrant(&GAME, lease(3), now + std::time::Duration::from_secs(30)).unwrap();
         assert_eq!(h.lease, lease(3));
         assert_eq!(h.inputs(&GAME, vec![input(1, 2)], now).applied, 1);
         let (after, _, _) = h.step(&GAME, now).unwrap();
@@ -574,8 +606,8 @@ mod tests {
             (View::decode(&before.bytes.0).unwrap(), View::decode(&after.bytes.0).unwrap());
         assert_eq!(is.prev_chain, was.chain, "the same simulation goes on");
         assert_eq!(is.entity(PlayerId(1)).unwrap().inputs, 2);
-        h.seal();
-        assert!(h.regrant(lease(4), now).is_err(), "a sealed region is not regranted");
+        h.seal(&GAME);
+        assert!(h.regrant(&GAME, lease(4), now).is_err(), "a sealed region is not regranted");
     }
 
     #[test]
@@ -608,7 +640,7 @@ mod tests {
         }
         // Inputs applied after the last step travel in the seal's final delta.
         feed(&mut source);
-        let seal = source.seal();
+        let seal = source.seal(&GAME);
         assert!(source.step(&GAME, now).is_none(), "a sealed region never writes again");
         let sealed_tick = seal.tick;
         target.on_seal(&GAME, seal).unwrap();
@@ -694,5 +726,76 @@ mod tests {
         let mut target = held(5, true);
         let chunk = source.snapshot(&GAME, 1024, true).remove(0);
         assert!(matches!(target.on_snapshot(&GAME, chunk), Err(RegionError::Epoch { .. })));
+    }
+
+    /// A game with no state that records when it is told to start and stop writing.
+    #[derive(Default)]
+    struct Told(std::sync::Mutex<Vec<String>>);
+
+    impl Told {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    impl Game for Told {
+        type State = ();
+        fn empty(&self, _: BubbleId, _: &Region) {}
+        fn encode(&self, _: &()) -> Vec<u8> {
+            Vec::new()
+        }
+        fn decode(&self, _: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+        fn join(&self, _: &mut (), _: PlayerId, _: &[u8]) {}
+        fn leave(&self, _: &mut (), _: PlayerId) -> Vec<u8> {
+            Vec::new()
+        }
+        fn input(&self, _: &mut (), _: PlayerId, _: Seq, _: &[u8]) {}
+        fn step(&self, _: &mut (), _: Tick) {}
+        fn view(&self, _: &(), _: Tick) -> Vec<u8> {
+            Vec::new()
+        }
+        fn started(&self, _: &mut (), lease: LeaseRef) {
+            self.0.lock().unwrap().push(format!("started {}", lease.epoch.0));
+        }
+        fn stopped(&self, _: &mut ()) {
+            self.0.lock().unwrap().push("stopped".to_owned());
+        }
+    }
+
+    #[test]
+    fn the_game_is_told_when_writing_starts_and_stops() {
+        use std::time::Duration;
+        let game = Told::default();
+        let now = Instant::now();
+        let region = Region { world: WorldId(1), bounds: None };
+        let mut h = Held::new(&game, lease(1), region, now + Duration::from_secs(30), false);
+        assert!(game.take().is_empty(), "nothing before the first tick or input");
+        h.step(&game, now).unwrap();
+        h.step(&game, now).unwrap();
+        assert_eq!(game.take(), ["started 1"], "once, not every tick");
+        // The lease lapses by our clock: stopped once; a late renewal starts it again.
+        let later = now + Duration::from_secs(31);
+        assert!(h.step(&game, later).is_none());
+        assert_eq!(h.inputs(&game, vec![input(1, 1)], later).applied, 0);
+        assert_eq!(game.take(), ["stopped"]);
+        h.renew(later + Duration::from_secs(30));
+        h.inputs(&game, Vec::new(), later);
+        assert_eq!(game.take(), ["started 1"]);
+        // A regrant stops the old lease and starts the new one; a seal stops for good.
+        h.regrant(&game, lease(2), later + Duration::from_secs(30)).unwrap();
+        assert_eq!(game.take(), ["stopped"]);
+        h.step(&game, later).unwrap();
+        assert_eq!(game.take(), ["started 2"]);
+        h.seal(&game);
+        assert!(h.step(&game, later).is_none());
+        assert_eq!(game.take(), ["stopped"]);
+        // A standby is not written until its seal, and a retired region is not stopped twice.
+        let mut standby = Held::new(&game, lease(3), region, later + Duration::from_secs(30), true);
+        standby.on_snapshot(&game, h.snapshot(&game, 1024, false).remove(0)).unwrap();
+        assert!(standby.step(&game, later).is_none());
+        standby.retire(&game);
+        assert!(game.take().is_empty(), "a standby never started");
     }
 }

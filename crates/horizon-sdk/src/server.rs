@@ -53,6 +53,9 @@ impl<G: Game> ServerMachine<G> {
     /// A new connection to the agent: the regions held are dropped (the agent assigns them
     /// again from its copies); the newest epochs seen stay.
     pub fn reconnected(&mut self) {
+        for held in self.regions.values_mut() {
+            held.retire(&self.game);
+        }
         self.regions.clear();
         self.out.clear();
         self.count_regions();
@@ -84,7 +87,9 @@ impl<G: Game> ServerMachine<G> {
                 let lref = LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
                 let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
                 let held = Held::new(&self.game, lref, *region, until, *from_snapshot);
-                self.regions.insert(lease.bubble, held);
+                if let Some(mut replaced) = self.regions.insert(lease.bubble, held) {
+                    replaced.retire(&self.game);
+                }
                 self.count_regions();
                 tracing::info!(
                     bubble = lease.bubble.0,
@@ -106,14 +111,13 @@ impl<G: Game> ServerMachine<G> {
                 Ok(Reply::Done)
             }
             Request::Resize { lease, region } => {
-                let held = self.held(*lease)?;
+                let held = held(&mut self.regions, *lease)?;
                 held.region = *region;
                 Ok(Reply::Done)
             }
             Request::Join { lease, player, last_applied, state } => {
                 let game = &self.game;
-                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let held = held(&mut self.regions, *lease)?;
                 if !held.join(game, *player, *last_applied, &state.0) {
                     tracing::debug!(player = player.0, "join of a player already here: kept as is");
                 }
@@ -121,8 +125,7 @@ impl<G: Game> ServerMachine<G> {
             }
             Request::Leave { lease, player } => {
                 let game = &self.game;
-                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let held = held(&mut self.regions, *lease)?;
                 let (last_applied, state) = held.leave(game, *player).ok_or_else(|| {
                     Fault::new(ErrorCode::Unexpected, format!("player {} is not here", player.0))
                 })?;
@@ -130,29 +133,29 @@ impl<G: Game> ServerMachine<G> {
             }
             Request::Copy { lease, deltas } => {
                 let game = &self.game;
-                let held = self.regions.get_mut(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let held = held(&mut self.regions, *lease)?;
                 let chunks = held.snapshot(game, MAX_CHUNK_BYTES, *deltas);
                 self.out.extend(chunks.into_iter().map(StateItem::Snapshot));
                 Ok(Reply::Done)
             }
             Request::Freeze { lease } => {
-                let held = self.held(*lease)?;
+                let game = &self.game;
+                let held = held(&mut self.regions, *lease)?;
                 if held.phase != Phase::Running {
                     return Err(Fault::new(
                         ErrorCode::Unexpected,
                         "freeze of a region not running",
                     ));
                 }
-                let seal = held.seal();
+                let seal = held.seal(game);
                 let tick = seal.tick;
                 self.out.push_back(StateItem::Seal(seal));
                 tracing::info!(bubble = lease.bubble.0, tick = tick.0, "frozen and sealed");
                 Ok(Reply::Frozen { tick })
             }
             Request::Release { lease } => {
-                let held = self.regions.get(&lease.bubble).filter(|h| h.lease == *lease);
-                let held = held.ok_or_else(|| unknown(lease.bubble))?;
+                let held = held(&mut self.regions, *lease)?;
+                held.retire(&self.game);
                 let reply = Reply::Released { bubble: held.bubble(), tick: held.tick };
                 self.regions.remove(&lease.bubble);
                 self.count_regions();
@@ -161,8 +164,9 @@ impl<G: Game> ServerMachine<G> {
             Request::Regrant { old, lease } => {
                 let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
                 let lref = LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
-                self.held(*old)?
-                    .regrant(lref, until)
+                let game = &self.game;
+                held(&mut self.regions, *old)?
+                    .regrant(game, lref, until)
                     .map_err(|why| Fault::new(ErrorCode::StaleEpoch, why))?;
                 let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
                 *newest = (*newest).max(lease.epoch);
@@ -173,13 +177,6 @@ impl<G: Game> ServerMachine<G> {
                 Err(Fault::new(ErrorCode::Unexpected, "a server request, sent by the agent"))
             }
         }
-    }
-
-    fn held(&mut self, lease: LeaseRef) -> Result<&mut Held<G>, Fault> {
-        self.regions
-            .get_mut(&lease.bubble)
-            .filter(|h| h.lease == lease)
-            .ok_or_else(|| unknown(lease.bubble))
     }
 
     /// An item of the agent's stream: inputs, or a handover's (or a restore's) state.
@@ -244,15 +241,25 @@ impl<G: Game> ServerMachine<G> {
 
     /// The load report, once a second: ticks since the last one, and players held.
     pub fn load(&mut self) -> Request {
-        let tps = self.ticks_this_second as f32;
+        let counted = self.ticks_this_second as f32;
         self.ticks_this_second = 0;
         let players = self.regions.values().map(Held::players).sum::<usize>() as u32;
-        Request::Load { tps, players, chunks_loading: 0 }
+        let engine = self.game.engine_load();
+        let tps = engine.map_or(counted, |e| e.tps);
+        Request::Load { tps, players, chunks_loading: engine.map_or(0, |e| e.chunks_loading) }
     }
 
     fn count_regions(&self) {
         self.counters.regions.store(self.regions.len() as u64, Ordering::Relaxed);
     }
+}
+
+/// The region held under exactly `lease`. A free function, so the game stays borrowable.
+fn held<G: Game>(
+    regions: &mut BTreeMap<BubbleId, Held<G>>,
+    lease: LeaseRef,
+) -> Result<&mut Held<G>, Fault> {
+    regions.get_mut(&lease.bubble).filter(|h| h.lease == lease).ok_or_else(|| unknown(lease.bubble))
 }
 
 fn unknown(bubble: BubbleId) -> Fault {
