@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,6 +50,8 @@ pub enum HostError {
     NoLink(Duration),
     #[error("the link's hello failed: {0}")]
     Hello(String),
+    #[error("today's server: {0}")]
+    Today(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -73,26 +75,12 @@ pub fn start(opts: &GodotOptions, broken: Broken) -> Result<(GodotGame, Hosted),
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     let port = listener.local_addr()?.port();
     let key = link_key()?;
-    let (program, args) = opts.command.split_first().ok_or_else(|| HostError::Spawn {
-        program: String::new(),
-        why: "no Godot command".to_owned(),
-    })?;
-    let mut child = Command::new(program)
-        .args(args)
-        .arg("--path")
-        .arg(&opts.project)
-        .arg("--")
-        .arg(format!("--horizon-link={port}"))
-        .env(LINK_KEY_ENV, &key)
-        .stdin(Stdio::null())
-        // Godot prints its banner and the script's `print`s on stdout: they are logs, and
-        // this process's stdout may be someone's data (the demo's JSON document).
-        .stdout(stderr_for_child()?)
-        .spawn()
-        .map_err(|e| HostError::Spawn {
-            program: program.to_string_lossy().into_owned(),
-            why: e.to_string(),
-        })?;
+    let mut child = spawn(
+        &opts.command,
+        &opts.project,
+        &[format!("--horizon-link={port}")],
+        &[(LINK_KEY_ENV, &key)],
+    )?;
     let stream = match accept(&listener, &mut child, opts.connect_within) {
         Ok(s) => s,
         Err(e) => {
@@ -154,7 +142,37 @@ impl Hosted {
     }
 }
 
-fn kill(child: &Mutex<Child>) {
+/// Starts Godot on `project` with `user_args` after `--` (the script reads them with
+/// `OS.get_cmdline_args()`), Godot's stdout sent to this process's stderr.
+pub(crate) fn spawn(
+    command: &[OsString],
+    project: &Path,
+    user_args: &[String],
+    env: &[(&str, &str)],
+) -> Result<Child, HostError> {
+    let (program, args) = command.split_first().ok_or_else(|| HostError::Spawn {
+        program: String::new(),
+        why: "no Godot command".to_owned(),
+    })?;
+    Command::new(program)
+        .args(args)
+        .arg("--path")
+        .arg(project)
+        .arg("--")
+        .args(user_args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        // Godot prints its banner and the script's `print`s on stdout: they are logs, and
+        // this process's stdout may be someone's data (the demo's JSON document).
+        .stdout(stderr_for_child()?)
+        .spawn()
+        .map_err(|e| HostError::Spawn {
+            program: program.to_string_lossy().into_owned(),
+            why: e.to_string(),
+        })
+}
+
+pub(crate) fn kill(child: &Mutex<Child>) {
     let mut child = child.lock().unwrap_or_else(|p| p.into_inner());
     let _ = child.kill();
     let _ = child.wait();

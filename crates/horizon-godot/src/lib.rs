@@ -18,11 +18,14 @@
 //! with `view`), ~0.2 ms: `cargo bench -p horizon-godot --bench link` (docs/performance.md).
 //!
 //! [`host`] starts and watches the Godot process; [`GodotGame`] is the `Game` over the link.
+//! [`today`] is the adapter for today's servers (SPEC section 9), which speak WebSocket JSON
+//! and know no lease: `horizon godot-adapter`.
 
 mod game;
 pub mod host;
 pub mod link;
 pub mod reference;
+pub mod today;
 
 pub use game::{Broken, GodotGame};
 pub use host::{GodotOptions, HostError, Hosted};

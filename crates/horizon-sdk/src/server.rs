@@ -66,6 +66,11 @@ impl<G: Game> ServerMachine<G> {
         self.out.pop_front()
     }
 
+    /// The game it drives.
+    pub fn game(&self) -> &G {
+        &self.game
+    }
+
     /// How many regions this server holds.
     pub fn regions(&self) -> usize {
         self.regions.len()
