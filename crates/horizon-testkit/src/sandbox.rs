@@ -38,8 +38,8 @@ pub struct SandboxOptions {
     pub server_tick_ms: u32,
     /// The program every game server runs: the `horizon` binary.
     pub server_program: PathBuf,
-    /// Its first arguments: `gameserver` (the Rust reference game), or `godot-server --project
-    /// DIR` (the GDScript one on Godot).
+    /// Its first arguments: `gameserver` (the Rust reference game), `godot-server --project
+    /// DIR` (the GDScript one on Godot), or `godot-adapter --project DIR` (today's servers).
     pub server_args: Vec<String>,
     /// Working directory (certificates, store). Created if missing.
     pub dir: PathBuf,
@@ -387,7 +387,9 @@ impl Sandbox {
                 args.windows(2).find(|w| w[0] == key).map(|w| String::from_utf8_lossy(w[1]))
             };
             if value(b"--agent").as_deref() == Some(agent_addr.as_str())
-                && args.iter().any(|a| *a == b"gameserver" || *a == b"godot-server")
+                && args
+                    .iter()
+                    .any(|a| matches!(*a, b"gameserver" | b"godot-server" | b"godot-adapter"))
                 && let Some(name) = value(b"--name")
             {
                 found.push((pid, name.into_owned()));

@@ -3,6 +3,9 @@
 //! state transfer); it starts Godot on the project and drives the game over a loopback link
 //! (crates/horizon-godot, docs/godot.md). The agent starts it like `horizon gameserver`, with
 //! the same flags, when the site's `servers.args` say so.
+//!
+//! `horizon godot-adapter`: the same for one of today's servers (SPEC section 9), which speak
+//! WebSocket JSON and know no lease: the adapter starts (or dials) it and adds the fencing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,16 +44,12 @@ pub(crate) fn godot_server(args: GodotServerArgs) -> ExitCode {
         Ok(ready) => ready,
         Err(code) => return code,
     };
-    let me = match std::env::current_exe() {
-        Ok(me) => me,
-        Err(e) => {
-            eprintln!("error: cannot find this program to start Godot through: {e}");
-            return ExitCode::FAILURE;
-        }
+    let command = match tied(args.godot) {
+        Ok(command) => command,
+        Err(code) => return code,
     };
     let godot = horizon_godot::GodotOptions {
-        // Godot gets SIGKILL when this process dies, however it dies.
-        command: vec![me.into(), "exec-tied".into(), "--".into(), args.godot.into()],
+        command,
         project: args.project,
         server_name: opts.name.clone(),
         site: opts.agent_site.clone(),
@@ -77,6 +76,89 @@ pub(crate) fn godot_server(args: GodotServerArgs) -> ExitCode {
     let code = daemons::serve(opts, roots, game);
     hosted.stop(Duration::from_secs(2));
     code
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct GodotAdapterArgs {
+    /// Today's server's Godot project, started with `-- --port=N` on a free loopback port.
+    #[arg(long, env = "HORIZON_TODAY_PROJECT", required_unless_present = "dial")]
+    project: Option<PathBuf>,
+    /// Or a server already running, dialled instead: `ws://127.0.0.1:8980` (the adapter as a
+    /// sidecar container next to it).
+    #[arg(long, conflicts_with = "project")]
+    dial: Option<String>,
+    /// The headless Godot binary (with --project).
+    #[arg(long, env = "HORIZON_GODOT", default_value = "godot3-server")]
+    godot: PathBuf,
+    /// The server must take the WebSocket connection within this many ms.
+    #[arg(long, default_value_t = 20_000)]
+    connect_within_ms: u64,
+    /// After `server/prewarm`, it must be ready within this many ms.
+    #[arg(long, default_value_t = 60_000)]
+    ready_within_ms: u64,
+    /// Ready: at least this many ticks per second in its `serverinfo`, and no chunk loading.
+    #[arg(long, default_value_t = 58.0)]
+    ready_tps: f32,
+    #[command(flatten)]
+    server: GameServerArgs,
+}
+
+pub(crate) fn godot_adapter(args: GodotAdapterArgs) -> ExitCode {
+    use horizon_godot::today::{self, TodayOptions, TodayServer};
+    let server = match (args.project, args.dial) {
+        (Some(project), _) => match tied(args.godot) {
+            Ok(command) => TodayServer::Start { command, project },
+            Err(code) => return code,
+        },
+        (None, Some(url)) => TodayServer::Dial(url),
+        (None, None) => unreachable!("clap requires --project or --dial"),
+    };
+    let what = match &server {
+        TodayServer::Start { project, .. } => project.display().to_string(),
+        TodayServer::Dial(url) => url.clone(),
+    };
+    let build = format!("horizon-godot-adapter {} ({what})", env!("CARGO_PKG_VERSION"));
+    let (opts, roots) = match daemons::prepare_server(args.server, build) {
+        Ok(ready) => ready,
+        Err(code) => return code,
+    };
+    let today = TodayOptions {
+        server,
+        connect_within: Duration::from_millis(args.connect_within_ms),
+        ready_within: Duration::from_millis(args.ready_within_ms),
+        ready_tps: args.ready_tps,
+    };
+    let broken = horizon_godot::Broken::new(|e| {
+        eprintln!("error: {e}: this game server ends");
+        std::process::exit(i32::from(EXIT_GAME_BROKEN));
+    });
+    let (game, hosted) = match today::host::start(&today, broken) {
+        Ok(started) => started,
+        Err(e @ horizon_godot::HostError::NoProject(_)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_NO_GODOT);
+        }
+    };
+    tracing::info!(server = %opts.name, url = %hosted.url, ready = ?hosted.ready, "today's server linked");
+    let code = daemons::serve(opts, roots, game);
+    hosted.stop(Duration::from_secs(2));
+    code
+}
+
+/// The command starting `godot` through `horizon exec-tied`: Godot gets SIGKILL when this
+/// process dies, however it dies.
+fn tied(godot: PathBuf) -> Result<Vec<std::ffi::OsString>, ExitCode> {
+    match std::env::current_exe() {
+        Ok(me) => Ok(vec![me.into(), "exec-tied".into(), "--".into(), godot.into()]),
+        Err(e) => {
+            eprintln!("error: cannot find this program to start Godot through: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
 }
 
 /// `horizon exec-tied PROGRAM [ARGS]`: becomes PROGRAM, which gets SIGKILL when the process

@@ -42,6 +42,10 @@ enum Command {
     /// Run a Godot game server: this process speaks the agent protocol and drives the game of a
     /// Godot project over a loopback link (docs/godot.md). Started by an agent's process driver.
     GodotServer(godot::GodotServerArgs),
+    /// Run one of today's game servers (SPEC section 9: WebSocket JSON, no lease) in the mesh:
+    /// this process speaks the agent protocol and drives the server, adding the fencing it
+    /// lacks (docs/godot.md). Started by an agent's process driver.
+    GodotAdapter(godot::GodotAdapterArgs),
     /// Run PROGRAM so that it gets SIGKILL when this process's parent dies (used by
     /// godot-server to start Godot).
     #[command(hide = true)]
@@ -191,6 +195,10 @@ fn main() -> ExitCode {
         Command::GodotServer(args) => {
             daemons::init_logs("warn", logs);
             godot::godot_server(args)
+        }
+        Command::GodotAdapter(args) => {
+            daemons::init_logs("warn", logs);
+            godot::godot_adapter(args)
         }
         Command::ExecTied { command } => godot::exec_tied(command),
         Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
