@@ -54,6 +54,10 @@ impl Horizon {
     fn player_left(state: Variant, player: i64);
     #[signal]
     fn stepped(state: Variant, tick: i64);
+    #[signal]
+    fn lease_granted(state: Variant, bubble: i64, epoch: i64);
+    #[signal]
+    fn lease_lost(state: Variant);
 
     /// Serves `game` (an object with the eight methods) over the link named on the command line.
     #[func]
@@ -138,6 +142,13 @@ impl Horizon {
         match self.game.as_mut() {
             Some(game) => game.call(method, args),
             None => Variant::nil(),
+        }
+    }
+
+    /// Calls a method the game may leave out (`lease_granted`, `lease_lost`).
+    fn call_optional(&mut self, method: &str, args: &[Variant]) {
+        if self.game.as_ref().is_some_and(|g| g.has_method(method)) {
+            self.call_game(method, args);
         }
     }
 
@@ -251,6 +262,18 @@ impl Horizon {
                 }
             }
             Call::Ping => self.reply(op, Status::Ok, &[])?,
+            Call::Lease { handle, bubble, epoch } => {
+                let state = self.state(handle)?;
+                // Ids travel as i64 bit patterns: GDScript has no u64.
+                let args = [state, (bubble as i64).to_variant(), (epoch as i64).to_variant()];
+                self.call_optional("lease_granted", &args);
+                self.base_mut().emit_signal("lease_granted", &args);
+            }
+            Call::Lapse { handle } => {
+                let state = self.state(handle)?;
+                self.call_optional("lease_lost", std::slice::from_ref(&state));
+                self.base_mut().emit_signal("lease_lost", &[state]);
+            }
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use horizon_proto::{BubbleId, PlayerId, Region, Seq, Tick};
+use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
 use horizon_sdk::Game;
 
 use crate::link::{Frame, Link, LinkError, Op, Status};
@@ -146,5 +146,13 @@ impl Game for GodotGame {
 
     fn view(&self, state: &GodotState, tick: Tick) -> Vec<u8> {
         self.bytes(Op::View, Frame::new(Op::View, state.handle).u64(tick.0))
+    }
+
+    fn started(&self, state: &mut GodotState, lease: LeaseRef) {
+        self.send(Frame::new(Op::Lease, state.handle).u64(lease.bubble.0).u64(lease.epoch.0));
+    }
+
+    fn stopped(&self, state: &mut GodotState) {
+        self.send(Frame::new(Op::Lapse, state.handle));
     }
 }

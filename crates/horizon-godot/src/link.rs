@@ -21,6 +21,8 @@
 //! | `View` 8 | u64 tick | the view's bytes |
 //! | `Drop` 9 | — | — |
 //! | `Ping` 10 | — | nothing (`Ok`) |
+//! | `Lease` 11 | u64 bubble, u64 epoch | — (the region may be written from now on) |
+//! | `Lapse` 12 | — | — (the region may no longer be written) |
 //!
 //! `bytes` is `u32 n | n bytes`. A reply's status is `Ok` 0, `Refused` 1 (a `Decode` that
 //! failed: the game said no) or `Broken` 2 (the script broke a rule of the API, the bytes say
@@ -31,7 +33,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The link protocol this sidecar speaks (the addon refuses any other).
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// The longest reply accepted: a region's whole state, with room. A longer length is a broken
 /// Godot side, not a big game.
@@ -54,6 +56,8 @@ pub enum Op {
     View = 8,
     Drop = 9,
     Ping = 10,
+    Lease = 11,
+    Lapse = 12,
 }
 
 /// A reply's status.
@@ -261,6 +265,8 @@ pub enum Call {
     View { handle: u32, tick: u64 },
     Drop { handle: u32 },
     Ping,
+    Lease { handle: u32, bubble: u64, epoch: u64 },
+    Lapse { handle: u32 },
 }
 
 impl Call {
@@ -278,6 +284,8 @@ impl Call {
             Call::View { .. } => Op::View,
             Call::Drop { .. } => Op::Drop,
             Call::Ping => Op::Ping,
+            Call::Lease { .. } => Op::Lease,
+            Call::Lapse { .. } => Op::Lapse,
         }
     }
 
@@ -309,6 +317,8 @@ impl Call {
             8 => Call::View { handle, tick: r.u64()? },
             9 => Call::Drop { handle },
             10 => Call::Ping,
+            11 => Call::Lease { handle, bubble: r.u64()?, epoch: r.u64()? },
+            12 => Call::Lapse { handle },
             op => return Err(format!("unknown link op {op}")),
         };
         if r.at != body.len() {
@@ -391,7 +401,7 @@ mod tests {
             (
                 Frame::new(Op::Hello, PROTOCOL).u32(33).bytes(b"mtl-gs-1").bytes(b"MTL"),
                 Call::Hello {
-                    protocol: 1,
+                    protocol: PROTOCOL,
                     tick_ms: 33,
                     server_name: "mtl-gs-1".into(),
                     site: "MTL".into(),
@@ -422,6 +432,11 @@ mod tests {
             ),
             (Frame::new(Op::View, 3).u64(40), Call::View { handle: 3, tick: 40 }),
             (Frame::new(Op::Ping, 0), Call::Ping),
+            (
+                Frame::new(Op::Lease, 3).u64(7).u64(1 << 32 | 5),
+                Call::Lease { handle: 3, bubble: 7, epoch: 1 << 32 | 5 },
+            ),
+            (Frame::new(Op::Lapse, 3), Call::Lapse { handle: 3 }),
         ];
         for (frame, call) in cases {
             assert_eq!(Call::decode(&body(frame)), Ok(call));

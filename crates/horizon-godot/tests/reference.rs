@@ -173,3 +173,56 @@ fn godot_exiting_on_its_own_is_reported_by_the_watchdog() {
     assert!(!reports.is_empty(), "nobody noticed Godot leave");
     drop(state);
 }
+
+#[test]
+fn a_script_is_told_when_its_region_may_be_written_and_when_no_longer() {
+    // A game recording what it is told, by its optional methods and by the addon's signals;
+    // its view is the record.
+    let recorder = r#"extends Node
+
+func _ready():
+	Horizon.connect("lease_granted", self, "_on_granted")
+	Horizon.connect("lease_lost", self, "_on_lost")
+	Horizon.serve(self)
+
+func empty(_bubble, _world, _bounds):
+	return {"told": []}
+func encode(_state):
+	return PoolByteArray()
+func decode(_bytes):
+	return {"told": []}
+func join(_state, _player, _bytes):
+	pass
+func leave(_state, _player):
+	return PoolByteArray()
+func input(_state, _player, _seq, _bytes):
+	pass
+func step(_state, _tick):
+	pass
+func view(state, _tick):
+	return PoolStringArray(state.told).join(",").to_utf8()
+func lease_granted(state, bubble, epoch):
+	state.told.append("granted %d %d" % [bubble, epoch])
+func lease_lost(state):
+	state.told.append("lost")
+func _on_granted(state, _bubble, epoch):
+	state.told.append("signal granted %d" % epoch)
+func _on_lost(state):
+	state.told.append("signal lost")
+"#;
+    let dir = broken_project(recorder);
+    let (broken, reports) = recording();
+    let (game, hosted) = host::start(&options(dir.path().to_owned()), broken).expect("links");
+    let mut state = game.empty(BubbleId(7), &Region { world: WorldId(0), bounds: None });
+    let epoch = 1u64 << 32 | 3;
+    game.started(
+        &mut state,
+        horizon_proto::LeaseRef { bubble: BubbleId(7), epoch: horizon_proto::Epoch(epoch) },
+    );
+    game.stopped(&mut state);
+    let told = String::from_utf8(game.view(&state, Tick(1))).expect("text");
+    assert_eq!(told, format!("granted 7 {epoch},signal granted {epoch},lost,signal lost"));
+    assert!(reports.lock().unwrap().is_empty(), "{:?}", reports.lock().unwrap());
+    drop(state);
+    hosted.stop(Duration::from_secs(2));
+}

@@ -13,6 +13,10 @@
 //!   backups) and, at a freeze, a seal with every player's last applied input. A target
 //!   server applies them and starts at the sealed tick + 1 under the next epoch.
 //!
+//! A game stepped only through [`Game`]'s methods needs nothing else; one that also acts on its
+//! own (an engine with its own loop, today's servers) acts only between [`Game::started`] and
+//! [`Game::stopped`], which the SDK calls when a region may be written and when no longer.
+//!
 //! Deltas are the SDK's own event log of a tick (joins, leaves, inputs, the step), replayed on
 //! the target through the same [`Game`] methods: any deterministic game gets state transfer
 //! without writing a diff. [`reference`] is the reference game server (`horizon gameserver`).

@@ -13,10 +13,19 @@ extends Node
 #   step(state, tick: int)                            # advance the region to `tick`
 #   view(state, tick: int) -> PoolByteArray           # what the region's players see
 #
+# and, if the game has them (both optional):
+#
+#   lease_granted(state, bubble: int, epoch: int)     # the region may be written from now on
+#   lease_lost(state)                                 # ... and no longer: stop changing what
+#                                                     # players see (lease lapsed, sealed for a
+#                                                     # handover, released, agent lost)
+#
 # A state is a Dictionary or an Object (join, input and step change it in place). The sidecar
 # calls step only while the region's lease is valid by the server's own clock, each input
 # once and in order, and replays a handover's joins, leaves, inputs and steps on the target
-# through these same methods: nothing here has to know about leases, epochs or handovers.
+# through these same methods: a game stepped only by them need not know about leases, epochs
+# or handovers. A game that also does things on its own (timers, physics, talking to other
+# services) does them only between lease_granted and lease_lost.
 #
 # The engine's main loop advances when the sidecar calls: between calls Godot sleeps in the
 # link's socket (an idle server costs no CPU), and after each batch of calls the engine runs
@@ -33,11 +42,13 @@ signal region_dropped(state)
 signal player_joined(state, player)
 signal player_left(state, player)
 signal stepped(state, tick)
+signal lease_granted(state, bubble, epoch)
+signal lease_lost(state)
 
-const PROTOCOL = 1
+const PROTOCOL = 2
 const CONNECT_WITHIN_MS = 10000
 
-enum Op { HELLO = 0, EMPTY, ENCODE, DECODE, JOIN, LEAVE, INPUT, STEP, VIEW, DROP, PING }
+enum Op { HELLO = 0, EMPTY, ENCODE, DECODE, JOIN, LEAVE, INPUT, STEP, VIEW, DROP, PING, LEASE, LAPSE }
 enum Status { OK = 0, REFUSED = 1, BROKEN = 2 }
 
 # Exit codes (also the sidecar's, docs/godot.md).
@@ -121,7 +132,7 @@ func _handle(f):
 	var handle = f.get_u32()
 	if not _said_hello and op != Op.HELLO:
 		return _fail(EXIT_GAME_BROKEN, "the sidecar spoke before its hello")
-	if op in [Op.ENCODE, Op.JOIN, Op.LEAVE, Op.INPUT, Op.STEP, Op.VIEW] and not _states.has(handle):
+	if op in [Op.ENCODE, Op.JOIN, Op.LEAVE, Op.INPUT, Op.STEP, Op.VIEW, Op.LEASE, Op.LAPSE] and not _states.has(handle):
 		return _fail(EXIT_GAME_BROKEN, "the sidecar named state %d, which does not exist" % handle)
 	var held = _states.get(handle)
 	match op:
@@ -195,6 +206,16 @@ func _handle(f):
 				emit_signal("region_dropped", held)
 		Op.PING:
 			_reply(op, Status.OK, PoolByteArray())
+		Op.LEASE:
+			var bubble = f.get_u64()
+			var epoch = f.get_u64()
+			if _game.has_method("lease_granted"):
+				_game.lease_granted(held, bubble, epoch)
+			emit_signal("lease_granted", held, bubble, epoch)
+		Op.LAPSE:
+			if _game.has_method("lease_lost"):
+				_game.lease_lost(held)
+			emit_signal("lease_lost", held)
 		_:
 			return _fail(EXIT_GAME_BROKEN, "unknown link op %d" % op)
 	return true
