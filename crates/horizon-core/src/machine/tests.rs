@@ -584,3 +584,130 @@ fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_
     assert_eq!(leases, &vec![LeaseRef { bubble: old, epoch: drained }]);
     assert_eq!(h.core.metrics.drains.get(h.site("PAR").index()), 1);
 }
+
+impl Harness {
+    /// `player`, of `home`, is now at `x` (the home agent's report).
+    fn moved(&mut self, home: &str, player: u64, x: f64) {
+        let sample = control::PlayerSample {
+            player: PlayerId(player),
+            access_rtt_ms: 10.0,
+            role: Role::Player,
+            world: WorldId(1),
+            pos: Vec3 { x, y: 0.0, z: 0.0 },
+            vel: Vec3::default(),
+        };
+        let report = control::Request::Report {
+            joins: Vec::new(),
+            leaves: Vec::new(),
+            players: vec![sample],
+            backbone: Vec::new(),
+            servers: (0..3).map(|i| server(&format!("{home}-{i}"), &[])).collect(),
+        };
+        self.request(home, report).unwrap();
+    }
+
+    /// Acknowledges every order and renews every lease, as healthy agents do.
+    fn settle(&mut self) {
+        for site in ["PAR", "MTL", "HKG"] {
+            self.ack_all(site);
+            let leases: Vec<LeaseRef> = self
+                .core
+                .registry
+                .iter()
+                .filter(|(_, r)| r.site == self.site(site))
+                .map(|(&b, r)| LeaseRef { bubble: b, epoch: Epoch(r.epoch) })
+                .collect();
+            self.request(site, control::Request::Renew { leases }).unwrap();
+        }
+    }
+
+    /// Routes `site` was sent for `player`, as (kind, bubble).
+    fn routes_to(&self, site: &str, player: u64) -> Vec<(&'static str, BubbleId)> {
+        let mut out = Vec::new();
+        for (s, _, request) in self.sent() {
+            let (kind, routes) = match request {
+                control::Request::Route { routes } => ("route", routes),
+                control::Request::Recover { routes } => ("recover", routes),
+                _ => continue,
+            };
+            if s == site {
+                out.extend(
+                    routes.iter().filter(|r| r.player.0 == player).map(|r| (kind, r.bubble)),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Two Montrealers and a Hongkonger at x = 0 (a bubble at MTL), a Parisian at 50 km (a bubble
+/// at PAR), another Hongkonger at -50 km (a bubble at HKG). Returns those three bubbles.
+fn three_bubbles(h: &mut Harness) -> (BubbleId, BubbleId, BubbleId) {
+    h.join("MTL", 1, 0.0);
+    h.join("MTL", 2, 1.0);
+    h.join("HKG", 3, 2.0);
+    h.join("PAR", 4, 50_000.0);
+    h.join("HKG", 5, -50_000.0);
+    for t in 1..=4 {
+        h.run_until(t * 3_000);
+        h.settle();
+    }
+    let (at_mtl, site, _) = h.hosted(3);
+    assert_eq!(site, "MTL", "the Hongkonger plays with the Montrealers");
+    let (at_par, site, _) = h.hosted(4);
+    assert_eq!(site, "PAR");
+    let (at_hkg, site, _) = h.hosted(5);
+    assert_eq!(site, "HKG");
+    (at_mtl, at_par, at_hkg)
+}
+
+/// Walks player 3 (of HKG) to `x` and lets the brain place them.
+fn walk_hongkonger(h: &mut Harness, x: f64, until_ms: u64) {
+    h.moved("HKG", 3, x);
+    let start = h.now.as_ms();
+    for t in 1..=(until_ms / 1_000) {
+        h.run_until(start + t * 1_000);
+        h.settle();
+    }
+}
+
+#[test]
+fn a_player_leaving_a_bubble_it_crossed_into_is_followed_at_the_site_it_crossed_from() {
+    let mut h = Harness::new();
+    let (_, at_par, at_hkg) = three_bubbles(&mut h);
+    walk_hongkonger(&mut h, 50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_par, "crossed MTL → PAR");
+    assert!(h.routes_to("MTL", 3).is_empty(), "a first crossing: nothing to follow at MTL");
+    h.log.clear();
+    // It leaves the Paris bubble before its state may ever have got there: MTL, where it
+    // came from, is told where it plays now, besides its home.
+    walk_hongkonger(&mut h, -50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_hkg, "crossed PAR → HKG");
+    assert_eq!(h.routes_to("MTL", 3), [("route", at_hkg)], "followed at MTL");
+    assert!(h.routes_to("HKG", 3).contains(&("route", at_hkg)), "its home is told too");
+    assert!(h.routes_to("PAR", 3).is_empty());
+}
+
+#[test]
+fn a_bubble_restored_asks_every_site_its_players_crossed_from_for_what_they_kept() {
+    let mut h = Harness::new();
+    let (_, at_par, at_hkg) = three_bubbles(&mut h);
+    walk_hongkonger(&mut h, 50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_par);
+    walk_hongkonger(&mut h, -50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_hkg, "MTL → PAR → HKG");
+    h.log.clear();
+    // The HKG bubble's server is lost before any copy holds the Hongkonger: every site its
+    // state came through (PAR, then MTL) is asked for what it kept.
+    let (_, _, epoch) = h.hosted(3);
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble: at_hkg, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("HKG", lost).unwrap();
+    h.core.handle(Input::BackupRead { bubble: at_hkg, copy: None }, h.now);
+    h.drain(|_| {});
+    h.ack_all("HKG");
+    assert_eq!(h.routes_to("PAR", 3), [("recover", at_hkg)]);
+    assert_eq!(h.routes_to("MTL", 3), [("recover", at_hkg)]);
+}
