@@ -28,10 +28,7 @@ impl AgentMachine {
             match self.take_crossing(&request, now) {
                 // Taken, or kept until its bubble says the player comes: either way, kept in
                 // case that bubble is restored from a copy without them.
-                Ok(_) => {
-                    let site = self.cfg.site.clone();
-                    self.keep_delivered(player, site, request, now)
-                }
+                Ok(_) => self.keep_delivered(player, request, now),
                 Err(fault) => {
                     tracing::warn!(player = player.0, %fault, "crossing within the site lost")
                 }
@@ -58,8 +55,7 @@ impl AgentMachine {
             let request = c.request.clone();
             if self.take_crossing(&request, now) == Ok(true) {
                 self.outbound.remove(&player);
-                let site = self.cfg.site.clone();
-                self.keep_delivered(player, site, request, now);
+                self.keep_delivered(player, request, now);
             }
             return;
         }
@@ -76,12 +72,12 @@ impl AgentMachine {
     pub(super) fn keep_delivered(
         &mut self,
         player: PlayerId,
-        site: Name,
         request: transfer::Request,
         now: Instant,
     ) {
         if self.delivered.len() < MAX_CROSSINGS || self.delivered.contains_key(&player) {
-            self.delivered.insert(player, (now, site, request));
+            let kept = Delivered { at: now, request, moved_on: false };
+            self.delivered.insert(player, kept);
         }
     }
 
@@ -94,7 +90,7 @@ impl AgentMachine {
         now: Instant,
     ) {
         if !self.outbound.contains_key(&player)
-            && let Some((_, _, request)) = self.delivered.remove(&player)
+            && let Some(Delivered { request, .. }) = self.delivered.remove(&player)
         {
             let site = d.site.clone();
             self.outbound
@@ -128,7 +124,7 @@ impl AgentMachine {
     pub(super) fn crossed(&mut self, player: PlayerId, taken: bool, now: Instant) {
         if taken {
             if let Some(c) = self.outbound.remove(&player) {
-                self.keep_delivered(player, c.site, c.request, now);
+                self.keep_delivered(player, c.request, now);
             }
         } else if let Some(c) = self.outbound.get_mut(&player) {
             c.sent = None;
@@ -164,7 +160,7 @@ impl AgentMachine {
     /// has not come by [`AWAIT_DEADLINE`] start afresh.
     pub(super) fn crossing_deadlines(&mut self, now: Instant) {
         let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
-        self.delivered.retain(|_, (at, _, _)| now.saturating_duration_since(*at) < CROSSING_KEEP);
+        self.delivered.retain(|_, d| now.saturating_duration_since(d.at) < CROSSING_KEEP);
         self.forwards.retain(|_, f| !late(f.at));
         let lost: Vec<PlayerId> =
             self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
@@ -212,12 +208,13 @@ impl AgentMachine {
             // taken yet, into any bubble: the player plays in this one now (the bubble it went
             // to never took it: its holder cut from the core, or gone), so its state goes here.
             let moved = self.outbound.contains_key(&r.player)
-                || self.delivered.get(&r.player).is_some_and(|(_, _, req)| into(req));
-            // A crossing taken by a bubble the player has left since is no use any more (that
-            // bubble handed the player's state on): kept, a later route back into that bubble
-            // would send an old state again.
-            if self.delivered.get(&r.player).is_some_and(|(_, _, req)| !into(req)) {
-                self.delivered.remove(&r.player);
+                || self.delivered.get(&r.player).is_some_and(|d| !d.moved_on && into(&d.request));
+            // A crossing taken by a bubble the player has left since is of no use to where
+            // they play now while that bubble hands their state on: never sent on a route
+            // again (a route back into that bubble would send an old state), but kept for a
+            // `Recover`, in case that bubble's holder dies before it does.
+            if let Some(d) = self.delivered.get_mut(&r.player).filter(|d| !into(&d.request)) {
+                d.moved_on = true;
             }
             if moved {
                 // A crossing from here still on its way: it follows the player's bubble, under

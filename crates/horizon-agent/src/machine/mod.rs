@@ -376,6 +376,15 @@ struct Outbound {
     retry_at: Instant,
 }
 
+/// A crossing taken, kept a while: its bubble may be restored from a copy without the player.
+struct Delivered {
+    at: Instant,
+    request: transfer::Request,
+    /// The player has moved on from the bubble that took it (that bubble hands their state
+    /// on): it goes again only when the core asks for it (`Recover`), never on a route.
+    moved_on: bool,
+}
+
 /// A core order waiting for a ready server.
 struct Waiting {
     received: Instant,
@@ -442,8 +451,8 @@ pub struct AgentMachine {
     forwards: BTreeMap<PlayerId, Forward>,
     /// Crossings this site sent another, not yet taken.
     outbound: BTreeMap<PlayerId, Outbound>,
-    /// Crossings taken, kept [`CROSSING_KEEP`]: (when, by which site, the crossing).
-    delivered: BTreeMap<PlayerId, (Instant, Name, transfer::Request)>,
+    /// Crossings taken, kept [`CROSSING_KEEP`].
+    delivered: BTreeMap<PlayerId, Delivered>,
     /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
     mirrors: BTreeMap<BubbleId, HandoverId>,
     /// Handover sources waiting for their stream: handover → (bubble, the order's token).

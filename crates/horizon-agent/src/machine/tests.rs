@@ -483,6 +483,39 @@ fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_pla
 }
 
 #[test]
+fn a_crossing_kept_after_its_player_moved_on_still_answers_a_recover_but_is_not_sent_back() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let out = leaves_bubble_1_for_hkg(&mut h, "PAR");
+    let pending = out.into_iter().find_map(|e| match e {
+        Effect::ToPeer { pending, .. } => Some(pending),
+        _ => None,
+    });
+    let pending = pending.expect("the crossing to HKG");
+    h.feed(Input::PeerReplied { site: n("HKG"), pending, result: Ok(transfer::Reply::Done) });
+    let crossings = |out: &[Effect]| -> Vec<(String, BubbleId)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::ToPeer { site, request: transfer::Request::Cross { to, .. }, .. } => {
+                    Some((site.to_string(), *to))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // The player moves on from HKG's bubble 3 to PAR's bubble 5 (this site, its home, is
+    // told): the state kept here is of no use to bubble 5 while bubble 3 hands it on.
+    let route = |bubble| vec![control::PlayerRoute { player: PlayerId(7), bubble, site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Route { routes: route(BubbleId(5)) });
+    assert!(crossings(&out).is_empty(), "nothing sent on a route elsewhere: {out:?}");
+    // But bubble 3's holder died before bubble 5 got the player, and bubble 5 comes back from
+    // a copy without them: asked, this site sends what it kept.
+    let (_, out) = h.order(control::Request::Recover { routes: route(BubbleId(5)) });
+    assert_eq!(crossings(&out), [("PAR".to_owned(), BubbleId(5))]);
+}
+
+#[test]
 fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_went() {
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
