@@ -39,6 +39,7 @@ fn today_server() -> (TodayGame, TodayHosted, Reports) {
         connect_within: Duration::from_secs(15),
         ready_within: Duration::from_secs(30),
         ready_tps: 58.0,
+        silent_within: Duration::from_secs(5),
     };
     let reports = Reports::default();
     let r = reports.clone();
@@ -273,7 +274,46 @@ fn an_unreachable_server_is_a_clear_error() {
         connect_within: Duration::from_millis(300),
         ready_within: Duration::from_secs(1),
         ready_tps: 58.0,
+        silent_within: Duration::from_secs(5),
     };
     let err = today::host::start(&opts, Broken::new(|_| {})).expect_err("nobody listens on 9");
     assert!(err.to_string().contains("cannot reach today's server at ws://127.0.0.1:9"), "{err}");
+}
+
+#[test]
+fn a_server_that_stops_talking_is_reported_hung() {
+    use futures_util::{SinkExt, StreamExt};
+    // Ready once, then silent (stuck in a loop, say), the connection still open.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("ws://{}", listener.local_addr().expect("address"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async move {
+            listener.set_nonblocking(true).expect("nonblocking");
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("handshake");
+            let info = r#"{"namespace":"serverinfo","event":"report","data":{"tps":60,"chunks_loading":0,"players_number":0}}"#;
+            ws.send(tokio_tungstenite::tungstenite::Message::Text(info.into())).await.expect("send");
+            while ws.next().await.is_some() {}
+        });
+    });
+    let opts = TodayOptions {
+        server: TodayServer::Dial(url),
+        connect_within: Duration::from_secs(5),
+        ready_within: Duration::from_secs(5),
+        ready_tps: 58.0,
+        silent_within: Duration::from_millis(800),
+    };
+    let reports = Reports::default();
+    let r = reports.clone();
+    let broken = Broken::new(move |e| r.lock().expect("reports").push(e.to_string()));
+    let (_game, hosted) = today::host::start(&opts, broken).expect("ready once");
+    std::thread::sleep(Duration::from_millis(2_000));
+    let reports = reports.lock().expect("reports").clone();
+    assert!(
+        reports.len() == 1 && reports[0].contains("said nothing for"),
+        "reported hung once: {reports:?}"
+    );
+    hosted.stop(Duration::from_millis(100));
 }

@@ -99,6 +99,10 @@ pub(crate) struct GodotAdapterArgs {
     /// Ready: at least this many ticks per second in its `serverinfo`, and no chunk loading.
     #[arg(long, default_value_t = 58.0)]
     ready_tps: f32,
+    /// Once ready, the server must say something (it reports every second) at least every this
+    /// many ms, or it counts as hung.
+    #[arg(long, default_value_t = 5_000)]
+    silent_within_ms: u64,
     #[command(flatten)]
     server: GameServerArgs,
 }
@@ -127,6 +131,7 @@ pub(crate) fn godot_adapter(args: GodotAdapterArgs) -> ExitCode {
         connect_within: Duration::from_millis(args.connect_within_ms),
         ready_within: Duration::from_millis(args.ready_within_ms),
         ready_tps: args.ready_tps,
+        silent_within: Duration::from_millis(args.silent_within_ms),
     };
     let broken = horizon_godot::Broken::new(|e| {
         eprintln!("error: {e}: this game server ends");

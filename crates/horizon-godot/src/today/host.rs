@@ -16,7 +16,6 @@ use super::game::TodayGame;
 use super::link::{ServerInfo, TodayLink};
 use crate::game::Broken;
 use crate::host::{HostError, kill, spawn};
-use crate::link::LinkError;
 
 /// Which of today's servers.
 #[derive(Clone, Debug)]
@@ -36,6 +35,9 @@ pub struct TodayOptions {
     pub ready_within: Duration,
     /// Ready: ticks per second at least this (SPEC section 9: 58), and no chunk loading.
     pub ready_tps: f32,
+    /// Once ready, the server must say something (it reports every second) at least this
+    /// often, or it counts as hung.
+    pub silent_within: Duration,
 }
 
 /// A linked server of today (its game is returned next to it by [`start`]).
@@ -100,9 +102,7 @@ pub fn start(opts: &TodayOptions, broken: Broken) -> Result<(TodayGame, TodayHos
             return Err(e);
         }
     };
-    if let Some(child) = &child {
-        watch(child.clone(), stopping.clone(), kill_and_report);
-    }
+    watch(link.clone(), child.clone(), stopping.clone(), opts.silent_within);
     let game = TodayGame::new(link.clone());
     Ok((game, TodayHosted { url, ready, link, child, stopping }))
 }
@@ -134,21 +134,31 @@ impl TodayHosted {
     }
 }
 
-/// Every second: the process still runs.
-fn watch(child: Arc<Mutex<Child>>, stopping: Arc<AtomicBool>, broken: Broken) {
+/// Every 200 ms: the process (if this started it) still runs, and the server still talks.
+fn watch(
+    link: TodayLink,
+    child: Option<Arc<Mutex<Child>>>,
+    stopping: Arc<AtomicBool>,
+    silent_within: Duration,
+) {
     std::thread::spawn(move || {
         loop {
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(Duration::from_millis(200));
             if stopping.load(Ordering::SeqCst) {
                 return;
             }
-            let exited = child.lock().unwrap_or_else(|p| p.into_inner()).try_wait();
+            let exited =
+                child.as_ref().map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).try_wait());
             let why = match exited {
-                Ok(None) => continue,
-                Ok(Some(status)) => format!("today's server exited ({status})"),
-                Err(e) => format!("today's server cannot be watched: {e}"),
+                Some(Ok(Some(status))) => format!("today's server exited ({status})"),
+                Some(Err(e)) => format!("today's server cannot be watched: {e}"),
+                _ if link.silent_for() >= silent_within => format!(
+                    "today's server said nothing for {} ms: hung",
+                    link.silent_for().as_millis()
+                ),
+                _ => continue,
             };
-            broken.report(&LinkError::Ended(why));
+            link.broke(why);
             return;
         }
     });

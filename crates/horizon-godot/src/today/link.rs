@@ -76,6 +76,8 @@ struct Shared {
     info: Mutex<Option<ServerInfo>>,
     reports_refused: AtomicU64,
     frames_refused: AtomicU64,
+    /// When the server last sent a frame.
+    last_heard: Mutex<Instant>,
     broken: Broken,
 }
 
@@ -94,6 +96,7 @@ impl TodayLink {
             info: Mutex::new(None),
             reports_refused: AtomicU64::new(0),
             frames_refused: AtomicU64::new(0),
+            last_heard: Mutex::new(Instant::now()),
             broken,
         });
         let (out, out_rx) = mpsc::unbounded_channel();
@@ -199,6 +202,16 @@ impl TodayLink {
         }
     }
 
+    /// How long since the server last said anything (it reports every second).
+    pub fn silent_for(&self) -> Duration {
+        lock(&self.shared.last_heard).elapsed()
+    }
+
+    /// Reports the link broken (a watchdog's finding).
+    pub(crate) fn broke(&self, why: String) {
+        self.shared.broken.report(&LinkError::Ended(why));
+    }
+
     /// Closes the link (today's server is told by the WebSocket close).
     pub fn close(&self) {
         let _ = self.out.send(Out::Close);
@@ -273,6 +286,7 @@ async fn run(
 
 /// One frame from today's server.
 fn said(shared: &Shared, text: &str) {
+    *lock(&shared.last_heard) = Instant::now();
     match message::parse(text) {
         Ok(Said::Positions { zone, players }) => {
             let mut live = lock(&shared.live);
