@@ -130,6 +130,7 @@ pub(crate) struct Metrics {
     pub store_failures: prometheus::IntCounter,
     failovers: IntCounterVec,
     restores: IntCounterVec,
+    refused: IntCounterVec,
     pub drains: PerSite<prometheus::IntCounter>,
     backbone_rtt: prometheus::GaugeVec,
 }
@@ -201,6 +202,15 @@ impl Metrics {
         )
         .unwrap_or_else(unreachable_metric);
         horizon_admin::register(&reg, Box::new(restores.clone()));
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "horizon_core_refused_total",
+                "Parts of agents' requests refused because the site does not own what they name, by site and reason: player_id_not_its_own (a join of an id handed to another site), not_its_player (a move or leave of a player homed elsewhere), handover_not_its_own (a Failed for a handover the site takes no part in).",
+            ),
+            &["site", "reason"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(refused.clone()));
         let backbone_rtt = prometheus::GaugeVec::new(
             Opts::new(
                 "horizon_backbone_rtt_seconds",
@@ -251,6 +261,7 @@ impl Metrics {
             ),
             failovers,
             restores,
+            refused,
             drains: c(
                 "horizon_drains_total",
                 "Ended bubbles restored from their copy for a moment so their players' states could leave (their holder was away), by the site that ran it.",
@@ -288,6 +299,16 @@ impl Metrics {
             }
         }
         n
+    }
+
+    /// A part of `site`'s request refused: it does not own what it names (`reports.rs`).
+    pub(crate) fn refused(&self, site: SiteId, reason: &'static str) {
+        self.refused.with_label_values(&[self.name(site), reason]).inc();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn refused_count(&self, site: SiteId, reason: &str) -> u64 {
+        self.refused.with_label_values(&[self.name(site), reason]).get()
     }
 
     pub(crate) fn failover(&self, to: SiteId, reason: FailoverReason) {

@@ -16,13 +16,12 @@ mod drain;
 pub(crate) mod failover;
 pub(crate) mod handover;
 pub(crate) mod registry;
+mod reports;
 pub(crate) mod status;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use horizon_mesh::{
-    Generation, Mesh, MeshConfig, Placement, PlayerUpdate, SiteId, Sites, Thresholds, Time,
-};
+use horizon_mesh::{Generation, Mesh, MeshConfig, Placement, SiteId, Sites, Thresholds, Time};
 use horizon_proto::control;
 use horizon_proto::{
     BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId,
@@ -194,6 +193,8 @@ pub struct CoreMachine {
     pub(crate) metrics: Metrics,
     /// The first player id not handed out yet.
     next_player: u64,
+    /// Who was handed which player ids (see `reports.rs`).
+    pub(crate) ids: reports::IdBlocks,
     effects: VecDeque<Effect>,
 }
 
@@ -240,6 +241,7 @@ impl CoreMachine {
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),
             next_player: store.next_player.max(1),
+            ids: reports::IdBlocks::new(store.next_player.max(1)),
             effects: VecDeque::new(),
         };
         machine.take_back(store, now);
@@ -409,7 +411,20 @@ impl CoreMachine {
                 self.started(site, handover, bubble, epoch, now)
             }
             R::Failed { handover, reason } => {
-                let frozen = self.handovers.get(&handover).is_some_and(|h| h.phase.freeze_sent());
+                let Some(h) = self.handovers.get(&handover) else {
+                    // Already ended (a retried request), or never one of ours.
+                    return Ok(control::Reply::Done);
+                };
+                if h.from != site && h.to != site {
+                    self.metrics.refused(site, "handover_not_its_own");
+                    let why = format!(
+                        "site {} takes no part in handover {}",
+                        self.cfg.sites.name(site),
+                        handover.0
+                    );
+                    return Err(Fault::new(ErrorCode::Unauthorized, why));
+                }
+                let frozen = h.phase.freeze_sent();
                 self.handover_failed(handover, &reason, frozen, now);
                 Ok(control::Reply::Done)
             }
@@ -583,126 +598,10 @@ impl CoreMachine {
         }
     }
 
-    /// A block of fresh player ids for an agent, persisted (ahead of the reply) before use.
-    fn player_ids(&mut self, site: SiteId, count: u32) -> control::Reply {
-        let count = count.clamp(1, MAX_ID_BLOCK);
-        let first = self.next_player;
-        self.next_player += u64::from(count);
-        self.persist(Record::PlayerIds { next: self.next_player });
-        tracing::debug!(site = %self.cfg.sites.name(site), first, count, "player ids handed out");
-        control::Reply::PlayerIds { first, count }
-    }
-
-    /// An agent's full list of its players (after each registration): those the brain does not
-    /// know join — into the bubble they play in, if it is still the one simulating them —, and
-    /// the brain's players of this site missing from the list leave.
-    fn players(&mut self, site: SiteId, players: &[control::PlacedPlayer]) {
-        let listed: std::collections::BTreeSet<u64> =
-            players.iter().map(|p| p.sample.player.0).collect();
-        let gone: Vec<horizon_mesh::PlayerId> = self
-            .mesh
-            .players()
-            .iter()
-            .filter(|p| p.home == site && !listed.contains(&p.id.0))
-            .map(|p| p.id)
-            .collect();
-        for p in gone {
-            let _ = self.mesh.handle_leave(p);
-        }
-        for p in players {
-            let id = horizon_mesh::PlayerId(p.sample.player.0);
-            if self.mesh.player(id).is_some() {
-                continue;
-            }
-            let j = &p.sample;
-            let join = registry::player_join(site, j);
-            let bubble = p.bubble.filter(|b| self.registry.contains_key(b));
-            let joined = match bubble {
-                Some(b) => self.mesh.handle_join_in(join, horizon_mesh::BubbleId(b.0)),
-                None => self.mesh.handle_join(join),
-            };
-            match (joined, bubble) {
-                (Err(e), _) => {
-                    tracing::debug!(player = j.player.0, error = %e, "resynced player refused")
-                }
-                (Ok(_), Some(b)) => {
-                    // It plays there now, as its holder knows: where its membership is. A move
-                    // from there is a crossing that carries its state.
-                    self.placed.insert(j.player, b);
-                    if let Some(r) = self.registry.get_mut(&b) {
-                        r.members.insert(j.player, site);
-                    }
-                }
-                (Ok(_), None) => {}
-            }
-        }
-    }
-
     fn update_capacity(&mut self, site: SiteId) {
         let Some(agent) = self.agents.get(&site) else { return };
         let ready = agent.servers.iter().filter(|s| s.ready || !s.bubbles.is_empty()).count();
         self.mesh.handle_site_capacity(site, Some(ready as u32));
-    }
-
-    fn report(
-        &mut self,
-        site: SiteId,
-        joins: &[control::PlayerSample],
-        leaves: &[PlayerId],
-        players: &[control::PlayerSample],
-        backbone: &[control::BackboneSample],
-        servers: &[control::ServerLoad],
-    ) {
-        for j in joins {
-            if let Err(e) = self.mesh.handle_join(registry::player_join(site, j)) {
-                tracing::debug!(player = j.player.0, error = %e, "join refused");
-            }
-        }
-        for p in players {
-            let update = PlayerUpdate {
-                access_rtt_ms: Some(f64::from(p.access_rtt_ms)),
-                role: Some(registry::role(p.role)),
-                world: Some(horizon_mesh::WorldId(p.world.0)),
-                position: Some(registry::vec3(p.pos)),
-                velocity: Some(registry::vec3(p.vel)),
-            };
-            let _ = self.mesh.handle_update(horizon_mesh::PlayerId(p.player.0), &update);
-        }
-        for l in leaves {
-            let _ = self.mesh.handle_leave(horizon_mesh::PlayerId(l.0));
-        }
-        for b in backbone {
-            if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms)
-                && rtt.is_finite()
-                && rtt >= 0.0
-            {
-                self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
-                self.metrics.backbone(site, other, f64::from(rtt));
-            }
-        }
-        // Tick rates feed the brain's load rule (SPEC section 4). The agent lists a spread
-        // bubble's servers in part order; a count that does not match the cut in force (a
-        // `Parts` on its way) is skipped.
-        let mut by_bubble: BTreeMap<BubbleId, Vec<f32>> = BTreeMap::new();
-        for srv in servers.iter().filter(|s| s.bubbles.len() == 1) {
-            by_bubble.entry(srv.bubbles[0]).or_default().push(srv.tps);
-        }
-        for (bubble, tps) in by_bubble {
-            let in_force = self.registry.get(&bubble).is_some_and(|r| {
-                r.site == site && r.settled() && r.parts.len().max(1) == tps.len()
-            });
-            if !in_force {
-                continue;
-            }
-            for (part, t) in tps.into_iter().enumerate().filter(|(_, t)| t.is_finite()) {
-                let id = horizon_mesh::BubbleId(bubble.0);
-                let _ = self.mesh.handle_server_load(id, part, f64::from(t));
-            }
-        }
-        if let Some(agent) = self.agents.get_mut(&site) {
-            agent.servers = servers.to_vec();
-        }
-        self.update_capacity(site);
     }
 
     /// One batched renewal. Neither granted nor refused: a handover source's superseded

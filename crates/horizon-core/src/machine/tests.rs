@@ -41,7 +41,10 @@ impl Harness {
         let thresholds =
             Thresholds { lease_ttl_ms: TTL_MS, lease_drift_margin_ms: MARGIN_MS, ..thresholds };
         let cfg = MachineConfig { sites: sites(), thresholds };
-        let core = CoreMachine::new(cfg, 1, &StoreState::default(), Time::ZERO).unwrap();
+        // Player ids below 1000 were handed out by an earlier core: any site may join them
+        // (the tests name their players 1, 2, ...).
+        let store = StoreState { next_player: 1_000, ..StoreState::default() };
+        let core = CoreMachine::new(cfg, 1, &store, Time::ZERO).unwrap();
         let mut h = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
         for site in ["PAR", "MTL", "HKG"] {
             h.connect(site);
@@ -419,7 +422,7 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     let mut h = Harness::new();
     let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
     // What the first core persisted, folded as the store would.
-    let mut state = StoreState::default();
+    let mut state = StoreState { next_player: 1_000, ..StoreState::default() };
     for e in &h.log {
         if let Effect::Persist(Record::Lease { bubble, epoch, site, region }) = e {
             let lease =
@@ -487,7 +490,7 @@ fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
     };
     let a = ids(&mut h, "MTL", 100);
     let b = ids(&mut h, "HKG", 100);
-    assert_eq!((a.start, a.end, b.start), (1, 101, 101), "{a:?} {b:?}");
+    assert_eq!((a.start, a.end, b.start), (1_000, 1_100, 1_100), "{a:?} {b:?}");
     assert_eq!(ids(&mut h, "PAR", 0).count(), 1, "at least one");
     assert_eq!(ids(&mut h, "PAR", u32::MAX).count() as u32, MAX_ID_BLOCK, "at most a block");
     // Persisted before the reply: a restarted core continues after the last block.
@@ -508,7 +511,7 @@ fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
     let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
     h2.connect("MTL");
     let c = ids(&mut h2, "MTL", 10);
-    assert_eq!(c.start, 202 + u64::from(MAX_ID_BLOCK), "after every id given before");
+    assert_eq!(c.start, 1_201 + u64::from(MAX_ID_BLOCK), "after every id given before");
 }
 
 #[test]
@@ -710,4 +713,86 @@ fn a_bubble_restored_asks_every_site_its_players_crossed_from_for_what_they_kept
     h.ack_all("HKG");
     assert_eq!(h.routes_to("PAR", 3), [("recover", at_hkg)]);
     assert_eq!(h.routes_to("MTL", 3), [("recover", at_hkg)]);
+}
+
+fn refused(h: &Harness, site: &str, reason: &str) -> u64 {
+    h.core.metrics.refused_count(h.site(site), reason)
+}
+
+#[test]
+fn a_site_speaks_only_for_its_own_players() {
+    let mut h = Harness::new();
+    montrealer_in_a_bubble(&mut h);
+    // PAR moves MTL's player to the other side of the world, and has them leave.
+    let sample = control::PlayerSample {
+        player: PlayerId(1),
+        access_rtt_ms: 1.0,
+        role: Role::Player,
+        world: WorldId(1),
+        pos: Vec3 { x: 9e6, y: 0.0, z: 0.0 },
+        vel: Vec3::default(),
+    };
+    let report = control::Request::Report {
+        joins: Vec::new(),
+        leaves: vec![PlayerId(1)],
+        players: vec![sample],
+        backbone: Vec::new(),
+        servers: (0..3).map(|i| server(&format!("PAR-{i}"), &[])).collect(),
+    };
+    assert_eq!(h.request("PAR", report).unwrap(), control::Reply::Done, "the rest goes on");
+    let p = h.core.mesh.player(horizon_mesh::PlayerId(1)).expect("still there");
+    assert_eq!(p.position.x, 0.0, "not moved by another site");
+    assert_eq!(refused(&h, "PAR", "not_its_player"), 2);
+    // Its home moves it.
+    h.moved("MTL", 1, 5.0);
+    let p = h.core.mesh.player(horizon_mesh::PlayerId(1)).expect("still there");
+    assert_eq!(p.position.x, 5.0);
+    assert_eq!(refused(&h, "MTL", "not_its_player"), 0);
+}
+
+#[test]
+fn a_site_joins_only_player_ids_handed_to_it() {
+    let mut h = Harness::new();
+    let control::Reply::PlayerIds { first, .. } =
+        h.request("MTL", control::Request::PlayerIds { count: 10 }).unwrap()
+    else {
+        panic!("a block of ids");
+    };
+    assert!(first >= 1_000, "never one handed out before");
+    // PAR claims an id of MTL's block (and one never handed out): refused.
+    h.join("PAR", first, 0.0);
+    h.join("PAR", first + 1_000_000, 0.0);
+    assert!(h.core.mesh.player(horizon_mesh::PlayerId(first)).is_none());
+    assert!(h.core.mesh.player(horizon_mesh::PlayerId(first + 1_000_000)).is_none());
+    assert_eq!(refused(&h, "PAR", "player_id_not_its_own"), 2);
+    // MTL joins it.
+    h.join("MTL", first, 0.0);
+    let p = h.core.mesh.player(horizon_mesh::PlayerId(first)).expect("joined");
+    assert_eq!(p.home, h.site("MTL"));
+}
+
+#[test]
+fn a_site_cannot_fail_a_handover_it_takes_no_part_in() {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    let id = HandoverId(77);
+    let ho = handover::Handover {
+        id,
+        bubble,
+        from: h.site("MTL"),
+        to: h.site("PAR"),
+        epoch: epoch + 1,
+        started: h.now,
+        phase: HandoverPhase::PreparingTarget,
+        given_up: false,
+    };
+    h.core.handovers.insert(id, ho);
+    let failed = || control::Request::Failed { handover: id, reason: "no".into() };
+    let err = h.request("HKG", failed()).expect_err("HKG is neither source nor target");
+    assert_eq!(err.code, ErrorCode::Unauthorized, "{err:?}");
+    assert!(h.core.handovers.contains_key(&id), "the handover goes on");
+    assert_eq!(refused(&h, "HKG", "handover_not_its_own"), 1);
+    // Its target may give it up.
+    assert_eq!(h.request("PAR", failed()).unwrap(), control::Reply::Done);
+    assert!(!h.core.handovers.contains_key(&id));
 }

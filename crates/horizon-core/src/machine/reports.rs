@@ -1,0 +1,190 @@
+//! What agents report, checked against what each site owns: a site speaks only for the players
+//! it is home to (their moves, their leaves), joins only player ids handed to it, and feeds the
+//! brain the load of only the bubbles it holds. Anything else is refused, counted in
+//! `horizon_core_refused_total{site, reason}` and logged; the rest of the report goes on.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use horizon_mesh::{PlayerUpdate, SiteId};
+use horizon_proto::control;
+use horizon_proto::{BubbleId, PlayerId};
+
+use super::{CoreMachine, MAX_ID_BLOCK, registry};
+use crate::store::Record;
+
+/// Blocks remembered per site: far more than a site asks for while its players come and go
+/// (each block is up to 65,536 ids).
+const BLOCKS_PER_SITE: usize = 256;
+
+/// Which site was handed which player ids, since this core started. Ids handed out before it
+/// started (by an earlier core: the store keeps only the next free id) belong to whichever
+/// site speaks for them first.
+#[derive(Debug)]
+pub(crate) struct IdBlocks {
+    before_start: u64,
+    blocks: BTreeMap<SiteId, VecDeque<(u64, u64)>>,
+}
+
+impl IdBlocks {
+    pub(crate) fn new(next_at_start: u64) -> Self {
+        IdBlocks { before_start: next_at_start, blocks: BTreeMap::new() }
+    }
+
+    pub(crate) fn handed(&mut self, site: SiteId, first: u64, count: u32) {
+        let blocks = self.blocks.entry(site).or_default();
+        if blocks.len() >= BLOCKS_PER_SITE {
+            blocks.pop_front();
+        }
+        blocks.push_back((first, first + u64::from(count)));
+    }
+
+    /// `player` may be joined by `site`.
+    pub(crate) fn owns(&self, site: SiteId, player: PlayerId) -> bool {
+        player.0 < self.before_start
+            || self
+                .blocks
+                .get(&site)
+                .is_some_and(|b| b.iter().any(|&(lo, hi)| (lo..hi).contains(&player.0)))
+    }
+}
+
+impl CoreMachine {
+    /// `player` is known to the brain, and `site` is their home.
+    fn homed_at(&self, player: PlayerId, site: SiteId) -> bool {
+        self.mesh.player(horizon_mesh::PlayerId(player.0)).is_some_and(|p| p.home == site)
+    }
+
+    /// A block of fresh player ids for an agent, persisted (ahead of the reply) before use.
+    pub(super) fn player_ids(&mut self, site: SiteId, count: u32) -> control::Reply {
+        let count = count.clamp(1, MAX_ID_BLOCK);
+        let first = self.next_player;
+        self.next_player += u64::from(count);
+        self.ids.handed(site, first, count);
+        self.persist(Record::PlayerIds { next: self.next_player });
+        tracing::debug!(site = %self.cfg.sites.name(site), first, count, "player ids handed out");
+        control::Reply::PlayerIds { first, count }
+    }
+
+    /// An agent's full list of its players (after each registration): those the brain does not
+    /// know join — into the bubble they play in, if it is still the one simulating them —, and
+    /// the brain's players of this site missing from the list leave.
+    pub(super) fn players(&mut self, site: SiteId, players: &[control::PlacedPlayer]) {
+        let listed: std::collections::BTreeSet<u64> =
+            players.iter().map(|p| p.sample.player.0).collect();
+        let gone: Vec<horizon_mesh::PlayerId> = self
+            .mesh
+            .players()
+            .iter()
+            .filter(|p| p.home == site && !listed.contains(&p.id.0))
+            .map(|p| p.id)
+            .collect();
+        for p in gone {
+            let _ = self.mesh.handle_leave(p);
+        }
+        for p in players {
+            let id = horizon_mesh::PlayerId(p.sample.player.0);
+            if self.mesh.player(id).is_some() {
+                continue;
+            }
+            if !self.ids.owns(site, p.sample.player) {
+                self.metrics.refused(site, "player_id_not_its_own");
+                continue;
+            }
+            let j = &p.sample;
+            let join = registry::player_join(site, j);
+            let bubble = p.bubble.filter(|b| self.registry.contains_key(b));
+            let joined = match bubble {
+                Some(b) => self.mesh.handle_join_in(join, horizon_mesh::BubbleId(b.0)),
+                None => self.mesh.handle_join(join),
+            };
+            match (joined, bubble) {
+                (Err(e), _) => {
+                    tracing::debug!(player = j.player.0, error = %e, "resynced player refused")
+                }
+                (Ok(_), Some(b)) => {
+                    // It plays there now, as its holder knows: where its membership is. A move
+                    // from there is a crossing that carries its state.
+                    self.placed.insert(j.player, b);
+                    if let Some(r) = self.registry.get_mut(&b) {
+                        r.members.insert(j.player, site);
+                    }
+                }
+                (Ok(_), None) => {}
+            }
+        }
+    }
+
+    pub(super) fn report(
+        &mut self,
+        site: SiteId,
+        joins: &[control::PlayerSample],
+        leaves: &[PlayerId],
+        players: &[control::PlayerSample],
+        backbone: &[control::BackboneSample],
+        servers: &[control::ServerLoad],
+    ) {
+        for j in joins {
+            if !self.ids.owns(site, j.player) {
+                self.metrics.refused(site, "player_id_not_its_own");
+                tracing::warn!(site = %self.cfg.sites.name(site), player = j.player.0, "a join of a player id not handed to this site: refused");
+                continue;
+            }
+            if let Err(e) = self.mesh.handle_join(registry::player_join(site, j)) {
+                tracing::debug!(player = j.player.0, error = %e, "join refused");
+            }
+        }
+        for p in players {
+            if !self.homed_at(p.player, site) {
+                self.metrics.refused(site, "not_its_player");
+                continue;
+            }
+            let update = PlayerUpdate {
+                access_rtt_ms: Some(f64::from(p.access_rtt_ms)),
+                role: Some(registry::role(p.role)),
+                world: Some(horizon_mesh::WorldId(p.world.0)),
+                position: Some(registry::vec3(p.pos)),
+                velocity: Some(registry::vec3(p.vel)),
+            };
+            let _ = self.mesh.handle_update(horizon_mesh::PlayerId(p.player.0), &update);
+        }
+        for l in leaves {
+            if !self.homed_at(*l, site) {
+                self.metrics.refused(site, "not_its_player");
+                continue;
+            }
+            let _ = self.mesh.handle_leave(horizon_mesh::PlayerId(l.0));
+        }
+        for b in backbone {
+            if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms)
+                && rtt.is_finite()
+                && rtt >= 0.0
+            {
+                self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
+                self.metrics.backbone(site, other, f64::from(rtt));
+            }
+        }
+        // Tick rates feed the brain's load rule (SPEC section 4). The agent lists a spread
+        // bubble's servers in part order; a count that does not match the cut in force (a
+        // `Parts` on its way) is skipped.
+        let mut by_bubble: BTreeMap<BubbleId, Vec<f32>> = BTreeMap::new();
+        for srv in servers.iter().filter(|s| s.bubbles.len() == 1) {
+            by_bubble.entry(srv.bubbles[0]).or_default().push(srv.tps);
+        }
+        for (bubble, tps) in by_bubble {
+            let in_force = self.registry.get(&bubble).is_some_and(|r| {
+                r.site == site && r.settled() && r.parts.len().max(1) == tps.len()
+            });
+            if !in_force {
+                continue;
+            }
+            for (part, t) in tps.into_iter().enumerate().filter(|(_, t)| t.is_finite()) {
+                let id = horizon_mesh::BubbleId(bubble.0);
+                let _ = self.mesh.handle_server_load(id, part, f64::from(t));
+            }
+        }
+        if let Some(agent) = self.agents.get_mut(&site) {
+            agent.servers = servers.to_vec();
+        }
+        self.update_capacity(site);
+    }
+}
