@@ -11,6 +11,13 @@
 //! | `GET /status` | the daemon's status document (JSON); `?players=N&after=ID` pages its player list |
 //! | `GET /` | the daemon's status page, if it has one |
 //!
+//! **Who reads what** ([`Access`]): probes and metrics are open (they name no player: metric
+//! labels are bounded). Player ids and positions in `/status` are for authenticated readers
+//! only: with a token in `HORIZON_ADMIN_TOKEN`, a reader sending `Authorization: Bearer
+//! <token>` gets them, one without the header gets the document without them, and one with a
+//! wrong token gets `401`. Without a token, an API bound to loopback trusts every reader (the
+//! local mesh), and one bound elsewhere shows no player to anyone (and says so in its log).
+//!
 //! [`overrides`] lets the environment set configuration values over a daemon's file.
 //!
 //! A daemon gives its [`Registry`] (from [`registry`]: `horizon_build_info` and the process
@@ -41,17 +48,76 @@ pub const MAX_PLAYERS: usize = 10_000;
 /// A boxed future, as the callbacks return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// Which players a `/status` request wants: at most `limit`, with ids above `after`.
+/// The environment variable holding the admin API's bearer token.
+pub const TOKEN_ENV: &str = "HORIZON_ADMIN_TOKEN";
+
+/// Which players a `/status` request wants: at most `limit`, with ids above `after`. Without
+/// `private`, the reader is not authenticated: no player id or position at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Page {
     pub after: Option<u64>,
     pub limit: usize,
+    pub private: bool,
 }
 
 impl Default for Page {
     fn default() -> Self {
-        Page { after: None, limit: DEFAULT_PLAYERS }
+        Page { after: None, limit: DEFAULT_PLAYERS, private: true }
     }
+}
+
+/// Who the API trusts with player ids and positions. See the crate documentation.
+#[derive(Clone)]
+pub enum Access {
+    /// Every reader (an API bound to loopback, no token).
+    Open,
+    /// Readers presenting this bearer token.
+    Token(String),
+    /// Nobody (bound beyond loopback with no token).
+    Anonymous,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token itself.
+        f.write_str(match self {
+            Access::Open => "Open",
+            Access::Token(_) => "Token(..)",
+            Access::Anonymous => "Anonymous",
+        })
+    }
+}
+
+impl Access {
+    /// The access of an API bound to `bind`, with `token` (an empty one counts as none).
+    pub fn for_bind(bind: std::net::SocketAddr, token: Option<String>) -> Access {
+        match token.filter(|t| !t.is_empty()) {
+            Some(t) => Access::Token(t),
+            None if bind.ip().is_loopback() => Access::Open,
+            None => {
+                tracing::warn!(%bind, "admin API beyond loopback with no {TOKEN_ENV}: /status shows no player to anyone");
+                Access::Anonymous
+            }
+        }
+    }
+
+    /// [`Access::for_bind`] with the token from [`TOKEN_ENV`].
+    pub fn from_env(bind: std::net::SocketAddr) -> Access {
+        Access::for_bind(bind, std::env::var(TOKEN_ENV).ok())
+    }
+
+    /// Whether a request with these headers may see players; `Err` for a wrong token.
+    fn private(&self, headers: &axum::http::HeaderMap) -> Result<bool, ()> {
+        let Access::Token(token) = self else { return Ok(matches!(self, Access::Open)) };
+        let Some(given) = headers.get(header::AUTHORIZATION) else { return Ok(false) };
+        let given = given.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(())?;
+        if same(given.as_bytes(), token.as_bytes()) { Ok(true) } else { Err(()) }
+    }
+}
+
+/// Compares in time independent of where the first difference is.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// What the API asks the daemon.
@@ -111,6 +177,7 @@ struct App {
     registry: Registry,
     source: Arc<dyn Source>,
     page: Option<&'static str>,
+    access: Access,
 }
 
 #[derive(Deserialize)]
@@ -120,8 +187,13 @@ struct StatusParams {
 }
 
 /// The API's routes (for tests; [`serve`] runs them).
-pub fn router(registry: Registry, source: Arc<dyn Source>, page: Option<&'static str>) -> Router {
-    let app = Arc::new(App { registry, source, page });
+pub fn router(
+    registry: Registry,
+    source: Arc<dyn Source>,
+    page: Option<&'static str>,
+    access: Access,
+) -> Router {
+    let app = Arc::new(App { registry, source, page, access });
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -140,9 +212,11 @@ pub async fn serve(
     registry: Registry,
     source: Arc<dyn Source>,
     page: Option<&'static str>,
+    access: Access,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(registry, source, page)).with_graceful_shutdown(stop).await
+    let app = router(registry, source, page, access);
+    axum::serve(listener, app).with_graceful_shutdown(stop).await
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
@@ -162,9 +236,16 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
-async fn status(State(app): State<Arc<App>>, Query(q): Query<StatusParams>) -> Response {
-    let page =
-        Page { after: q.after, limit: q.players.unwrap_or(DEFAULT_PLAYERS).min(MAX_PLAYERS) };
+async fn status(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<StatusParams>,
+) -> Response {
+    let Ok(private) = app.access.private(&headers) else {
+        return (StatusCode::UNAUTHORIZED, "wrong admin token\n").into_response();
+    };
+    let limit = q.players.unwrap_or(DEFAULT_PLAYERS).min(MAX_PLAYERS);
+    let page = Page { after: q.after, limit, private };
     match tokio::time::timeout(LOOP_TIMEOUT, app.source.status(page)).await {
         Ok(Ok(doc)) => (
             [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")],
@@ -198,15 +279,21 @@ mod tests {
             Box::pin(async move { if ready { Ok(()) } else { Err("not registered".into()) } })
         }
         fn status(&self, page: Page) -> BoxFuture<Result<serde_json::Value, String>> {
-            Box::pin(
-                async move { Ok(serde_json::json!({ "limit": page.limit, "after": page.after })) },
-            )
+            Box::pin(async move {
+                Ok(serde_json::json!({
+                    "limit": page.limit, "after": page.after, "private": page.private
+                }))
+            })
         }
     }
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+        get_with(addr, path, "").await
+    }
+
+    async fn get_with(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connects");
-        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.expect("sends");
         let mut out = String::new();
         s.read_to_string(&mut out).await.expect("reads");
@@ -216,6 +303,10 @@ mod tests {
     }
 
     async fn start(ready: bool) -> std::net::SocketAddr {
+        start_with(ready, Access::Open).await
+    }
+
+    async fn start_with(ready: bool, access: Access) -> std::net::SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
         let addr = listener.local_addr().expect("an address");
         let registry = registry("test");
@@ -224,6 +315,7 @@ mod tests {
             registry,
             Arc::new(Fake { ready }),
             None,
+            access,
             std::future::pending(),
         ));
         addr
@@ -251,5 +343,36 @@ mod tests {
         let addr = start(false).await;
         assert_eq!(get(addr, "/livez").await.0, 200, "alive all the same");
         assert_eq!(get(addr, "/readyz").await, (503, "not ready: not registered\n".into()));
+    }
+
+    #[tokio::test]
+    async fn players_are_for_authenticated_readers_only() {
+        let private = |body: &str| -> bool {
+            let doc: serde_json::Value = serde_json::from_str(body).expect("json");
+            doc["private"].as_bool().expect("said")
+        };
+        let addr = start_with(true, Access::Token("s3cret".into())).await;
+        let (code, body) = get(addr, "/status").await;
+        assert_eq!(code, 200, "the document, without players");
+        assert!(!private(&body));
+        let (code, body) = get_with(addr, "/status", "authorization: Bearer s3cret\r\n").await;
+        assert_eq!(code, 200);
+        assert!(private(&body), "the token's holder sees players");
+        let wrong = get_with(addr, "/status", "authorization: Bearer s3cre7\r\n").await;
+        assert_eq!(wrong, (401, "wrong admin token\n".into()));
+        let not_bearer = get_with(addr, "/status", "authorization: Basic czNjcmV0\r\n").await;
+        assert_eq!(not_bearer.0, 401);
+        assert_eq!(get(addr, "/metrics").await.0, 200, "metrics stay open");
+        assert_eq!(get(addr, "/readyz").await.0, 200, "probes stay open");
+        // Beyond loopback with no token: nobody sees players; on loopback, everyone.
+        let wide = "0.0.0.0:7480".parse().expect("address");
+        assert!(matches!(Access::for_bind(wide, None), Access::Anonymous));
+        assert!(matches!(Access::for_bind(wide, Some(String::new())), Access::Anonymous));
+        let local = "127.0.0.1:7480".parse().expect("address");
+        assert!(matches!(Access::for_bind(local, None), Access::Open));
+        let addr = start_with(true, Access::Anonymous).await;
+        let (_, body) = get_with(addr, "/status", "authorization: Bearer anything\r\n").await;
+        assert!(!private(&body));
+        assert_eq!(format!("{:?}", Access::Token("s3cret".into())), "Token(..)", "never logged");
     }
 }

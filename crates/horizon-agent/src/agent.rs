@@ -219,8 +219,11 @@ async fn serve_admin(
     let stopped = async move {
         let _ = stop.changed().await;
     };
+    let access = horizon_admin::Access::from_env(bound);
     tokio::spawn(async move {
-        if let Err(e) = horizon_admin::serve(listener, registry, source, None, stopped).await {
+        if let Err(e) =
+            horizon_admin::serve(listener, registry, source, None, access, stopped).await
+        {
             tracing::error!(error = %e, "admin API stopped");
         }
     });

@@ -60,7 +60,7 @@ impl CoreHandle {
     /// The status document served at `/status`.
     pub async fn status(&self) -> Option<crate::CoreStatus> {
         let (tx, rx) = oneshot::channel();
-        let all = horizon_admin::Page { after: None, limit: usize::MAX };
+        let all = horizon_admin::Page { after: None, limit: usize::MAX, private: true };
         self.queries.send(AdminQuery::Status(all, tx)).await.ok()?;
         rx.await.ok()
     }
@@ -114,7 +114,15 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         let _ = admin_stop.changed().await;
     };
     let registry = machine.registry();
-    tokio::spawn(horizon_admin::serve(admin_listener, registry, source, Some(PAGE), stopped));
+    let access = horizon_admin::Access::from_env(admin_addr);
+    tokio::spawn(horizon_admin::serve(
+        admin_listener,
+        registry,
+        source,
+        Some(PAGE),
+        access,
+        stopped,
+    ));
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
     let accept_events = events_tx.clone();
     let mut listener = listener;

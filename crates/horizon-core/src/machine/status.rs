@@ -55,7 +55,8 @@ impl CoreMachine {
     }
 
     /// The brain's proximity groups, each with its bubble (if all of it is in one) and homes.
-    fn groups(&self) -> Vec<GroupStatus> {
+    /// The largest groups; with `private`, their player ids (else only their homes).
+    fn groups(&self, private: bool) -> Vec<GroupStatus> {
         let mut groups = self.mesh.groups();
         groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
         groups
@@ -75,7 +76,8 @@ impl CoreMachine {
                     1 => bubbles.into_iter().next().flatten(),
                     _ => None,
                 };
-                GroupStatus { players: g.iter().map(|p| p.0).collect(), homes, bubble }
+                let players = if private { g.iter().map(|p| p.0).collect() } else { Vec::new() };
+                GroupStatus { players, homes, bubble }
             })
             .collect()
     }
@@ -146,8 +148,13 @@ impl CoreMachine {
                 parts: r.parts.iter().map(bounds).collect(),
             })
             .collect();
-        let mut listed: Vec<&horizon_mesh::Player> =
-            self.mesh.players().iter().filter(|p| page.after.is_none_or(|a| p.id.0 > a)).collect();
+        // Player ids and positions only for an authenticated reader (horizon-admin's Access).
+        let mut listed: Vec<&horizon_mesh::Player> = self
+            .mesh
+            .players()
+            .iter()
+            .filter(|p| page.private && page.after.is_none_or(|a| p.id.0 > a))
+            .collect();
         listed.sort_by_key(|p| p.id.0);
         let limit = page.limit.max(1);
         let next = (listed.len() > limit).then(|| listed[limit - 1].id.0);
@@ -190,7 +197,7 @@ impl CoreMachine {
             restores: self.metrics.restores_by_copy(),
             sites,
             bubbles,
-            groups: self.groups(),
+            groups: self.groups(page.private),
             players,
             players_total: self.mesh.players().len(),
             players_next: next,

@@ -796,3 +796,18 @@ fn a_site_cannot_fail_a_handover_it_takes_no_part_in() {
     assert_eq!(h.request("PAR", failed()).unwrap(), control::Reply::Done);
     assert!(!h.core.handovers.contains_key(&id));
 }
+
+#[test]
+fn the_status_names_no_player_to_an_unauthenticated_reader() {
+    let mut h = Harness::new();
+    montrealer_in_a_bubble(&mut h);
+    let private = horizon_admin::Page { after: None, limit: 100, private: true };
+    let doc = h.core.status(h.now, private);
+    assert_eq!(doc.players.len(), 1);
+    assert_eq!(doc.groups[0].players, [1]);
+    let public = horizon_admin::Page { private: false, ..private };
+    let doc = h.core.status(h.now, public);
+    assert!(doc.players.is_empty() && doc.groups[0].players.is_empty(), "no id, no position");
+    assert_eq!(doc.players_total, 1, "but how many");
+    assert_eq!(doc.groups[0].homes.get("MTL"), Some(&1));
+}
