@@ -28,8 +28,10 @@ pub struct Limits {
     /// Long-lived streams a peer may have open at once.
     pub max_concurrent_streams: u32,
     /// Inbound requests and streams queued for the application before the transport stops
-    /// reading more (back-pressure again).
+    /// reading more (back-pressure again); also a listener's connections in their handshake.
     pub inbound_queue: usize,
+    /// A listener's connections in their handshake from one source address.
+    pub pending_per_source: usize,
     /// Inbound datagrams queued for the application; beyond it they are dropped and counted
     /// (they are unreliable anyway).
     pub datagram_queue: usize,
@@ -39,7 +41,7 @@ pub struct Limits {
     pub remembered_peers: usize,
     /// How long a request may wait for its reply, reconnections included.
     pub request_timeout: Duration,
-    /// How long the hello may take.
+    /// How long the QUIC handshake and the hello may take, together.
     pub handshake_timeout: Duration,
     /// A connection silent this long is dead.
     pub idle_timeout: Duration,
@@ -62,6 +64,7 @@ impl Default for Limits {
             max_concurrent_requests: 256,
             max_concurrent_streams: 64,
             inbound_queue: 256,
+            pending_per_source: 32,
             datagram_queue: 1024,
             remembered_replies: 4096,
             remembered_peers: 1024,

@@ -2,7 +2,7 @@
 //! peer (a newer one replaces the older), and hands each peer to the application.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -79,37 +79,74 @@ async fn accept_loop<C: Channel>(
     let book = Arc::new(Mutex::new(PeerBook::default()));
     let ids = Arc::new(AtomicU64::new(fastrand::u64(..u64::MAX / 2)));
     let session = fastrand::u64(..);
-    // Connections between arrival and the application's `accept`: bounded, so a flood of
-    // handshakes (or an application that stopped accepting) cannot pile up tasks.
+    // Connections between arrival and their hello: bounded, so a flood of handshakes cannot
+    // pile up tasks, and bounded per source address, so one source cannot take every slot.
+    // A connection takes a slot only once it proved it owns its address (a QUIC retry: a
+    // spoofed Initial costs us one stateless packet), and holds it at most the handshake
+    // timeout, QUIC handshake and hello together.
     let pending = Arc::new(tokio::sync::Semaphore::new(limits.inbound_queue.max(1)));
+    let sources: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+    let per_source = limits.pending_per_source.max(1);
     while let Some(incoming) = endpoint.accept().await {
+        let remote = incoming.remote_address();
+        if !incoming.remote_address_validated() && incoming.may_retry() {
+            crate::metrics::retried(C::ID);
+            if let Err(e) = incoming.retry() {
+                tracing::debug!(channel = C::ID.as_str(), %remote, error = %e, "retry not sent");
+            }
+            continue;
+        }
+        let Some(source) = SourceSlot::take(&sources, remote.ip(), per_source) else {
+            crate::metrics::refused(C::ID, "per_source");
+            tracing::warn!(channel = C::ID.as_str(), %remote, "too many handshakes from this address, refused");
+            incoming.refuse();
+            continue;
+        };
         let Ok(permit) = pending.clone().try_acquire_owned() else {
-            tracing::warn!(channel = C::ID.as_str(), remote = %incoming.remote_address(), "too many pending connections, refused");
+            crate::metrics::refused(C::ID, "pending_full");
+            tracing::warn!(channel = C::ID.as_str(), %remote, "too many pending connections, refused");
             incoming.refuse();
             continue;
         };
         let (name, auth, limits, peers, book, ids) =
             (name.clone(), auth.clone(), limits.clone(), peers.clone(), book.clone(), ids.clone());
         tokio::spawn(async move {
-            let quic = match incoming.await {
-                Ok(quic) => quic,
-                Err(e) => {
-                    tracing::info!(channel = C::ID.as_str(), error = %e, "handshake failed");
+            let handshake = async {
+                let quic = incoming.await.map_err(|e| (e.to_string(), "handshake_failed"))?;
+                let hello = handshake::server::<C>(
+                    quic.clone(),
+                    &name,
+                    session,
+                    auth.as_ref(),
+                    limits.clone(),
+                    ids,
+                )
+                .await
+                .map_err(|e| (e.to_string(), "hello_refused"))?;
+                Ok::<_, (String, &'static str)>((quic, hello))
+            };
+            let (quic, (conn, hello)) = match tokio::time::timeout(
+                limits.handshake_timeout,
+                handshake,
+            )
+            .await
+            {
+                Ok(Ok(done)) => done,
+                Ok(Err((why, reason))) => {
+                    crate::metrics::refused(C::ID, reason);
+                    tracing::info!(channel = C::ID.as_str(), %remote, error = %why, "connection refused");
+                    return;
+                }
+                Err(_) => {
+                    // Dropping the handshake closes the connection.
+                    crate::metrics::refused(C::ID, "handshake_timeout");
+                    tracing::info!(channel = C::ID.as_str(), %remote, "handshake not done in time");
                     return;
                 }
             };
-            let Ok((conn, hello)) = handshake::server::<C>(
-                quic.clone(),
-                &name,
-                session,
-                auth.as_ref(),
-                limits.clone(),
-                ids,
-            )
-            .await
-            else {
-                return;
-            };
+            // A peer now: its source's slot goes to the next handshake from there (the pending
+            // slot is held until the application takes the peer: bounded either way).
+            drop(source);
             let replies = {
                 let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(old) = book.current.insert(hello.peer.clone(), quic.clone()) {
@@ -134,6 +171,36 @@ async fn accept_loop<C: Channel>(
                 book.current.remove(&peer_name);
             }
         });
+    }
+}
+
+/// One handshake's share of its source address's slots, given back when dropped.
+struct SourceSlot {
+    sources: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl SourceSlot {
+    fn take(sources: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<Self> {
+        let mut map = sources.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot { sources: sources.clone(), ip })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut map = self.sources.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
     }
 }
 

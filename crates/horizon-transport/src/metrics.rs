@@ -27,6 +27,46 @@ static REPLAYS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+static CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "horizon_transport_connections_refused_total",
+            "Inbound connections refused before they became a peer, by channel and reason: pending_full (every handshake slot taken), per_source (too many handshakes from one address), handshake_timeout (the QUIC handshake and the hello did not finish in time), handshake_failed, hello_refused (bad token, certificate, version or frame).",
+        ),
+        &["channel", "reason"],
+    )
+    .unwrap_or_else(|e| unreachable!("a constant, valid metric definition: {e}"))
+});
+
+static RETRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter(
+        "horizon_transport_address_validations_total",
+        "QUIC retries sent: a new connection proves it owns its source address before it takes a handshake slot, by channel.",
+    )
+});
+
+/// Why an inbound connection was refused (label `reason`).
+pub(crate) const REFUSALS: [&str; 5] =
+    ["pending_full", "per_source", "handshake_timeout", "handshake_failed", "hello_refused"];
+
+pub(crate) fn refused(channel: ChannelId, reason: &'static str) {
+    CONNECTIONS_REFUSED.with_label_values(&[channel_label(channel), reason]).inc();
+}
+
+pub(crate) fn retried(channel: ChannelId) {
+    RETRIES.with_label_values(&[channel_label(channel)]).inc();
+}
+
+/// Connections of `channel` refused for `reason` so far (tests).
+pub fn refused_count(channel: ChannelId, reason: &str) -> u64 {
+    CONNECTIONS_REFUSED.with_label_values(&[channel_label(channel), reason]).get()
+}
+
+/// Retries sent on `channel` so far (tests).
+pub fn retry_count(channel: ChannelId) -> u64 {
+    RETRIES.with_label_values(&[channel_label(channel)]).get()
+}
+
 /// The label value of a channel.
 pub fn channel_label(channel: ChannelId) -> &'static str {
     match channel {
@@ -52,6 +92,15 @@ pub fn collectors() -> Vec<Box<dyn Collector>> {
         let label = [channel_label(channel)];
         DATAGRAMS_DROPPED.with_label_values(&label);
         REPLAYS.with_label_values(&label);
+        RETRIES.with_label_values(&label);
+        for reason in REFUSALS {
+            CONNECTIONS_REFUSED.with_label_values(&[label[0], reason]);
+        }
     }
-    vec![Box::new(DATAGRAMS_DROPPED.clone()), Box::new(REPLAYS.clone())]
+    vec![
+        Box::new(DATAGRAMS_DROPPED.clone()),
+        Box::new(REPLAYS.clone()),
+        Box::new(CONNECTIONS_REFUSED.clone()),
+        Box::new(RETRIES.clone()),
+    ]
 }

@@ -541,3 +541,52 @@ async fn connections_the_application_does_not_accept_are_bounded() {
     assert!(failure.to_lowercase().contains("refused"), "{failure}");
     drop(listener);
 }
+
+#[tokio::test]
+async fn a_flood_of_connections_that_never_say_hello_locks_nobody_out() {
+    use horizon_proto::ChannelId;
+    let pki = Pki::new();
+    let limits =
+        horizon_transport::Limits { inbound_queue: 16, pending_per_source: 8, ..quick_limits() };
+    let mut listener = token_listener::<Server>(&pki, "MTL", SharedToken("s3cret".into()), &limits);
+    let addr = listener.local_addr().unwrap();
+    let per_source = horizon_transport::metrics::refused_count(ChannelId::Server, "per_source");
+    let timed_out =
+        horizon_transport::metrics::refused_count(ChannelId::Server, "handshake_timeout");
+    // 40 clients from one address finish their QUIC handshake and never say hello.
+    let flooder = horizon_transport::client_endpoint("127.0.0.2".parse().unwrap()).unwrap();
+    let config = horizon_transport::tls::client_config(
+        &pki.ca.roots().unwrap(),
+        None,
+        ChannelId::Server,
+        &limits,
+    )
+    .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        let connecting = flooder
+            .connect_with(config.clone(), addr, &horizon_transport::site_dns_name("MTL"))
+            .unwrap();
+        if let Ok(Ok(conn)) = tokio::time::timeout(Duration::from_millis(500), connecting).await {
+            held.push(conn);
+        }
+    }
+    // A game server from another address is let in at once, the flood still held.
+    let started = tokio::time::Instant::now();
+    let hello = HelloParams::new(name("mtl-gs-0")).with_token("s3cret");
+    let mut good = dial::<Server>(&pki, None, "MTL", addr, hello, &limits);
+    wait_up(&mut good, Duration::from_secs(1)).await;
+    assert!(started.elapsed() < Duration::from_secs(1), "let in after {:?}", started.elapsed());
+    assert_eq!(listener.accept().await.unwrap().hello.peer.as_str(), "mtl-gs-0");
+    let refused = horizon_transport::metrics::refused_count(ChannelId::Server, "per_source");
+    assert!(
+        refused - per_source >= 32,
+        "one address holds 8 handshakes at most: {}",
+        refused - per_source
+    );
+    // The ones held are dropped at the handshake deadline.
+    tokio::time::sleep(limits.handshake_timeout + Duration::from_millis(500)).await;
+    let dropped = horizon_transport::metrics::refused_count(ChannelId::Server, "handshake_timeout");
+    assert!(dropped - timed_out >= 8, "{} dropped at the deadline", dropped - timed_out);
+    assert!(held.iter().all(|c| c.close_reason().is_some()), "every silent connection closed");
+}
