@@ -598,6 +598,11 @@ impl Shell {
                     let _ = p.conn.send_datagram(&datagram);
                 }
             }
+            Effect::ClosePlayer { conn, code, reason } => {
+                if let Some(p) = self.players.get(&conn) {
+                    p.conn.close(code, &reason);
+                }
+            }
             Effect::AnswerPlayer { token, result } => {
                 if let Some(req) = self.player_requests.remove(&token) {
                     tokio::spawn(req.reply(result));

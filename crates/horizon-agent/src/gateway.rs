@@ -18,6 +18,12 @@ use tokio::time::Instant;
 /// forgotten (a restore could no longer replay them; counted); if none is applied yet, new
 /// inputs are refused and counted.
 pub(crate) const MAX_KEPT: usize = 1024;
+/// The largest input a player may send: a move, a click, a command. A bigger one is refused
+/// and the player's connection closed with `too_large` (nobody else is touched).
+pub(crate) const MAX_INPUT_BYTES: usize = 16 << 10;
+/// The most bytes of one player's inputs kept unacknowledged or uncovered (with
+/// [`MAX_KEPT`]): beyond, as when too many are kept, new ones are refused.
+pub(crate) const MAX_KEPT_BYTES: usize = 1 << 20;
 /// An input not acknowledged after this is sent again to where the player is simulated.
 pub(crate) const RESEND_AFTER: Duration = Duration::from_millis(400);
 /// A routed player with no update for this long is told `Reconnecting` (once per silence).
@@ -32,8 +38,10 @@ pub(crate) enum InputVerdict {
     /// Kept, to be sent to the route; `forgot_applied` when the oldest applied input was
     /// forgotten to make room (before any copy covered it).
     Kept { forgot_applied: bool },
-    /// Too many inputs waiting, none of them applied: refused.
+    /// Too many inputs (or bytes of them) waiting, none of them applied: refused.
     Refused,
+    /// Over [`MAX_INPUT_BYTES`]: refused, and the player told.
+    TooLarge,
 }
 
 /// What an update of a bubble means for this player.
@@ -63,6 +71,8 @@ pub(crate) struct PlayerSession {
     route_epoch: Epoch,
     /// Inputs with `seq > covered`, each with when it was last sent.
     kept: BTreeMap<Seq, (Blob, Instant)>,
+    /// The bytes of `kept`'s inputs.
+    kept_bytes: usize,
     /// When each input not yet acknowledged first reached the gateway (at most one per kept input).
     received: BTreeMap<Seq, Instant>,
     /// How long each input acknowledged since the last [`PlayerSession::take_served`] took,
@@ -89,6 +99,7 @@ impl PlayerSession {
             route: None,
             route_epoch: Epoch(0),
             kept: BTreeMap::new(),
+            kept_bytes: 0,
             received: BTreeMap::new(),
             served: Vec::new(),
             acked: Seq(0),
@@ -113,19 +124,25 @@ impl PlayerSession {
 
     /// An input from the player.
     pub(crate) fn input(&mut self, seq: Seq, bytes: Blob, now: Instant) -> InputVerdict {
+        if bytes.0.len() > MAX_INPUT_BYTES {
+            return InputVerdict::TooLarge;
+        }
         if seq <= self.acked || self.kept.contains_key(&seq) {
             return InputVerdict::Duplicate;
         }
         let mut forgot_applied = false;
-        if self.kept.len() >= MAX_KEPT {
+        while self.kept.len() >= MAX_KEPT || self.kept_bytes + bytes.0.len() > MAX_KEPT_BYTES {
             match self.kept.first_key_value() {
                 Some((&oldest, _)) if oldest <= self.acked => {
-                    self.kept.remove(&oldest);
+                    if let Some((gone, _)) = self.kept.remove(&oldest) {
+                        self.kept_bytes -= gone.0.len();
+                    }
                     forgot_applied = true;
                 }
                 _ => return InputVerdict::Refused,
             }
         }
+        self.kept_bytes += bytes.0.len();
         self.kept.insert(seq, (bytes, now));
         self.received.insert(seq, now);
         InputVerdict::Kept { forgot_applied }
@@ -220,6 +237,7 @@ impl PlayerSession {
         if seq > self.covered {
             self.covered = seq;
             self.kept = self.kept.split_off(&Seq(seq.0 + 1));
+            self.kept_bytes = self.kept.values().map(|(b, _)| b.0.len()).sum();
         }
     }
 
@@ -343,6 +361,32 @@ mod tests {
         assert_eq!(
             s.on_update(BubbleId(8), Epoch(99), Seq(0), &name("HKG"), t),
             UpdateVerdict::NotTheirs
+        );
+    }
+
+    #[test]
+    fn an_input_over_the_size_limit_is_refused_and_kept_bytes_are_bounded() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        let big = Blob(vec![0; MAX_INPUT_BYTES + 1]);
+        assert_eq!(s.input(Seq(1), big, t), InputVerdict::TooLarge);
+        assert_eq!(s.kept(), 0);
+        // Inputs at the limit: 1 MiB of them is all that is kept unacknowledged.
+        let full = || Blob(vec![0; MAX_INPUT_BYTES]);
+        let fit = (MAX_KEPT_BYTES / MAX_INPUT_BYTES) as u64;
+        for seq in 1..=fit {
+            assert!(matches!(s.input(Seq(seq), full(), t), InputVerdict::Kept { .. }));
+        }
+        assert_eq!(s.input(Seq(fit + 1), full(), t), InputVerdict::Refused, "none applied yet");
+        // Once some are applied, the oldest make room.
+        s.on_update(BubbleId(7), Epoch(5), Seq(2), &name("MTL"), t);
+        assert_eq!(s.input(Seq(fit + 1), full(), t), InputVerdict::Kept { forgot_applied: true });
+        assert_eq!(s.kept() as u64, fit);
+        s.covered(Seq(2));
+        assert_eq!(
+            s.kept_bytes,
+            (fit as usize - 1) * MAX_INPUT_BYTES,
+            "counted again after a copy"
         );
     }
 

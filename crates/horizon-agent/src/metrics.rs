@@ -28,8 +28,13 @@ const COUNTERS: &[(&str, &str, Field)] = &[
     ),
     (
         "horizon_agent_inputs_refused_total",
-        "Inputs refused (out of window, over the player's limit).",
+        "Inputs refused (out of window, over the player's limit of inputs or bytes, too large).",
         |s| &s.inputs_refused,
+    ),
+    (
+        "horizon_agent_inputs_too_large_total",
+        "Inputs over 16 KiB: refused and their player's connection closed with too_large.",
+        |s| &s.inputs_too_large,
     ),
     (
         "horizon_agent_inputs_uncovered_dropped_total",

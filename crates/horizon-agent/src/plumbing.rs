@@ -66,8 +66,13 @@ async fn feed<C: horizon_proto::Channel>(
     mut rx: mpsc::Receiver<C::Stream>,
 ) {
     while let Some(item) = rx.recv().await {
-        if sender.send(&item).await.is_err() {
-            break;
+        match sender.send(&item).await {
+            Ok(()) => {}
+            // One item over a limit is dropped, not the stream: everything else on it goes on.
+            Err(horizon_transport::Error::Encode(e)) => {
+                tracing::error!(channel = C::ID.as_str(), error = %e, "a stream item not sent");
+            }
+            Err(_) => break,
         }
     }
 }

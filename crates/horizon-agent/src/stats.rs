@@ -19,6 +19,8 @@ pub struct AgentStats {
     pub inputs_received: AtomicU64,
     pub inputs_resent: AtomicU64,
     pub inputs_refused: AtomicU64,
+    /// Inputs over the size limit (their players' connections closed).
+    pub inputs_too_large: AtomicU64,
     /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were
     /// at their limit): a restore from the copy could not replay them.
     pub inputs_uncovered_dropped: AtomicU64,

@@ -155,6 +155,13 @@ pub enum Effect {
         conn: ConnId,
         datagram: gateway::Datagram,
     },
+    /// Closes a player's connection with `code` (a rule of the protocol broken by that player
+    /// alone: an oversized input).
+    ClosePlayer {
+        conn: ConnId,
+        code: horizon_proto::ErrorCode,
+        reason: String,
+    },
     AnswerPlayer {
         token: Token,
         result: Result<gateway::Reply, Fault>,

@@ -121,6 +121,20 @@ impl AgentMachine {
                 self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
                 return;
             }
+            InputVerdict::TooLarge => {
+                self.stats.inputs_refused.fetch_add(1, Ordering::Relaxed);
+                self.stats.inputs_too_large.fetch_add(1, Ordering::Relaxed);
+                let reason = format!(
+                    "input {} of {} bytes: over the limit of {} bytes",
+                    seq.0,
+                    bytes.0.len(),
+                    crate::gateway::MAX_INPUT_BYTES
+                );
+                tracing::warn!(player = player.0, %reason, "player's connection closed");
+                let code = horizon_proto::ErrorCode::TooLarge;
+                self.effects.push_back(Effect::ClosePlayer { conn, code, reason });
+                return;
+            }
             InputVerdict::Kept { forgot_applied } => {
                 if forgot_applied {
                     // Applied but in no stored copy yet: a restore could no longer replay it.
@@ -134,13 +148,21 @@ impl AgentMachine {
         }
     }
 
-    /// Inputs to whoever simulates `bubble`: this site's server, or another site's agent.
+    /// Inputs to whoever simulates `bubble`: this site's server, or another site's agent. In
+    /// batches of at most [`MAX_BATCH_BYTES`] of input bytes (a re-send after a long freeze
+    /// may hold a thousand inputs): every item stays far under the frame limit.
     pub(super) fn send_inputs(&mut self, bubble: BubbleId, site: &Name, inputs: Vec<PlayerInput>) {
-        if site == &self.cfg.site {
-            self.inputs_to_servers(Inputs { bubble, inputs });
-        } else if self.peers.contains_key(site) {
-            let item = StateItem::Inputs(Inputs { bubble, inputs });
-            self.effects.push_back(Effect::PeerStream { site: site.clone(), item });
+        let here = site == &self.cfg.site;
+        if !here && !self.peers.contains_key(site) {
+            return;
+        }
+        for inputs in batches(inputs) {
+            if here {
+                self.inputs_to_servers(Inputs { bubble, inputs });
+            } else {
+                let item = StateItem::Inputs(Inputs { bubble, inputs });
+                self.effects.push_back(Effect::PeerStream { site: site.clone(), item });
+            }
         }
     }
 
@@ -257,4 +279,25 @@ impl AgentMachine {
         self.sessions.retain(|_, p| *p != player);
         self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
     }
+}
+
+/// Input bytes in one `Inputs` item at most (with their headers, far under the 1 MiB frame).
+pub(crate) const MAX_BATCH_BYTES: usize = 256 << 10;
+
+/// `inputs` cut into batches of at most [`MAX_BATCH_BYTES`] (each at least one input).
+fn batches(inputs: Vec<PlayerInput>) -> Vec<Vec<PlayerInput>> {
+    let mut out: Vec<Vec<PlayerInput>> = Vec::new();
+    let mut bytes = 0;
+    for input in inputs {
+        let len = input.bytes.0.len();
+        match out.last_mut() {
+            Some(batch) if bytes + len <= MAX_BATCH_BYTES => batch.push(input),
+            _ => {
+                bytes = 0;
+                out.push(vec![input]);
+            }
+        }
+        bytes += len;
+    }
+    out
 }

@@ -287,6 +287,56 @@ fn with_ids(h: &mut Harness) {
     h.feed(Input::CoreReplied { pending, result: Ok(reply) });
 }
 
+/// The inputs the effects carry to game servers, as (server, [(player, seq)]) per item.
+fn inputs_to_servers(effects: &[Effect]) -> Vec<(String, Vec<(u64, u64)>)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ServerStream { server, item: StateItem::Inputs(i) } => {
+                Some((server.to_string(), i.inputs.iter().map(|x| (x.player.0, x.seq.0)).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_oversized_input_closes_its_player_s_connection_alone_and_big_resends_are_batched() {
+    let mut h = running(30_000);
+    with_ids(&mut h);
+    let (player, conn) = join_player(&mut h);
+    let (other, other_conn) = join_player(&mut h);
+    let input =
+        |seq: u64, len: usize| gateway::Item::Input { seq: Seq(seq), bytes: Blob(vec![1; len]) };
+    let out =
+        h.feed(Input::PlayerItem { conn, item: input(1, crate::gateway::MAX_INPUT_BYTES + 1) });
+    assert!(inputs_to_servers(&out).is_empty(), "never reaches the server: {out:?}");
+    assert!(
+        matches!(&out[..], [Effect::ClosePlayer { conn: c, code: ErrorCode::TooLarge, .. }] if *c == conn),
+        "{out:?}"
+    );
+    // The bystander plays on.
+    let out = h.feed(Input::PlayerItem { conn: other_conn, item: input(1, 100) });
+    assert_eq!(inputs_to_servers(&out), [("mtl-gs-0".to_owned(), vec![(other.0, 1)])]);
+    // Sixty inputs of 16 KiB wait unacknowledged (the server froze); a new route sends them
+    // all again, in items of at most 256 KiB of input.
+    for seq in 1..=60 {
+        h.feed(Input::PlayerItem { conn, item: input(seq, crate::gateway::MAX_INPUT_BYTES) });
+    }
+    let routes = vec![control::PlayerRoute { player, bubble: BubbleId(1), site: n("PAR") }];
+    let (_, _) = h.order(control::Request::Route { routes });
+    let routes = vec![control::PlayerRoute { player, bubble: BubbleId(1), site: n(SITE) }];
+    let (_, out) = h.order(control::Request::Route { routes });
+    let batches = inputs_to_servers(&out);
+    let sent: Vec<u64> = batches.iter().flat_map(|(_, b)| b.iter().map(|(_, s)| *s)).collect();
+    assert_eq!(sent, (1..=60).collect::<Vec<_>>(), "every kept input, once, in order");
+    assert!(
+        batches.len() >= 4 && batches.iter().all(|(_, b)| b.len() <= 16),
+        "{} items",
+        batches.len()
+    );
+}
+
 #[test]
 fn a_lease_not_renewed_stops_the_bubble_at_its_end_and_its_players_are_told() {
     let mut h = running(3_000);
