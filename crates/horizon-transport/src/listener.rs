@@ -31,11 +31,28 @@ pub struct Listener<C: Channel> {
     peers: mpsc::Receiver<Peer<C>>,
 }
 
+/// Who a connection is, for "one connection per peer": the hello's `peer`, which a site's
+/// certificate proves; on the gateway, where `peer` is the client's own word, with the
+/// hello's `session` too (a random id the client keeps across its reconnections), so that a
+/// client naming itself like another neither evicts it nor reads its remembered replies.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PeerKey {
+    peer: Name,
+    session: Option<u64>,
+}
+
+impl PeerKey {
+    fn of<C: Channel>(hello: &Hello) -> Self {
+        let session = (C::ID == horizon_proto::ChannelId::Gateway).then_some(hello.session);
+        PeerKey { peer: hello.peer.clone(), session }
+    }
+}
+
 #[derive(Default)]
 struct PeerBook {
-    current: HashMap<Name, quinn::Connection>,
-    replies: HashMap<Name, Arc<Replies>>,
-    order: VecDeque<Name>,
+    current: HashMap<PeerKey, quinn::Connection>,
+    replies: HashMap<PeerKey, Arc<Replies>>,
+    order: VecDeque<PeerKey>,
 }
 
 impl<C: Channel> Listener<C> {
@@ -147,13 +164,14 @@ async fn accept_loop<C: Channel>(
             // A peer now: its source's slot goes to the next handshake from there (the pending
             // slot is held until the application takes the peer: bounded either way).
             drop(source);
+            let key = PeerKey::of::<C>(&hello);
             let replies = {
                 let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(old) = book.current.insert(hello.peer.clone(), quic.clone()) {
+                if let Some(old) = book.current.insert(key.clone(), quic.clone()) {
                     let reason = b"replaced by a newer connection from the same peer";
                     old.close(quinn::VarInt::from(ErrorCode::Conflict.to_u16()), reason);
                 }
-                remembered_replies(&mut book, &hello.peer, &limits)
+                remembered_replies(&mut book, &key, &limits)
             };
             tracing::info!(channel = C::ID.as_str(), peer = %hello.peer, version = conn.version(), "peer connected");
             let (tx, inbound) = mpsc::channel(limits.inbound_queue);
@@ -167,8 +185,8 @@ async fn accept_loop<C: Channel>(
             let why = conn.closed().await;
             tracing::info!(channel = C::ID.as_str(), peer = %peer_name, reason = %why, "peer disconnected");
             let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if book.current.get(&peer_name).is_some_and(|c| c.stable_id() == quic.stable_id()) {
-                book.current.remove(&peer_name);
+            if book.current.get(&key).is_some_and(|c| c.stable_id() == quic.stable_id()) {
+                book.current.remove(&key);
             }
         });
     }
@@ -206,7 +224,7 @@ impl Drop for SourceSlot {
 
 /// The peer's reply memory, kept across its reconnections; the oldest peer is forgotten when
 /// too many are remembered.
-fn remembered_replies(book: &mut PeerBook, peer: &Name, limits: &Limits) -> Arc<Replies> {
+fn remembered_replies(book: &mut PeerBook, peer: &PeerKey, limits: &Limits) -> Arc<Replies> {
     if let Some(replies) = book.replies.get(peer) {
         return replies.clone();
     }

@@ -590,3 +590,31 @@ async fn a_flood_of_connections_that_never_say_hello_locks_nobody_out() {
     assert!(dropped - timed_out >= 8, "{} dropped at the deadline", dropped - timed_out);
     assert!(held.iter().all(|c| c.close_reason().is_some()), "every silent connection closed");
 }
+
+#[tokio::test]
+async fn a_player_naming_itself_like_another_evicts_nobody() {
+    use horizon_proto::gateway::Gateway;
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let mut listener = token_listener::<Gateway>(&pki, "MTL", SharedToken("t".into()), &limits);
+    let addr = listener.local_addr().unwrap();
+    let player = |session: u64| {
+        let hello = HelloParams { session, ..HelloParams::new(name("player")).with_token("t") };
+        dial::<Gateway>(&pki, None, "MTL", addr, hello, &limits)
+    };
+    let mut alice = player(1);
+    wait_up(&mut alice, Duration::from_secs(5)).await;
+    let first = listener.accept().await.unwrap();
+    // Another client says the same name: a second peer, the first untouched.
+    let mut mallory = player(2);
+    wait_up(&mut mallory, Duration::from_secs(5)).await;
+    let _second = listener.accept().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(first.conn.quic().close_reason().is_none(), "the first player's connection stays");
+    // The same client reconnecting (its session) replaces its own connection.
+    let mut again = player(1);
+    wait_up(&mut again, Duration::from_secs(5)).await;
+    let _third = listener.accept().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(first.conn.quic().close_reason().is_some(), "replaced by its own reconnection");
+}
