@@ -461,8 +461,10 @@ async fn rtt_through_the_emulator_is_the_configured_rtt() {
     let stats = conn.stats();
     let rtt_ms = stats.min_rtt.as_secs_f64() * 1e3;
     assert!((85.0..=91.0).contains(&rtt_ms), "min RTT {rtt_ms:.1} ms through an 85 ms emulator");
+    // The smoothed estimate carries the handshake's first samples and this machine's load
+    // (other tests run next to this one): only roughly the emulator's.
     let smoothed = stats.rtt.as_secs_f64() * 1e3;
-    assert!((85.0..=100.0).contains(&smoothed), "smoothed RTT {smoothed:.1} ms");
+    assert!((85.0..=120.0).contains(&smoothed), "smoothed RTT {smoothed:.1} ms");
 
     // Loss shows in the statistics too.
     netem.handle().set_forward(Shape { loss: 0.3, ..Shape::half_rtt(Duration::from_millis(85)) });
