@@ -347,6 +347,9 @@ impl<C: Channel> StreamReceiver<C> {
 /// Received chunks a long-lived stream takes from quinn per call.
 const GULP: usize = 32;
 
+/// A frame's buffer is reserved up to this before its bytes arrive; beyond, it grows as they do.
+const RESERVE_AHEAD_BYTES: usize = 64 << 10;
+
 /// Reads frames from a stream in gulps: up to [`GULP`] received chunks per call into quinn (one
 /// lock of the connection for many packets instead of one per packet), kept until frames use
 /// them. Holds at most one gulp. Long-lived streams keep one; one-frame streams use a fresh one.
@@ -376,7 +379,10 @@ impl Gulps {
         }
         let header = check(payload).map_err(ReadFailure::Frame)?;
         payload.clear();
-        payload.reserve(header.len);
+        // The declared length is the peer's word: memory grows with the bytes that arrive,
+        // not with what the header promises (256 open requests could otherwise reserve
+        // 256 MiB and send nothing).
+        payload.reserve(header.len.min(RESERVE_AHEAD_BYTES));
         self.take(recv, header.len, payload).await.map_err(ReadFailure::Read)?;
         if payload.len() < header.len {
             return Err(truncated(HEADER_BYTES + payload.len(), HEADER_BYTES + header.len));
