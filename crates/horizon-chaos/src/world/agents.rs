@@ -139,6 +139,8 @@ impl World {
                 self.schedule_at(at, Event::Deliver(Box::new(d)));
             }
             E::PlayerDatagram { .. } => {}
+            // Only for an input over the size limit, which the simulated players never send.
+            E::ClosePlayer { .. } => {}
             E::AnswerPlayer { token, result } => {
                 let Some(player) = self.player_calls.remove(&token) else { return };
                 let conn = self.players[player].conn;

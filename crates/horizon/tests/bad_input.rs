@@ -1,0 +1,151 @@
+//! Bad input against the running mesh (real QUIC on loopback, the real agents and core, game
+//! servers as real processes): a flood of connections that never say hello at a gateway while
+//! a player joins, an oversized input from one player next to another, a client on the wrong
+//! channel, a game server with a wrong token. Each gets its documented refusal (docs/protocol.md,
+//! docs/security.md), and the player next to them notices nothing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use horizon_proto::gateway::{self, Gateway};
+use horizon_proto::server::Server;
+use horizon_proto::{Blob, ChannelId, ErrorCode, Name, Role, Seq, Vec3, WorldId};
+use horizon_testkit::bots;
+use horizon_testkit::{Sandbox, SandboxOptions};
+use horizon_transport::tls::{self, Roots};
+use horizon_transport::{Dial, Error, HelloParams, Limits, Link, LinkEvent, client_endpoint};
+
+// Shared by the mesh tests; this one uses only `bot`.
+#[allow(dead_code)]
+mod common;
+use common::bot;
+
+fn dial<C: horizon_proto::Channel>(
+    roots: &Roots,
+    addr: std::net::SocketAddr,
+    hello: HelloParams,
+) -> horizon_transport::LinkParts<C> {
+    let limits = Limits::default();
+    let config = tls::client_config(roots, None, C::ID, &limits).expect("tls");
+    Link::<C>::connect(Dial {
+        endpoint: client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).expect("endpoint"),
+        addr: addr.into(),
+        server_name: horizon_transport::site_dns_name("MTL"),
+        config,
+        hello,
+        limits,
+    })
+}
+
+/// The link's first failure (it retries on its own), or `None` if it came up.
+async fn first_failure<C: horizon_proto::Channel>(
+    parts: &mut horizon_transport::LinkParts<C>,
+) -> Option<String> {
+    match tokio::time::timeout(Duration::from_secs(5), parts.events.recv()).await {
+        Ok(Some(LinkEvent::Retry { error, .. } | LinkEvent::Down(error))) => {
+            Some(error.to_string())
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
+    let dir = std::env::temp_dir().join(format!("horizon-bad-input-{}", std::process::id()));
+    let opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
+    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
+    let (gateway_addr, servers_addr) = (mtl.players_addr, mtl.servers_addr);
+
+    // 1. Three hundred connections from one address (more than a listener's 256 handshake
+    // slots) try their QUIC handshake at MTL's gateway and never say hello; meanwhile a
+    // Montrealer joins (from another address) and plays.
+    let flooder = client_endpoint("127.0.0.2".parse().expect("address")).expect("endpoint");
+    let flood_config =
+        tls::client_config(&roots, None, ChannelId::Gateway, &Limits::default()).expect("tls");
+    // All at once, as a flood comes.
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..300 {
+        let name = horizon_transport::site_dns_name("MTL");
+        let connecting = flooder.connect_with(flood_config.clone(), gateway_addr, &name);
+        let connecting = connecting.expect("dial");
+        flood.spawn(async move { tokio::time::timeout(Duration::from_secs(3), connecting).await });
+    }
+    let mut held = Vec::new();
+    while let Some(done) = flood.join_next().await {
+        if let Ok(Ok(Ok(c))) = done {
+            held.push(c);
+        }
+    }
+    let held_count = held.len();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spec = bot("bystander", "MTL", &sandbox, 0.0, 0);
+    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx);
+    let started = tokio::time::Instant::now();
+    while !report.lock().expect("report").joined && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let joined_after = started.elapsed();
+    let refused_per_source =
+        horizon_transport::metrics::refused_count(ChannelId::Gateway, "per_source");
+
+    // 2. A player next to them sends an input over 16 KiB: its connection alone is closed.
+    let hello = HelloParams::new(Name::new("oversized").expect("name"))
+        .with_token(sandbox.player_token.clone());
+    let parts = dial::<Gateway>(&roots, sandbox.gateways["MTL"], hello);
+    let conn = parts.link.connected(Duration::from_secs(10)).await.expect("connected");
+    let join =
+        gateway::Request::Join { role: Role::Player, world: WorldId(1), pos: Vec3::default() };
+    conn.request(&join).await.expect("joined");
+    let mut inputs = conn.open_stream().await.expect("input stream");
+    let big = gateway::Item::Input { seq: Seq(1), bytes: Blob(vec![7; 17 << 10]) };
+    inputs.send(&big).await.expect("sent");
+    let closed = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
+
+    // 3. A client on the wrong channel (the control ALPN at the gateway's port), and a game
+    // server with a wrong token.
+    let hello = HelloParams::new(Name::new("MTL").expect("name"));
+    let mut wrong_alpn = dial::<horizon_proto::control::Control>(&roots, gateway_addr, hello);
+    let alpn = first_failure(&mut wrong_alpn).await;
+    let hello = HelloParams::new(Name::new("mtl-gs-99").expect("name")).with_token("guess");
+    let mut intruder = dial::<Server>(&roots, servers_addr, hello);
+    let token = first_failure(&mut intruder).await;
+
+    // The bystander plays on through all of it (its bubble comes at the brain's next tick).
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while report.lock().expect("report").updates < 60 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.send(true).expect("bot listening");
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let r = report.lock().expect("report").clone();
+    drop((wrong_alpn, intruder, parts, held));
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert!(joined_after < Duration::from_secs(2), "joined {joined_after:?} into the flood");
+    assert!(refused_per_source > 0, "the flood met the per-source limit");
+    match closed {
+        Ok(Error::Closed { code, reason }) => {
+            assert_eq!(code, ErrorCode::TooLarge, "{reason}");
+            assert!(reason.contains("over the limit of 16384 bytes"), "{reason}");
+        }
+        other => panic!("the oversized input's connection: {other:?}"),
+    }
+    let alpn = alpn.expect("the wrong channel refused");
+    // TLS alert 120, no_application_protocol.
+    assert!(alpn.contains("error 120"), "{alpn}");
+    let token = token.expect("the wrong token refused");
+    assert!(token.contains("unauthorized"), "{token}");
+    assert_eq!(r.error, None);
+    assert_eq!(r.applied, r.acked, "every acknowledged input applied, once: {r:?}");
+    assert_eq!((r.applied_twice, r.chain_breaks), (0, 0));
+    assert!(r.updates > 40 && r.inputs_sent - r.acked < 20, "played throughout: {r:?}");
+    assert!(r.max_gap_ms < 1_000.0, "longest gap {:.0} ms", r.max_gap_ms);
+    eprintln!(
+        "bad input: joined {joined_after:?} into a flood of 300 (held {held_count}); {alpn}; {token}"
+    );
+}
