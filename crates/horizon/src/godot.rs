@@ -57,20 +57,9 @@ pub(crate) fn godot_server(args: GodotServerArgs) -> ExitCode {
         connect_within: Duration::from_millis(args.connect_within_ms),
         reply_within: Duration::from_millis(args.reply_within_ms),
     };
-    let broken = horizon_godot::Broken::new(|e| {
-        eprintln!("error: {e}: this game server ends (Godot killed)");
-        std::process::exit(i32::from(EXIT_GAME_BROKEN));
-    });
-    let (game, hosted) = match horizon_godot::host::start(&godot, broken) {
+    let (game, hosted) = match horizon_godot::host::start(&godot, exit_when_broken()) {
         Ok(started) => started,
-        Err(e @ horizon_godot::HostError::NoProject(_)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_NO_GODOT);
-        }
+        Err(e) => return start_failed(e),
     };
     tracing::info!(server = %opts.name, engine = %hosted.engine, pid = hosted.pid(), "Godot linked");
     let code = daemons::serve(opts, roots, game);
@@ -133,25 +122,32 @@ pub(crate) fn godot_adapter(args: GodotAdapterArgs) -> ExitCode {
         ready_tps: args.ready_tps,
         silent_within: Duration::from_millis(args.silent_within_ms),
     };
-    let broken = horizon_godot::Broken::new(|e| {
-        eprintln!("error: {e}: this game server ends");
-        std::process::exit(i32::from(EXIT_GAME_BROKEN));
-    });
-    let (game, hosted) = match today::host::start(&today, broken) {
+    let (game, hosted) = match today::host::start(&today, exit_when_broken()) {
         Ok(started) => started,
-        Err(e @ horizon_godot::HostError::NoProject(_)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_NO_GODOT);
-        }
+        Err(e) => return start_failed(e),
     };
     tracing::info!(server = %opts.name, url = %hosted.url, ready = ?hosted.ready, "today's server linked");
     let code = daemons::serve(opts, roots, game);
     hosted.stop(Duration::from_secs(2));
     code
+}
+
+/// When the game breaks (the engine exited, hung, broke the API, or the link ended): say why
+/// and exit [`EXIT_GAME_BROKEN`]; the engine was killed first.
+fn exit_when_broken() -> horizon_godot::Broken {
+    horizon_godot::Broken::new(|e| {
+        eprintln!("error: {e}: this game server ends");
+        std::process::exit(i32::from(EXIT_GAME_BROKEN));
+    })
+}
+
+/// Why the engine could not be started or linked, and the exit code that says it.
+fn start_failed(e: horizon_godot::HostError) -> ExitCode {
+    eprintln!("error: {e}");
+    match e {
+        horizon_godot::HostError::NoProject(_) => ExitCode::from(EXIT_BAD_INPUT),
+        _ => ExitCode::from(EXIT_NO_GODOT),
+    }
 }
 
 /// The command starting `godot` through `horizon exec-tied`: Godot gets SIGKILL when this

@@ -498,12 +498,11 @@ fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
     assert_eq!(crossings(&out), vec![("PAR".to_owned(), BubbleId(2), Seq(12))]);
 }
 
-#[test]
-fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_player() {
+/// Player 7 (of PAR) leaves bubble 1 here for HKG's bubble 3, which takes the state.
+fn delivered_to_hkg() -> Harness {
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
     h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
-    // Player 7 leaves for HKG's bubble 3, which takes the state.
     let out = leaves_bubble_1_for_hkg(&mut h, "PAR");
     let pending = out.into_iter().find_map(|e| match e {
         Effect::ToPeer { pending, .. } => Some(pending),
@@ -511,6 +510,12 @@ fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_pla
     });
     let pending = pending.expect("the crossing to HKG");
     h.feed(Input::PeerReplied { site: n("HKG"), pending, result: Ok(transfer::Reply::Done) });
+    h
+}
+
+#[test]
+fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_player() {
+    let mut h = delivered_to_hkg();
     // The player went on from bubble 3 to bubble 5, whose holder died before a copy had them:
     // bubble 5 comes back on PAR from a copy without the player, and this site, which the
     // state came through, is asked for what it kept.
@@ -534,16 +539,7 @@ fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_pla
 
 #[test]
 fn a_crossing_kept_after_its_player_moved_on_still_answers_a_recover_but_is_not_sent_back() {
-    let mut h = running(10_000);
-    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
-    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
-    let out = leaves_bubble_1_for_hkg(&mut h, "PAR");
-    let pending = out.into_iter().find_map(|e| match e {
-        Effect::ToPeer { pending, .. } => Some(pending),
-        _ => None,
-    });
-    let pending = pending.expect("the crossing to HKG");
-    h.feed(Input::PeerReplied { site: n("HKG"), pending, result: Ok(transfer::Reply::Done) });
+    let mut h = delivered_to_hkg();
     let crossings = |out: &[Effect]| -> Vec<(String, BubbleId)> {
         out.iter()
             .filter_map(|e| match e {

@@ -130,22 +130,21 @@ impl Harness {
     }
 
     fn join(&mut self, site: &str, player: u64, x: f64) {
-        let sample = control::PlayerSample {
-            player: PlayerId(player),
-            access_rtt_ms: 10.0,
-            role: Role::Player,
-            world: WorldId(1),
-            pos: Vec3 { x, y: 0.0, z: 0.0 },
-            vel: Vec3::default(),
-        };
-        let report = control::Request::Report {
-            joins: vec![sample],
-            leaves: Vec::new(),
-            players: Vec::new(),
-            backbone: Vec::new(),
-            servers: (0..3).map(|i| server(&format!("{site}-{i}"), &[])).collect(),
-        };
-        self.request(site, report).unwrap();
+        self.report(site, vec![sample(player, x)], Vec::new(), Vec::new());
+    }
+
+    /// `site`'s agent reports joins, moves and leaves (its three servers ready).
+    fn report(
+        &mut self,
+        site: &str,
+        joins: Vec<control::PlayerSample>,
+        players: Vec<control::PlayerSample>,
+        leaves: Vec<PlayerId>,
+    ) {
+        let servers = (0..3).map(|i| server(&format!("{site}-{i}"), &[])).collect();
+        let report =
+            control::Request::Report { joins, leaves, players, backbone: Vec::new(), servers };
+        assert_eq!(self.request(site, report).unwrap(), control::Reply::Done);
     }
 
     /// The bubble the registry holds for `player`, with its site and epoch.
@@ -153,6 +152,18 @@ impl Harness {
         let bubble = self.core.placed[&PlayerId(player)];
         let r = &self.core.registry[&bubble];
         (bubble, self.core.cfg.sites.name(r.site).to_string(), r.epoch)
+    }
+}
+
+/// A player at `x` m on world 1.
+fn sample(player: u64, x: f64) -> control::PlayerSample {
+    control::PlayerSample {
+        player: PlayerId(player),
+        access_rtt_ms: 10.0,
+        role: Role::Player,
+        world: WorldId(1),
+        pos: Vec3 { x, y: 0.0, z: 0.0 },
+        vel: Vec3::default(),
     }
 }
 
@@ -453,15 +464,7 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
         vec![(bubble, epoch)]
     );
     // The agent says who plays where; the player lands back in the same bubble.
-    let sample = control::PlayerSample {
-        player: PlayerId(1),
-        access_rtt_ms: 10.0,
-        role: Role::Player,
-        world: WorldId(1),
-        pos: Vec3::default(),
-        vel: Vec3::default(),
-    };
-    let players = vec![control::PlacedPlayer { sample, bubble: Some(bubble) }];
+    let players = vec![control::PlacedPlayer { sample: sample(1, 0.0), bubble: Some(bubble) }];
     h2.request("MTL", control::Request::Players { players }).unwrap();
     let renew = control::Request::Renew { leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }] };
     let control::Reply::Renewed { granted, .. } = h2.request("MTL", renew).unwrap() else {
@@ -591,22 +594,7 @@ fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_
 impl Harness {
     /// `player`, of `home`, is now at `x` (the home agent's report).
     fn moved(&mut self, home: &str, player: u64, x: f64) {
-        let sample = control::PlayerSample {
-            player: PlayerId(player),
-            access_rtt_ms: 10.0,
-            role: Role::Player,
-            world: WorldId(1),
-            pos: Vec3 { x, y: 0.0, z: 0.0 },
-            vel: Vec3::default(),
-        };
-        let report = control::Request::Report {
-            joins: Vec::new(),
-            leaves: Vec::new(),
-            players: vec![sample],
-            backbone: Vec::new(),
-            servers: (0..3).map(|i| server(&format!("{home}-{i}"), &[])).collect(),
-        };
-        self.request(home, report).unwrap();
+        self.report(home, Vec::new(), vec![sample(player, x)], Vec::new());
     }
 
     /// Acknowledges every order and renews every lease, as healthy agents do.
@@ -723,23 +711,9 @@ fn refused(h: &Harness, site: &str, reason: &str) -> u64 {
 fn a_site_speaks_only_for_its_own_players() {
     let mut h = Harness::new();
     montrealer_in_a_bubble(&mut h);
-    // PAR moves MTL's player to the other side of the world, and has them leave.
-    let sample = control::PlayerSample {
-        player: PlayerId(1),
-        access_rtt_ms: 1.0,
-        role: Role::Player,
-        world: WorldId(1),
-        pos: Vec3 { x: 9e6, y: 0.0, z: 0.0 },
-        vel: Vec3::default(),
-    };
-    let report = control::Request::Report {
-        joins: Vec::new(),
-        leaves: vec![PlayerId(1)],
-        players: vec![sample],
-        backbone: Vec::new(),
-        servers: (0..3).map(|i| server(&format!("PAR-{i}"), &[])).collect(),
-    };
-    assert_eq!(h.request("PAR", report).unwrap(), control::Reply::Done, "the rest goes on");
+    // PAR moves MTL's player to the other side of the world, and has them leave; the rest of
+    // its report goes on.
+    h.report("PAR", Vec::new(), vec![sample(1, 9e6)], vec![PlayerId(1)]);
     let p = h.core.mesh.player(horizon_mesh::PlayerId(1)).expect("still there");
     assert_eq!(p.position.x, 0.0, "not moved by another site");
     assert_eq!(refused(&h, "PAR", "not_its_player"), 2);
