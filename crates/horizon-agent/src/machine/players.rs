@@ -156,13 +156,20 @@ impl AgentMachine {
         if !here && !self.peers.contains_key(site) {
             return;
         }
-        for inputs in batches(inputs) {
+        let mut send = |inputs: Vec<PlayerInput>| {
             if here {
                 self.inputs_to_servers(Inputs { bubble, inputs });
             } else {
                 let item = StateItem::Inputs(Inputs { bubble, inputs });
                 self.effects.push_back(Effect::PeerStream { site: site.clone(), item });
             }
+        };
+        // One input, or a few: as they are (the hot path allocates nothing more).
+        if inputs.iter().map(|i| i.bytes.0.len()).sum::<usize>() <= MAX_BATCH_BYTES {
+            return send(inputs);
+        }
+        for batch in batches(inputs) {
+            send(batch);
         }
     }
 
