@@ -13,6 +13,10 @@ impl AgentMachine {
         let home = self.cfg.site.clone();
         match request {
             gateway::Request::Join { role, world, pos } => {
+                if !finite(*pos) {
+                    let why = "a position must be finite (docs/protocol.md, Vec3)";
+                    return Err(Fault::new(ErrorCode::Malformed, why));
+                }
                 if let Some(&player) = self.sessions.get(&conn) {
                     let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
                     return Ok(gateway::Reply::Joined {
@@ -95,7 +99,8 @@ impl AgentMachine {
         }
         match d {
             gateway::Datagram::Position { seq, world, pos, vel } => {
-                if seq > p.position_seq {
+                // Unreliable anyway: a position that is not finite is dropped, not answered.
+                if seq > p.position_seq && finite(pos) && finite(vel) {
                     p.position_seq = seq;
                     p.world = world;
                     p.pos = pos;
@@ -307,4 +312,9 @@ fn batches(inputs: Vec<PlayerInput>) -> Vec<Vec<PlayerInput>> {
         bytes += len;
     }
     out
+}
+
+/// Every coordinate is a number (not NaN, not infinite).
+fn finite(v: Vec3) -> bool {
+    v.x.is_finite() && v.y.is_finite() && v.z.is_finite()
 }

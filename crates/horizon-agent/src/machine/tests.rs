@@ -338,6 +338,34 @@ fn an_oversized_input_closes_its_player_s_connection_alone_and_big_resends_are_b
 }
 
 #[test]
+fn a_position_that_is_not_finite_is_refused() {
+    let mut h = running(30_000);
+    with_ids(&mut h);
+    h.next_conn += 1;
+    let conn = h.next_conn;
+    h.feed(Input::PlayerUp { conn, client: (n("bot"), conn) });
+    let token = h.token();
+    let pos = Vec3 { x: f64::NAN, y: 0.0, z: 0.0 };
+    let request = gateway::Request::Join { role: Role::Player, world: WorldId(0), pos };
+    let out = h.feed(Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 });
+    assert!(
+        out.iter().any(|e| matches!(e, Effect::AnswerPlayer { result: Err(f), .. } if f.code == ErrorCode::Malformed)),
+        "{out:?}"
+    );
+    // A joined player's position datagram with an infinity is dropped: the last one stays.
+    let (player, conn) = join_player(&mut h);
+    let moved = |x: f64, seq: u32| gateway::Datagram::Position {
+        seq,
+        world: WorldId(0),
+        pos: Vec3 { x, y: 0.0, z: 0.0 },
+        vel: Vec3::default(),
+    };
+    h.feed(Input::PlayerDatagram { conn, datagram: moved(5.0, 1), rtt_ms: 20.0 });
+    h.feed(Input::PlayerDatagram { conn, datagram: moved(f64::INFINITY, 2), rtt_ms: 20.0 });
+    assert_eq!(h.m.players[&player].pos.x, 5.0);
+}
+
+#[test]
 fn a_lease_not_renewed_stops_the_bubble_at_its_end_and_its_players_are_told() {
     let mut h = running(3_000);
     with_ids(&mut h);
