@@ -15,10 +15,12 @@ use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{ChannelId, ErrorCode, HandoverId, Name, StateItem};
+use horizon_transport::credential::{self, Keyring, Kind, SharedKeyring, SignedToken};
+use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
     Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
-    SharedToken, SiteCertificate, client_endpoint,
+    ServerTls, SiteCertificate, client_endpoint,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -55,7 +57,13 @@ pub enum AgentError {
     Name(String, horizon_proto::NameTooLong),
     #[error("admin API on {0}: {1}")]
     Admin(SocketAddr, std::io::Error),
+    #[error("player keys: {0}")]
+    Keys(#[from] credential::CredentialError),
 }
+
+/// How long a token the agent mints for one of its game servers is valid. The key that
+/// signs it lives only in this agent's memory, so the token dies with the agent anyway.
+const SERVER_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A running agent.
 #[derive(Debug)]
@@ -103,20 +111,23 @@ pub async fn start(
 ) -> Result<AgentHandle, AgentError> {
     let roots = Roots::load(&cfg.ca)?;
     let identity = Identity::load(&cfg.cert, &cfg.key)?;
+    let player_keys = SharedKeyring::new(Keyring::load(&cfg.player_keys)?);
+    // Each game server's token names it, signed by a key only this agent holds.
+    let server_keys = SharedKeyring::new(Keyring::random("agent"));
     let site = Name::new(cfg.site.clone()).map_err(|e| AgentError::Name(cfg.site.clone(), e))?;
     let limits = Limits::default();
     let servers = Listener::<Server>::bind(
         cfg.listen_servers,
         tls::server_config(&identity, None, ChannelId::Server, &limits)?,
         site.clone(),
-        Arc::new(SharedToken(cfg.server_token.clone().into())),
+        Arc::new(SignedToken { keys: server_keys.clone(), kind: Kind::Server }),
         limits.clone(),
     )?;
     let players = Listener::<Gateway>::bind(
         cfg.listen_players,
         tls::server_config(&identity, None, ChannelId::Gateway, &limits)?,
         site.clone(),
-        Arc::new(SharedToken(cfg.player_token.clone().into())),
+        Arc::new(SignedToken { keys: player_keys.clone(), kind: Kind::Player }),
         limits.clone(),
     )?;
     let transfers = Listener::<Transfer>::bind(
@@ -131,7 +142,7 @@ pub async fn start(
     let endpoint = client_endpoint(cfg.listen_transfer.ip())?;
     let core = Link::<Control>::connect(Dial {
         endpoint: endpoint.clone(),
-        addr: cfg.core,
+        addr: cfg.core.clone(),
         server_name: horizon_transport::site_dns_name(&cfg.core_site),
         config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits)?,
         hello: HelloParams::new(site.clone()),
@@ -145,6 +156,22 @@ pub async fn start(
         Some(addr) => Some(serve_admin(addr, &cfg.site, metrics.clone(), stop_rx.clone()).await?),
         None => None,
     };
+    let listener_tls = [
+        (servers.tls(), ChannelId::Server, false),
+        (players.tls(), ChannelId::Gateway, false),
+        (transfers.tls(), ChannelId::Transfer, true),
+    ];
+    let files = vec![cfg.ca.clone(), cfg.cert.clone(), cfg.key.clone(), cfg.player_keys.clone()];
+    let mut reloads =
+        horizon_transport::reload::watch(files, horizon_transport::reload::POLL_EVERY);
+    let reload_events = events_tx.clone();
+    tokio::spawn(async move {
+        while let Some(cause) = reloads.recv().await {
+            if reload_events.send(Event::Reload(cause)).await.is_err() {
+                break;
+            }
+        }
+    });
     pump_link(core.events, core.inbound, events_tx.clone());
     accept_loop(servers, events_tx.clone(), Event::ServerUp);
     accept_loop(players, events_tx.clone(), Event::PlayerUp);
@@ -176,6 +203,7 @@ pub async fn start(
         endpoint,
         roots,
         identity,
+        credentials: Credentials { cfg: cfg.clone(), listener_tls, player_keys, server_keys },
         limits,
         events: events_tx,
         next_token: 0,
@@ -252,6 +280,17 @@ pub(crate) enum Event {
     MirrorOpened(HandoverId, Result<mpsc::Sender<StateItem>, String>),
     /// A task's result, for the machine as it is.
     Machine(Input),
+    /// Certificates or keys to read again.
+    Reload(ReloadCause),
+}
+
+/// What a reload touches: the files (from the config), the listeners, the keyrings.
+struct Credentials {
+    cfg: AgentConfig,
+    /// Each listener, its channel, and whether it asks clients for a certificate.
+    listener_tls: [(ServerTls, ChannelId, bool); 3],
+    player_keys: SharedKeyring,
+    server_keys: SharedKeyring,
 }
 
 /// A game server's connection: its stream and its request lane.
@@ -286,6 +325,7 @@ struct Shell {
     endpoint: quinn::Endpoint,
     roots: Roots,
     identity: Identity,
+    credentials: Credentials,
     limits: Limits,
     events: mpsc::Sender<Event>,
     next_token: Token,
@@ -428,7 +468,11 @@ impl Shell {
             }
             Event::PlayerUp(peer) => {
                 let conn = peer.conn.id();
-                let client = (peer.hello.peer.clone(), peer.hello.session);
+                // The gateway's authenticator proved the account (a signed player token).
+                let Some(client) = peer.identity.clone() else {
+                    peer.conn.close(ErrorCode::Unauthorized, "no player account");
+                    return;
+                };
                 pump(
                     peer.inbound,
                     self.events.clone(),
@@ -488,6 +532,53 @@ impl Shell {
                 self.feed(Input::MirrorOpened { handover, result });
             }
             Event::Machine(input) => self.feed(input),
+            Event::Reload(cause) => self.reload(cause),
+        }
+    }
+
+    /// Reads the certificate, key, CA and player keys again: new connections use them,
+    /// those up keep theirs. If anything fails to load, nothing changes (and it is said).
+    fn reload(&mut self, cause: ReloadCause) {
+        let c = &self.credentials;
+        let loaded = (|| {
+            let roots = Roots::load(&c.cfg.ca).map_err(|e| e.to_string())?;
+            let identity = Identity::load(&c.cfg.cert, &c.cfg.key).map_err(|e| e.to_string())?;
+            let keys = Keyring::load(&c.cfg.player_keys).map_err(|e| e.to_string())?;
+            let mut servers = Vec::new();
+            for (_, channel, mutual) in &c.listener_tls {
+                let ca = mutual.then_some(&roots);
+                servers.push(
+                    tls::server_config(&identity, ca, *channel, &self.limits)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            let control =
+                tls::client_config(&roots, Some(&identity), ChannelId::Control, &self.limits)
+                    .map_err(|e| e.to_string())?;
+            let transfer =
+                tls::client_config(&roots, Some(&identity), ChannelId::Transfer, &self.limits)
+                    .map_err(|e| e.to_string())?;
+            Ok::<_, String>((roots, identity, keys, servers, control, transfer))
+        })();
+        match loaded {
+            Ok((roots, identity, keys, servers, control, transfer)) => {
+                for ((handle, _, _), config) in c.listener_tls.iter().zip(servers) {
+                    handle.set(config);
+                }
+                self.core.set_tls(control);
+                for link in self.dialed.values() {
+                    link.set_tls(transfer.clone());
+                }
+                let signing = keys.signing_id().to_owned();
+                c.player_keys.replace(keys);
+                (self.roots, self.identity) = (roots, identity);
+                horizon_transport::metrics::reloaded(true);
+                tracing::info!(site = %self.site, cause = cause.as_str(), player_key = %signing, "certificate, CA and player keys reloaded");
+            }
+            Err(why) => {
+                horizon_transport::metrics::reloaded(false);
+                tracing::error!(site = %self.site, cause = cause.as_str(), %why, "reload failed: what was loaded before stays in use");
+            }
         }
     }
 
@@ -559,8 +650,14 @@ impl Shell {
                 }
             }
             Effect::StartServer { server } => {
-                if let Err(e) = self.driver.start(&server, self.servers_addr) {
-                    self.feed(Input::ServerNotStarted { server, why: e.to_string() });
+                let until = std::time::SystemTime::now() + SERVER_TOKEN_TTL;
+                let token =
+                    self.credentials.server_keys.current().mint(Kind::Server, &server, until);
+                let started = token.map_err(|e| e.to_string()).and_then(|t| {
+                    self.driver.start(&server, self.servers_addr, &t).map_err(|e| e.to_string())
+                });
+                if let Err(e) = started {
+                    self.feed(Input::ServerNotStarted { server, why: e });
                 }
             }
             Effect::StopServer { server } => self.driver.stop(&server),

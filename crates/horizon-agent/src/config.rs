@@ -29,10 +29,9 @@ pub struct AgentConfig {
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// Game servers present this token in their hello.
-    pub server_token: String,
-    /// Players present this token in their hello.
-    pub player_token: String,
+    /// The keys that sign players' tokens (docs/security.md): this agent and the studio's
+    /// auth service hold them. Reloaded on SIGHUP and when the file changes.
+    pub player_keys: PathBuf,
     /// Ready game servers kept spare, holding nothing.
     pub warm_pool: usize,
     pub max_servers: usize,
@@ -74,20 +73,11 @@ pub struct KubernetesConfig {
     /// Where the pods reach this agent's game-server endpoint (`host:port`, e.g. the agent
     /// Service's name). Default: `listen.servers`, which only suits a single machine.
     pub agent: Option<String>,
-    /// The Secret holding the server token; the pods get it from there, never in their spec.
-    pub token_secret: String,
-    /// The key of the token within that Secret.
-    #[serde(default = "default_token_key")]
-    pub token_key: String,
     /// Seconds a pod gets between SIGTERM and SIGKILL when the agent stops it.
     #[serde(default = "default_grace_s")]
     pub grace_s: u32,
     /// The API server's URL. Default: in-cluster (the service account), else `KUBECONFIG`.
     pub api: Option<String>,
-}
-
-fn default_token_key() -> String {
-    "server-token".to_owned()
 }
 
 fn default_grace_s() -> u32 {
@@ -128,6 +118,7 @@ struct RawTls {
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    player_keys: PathBuf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,13 +133,12 @@ struct RawServers {
     kubernetes: Option<KubernetesConfig>,
 }
 
-/// The environment variables holding the tokens (secrets stay out of files).
+/// The environment variable a game server finds its token in (never on a command line).
 pub const SERVER_TOKEN_ENV: &str = "HORIZON_SERVER_TOKEN";
-pub const PLAYER_TOKEN_ENV: &str = "HORIZON_PLAYER_TOKEN";
 
 impl AgentConfig {
-    /// Reads and checks `path`. Relative TLS paths are relative to the file. Tokens come from
-    /// the environment. Every problem is reported, one per line.
+    /// Reads and checks `path`. Relative TLS paths are relative to the file. Every problem is
+    /// reported, one per line.
     pub fn load(path: &Path) -> Result<AgentConfig, Vec<String>> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
@@ -157,18 +147,13 @@ impl AgentConfig {
             errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect::<Vec<_>>()
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let env = |k: &str| std::env::var(k).ok();
-        AgentConfig::parse(&text, base, env).map_err(|errors| {
+        AgentConfig::parse(&text, base).map_err(|errors| {
             errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect()
         })
     }
 
-    /// Parses a config text; `env` looks up the token variables.
-    pub fn parse(
-        text: &str,
-        base: &Path,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<AgentConfig, Vec<String>> {
+    /// Parses a config text; relative paths are relative to `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<AgentConfig, Vec<String>> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
         let mut errors = Vec::new();
         let mut target = |key: &str, value: &str| match Target::parse(value) {
@@ -201,14 +186,6 @@ impl AgentConfig {
         let listen_players = addr("listen.players", &raw.listen.players);
         let listen_transfer = addr("listen.transfer", &raw.listen.transfer);
         let listen_admin = raw.listen.admin.as_deref().map(|a| addr("listen.admin", a));
-        let token = |var: &str, errors: &mut Vec<String>| {
-            env(var).filter(|t| !t.is_empty()).unwrap_or_else(|| {
-                errors.push(format!("environment variable {var} must hold the token"));
-                String::new()
-            })
-        };
-        let server_token = token(SERVER_TOKEN_ENV, &mut errors);
-        let player_token = token(PLAYER_TOKEN_ENV, &mut errors);
         let warm_pool = raw.servers.warm_pool.unwrap_or(2);
         let max_servers = raw.servers.max.unwrap_or(64);
         if max_servers == 0 || warm_pool > max_servers {
@@ -247,10 +224,8 @@ impl AgentConfig {
                 if let Some(Err(e)) = k.agent.as_deref().map(Target::parse) {
                     errors.push(format!("servers.kubernetes.agent = {e}"));
                 }
-                if k.namespace.is_empty() || k.token_secret.is_empty() {
-                    errors.push(
-                        "servers.kubernetes: namespace and token_secret must not be empty".into(),
-                    );
+                if k.namespace.is_empty() {
+                    errors.push("servers.kubernetes.namespace must not be empty".into());
                 }
                 if k.grace_s > 3600 {
                     errors
@@ -294,8 +269,7 @@ impl AgentConfig {
             ca: base.join(raw.tls.ca),
             cert: base.join(raw.tls.cert),
             key: base.join(raw.tls.key),
-            server_token,
-            player_token,
+            player_keys: base.join(raw.tls.player_keys),
             warm_pool,
             max_servers,
             server_tick_ms,
@@ -325,21 +299,19 @@ mod tests {
         ca = "certs/ca.pem"
         cert = "certs/MTL.pem"
         key = "certs/MTL.key"
+        player_keys = "certs/player.keys"
         [servers]
         warm_pool = 3
         [peers]
         HKG = "127.0.0.1:7513"
     "#;
 
-    fn tokens(k: &str) -> Option<String> {
-        Some(format!("secret-{k}"))
-    }
-
     #[test]
     fn a_good_file_parses_with_defaults() {
-        let c = AgentConfig::parse(GOOD, Path::new("/etc/horizon"), tokens).unwrap();
+        let c = AgentConfig::parse(GOOD, Path::new("/etc/horizon")).unwrap();
         assert_eq!(c.site, "MTL");
         assert_eq!(c.ca, Path::new("/etc/horizon/certs/ca.pem"));
+        assert_eq!(c.player_keys, Path::new("/etc/horizon/certs/player.keys"));
         assert_eq!(c.warm_pool, 3);
         assert_eq!(c.server_tick_ms, 33);
         assert_eq!(c.advertise_transfer, "mtl.example:7413");
@@ -353,10 +325,10 @@ mod tests {
             "[servers]",
             "[servers]\nargs = [\"godot-server\", \"--project\", \"/srv/game\"]",
         );
-        let c = AgentConfig::parse(&godot, Path::new("."), tokens).unwrap();
+        let c = AgentConfig::parse(&godot, Path::new(".")).unwrap();
         assert_eq!(c.server_args, ["godot-server", "--project", "/srv/game"]);
         let none = GOOD.replace("[servers]", "[servers]\nargs = []");
-        let errors = AgentConfig::parse(&none, Path::new("."), tokens).unwrap_err();
+        let errors = AgentConfig::parse(&none, Path::new(".")).unwrap_err();
         assert!(errors[0].contains("servers.args = []"), "{errors:?}");
     }
 
@@ -365,11 +337,11 @@ mod tests {
         let named = GOOD
             .replace("10.0.0.1:7400", "horizon-core.par.svc:7400")
             .replace("HKG = \"127.0.0.1:7513\"", "HKG = \"agent-hkg:7413\"");
-        let c = AgentConfig::parse(&named, Path::new("."), tokens).unwrap();
+        let c = AgentConfig::parse(&named, Path::new(".")).unwrap();
         assert_eq!(c.core.as_str(), "horizon-core.par.svc:7400");
         assert_eq!(c.peers["HKG"].as_str(), "agent-hkg:7413");
         let bad = GOOD.replace("mtl.example:7413", "mtl.example");
-        let errors = AgentConfig::parse(&bad, Path::new("."), tokens).unwrap_err();
+        let errors = AgentConfig::parse(&bad, Path::new(".")).unwrap_err();
         assert!(errors[0].contains("listen.advertise_transfer"), "{errors:?}");
     }
 
@@ -377,7 +349,7 @@ mod tests {
     fn the_documented_example_parses() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/agent-mtl.toml");
         let text = std::fs::read_to_string(&path).unwrap();
-        let c = AgentConfig::parse(&text, Path::new("/etc/horizon"), tokens).unwrap();
+        let c = AgentConfig::parse(&text, Path::new("/etc/horizon")).unwrap();
         assert_eq!((c.site.as_str(), c.warm_pool, c.listen_transfer.port()), ("MTL", 2, 7413));
     }
 
@@ -386,15 +358,9 @@ mod tests {
         let bad = GOOD
             .replace("10.0.0.1:7400", "nowhere")
             .replace("warm_pool = 3", "warm_pool = 99\nmax = 4\ntick_ms = 1");
-        let errors = AgentConfig::parse(&bad, Path::new("."), |_| None).unwrap_err();
+        let errors = AgentConfig::parse(&bad, Path::new(".")).unwrap_err();
         let text = errors.join("\n");
-        for needle in [
-            "core = \"nowhere\"",
-            "warm_pool (99)",
-            "tick_ms = 1",
-            "HORIZON_SERVER_TOKEN",
-            "HORIZON_PLAYER_TOKEN",
-        ] {
+        for needle in ["core = \"nowhere\"", "warm_pool (99)", "tick_ms = 1"] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
     }
@@ -404,24 +370,22 @@ mod tests {
         let kube = GOOD.replace(
             "[servers]\n        warm_pool = 3",
             "[servers]\nwarm_pool = 3\ndriver = \"kubernetes\"\n[servers.kubernetes]\n\
-             namespace = \"horizon\"\npod_template = \"pod.json\"\ntoken_secret = \"tokens\"\n\
+             namespace = \"horizon\"\npod_template = \"pod.json\"\n\
              agent = \"horizon-agent-mtl:7411\"",
         );
-        let c = AgentConfig::parse(&kube, Path::new("/etc/horizon"), tokens).unwrap();
+        let c = AgentConfig::parse(&kube, Path::new("/etc/horizon")).unwrap();
         let DriverChoice::Kubernetes(k) = c.driver else { panic!("{:?}", c.driver) };
         assert_eq!(k.pod_template, Path::new("/etc/horizon/pod.json"));
-        assert_eq!((k.token_key.as_str(), k.grace_s), ("server-token", 10));
+        assert_eq!(k.grace_s, 10);
         let errors = AgentConfig::parse(
             &GOOD.replace("warm_pool = 3", "warm_pool = 3\ndriver = \"kubernetes\""),
             Path::new("."),
-            tokens,
         )
         .unwrap_err();
         assert!(errors[0].contains("needs a [servers.kubernetes] table"), "{errors:?}");
         let errors = AgentConfig::parse(
             &GOOD.replace("warm_pool = 3", "warm_pool = 3\ndriver = \"docker\""),
             Path::new("."),
-            tokens,
         )
         .unwrap_err();
         assert!(errors[0].contains("\"docker\""), "{errors:?}");
@@ -429,8 +393,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused() {
-        let errors =
-            AgentConfig::parse(&format!("warm = 1\n{GOOD}"), Path::new("."), tokens).unwrap_err();
+        let errors = AgentConfig::parse(&format!("warm = 1\n{GOOD}"), Path::new(".")).unwrap_err();
         assert!(errors[0].contains("unknown field `warm`"), "{errors:?}");
     }
 }

@@ -23,8 +23,9 @@ pub enum DriverError {
 /// Starts and stops this site's game servers. A started server dials the agent and registers
 /// under the name it was given; the agent counts it ready from then on.
 pub trait ServerDriver: Send + 'static {
-    /// Starts a server that registers as `name` with the agent listening at `agent`.
-    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), DriverError>;
+    /// Starts a server that registers as `name` with the agent listening at `agent`, holding
+    /// `token` (its credential, which names it) in `HORIZON_SERVER_TOKEN`.
+    fn start(&mut self, name: &str, agent: SocketAddr, token: &str) -> Result<(), DriverError>;
     /// Stops `name` (no-op if unknown or gone).
     fn stop(&mut self, name: &str);
     /// Servers that ended since the last call, with why.
@@ -62,8 +63,6 @@ pub struct ProcessOptions {
     pub site: String,
     /// CA certificate the server verifies the agent with.
     pub ca: PathBuf,
-    /// Passed in the environment (`HORIZON_SERVER_TOKEN`), never on the command line.
-    pub token: String,
     pub tick_ms: u32,
     pub max_servers: usize,
 }
@@ -83,7 +82,7 @@ impl ProcessDriver {
 }
 
 impl ServerDriver for ProcessDriver {
-    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), DriverError> {
+    fn start(&mut self, name: &str, agent: SocketAddr, token: &str) -> Result<(), DriverError> {
         if self.children.len() >= self.opts.max_servers {
             return Err(DriverError::Full { max: self.opts.max_servers });
         }
@@ -98,7 +97,8 @@ impl ServerDriver for ProcessDriver {
             .args(["--tick-ms", &o.tick_ms.to_string()])
             // It exits if this agent dies, however it dies (parent-death signal).
             .arg("--exit-with-parent")
-            .env("HORIZON_SERVER_TOKEN", &o.token)
+            // In the environment, never on the command line.
+            .env(crate::SERVER_TOKEN_ENV, token)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()

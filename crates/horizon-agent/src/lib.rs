@@ -42,7 +42,7 @@ mod plumbing;
 mod stats;
 
 pub use agent::{AgentError, AgentHandle, start};
-pub use config::{AgentConfig, DriverChoice, KubernetesConfig, PLAYER_TOKEN_ENV, SERVER_TOKEN_ENV};
+pub use config::{AgentConfig, DriverChoice, KubernetesConfig, SERVER_TOKEN_ENV};
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
 pub use metrics::AgentStatus;
 pub use stats::{AgentStats, FreezeSample, MAX_FREEZES};

@@ -19,7 +19,8 @@ struct Fake {
 }
 
 impl ServerDriver for Fake {
-    fn start(&mut self, name: &str, _agent: SocketAddr) -> Result<(), DriverError> {
+    fn start(&mut self, name: &str, _agent: SocketAddr, token: &str) -> Result<(), DriverError> {
+        assert!(token.starts_with(&format!("hz1.server.{name}.")), "{token}");
         self.calls
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -64,8 +65,12 @@ fn config(dir: &std::path::Path) -> AgentConfig {
         ca: ca.ca_cert(),
         cert: ca.site_cert("MTL"),
         key: ca.site_key("MTL"),
-        server_token: "s".into(),
-        player_token: "p".into(),
+        player_keys: {
+            let keys = dir.join("player.keys");
+            std::fs::write(&keys, horizon_transport::Keyring::generate_file("k1"))
+                .expect("a key file");
+            keys
+        },
         warm_pool: 2,
         max_servers: 8,
         server_tick_ms: 33,

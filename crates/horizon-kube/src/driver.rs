@@ -54,6 +54,8 @@ enum Order {
     Create {
         server: String,
         agent: String,
+        /// The server's own credential (it names the server).
+        token: String,
     },
     Delete {
         server: String,
@@ -160,12 +162,12 @@ impl KubernetesDriver {
 }
 
 impl ServerDriver for KubernetesDriver {
-    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), DriverError> {
+    fn start(&mut self, name: &str, agent: SocketAddr, token: &str) -> Result<(), DriverError> {
         if self.live.len() >= self.max_servers {
             return Err(DriverError::Full { max: self.max_servers });
         }
         let agent = self.agent.clone().unwrap_or_else(|| agent.to_string());
-        self.order(Order::Create { server: name.to_owned(), agent })?;
+        self.order(Order::Create { server: name.to_owned(), agent, token: token.to_owned() })?;
         self.live.insert(name.to_owned());
         Ok(())
     }
@@ -335,8 +337,8 @@ async fn write_pods(
             tokio::time::sleep(backoff).await;
         }
         match order {
-            Order::Create { server, agent } => {
-                let pod = pod::server_pod(&opts, &run, &server, &agent);
+            Order::Create { server, agent, token } => {
+                let pod = pod::server_pod(&opts, &run, &server, &agent, &token);
                 let name = pod::pod_name(&server, &run);
                 match call(api.create(&PostParams::default(), &pod)).await {
                     Ok(_) => {

@@ -28,8 +28,6 @@ pub struct KubeOptions {
     pub template: PodTemplateSpec,
     /// What the pods dial (`host:port`); `None`: the address the agent listens on.
     pub agent: Option<String>,
-    pub token_secret: String,
-    pub token_key: String,
     pub grace_s: u32,
     /// The API server's URL; `None`: in-cluster, else `KUBECONFIG`.
     pub api: Option<String>,
@@ -85,8 +83,6 @@ impl KubeOptions {
                 namespace: k.namespace.clone(),
                 template,
                 agent: k.agent.clone(),
-                token_secret: k.token_secret.clone(),
-                token_key: k.token_key.clone(),
                 grace_s: k.grace_s,
                 api: k.api.clone(),
                 owner,

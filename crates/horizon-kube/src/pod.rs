@@ -1,9 +1,10 @@
 //! The pod of one game server, made from the template: our labels, the owner, the agent's
-//! address, site and name in the environment, the token from its Secret.
+//! address, site and name in the environment, and the token the agent minted for this server
+//! alone (it names the server; docs/security.md says who can read it).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, Pod, SecretKeySelector};
+use k8s_openapi::api::core::v1::{EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::options::{GAMESERVER_CONTAINER, KubeOptions};
@@ -53,7 +54,7 @@ pub const NAME_ENV: &str = "HORIZON_SERVER_NAME";
 pub const TICK_ENV: &str = "HORIZON_TICK_MS";
 
 /// The pod for `server` of run `run`, which dials the agent at `agent`.
-pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str) -> Pod {
+pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str, token: &str) -> Pod {
     let template = o.template.clone();
     let mut meta = template.metadata.unwrap_or_default();
     meta.name = Some(pod_name(server, run));
@@ -96,21 +97,10 @@ pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str) -> Pod 
             (SITE_ENV, o.site.clone()),
             (NAME_ENV, server.to_owned()),
             (TICK_ENV, o.tick_ms.to_string()),
+            (horizon_agent::SERVER_TOKEN_ENV, token.to_owned()),
         ] {
             env.push(EnvVar { name: name.into(), value: Some(value), value_from: None });
         }
-        env.push(EnvVar {
-            name: horizon_agent::SERVER_TOKEN_ENV.into(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: o.token_secret.clone(),
-                    key: o.token_key.clone(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-        });
     }
     Pod { metadata: meta, spec: Some(spec), status: None }
 }
@@ -152,8 +142,6 @@ mod tests {
             namespace: "horizon".into(),
             template,
             agent: None,
-            token_secret: "tokens".into(),
-            token_key: "server-token".into(),
             grace_s: 7,
             api: None,
             owner: Some(Owner { name: "agent-0".into(), uid: "u-1".into() }),
@@ -163,8 +151,9 @@ mod tests {
     }
 
     #[test]
-    fn a_server_pod_carries_our_labels_owner_and_environment_and_never_the_token() {
-        let pod = server_pod(&options(), "ab12cd", "mtl-gs-3", "agent.mtl:7411");
+    fn a_server_pod_carries_our_labels_owner_environment_and_its_own_token_only() {
+        let pod =
+            server_pod(&options(), "ab12cd", "mtl-gs-3", "agent.mtl:7411", "hz1.server.mtl-gs-3");
         let meta = &pod.metadata;
         assert_eq!(meta.name.as_deref(), Some("mtl-gs-3-ab12cd"));
         let labels = meta.labels.as_ref().unwrap();
@@ -184,9 +173,11 @@ mod tests {
         assert_eq!(get(AGENT_ENV).value.as_deref(), Some("agent.mtl:7411"));
         assert_eq!(get(NAME_ENV).value.as_deref(), Some("mtl-gs-3"));
         let token = get(horizon_agent::SERVER_TOKEN_ENV);
-        assert_eq!(token.value, None, "the token is never written into the pod");
-        let secret = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
-        assert_eq!((secret.name.as_str(), secret.key.as_str()), ("tokens", "server-token"));
+        assert_eq!(
+            token.value.as_deref(),
+            Some("hz1.server.mtl-gs-3"),
+            "the template's is replaced"
+        );
         assert_eq!(env.iter().filter(|e| e.name == horizon_agent::SERVER_TOKEN_ENV).count(), 1);
         assert_eq!(server_of(&pod), Some("mtl-gs-3"));
     }

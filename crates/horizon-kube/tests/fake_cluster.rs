@@ -24,8 +24,6 @@ fn options(api: &FakeApi, script: &str, owner: Option<Owner>) -> KubeOptions {
         namespace: NS.into(),
         template: parse_template(&template.to_string()).expect("a good template"),
         agent: Some("agent.mtl:7411".into()),
-        token_secret: "tokens".into(),
-        token_key: "server-token".into(),
         grace_s: 2,
         api: Some(api.url()),
         owner,
@@ -76,7 +74,7 @@ async fn a_server_pod_runs_with_its_environment_and_is_ready_then_stops_with_sig
     ))
     .await
     .unwrap();
-    driver.start("mtl-gs-0", agent()).unwrap();
+    driver.start("mtl-gs-0", agent(), "s3cret").unwrap();
     assert_eq!(driver.running(), 1);
     until("the pod is ready", Duration::from_secs(5), || driver.ready("mtl-gs-0")).await;
     let pods = api.pods(NS);
@@ -122,9 +120,9 @@ async fn every_way_a_pod_dies_is_seen_within_two_seconds_with_why() {
     let api = fake().await;
     let mut driver = KubernetesDriver::connect(options(&api, "exec sleep 60", None)).await.unwrap();
     for n in 0..4 {
-        driver.start(&format!("mtl-gs-{n}"), agent()).unwrap();
+        driver.start(&format!("mtl-gs-{n}"), agent(), "s3cret").unwrap();
     }
-    assert!(driver.start("mtl-gs-9", agent()).is_err(), "at most max_servers");
+    assert!(driver.start("mtl-gs-9", agent(), "s3cret").is_err(), "at most max_servers");
     for n in 0..4 {
         let name = format!("mtl-gs-{n}");
         until("ready", Duration::from_secs(5), || driver.ready(&name)).await;
@@ -156,8 +154,8 @@ async fn every_way_a_pod_dies_is_seen_within_two_seconds_with_why() {
 async fn a_pod_deleted_while_the_watch_was_compacted_away_is_still_reported() {
     let api = fake().await;
     let mut driver = KubernetesDriver::connect(options(&api, "exec sleep 60", None)).await.unwrap();
-    driver.start("mtl-gs-0", agent()).unwrap();
-    driver.start("mtl-gs-1", agent()).unwrap();
+    driver.start("mtl-gs-0", agent(), "s3cret").unwrap();
+    driver.start("mtl-gs-1", agent(), "s3cret").unwrap();
     until("ready", Duration::from_secs(5), || driver.ready("mtl-gs-0") && driver.ready("mtl-gs-1"))
         .await;
     // The watch ends; a pod is deleted meanwhile; the resourceVersion the watcher had is
@@ -188,7 +186,7 @@ async fn a_new_run_deletes_the_pods_an_earlier_run_left_and_nothing_else() {
         "spec": {"containers": [{"name": "c", "image": "i", "command": ["sleep", "60"]}]}});
     api.create("pods", NS, foreign).unwrap();
     let mut first = KubernetesDriver::connect(options(&api, "exec sleep 60", None)).await.unwrap();
-    first.start("mtl-gs-0", agent()).unwrap();
+    first.start("mtl-gs-0", agent(), "s3cret").unwrap();
     until("the first run's pod", Duration::from_secs(5), || first.ready("mtl-gs-0")).await;
     // The agent dies without stopping anything (a crash): its pod is left.
     std::mem::forget(first);
@@ -209,7 +207,7 @@ async fn pods_are_owned_by_the_agents_pod_and_go_with_it() {
     let owner = Owner { name: "horizon-agent-mtl".into(), uid };
     let mut driver =
         KubernetesDriver::connect(options(&api, "exec sleep 60", Some(owner))).await.unwrap();
-    driver.start("mtl-gs-0", agent()).unwrap();
+    driver.start("mtl-gs-0", agent(), "s3cret").unwrap();
     until("ready", Duration::from_secs(5), || driver.ready("mtl-gs-0")).await;
     api.delete("pods", NS, "horizon-agent-mtl").unwrap();
     until("the game-server pod is collected", Duration::from_secs(5), || api.pods(NS).is_empty())
@@ -223,12 +221,12 @@ async fn an_erroring_api_server_fails_starts_clearly_and_the_driver_recovers() {
     // Let the orphan cleanup list once, then the API server fails.
     tokio::time::sleep(Duration::from_millis(200)).await;
     api.fail(Some(500));
-    driver.start("mtl-gs-0", agent()).unwrap();
+    driver.start("mtl-gs-0", agent(), "s3cret").unwrap();
     let seen = ended(&mut driver, Duration::from_secs(5)).await;
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].1.starts_with("pod not created: 500"), "{:?}", seen[0].1);
     api.fail(None);
-    driver.start("mtl-gs-1", agent()).unwrap();
+    driver.start("mtl-gs-1", agent(), "s3cret").unwrap();
     until("a pod once the API server is back", Duration::from_secs(15), || {
         driver.ready("mtl-gs-1")
     })
@@ -239,9 +237,22 @@ async fn an_erroring_api_server_fails_starts_clearly_and_the_driver_recovers() {
 async fn a_container_that_cannot_start_ends_its_server() {
     let api = fake().await;
     let mut opts = options(&api, "exec sleep 60", None);
-    opts.token_secret = "missing".into();
+    // The template reads a Secret that is not there.
+    let spec = opts.template.spec.as_mut().unwrap();
+    spec.containers[0].env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "FROM_SECRET".into(),
+        value: None,
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                name: "missing".into(),
+                key: "k".into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    }]);
     let mut driver = KubernetesDriver::connect(opts).await.unwrap();
-    driver.start("mtl-gs-0", agent()).unwrap();
+    driver.start("mtl-gs-0", agent(), "s3cret").unwrap();
     let seen = ended(&mut driver, Duration::from_secs(5)).await;
     assert!(seen[0].1.starts_with("cannot start: CreateContainerConfigError"), "{seen:?}");
 }

@@ -29,8 +29,6 @@ fn options() -> KubeOptions {
         namespace: "horizon".into(),
         template: parse_template(&template.to_string()).expect("a good template"),
         agent: Some("horizon-mtl-agent-servers.horizon.svc:7411".into()),
-        token_secret: "horizon-tokens".into(),
-        token_key: "server-token".into(),
         grace_s: 7,
         api: None,
         owner: Some(Owner { name: "horizon-mtl-agent-0".into(), uid: "uid-agent".into() }),
@@ -124,7 +122,7 @@ async fn the_driver_lists_orphans_creates_from_the_template_watches_its_run_and_
     let mut driver = KubernetesDriver::with_client(client, options());
     let run = driver.run().to_owned();
     let agent = SocketAddr::from(([0, 0, 0, 0], 7411));
-    driver.start("mtl-gs-0", agent).unwrap();
+    driver.start("mtl-gs-0", agent, "hz1.server.mtl-gs-0.t").unwrap();
     driver.stop("mtl-gs-0");
     // The orphan list, the watcher's list, the creation, the deletion.
     let seen = serve(handle, 4).await;
@@ -150,7 +148,7 @@ async fn the_driver_lists_orphans_creates_from_the_template_watches_its_run_and_
     let agent_env = env.iter().find(|e| e["name"] == "HORIZON_AGENT").unwrap();
     assert_eq!(agent_env["value"], "horizon-mtl-agent-servers.horizon.svc:7411");
     let token = env.iter().find(|e| e["name"] == "HORIZON_SERVER_TOKEN").unwrap();
-    assert_eq!(token["valueFrom"]["secretKeyRef"]["name"], "horizon-tokens");
+    assert_eq!(token["value"], "hz1.server.mtl-gs-0.t", "the server's own token");
 
     let delete = writes[1];
     assert_eq!(delete.method, "DELETE");

@@ -190,13 +190,29 @@ async fn rejoin(
     }
 }
 
-/// Starts a bot; it runs until `stop` turns true, then leaves.
+/// Signs players' tokens for test clients, as a studio's auth service would (with the
+/// mesh's player keys).
+#[derive(Clone, Debug)]
+pub struct PlayerTokens(pub Arc<horizon_transport::Keyring>);
+
+impl PlayerTokens {
+    /// A token for `account`, valid for a day.
+    pub fn mint(&self, account: &str) -> String {
+        let until = std::time::SystemTime::now() + Duration::from_secs(24 * 3600);
+        self.0
+            .mint(horizon_transport::credential::Kind::Player, account, until)
+            .unwrap_or_else(|e| panic!("account {account:?}: {e}"))
+    }
+}
+
+/// Starts a bot, its account its name; it runs until `stop` turns true, then leaves.
 pub fn spawn(
     spec: BotSpec,
     roots: Roots,
-    token: String,
+    tokens: PlayerTokens,
     stop: watch::Receiver<bool>,
 ) -> (Arc<Mutex<BotReport>>, tokio::task::JoinHandle<()>) {
+    let token = tokens.mint(&spec.name);
     let report = Arc::new(Mutex::new(BotReport {
         name: spec.name.clone(),
         site: spec.site.clone(),

@@ -103,7 +103,8 @@ pub struct Sandbox {
     /// Where players of each site connect (through the access link).
     pub gateways: BTreeMap<String, SocketAddr>,
     pub ca: PathBuf,
-    pub player_token: String,
+    /// Signs players' tokens (the mesh's player keys, as the studio's auth service holds them).
+    pub player_tokens: crate::bots::PlayerTokens,
     netems: Vec<Netem>,
     /// Index in `netems` of the transfer link between two sites (names in sorted order).
     transfer_links: BTreeMap<(String, String), usize>,
@@ -179,8 +180,12 @@ impl Sandbox {
             );
             async move { Netem::start(config).await }
         };
-        let server_token = format!("servers-{}", fastrand::u64(..));
-        let player_token = format!("players-{}", fastrand::u64(..));
+        let player_keys = ca.ca_cert().with_file_name("player.keys");
+        std::fs::write(&player_keys, horizon_transport::Keyring::generate_file("k1"))
+            .map_err(|e| setup("player keys")(&e))?;
+        let player_tokens = crate::bots::PlayerTokens(Arc::new(
+            horizon_transport::Keyring::load(&player_keys).map_err(|e| setup("player keys")(&e))?,
+        ));
         // Agents start in descending name order: a site dials the sites whose names sort after
         // its own, so their (emulated) addresses exist by then.
         let mut order: Vec<&String> = opts.sites.iter().collect();
@@ -225,8 +230,7 @@ impl Sandbox {
                 ca: ca.ca_cert(),
                 cert: ca.site_cert(site),
                 key: ca.site_key(site),
-                server_token: server_token.clone(),
-                player_token: player_token.clone(),
+                player_keys: player_keys.clone(),
                 warm_pool: opts.warm_pool,
                 max_servers: 64,
                 server_tick_ms: opts.server_tick_ms,
@@ -242,7 +246,6 @@ impl Sandbox {
                 args: opts.server_args.clone(),
                 site: site.clone(),
                 ca: ca.ca_cert(),
-                token: server_token.clone(),
                 tick_ms: opts.server_tick_ms,
                 max_servers: 64,
             };
@@ -270,7 +273,7 @@ impl Sandbox {
             agents,
             gateways,
             ca: ca.ca_cert(),
-            player_token,
+            player_tokens,
             netems,
             transfer_links,
             core_links,

@@ -44,9 +44,11 @@ impl HelloParams {
     }
 }
 
-/// Decides whether a client may talk to us.
+/// Decides whether a client may talk to us, and who it proved to be: `Some(identity)` when
+/// its credential names it (a signed token's subject), `None` when the hello's `peer` is all
+/// there is (a site's certificate proves that `peer`; a shared token proves nothing more).
 pub trait Authenticator: Send + Sync + 'static {
-    fn check(&self, hello: &Hello, connection: &quinn::Connection) -> Result<(), Fault>;
+    fn check(&self, hello: &Hello, connection: &quinn::Connection) -> Result<Option<Name>, Fault>;
 }
 
 /// Sites: the hello's peer must be the site named by the client's verified certificate.
@@ -54,9 +56,9 @@ pub trait Authenticator: Send + Sync + 'static {
 pub struct SiteCertificate;
 
 impl Authenticator for SiteCertificate {
-    fn check(&self, hello: &Hello, connection: &quinn::Connection) -> Result<(), Fault> {
+    fn check(&self, hello: &Hello, connection: &quinn::Connection) -> Result<Option<Name>, Fault> {
         if certificate_names_site(connection, hello.peer.as_str()) {
-            Ok(())
+            Ok(None)
         } else {
             Err(Fault::new(
                 ErrorCode::Unauthorized,
@@ -66,7 +68,7 @@ impl Authenticator for SiteCertificate {
     }
 }
 
-/// Game servers (or players, in tests): the hello must carry this shared token.
+/// Tests: the hello must carry this shared token (the daemons use [`crate::SignedToken`]).
 #[derive(Clone)]
 pub struct SharedToken(pub Arc<str>);
 
@@ -77,13 +79,17 @@ impl std::fmt::Debug for SharedToken {
 }
 
 impl Authenticator for SharedToken {
-    fn check(&self, hello: &Hello, _: &quinn::Connection) -> Result<(), Fault> {
+    fn check(&self, hello: &Hello, _: &quinn::Connection) -> Result<Option<Name>, Fault> {
         let given = hello.token.as_deref().unwrap_or_default().as_bytes();
         let wanted = self.0.as_bytes();
         // Compare every byte whatever the first difference, so timing tells nothing.
         let same = given.len() == wanted.len()
             && given.iter().zip(wanted).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-        if same { Ok(()) } else { Err(Fault::new(ErrorCode::Unauthorized, "bad or missing token")) }
+        if same {
+            Ok(None)
+        } else {
+            Err(Fault::new(ErrorCode::Unauthorized, "bad or missing token"))
+        }
     }
 }
 
@@ -174,7 +180,7 @@ pub(crate) async fn server<C: Channel>(
     auth: &dyn Authenticator,
     limits: Arc<Limits>,
     ids: Arc<AtomicU64>,
-) -> Result<(Conn<C>, Hello), Error> {
+) -> Result<(Conn<C>, Hello, Option<Name>), Error> {
     let read = async {
         let (send, mut recv) = quic.accept_bi().await?;
         let payload = read_hello_frame::<C>(&mut recv).await?;
@@ -200,14 +206,14 @@ pub(crate) async fn server<C: Channel>(
                 ours_range.0, ours_range.1, hello.min_version, hello.max_version
             ),
         )),
-        Some(version) => auth.check(&hello, &quic).map(|()| version),
+        Some(version) => auth.check(&hello, &quic).map(|identity| (version, identity)),
     };
     match verdict {
-        Ok(version) => {
+        Ok((version, identity)) => {
             let welcome = Welcome::Accepted { version, peer: ours.clone(), session };
             send.write_all(&to_frame(&welcome, version, C::ID, MAX_HELLO_BYTES)?).await?;
             let _ = send.finish();
-            Ok((Conn::new(quic, version, hello.peer.clone(), limits, ids), hello))
+            Ok((Conn::new(quic, version, hello.peer.clone(), limits, ids), hello, identity))
         }
         Err(fault) => {
             tracing::info!(channel = C::ID.as_str(), peer = %hello.peer, code = fault.code.as_str(), "hello refused");

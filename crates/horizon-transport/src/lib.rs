@@ -13,6 +13,7 @@
 //! Every queue, frame and wait is bounded by [`Limits`].
 
 mod conn;
+pub mod credential;
 mod error;
 mod handshake;
 mod limits;
@@ -20,14 +21,16 @@ mod link;
 mod listener;
 pub mod metrics;
 pub mod netem;
+pub mod reload;
 mod target;
 pub mod tls;
 
 pub use conn::{Conn, Counters, Inbound, InboundRequest, LinkStats, StreamReceiver, StreamSender};
+pub use credential::{Keyring, SharedKeyring, SignedToken};
 pub use error::Error;
 pub use handshake::{Authenticator, HelloParams, SharedToken, SiteCertificate};
 pub use limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 pub use link::{Dial, Link, LinkEvent, LinkParts, client_endpoint};
-pub use listener::{Listener, Peer};
+pub use listener::{Listener, Peer, ServerTls};
 pub use target::{BadTarget, Target};
 pub use tls::site_dns_name;

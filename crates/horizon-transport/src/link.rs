@@ -58,6 +58,7 @@ pub struct Link<C: Channel> {
     current: watch::Receiver<Option<Conn<C>>>,
     limits: Arc<Limits>,
     ids: Arc<AtomicU64>,
+    tls: Arc<watch::Sender<quinn::ClientConfig>>,
     _stop: Arc<watch::Sender<bool>>,
 }
 
@@ -67,6 +68,7 @@ impl<C: Channel> Clone for Link<C> {
             current: self.current.clone(),
             limits: self.limits.clone(),
             ids: self.ids.clone(),
+            tls: self.tls.clone(),
             _stop: self._stop.clone(),
         }
     }
@@ -82,8 +84,10 @@ impl<C: Channel> Link<C> {
         let (stop_tx, stop) = watch::channel(false);
         let (events_tx, events) = mpsc::channel(16);
         let (inbound_tx, inbound) = mpsc::channel(limits.inbound_queue);
+        let (tls_tx, tls) = watch::channel(dial.config.clone());
         let supervisor = Supervisor {
             dial,
+            tls,
             limits: limits.clone(),
             ids: ids.clone(),
             current: current_tx,
@@ -92,7 +96,18 @@ impl<C: Channel> Link<C> {
             stop,
         };
         tokio::spawn(supervisor.run());
-        LinkParts { link: Link { current, limits, ids, _stop: Arc::new(stop_tx) }, events, inbound }
+        let tls = Arc::new(tls_tx);
+        LinkParts {
+            link: Link { current, limits, ids, tls, _stop: Arc::new(stop_tx) },
+            events,
+            inbound,
+        }
+    }
+
+    /// Takes new TLS settings (a reloaded certificate, key or CA) for the connections made
+    /// from now on; the one up keeps its own.
+    pub fn set_tls(&self, config: quinn::ClientConfig) {
+        self.tls.send_replace(config);
     }
 
     /// The connection right now, if up.
@@ -143,6 +158,8 @@ impl<C: Channel> Link<C> {
 
 struct Supervisor<C: Channel> {
     dial: Dial,
+    /// The client config of the next connection ([`Link::set_tls`]); `dial.config` at first.
+    tls: watch::Receiver<quinn::ClientConfig>,
     limits: Arc<Limits>,
     ids: Arc<AtomicU64>,
     current: watch::Sender<Option<Conn<C>>>,
@@ -209,7 +226,7 @@ impl<C: Channel> Supervisor<C> {
         let addr = dial.addr.resolve(ipv4).await.map_err(fail)?;
         let connecting = dial
             .endpoint
-            .connect_with(dial.config.clone(), addr, &dial.server_name)
+            .connect_with(self.tls.borrow().clone(), addr, &dial.server_name)
             .map_err(|e| fail(e.to_string()))?;
         let quic = match tokio::time::timeout(self.limits.handshake_timeout, connecting).await {
             Ok(Ok(quic)) => quic,

@@ -22,6 +22,8 @@ pub struct Peer<C: Channel> {
     /// What the peer initiates: requests, streams, datagrams.
     pub inbound: mpsc::Receiver<Inbound<C>>,
     pub hello: Hello,
+    /// Who the client's credential proved it is (a signed token's subject), if it names one.
+    pub identity: Option<Name>,
 }
 
 /// Accepts connections of channel `C` on one UDP socket.
@@ -31,20 +33,25 @@ pub struct Listener<C: Channel> {
     peers: mpsc::Receiver<Peer<C>>,
 }
 
-/// Who a connection is, for "one connection per peer": the hello's `peer`, which a site's
-/// certificate proves; on the gateway, where `peer` is the client's own word, with the
-/// hello's `session` too (a random id the client keeps across its reconnections), so that a
-/// client naming itself like another neither evicts it nor reads its remembered replies.
+/// Who a connection is, for "one connection per peer": what its credential proved (a signed
+/// token's subject: a player's account, a server's name), else the hello's `peer`, which a
+/// site's certificate proves; on the gateway without a proved identity, where `peer` is the
+/// client's own word, with the hello's `session` too (a random id the client keeps across its
+/// reconnections), so that a client naming itself like another neither evicts it nor reads
+/// its remembered replies.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct PeerKey {
-    peer: Name,
-    session: Option<u64>,
+enum PeerKey {
+    Proved(Name),
+    Said { peer: Name, session: Option<u64> },
 }
 
 impl PeerKey {
-    fn of<C: Channel>(hello: &Hello) -> Self {
+    fn of<C: Channel>(hello: &Hello, identity: &Option<Name>) -> Self {
+        if let Some(identity) = identity {
+            return PeerKey::Proved(identity.clone());
+        }
         let session = (C::ID == horizon_proto::ChannelId::Gateway).then_some(hello.session);
-        PeerKey { peer: hello.peer.clone(), session }
+        PeerKey::Said { peer: hello.peer.clone(), session }
     }
 }
 
@@ -79,10 +86,26 @@ impl<C: Channel> Listener<C> {
         self.peers.recv().await
     }
 
+    /// A handle to change its TLS settings while it runs (see [`ServerTls`]).
+    pub fn tls(&self) -> ServerTls {
+        ServerTls(self.endpoint.clone())
+    }
+
     /// Closes every connection and stops accepting.
     pub fn close(&self, reason: &str) {
         self.endpoint
             .close(quinn::VarInt::from(ErrorCode::ShuttingDown.to_u16()), reason.as_bytes());
+    }
+}
+
+/// Changes a listener's TLS settings (a reloaded certificate, key or CA) for the connections
+/// that start from now on; connections already up keep theirs.
+#[derive(Clone, Debug)]
+pub struct ServerTls(quinn::Endpoint);
+
+impl ServerTls {
+    pub fn set(&self, config: quinn::ServerConfig) {
+        self.0.set_server_config(Some(config));
     }
 }
 
@@ -142,7 +165,7 @@ async fn accept_loop<C: Channel>(
                 .map_err(|e| (e.to_string(), "hello_refused"))?;
                 Ok::<_, (String, &'static str)>((quic, hello))
             };
-            let (quic, (conn, hello)) = match tokio::time::timeout(
+            let (quic, (conn, hello, identity)) = match tokio::time::timeout(
                 limits.handshake_timeout,
                 handshake,
             )
@@ -164,7 +187,7 @@ async fn accept_loop<C: Channel>(
             // A peer now: its source's slot goes to the next handshake from there (the pending
             // slot is held until the application takes the peer: bounded either way).
             drop(source);
-            let key = PeerKey::of::<C>(&hello);
+            let key = PeerKey::of::<C>(&hello, &identity);
             let replies = {
                 let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(old) = book.current.insert(key.clone(), quic.clone()) {
@@ -177,7 +200,7 @@ async fn accept_loop<C: Channel>(
             let (tx, inbound) = mpsc::channel(limits.inbound_queue);
             serve_inbound(&conn, replies, tx);
             let peer_name = hello.peer.clone();
-            if peers.send(Peer { conn: conn.clone(), inbound, hello }).await.is_err() {
+            if peers.send(Peer { conn: conn.clone(), inbound, hello, identity }).await.is_err() {
                 conn.close(ErrorCode::ShuttingDown, "listener closed");
                 return;
             }

@@ -45,6 +45,27 @@ static RETRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+static RELOADS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "horizon_credential_reloads_total",
+            "Reloads of this daemon's certificate, key, CA and signing keys (on SIGHUP or a file change), by result: ok, or failed (what was loaded before stays in use; the log says why).",
+        ),
+        &["result"],
+    )
+    .unwrap_or_else(|e| unreachable!("a constant, valid metric definition: {e}"))
+});
+
+/// Counts a reload of credentials.
+pub fn reloaded(ok: bool) {
+    RELOADS.with_label_values(&[if ok { "ok" } else { "failed" }]).inc();
+}
+
+/// Reloads of credentials with this result so far (tests).
+pub fn reload_count(ok: bool) -> u64 {
+    RELOADS.with_label_values(&[if ok { "ok" } else { "failed" }]).get()
+}
+
 /// Why an inbound connection was refused (label `reason`).
 pub(crate) const REFUSALS: [&str; 5] =
     ["pending_full", "per_source", "handshake_timeout", "handshake_failed", "hello_refused"];
@@ -97,7 +118,10 @@ pub fn collectors() -> Vec<Box<dyn Collector>> {
             CONNECTIONS_REFUSED.with_label_values(&[label[0], reason]);
         }
     }
+    RELOADS.with_label_values(&["ok"]);
+    RELOADS.with_label_values(&["failed"]);
     vec![
+        Box::new(RELOADS.clone()),
         Box::new(DATAGRAMS_DROPPED.clone()),
         Box::new(REPLAYS.clone()),
         Box::new(CONNECTIONS_REFUSED.clone()),

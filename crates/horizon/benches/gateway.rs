@@ -59,7 +59,7 @@ async fn through_the_gateway() -> (f64, f64, f64) {
                 leave_after: None,
                 reconnect_after: None,
             };
-            bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx.clone())
+            bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
         })
         .collect();
     tokio::time::sleep(WARMUP).await;

@@ -167,7 +167,6 @@ pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
                 args: cfg.server_args.clone(),
                 site: cfg.site.clone(),
                 ca: cfg.ca.clone(),
-                token: cfg.server_token.clone(),
                 tick_ms: cfg.server_tick_ms,
                 max_servers: cfg.max_servers,
             })),

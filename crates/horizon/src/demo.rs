@@ -303,7 +303,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     let mut tasks = Vec::new();
     for spec in population(&sandbox.gateways) {
         let (report, task) =
-            bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx.clone());
+            bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone());
         reports.push(report);
         tasks.push(task);
     }

@@ -47,14 +47,12 @@ impl KubeDemo {
         serde_json::json!(by)
     }
 
-    /// Each agent's driver: its token in a Secret, a pod standing for the agent (the owner of
-    /// its game servers), and a pod template running `horizon gameserver`.
+    /// Each agent's driver: a pod standing for the agent (the owner of its game servers), and
+    /// a pod template running `horizon gameserver`.
     pub(crate) fn drivers(&self) -> DriverFactory {
         let api = self.api.clone();
         DriverFactory(Arc::new(move |p: &ProcessOptions| {
             let site = p.site.to_ascii_lowercase();
-            let secret = format!("horizon-{site}-tokens");
-            api.create_secret(NAMESPACE, &secret, &[("server-token", &p.token)])?;
             let agent_pod = format!("horizon-agent-{site}");
             let uid = api.create_outside_pod(NAMESPACE, &agent_pod)?;
             // The program, then what it runs (gameserver, or godot-server and its project).
@@ -78,8 +76,6 @@ impl KubeDemo {
                 namespace: NAMESPACE.into(),
                 template: parse_template(&template.to_string())?,
                 agent: None,
-                token_secret: secret,
-                token_key: "server-token".into(),
                 grace_s: 5,
                 api: Some(api.url()),
                 owner: Some(Owner { name: agent_pod, uid }),

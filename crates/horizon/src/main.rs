@@ -35,7 +35,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the core daemon (control plane) from a configuration file.
     Core(daemons::ConfigArgs),
-    /// Run a site's agent from a configuration file (tokens from the environment).
+    /// Run a site's agent from a configuration file (SIGHUP reloads its certificate and keys).
     Agent(daemons::ConfigArgs),
     /// Run the reference game server (started by an agent's process driver).
     Gameserver(daemons::GameServerArgs),
@@ -59,6 +59,10 @@ enum Command {
     /// Certificates for the sites' mutual TLS (a dev CA, so the local mesh needs no manual step).
     #[command(subcommand)]
     Certs(Certs),
+    /// Player signing keys (docs/security.md): a key file, its rotation, and player tokens
+    /// signed with it, as a studio's auth service signs them.
+    #[command(subcommand)]
+    Keys(Keys),
     /// A WAN emulator: a UDP proxy adding delay, jitter, loss and partitions, changed at run time
     /// by commands on stdin (`delay 100`, `loss 0.01 forward`, `partition on`, `stats`, `help`).
     Netem(NetemArgs),
@@ -83,6 +87,40 @@ enum Certs {
         dir: PathBuf,
         #[arg(long)]
         site: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Keys {
+    /// Write a new key file with one random key. Refuses to replace a file without --force.
+    Init {
+        #[arg(long)]
+        file: PathBuf,
+        /// The key's id (1 to 32 of A-Z a-z 0-9 _ -).
+        #[arg(long, default_value = "k1")]
+        id: String,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Put a new random key at the top of FILE: it signs from now on, the others still verify
+    /// (remove an old one once the tokens it signed have expired). Agents reload the file.
+    Rotate {
+        #[arg(long)]
+        file: PathBuf,
+        /// The new key's id.
+        #[arg(long)]
+        id: String,
+    },
+    /// Print a player token for ACCOUNT signed with FILE's signing key.
+    PlayerToken {
+        #[arg(long)]
+        file: PathBuf,
+        /// The player's account (1 to 64 of A-Z a-z 0-9 _ - @ :).
+        #[arg(long)]
+        account: String,
+        /// Seconds it stays valid.
+        #[arg(long, default_value_t = 3600)]
+        ttl_s: u64,
     },
 }
 
@@ -211,6 +249,7 @@ fn main() -> ExitCode {
             sim_measure(&file, &opts, json)
         }
         Command::Certs(certs) => certs_command(certs),
+        Command::Keys(keys) => keys_command(keys),
         Command::Netem(args) => netem_command(args),
     }
 }
@@ -243,6 +282,78 @@ fn certs_command(certs: Certs) -> ExitCode {
             for path in written {
                 println!("wrote {}", path.display());
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+fn keys_command(keys: Keys) -> ExitCode {
+    use horizon_transport::Keyring;
+    use horizon_transport::credential::Kind;
+    let write_new = |file: &PathBuf, text: &str| {
+        // The file holds secrets: readable by its owner only.
+        use std::io::Write;
+        #[cfg(unix)]
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        options.mode(0o600);
+        let tmp = file.with_extension("tmp");
+        let mut f = options.open(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        f.write_all(text.as_bytes()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        // Renamed into place, so a reloading agent never reads half a file.
+        std::fs::rename(&tmp, file).map_err(|e| format!("{}: {e}", file.display()))
+    };
+    let result = match keys {
+        Keys::Init { file, id, force } => {
+            if file.exists() && !force {
+                Err(format!(
+                    "{} exists (--force replaces it: tokens it signed stop working)",
+                    file.display()
+                ))
+            } else {
+                let text = Keyring::generate_file(&id);
+                Keyring::parse(&text)
+                    .and_then(|_| write_new(&file, &text))
+                    .map(|()| format!("wrote {} (key {id})", file.display()))
+            }
+        }
+        Keys::Rotate { file, id } => std::fs::read_to_string(&file)
+            .map_err(|e| format!("{}: {e}", file.display()))
+            .and_then(|old| {
+                Keyring::parse(&old).map_err(|e| format!("{}: {e}", file.display()))?;
+                let new = Keyring::generate_file(&id);
+                let key = new.lines().find(|l| !l.starts_with('#')).unwrap_or_default();
+                let mut lines: Vec<&str> = old.lines().collect();
+                let at = lines
+                    .iter()
+                    .position(|l| !l.trim().is_empty() && !l.trim().starts_with('#'))
+                    .unwrap_or(lines.len());
+                lines.insert(at, key);
+                let text = lines.join("\n") + "\n";
+                Keyring::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+                write_new(&file, &text)?;
+                Ok(format!(
+                    "{}: key {id} signs from now on; the others still verify",
+                    file.display()
+                ))
+            }),
+        Keys::PlayerToken { file, account, ttl_s } => {
+            Keyring::load(&file).map_err(|e| e.to_string()).and_then(|keys| {
+                let until = std::time::SystemTime::now() + std::time::Duration::from_secs(ttl_s);
+                keys.mint(Kind::Player, &account, until)
+                    .map_err(|e| format!("--account {account:?}: {e}"))
+            })
+        }
+    };
+    match result {
+        Ok(out) => {
+            println!("{out}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -83,7 +83,7 @@ async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
     let held_count = held.len();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let spec = bot("bystander", "MTL", &sandbox, 0.0, 0);
-    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_token.clone(), stop_rx);
+    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx);
     let started = tokio::time::Instant::now();
     while !report.lock().expect("report").joined && started.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -94,7 +94,7 @@ async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
 
     // 2. A player next to them sends an input over 16 KiB: its connection alone is closed.
     let hello = HelloParams::new(Name::new("oversized").expect("name"))
-        .with_token(sandbox.player_token.clone());
+        .with_token(sandbox.player_tokens.mint("oversized"));
     let parts = dial::<Gateway>(&roots, sandbox.gateways["MTL"], hello);
     let conn = parts.link.connected(Duration::from_secs(10)).await.expect("connected");
     let join =

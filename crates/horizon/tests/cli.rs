@@ -378,7 +378,6 @@ fn check_reads_the_kubernetes_drivers_pod_template() {
             .args(["agent", "--check", "--config"])
             .arg(config)
             .env("HORIZON_SERVER_TOKEN", "t")
-            .env("HORIZON_PLAYER_TOKEN", "t")
             .env_remove("HORIZON_POD_NAME")
             .env_remove("HORIZON_POD_UID")
             .output()
@@ -396,5 +395,45 @@ fn check_reads_the_kubernetes_drivers_pod_template() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(64), "{err}");
     assert!(err.contains("pod-template.json") && err.contains("has no image"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn keys_init_rotate_and_sign_player_tokens_that_verify() {
+    use horizon_transport::Keyring;
+    use horizon_transport::credential::Kind;
+    let dir = std::env::temp_dir().join(format!("horizon-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("player.keys");
+    let _ = std::fs::remove_file(&file);
+    let run =
+        |args: &[&str]| horizon().arg("keys").args(args).arg("--file").arg(&file).output().unwrap();
+    let init = run(&["init"]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let again = run(&["init"]);
+    assert_eq!(again.status.code(), Some(64), "an existing key file is not replaced");
+    let token = |account: &str| {
+        let out = run(&["player-token", "--account", account]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let before = token("alice");
+    let rotate = run(&["rotate", "--id", "k2"]);
+    assert!(rotate.status.success(), "{}", String::from_utf8_lossy(&rotate.stderr));
+    let after = token("alice");
+    let keys = Keyring::load(&file).unwrap();
+    assert_eq!(keys.signing_id(), "k2");
+    let now = std::time::SystemTime::now();
+    for t in [&before, &after] {
+        assert_eq!(keys.verify(t, Kind::Player, now).unwrap(), "alice");
+    }
+    assert!(after.contains(".k2."), "the new key signs: {after}");
+    let bad = run(&["player-token", "--account", "not.an.account"]);
+    assert_eq!(bad.status.code(), Some(64));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -82,7 +82,7 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let running: Vec<_> = specs
         .into_iter()
-        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_token.clone(), stop_rx.clone()))
+        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone()))
         .collect();
     let id = |name: &str| {
         let (report, _) = running.iter().find(|(r, _)| r.lock().expect("report").name == name)?;

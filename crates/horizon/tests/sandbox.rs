@@ -81,7 +81,7 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         running.push(bots::spawn(
             spec,
             roots.clone(),
-            sandbox.player_token.clone(),
+            sandbox.player_tokens.clone(),
             stop_rx.clone(),
         ));
     }
@@ -287,7 +287,7 @@ async fn a_handover_whose_target_is_unreachable_is_abandoned_and_the_group_plays
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let running: Vec<_> = specs
         .into_iter()
-        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_token.clone(), stop_rx.clone()))
+        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone()))
         .collect();
     let host = || running[0].0.lock().unwrap().player;
 
@@ -367,7 +367,7 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let running: Vec<_> = specs
         .into_iter()
-        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_token.clone(), stop_rx.clone()))
+        .map(|s| bots::spawn(s, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone()))
         .collect();
 
     let mut spread = None;
@@ -507,7 +507,7 @@ async fn lone_montrealer(name: &str, tune: impl FnOnce(&mut SandboxOptions)) -> 
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let spec = bot("mtl-lone", "MTL", &sandbox, 0.0, 0);
-    let running = vec![bots::spawn(spec, roots, sandbox.player_token.clone(), stop_rx)];
+    let running = vec![bots::spawn(spec, roots, sandbox.player_tokens.clone(), stop_rx)];
     let report = running[0].0.clone();
     let player = move || report.lock().expect("bot report").player;
     let (bubble, site, server) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
@@ -630,7 +630,7 @@ async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut spec = bot("mtl-blip", "MTL", &sandbox, 0.0, 0);
     spec.reconnect_after = Some(Duration::from_secs(8));
-    let running = vec![bots::spawn(spec, roots, sandbox.player_token.clone(), stop_rx)];
+    let running = vec![bots::spawn(spec, roots, sandbox.player_tokens.clone(), stop_rx)];
     tokio::time::sleep(Duration::from_secs(16)).await;
     let status = sandbox.core.status().await.expect("status");
     let resumes =
@@ -705,8 +705,13 @@ struct Gated {
 }
 
 impl horizon_agent::ServerDriver for Gated {
-    fn start(&mut self, name: &str, agent: SocketAddr) -> Result<(), horizon_agent::DriverError> {
-        self.inner.start(name, agent)
+    fn start(
+        &mut self,
+        name: &str,
+        agent: SocketAddr,
+        token: &str,
+    ) -> Result<(), horizon_agent::DriverError> {
+        self.inner.start(name, agent, token)
     }
     fn stop(&mut self, name: &str) {
         self.inner.stop(name)

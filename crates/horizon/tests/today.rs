@@ -60,7 +60,9 @@ async fn today_s_servers_behind_the_adapter_hand_a_player_over_across_sites() {
     let roots = Roots::load(&sandbox.ca).expect("CA");
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let start = |site: &str, join_after_ms| {
-        let gateway = (site.to_owned(), sandbox.gateways[site], sandbox.player_token.clone());
+        let account = format!("today-{site}-{join_after_ms}");
+        let token = sandbox.player_tokens.mint(&account);
+        let gateway = (site.to_owned(), sandbox.gateways[site], token);
         tokio::spawn(client(gateway, roots.clone(), join_after_ms, stop_rx.clone()))
     };
     let mut clients = vec![start("PAR", 0)];

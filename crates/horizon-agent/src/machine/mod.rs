@@ -106,9 +106,9 @@ pub type ConnId = u64;
 /// ([`Effect::AnswerCore`]), or a server's, player's or peer's request.
 pub type Token = u64;
 
-/// A player's client as its gateway hello names it: `peer` and the random `session` of its
-/// process.
-pub type Client = (Name, u64);
+/// A player's account, as their signed token names it (docs/security.md): never the client's
+/// own word. The same account connecting again resumes the same player.
+pub type Client = Name;
 
 /// What the machine needs of the agent's configuration.
 #[derive(Clone, Debug)]

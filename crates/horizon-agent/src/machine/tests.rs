@@ -260,7 +260,7 @@ fn running(ttl_ms: u32) -> Harness {
 fn join_player(h: &mut Harness) -> (PlayerId, ConnId) {
     h.next_conn += 1;
     let conn = h.next_conn;
-    h.feed(Input::PlayerUp { conn, client: (n("bot"), conn) });
+    h.feed(Input::PlayerUp { conn, client: n(&format!("bot-{conn}")) });
     let token = h.token();
     let request =
         gateway::Request::Join { role: Role::Player, world: WorldId(0), pos: Vec3::default() };
@@ -343,7 +343,7 @@ fn a_position_that_is_not_finite_is_refused() {
     with_ids(&mut h);
     h.next_conn += 1;
     let conn = h.next_conn;
-    h.feed(Input::PlayerUp { conn, client: (n("bot"), conn) });
+    h.feed(Input::PlayerUp { conn, client: n(&format!("bot-{conn}")) });
     let token = h.token();
     let pos = Vec3 { x: f64::NAN, y: 0.0, z: 0.0 };
     let request = gateway::Request::Join { role: Role::Player, world: WorldId(0), pos };

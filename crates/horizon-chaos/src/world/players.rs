@@ -22,7 +22,7 @@ impl World {
         player.live_from = self.now;
         player.last_update = self.now;
         let pos = player.pos;
-        let client = (name(&format!("bot-{p}")), conn);
+        let client = name(&format!("bot-{p}-{conn}"));
         self.agent_input(home, agent::Input::PlayerUp { conn, client });
         self.next_token += 1;
         let token = self.next_token;
