@@ -45,6 +45,8 @@ advertise_admin = "{{ include "horizon.fullname" . }}-agent-admin.{{ .Release.Na
 ca = "/etc/horizon/certs/ca.pem"
 cert = "/etc/horizon/certs/site.pem"
 key = "/etc/horizon/certs/site.key"
+# The player signing keys, from tokens.existingSecret: the agent reloads them when the Secret changes.
+player_keys = "/etc/horizon/keys/player.keys"
 
 [servers]
 program = "/usr/local/bin/horizon"
@@ -58,8 +60,6 @@ driver = "kubernetes"
 namespace = {{ .Release.Namespace | quote }}
 pod_template = "pod-template.json"
 agent = "{{ include "horizon.fullname" . }}-agent-servers.{{ .Release.Namespace }}.svc:{{ .Values.agent.ports.servers }}"
-token_secret = {{ .Values.tokens.existingSecret | quote }}
-token_key = "server-token"
 grace_s = {{ .Values.agent.servers.graceSeconds }}
 {{- end }}
 {{- with .Values.agent.peers }}

@@ -620,3 +620,38 @@ async fn a_player_naming_itself_like_another_evicts_nobody() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(first.conn.quic().close_reason().is_some(), "replaced by its own reconnection");
 }
+
+#[tokio::test]
+async fn a_game_server_speaks_only_under_the_name_its_token_was_signed_for() {
+    use horizon_transport::credential::Kind;
+    use horizon_transport::{Keyring, SharedKeyring, SignedToken};
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let keys = SharedKeyring::new(Keyring::random("agent"));
+    let auth = SignedToken { keys: keys.clone(), kind: Kind::Server };
+    let mut listener = token_listener::<Server>(&pki, "MTL", auth, &limits);
+    let addr = listener.local_addr().unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(60);
+    let token_of_0 = keys.current().mint(Kind::Server, "mtl-gs-0", later).unwrap();
+    let server = |peer: &str, token: &str| {
+        let hello = HelloParams::new(name(peer)).with_token(token);
+        dial::<Server>(&pki, None, "MTL", addr, hello, &limits)
+    };
+    // mtl-gs-0's token, presented as mtl-gs-1: refused, naming why.
+    let mut thief = server("mtl-gs-1", &token_of_0);
+    let failure = next_failure(&mut thief, Duration::from_secs(5)).await;
+    assert!(
+        failure.contains("unauthorized") && failure.contains("for server mtl-gs-0"),
+        "{failure}"
+    );
+    // A player's token of the same name, signed by the same key: another kind, refused.
+    let player = keys.current().mint(Kind::Player, "mtl-gs-0", later).unwrap();
+    let mut wrong_kind = server("mtl-gs-0", &player);
+    let failure = next_failure(&mut wrong_kind, Duration::from_secs(5)).await;
+    assert!(failure.contains("another kind"), "{failure}");
+    // Under its own name: accepted, the name proved.
+    let mut good = server("mtl-gs-0", &token_of_0);
+    wait_up(&mut good, Duration::from_secs(5)).await;
+    let peer = listener.accept().await.unwrap();
+    assert_eq!(peer.identity.as_ref().map(horizon_proto::Name::as_str), Some("mtl-gs-0"));
+}

@@ -149,3 +149,123 @@ async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
         "bad input: joined {joined_after:?} into a flood of 300 (held {held_count}); {alpn}; {token}"
     );
 }
+
+/// Joins `site`'s gateway with `hello`: the player id it was given, or why not.
+async fn join_as(
+    roots: &Roots,
+    addr: std::net::SocketAddr,
+    hello: HelloParams,
+) -> Result<(u64, horizon_transport::LinkParts<Gateway>), String> {
+    let mut parts = dial::<Gateway>(roots, addr, hello);
+    if let Some(why) = first_failure(&mut parts).await {
+        return Err(why);
+    }
+    let conn = parts.link.connected(Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
+    let join =
+        gateway::Request::Join { role: Role::Player, world: WorldId(1), pos: Vec3::default() };
+    match conn.request(&join).await.map_err(|e| e.to_string())? {
+        gateway::Reply::Joined { player, .. } => Ok((player.0, parts)),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_restart() {
+    use horizon_transport::Keyring;
+    use horizon_transport::credential::Kind;
+    let dir = std::env::temp_dir().join(format!("horizon-identities-{}", std::process::id()));
+    let opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
+    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let gateway_addr = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL").players_addr;
+    let tokens = sandbox.player_tokens.clone();
+    let hello = |peer: &str, token: String| {
+        HelloParams::new(Name::new(peer).expect("name")).with_token(token)
+    };
+
+    // Alice plays, as a bot whose account is its name.
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spec = bot("alice", "MTL", &sandbox, 0.0, 0);
+    let (report, task) = bots::spawn(spec, roots.clone(), tokens.clone(), stop_rx);
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while report.lock().expect("report").player.is_none() && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let alice = report.lock().expect("report").player.expect("alice joined");
+
+    // 1. Mallory, with a good token of her own, names herself "alice" in the hello: she is
+    // Mallory, a new player; Alice's connection is not replaced.
+    let (mallory, mallory_link) =
+        join_as(&roots, gateway_addr, hello("alice", tokens.mint("mallory")))
+            .await
+            .expect("mallory");
+    // 2. A token for "alice" signed by a key the mesh does not hold; a token of another kind
+    // (a server's) signed by the right key; an expired one; none at all.
+    let stranger = Keyring::parse(&Keyring::generate_file("k1")).expect("a ring");
+    let later = std::time::SystemTime::now() + Duration::from_secs(60);
+    let forged = stranger.mint(Kind::Player, "alice", later).expect("token");
+    let server_kind = tokens.0.mint(Kind::Server, "alice", later).expect("token");
+    let expired =
+        tokens.0.mint(Kind::Player, "alice", std::time::SystemTime::now()).expect("token");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut refusals = Vec::new();
+    for (what, token) in [("forged", forged), ("server kind", server_kind), ("expired", expired)] {
+        refusals.push((what, join_as(&roots, gateway_addr, hello("alice", token)).await.err()));
+    }
+    let no_token =
+        join_as(&roots, gateway_addr, HelloParams::new(Name::new("alice").expect("name")))
+            .await
+            .err();
+    refusals.push(("no token", no_token));
+
+    // 3. Rotation: a new key on top of the old one, then the old one removed; the agent reads
+    // the file again by itself (no restart, no signal). Alice, connected under the old key,
+    // plays on.
+    let keys_file = sandbox.ca.with_file_name("player.keys");
+    let old = std::fs::read_to_string(&keys_file).expect("keys");
+    let new_key = Keyring::generate_file("k2");
+    let new_line = new_key.lines().find(|l| !l.starts_with('#')).expect("a key line").to_owned();
+    let reloads_before = horizon_transport::metrics::reload_count(true);
+    std::fs::write(&keys_file, format!("{new_line}\n{old}")).expect("rotate");
+    let new_ring = Keyring::parse(&new_line).expect("k2");
+    let k2_token = || new_ring.mint(Kind::Player, "carol", later).expect("token");
+    let since = tokio::time::Instant::now();
+    let mut carol = None;
+    while carol.is_none() && since.elapsed() < Duration::from_secs(10) {
+        carol = join_as(&roots, gateway_addr, hello("carol", k2_token())).await.ok();
+    }
+    let k2_accepted_after = since.elapsed();
+    let k1_still = join_as(&roots, gateway_addr, hello("dave", tokens.mint("dave"))).await;
+    std::fs::write(&keys_file, format!("{new_line}\n")).expect("retire k1");
+    let since = tokio::time::Instant::now();
+    let mut k1_refused = None;
+    while k1_refused.is_none() && since.elapsed() < Duration::from_secs(10) {
+        k1_refused = join_as(&roots, gateway_addr, hello("erin", tokens.mint("erin"))).await.err();
+    }
+    let acked_then = report.lock().expect("report").acked;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.send(true).expect("bot listening");
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let r = report.lock().expect("report").clone();
+    let reloads = horizon_transport::metrics::reload_count(true) - reloads_before;
+    drop((mallory_link, carol, k1_still));
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_ne!(mallory, alice, "a hello's name is nobody's id");
+    for (what, refusal) in refusals {
+        let why = refusal.unwrap_or_else(|| panic!("the {what} token was accepted"));
+        assert!(why.contains("unauthorized"), "{what}: {why}");
+    }
+    assert!(k2_accepted_after < Duration::from_secs(6), "the new key took {k2_accepted_after:?}");
+    assert!(k1_refused.as_deref().is_some_and(|w| w.contains("unknown key")), "{k1_refused:?}");
+    assert!(reloads >= 2, "two reloads counted, {reloads}");
+    assert_eq!(r.error, None, "alice: {r:?}");
+    assert_eq!((r.connections_lost, r.applied_twice), (0, 0), "alice untouched: {r:?}");
+    assert!(r.acked > acked_then, "alice still acknowledged after the rotation: {r:?}");
+    eprintln!(
+        "identities: mallory {mallory} ≠ alice {alice}; the new key accepted after {k2_accepted_after:?}"
+    );
+}
