@@ -166,7 +166,12 @@ pub async fn start(
         horizon_transport::reload::watch(files, horizon_transport::reload::POLL_EVERY);
     let reload_events = events_tx.clone();
     tokio::spawn(async move {
-        while let Some(cause) = reloads.recv().await {
+        loop {
+            // Ends with the agent's loop (its queue closed).
+            let cause = tokio::select! {
+                _ = reload_events.closed() => break,
+                c = reloads.recv() => match c { Some(c) => c, None => break },
+            };
             if reload_events.send(Event::Reload(cause)).await.is_err() {
                 break;
             }

@@ -78,6 +78,44 @@ impl CoreHandle {
     }
 }
 
+/// Reloads the control listener's certificate, key and CA on SIGHUP or when their files
+/// change: new connections use them, agents connected keep theirs. One that does not load
+/// changes nothing (logged and counted).
+fn reload_tls(
+    cfg: &CoreConfig,
+    handle: horizon_transport::ServerTls,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
+    use horizon_transport::reload;
+    let (ca, cert, key) = (cfg.ca.clone(), cfg.cert.clone(), cfg.key.clone());
+    let mut causes = reload::watch(vec![ca.clone(), cert.clone(), key.clone()], reload::POLL_EVERY);
+    tokio::spawn(async move {
+        loop {
+            // Ends with the core, letting go of the listener's endpoint (its port).
+            let cause = tokio::select! {
+                _ = stop.changed() => break,
+                c = causes.recv() => match c { Some(c) => c, None => break },
+            };
+            let loaded = Roots::load(&ca).and_then(|roots| {
+                let identity = Identity::load(&cert, &key)?;
+                tls::server_config(&identity, Some(&roots), ChannelId::Control, &limits)
+            });
+            match loaded {
+                Ok(config) => {
+                    handle.set(config);
+                    horizon_transport::metrics::reloaded(true);
+                    tracing::info!(cause = cause.as_str(), "certificate and CA reloaded");
+                }
+                Err(e) => {
+                    horizon_transport::metrics::reloaded(false);
+                    tracing::error!(cause = cause.as_str(), error = %e, "reload failed: what was loaded before stays in use");
+                }
+            }
+        }
+    });
+}
+
 /// Starts the core: opens the store and persists a new generation before serving, binds the
 /// control listener and the admin API, and runs the tick.
 pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
@@ -93,9 +131,10 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         tls::server_config(&identity, Some(&roots), ChannelId::Control, &limits)?,
         name,
         Arc::new(SiteCertificate),
-        limits,
+        limits.clone(),
     )?;
     let control_addr = listener.local_addr()?;
+
     let machine_cfg =
         MachineConfig { sites: cfg.sites.clone(), thresholds: cfg.thresholds.clone() };
     let machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
@@ -108,6 +147,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         .local_addr()
         .map_err(|e| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() })?;
     let (stop, stop_rx) = watch::channel(false);
+    reload_tls(&cfg, listener.tls(), limits, stop_rx.clone());
     let source = Arc::new(CoreSource { queries: queries_tx.clone() });
     let mut admin_stop = stop_rx.clone();
     let stopped = async move {

@@ -1,7 +1,9 @@
 //! Bad input against the running mesh (real QUIC on loopback, the real agents and core, game
 //! servers as real processes): a flood of connections that never say hello at a gateway while
 //! a player joins, an oversized input from one player next to another, a client on the wrong
-//! channel, a game server with a wrong token. Each gets its documented refusal (docs/protocol.md,
+//! channel, a game server with a wrong token, a player naming themselves like another or
+//! holding a forged, expired or other-kind token; and credentials rotated under a running
+//! agent (player keys, its certificate). Each gets its documented refusal (docs/protocol.md,
 //! docs/security.md), and the player next to them notices nothing.
 
 use std::path::PathBuf;
@@ -244,6 +246,19 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     while k1_refused.is_none() && since.elapsed() < Duration::from_secs(10) {
         k1_refused = join_as(&roots, gateway_addr, hello("erin", tokens.mint("erin"))).await.err();
     }
+    // 4. MTL's certificate re-issued (as a renewal writes it): the agent reloads it, new
+    // players connect under it, Alice plays on.
+    let reloads_mid = horizon_transport::metrics::reload_count(true);
+    let ca_dir = sandbox.ca.parent().expect("the certificates' directory").to_owned();
+    horizon_transport::tls::DevCa::new(&ca_dir).add_site("MTL").expect("re-issued");
+    let since = tokio::time::Instant::now();
+    while horizon_transport::metrics::reload_count(true) == reloads_mid
+        && since.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cert_reloaded_after = since.elapsed();
+    let after_renewal = join_as(&roots, gateway_addr, hello("frank", k2_token())).await.map(|_| ());
     let acked_then = report.lock().expect("report").acked;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.send(true).expect("bot listening");
@@ -261,7 +276,12 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     }
     assert!(k2_accepted_after < Duration::from_secs(6), "the new key took {k2_accepted_after:?}");
     assert!(k1_refused.as_deref().is_some_and(|w| w.contains("unknown key")), "{k1_refused:?}");
-    assert!(reloads >= 2, "two reloads counted, {reloads}");
+    assert!(reloads >= 3, "three reloads counted, {reloads}");
+    assert!(
+        cert_reloaded_after < Duration::from_secs(6),
+        "the certificate took {cert_reloaded_after:?}"
+    );
+    assert!(after_renewal.is_ok(), "a player joins after the renewal: {:?}", after_renewal.err());
     assert_eq!(r.error, None, "alice: {r:?}");
     assert_eq!((r.connections_lost, r.applied_twice), (0, 0), "alice untouched: {r:?}");
     assert!(r.acked > acked_then, "alice still acknowledged after the rotation: {r:?}");
