@@ -151,7 +151,7 @@ def check_refusals():
                 fail(f"values {'.'.join(path)} = {value!r}: refused without naming {key}: {e}")
             else:
                 print(f"  refused as it should: {'.'.join(path)} = {value!r}")
-    for path, key in [(("agent", "coreAddress"), "agent.coreAddress"), (("tls", "existingSecret"), "tls.existingSecret")]:
+    for path, key in [(("agent", "coreAddress"), "agent.coreAddress"), (("tls", "existingSecret"), "tls.existingSecret"), (("core", "tls", "existingSecret"), "core.tls.existingSecret")]:
         try:
             render(with_change(path, ""))
             fail(f"{key} missing was accepted")

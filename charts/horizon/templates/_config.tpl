@@ -17,8 +17,9 @@ admin = "0.0.0.0:{{ .Values.core.adminPort }}"
 
 [tls]
 ca = "/etc/horizon/certs/ca.pem"
-cert = "/etc/horizon/certs/site.pem"
-key = "/etc/horizon/certs/site.key"
+# The core's own certificate (core.horizon), not the site's.
+cert = "/etc/horizon/certs/core.pem"
+key = "/etc/horizon/certs/core.key"
 
 [store]
 path = "/var/lib/horizon/store"

@@ -34,6 +34,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The core's own certificate (naming core.horizon). */}}
+{{- define "horizon.coreTlsSecret" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{ include "horizon.fullname" . }}-core-tls
+{{- else -}}
+{{ required "core.tls.existingSecret (the core's own certificate, naming core.horizon; or tls.certManager.enabled) is required" .Values.core.tls.existingSecret }}
+{{- end -}}
+{{- end -}}
+
+{{/* The core's certificate files mounted at /etc/horizon/certs. */}}
+{{- define "horizon.coreTlsVolume" -}}
+- name: certs
+  secret:
+    secretName: {{ include "horizon.coreTlsSecret" . }}
+    items:
+      - { key: ca.crt, path: ca.pem }
+      - { key: tls.crt, path: core.pem }
+      - { key: tls.key, path: core.key }
+{{- end -}}
+
 {{/* Site certificate files mounted at /etc/horizon/certs. */}}
 {{- define "horizon.tlsVolume" -}}
 - name: certs

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use horizon_proto::control::Control;
@@ -30,7 +31,7 @@ use crate::config::AgentConfig;
 use crate::driver::ServerDriver;
 use crate::machine::{AgentMachine, ConnId, Effect, Input, MachineConfig, Pending, Token};
 use crate::plumbing::{
-    accept_loop, forward_stream, open_stream_task, pump, pump_link, rtt_ms, server_lane,
+    Outbound, accept_loop, forward_stream, open_stream_task, pump, pump_link, rtt_ms, server_lane,
     stream_task,
 };
 use crate::stats::{AgentStats, FreezeSample};
@@ -43,6 +44,9 @@ const EVENT_QUEUE: usize = 8192;
 /// server lane. Beyond it, stream items are dropped (the next tick replaces an update, inputs
 /// wait for their re-send) and requests are answered with an error.
 pub(crate) const STREAM_QUEUE: usize = 2048;
+/// The bytes queued per outbound stream, at most (with [`STREAM_QUEUE`]): a large bubble's
+/// snapshot fits; a peer cannot make the agent hold gigabytes for a slow reader.
+pub(crate) const STREAM_QUEUE_BYTES: usize = 64 << 20;
 /// How often the driver is asked which servers ended.
 const DRIVER_POLL: Duration = Duration::from_millis(200);
 
@@ -143,7 +147,8 @@ pub async fn start(
     let core = Link::<Control>::connect(Dial {
         endpoint: endpoint.clone(),
         addr: cfg.core.clone(),
-        server_name: horizon_transport::site_dns_name(&cfg.core_site),
+        // The core's own name: no site's certificate (the core site's neither) passes for it.
+        server_name: horizon_transport::tls::CORE_DNS_NAME.to_owned(),
         config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits)?,
         hello: HelloParams::new(site.clone()),
         limits: limits.clone(),
@@ -199,6 +204,7 @@ pub async fn start(
     };
     let shell = Shell {
         machine: AgentMachine::new(machine_cfg, stats.clone(), Instant::now()),
+        stats: stats.clone(),
         metrics,
         site: site.clone(),
         core: core.link,
@@ -282,7 +288,7 @@ pub(crate) enum Event {
     PeerItem(Name, StateItem),
     PeerGone(Name, ConnId),
     /// A handover stream was opened (or not).
-    MirrorOpened(HandoverId, Result<mpsc::Sender<StateItem>, String>),
+    MirrorOpened(HandoverId, Result<Outbound<StateItem>, String>),
     /// A task's result, for the machine as it is.
     Machine(Input),
     /// Certificates or keys to read again.
@@ -301,29 +307,30 @@ struct Credentials {
 /// A game server's connection: its stream and its request lane.
 struct ServerIo {
     conn: Conn<Server>,
-    out: mpsc::Sender<StateItem>,
+    out: Outbound<StateItem>,
     lane: mpsc::Sender<(Pending, server::Request)>,
 }
 
 struct PlayerIo {
     conn: Conn<Gateway>,
     /// Opened at the first item for the player.
-    out: Option<mpsc::Sender<gateway::Item>>,
+    out: Option<Outbound<gateway::Item>>,
 }
 
 struct PeerIo {
     conn: Conn<Transfer>,
-    out: mpsc::Sender<StateItem>,
+    out: Outbound<StateItem>,
 }
 
 struct Shell {
     machine: AgentMachine,
+    stats: Arc<AgentStats>,
     /// Histograms of what the machine observed (its counters are in `AgentStats`).
     metrics: crate::metrics::AgentMetrics,
     site: Name,
     core: Link<Control>,
     /// The universe backup stream to the core (opened at each connection).
-    backup: Option<mpsc::Sender<horizon_proto::control::Backup>>,
+    backup: Option<Outbound<horizon_proto::control::Backup>>,
     driver: Box<dyn ServerDriver>,
     /// Where this agent's game servers connect.
     servers_addr: SocketAddr,
@@ -343,7 +350,7 @@ struct Shell {
     peers: HashMap<Name, PeerIo>,
     /// Links this agent dialed, kept alive by holding them.
     dialed: HashMap<Name, Link<Transfer>>,
-    mirrors: HashMap<HandoverId, mpsc::Sender<StateItem>>,
+    mirrors: HashMap<HandoverId, Outbound<StateItem>>,
     /// `Ready` requests of servers their driver does not count ready yet (one per server).
     held_ready: Vec<(Name, ConnId, Token)>,
     /// Each server's pool state as last told to the driver (`true`: hosting).
@@ -650,8 +657,10 @@ impl Shell {
                 }
             }
             Effect::Backup(item) => {
-                if let Some(out) = &self.backup {
-                    let _ = out.try_send(item);
+                if let Some(out) = &self.backup
+                    && !out.try_send(item)
+                {
+                    self.stats.stream_items_dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Effect::StartServer { server } => {
@@ -680,8 +689,10 @@ impl Shell {
                 }
             }
             Effect::ServerStream { server, item } => {
-                if let Some(s) = self.servers.get(&server) {
-                    let _ = s.out.try_send(item);
+                if let Some(s) = self.servers.get(&server)
+                    && !s.out.try_send(item)
+                {
+                    self.stats.stream_items_dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Effect::AnswerServer { token, result } => {
@@ -692,7 +703,9 @@ impl Shell {
             Effect::ToPlayer { conn, item } => {
                 if let Some(p) = self.players.get_mut(&conn) {
                     let out = p.out.get_or_insert_with(|| open_stream_task(p.conn.clone()));
-                    let _ = out.try_send(item);
+                    if !out.try_send(item) {
+                        self.stats.stream_items_dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             Effect::PlayerDatagram { conn, datagram } => {
@@ -727,8 +740,10 @@ impl Shell {
                 }
             },
             Effect::PeerStream { site, item } => {
-                if let Some(peer) = self.peers.get(&site) {
-                    let _ = peer.out.try_send(item);
+                if let Some(peer) = self.peers.get(&site)
+                    && !peer.out.try_send(item)
+                {
+                    self.stats.stream_items_dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Effect::PeerDatagram { site, probe } => {
@@ -764,7 +779,7 @@ impl Shell {
             }
             Effect::Mirror { handover, item } => {
                 if let Some(tx) = self.mirrors.get(&handover)
-                    && tx.try_send(item).is_err()
+                    && !tx.try_send(item)
                 {
                     tracing::warn!(handover = handover.0, "handover stream full or closed");
                 }

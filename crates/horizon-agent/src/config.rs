@@ -14,7 +14,7 @@ pub struct AgentConfig {
     pub site: String,
     /// The core's control endpoint: `host:port`, a name resolved at each (re)connection.
     pub core: Target,
-    /// The core's site, whose certificate the core presents.
+    /// The core's site (the core presents its own certificate, naming `core.horizon`).
     pub core_site: String,
     pub listen_servers: SocketAddr,
     pub listen_players: SocketAddr,

@@ -37,6 +37,11 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.inputs_too_large,
     ),
     (
+        "horizon_agent_stream_items_dropped_total",
+        "Items dropped at a full outbound stream queue (2048 items or 64 MiB): to a game server, a player, a peer or the core's backup.",
+        |s| &s.stream_items_dropped,
+    ),
+    (
         "horizon_agent_inputs_uncovered_dropped_total",
         "Applied inputs forgotten before a stored copy covered them (a player's kept inputs at their limit).",
         |s| &s.inputs_uncovered_dropped,

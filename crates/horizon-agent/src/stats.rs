@@ -21,6 +21,8 @@ pub struct AgentStats {
     pub inputs_refused: AtomicU64,
     /// Inputs over the size limit (their players' connections closed).
     pub inputs_too_large: AtomicU64,
+    /// Items dropped at a full outbound stream queue (items or bytes).
+    pub stream_items_dropped: AtomicU64,
     /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were
     /// at their limit): a restore from the copy could not replay them.
     pub inputs_uncovered_dropped: AtomicU64,

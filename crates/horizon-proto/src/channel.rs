@@ -16,6 +16,17 @@ pub trait Message: Serialize + DeserializeOwned + Debug + Send + Sync + 'static 
     fn kind(&self) -> &'static str;
 }
 
+/// What an item costs a queue that holds it: an upper estimate of its encoded size in bytes
+/// (its blobs, plus a fixed allowance for its fields and each list entry), cheap to compute,
+/// for byte budgets on queues whose items a peer sizes.
+pub trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+/// The allowance for an item's fixed fields, and for each entry of a list in it.
+pub(crate) const FIELDS_WEIGHT: usize = 64;
+pub(crate) const ENTRY_WEIGHT: usize = 24;
+
 /// One channel: which ALPN/header byte it uses and what travels on it.
 pub trait Channel: Debug + Send + Sync + 'static {
     const ID: ChannelId;
@@ -23,7 +34,7 @@ pub trait Channel: Debug + Send + Sync + 'static {
     type Request: Message;
     type Reply: Message;
     /// Items of long-lived unidirectional streams (state transfer, inputs, updates).
-    type Stream: Message;
+    type Stream: Message + Weigh;
     /// Unreliable QUIC datagrams (probes, positions, pings).
     type Datagram: Message;
 }

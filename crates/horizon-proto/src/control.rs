@@ -325,6 +325,16 @@ pub enum Backup {
     Covers { lease: LeaseRef, tick: Tick, acked: Vec<(PlayerId, Seq)> },
 }
 
+impl crate::channel::Weigh for Backup {
+    fn weight(&self) -> usize {
+        crate::channel::FIELDS_WEIGHT
+            + match self {
+                Backup::Chunk { bytes, .. } | Backup::Part { bytes, .. } => bytes.0.len(),
+                Backup::Covers { acked, .. } => acked.len() * crate::channel::ENTRY_WEIGHT,
+            }
+    }
+}
+
 kinds!(Backup {
     Chunk => "backup_chunk",
     Part => "backup_part",

@@ -69,6 +69,16 @@ pub enum Item {
     Reconnecting { reason: String },
 }
 
+impl crate::channel::Weigh for Item {
+    fn weight(&self) -> usize {
+        crate::channel::FIELDS_WEIGHT
+            + match self {
+                Item::Input { bytes, .. } | Item::Update { bytes, .. } => bytes.0.len(),
+                Item::Reconnecting { reason } => reason.len(),
+            }
+    }
+}
+
 kinds!(Item {
     Input => "input",
     Update => "update",

@@ -22,7 +22,7 @@ mod state;
 pub mod transfer;
 mod types;
 
-pub use channel::{Channel, Hello, Message, Never, ReplyFrame, RequestFrame, Welcome};
+pub use channel::{Channel, Hello, Message, Never, ReplyFrame, RequestFrame, Weigh, Welcome};
 pub use error::{ErrorCode, Fault};
 pub use frame::{
     ChannelId, DecodeError, EncodeError, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, MAX_DATAGRAM_BYTES,

@@ -87,6 +87,22 @@ pub enum StateItem {
     PartSnapshot(Snapshot),
 }
 
+impl crate::channel::Weigh for StateItem {
+    fn weight(&self) -> usize {
+        use crate::channel::{ENTRY_WEIGHT, FIELDS_WEIGHT};
+        FIELDS_WEIGHT
+            + match self {
+                StateItem::Snapshot(s) | StateItem::PartSnapshot(s) => s.bytes.0.len(),
+                StateItem::Delta(d) => d.bytes.0.len(),
+                StateItem::Seal(s) => s.final_delta.0.len() + s.last_applied.len() * ENTRY_WEIGHT,
+                StateItem::Inputs(i) => {
+                    i.inputs.iter().map(|i| i.bytes.0.len() + ENTRY_WEIGHT).sum::<usize>()
+                }
+                StateItem::Update(u) => u.bytes.0.len() + u.acked.len() * ENTRY_WEIGHT,
+            }
+    }
+}
+
 kinds!(StateItem {
     Snapshot => "snapshot",
     Delta => "delta",

@@ -15,6 +15,46 @@ use crate::game::Game;
 /// Inputs held per region while waiting for their turn (a gap, a player not joined yet, a
 /// standby waiting for its seal). Beyond it they are dropped: the gateway re-sends them.
 pub(crate) const MAX_PENDING_INPUTS: usize = 4096;
+/// The bytes of those inputs, at most (with [`MAX_PENDING_INPUTS`]).
+pub(crate) const MAX_PENDING_BYTES: usize = 8 << 20;
+
+/// Inputs waiting for their turn, bounded in count and bytes.
+#[derive(Debug, Default)]
+struct Waiting {
+    inputs: BTreeMap<(PlayerId, Seq), Blob>,
+    bytes: usize,
+}
+
+impl Waiting {
+    /// Holds an input; `false` (and dropped) past either budget.
+    fn insert(&mut self, key: (PlayerId, Seq), input: Blob) -> bool {
+        let size = input.0.len();
+        if self.inputs.contains_key(&key) {
+            return true;
+        }
+        if self.inputs.len() >= MAX_PENDING_INPUTS || self.bytes + size > MAX_PENDING_BYTES {
+            return false;
+        }
+        self.bytes += size;
+        self.inputs.insert(key, input);
+        true
+    }
+
+    fn remove(&mut self, key: &(PlayerId, Seq)) -> Option<Blob> {
+        let input = self.inputs.remove(key)?;
+        self.bytes -= input.0.len();
+        Some(input)
+    }
+
+    fn retain(&mut self, keep: impl Fn(&(PlayerId, Seq)) -> bool) {
+        self.inputs.retain(|k, _| keep(k));
+        self.bytes = self.inputs.values().map(|b| b.0.len()).sum();
+    }
+
+    fn keys(&self) -> Vec<(PlayerId, Seq)> {
+        self.inputs.keys().copied().collect()
+    }
+}
 
 /// Where a region is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +114,7 @@ pub(crate) struct Held<G: Game> {
     state: Option<G::State>,
     pub(crate) tick: Tick,
     last_applied: HashMap<PlayerId, Seq>,
-    pending: BTreeMap<(PlayerId, Seq), Blob>,
+    pending: Waiting,
     /// The events since the last step: the next delta.
     log: Vec<Event>,
     /// Stream a delta every tick (a handover is being prepared).
@@ -103,7 +143,7 @@ impl<G: Game> Held<G> {
             state: (!standby).then(|| game.empty(lease.bubble, &region)),
             tick: Tick(0),
             last_applied: HashMap::new(),
-            pending: BTreeMap::new(),
+            pending: Waiting::default(),
             log: Vec::new(),
             mirroring: false,
             live: false,
@@ -200,7 +240,7 @@ impl<G: Game> Held<G> {
             game.join(state, player, bytes);
         }
         self.last_applied.insert(player, last_applied);
-        self.pending.retain(|&(p, s), _| p != player || s > last_applied);
+        self.pending.retain(|&(p, s)| p != player || s > last_applied);
         self.log.push(Event::Join { player, last_applied, bytes: bytes.to_vec() });
         true
     }
@@ -209,7 +249,7 @@ impl<G: Game> Held<G> {
     pub(crate) fn leave(&mut self, game: &G, player: PlayerId) -> Option<(Seq, Vec<u8>)> {
         let last = self.last_applied.remove(&player)?;
         let bytes = self.state.as_mut().map(|s| game.leave(s, player)).unwrap_or_default();
-        self.pending.retain(|&(p, _), _| p != player);
+        self.pending.retain(|&(p, _)| p != player);
         self.log.push(Event::Leave { player });
         Some((last, bytes))
     }
@@ -222,9 +262,7 @@ impl<G: Game> Held<G> {
             let last = self.last_applied.get(&input.player).copied();
             if last.is_some_and(|l| input.seq <= l) {
                 out.duplicates += 1;
-            } else if self.pending.len() < MAX_PENDING_INPUTS {
-                self.pending.insert((input.player, input.seq), input.bytes);
-            } else {
+            } else if !self.pending.insert((input.player, input.seq), input.bytes) {
                 out.dropped += 1;
             }
         }
@@ -238,7 +276,7 @@ impl<G: Game> Held<G> {
     fn drain(&mut self, game: &G) -> u64 {
         let Some(state) = self.state.as_mut() else { return 0 };
         let mut applied = 0;
-        let ready: Vec<(PlayerId, Seq)> = self.pending.keys().copied().collect();
+        let ready = self.pending.keys();
         for (player, seq) in ready {
             let Some(last) = self.last_applied.get_mut(&player) else { continue };
             if seq.0 <= last.0 {

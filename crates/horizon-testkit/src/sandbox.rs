@@ -163,8 +163,8 @@ impl Sandbox {
             listen_control: SocketAddr::from((LOCALHOST, 0)),
             listen_admin: opts.admin,
             ca: ca.ca_cert(),
-            cert: ca.site_cert(&core_site),
-            key: ca.site_key(&core_site),
+            cert: ca.core_cert(),
+            key: ca.core_key(),
             store: opts.dir.join("store"),
         };
         let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;

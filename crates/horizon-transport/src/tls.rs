@@ -24,6 +24,11 @@ pub fn site_dns_name(site: &str) -> String {
     format!("{}.site.horizon", site.to_ascii_lowercase())
 }
 
+/// The DNS name in the core's certificate, which agents verify when they dial it. It is no
+/// site's name: the core's certificate cannot speak as a site's agent, nor a site's (the
+/// core site's included) as the core.
+pub const CORE_DNS_NAME: &str = "core.horizon";
+
 /// Why TLS material or a config could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -199,6 +204,15 @@ impl DevCa {
         self.dir.join(format!("{site}.key"))
     }
 
+    /// The core's own certificate (naming [`CORE_DNS_NAME`]) and key.
+    pub fn core_cert(&self) -> PathBuf {
+        self.dir.join("horizon-core.pem")
+    }
+
+    pub fn core_key(&self) -> PathBuf {
+        self.dir.join("horizon-core.key")
+    }
+
     /// Creates a new CA (refusing to replace one unless `force`) and a certificate per site.
     /// Returns the files written.
     pub fn create(&self, sites: &[&str], force: bool) -> Result<Vec<PathBuf>, TlsError> {
@@ -213,6 +227,7 @@ impl DevCa {
             write_secret(&self.ca_key(), &key.serialize_pem())?,
             write(&self.ca_cert(), &cert.pem())?,
         ];
+        written.extend(self.add_core()?);
         for site in sites {
             written.extend(self.add_site(site)?);
         }
@@ -221,19 +236,32 @@ impl DevCa {
 
     /// Signs a certificate for one more site with the existing CA.
     pub fn add_site(&self, site: &str) -> Result<Vec<PathBuf>, TlsError> {
+        let (dns, cn) = (site_dns_name(site), format!("Horizon site {site}"));
+        self.issue(&dns, &cn, &self.site_cert(site), &self.site_key(site))
+    }
+
+    /// Signs (again) the core's own certificate with the existing CA.
+    pub fn add_core(&self) -> Result<Vec<PathBuf>, TlsError> {
+        self.issue(CORE_DNS_NAME, "Horizon core", &self.core_cert(), &self.core_key())
+    }
+
+    fn issue(
+        &self,
+        dns: &str,
+        cn: &str,
+        cert: &Path,
+        key: &Path,
+    ) -> Result<Vec<PathBuf>, TlsError> {
         let ca_key_pem = String::from_utf8(read(&self.ca_key())?)
             .map_err(|e| invalid(format!("{}", self.ca_key().display()), e))?;
         let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(|e| invalid("CA key", e))?;
         let issuer = rcgen::Issuer::new(ca_params(), ca_key);
-        let mut params = rcgen::CertificateParams::new(vec![site_dns_name(site)])
-            .map_err(|e| invalid(format!("certificate for site {site}"), e))?;
-        params.distinguished_name.push(rcgen::DnType::CommonName, format!("Horizon site {site}"));
-        let key = rcgen::KeyPair::generate().map_err(|e| invalid("site key", e))?;
-        let cert = params.signed_by(&key, &issuer).map_err(|e| invalid("site certificate", e))?;
-        Ok(vec![
-            write_secret(&self.site_key(site), &key.serialize_pem())?,
-            write(&self.site_cert(site), &cert.pem())?,
-        ])
+        let mut params = rcgen::CertificateParams::new(vec![dns.to_owned()])
+            .map_err(|e| invalid(format!("certificate for {dns}"), e))?;
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let pair = rcgen::KeyPair::generate().map_err(|e| invalid("key", e))?;
+        let signed = params.signed_by(&pair, &issuer).map_err(|e| invalid("certificate", e))?;
+        Ok(vec![write_secret(key, &pair.serialize_pem())?, write(cert, &signed.pem())?])
     }
 
     /// The CA roots of this directory.

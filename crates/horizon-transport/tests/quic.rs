@@ -655,3 +655,51 @@ async fn a_game_server_speaks_only_under_the_name_its_token_was_signed_for() {
     let peer = listener.accept().await.unwrap();
     assert_eq!(peer.identity.as_ref().map(horizon_proto::Name::as_str), Some("mtl-gs-0"));
 }
+
+#[tokio::test]
+async fn the_core_site_s_certificate_does_not_pass_for_the_core_nor_the_core_s_for_a_site() {
+    use horizon_transport::tls::{CORE_DNS_NAME, Identity, client_config};
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let roots = pki.ca.roots().unwrap();
+    let connect = |listener: &Listener<Control>, server_name: &str| {
+        let endpoint =
+            horizon_transport::client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+        let identity = pki.ca.identity("MTL").unwrap();
+        let config =
+            client_config(&roots, Some(&identity), horizon_proto::ChannelId::Control, &limits)
+                .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connecting = endpoint.connect_with(config, addr, server_name).unwrap();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), connecting)
+                .await
+                .map(|r| r.map_err(|e| e.to_string()))
+        }
+    };
+    // A listener holding PAR's certificate, dialled as the core is: refused by the client.
+    let par = site_listener::<Control>(&pki, "PAR", &limits);
+    let as_core = connect(&par, CORE_DNS_NAME).await.expect("an answer");
+    assert!(as_core.is_err(), "PAR's certificate passed for the core");
+    // The core's own certificate passes for the core, and for no site.
+    let core_identity = Identity::load(&pki.ca.core_cert(), &pki.ca.core_key()).unwrap();
+    let config = horizon_transport::tls::server_config(
+        &core_identity,
+        Some(&roots),
+        horizon_proto::ChannelId::Control,
+        &limits,
+    )
+    .unwrap();
+    let core = Listener::<Control>::bind(
+        loopback(),
+        config,
+        name("PAR"),
+        std::sync::Arc::new(horizon_transport::SiteCertificate),
+        limits.clone(),
+    )
+    .unwrap();
+    assert!(connect(&core, CORE_DNS_NAME).await.expect("an answer").is_ok());
+    let as_site =
+        connect(&core, &horizon_transport::site_dns_name("PAR")).await.expect("an answer");
+    assert!(as_site.is_err(), "the core's certificate passed for PAR");
+}

@@ -19,6 +19,10 @@ const MAX_BACKUPS_IN_FLIGHT: usize = 256;
 const MAX_BACKUP_CHUNKS: u32 = 4096;
 /// Players listed in one `Covers`, at most (a bubble holds far fewer).
 const MAX_COVERED: usize = 65_536;
+/// Bytes of chunks held for copies being assembled, every copy together: past it the oldest
+/// copies are dropped (their holders send the next copy in a few seconds); a copy that alone
+/// would exceed it is refused.
+pub(crate) const MAX_ASSEMBLING_BYTES: usize = 512 << 20;
 
 /// A state copy: bubble, epoch, tick, part (`u32::MAX` for a whole copy).
 type CopyKey = (BubbleId, u64, u64, u32);
@@ -27,8 +31,69 @@ type CopyKey = (BubbleId, u64, u64, u32);
 #[derive(Debug, Default)]
 pub(crate) struct Assembly {
     chunks: BTreeMap<CopyKey, Vec<Option<Vec<u8>>>>,
+    /// The bytes held in `chunks`.
+    bytes: usize,
     /// (epoch, tick) of each bubble's last whole copy stored.
     stored_whole: BTreeMap<BubbleId, (u64, u64)>,
+}
+
+/// What became of a chunk.
+#[derive(Debug, PartialEq)]
+enum Added {
+    /// Its copy is whole: every chunk, in order.
+    Whole(Vec<u8>),
+    Waiting,
+    /// Inconsistent with the chunks before it, or over the byte budget alone.
+    Refused,
+}
+
+fn held_bytes(parts: &[Option<Vec<u8>>]) -> usize {
+    parts.iter().flatten().map(Vec::len).sum()
+}
+
+impl Assembly {
+    /// Adds chunk `index` of `total` of copy `key`, within [`MAX_BACKUPS_IN_FLIGHT`] copies and
+    /// [`MAX_ASSEMBLING_BYTES`] (the oldest copies go first).
+    fn add(&mut self, key: CopyKey, index: u32, total: u32, bytes: Vec<u8>) -> Added {
+        if !self.chunks.contains_key(&key) && self.chunks.len() >= MAX_BACKUPS_IN_FLIGHT {
+            self.drop_oldest();
+        }
+        let parts = self.chunks.entry(key).or_insert_with(|| vec![None; total as usize]);
+        if parts.len() != total as usize {
+            self.remove(&key);
+            return Added::Refused;
+        }
+        let replaced = parts[index as usize].as_ref().map_or(0, Vec::len);
+        let copy_bytes = held_bytes(parts) - replaced + bytes.len();
+        if copy_bytes > MAX_ASSEMBLING_BYTES {
+            self.remove(&key);
+            return Added::Refused;
+        }
+        self.bytes = self.bytes - replaced + bytes.len();
+        parts[index as usize] = Some(bytes);
+        while self.bytes > MAX_ASSEMBLING_BYTES {
+            // Never the copy this chunk belongs to: it alone fits.
+            let Some(oldest) = self.chunks.keys().find(|k| **k != key).copied() else { break };
+            self.remove(&oldest);
+        }
+        if self.chunks[&key].iter().any(Option::is_none) {
+            return Added::Waiting;
+        }
+        let parts = self.remove(&key).unwrap_or_default();
+        Added::Whole(parts.into_iter().flatten().collect::<Vec<_>>().concat())
+    }
+
+    fn remove(&mut self, key: &CopyKey) -> Option<Vec<Option<Vec<u8>>>> {
+        let parts = self.chunks.remove(key)?;
+        self.bytes -= held_bytes(&parts);
+        Some(parts)
+    }
+
+    fn drop_oldest(&mut self) {
+        if let Some(&oldest) = self.chunks.keys().next() {
+            self.remove(&oldest);
+        }
+    }
 }
 
 struct Chunk {
@@ -71,23 +136,15 @@ impl CoreMachine {
             self.metrics.backups_refused.inc(site.index());
             return;
         }
-        let assembling = &mut self.assembling.chunks;
         let key = (bubble, c.lease.epoch.0, c.tick, c.part.map_or(u32::MAX, |p| p.0));
-        if !assembling.contains_key(&key) && assembling.len() >= MAX_BACKUPS_IN_FLIGHT {
-            assembling.pop_first();
-        }
-        let parts = assembling.entry(key).or_insert_with(|| vec![None; c.total as usize]);
-        if parts.len() != c.total as usize {
-            assembling.remove(&key);
-            self.metrics.backups_refused.inc(site.index());
-            return;
-        }
-        parts[c.index as usize] = Some(c.bytes);
-        if parts.iter().any(Option::is_none) {
-            return;
-        }
-        let bytes: Vec<u8> =
-            assembling.remove(&key).unwrap_or_default().into_iter().flatten().flatten().collect();
+        let bytes = match self.assembling.add(key, c.index, c.total, c.bytes) {
+            Added::Whole(bytes) => bytes,
+            Added::Waiting => return,
+            Added::Refused => {
+                self.metrics.backups_refused.inc(site.index());
+                return;
+            }
+        };
         let (epoch, tick) = (key.1, key.2);
         let stored = self.stored.get(&bubble.0);
         let newer = stored.is_none_or(|b| match c.part {
@@ -153,6 +210,67 @@ impl CoreMachine {
         }
         for (home, players) in per_home {
             self.order(home, control::Request::Covered { players });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(bubble: u64, tick: u64) -> CopyKey {
+        (BubbleId(bubble), 1, tick, u32::MAX)
+    }
+
+    #[test]
+    fn a_copy_over_the_budget_alone_is_refused_and_older_copies_make_room_for_a_newer() {
+        let mut a = Assembly::default();
+        let mib = 1 << 20;
+        // Copy 1: all but its last chunk, 400 MiB.
+        for i in 0..400 {
+            assert_eq!(a.add(key(1, 1), i, 401, vec![0; mib]), Added::Waiting);
+        }
+        // Copy 2 (another bubble) grows past the budget: copy 1 goes.
+        for i in 0..200 {
+            assert_eq!(a.add(key(2, 1), i, 201, vec![0; mib]), Added::Waiting);
+        }
+        assert!(a.bytes <= MAX_ASSEMBLING_BYTES, "{} bytes held", a.bytes);
+        assert!(!a.chunks.contains_key(&key(1, 1)), "the oldest copy was dropped");
+        match a.add(key(2, 1), 200, 201, vec![1; 10]) {
+            Added::Whole(bytes) => assert_eq!(bytes.len(), 200 * mib + 10),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.bytes, 0);
+        // One copy larger than the whole budget: refused, nothing held.
+        let chunks = (MAX_ASSEMBLING_BYTES / mib) as u32 + 2;
+        let refused = (0..chunks)
+            .map(|i| a.add(key(3, 1), i, chunks, vec![0; mib]))
+            .any(|r| r == Added::Refused);
+        assert!(refused);
+        assert!(a.bytes <= MAX_ASSEMBLING_BYTES);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever chunks arrive (repeated, out of order, inconsistent totals), the bytes held
+        /// are what the copies hold, within the budget and the count of copies.
+        #[test]
+        fn the_bytes_held_are_counted_exactly_and_stay_within_the_budget(
+            chunks in prop::collection::vec((0u64..6, 0u64..3, 0u32..8, 1u32..8, 0usize..(64 << 20)), 1..80),
+        ) {
+            let mut a = Assembly::default();
+            for (bubble, tick, index, total, size) in chunks {
+                if index >= total {
+                    continue;
+                }
+                let _ = a.add(key(bubble, tick), index, total, vec![0; size]);
+                let held: usize = a.chunks.values().map(|p| held_bytes(p)).sum();
+                prop_assert_eq!(held, a.bytes);
+                prop_assert!(a.bytes <= MAX_ASSEMBLING_BYTES);
+                prop_assert!(a.chunks.len() <= MAX_BACKUPS_IN_FLIGHT);
+            }
         }
     }
 }
