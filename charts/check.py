@@ -117,6 +117,17 @@ def check_config(binary, out, name, key, text):
         print(f"  {name}: rendered {key} accepted by `horizon {daemon} --check`")
 
 
+def merged(values):
+    """A values file over the chart's defaults (the keys this script reads)."""
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        out = yaml.safe_load(f)
+    def over(a, b):
+        for k, v in b.items():
+            a[k] = over(a.get(k, {}), v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+        return a
+    return over(out, values)
+
+
 def base_values():
     with open(os.path.join(CHART, "ci", "core-site.yaml")) as f:
         return yaml.safe_load(f)
@@ -226,12 +237,48 @@ def check_rbac(name, docs):
         print(f"  {name}: Role {doc['metadata']['name']}: pods {sorted(wanted)} in its namespace only")
 
 
+def check_credentials(name, docs, values):
+    """The core mounts its own certificate, never the site's; the agent mounts the player keys
+    as a directory (a subPath would not see the Secret change) and takes no token from its
+    environment."""
+    for _, doc in docs:
+        if doc["kind"] not in ("StatefulSet", "Deployment"):
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        container = pod["containers"][0]
+        component = doc["metadata"]["labels"].get("app.kubernetes.io/component")
+        secret = volumes.get("certs", {}).get("secret", {}).get("secretName")
+        if component == "core":
+            # render() installs the release as "site": its fullname is site-horizon.
+            cert_manager = values["tls"]["certManager"]["enabled"]
+            wanted = "site-horizon-core-tls" if cert_manager else values["core"]["tls"]["existingSecret"]
+            if secret == values["tls"].get("existingSecret") or secret != wanted:
+                fail(f"{name}: the core mounts certificate Secret {secret}, not its own {wanted}")
+            else:
+                print(f"  {name}: the core mounts its own certificate ({secret})")
+        if component == "agent":
+            keys = volumes.get("keys", {}).get("secret", {})
+            mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+            env = {e["name"] for e in container.get("env", [])}
+            if keys.get("secretName") != values["tokens"]["existingSecret"] or "subPath" in mounts.get("keys", {"subPath": 1}):
+                fail(f"{name}: the agent does not mount the player keys as a directory: {keys} {mounts.get('keys')}")
+            elif env & {"HORIZON_SERVER_TOKEN", "HORIZON_PLAYER_TOKEN"}:
+                fail(f"{name}: the agent takes a shared token from its environment: {env}")
+            else:
+                print(f"  {name}: the agent mounts the player keys from {keys['secretName']} (reloadable)")
+
+
 def main():
     binary, out_dir = sys.argv[1], sys.argv[2]
     values_files = sorted(glob.glob(os.path.join(CHART, "ci", "*.yaml")))
     for path in values_files:
         print(f"chart with {os.path.relpath(path, ROOT)}")
-        check_rbac(os.path.basename(path), check_values_file(path, binary, out_dir))
+        docs = check_values_file(path, binary, out_dir)
+        check_rbac(os.path.basename(path), docs)
+        with open(path) as f:
+            values = merged(yaml.safe_load(f))
+        check_credentials(os.path.basename(path), docs, values)
     print("values the schema refuses")
     check_refusals()
     print("metrics named by rules and dashboards")

@@ -70,8 +70,9 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum Certs {
-    /// Create a dev CA and one certificate per site in DIR (`ca.pem`, `ca.key`, `<SITE>.pem`,
-    /// `<SITE>.key`). Refuses to replace an existing CA without --force.
+    /// Create a dev CA, the core's certificate and one certificate per site in DIR (`ca.pem`,
+    /// `ca.key`, `horizon-core.pem`, `horizon-core.key`, `<SITE>.pem`, `<SITE>.key`). Refuses to
+    /// replace an existing CA without --force.
     Init {
         #[arg(long)]
         dir: PathBuf,
