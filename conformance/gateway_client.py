@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""A Horizon player written from docs/protocol.md alone (sections 1-6, 7.4, 7.5), in Python with
+aioquic: it checks that the daemons do what the document says, byte for byte and in meaning.
+
+    gateway_client.py --gateway 127.0.0.1:7412 --site MTL --ca certs/ca.pem --token hz1.player...
+
+It dials the gateway, says hello, joins, sends inputs on one stream while reading updates and
+pinging, then checks: every input acknowledged, applied once and in order (the reference game's
+`inputs == last_seq`), views chained, the pong echoing the ping; and that a bad token and an
+oversized input get their documented codes. Prints one JSON object; exits 0 when every check
+holds, 1 otherwise (naming what failed).
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import struct
+import sys
+import time
+
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, DatagramFrameReceived, StreamDataReceived
+
+GATEWAY = 4  # the channel byte (section 2)
+VERSION = 1
+UNAUTHORIZED, TOO_LARGE = 4, 3  # error codes (section 5)
+
+
+# -- section 3: postcard, by hand ---------------------------------------------------------------
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def string(s):
+    b = s.encode() if isinstance(s, str) else s
+    return varint(len(b)) + b
+
+
+def f64(x):
+    return struct.pack("<d", x)
+
+
+def vec3(x, y, z):
+    return f64(x) + f64(y) + f64(z)
+
+
+class Reader:
+    def __init__(self, data):
+        self.data, self.at = data, 0
+
+    def u8(self):
+        self.at += 1
+        return self.data[self.at - 1]
+
+    def varint(self):
+        n, shift = 0, 0
+        while True:
+            b = self.u8()
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return n
+
+    def zigzag(self):
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def bytes(self):
+        n = self.varint()
+        self.at += n
+        return self.data[self.at - n:self.at]
+
+    def string(self):
+        return self.bytes().decode()
+
+    def fault(self):
+        return {"code": self.varint(), "message": self.string()}
+
+    def done(self):
+        return self.at == len(self.data)
+
+
+# -- section 2: frames ---------------------------------------------------------------------------
+
+def frame(payload, version=VERSION):
+    return b"HZ" + bytes([version, GATEWAY]) + struct.pack(">I", len(payload)) + payload
+
+
+def frames(buffer):
+    """The whole frames at the front of `buffer` (a bytearray), taken out of it."""
+    out = []
+    while len(buffer) >= 8:
+        assert buffer[:2] == b"HZ", f"bad magic {bytes(buffer[:2])!r}"
+        assert buffer[3] == GATEWAY, f"channel {buffer[3]}"
+        length = struct.unpack(">I", bytes(buffer[4:8]))[0]
+        if len(buffer) < 8 + length:
+            break
+        out.append(bytes(buffer[8:8 + length]))
+        del buffer[:8 + length]
+    return out
+
+
+# -- section 7.5: the reference game --------------------------------------------------------------
+
+def input_bytes(vx, vy, vz):
+    return struct.pack("<iii", vx, vy, vz)
+
+
+def view(data):
+    r = Reader(data)
+    v = {"tick": r.varint(), "wall_us": r.varint(), "origin": r.varint(),
+         "prev_chain": r.varint(), "chain": r.varint(), "entities": {}}
+    for _ in range(r.varint()):
+        player = r.varint()
+        pos = [r.zigzag() for _ in range(3)]
+        vel = [r.zigzag() for _ in range(3)]
+        v["entities"][player] = {"pos": pos, "vel": vel, "inputs": r.varint(), "last_seq": r.varint()}
+    assert r.done(), "trailing bytes in a view"
+    return v
+
+
+# -- the connection -------------------------------------------------------------------------------
+
+class Player(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.buffers = {}
+        self.finished = set()
+        self.datagrams = []
+        self.closed = None
+        self.changed = asyncio.Event()
+
+    def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived):
+            self.buffers.setdefault(event.stream_id, bytearray()).extend(event.data)
+            if event.end_stream:
+                self.finished.add(event.stream_id)
+        elif isinstance(event, DatagramFrameReceived):
+            self.datagrams.append(event.data)
+        elif isinstance(event, ConnectionTerminated):
+            self.closed = {"code": event.error_code, "reason": event.reason_phrase}
+        self.changed.set()
+
+    async def wait(self, until, within):
+        deadline = time.monotonic() + within
+        while not until():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.closed:
+                return until()
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return True
+
+    def open(self, unidirectional, data, end):
+        stream = self._quic.get_next_available_stream_id(is_unidirectional=unidirectional)
+        self._quic.send_stream_data(stream, data, end_stream=end)
+        self.transmit()
+        return stream
+
+    async def exchange(self, payload, within=5.0):
+        """Section 1: a request on its own bidirectional stream, one frame each way."""
+        stream = self.open(False, frame(payload), True)
+        got = lambda: stream in self.finished or bool(frames(bytearray(self.buffers.get(stream, b""))))
+        if not await self.wait(got, within):
+            raise RuntimeError(f"no answer on stream {stream}: closed {self.closed}")
+        return frames(self.buffers[stream])[0]
+
+    async def hello(self, token, peer="py-conformance"):
+        """Section 4: the first bidirectional stream; returns the welcome."""
+        payload = bytes([1, 1]) + string(peer)
+        payload += (b"\x01" + string(token)) if token is not None else b"\x00"
+        payload += varint(int.from_bytes(os.urandom(8), "little"))
+        r = Reader(await self.exchange(payload))
+        if r.varint() == 0:
+            return {"accepted": True, "version": r.u8(), "peer": r.string(), "session": r.varint()}
+        return {"accepted": False, "fault": r.fault()}
+
+    async def request(self, request_id, body):
+        """Section 5: RequestFrame { id, body } → ReplyFrame { id, Result<Reply, Fault> }."""
+        r = Reader(await self.exchange(varint(request_id) + body))
+        assert r.varint() == request_id, "a reply carries its request's id"
+        if r.varint() == 1:
+            return {"fault": r.fault()}
+        kind = r.varint()
+        if kind == 1:  # Joined { player, home, resume_after }
+            return {"joined": {"player": r.varint(), "home": r.string(), "resume_after": r.varint()}}
+        return {"done": kind == 0}
+
+
+def configuration(args):
+    config = QuicConfiguration(is_client=True, alpn_protocols=["horizon-gateway"],
+                               server_name=f"{args.site.lower()}.site.horizon",
+                               max_datagram_frame_size=1200)
+    config.load_verify_locations(args.ca)
+    return config
+
+
+async def play(args, report):
+    host, port = args.gateway.rsplit(":", 1)
+    async with connect(host, int(port), configuration=configuration(args), create_protocol=Player) as p:
+        welcome = await p.hello(args.token)
+        report["welcome"] = welcome
+        if not welcome["accepted"]:
+            return
+        request_id = int.from_bytes(os.urandom(4), "little")
+        # Join { role: Player (1), world: 1, pos }.
+        joined = await p.request(request_id, varint(0) + varint(1) + varint(1) + vec3(0.0, 0.0, 0.0))
+        report["join"] = joined
+        if "joined" not in joined:
+            return
+        me = joined["joined"]["player"]
+        # Ping { nonce, sent_us } as a datagram (index 1); the Pong (2) echoes both.
+        nonce = int.from_bytes(os.urandom(4), "little")
+        p._quic.send_datagram_frame(frame(varint(1) + varint(nonce) + varint(int(time.time() * 1e6))))
+        p.transmit()
+        # Inputs on one unidirectional stream, seq 1.., every 50 ms; updates on the gateway's.
+        seq, sent, inputs = joined["joined"]["resume_after"], 0, None
+        views, chain_breaks, acked, seen_bad = [], 0, 0, []
+        # Play at least `--seconds` and 40 updates (the player's bubble comes at the brain's
+        # next tick, within 5 s), then wait for the last acknowledgements; 20 s at most.
+        start = time.monotonic()
+        playing = lambda: time.monotonic() < start + args.seconds or len(views) < 40
+        while time.monotonic() < start + 20 and (playing() or acked < sent):
+            if playing():
+                item = frame(varint(0) + varint(seq) + string(input_bytes(1000, 0, -500)))
+                if inputs is None:
+                    inputs = p.open(True, item, False)
+                else:
+                    p._quic.send_stream_data(inputs, item, end_stream=False)
+                    p.transmit()
+                seq, sent = seq + 1, sent + 1
+            await asyncio.sleep(0.05)
+            for stream, buffer in p.buffers.items():
+                if stream & 3 != 3:  # server-initiated unidirectional (RFC 9000 §2.1)
+                    continue
+                for payload in frames(buffer):
+                    r = Reader(payload)
+                    kind = r.varint()
+                    if kind != 1:
+                        continue  # Reconnecting
+                    bubble, tick, ack, data = r.varint(), r.varint(), r.varint(), r.bytes()
+                    assert r.done()
+                    acked = max(acked, ack)
+                    v = view(data)
+                    if views and views[-1]["origin"] == v["origin"] and v["tick"] == views[-1]["tick"] + 1 \
+                            and v["prev_chain"] != views[-1]["chain"]:
+                        chain_breaks += 1
+                    e = v["entities"].get(me)
+                    if e and e["inputs"] != e["last_seq"]:
+                        seen_bad.append(e)
+                    views.append({"origin": v["origin"], "tick": v["tick"], "chain": v["chain"], "me": e})
+            if p.closed:
+                break
+        pongs = []
+        for d in p.datagrams:
+            r = Reader(d[8:])
+            if r.varint() == 2:
+                pongs.append({"nonce": r.varint(), "sent_us": r.varint()})
+        last = next((v["me"] for v in reversed(views) if v["me"]), None)
+        report.update({"player": me, "inputs_sent": sent, "acked": acked, "updates": len(views),
+                       "chain_breaks": chain_breaks, "entity": last, "applied_not_once": seen_bad,
+                       "pong": any(x["nonce"] == nonce for x in pongs), "closed": p.closed})
+        # An input over 16 KiB: this connection alone is closed with too_large (section 6).
+        if inputs is not None:
+            big = frame(varint(0) + varint(seq) + string(b"\x07" * (17 << 10)))
+            p._quic.send_stream_data(inputs, big, end_stream=False)
+            p.transmit()
+            await p.wait(lambda: p.closed is not None, 5)
+            report["oversized"] = p.closed
+
+
+async def bad_token(args, report):
+    host, port = args.gateway.rsplit(":", 1)
+    async with connect(host, int(port), configuration=configuration(args), create_protocol=Player) as p:
+        report["bad_token"] = await p.hello("hz1.player.mallory.4102444800.k1.AAAA")
+
+
+def checks(report):
+    failed = []
+    def need(ok, what):
+        if not ok:
+            failed.append(what)
+    need(report.get("welcome", {}).get("accepted"), "the hello was accepted")
+    need(report.get("welcome", {}).get("version") == VERSION, "version 1 negotiated")
+    need("joined" in report.get("join", {}), "Join answered Joined")
+    need(report.get("inputs_sent", 0) >= 20, "inputs were sent")
+    need(report.get("updates", 0) >= 40, "updates came every tick (40 at least)")
+    need(report.get("acked") == report.get("inputs_sent"), "every input acknowledged (acked = last seq sent)")
+    e = report.get("entity") or {}
+    need(e.get("inputs") == e.get("last_seq") == report.get("acked"), "the game applied each input once, in order")
+    need(not report.get("applied_not_once"), "no view shows an input applied twice")
+    need(report.get("chain_breaks") == 0, "views chain (prev_chain = the previous view's chain)")
+    need(report.get("pong"), "a Ping datagram is answered by a Pong echoing it")
+    need((report.get("oversized") or {}).get("code") == TOO_LARGE, "an input over 16 KiB closes with too_large (3)")
+    bad = report.get("bad_token", {})
+    need(not bad.get("accepted") and bad.get("fault", {}).get("code") == UNAUTHORIZED,
+         "a forged token is refused with unauthorized (4)")
+    return failed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gateway", required=True, help="host:port of an agent's gateway")
+    parser.add_argument("--site", required=True, help="the agent's site (its certificate's name)")
+    parser.add_argument("--ca", required=True, help="the site CA (PEM)")
+    parser.add_argument("--token", required=True, help="a player token (docs/security.md)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="how long to play")
+    args = parser.parse_args()
+    report = {}
+    try:
+        asyncio.run(play(args, report))
+        asyncio.run(bad_token(args, report))
+    except Exception as e:  # noqa: BLE001 - reported, then a failure
+        report["error"] = f"{type(e).__name__}: {e}"
+    report["failed"] = checks(report) + ([report["error"]] if "error" in report else [])
+    print(json.dumps(report, default=str))
+    sys.exit(1 if report["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()

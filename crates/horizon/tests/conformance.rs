@@ -1,0 +1,44 @@
+//! The protocol document against the running daemons: `conformance/gateway_client.py`, a
+//! player written from docs/protocol.md alone (Python, aioquic, no code of ours), joins a real
+//! agent's gateway, plays, and checks what it reads (docs/protocol.md sections 1-7). It needs
+//! `python3` with `aioquic` (`.ci/run` installs it).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use horizon_testkit::{Sandbox, SandboxOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_written_from_the_protocol_document_plays_on_the_real_daemons() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let has_aioquic = std::process::Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has_aioquic,
+        "python3 with aioquic is needed: python3 -m pip install aioquic (.ci/run does)"
+    );
+    let dir = std::env::temp_dir().join(format!("horizon-conformance-{}", std::process::id()));
+    let opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
+    let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
+    let token = sandbox.player_tokens.mint("py-conformance");
+    let run = tokio::process::Command::new("python3")
+        .arg(root.join("conformance/gateway_client.py"))
+        .args(["--gateway", &mtl.players_addr.to_string(), "--site", "MTL", "--token", &token])
+        .arg("--ca")
+        .arg(&sandbox.ca)
+        .output();
+    let out =
+        tokio::time::timeout(Duration::from_secs(60), run).await.expect("in time").expect("runs");
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert!(out.status.success(), "failed checks: {}", report["failed"]);
+    assert_eq!(report["failed"], serde_json::json!([]));
+}
