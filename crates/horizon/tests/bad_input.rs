@@ -289,3 +289,115 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
         "identities: mallory {mallory} ≠ alice {alice}; the new key accepted after {k2_accepted_after:?}"
     );
 }
+
+/// The core's `/metrics` page.
+async fn core_metrics(admin: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin).await.expect("admin API");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: core\r\n\r\n").await.expect("request");
+    let mut page = String::new();
+    s.read_to_string(&mut page).await.expect("response");
+    page
+}
+
+/// The value of the series `name{labels}` in a metrics page (0 if absent).
+fn series(page: &str, name_and_labels: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_is_believed_only_about_the_players_it_owns() {
+    use horizon_proto::PlayerId;
+    use horizon_proto::control::{self, Control, PlayerSample};
+    let dir = std::env::temp_dir().join(format!("horizon-rogue-site-{}", std::process::id()));
+    let opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
+    let roots = Roots::load(&sandbox.ca).expect("CA");
+
+    // A Montrealer plays, placed at MTL.
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spec = bot("montrealer", "MTL", &sandbox, 0.0, 0);
+    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx);
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while report.lock().expect("report").updates < 20 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let me = PlayerId(report.lock().expect("report").player.expect("joined"));
+
+    // HKG's agent is cut from the core, and an intruder holding HKG's certificate (a site
+    // compromised) speaks for it: it says the Montrealer joined at HKG, moved far away and left.
+    assert!(sandbox.partition_core("HKG", true));
+    let ca = horizon_transport::tls::DevCa::new(sandbox.ca.parent().expect("certificates"));
+    let identity = ca.identity("HKG").expect("HKG's certificate");
+    let limits = Limits::default();
+    let config =
+        tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits).expect("tls");
+    let rogue = Link::<Control>::connect(Dial {
+        endpoint: client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).expect("endpoint"),
+        addr: sandbox.core.control_addr.into(),
+        server_name: horizon_transport::tls::CORE_DNS_NAME.to_owned(),
+        config,
+        hello: HelloParams::new(Name::new("HKG").expect("name")),
+        limits,
+    });
+    let conn = rogue.link.connected(Duration::from_secs(10)).await.expect("connected as HKG");
+    let register = control::Request::Register {
+        site: Name::new("HKG").expect("name"),
+        build: Name::new("intruder").expect("name"),
+        transfer_addr: "127.0.0.1:9".into(),
+        servers: Vec::new(),
+        held: Vec::new(),
+    };
+    conn.request(&register).await.expect("registered");
+    let far = PlayerSample {
+        player: me,
+        access_rtt_ms: 1.0,
+        role: Role::Player,
+        world: WorldId(1),
+        pos: Vec3 { x: 9.0e6, y: 0.0, z: 0.0 },
+        vel: Vec3::default(),
+    };
+    let page = core_metrics(sandbox.core.admin_addr).await;
+    let before = |reason: &str| {
+        series(&page, &format!("horizon_core_refused_total{{reason=\"{reason}\",site=\"HKG\"}}"))
+    };
+    let (joins_before, others_before) = (before("player_id_not_its_own"), before("not_its_player"));
+    let lie = control::Request::Report {
+        joins: vec![far.clone()],
+        leaves: vec![me],
+        players: vec![far],
+        backbone: Vec::new(),
+        servers: Vec::new(),
+    };
+    let answer = conn.request(&lie).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let page = core_metrics(sandbox.core.admin_addr).await;
+    let after = |reason: &str| {
+        series(&page, &format!("horizon_core_refused_total{{reason=\"{reason}\",site=\"HKG\"}}"))
+    };
+    let status = sandbox.core.status().await.expect("status");
+    let placed = status.players.iter().find(|p| p.player == me.0).cloned();
+    let acked_then = report.lock().expect("report").acked;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop((conn, rogue));
+    assert!(sandbox.partition_core("HKG", false));
+    stop.send(true).expect("bot listening");
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let r = report.lock().expect("report").clone();
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert!(answer.is_ok(), "the rest of a report is applied: {answer:?}");
+    assert!(after("player_id_not_its_own") > joins_before, "the join of another's id refused");
+    assert!(after("not_its_player") >= others_before + 2.0, "the move and the leave refused");
+    let placed = placed.expect("the Montrealer is still in the universe");
+    assert_eq!(placed.home, "MTL", "{placed:?}");
+    assert!(placed.pos[0].abs() < 1000.0, "not moved by HKG's word: {placed:?}");
+    assert_eq!(r.error, None, "{r:?}");
+    assert_eq!((r.connections_lost, r.applied_twice), (0, 0), "{r:?}");
+    assert!(r.acked > acked_then, "still played after the lie: {r:?}");
+}
