@@ -263,7 +263,7 @@ def check_credentials(name, docs, values):
             env = {e["name"] for e in container.get("env", [])}
             if keys.get("secretName") != values["tokens"]["existingSecret"] or "subPath" in mounts.get("keys", {"subPath": 1}):
                 fail(f"{name}: the agent does not mount the player keys as a directory: {keys} {mounts.get('keys')}")
-            elif env & {"HORIZON_SERVER_TOKEN", "HORIZON_PLAYER_TOKEN"}:
+            elif env & {"HORIZON_SERVER_TOKEN", "HORIZON_PLAYER_TOKEN", "HORIZON_ADMIN_TOKEN"}:
                 fail(f"{name}: the agent takes a shared token from its environment: {env}")
             else:
                 print(f"  {name}: the agent mounts the player keys from {keys['secretName']} (reloadable)")

@@ -47,7 +47,7 @@ ca = "/etc/horizon/certs/ca.pem"
 cert = "/etc/horizon/certs/site.pem"
 key = "/etc/horizon/certs/site.key"
 # The player signing keys, from tokens.existingSecret: the agent reloads them when the Secret changes.
-player_keys = "/etc/horizon/keys/player.keys"
+player_keys = "/etc/horizon/keys/player-keys"
 
 [servers]
 program = "/usr/local/bin/horizon"

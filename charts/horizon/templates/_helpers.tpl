@@ -34,6 +34,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* tokens.existingSecret as files at /etc/horizon/keys: player-keys, admin-token (optional). */}}
+{{- define "horizon.keysVolume" -}}
+- name: keys
+  secret:
+    secretName: {{ .Values.tokens.existingSecret }}
+{{- end -}}
+
 {{/* The core's own certificate (naming core.horizon). */}}
 {{- define "horizon.coreTlsSecret" -}}
 {{- if .Values.tls.certManager.enabled -}}

@@ -13,8 +13,9 @@
 //!
 //! **Who reads what** ([`Access`]): probes and metrics are open (they name no player: metric
 //! labels are bounded). Player ids and positions in `/status` are for authenticated readers
-//! only: with a token in `HORIZON_ADMIN_TOKEN`, a reader sending `Authorization: Bearer
-//! <token>` gets them, one without the header gets the document without them, and one with a
+//! only: with a token in `HORIZON_ADMIN_TOKEN`, or in the file `HORIZON_ADMIN_TOKEN_FILE` names
+//! (read again at every such request: a rotated token counts at once), a reader sending
+//! `Authorization: Bearer <token>` gets them, one without the header gets the document without them, and one with a
 //! wrong token gets `401`. Without a token, an API bound to loopback trusts every reader (the
 //! local mesh), and one bound elsewhere shows no player to anyone (and says so in its log).
 //!
@@ -50,6 +51,9 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// The environment variable holding the admin API's bearer token.
 pub const TOKEN_ENV: &str = "HORIZON_ADMIN_TOKEN";
+/// The environment variable naming a file that holds the admin token (it wins over
+/// [`TOKEN_ENV`]; a mounted Secret: rotated without a restart).
+pub const TOKEN_FILE_ENV: &str = "HORIZON_ADMIN_TOKEN_FILE";
 
 /// Which players a `/status` request wants: at most `limit`, with ids above `after`. Without
 /// `private`, the reader is not authenticated: no player id or position at all.
@@ -75,6 +79,9 @@ pub enum Access {
     Token(String),
     /// Nobody (bound beyond loopback with no token).
     Anonymous,
+    /// The token in this file, read at each request that asks for players; while the file is
+    /// missing or empty, as without a token (`loopback`: every reader; else nobody).
+    TokenFile { path: std::path::PathBuf, loopback: bool },
 }
 
 impl std::fmt::Debug for Access {
@@ -84,6 +91,7 @@ impl std::fmt::Debug for Access {
             Access::Open => "Open",
             Access::Token(_) => "Token(..)",
             Access::Anonymous => "Anonymous",
+            Access::TokenFile { .. } => "TokenFile(..)",
         })
     }
 }
@@ -101,13 +109,26 @@ impl Access {
         }
     }
 
-    /// [`Access::for_bind`] with the token from [`TOKEN_ENV`].
+    /// The token file [`TOKEN_FILE_ENV`] names if set, else [`Access::for_bind`] with the token
+    /// from [`TOKEN_ENV`].
     pub fn from_env(bind: std::net::SocketAddr) -> Access {
-        Access::for_bind(bind, std::env::var(TOKEN_ENV).ok())
+        match std::env::var_os(TOKEN_FILE_ENV).filter(|p| !p.is_empty()) {
+            Some(path) => {
+                Access::TokenFile { path: path.into(), loopback: bind.ip().is_loopback() }
+            }
+            None => Access::for_bind(bind, std::env::var(TOKEN_ENV).ok()),
+        }
     }
 
     /// Whether a request with these headers may see players; `Err` for a wrong token.
     fn private(&self, headers: &axum::http::HeaderMap) -> Result<bool, ()> {
+        if let Access::TokenFile { path, loopback } = self {
+            let token = std::fs::read_to_string(path).map(|t| t.trim().to_owned());
+            return match token {
+                Ok(t) if !t.is_empty() => Access::Token(t).private(headers),
+                _ => Ok(*loopback),
+            };
+        }
         let Access::Token(token) = self else { return Ok(matches!(self, Access::Open)) };
         let Some(given) = headers.get(header::AUTHORIZATION) else { return Ok(false) };
         let given = given.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(())?;
@@ -374,5 +395,29 @@ mod tests {
         let (_, body) = get_with(addr, "/status", "authorization: Bearer anything\r\n").await;
         assert!(!private(&body));
         assert_eq!(format!("{:?}", Access::Token("s3cret".into())), "Token(..)", "never logged");
+    }
+
+    #[tokio::test]
+    async fn a_token_file_is_read_at_each_request_so_a_rotation_counts_at_once() {
+        let private = |body: &str| -> bool {
+            let doc: serde_json::Value = serde_json::from_str(body).expect("json");
+            doc["private"].as_bool().expect("said")
+        };
+        let dir = std::env::temp_dir().join(format!("horizon-admin-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("admin-token");
+        let _ = std::fs::remove_file(&path);
+        let access = Access::TokenFile { path: path.clone(), loopback: false };
+        let addr = start_with(true, access).await;
+        let status = |auth: &'static str| get_with(addr, "/status", auth);
+        // No file yet, beyond loopback: nobody sees players.
+        assert!(!private(&status("authorization: Bearer old\r\n").await.1));
+        std::fs::write(&path, "old\n").expect("token");
+        assert!(private(&status("authorization: Bearer old\r\n").await.1), "the file's token");
+        // Rotated: the old one is wrong at once, the new one right.
+        std::fs::write(&path, "new").expect("token");
+        assert_eq!(status("authorization: Bearer old\r\n").await.0, 401);
+        assert!(private(&status("authorization: Bearer new\r\n").await.1));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -37,6 +37,11 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.inputs_too_large,
     ),
     (
+        "horizon_agent_stale_updates_refused_total",
+        "Updates from a game server for a bubble it does not hold here, or under another epoch than the bubble's lease here: refused, nobody sees them.",
+        |s| &s.stale_updates_refused,
+    ),
+    (
         "horizon_agent_stream_items_dropped_total",
         "Items dropped at a full outbound stream queue (2048 items or 64 MiB): to a game server, a player, a peer or the core's backup.",
         |s| &s.stream_items_dropped,

@@ -21,6 +21,9 @@ pub struct AgentStats {
     pub inputs_refused: AtomicU64,
     /// Inputs over the size limit (their players' connections closed).
     pub inputs_too_large: AtomicU64,
+    /// Updates from a game server for a bubble it does not hold here, or under another epoch
+    /// than the bubble's lease here: refused (fencing).
+    pub stale_updates_refused: AtomicU64,
     /// Items dropped at a full outbound stream queue (items or bytes).
     pub stream_items_dropped: AtomicU64,
     /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were

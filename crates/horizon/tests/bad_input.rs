@@ -2,9 +2,11 @@
 //! servers as real processes): a flood of connections that never say hello at a gateway while
 //! a player joins, an oversized input from one player next to another, a client on the wrong
 //! channel, a game server with a wrong token, a player naming themselves like another or
-//! holding a forged, expired or other-kind token; and credentials rotated under a running
-//! agent (player keys, its certificate). Each gets its documented refusal (docs/protocol.md,
-//! docs/security.md), and the player next to them notices nothing.
+//! holding a forged, expired or other-kind token; a site (its certificate stolen) lying about
+//! another site's player; a game server writing a bubble it does not hold, under old, current
+//! and ungranted epochs; and credentials rotated under a running agent (player keys, its
+//! certificate). Each gets its documented refusal (docs/protocol.md, docs/security.md), and
+//! the player next to them notices nothing.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -400,4 +402,124 @@ async fn a_site_is_believed_only_about_the_players_it_owns() {
     assert_eq!(r.error, None, "{r:?}");
     assert_eq!((r.connections_lost, r.applied_twice), (0, 0), "{r:?}");
     assert!(r.acked > acked_then, "still played after the lie: {r:?}");
+}
+
+/// The process driver, except that one server name is not started: its token (the agent's
+/// credential for that name) is handed to the test, which speaks as that server.
+struct Withheld {
+    inner: horizon_agent::ProcessDriver,
+    name: &'static str,
+    token: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl horizon_agent::ServerDriver for Withheld {
+    fn start(
+        &mut self,
+        name: &str,
+        agent: std::net::SocketAddr,
+        token: &str,
+    ) -> Result<(), horizon_agent::DriverError> {
+        if name == self.name {
+            *self.token.lock().expect("token") = Some(token.to_owned());
+            return Ok(());
+        }
+        self.inner.start(name, agent, token)
+    }
+    fn stop(&mut self, name: &str) {
+        self.inner.stop(name)
+    }
+    fn poll_ended(&mut self) -> Vec<(String, String)> {
+        self.inner.poll_ended()
+    }
+    fn stop_all(&mut self) {
+        self.inner.stop_all()
+    }
+    fn running(&self) -> usize {
+        self.inner.running()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_reaches_nobody() {
+    use horizon_proto::{BubbleId, Epoch, PlayerId, StateItem, Tick, Update};
+    let dir = std::env::temp_dir().join(format!("horizon-rogue-server-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    // MTL's warm pool starts mtl-gs-0 and mtl-gs-1: the second is ours.
+    let token = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = token.clone();
+    opts.drivers = Some(horizon_testkit::DriverFactory(std::sync::Arc::new(move |p| {
+        let inner = horizon_agent::ProcessDriver::new(p.clone());
+        let name = if p.site == "MTL" { "mtl-gs-1" } else { "" };
+        Ok(Box::new(Withheld { inner, name, token: slot.clone() })
+            as Box<dyn horizon_agent::ServerDriver>)
+    })));
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
+    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
+
+    // A Montrealer plays on mtl-gs-0 (the only ready server at MTL).
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spec = bot("montrealer", "MTL", &sandbox, 0.0, 0);
+    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx);
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while report.lock().expect("report").updates < 20 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let me = report.lock().expect("report").player.expect("joined");
+    let status = sandbox.core.status().await.expect("status");
+    let bubble = status.bubbles.iter().find(|b| b.site == "MTL").expect("the Montrealer's bubble");
+    let (id, epoch) = (BubbleId(bubble.bubble), bubble.epoch);
+
+    // mtl-gs-1, with its own token, registers (never says ready: it is given nothing) and
+    // writes the Montrealer's bubble: under an older epoch, under the current one (it does not
+    // hold it), and a newer one nobody granted; each acknowledging inputs never sent.
+    let token = token.lock().expect("token").clone().expect("mtl-gs-1's token");
+    let hello = HelloParams::new(Name::new("mtl-gs-1").expect("name")).with_token(token);
+    let rogue = dial::<Server>(&roots, mtl.servers_addr, hello);
+    let conn = rogue.link.connected(Duration::from_secs(10)).await.expect("connected as mtl-gs-1");
+    let register = horizon_proto::server::Request::Register {
+        server: Name::new("mtl-gs-1").expect("name"),
+        build: Name::new("rogue").expect("name"),
+        max_players: 100,
+    };
+    conn.request(&register).await.expect("registered");
+    let refused_before = sandbox
+        .agent_stats("MTL")
+        .expect("MTL")
+        .stale_updates_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let mut out = conn.open_stream().await.expect("a stream");
+    for (n, e) in [epoch - 1, epoch, epoch + 1].into_iter().enumerate() {
+        let lie = Update {
+            bubble: id,
+            epoch: Epoch(e),
+            tick: Tick(1_000_000 + n as u64),
+            acked: vec![(PlayerId(me), Seq(1_000_000))],
+            bytes: Blob(b"not the game".to_vec()),
+        };
+        out.send(&StateItem::Update(lie)).await.expect("sent");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let refused = sandbox
+        .agent_stats("MTL")
+        .expect("MTL")
+        .stale_updates_refused
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - refused_before;
+    let acked_then = report.lock().expect("report").acked;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop((out, conn, rogue));
+    stop.send(true).expect("bot listening");
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let r = report.lock().expect("report").clone();
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(refused, 3, "each write refused and counted");
+    assert_eq!(r.error, None, "{r:?}");
+    assert!(r.acked <= r.inputs_sent, "no acknowledgement the player never earned: {r:?}");
+    assert_eq!((r.applied_twice, r.chain_breaks, r.connections_lost), (0, 0, 0), "{r:?}");
+    assert!(r.acked > acked_then, "still played: {r:?}");
 }

@@ -152,6 +152,10 @@ impl AgentMachine {
     pub(super) fn fan_out(&mut self, server: &Name, update: Update, now: Instant) {
         let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
         if !local.servers().any(|s| s == server) || update.epoch != local.lease.epoch {
+            // A server writing a bubble it does not hold, or under another epoch than the
+            // lease here (fencing, SPEC section 6): nobody sees it.
+            self.stats.stale_updates_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(site = %self.cfg.site, %server, bubble = update.bubble.0, epoch = update.epoch.0, "update refused: not the bubble's holder under its current epoch");
             return;
         }
         if local.extra.is_empty() {

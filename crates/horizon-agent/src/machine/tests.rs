@@ -834,3 +834,22 @@ fn the_same_inputs_give_the_same_effects() {
     };
     assert_eq!(strip(a), strip(run()));
 }
+
+#[test]
+fn an_update_under_an_old_epoch_or_from_a_server_not_holding_the_bubble_reaches_nobody() {
+    let mut h = running(30_000);
+    with_ids(&mut h);
+    let (player, conn) = join_player(&mut h);
+    let acked = [(player.0, 1)];
+    let delivered = |out: &[Effect]| player_items(out).iter().any(|(c, _)| *c == conn);
+    // Bubble 1 runs on mtl-gs-0 under epoch 1: its update reaches the player.
+    let out = h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 5, &acked) });
+    assert!(delivered(&out), "the holder's update is delivered");
+    // An older epoch (0), a newer one nobody granted here (2), and another server: refused.
+    for (server, epoch) in [("mtl-gs-0", 0), ("mtl-gs-0", 2), ("mtl-gs-9", 1)] {
+        let out =
+            h.feed(Input::ServerItem { server: n(server), item: update(1, epoch, 6, &acked) });
+        assert!(!delivered(&out), "{server} under epoch {epoch} reached the player");
+    }
+    assert_eq!(h.m.stats.stale_updates_refused.load(Ordering::Relaxed), 3);
+}
