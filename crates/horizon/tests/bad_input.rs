@@ -369,7 +369,7 @@ async fn a_site_is_believed_only_about_the_players_it_owns() {
     };
     let (joins_before, others_before) = (before("player_id_not_its_own"), before("not_its_player"));
     let lie = control::Request::Report {
-        joins: vec![far.clone()],
+        joins: vec![far],
         leaves: vec![me],
         players: vec![far],
         backbone: Vec::new(),
