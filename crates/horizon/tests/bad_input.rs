@@ -41,6 +41,40 @@ fn dial<C: horizon_proto::Channel>(
     })
 }
 
+/// The three-site mesh (`shape` changes its options first), its game servers ready; the CA
+/// and the directory to remove at the end.
+async fn mesh(tag: &str, shape: impl FnOnce(&mut SandboxOptions)) -> (Sandbox, Roots, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("horizon-{tag}-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    shape(&mut opts);
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
+    let roots = Roots::load(&sandbox.ca).expect("CA");
+    (sandbox, roots, dir)
+}
+
+/// A bot named `name` playing at MTL, once it has seen 20 updates (its bubble is placed):
+/// its report, its task, and what stops it.
+async fn playing(
+    sandbox: &Sandbox,
+    roots: &Roots,
+    name: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<bots::BotReport>>,
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Sender<bool>,
+) {
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spec = bot(name, "MTL", sandbox, 0.0, 0);
+    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx);
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while report.lock().expect("report").updates < 20 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (report, task, stop)
+}
+
 /// The link's first failure (it retries on its own), or `None` if it came up.
 async fn first_failure<C: horizon_proto::Channel>(
     parts: &mut horizon_transport::LinkParts<C>,
@@ -55,12 +89,7 @@ async fn first_failure<C: horizon_proto::Channel>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
-    let dir = std::env::temp_dir().join(format!("horizon-bad-input-{}", std::process::id()));
-    let opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
-    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let (sandbox, roots, dir) = mesh("bad-input", |_| {}).await;
     let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
     let (gateway_addr, servers_addr) = (mtl.players_addr, mtl.servers_addr);
 
@@ -177,12 +206,7 @@ async fn join_as(
 async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_restart() {
     use horizon_transport::Keyring;
     use horizon_transport::credential::Kind;
-    let dir = std::env::temp_dir().join(format!("horizon-identities-{}", std::process::id()));
-    let opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
-    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let (sandbox, roots, dir) = mesh("identities", |_| {}).await;
     let gateway_addr = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL").players_addr;
     let tokens = sandbox.player_tokens.clone();
     let hello = |peer: &str, token: String| {
@@ -190,13 +214,7 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     };
 
     // Alice plays, as a bot whose account is its name.
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let spec = bot("alice", "MTL", &sandbox, 0.0, 0);
-    let (report, task) = bots::spawn(spec, roots.clone(), tokens.clone(), stop_rx);
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
-    while report.lock().expect("report").player.is_none() && tokio::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (report, task, stop) = playing(&sandbox, &roots, "alice").await;
     let alice = report.lock().expect("report").player.expect("alice joined");
 
     // 1. Mallory, with a good token of her own, names herself "alice" in the hello: she is
@@ -313,21 +331,10 @@ fn series(page: &str, name_and_labels: &str) -> f64 {
 async fn a_site_is_believed_only_about_the_players_it_owns() {
     use horizon_proto::PlayerId;
     use horizon_proto::control::{self, Control, PlayerSample};
-    let dir = std::env::temp_dir().join(format!("horizon-rogue-site-{}", std::process::id()));
-    let opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
-    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let (sandbox, roots, dir) = mesh("rogue-site", |_| {}).await;
 
     // A Montrealer plays, placed at MTL.
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let spec = bot("montrealer", "MTL", &sandbox, 0.0, 0);
-    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx);
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    while report.lock().expect("report").updates < 20 && tokio::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (report, task, stop) = playing(&sandbox, &roots, "montrealer").await;
     let me = PlayerId(report.lock().expect("report").player.expect("joined"));
 
     // HKG's agent is cut from the core, and an intruder holding HKG's certificate (a site
@@ -442,31 +449,22 @@ impl horizon_agent::ServerDriver for Withheld {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_reaches_nobody() {
     use horizon_proto::{BubbleId, Epoch, PlayerId, StateItem, Tick, Update};
-    let dir = std::env::temp_dir().join(format!("horizon-rogue-server-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
     // MTL's warm pool starts mtl-gs-0 and mtl-gs-1: the second is ours.
     let token = std::sync::Arc::new(std::sync::Mutex::new(None));
     let slot = token.clone();
-    opts.drivers = Some(horizon_testkit::DriverFactory(std::sync::Arc::new(move |p| {
-        let inner = horizon_agent::ProcessDriver::new(p.clone());
-        let name = if p.site == "MTL" { "mtl-gs-1" } else { "" };
-        Ok(Box::new(Withheld { inner, name, token: slot.clone() })
-            as Box<dyn horizon_agent::ServerDriver>)
-    })));
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
-    let roots = Roots::load(&sandbox.ca).expect("CA");
+    let (sandbox, roots, dir) = mesh("rogue-server", |opts| {
+        opts.drivers = Some(horizon_testkit::DriverFactory(std::sync::Arc::new(move |p| {
+            let inner = horizon_agent::ProcessDriver::new(p.clone());
+            let name = if p.site == "MTL" { "mtl-gs-1" } else { "" };
+            Ok(Box::new(Withheld { inner, name, token: slot.clone() })
+                as Box<dyn horizon_agent::ServerDriver>)
+        })));
+    })
+    .await;
     let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
 
     // A Montrealer plays on mtl-gs-0 (the only ready server at MTL).
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let spec = bot("montrealer", "MTL", &sandbox, 0.0, 0);
-    let (report, task) = bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx);
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    while report.lock().expect("report").updates < 20 && tokio::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (report, task, stop) = playing(&sandbox, &roots, "montrealer").await;
     let me = report.lock().expect("report").player.expect("joined");
     let status = sandbox.core.status().await.expect("status");
     let bubble = status.bubbles.iter().find(|b| b.site == "MTL").expect("the Montrealer's bubble");
@@ -522,4 +520,64 @@ async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_r
     assert!(r.acked <= r.inputs_sent, "no acknowledgement the player never earned: {r:?}");
     assert_eq!((r.applied_twice, r.chain_breaks, r.connections_lost), (0, 0, 0), "{r:?}");
     assert!(r.acked > acked_then, "still played: {r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_at_the_core_locks_out_no_agent_reconnecting() {
+    let (mut sandbox, roots, dir) = mesh("core-flood", |_| {}).await;
+    let refused_before =
+        horizon_transport::metrics::refused_count(ChannelId::Control, "per_source");
+
+    // Three hundred connections from one address at the core's control port, each with a
+    // good site certificate (a site compromised), none ever saying hello...
+    let ca = horizon_transport::tls::DevCa::new(sandbox.ca.parent().expect("certificates"));
+    let identity = ca.identity("MTL").expect("MTL's certificate");
+    let config =
+        tls::client_config(&roots, Some(&identity), ChannelId::Control, &Limits::default())
+            .expect("tls");
+    let flooder = client_endpoint("127.0.0.2".parse().expect("address")).expect("endpoint");
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..300 {
+        let connecting = flooder
+            .connect_with(
+                config.clone(),
+                sandbox.core.control_addr,
+                horizon_transport::tls::CORE_DNS_NAME,
+            )
+            .expect("dial");
+        flood.spawn(async move { tokio::time::timeout(Duration::from_secs(3), connecting).await });
+    }
+    // ... while HKG's agent crashes and comes back: it registers at once.
+    sandbox.restart_agent("HKG", Duration::ZERO).await.expect("HKG restarts");
+    let up = tokio::time::Instant::now();
+    let registered = || {
+        sandbox
+            .agent_stats("HKG")
+            .is_some_and(|s| s.registered.load(std::sync::atomic::Ordering::Relaxed) == 1)
+    };
+    while !registered() && up.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (registered_after, back) = (up.elapsed(), registered());
+    let mut held = Vec::new();
+    while let Some(done) = flood.join_next().await {
+        if let Ok(Ok(Ok(c))) = done {
+            held.push(c);
+        }
+    }
+    let refused = horizon_transport::metrics::refused_count(ChannelId::Control, "per_source")
+        - refused_before;
+    drop(held);
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert!(back, "HKG registered again");
+    assert!(
+        registered_after < Duration::from_secs(2),
+        "HKG registered {registered_after:?} into the flood"
+    );
+    assert!(refused > 0, "the flood met the per-source limit");
+    eprintln!(
+        "core flood: HKG registered {registered_after:?} after its restart; {refused} refused per source"
+    );
 }
