@@ -252,11 +252,13 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     let reloads_before = horizon_transport::metrics::reload_count(true);
     std::fs::write(&keys_file, format!("{new_line}\n{old}")).expect("rotate");
     let new_ring = Keyring::parse(&new_line).expect("k2");
-    let k2_token = || new_ring.mint(Kind::Player, "carol", later).expect("token");
+    // Each join its own account: two live links of one account would take the connection from
+    // each other in turn (one connection per account).
+    let k2_token = |account: &str| new_ring.mint(Kind::Player, account, later).expect("token");
     let since = tokio::time::Instant::now();
     let mut carol = None;
     while carol.is_none() && since.elapsed() < Duration::from_secs(10) {
-        carol = join_as(&roots, gateway_addr, hello("carol", k2_token())).await.ok();
+        carol = join_as(&roots, gateway_addr, hello("carol", k2_token("carol"))).await.ok();
     }
     let k2_accepted_after = since.elapsed();
     let k1_still = join_as(&roots, gateway_addr, hello("dave", tokens.mint("dave"))).await;
@@ -278,7 +280,8 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let cert_reloaded_after = since.elapsed();
-    let after_renewal = join_as(&roots, gateway_addr, hello("frank", k2_token())).await.map(|_| ());
+    let after_renewal =
+        join_as(&roots, gateway_addr, hello("frank", k2_token("frank"))).await.map(|_| ());
     let acked_then = report.lock().expect("report").acked;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.send(true).expect("bot listening");
