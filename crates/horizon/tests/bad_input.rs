@@ -41,9 +41,17 @@ fn dial<C: horizon_proto::Channel>(
     })
 }
 
-/// The three-site mesh (`shape` changes its options first), its game servers ready; the CA
-/// and the directory to remove at the end.
-async fn mesh(tag: &str, shape: impl FnOnce(&mut SandboxOptions)) -> (Sandbox, Roots, PathBuf) {
+/// One mesh at a time: these tests time refusals and joins, which a machine running five
+/// meshes at once on two cores would blur.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The three-site mesh (`shape` changes its options first), its game servers ready; the CA,
+/// the directory to remove at the end, and the turn to hold until the test ends.
+async fn mesh(
+    tag: &str,
+    shape: impl FnOnce(&mut SandboxOptions),
+) -> (Sandbox, Roots, PathBuf, tokio::sync::MutexGuard<'static, ()>) {
+    let turn = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(format!("horizon-{tag}-{}", std::process::id()));
     let mut opts =
         SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
@@ -51,7 +59,7 @@ async fn mesh(tag: &str, shape: impl FnOnce(&mut SandboxOptions)) -> (Sandbox, R
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
     let roots = Roots::load(&sandbox.ca).expect("CA");
-    (sandbox, roots, dir)
+    (sandbox, roots, dir, turn)
 }
 
 /// A bot named `name` playing at MTL, once it has seen 20 updates (its bubble is placed):
@@ -89,7 +97,7 @@ async fn first_failure<C: horizon_proto::Channel>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
-    let (sandbox, roots, dir) = mesh("bad-input", |_| {}).await;
+    let (sandbox, roots, dir, _one_at_a_time) = mesh("bad-input", |_| {}).await;
     let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
     let (gateway_addr, servers_addr) = (mtl.players_addr, mtl.servers_addr);
 
@@ -206,7 +214,7 @@ async fn join_as(
 async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_restart() {
     use horizon_transport::Keyring;
     use horizon_transport::credential::Kind;
-    let (sandbox, roots, dir) = mesh("identities", |_| {}).await;
+    let (sandbox, roots, dir, _one_at_a_time) = mesh("identities", |_| {}).await;
     let gateway_addr = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL").players_addr;
     let tokens = sandbox.player_tokens.clone();
     let hello = |peer: &str, token: String| {
@@ -334,7 +342,7 @@ fn series(page: &str, name_and_labels: &str) -> f64 {
 async fn a_site_is_believed_only_about_the_players_it_owns() {
     use horizon_proto::PlayerId;
     use horizon_proto::control::{self, Control, PlayerSample};
-    let (sandbox, roots, dir) = mesh("rogue-site", |_| {}).await;
+    let (sandbox, roots, dir, _one_at_a_time) = mesh("rogue-site", |_| {}).await;
 
     // A Montrealer plays, placed at MTL.
     let (report, task, stop) = playing(&sandbox, &roots, "montrealer").await;
@@ -455,7 +463,7 @@ async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_r
     // MTL's warm pool starts mtl-gs-0 and mtl-gs-1: the second is ours.
     let token = std::sync::Arc::new(std::sync::Mutex::new(None));
     let slot = token.clone();
-    let (sandbox, roots, dir) = mesh("rogue-server", |opts| {
+    let (sandbox, roots, dir, _one_at_a_time) = mesh("rogue-server", |opts| {
         opts.drivers = Some(horizon_testkit::DriverFactory(std::sync::Arc::new(move |p| {
             let inner = horizon_agent::ProcessDriver::new(p.clone());
             let name = if p.site == "MTL" { "mtl-gs-1" } else { "" };
@@ -527,7 +535,7 @@ async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_at_the_core_locks_out_no_agent_reconnecting() {
-    let (mut sandbox, roots, dir) = mesh("core-flood", |_| {}).await;
+    let (mut sandbox, roots, dir, _one_at_a_time) = mesh("core-flood", |_| {}).await;
     let refused_before =
         horizon_transport::metrics::refused_count(ChannelId::Control, "per_source");
 
