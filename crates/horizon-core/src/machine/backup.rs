@@ -13,14 +13,15 @@ use horizon_proto::{BubbleId, PlayerId, Seq};
 use super::{CoreMachine, Effect};
 use crate::store::{StoredBackup, StoredPart};
 
-/// Copies being assembled from their chunks, at most this many at once (oldest dropped).
+/// Copies being assembled from their chunks, at most this many at once (beyond, one is
+/// dropped: the first in key order, the lowest bubble id and epoch and tick).
 const MAX_BACKUPS_IN_FLIGHT: usize = 256;
 /// Largest backup accepted, in chunks.
 const MAX_BACKUP_CHUNKS: u32 = 4096;
 /// Players listed in one `Covers`, at most (a bubble holds far fewer).
 const MAX_COVERED: usize = 65_536;
-/// Bytes of chunks held for copies being assembled, every copy together: past it the oldest
-/// copies are dropped (their holders send the next copy in a few seconds); a copy that alone
+/// Bytes of chunks held for copies being assembled, every copy together: past it other copies
+/// are dropped, first in key order (their holders send the next copy in a few seconds); a copy that alone
 /// would exceed it is refused.
 pub(crate) const MAX_ASSEMBLING_BYTES: usize = 512 << 20;
 
@@ -53,10 +54,10 @@ fn held_bytes(parts: &[Option<Vec<u8>>]) -> usize {
 
 impl Assembly {
     /// Adds chunk `index` of `total` of copy `key`, within [`MAX_BACKUPS_IN_FLIGHT`] copies and
-    /// [`MAX_ASSEMBLING_BYTES`] (the oldest copies go first).
+    /// [`MAX_ASSEMBLING_BYTES`] (other copies go, first in key order).
     fn add(&mut self, key: CopyKey, index: u32, total: u32, bytes: Vec<u8>) -> Added {
         if !self.chunks.contains_key(&key) && self.chunks.len() >= MAX_BACKUPS_IN_FLIGHT {
-            self.drop_oldest();
+            self.drop_first();
         }
         let parts = self.chunks.entry(key).or_insert_with(|| vec![None; total as usize]);
         if parts.len() != total as usize {
@@ -73,8 +74,8 @@ impl Assembly {
         parts[index as usize] = Some(bytes);
         while self.bytes > MAX_ASSEMBLING_BYTES {
             // Never the copy this chunk belongs to: it alone fits.
-            let Some(oldest) = self.chunks.keys().find(|k| **k != key).copied() else { break };
-            self.remove(&oldest);
+            let Some(other) = self.chunks.keys().find(|k| **k != key).copied() else { break };
+            self.remove(&other);
         }
         if self.chunks[&key].iter().any(Option::is_none) {
             return Added::Waiting;
@@ -89,9 +90,9 @@ impl Assembly {
         Some(parts)
     }
 
-    fn drop_oldest(&mut self) {
-        if let Some(&oldest) = self.chunks.keys().next() {
-            self.remove(&oldest);
+    fn drop_first(&mut self) {
+        if let Some(&first) = self.chunks.keys().next() {
+            self.remove(&first);
         }
     }
 }
@@ -224,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_over_the_budget_alone_is_refused_and_older_copies_make_room_for_a_newer() {
+    fn a_copy_over_the_budget_alone_is_refused_and_other_copies_make_room_for_the_one_growing() {
         let mut a = Assembly::default();
         let mib = 1 << 20;
         // Copy 1: all but its last chunk, 400 MiB.
@@ -236,7 +237,7 @@ mod tests {
             assert_eq!(a.add(key(2, 1), i, 201, vec![0; mib]), Added::Waiting);
         }
         assert!(a.bytes <= MAX_ASSEMBLING_BYTES, "{} bytes held", a.bytes);
-        assert!(!a.chunks.contains_key(&key(1, 1)), "the oldest copy was dropped");
+        assert!(!a.chunks.contains_key(&key(1, 1)), "the other copy was dropped");
         match a.add(key(2, 1), 200, 201, vec![1; 10]) {
             Added::Whole(bytes) => assert_eq!(bytes.len(), 200 * mib + 10),
             other => panic!("{other:?}"),
