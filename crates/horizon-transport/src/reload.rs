@@ -38,13 +38,15 @@ fn digest(paths: &[PathBuf]) -> u64 {
 }
 
 /// Watches `paths` and the process's SIGHUP; each cause arrives on the receiver (at most one
-/// waits: a burst of changes is one reload). Ends when the receiver is dropped.
+/// waits: a burst of changes is one reload). Ends when the receiver is dropped. Call it within
+/// a tokio runtime.
 pub fn watch(paths: Vec<PathBuf>, every: Duration) -> mpsc::Receiver<ReloadCause> {
     let (tx, rx) = mpsc::channel(1);
+    // Registered before this returns: from then on SIGHUP reloads, never stops, the process.
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut seen = digest(&paths);
     tokio::spawn(async move {
-        let mut seen = digest(&paths);
-        #[cfg(unix)]
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         loop {
             #[cfg(unix)]
             let signalled = async {

@@ -63,6 +63,19 @@ pub(crate) async fn stop_signal() -> &'static str {
     }
 }
 
+/// [`stop_signal`], or SIGHUP, for `horizon demo`: its core and agents run in this process and
+/// take SIGHUP as "reload your credentials", so without this a demo would outlive the terminal
+/// that started it.
+pub(crate) async fn stop_or_hangup() -> &'static str {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        return stop_signal().await;
+    };
+    tokio::select! {
+        signal = stop_signal() => signal,
+        _ = hup.recv() => "SIGHUP",
+    }
+}
+
 fn parse_target(s: &str) -> Result<horizon_transport::Target, String> {
     horizon_transport::Target::parse(s).map_err(|e| e.to_string())
 }

@@ -398,7 +398,7 @@ async fn run(args: DemoArgs) -> ExitCode {
                 }
             }
             _ = until_deadline => break,
-            signal = crate::daemons::stop_signal() => {
+            signal = crate::daemons::stop_or_hangup() => {
                 say(format!("{signal}: stopping players, agents, game servers and the core"));
                 break;
             }

@@ -263,6 +263,12 @@ fn sigterm_stops_the_demo_within_10_s_and_leaves_nothing_running() {
 }
 
 #[test]
+fn a_hang_up_stops_the_demo_too() {
+    // Its daemons take SIGHUP as a reload: the demo itself must still end with its terminal.
+    signal_stops_the_demo("HUP", "SIGHUP", "process");
+}
+
+#[test]
 fn sigterm_stops_the_demo_on_kubernetes_and_leaves_no_pod_process_running() {
     signal_stops_the_demo("TERM", "SIGTERM", "kube");
 }
@@ -436,4 +442,74 @@ fn keys_init_rotate_and_sign_player_tokens_that_verify() {
     let bad = run(&["player-token", "--account", "not.an.account"]);
     assert_eq!(bad.status.code(), Some(64));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_agent_reloads_its_credentials_on_sighup_and_keeps_the_old_ones_when_the_new_do_not_load() {
+    use std::io::{BufRead, BufReader};
+    let dir = temp_dir("sighup");
+    assert!(certs(&dir, &["init", "--sites", "PAR,MTL"]).status.success());
+    let keys = dir.join("player.keys");
+    let init = horizon().args(["keys", "init", "--file"]).arg(&keys).output().unwrap();
+    assert!(init.status.success());
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        "site = \"MTL\"\ncore = \"127.0.0.1:9\"\ncore_site = \"PAR\"\n\
+         [listen]\nservers = \"127.0.0.1:0\"\nplayers = \"127.0.0.1:0\"\ntransfer = \"127.0.0.1:0\"\n\
+         advertise_transfer = \"127.0.0.1:1\"\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"MTL.pem\"\nkey = \"MTL.key\"\nplayer_keys = \"player.keys\"\n\
+         [servers]\nwarm_pool = 0\n",
+    )
+    .unwrap();
+    let mut agent = horizon()
+        .args(["agent", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(agent.stdout.take().unwrap()).lines();
+    let serving = stdout.next();
+    assert!(serving.is_some_and(|l| l.is_ok_and(|l| l.contains("serving"))), "the agent started");
+    // Read on (a closed pipe would fail the agent's last words).
+    std::thread::spawn(move || stdout.for_each(drop));
+    let (tx, logs) = std::sync::mpsc::channel();
+    let stderr = agent.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let pid = agent.id().to_string();
+    let hup = || assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let until = |needle: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match logs.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        None
+    };
+    hup();
+    let reloaded = until("player keys reloaded");
+    // A key file that does not load: said, and the agent runs on with what it had.
+    std::fs::write(&keys, "k1 c2hvcnQ\n").unwrap();
+    hup();
+    let failed = until("reload failed");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let alive = agent.try_wait().unwrap().is_none();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = agent.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let reloaded = reloaded.expect("SIGHUP reloads");
+    assert!(reloaded.contains("SIGHUP"), "{reloaded}");
+    let failed = failed.expect("a bad key file is said");
+    assert!(failed.contains("too short"), "{failed}");
+    assert!(alive, "SIGHUP does not stop an agent");
+    assert!(status.success(), "{status:?}");
 }
