@@ -119,8 +119,8 @@ enum Keys {
         /// The player's account (1 to 64 of A-Z a-z 0-9 _ - @ :).
         #[arg(long)]
         account: String,
-        /// Seconds it stays valid.
-        #[arg(long, default_value_t = 3600)]
+        /// Seconds it stays valid (at most ten years).
+        #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=315_360_000))]
         ttl_s: u64,
     },
 }
