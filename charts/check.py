@@ -257,6 +257,9 @@ def check_credentials(name, docs, values):
                 fail(f"{name}: the core mounts certificate Secret {secret}, not its own {wanted}")
             else:
                 print(f"  {name}: the core mounts its own certificate ({secret})")
+            items = [i["key"] for i in volumes.get("keys", {}).get("secret", {}).get("items", [])]
+            if items != ["admin-token"]:
+                fail(f"{name}: the core mounts {items or 'every key'} of the tokens Secret, not the admin token alone")
         if component == "agent":
             keys = volumes.get("keys", {}).get("secret", {})
             mounts = {m["name"]: m for m in container.get("volumeMounts", [])}

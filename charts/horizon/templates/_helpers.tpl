@@ -34,11 +34,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* tokens.existingSecret as files at /etc/horizon/keys: player-keys, admin-token (optional). */}}
+{{/* tokens.existingSecret as files at /etc/horizon/keys (the agent: player-keys, admin-token). */}}
 {{- define "horizon.keysVolume" -}}
 - name: keys
   secret:
     secretName: {{ .Values.tokens.existingSecret }}
+{{- end -}}
+
+{{/* The core needs only the admin token (optional), never the player keys. */}}
+{{- define "horizon.coreKeysVolume" -}}
+- name: keys
+  secret:
+    secretName: {{ .Values.tokens.existingSecret }}
+    optional: true
+    items:
+      - { key: admin-token, path: admin-token }
 {{- end -}}
 
 {{/* The core's own certificate (naming core.horizon). */}}
