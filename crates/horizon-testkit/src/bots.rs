@@ -418,6 +418,11 @@ async fn run(
                     }
                     gateway::Item::Input { .. } => continue,
                 };
+                // An update still queued from a session that ended (the agent restarted)
+                // acknowledges inputs this session never sent: not this session's.
+                if acked.0 > seq {
+                    continue;
+                }
                 let mut r = lock(&report);
                 r.updates += 1;
                 r.last_update_at = wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64();

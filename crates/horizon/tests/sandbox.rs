@@ -661,7 +661,7 @@ async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_aga
     // slept on: the restarted agent starts its game servers afresh, slow on a loaded machine.
     let new_session = move || {
         let r = report.lock().expect("bot report");
-        let playing = r.acked > 20 && r.inputs_sent - r.acked < 20;
+        let playing = r.acked > 20 && r.inputs_sent.saturating_sub(r.acked) < 20;
         r.player.filter(|p| *p != player && playing)
     };
     let again = wait_for(&sandbox, 20, |s| {
