@@ -21,7 +21,7 @@ use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
     Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
-    ServerTls, SiteCertificate, client_endpoint,
+    SiteCertificate, client_endpoint,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -64,10 +64,6 @@ pub enum AgentError {
     #[error("player keys: {0}")]
     Keys(#[from] credential::CredentialError),
 }
-
-/// How long a token the agent mints for one of its game servers is valid. The key that
-/// signs it lives only in this agent's memory, so the token dies with the agent anyway.
-const SERVER_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A running agent.
 #[derive(Debug)]
@@ -166,22 +162,7 @@ pub async fn start(
         (players.tls(), ChannelId::Gateway, false),
         (transfers.tls(), ChannelId::Transfer, true),
     ];
-    let files = vec![cfg.ca.clone(), cfg.cert.clone(), cfg.key.clone(), cfg.player_keys.clone()];
-    let mut reloads =
-        horizon_transport::reload::watch(files, horizon_transport::reload::POLL_EVERY);
-    let reload_events = events_tx.clone();
-    tokio::spawn(async move {
-        loop {
-            // Ends with the agent's loop (its queue closed).
-            let cause = tokio::select! {
-                _ = reload_events.closed() => break,
-                c = reloads.recv() => match c { Some(c) => c, None => break },
-            };
-            if reload_events.send(Event::Reload(cause)).await.is_err() {
-                break;
-            }
-        }
-    });
+    crate::credentials::forward_reloads(&cfg, events_tx.clone());
     pump_link(core.events, core.inbound, events_tx.clone());
     accept_loop(servers, events_tx.clone(), Event::ServerUp);
     accept_loop(players, events_tx.clone(), Event::PlayerUp);
@@ -214,7 +195,12 @@ pub async fn start(
         endpoint,
         roots,
         identity,
-        credentials: Credentials { cfg: cfg.clone(), listener_tls, player_keys, server_keys },
+        credentials: crate::credentials::Credentials {
+            cfg: cfg.clone(),
+            listener_tls,
+            player_keys,
+            server_keys,
+        },
         limits,
         events: events_tx,
         next_token: 0,
@@ -295,15 +281,6 @@ pub(crate) enum Event {
     Reload(ReloadCause),
 }
 
-/// What a reload touches: the files (from the config), the listeners, the keyrings.
-struct Credentials {
-    cfg: AgentConfig,
-    /// Each listener, its channel, and whether it asks clients for a certificate.
-    listener_tls: [(ServerTls, ChannelId, bool); 3],
-    player_keys: SharedKeyring,
-    server_keys: SharedKeyring,
-}
-
 /// A game server's connection: its stream and its request lane.
 struct ServerIo {
     conn: Conn<Server>,
@@ -337,7 +314,7 @@ struct Shell {
     endpoint: quinn::Endpoint,
     roots: Roots,
     identity: Identity,
-    credentials: Credentials,
+    credentials: crate::credentials::Credentials,
     limits: Limits,
     events: mpsc::Sender<Event>,
     next_token: Token,
@@ -551,41 +528,16 @@ impl Shell {
     /// Reads the certificate, key, CA and player keys again: new connections use them,
     /// those up keep theirs. If anything fails to load, nothing changes (and it is said).
     fn reload(&mut self, cause: ReloadCause) {
-        let c = &self.credentials;
-        let loaded = (|| {
-            let roots = Roots::load(&c.cfg.ca).map_err(|e| e.to_string())?;
-            let identity = Identity::load(&c.cfg.cert, &c.cfg.key).map_err(|e| e.to_string())?;
-            let keys = Keyring::load(&c.cfg.player_keys).map_err(|e| e.to_string())?;
-            let mut servers = Vec::new();
-            for (_, channel, mutual) in &c.listener_tls {
-                let ca = mutual.then_some(&roots);
-                servers.push(
-                    tls::server_config(&identity, ca, *channel, &self.limits)
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-            let control =
-                tls::client_config(&roots, Some(&identity), ChannelId::Control, &self.limits)
-                    .map_err(|e| e.to_string())?;
-            let transfer =
-                tls::client_config(&roots, Some(&identity), ChannelId::Transfer, &self.limits)
-                    .map_err(|e| e.to_string())?;
-            Ok::<_, String>((roots, identity, keys, servers, control, transfer))
-        })();
-        match loaded {
-            Ok((roots, identity, keys, servers, control, transfer)) => {
-                for ((handle, _, _), config) in c.listener_tls.iter().zip(servers) {
-                    handle.set(config);
-                }
-                self.core.set_tls(control);
+        match self.credentials.load(&self.limits) {
+            Ok(reloaded) => {
+                let new = self.credentials.install(reloaded);
+                self.core.set_tls(new.control);
                 for link in self.dialed.values() {
-                    link.set_tls(transfer.clone());
+                    link.set_tls(new.transfer.clone());
                 }
-                let signing = keys.signing_id().to_owned();
-                c.player_keys.replace(keys);
-                (self.roots, self.identity) = (roots, identity);
+                (self.roots, self.identity) = (new.roots, new.identity);
                 horizon_transport::metrics::reloaded(true);
-                tracing::info!(site = %self.site, cause = cause.as_str(), player_key = %signing, "certificate, CA and player keys reloaded");
+                tracing::info!(site = %self.site, cause = cause.as_str(), player_key = %new.signing, "certificate, CA and player keys reloaded");
             }
             Err(why) => {
                 horizon_transport::metrics::reloaded(false);
@@ -664,10 +616,7 @@ impl Shell {
                 }
             }
             Effect::StartServer { server } => {
-                let until = std::time::SystemTime::now() + SERVER_TOKEN_TTL;
-                let token =
-                    self.credentials.server_keys.current().mint(Kind::Server, &server, until);
-                let started = token.map_err(|e| e.to_string()).and_then(|t| {
+                let started = self.credentials.server_token(&server).and_then(|t| {
                     self.driver.start(&server, self.servers_addr, &t).map_err(|e| e.to_string())
                 });
                 if let Err(e) = started {

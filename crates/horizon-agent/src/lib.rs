@@ -34,6 +34,7 @@
 
 mod agent;
 mod config;
+mod credentials;
 mod driver;
 mod gateway;
 pub mod machine;
