@@ -1,0 +1,228 @@
+//! Crossings: a player's state leaving a bubble for another site's, followed to wherever the
+//! player plays now, kept until delivered, sent again to a bubble restored without it.
+
+use super::*;
+
+/// The core's member list of bubble `lref`: player 7, homed at HKG, crossing in (its state
+/// on its way).
+fn comes_from_hkg(lref: LeaseRef) -> control::Request {
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n("HKG"),
+        pos: Vec3::default(),
+        crossing: true,
+    };
+    control::Request::Members { lease: lref, players: vec![member], departed: Vec::new() }
+}
+
+/// The core's member list of bubble `lref` saying player 7 left it for PAR's bubble 2.
+fn leaves_for_par(lref: LeaseRef) -> control::Request {
+    let departure = control::Departure {
+        player: PlayerId(7),
+        to: LeaseRef { bubble: BubbleId(2), epoch: Epoch(4) },
+        site: n("PAR"),
+    };
+    control::Request::Members { lease: lref, players: Vec::new(), departed: vec![departure] }
+}
+
+#[test]
+fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    let member = |p| control::Member {
+        player: PlayerId(p),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member(7)],
+        departed: Vec::new(),
+    });
+    let out = h.answer_servers(out, done);
+    assert_eq!(answers(&out).len(), 1);
+    let (_, out) = h.order(leaves_for_par(lref));
+    assert!(matches!(to_servers(&out)[..], [(_, server::Request::Leave { .. })]));
+    let out = h.answer_servers(out, |_| {
+        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
+    });
+    let cross = out.iter().find_map(|e| match e {
+        Effect::ToPeer {
+            site,
+            request: transfer::Request::Cross { player, to, last_applied, .. },
+            ..
+        } => Some((site.to_string(), *player, *to, *last_applied)),
+        _ => None,
+    });
+    assert_eq!(cross, Some(("PAR".into(), PlayerId(7), BubbleId(2), Seq(12))));
+}
+
+/// Player 7 (home `home`) plays in bubble 1 here, then the core says they left for HKG's
+/// bubble 3 and the server lets them go at seq 12: what the agent does then.
+fn leaves_bubble_1_for_hkg(h: &mut Harness, home: &str) -> Vec<Effect> {
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n(home),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member],
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    let to_hkg = control::Departure {
+        player: PlayerId(7),
+        to: LeaseRef { bubble: BubbleId(3), epoch: Epoch(2) },
+        site: n("HKG"),
+    };
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: Vec::new(),
+        departed: vec![to_hkg],
+    });
+    h.answer_servers(out, |_| {
+        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
+    })
+}
+
+#[test]
+fn a_crossing_never_taken_follows_its_player_to_the_bubble_it_plays_in_now() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    // Player 7 leaves for HKG's bubble 3, whose site this agent cannot reach: its state waits.
+    let out = leaves_bubble_1_for_hkg(&mut h, SITE);
+    let crossings = |out: &[Effect]| -> Vec<(String, BubbleId, Seq)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::ToPeer {
+                    site,
+                    request: transfer::Request::Cross { to, last_applied, .. },
+                    ..
+                } => Some((site.to_string(), *to, *last_applied)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(crossings(&out).is_empty(), "HKG is unreachable: {out:?}");
+    // The core placed the player in PAR's bubble 2 since (HKG's bubble never took it): told
+    // where it plays now, the crossing goes there.
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(2), site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Route { routes });
+    assert_eq!(crossings(&out), vec![("PAR".to_owned(), BubbleId(2), Seq(12))]);
+}
+
+/// Player 7 (of PAR) leaves bubble 1 here for HKG's bubble 3, which takes the state.
+fn delivered_to_hkg() -> Harness {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let out = leaves_bubble_1_for_hkg(&mut h, "PAR");
+    let pending = out.into_iter().find_map(|e| match e {
+        Effect::ToPeer { pending, .. } => Some(pending),
+        _ => None,
+    });
+    let pending = pending.expect("the crossing to HKG");
+    h.feed(Input::PeerReplied { site: n("HKG"), pending, result: Ok(transfer::Reply::Done) });
+    h
+}
+
+#[test]
+fn a_crossing_delivered_and_kept_goes_again_to_a_bubble_restored_without_its_player() {
+    let mut h = delivered_to_hkg();
+    // The player went on from bubble 3 to bubble 5, whose holder died before a copy had them:
+    // bubble 5 comes back on PAR from a copy without the player, and this site, which the
+    // state came through, is asked for what it kept.
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(5), site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Recover { routes });
+    let again = out.iter().find_map(|e| match e {
+        Effect::ToPeer {
+            site, request: transfer::Request::Cross { to, last_applied, .. }, ..
+        } => Some((site.to_string(), *to, *last_applied)),
+        _ => None,
+    });
+    assert_eq!(again, Some(("PAR".to_owned(), BubbleId(5), Seq(12))));
+    // An agent that kept nothing of the player sends nothing.
+    let mut h2 = running(10_000);
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(5), site: n("PAR") }];
+    let (_, out) = h2.order(control::Request::Recover { routes });
+    assert!(!out.iter().any(|e| matches!(e, Effect::ToPeer { .. })), "nothing kept: nothing sent");
+}
+
+#[test]
+fn a_crossing_kept_after_its_player_moved_on_still_answers_a_recover_but_is_not_sent_back() {
+    let mut h = delivered_to_hkg();
+    let crossings = |out: &[Effect]| -> Vec<(String, BubbleId)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::ToPeer { site, request: transfer::Request::Cross { to, .. }, .. } => {
+                    Some((site.to_string(), *to))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // The player moves on from HKG's bubble 3 to PAR's bubble 5 (this site, its home, is
+    // told): the state kept here is of no use to bubble 5 while bubble 3 hands it on.
+    let route = |bubble| vec![control::PlayerRoute { player: PlayerId(7), bubble, site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Route { routes: route(BubbleId(5)) });
+    assert!(crossings(&out).is_empty(), "nothing sent on a route elsewhere: {out:?}");
+    // But bubble 3's holder died before bubble 5 got the player, and bubble 5 comes back from
+    // a copy without them: asked, this site sends what it kept.
+    let (_, out) = h.order(control::Request::Recover { routes: route(BubbleId(5)) });
+    assert_eq!(crossings(&out), [("PAR".to_owned(), BubbleId(5))]);
+}
+
+#[test]
+fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_went() {
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    // Player 7 comes from HKG (its state on its way), then leaves for PAR before it arrived.
+    let (_, out) = h.order(comes_from_hkg(lref));
+    assert!(to_servers(&out).is_empty(), "waits for its state");
+    let (_, out) = h.order(leaves_for_par(lref));
+    assert!(to_servers(&out).is_empty(), "its server never had it: nothing to let go");
+    // The state comes now: taken, and sent on to PAR's bubble.
+    let token = h.token();
+    let request = transfer::Request::Cross {
+        player: PlayerId(7),
+        from: BubbleId(9),
+        to: BubbleId(1),
+        epoch: Epoch(1),
+        last_applied: Seq(40),
+        state: Blob(vec![4, 0]),
+    };
+    let out = h.feed(Input::PeerRequest { site: n("HKG"), token, request });
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, Effect::AnswerPeer { token: t, result: Ok(_) } if *t == token)),
+        "taken: {out:?}"
+    );
+    let on = out.iter().find_map(|e| match e {
+        Effect::ToPeer {
+            site,
+            request: transfer::Request::Cross { player, from, to, last_applied, .. },
+            ..
+        } => Some((site.to_string(), *player, *from, *to, *last_applied)),
+        _ => None,
+    });
+    assert_eq!(on, Some(("PAR".into(), PlayerId(7), BubbleId(1), BubbleId(2), Seq(40))));
+    // It was kept here too: the player coming back into bubble 1 joins with it, not afresh.
+    let (_, out) = h.order(comes_from_hkg(lref));
+    assert!(
+        matches!(
+            to_servers(&out)[..],
+            [(_, server::Request::Join { player: PlayerId(7), last_applied: Seq(40), .. })]
+        ),
+        "{out:?}"
+    );
+}
