@@ -258,23 +258,41 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     let new_key = Keyring::generate_file("k2");
     let new_line = new_key.lines().find(|l| !l.starts_with('#')).expect("a key line").to_owned();
     let reloads_before = horizon_transport::metrics::reload_count(true);
-    std::fs::write(&keys_file, format!("{new_line}\n{old}")).expect("rotate");
+    let failed_before = horizon_transport::metrics::reload_count(false);
+    replace_file(&keys_file, &format!("{new_line}\n{old}"));
     let new_ring = Keyring::parse(&new_line).expect("k2");
     // Each join its own account: two live links of one account would take the connection from
     // each other in turn (one connection per account).
     let k2_token = |account: &str| new_ring.mint(Kind::Player, account, later).expect("token");
     let since = tokio::time::Instant::now();
-    let mut carol = None;
+    let (mut carol, mut attempts, mut slowest, mut last) = (None, 0, Duration::ZERO, None);
     while carol.is_none() && since.elapsed() < Duration::from_secs(10) {
-        carol = join_as(&roots, gateway_addr, hello("carol", k2_token("carol"))).await.ok();
+        let attempt = tokio::time::Instant::now();
+        match join_as(&roots, gateway_addr, hello("carol", k2_token("carol"))).await {
+            Ok(joined) => carol = Some(joined),
+            Err(why) => last = Some(why),
+        }
+        (attempts, slowest) = (attempts + 1, slowest.max(attempt.elapsed()));
+        if carol.is_none() {
+            // Paced: the agents share this process's two threads with the test.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     let k2_accepted_after = since.elapsed();
+    let rotation = format!(
+        "{attempts} joins tried, the slowest {slowest:?}, the last refusal {last:?}; reloads since the rotation: {} ok, {} failed",
+        horizon_transport::metrics::reload_count(true) - reloads_before,
+        horizon_transport::metrics::reload_count(false) - failed_before,
+    );
     let k1_still = join_as(&roots, gateway_addr, hello("dave", tokens.mint("dave"))).await;
-    std::fs::write(&keys_file, format!("{new_line}\n")).expect("retire k1");
+    replace_file(&keys_file, &format!("{new_line}\n"));
     let since = tokio::time::Instant::now();
     let mut k1_refused = None;
     while k1_refused.is_none() && since.elapsed() < Duration::from_secs(10) {
         k1_refused = join_as(&roots, gateway_addr, hello("erin", tokens.mint("erin"))).await.err();
+        if k1_refused.is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     // 4. MTL's certificate re-issued (as a renewal writes it): the agent reloads it, new
     // players connect under it, Alice plays on.
@@ -305,7 +323,11 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
         let why = refusal.unwrap_or_else(|| panic!("the {what} token was accepted"));
         assert!(why.contains("unauthorized"), "{what}: {why}");
     }
-    assert!(k2_accepted_after < Duration::from_secs(6), "the new key took {k2_accepted_after:?}");
+    // The files are looked at every POLL_EVERY (2 s): a new key verifies after the next look.
+    // The bound leaves room for two looks more: a CI run once saw 6.1 s (cause unknown; the
+    // message says what the joins and the reloads did, should it happen again).
+    let within = horizon_transport::reload::POLL_EVERY * 3 + Duration::from_secs(2);
+    assert!(k2_accepted_after < within, "the new key took {k2_accepted_after:?}: {rotation}");
     assert!(k1_refused.as_deref().is_some_and(|w| w.contains("unknown key")), "{k1_refused:?}");
     assert!(reloads >= 3, "three reloads counted, {reloads}");
     assert!(
@@ -319,6 +341,15 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     eprintln!(
         "identities: mallory {mallory} ≠ alice {alice}; the new key accepted after {k2_accepted_after:?}"
     );
+}
+
+/// Puts `text` in `file` whole, in one step (written aside, then renamed over it), as
+/// `horizon keys rotate` and a kubelet updating a mounted Secret do: a reloading agent never
+/// reads half a file.
+fn replace_file(file: &std::path::Path, text: &str) {
+    let aside = file.with_extension("new");
+    std::fs::write(&aside, text).expect("written aside");
+    std::fs::rename(&aside, file).expect("renamed into place");
 }
 
 /// The core's `/metrics` page.
