@@ -4,7 +4,9 @@
 - lint (Helm 4's SDK, helm-python-sdk) and render with every values file in charts/horizon/ci/;
 - every rendered object validated against the Kubernetes schemas (kubernetes-validate,
   --strict); custom resources (cert-manager, Prometheus Operator) are reported, not validated;
-- the rendered core.toml and agent.toml parsed by the real daemons (`horizon … --check`);
+- each daemon's pod laid out as the kubelet would mount it (ConfigMap, Secrets made with a dev
+  CA), and its configuration checked there by the daemon (`horizon … --check`: it parses, and
+  the certificate, key and player keys it names are there and right);
 - values the schema must refuse, and required values missing, refused with their key named;
 - every metric the alert rules and dashboards name is one the daemons export (docs/metrics.md).
 
@@ -18,6 +20,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -89,9 +92,6 @@ def check_values_file(path, binary, out_dir):
                 with open(file, "w") as f:
                     yaml.safe_dump(template, f)
                 to_validate.append(file)
-            for key, text in data.items():
-                if key.endswith(".toml"):
-                    check_config(binary, out, name, key, text)
     run = subprocess.run(
         ["kubernetes-validate", "--strict", "--quiet", "-k", KUBE_VERSION, *to_validate],
         capture_output=True,
@@ -104,17 +104,82 @@ def check_values_file(path, binary, out_dir):
     return docs
 
 
-def check_config(binary, out, name, key, text):
-    daemon = key.removesuffix(".toml")
-    file = os.path.join(out, key)
-    env = dict(os.environ)
-    run = subprocess.run(
-        [binary, daemon, "--config", file, "--check"], capture_output=True, text=True, env=env
-    )
-    if run.returncode != 0:
-        fail(f"{name}: the rendered {key} is refused by `horizon {daemon}`:\n{run.stderr}")
-    else:
-        print(f"  {name}: rendered {key} accepted by `horizon {daemon} --check`")
+def secrets_for(binary, out, values):
+    """The Secrets a studio provides, made here as it would: a dev CA for the release's site
+    and the core (`horizon certs init`), player keys (`horizon keys init`), an admin token.
+    Keyed by Secret name; the core's and the site's certificate Secrets as the chart names
+    them (an existingSecret, or cert-manager's)."""
+    made = os.path.join(out, "secrets")
+    site = values["site"]
+    for args in (["certs", "init", "--force", "--sites", site, "--dir", made],
+                 ["keys", "init", "--force", "--file", os.path.join(made, "player.keys")]):
+        run = subprocess.run([binary, *args], capture_output=True, text=True)
+        if run.returncode != 0:
+            fail(f"`horizon {' '.join(args)}`: {run.stderr}")
+            return {}
+    read = lambda f: open(os.path.join(made, f)).read()
+    site_tls = {"ca.crt": read("ca.pem"), "tls.crt": read(f"{site}.pem"), "tls.key": read(f"{site}.key")}
+    core_tls = {"ca.crt": read("ca.pem"), "tls.crt": read("horizon-core.pem"), "tls.key": read("horizon-core.key")}
+    cert_manager = values["tls"]["certManager"]["enabled"]
+    return {
+        "site-horizon-tls" if cert_manager else values["tls"]["existingSecret"]: site_tls,
+        "site-horizon-core-tls" if cert_manager else values["core"]["tls"]["existingSecret"]: core_tls,
+        values["tokens"]["existingSecret"]: {"player-keys": read("player.keys"), "admin-token": "a-token\n"},
+    }
+
+
+def check_pods(name, docs, values, binary, out):
+    """Each daemon's pod laid out on disk as the kubelet would mount it (its ConfigMap and
+    Secrets, items and subPaths as rendered), then its configuration checked there by the
+    daemon itself (`horizon … --check`): the configuration parses, and the files it names are
+    where the mounts put them and are what it needs (the certificate naming this daemon, the
+    key its own, the player keys). Paths are taken under the pod's root, as in a chroot."""
+    config_maps = {d["metadata"]["name"]: d.get("data", {}) for _, d in docs if d["kind"] == "ConfigMap"}
+    secrets = secrets_for(binary, out, values)
+    for _, doc in docs:
+        if doc["kind"] not in ("StatefulSet", "Deployment"):
+            continue
+        component = doc["metadata"]["labels"].get("app.kubernetes.io/component")
+        pod = doc["spec"]["template"]["spec"]
+        root = os.path.join(out, f"{component}-root")
+        shutil.rmtree(root, ignore_errors=True)
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        container = pod["containers"][0]
+        for mount in container.get("volumeMounts", []):
+            volume = volumes.get(mount["name"], {})
+            if "configMap" in volume:
+                source, items = config_maps.get(volume["configMap"]["name"]), volume["configMap"].get("items")
+            elif "secret" in volume:
+                source, items = secrets.get(volume["secret"]["secretName"]), volume["secret"].get("items")
+                if source is None and volume["secret"].get("optional"):
+                    continue
+            else:  # a claim, an emptyDir: an empty directory
+                os.makedirs(root + mount["mountPath"], exist_ok=True)
+                continue
+            if source is None:
+                fail(f"{name}: {component} mounts {mount['name']}, which nobody provides")
+                continue
+            files = {i["path"]: source[i["key"]] for i in items} if items else dict(source)
+            if "subPath" in mount:
+                files = {"": files[mount["subPath"]]}
+            for path, text in files.items():
+                target = os.path.join(root + mount["mountPath"], path) if path else root + mount["mountPath"]
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "w") as f:
+                    f.write(text)
+        config = next((a for a in container.get("args", []) if a.endswith(".toml")), None)
+        if config is None or not os.path.exists(root + config):
+            fail(f"{name}: {component} runs with {container.get('args')}: no configuration mounted at it")
+            continue
+        text = open(root + config).read()
+        with open(root + config, "w") as f:
+            f.write(re.sub(r'"(/(?:etc|var)/[^"]*)"', lambda m: f'"{root}{m.group(1)}"', text))
+        run = subprocess.run([binary, component, "--config", root + config, "--check"],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            fail(f"{name}: the {component}'s configuration, as its pod mounts it, is refused by `horizon {component} --check`:\n{run.stderr}")
+        else:
+            print(f"  {name}: the {component}'s configuration and the files its pod mounts accepted by `horizon {component} --check`")
 
 
 def merged(values):
@@ -282,6 +347,7 @@ def main():
         with open(path) as f:
             values = merged(yaml.safe_load(f))
         check_credentials(os.path.basename(path), docs, values)
+        check_pods(os.path.basename(path), docs, values, binary, os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0]))
     print("values the schema refuses")
     check_refusals()
     print("metrics named by rules and dashboards")

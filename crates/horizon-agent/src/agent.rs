@@ -63,6 +63,8 @@ pub enum AgentError {
     Admin(SocketAddr, std::io::Error),
     #[error("player keys: {0}")]
     Keys(#[from] credential::CredentialError),
+    #[error("{}: not a certificate for site {site}: {why}", cert.display())]
+    Certificate { cert: std::path::PathBuf, site: String, why: tls::TlsError },
 }
 
 /// A running agent.
@@ -109,9 +111,8 @@ pub async fn start(
     cfg: AgentConfig,
     driver: Box<dyn ServerDriver>,
 ) -> Result<AgentHandle, AgentError> {
-    let roots = Roots::load(&cfg.ca)?;
-    let identity = Identity::load(&cfg.cert, &cfg.key)?;
-    let player_keys = SharedKeyring::new(Keyring::load(&cfg.player_keys)?);
+    let (roots, identity, player_keys) = crate::credentials::load_files(&cfg)?;
+    let player_keys = SharedKeyring::new(player_keys);
     // Each game server's token names it, signed by a key only this agent holds.
     let server_keys = SharedKeyring::new(Keyring::random("agent"));
     let site = Name::new(cfg.site.clone()).map_err(|e| AgentError::Name(cfg.site.clone(), e))?;

@@ -12,7 +12,7 @@ use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{Limits, ServerTls};
 use tokio::sync::mpsc;
 
-use crate::agent::Event;
+use crate::agent::{AgentError, Event};
 use crate::config::AgentConfig;
 
 /// How long a token the agent mints for one of its game servers is valid. The key that
@@ -60,9 +60,7 @@ impl Credentials {
 
     /// Reads every file again and builds the TLS settings from them; why not, naming the file.
     pub(crate) fn load(&self, limits: &Limits) -> Result<Reloaded, String> {
-        let roots = Roots::load(&self.cfg.ca).map_err(|e| e.to_string())?;
-        let identity = Identity::load(&self.cfg.cert, &self.cfg.key).map_err(|e| e.to_string())?;
-        let keys = Keyring::load(&self.cfg.player_keys).map_err(|e| e.to_string())?;
+        let (roots, identity, keys) = load_files(&self.cfg).map_err(|e| e.to_string())?;
         let mut servers = Vec::new();
         for (_, channel, mutual) in &self.listener_tls {
             let ca = mutual.then_some(&roots);
@@ -93,6 +91,20 @@ impl Credentials {
             signing,
         }
     }
+}
+
+/// The agent's files, read and checked as its peers will check them: the CA; the certificate
+/// with its key, chaining to the CA and naming this site (as a server to its game servers and
+/// players, as a client to the core and the other sites); the player keys. At start, at each
+/// reload, and for `horizon agent --check`.
+pub fn load_files(cfg: &AgentConfig) -> Result<(Roots, Identity, Keyring), AgentError> {
+    let roots = Roots::load(&cfg.ca)?;
+    let identity = Identity::load(&cfg.cert, &cfg.key)?;
+    identity.verify(&roots, &horizon_transport::site_dns_name(&cfg.site), true).map_err(|e| {
+        AgentError::Certificate { cert: cfg.cert.clone(), site: cfg.site.clone(), why: e }
+    })?;
+    let keys = Keyring::load(&cfg.player_keys)?;
+    Ok((roots, identity, keys))
 }
 
 /// Forwards every reason to reload (SIGHUP, a file of `cfg` changed) into the agent's loop,

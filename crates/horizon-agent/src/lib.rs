@@ -44,6 +44,7 @@ mod stats;
 
 pub use agent::{AgentError, AgentHandle, start};
 pub use config::{AgentConfig, DriverChoice, KubernetesConfig, SERVER_TOKEN_ENV};
+pub use credentials::load_files;
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
 pub use metrics::AgentStatus;
 pub use stats::{AgentStats, FreezeSample, MAX_FREEZES};

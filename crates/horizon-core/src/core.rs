@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,8 @@ pub enum CoreError {
     Config(String),
     #[error("admin API on {addr}: {why}")]
     Admin { addr: SocketAddr, why: String },
+    #[error("{}: not a certificate for the core: {why}", cert.display())]
+    Certificate { cert: std::path::PathBuf, why: tls::TlsError },
 }
 
 /// A running core.
@@ -97,9 +100,8 @@ fn reload_tls(
                 _ = stop.changed() => break,
                 c = causes.recv() => match c { Some(c) => c, None => break },
             };
-            let loaded = Roots::load(&ca).and_then(|roots| {
-                let identity = Identity::load(&cert, &key)?;
-                tls::server_config(&identity, Some(&roots), ChannelId::Control, &limits)
+            let loaded = load_tls(&ca, &cert, &key).and_then(|(roots, identity)| {
+                Ok(tls::server_config(&identity, Some(&roots), ChannelId::Control, &limits)?)
             });
             match loaded {
                 Ok(config) => {
@@ -116,13 +118,24 @@ fn reload_tls(
     });
 }
 
-/// Starts the core: opens the store and persists a new generation before serving, binds the
-/// control listener and the admin API, and runs the tick.
+/// The core's CA, and its certificate with its key, read and checked as the agents will
+/// check them: the key is the certificate's, which chains to the CA and names the core
+/// ([`tls::CORE_DNS_NAME`]). At start, at each reload, and for `horizon core --check`.
+pub fn load_tls(ca: &Path, cert: &Path, key: &Path) -> Result<(Roots, Identity), CoreError> {
+    let roots = Roots::load(ca)?;
+    let identity = Identity::load(cert, key)?;
+    identity
+        .verify(&roots, tls::CORE_DNS_NAME, false)
+        .map_err(|why| CoreError::Certificate { cert: cert.to_owned(), why })?;
+    Ok((roots, identity))
+}
+
+/// Starts the core: checks its certificate, opens the store and persists a new generation
+/// before serving, binds the control listener and the admin API, and runs the tick.
 pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
+    let (roots, identity) = load_tls(&cfg.ca, &cfg.cert, &cfg.key)?;
     let mut store = Store::open(&cfg.store)?;
     let generation = store.next_generation()?;
-    let roots = Roots::load(&cfg.ca)?;
-    let identity = Identity::load(&cfg.cert, &cfg.key)?;
     let core_name = cfg.sites.name(cfg.sites.core()).as_str().to_owned();
     let name = Name::new(core_name.clone()).map_err(|e| CoreError::Config(e.to_string()))?;
     let limits = Limits::default();

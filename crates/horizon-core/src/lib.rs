@@ -27,5 +27,5 @@ pub mod store;
 mod writer;
 
 pub use crate::config::CoreConfig;
-pub use crate::core::{CoreError, CoreHandle, start};
+pub use crate::core::{CoreError, CoreHandle, load_tls, start};
 pub use crate::status::CoreStatus;

@@ -109,6 +109,36 @@ impl Identity {
     pub fn load(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         Identity::from_pem(&read(cert)?, &read(key)?)
     }
+
+    /// What a peer would find wrong with this identity, found before any peer does: the key
+    /// is not the certificate's, the certificate does not chain to `roots`, is not valid now,
+    /// or does not name `dns_name` (for a server, and for a client when `client` is set).
+    pub fn verify(&self, roots: &Roots, dns_name: &str, client: bool) -> Result<(), TlsError> {
+        use rustls::client::danger::ServerCertVerifier;
+        let provider = crypto();
+        rustls::sign::CertifiedKey::from_der(self.chain.clone(), self.key.clone_key(), &provider)
+            .map_err(|e| invalid("certificate and key", e))?;
+        let (leaf, intermediates) = self.chain.split_first().expect("a chain is never empty");
+        let now = rustls::pki_types::UnixTime::now();
+        let name = ServerName::try_from(dns_name.to_owned())
+            .map_err(|e| invalid(format!("the name {dns_name}"), e))?;
+        rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots.0.clone(),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| invalid("server certificate verifier", e))?
+        .verify_server_cert(leaf, intermediates, &name, &[], now)
+        .map_err(|e| invalid(format!("the certificate, as {dns_name}"), e))?;
+        if client {
+            WebPkiClientVerifier::builder_with_provider(roots.0.clone(), provider)
+                .build()
+                .map_err(|e| invalid("client certificate verifier", e))?
+                .verify_client_cert(leaf, intermediates, now)
+                .map_err(|e| invalid("the certificate, as a client", e))?;
+        }
+        Ok(())
+    }
 }
 
 /// The server side of one channel. With `client_roots`, clients must present a certificate
@@ -308,4 +338,50 @@ fn write_secret(path: &Path, text: &str) -> Result<PathBuf, TlsError> {
         .map_err(fail)?;
     file.write_all(text.as_bytes()).map_err(fail)?;
     Ok(path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dev CA in a directory of its own, with sites MTL and PAR and the core.
+    fn dev_ca(tag: &str) -> (DevCa, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("horizon-tls-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let ca = DevCa::new(&dir);
+        ca.create(&["MTL", "PAR"], false).expect("dev CA");
+        (ca, dir)
+    }
+
+    fn why(r: Result<(), TlsError>) -> String {
+        r.expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn an_identity_verifies_only_as_what_it_is() {
+        let (ca, dir) = dev_ca("verify");
+        let roots = ca.roots().expect("roots");
+        let mtl = ca.identity("MTL").expect("MTL");
+        mtl.verify(&roots, &site_dns_name("MTL"), true).expect("MTL as MTL");
+        assert!(
+            why(mtl.verify(&roots, &site_dns_name("PAR"), true)).contains("as par.site.horizon")
+        );
+        assert!(why(mtl.verify(&roots, CORE_DNS_NAME, false)).contains("as core.horizon"));
+        let core = Identity::load(&ca.core_cert(), &ca.core_key()).expect("core");
+        core.verify(&roots, CORE_DNS_NAME, false).expect("the core as the core");
+        assert!(why(core.verify(&roots, &site_dns_name("PAR"), false)).contains("as par"));
+
+        // A certificate with another's key; a CA that signed none of them.
+        let cert = fs::read(ca.site_cert("MTL")).expect("cert");
+        let key = fs::read(ca.site_key("PAR")).expect("key");
+        let crossed = Identity::from_pem(&cert, &key).expect("parses");
+        let crossed = why(crossed.verify(&roots, &site_dns_name("MTL"), true));
+        assert!(crossed.starts_with("certificate and key"), "{crossed}");
+        let (other, other_dir) = dev_ca("verify-other");
+        let foreign = why(mtl.verify(&other.roots().expect("roots"), &site_dns_name("MTL"), true));
+        assert!(foreign.contains("invalid peer certificate"), "{foreign}");
+        for d in [dir, other_dir] {
+            let _ = fs::remove_dir_all(d);
+        }
+    }
 }

@@ -10,8 +10,9 @@ pub(crate) struct ConfigArgs {
     /// The configuration file (TOML); see docs/running.md.
     #[arg(long)]
     config: PathBuf,
-    /// Check the configuration (and the tokens in the environment) and exit: 0 if good, 64
-    /// with every problem printed otherwise. Nothing is opened or bound.
+    /// Check the configuration and the files it names (the CA, the certificate for this
+    /// daemon with its key, an agent's player keys and pod template) and exit: 0 if good, 64
+    /// with every problem printed otherwise. Nothing is written or bound.
     #[arg(long)]
     check: bool,
 }
@@ -101,10 +102,14 @@ fn prepare<C>(
     Ok((cfg, runtime(true)?))
 }
 
-/// `--check`: the verdict on a configuration.
-fn checked<C>(loaded: Result<C, Vec<String>>, path: &std::path::Path) -> ExitCode {
-    match loaded {
-        Ok(_) => {
+/// `--check`: the verdict on a configuration, then (when it loads) on its files.
+fn checked<C>(
+    loaded: Result<C, Vec<String>>,
+    path: &std::path::Path,
+    files: impl FnOnce(&C) -> Result<(), String>,
+) -> ExitCode {
+    match loaded.and_then(|cfg| files(&cfg).map_err(|e| vec![e])) {
+        Ok(()) => {
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
         }
@@ -121,7 +126,11 @@ fn bad_config(errors: Vec<String>) -> ExitCode {
 
 pub(crate) fn core(args: ConfigArgs) -> ExitCode {
     if args.check {
-        return checked(horizon_core::CoreConfig::load(&args.config), &args.config);
+        return checked(horizon_core::CoreConfig::load(&args.config), &args.config, |cfg| {
+            horizon_core::load_tls(&cfg.ca, &cfg.cert, &cfg.key)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
     }
     let (cfg, rt) = match prepare(|| horizon_core::CoreConfig::load(&args.config)) {
         Ok(ready) => ready,
@@ -160,7 +169,9 @@ fn load_agent(
 
 pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
     if args.check {
-        return checked(load_agent(&args.config), &args.config);
+        return checked(load_agent(&args.config), &args.config, |(cfg, _)| {
+            horizon_agent::load_files(cfg).map(drop).map_err(|e| e.to_string())
+        });
     }
     let ((cfg, kube), rt) = match prepare(|| load_agent(&args.config)) {
         Ok(ready) => ready,

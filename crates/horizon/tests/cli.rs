@@ -349,9 +349,33 @@ fn a_game_server_whose_agent_is_gone_exits_instead_of_living_on() {
     assert!(log["fields"]["message"].as_str().unwrap().contains("never outlives its agent"));
 }
 
+/// docs/examples copied into a fresh directory with the files its configurations name, made
+/// as docs/running.md says: `certs/` (a dev CA for PAR, MTL, HKG and the core) and
+/// `certs/player.keys`.
+fn examples_with_their_files(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("horizon-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples");
+    for entry in std::fs::read_dir(examples).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    for args in
+        [vec!["certs", "init", "--sites", "PAR,MTL,HKG", "--dir"], vec!["keys", "init", "--file"]]
+    {
+        let target = dir.join(if args[0] == "certs" { "certs" } else { "certs/player.keys" });
+        let out = horizon().args(&args).arg(target).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    dir
+}
+
 #[test]
 fn check_validates_a_configuration_with_its_environment_overrides() {
-    let core = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/examples/core.toml");
+    let dir = examples_with_their_files("check-core");
+    let core = dir.join("core.toml");
+    let core = core.to_str().unwrap();
     let ok = horizon().args(["core", "--check", "--config", core]).output().unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     // An override sets a value over the file's; a key the core does not know is refused by name.
@@ -374,11 +398,72 @@ fn check_validates_a_configuration_with_its_environment_overrides() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(64), "{}", String::from_utf8_lossy(&bad.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_reads_the_certificates_and_keys_a_configuration_names() {
+    let dir = examples_with_their_files("check-files");
+    let check = |daemon: &str, config: &str| {
+        let out = horizon().args([daemon, "--check", "--config"]).arg(dir.join(config)).output();
+        let out = out.unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(check("agent", "agent-mtl.toml"), (Some(0), String::new()));
+    assert_eq!(check("core", "core.toml"), (Some(0), String::new()));
+    // What each would find wrong at start (or at a reload) is found now, the file named:
+    // another site's certificate, a site's certificate as the core's, a certificate with
+    // another's key, no player keys, a certificate from another CA.
+    let edit = |config: &str, from: &str, to: &str| {
+        let text = std::fs::read_to_string(dir.join(config)).unwrap();
+        assert!(text.contains(from), "{config} names {from}");
+        std::fs::write(dir.join(format!("edited-{config}")), text.replace(from, to)).unwrap();
+    };
+    let refused = |daemon: &str, config: &str, from: &str, to: &str, says: &[&str]| {
+        edit(config, from, to);
+        let (code, err) = check(daemon, &format!("edited-{config}"));
+        assert_eq!(code, Some(64), "{from} → {to}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{from} → {to}: {s:?} in {err}");
+        }
+    };
+    let mtl = "agent-mtl.toml";
+    refused(
+        "agent",
+        mtl,
+        "certs/MTL.",
+        "certs/PAR.",
+        &["PAR.pem", "for site MTL", "not valid for name"],
+    );
+    refused("agent", mtl, "certs/MTL.key", "certs/PAR.key", &["MTL.pem", "certificate and key"]);
+    refused("agent", mtl, "certs/player.keys", "certs/none.keys", &["player keys", "none.keys"]);
+    refused(
+        "core",
+        "core.toml",
+        "certs/horizon-core.",
+        "certs/PAR.",
+        &["PAR.pem", "for the core", "not valid for name"],
+    );
+    refused(
+        "core",
+        "core.toml",
+        "certs/horizon-core.key",
+        "certs/PAR.key",
+        &["certificate and key"],
+    );
+    let other = horizon()
+        .args(["certs", "init", "--sites", "MTL", "--dir"])
+        .arg(dir.join("other"))
+        .output();
+    assert!(other.unwrap().status.success());
+    refused("agent", mtl, "certs/MTL.", "other/MTL.", &["MTL.pem", "invalid peer certificate"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn check_reads_the_kubernetes_drivers_pod_template() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/examples/agent-mtl-kube.toml");
+    let files = examples_with_their_files("check-kube");
+    let example = files.join("agent-mtl-kube.toml");
     let agent = |config: &std::path::Path| {
         horizon()
             .args(["agent", "--check", "--config"])
@@ -389,19 +474,19 @@ fn check_reads_the_kubernetes_drivers_pod_template() {
             .output()
             .unwrap()
     };
-    let ok = agent(std::path::Path::new(example));
+    let ok = agent(&example);
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     // The same configuration beside a template that is not a pod template.
-    let dir = std::env::temp_dir().join(format!("horizon-cli-kube-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(example, dir.join("agent.toml")).unwrap();
-    std::fs::write(dir.join("pod-template.json"), r#"{"spec": {"containers": [{"name": "gs"}]}}"#)
-        .unwrap();
-    let bad = agent(&dir.join("agent.toml"));
+    std::fs::write(
+        files.join("pod-template.json"),
+        r#"{"spec": {"containers": [{"name": "gs"}]}}"#,
+    )
+    .unwrap();
+    let bad = agent(&example);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(64), "{err}");
     assert!(err.contains("pod-template.json") && err.contains("has no image"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&files);
 }
 
 #[test]
@@ -445,7 +530,7 @@ fn keys_init_rotate_and_sign_player_tokens_that_verify() {
 }
 
 #[test]
-fn an_agent_reloads_its_credentials_on_sighup_and_keeps_the_old_ones_when_the_new_do_not_load() {
+fn an_agent_reloads_its_credentials_on_sighup_and_keeps_the_old_ones_when_the_new_are_wrong() {
     use std::io::{BufRead, BufReader};
     let dir = temp_dir("sighup");
     assert!(certs(&dir, &["init", "--sites", "PAR,MTL"]).status.success());
@@ -501,6 +586,14 @@ fn an_agent_reloads_its_credentials_on_sighup_and_keeps_the_old_ones_when_the_ne
     std::fs::write(&keys, "k1 c2hvcnQ\n").unwrap();
     hup();
     let failed = until("reload failed");
+    // Good keys again, but another site's certificate put in MTL's place: refused too.
+    let init = horizon().args(["keys", "init", "--force", "--file"]).arg(&keys).output().unwrap();
+    assert!(init.status.success());
+    for ext in ["pem", "key"] {
+        std::fs::copy(dir.join(format!("PAR.{ext}")), dir.join(format!("MTL.{ext}"))).unwrap();
+    }
+    hup();
+    let foreign = until("reload failed");
     std::thread::sleep(std::time::Duration::from_millis(300));
     let alive = agent.try_wait().unwrap().is_none();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -510,6 +603,8 @@ fn an_agent_reloads_its_credentials_on_sighup_and_keeps_the_old_ones_when_the_ne
     assert!(reloaded.contains("SIGHUP"), "{reloaded}");
     let failed = failed.expect("a bad key file is said");
     assert!(failed.contains("too short"), "{failed}");
+    let foreign = foreign.expect("another site's certificate is said");
+    assert!(foreign.contains("not a certificate for site MTL"), "{foreign}");
     assert!(alive, "SIGHUP does not stop an agent");
     assert!(status.success(), "{status:?}");
 }
