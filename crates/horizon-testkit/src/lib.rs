@@ -9,5 +9,7 @@
 
 pub mod bots;
 mod sandbox;
+mod tapped;
 
 pub use sandbox::{DriverFactory, MakeDriver, Sandbox, SandboxError, SandboxOptions};
+pub use tapped::TappedDriver;

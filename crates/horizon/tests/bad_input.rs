@@ -453,41 +453,6 @@ async fn a_site_is_believed_only_about_the_players_it_owns() {
     assert!(r.acked > acked_then, "still played after the lie: {r:?}");
 }
 
-/// The process driver, except that one server name is not started: its token (the agent's
-/// credential for that name) is handed to the test, which speaks as that server.
-struct Withheld {
-    inner: horizon_agent::ProcessDriver,
-    name: &'static str,
-    token: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl horizon_agent::ServerDriver for Withheld {
-    fn start(
-        &mut self,
-        name: &str,
-        agent: std::net::SocketAddr,
-        token: &str,
-    ) -> Result<(), horizon_agent::DriverError> {
-        if name == self.name {
-            *self.token.lock().expect("token") = Some(token.to_owned());
-            return Ok(());
-        }
-        self.inner.start(name, agent, token)
-    }
-    fn stop(&mut self, name: &str) {
-        self.inner.stop(name)
-    }
-    fn poll_ended(&mut self) -> Vec<(String, String)> {
-        self.inner.poll_ended()
-    }
-    fn stop_all(&mut self) {
-        self.inner.stop_all()
-    }
-    fn running(&self) -> usize {
-        self.inner.running()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_reaches_nobody() {
     use horizon_proto::{BubbleId, Epoch, PlayerId, StateItem, Tick, Update};
@@ -496,10 +461,10 @@ async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_r
     let slot = token.clone();
     let (sandbox, roots, dir, _one_at_a_time) = mesh("rogue-server", |opts| {
         opts.drivers = Some(horizon_testkit::DriverFactory(std::sync::Arc::new(move |p| {
-            let inner = horizon_agent::ProcessDriver::new(p.clone());
-            let name = if p.site == "MTL" { "mtl-gs-1" } else { "" };
-            Ok(Box::new(Withheld { inner, name, token: slot.clone() })
-                as Box<dyn horizon_agent::ServerDriver>)
+            let driver = horizon_testkit::TappedDriver::new(p);
+            let driver =
+                if p.site == "MTL" { driver.taking("mtl-gs-1", slot.clone()) } else { driver };
+            Ok(Box::new(driver) as Box<dyn horizon_agent::ServerDriver>)
         })));
     })
     .await;

@@ -3,7 +3,6 @@
 //! with the WAN emulator between sites (85 / 185 / 225 ms) and 10 ms of access.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -697,39 +696,6 @@ async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_aga
     eprintln!("agent crash: playing again {back_after:?} after the agent was back");
 }
 
-/// The process driver, with a switch standing for the platform's own readiness (a pod's
-/// `Ready` condition).
-struct Gated {
-    inner: horizon_agent::ProcessDriver,
-    ready: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl horizon_agent::ServerDriver for Gated {
-    fn start(
-        &mut self,
-        name: &str,
-        agent: SocketAddr,
-        token: &str,
-    ) -> Result<(), horizon_agent::DriverError> {
-        self.inner.start(name, agent, token)
-    }
-    fn stop(&mut self, name: &str) {
-        self.inner.stop(name)
-    }
-    fn poll_ended(&mut self) -> Vec<(String, String)> {
-        self.inner.poll_ended()
-    }
-    fn stop_all(&mut self) {
-        self.inner.stop_all()
-    }
-    fn running(&self) -> usize {
-        self.inner.running()
-    }
-    fn ready(&self, _name: &str) -> bool {
-        self.ready.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_is_ready_only_once_its_platform_says_so_too() {
     let dir = std::env::temp_dir().join(format!("horizon-sandbox-gate-{}", std::process::id()));
@@ -738,8 +704,8 @@ async fn a_server_is_ready_only_once_its_platform_says_so_too() {
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = ready.clone();
     opts.drivers = Some(horizon_testkit::DriverFactory(Arc::new(move |p| {
-        let inner = horizon_agent::ProcessDriver::new(p.clone());
-        Ok(Box::new(Gated { inner, ready: flag.clone() }) as Box<dyn horizon_agent::ServerDriver>)
+        let driver = horizon_testkit::TappedDriver::new(p).gated(flag.clone());
+        Ok(Box::new(driver) as Box<dyn horizon_agent::ServerDriver>)
     })));
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(
