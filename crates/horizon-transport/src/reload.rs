@@ -12,6 +12,11 @@ use tokio::sync::mpsc;
 /// How often the files are looked at.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
 
+/// Once a change is seen, how long the files must stay as they are before the reload: a
+/// certificate and its key are two files, written one after the other (`horizon certs add`),
+/// and a reload between the two would fail (and raise an alert) for nothing.
+pub const SETTLE: Duration = Duration::from_millis(300);
+
 /// Why a reload is due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReloadCause {
@@ -60,7 +65,18 @@ pub fn watch(paths: Vec<PathBuf>, every: Duration) -> mpsc::Receiver<ReloadCause
             let cause = tokio::select! {
                 _ = signalled => Some(ReloadCause::Signal),
                 _ = tokio::time::sleep(every) => {
-                    let now = digest(&paths);
+                    let mut now = digest(&paths);
+                    if now != seen {
+                        // Settled: the same for SETTLE (a writer still at work is waited for).
+                        loop {
+                            tokio::time::sleep(SETTLE).await;
+                            let then = digest(&paths);
+                            if then == now {
+                                break;
+                            }
+                            now = then;
+                        }
+                    }
                     (now != seen).then(|| { seen = now; ReloadCause::FileChanged })
                 }
                 _ = tx.closed() => return,
@@ -74,4 +90,33 @@ pub fn watch(paths: Vec<PathBuf>, every: Duration) -> mpsc::Receiver<ReloadCause
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate then its key, written 100 ms apart as one command writes them, are one
+    /// reload, seen once both are written.
+    #[tokio::test]
+    async fn files_written_one_after_the_other_are_one_reload_once_all_are_written() {
+        let dir = std::env::temp_dir().join(format!("horizon-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (cert, key) = (dir.join("site.pem"), dir.join("site.key"));
+        std::fs::write(&cert, "cert 1").expect("cert");
+        std::fs::write(&key, "key 1").expect("key");
+        let mut causes = watch(vec![cert.clone(), key.clone()], Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        std::fs::write(&cert, "cert 2").expect("cert");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::fs::write(&key, "key 2").expect("key");
+        let written = tokio::time::Instant::now();
+        let first = tokio::time::timeout(Duration::from_secs(2), causes.recv()).await;
+        let after = written.elapsed();
+        let second = tokio::time::timeout(Duration::from_millis(800), causes.recv()).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(first.ok().flatten(), Some(ReloadCause::FileChanged));
+        assert!(after < Duration::from_secs(1), "reloaded {after:?} after the last write");
+        assert!(second.is_err(), "one reload, not one per file: {second:?}");
+    }
 }
