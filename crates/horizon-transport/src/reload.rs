@@ -4,7 +4,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -31,6 +31,24 @@ impl ReloadCause {
             ReloadCause::FileChanged => "a file changed",
         }
     }
+}
+
+/// Writes `text` beside `path` (`<path>.new`, with permissions `mode`), then renames it over `path`: a
+/// daemon reloading the file never reads half of it. What `horizon certs` and `horizon keys`
+/// write their files with.
+pub fn replace_file(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".new");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&aside)?;
+    file.write_all(text.as_bytes())?;
+    std::fs::rename(&aside, path)
 }
 
 /// The contents of `paths`, digested (a missing file digests as missing).

@@ -327,22 +327,9 @@ fn write_secret(path: &Path, text: &str) -> Result<PathBuf, TlsError> {
     write_whole(path, text, 0o600)
 }
 
-/// Writes `text` beside `path`, then renames it over `path`: a daemon reloading its files
-/// never reads half of one.
 fn write_whole(path: &Path, text: &str, mode: u32) -> Result<PathBuf, TlsError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let fail = |e: std::io::Error| TlsError::Write { path: path.to_owned(), why: e.to_string() };
-    let aside = path.with_extension("new");
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&aside)
-        .map_err(fail)?;
-    file.write_all(text.as_bytes()).map_err(fail)?;
-    fs::rename(&aside, path).map_err(fail)?;
+    crate::reload::replace_file(path, text, mode)
+        .map_err(|e| TlsError::Write { path: path.to_owned(), why: e.to_string() })?;
     Ok(path.to_owned())
 }
 

@@ -297,18 +297,8 @@ fn keys_command(keys: Keys) -> ExitCode {
     use horizon_transport::credential::Kind;
     let write_new = |file: &PathBuf, text: &str| {
         // The file holds secrets: readable by its owner only.
-        use std::io::Write;
-        #[cfg(unix)]
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        options.mode(0o600);
-        let tmp = file.with_extension("tmp");
-        let mut f = options.open(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        f.write_all(text.as_bytes()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        // Renamed into place, so a reloading agent never reads half a file.
-        std::fs::rename(&tmp, file).map_err(|e| format!("{}: {e}", file.display()))
+        horizon_transport::reload::replace_file(file, text, 0o600)
+            .map_err(|e| format!("{}: {e}", file.display()))
     };
     let result = match keys {
         Keys::Init { file, id, force } => {

@@ -259,7 +259,9 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     let new_line = new_key.lines().find(|l| !l.starts_with('#')).expect("a key line").to_owned();
     let reloads_before = horizon_transport::metrics::reload_count(true);
     let failed_before = horizon_transport::metrics::reload_count(false);
-    replace_file(&keys_file, &format!("{new_line}\n{old}"));
+    // In one step, as `horizon keys rotate` and a kubelet updating a Secret write it.
+    horizon_transport::reload::replace_file(&keys_file, &format!("{new_line}\n{old}"), 0o600)
+        .expect("rotated");
     let new_ring = Keyring::parse(&new_line).expect("k2");
     // Each join its own account: two live links of one account would take the connection from
     // each other in turn (one connection per account).
@@ -285,7 +287,8 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
         horizon_transport::metrics::reload_count(false) - failed_before,
     );
     let k1_still = join_as(&roots, gateway_addr, hello("dave", tokens.mint("dave"))).await;
-    replace_file(&keys_file, &format!("{new_line}\n"));
+    horizon_transport::reload::replace_file(&keys_file, &format!("{new_line}\n"), 0o600)
+        .expect("k1 retired");
     let since = tokio::time::Instant::now();
     let mut k1_refused = None;
     while k1_refused.is_none() && since.elapsed() < Duration::from_secs(10) {
@@ -341,15 +344,6 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     eprintln!(
         "identities: mallory {mallory} ≠ alice {alice}; the new key accepted after {k2_accepted_after:?}"
     );
-}
-
-/// Puts `text` in `file` whole, in one step (written aside, then renamed over it), as
-/// `horizon keys rotate` and a kubelet updating a mounted Secret do: a reloading agent never
-/// reads half a file.
-fn replace_file(file: &std::path::Path, text: &str) {
-    let aside = file.with_extension("new");
-    std::fs::write(&aside, text).expect("written aside");
-    std::fs::rename(&aside, file).expect("renamed into place");
 }
 
 /// The core's `/metrics` page.
