@@ -141,7 +141,8 @@ def check_pods(name, docs, values, binary, out):
             continue
         component = doc["metadata"]["labels"].get("app.kubernetes.io/component")
         pod = doc["spec"]["template"]["spec"]
-        root = os.path.join(out, f"{component}-root")
+        # Absolute: the configuration is rewritten to name its files under it.
+        root = os.path.abspath(os.path.join(out, f"{component}-root"))
         shutil.rmtree(root, ignore_errors=True)
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         container = pod["containers"][0]
