@@ -162,6 +162,9 @@ def check_pods(name, docs, values, binary, out):
                 continue
             files = {i["path"]: source[i["key"]] for i in items} if items else dict(source)
             if "subPath" in mount:
+                if mount["subPath"] not in files:
+                    fail(f"{name}: {component} mounts {mount['subPath']} of {mount['name']}, which holds no such key")
+                    continue
                 files = {"": files[mount["subPath"]]}
             for path, text in files.items():
                 target = os.path.join(root + mount["mountPath"], path) if path else root + mount["mountPath"]

@@ -14,8 +14,10 @@ pub const POLL_EVERY: Duration = Duration::from_secs(2);
 
 /// Once a change is seen, how long the files must stay as they are before the reload: a
 /// certificate and its key are two files, written one after the other (`horizon certs add`),
-/// and a reload between the two would fail (and raise an alert) for nothing.
+/// and a reload between the two would fail (and raise an alert) for nothing. A file that
+/// never stays still is reloaded after [`SETTLE_TRIES`] of these anyway.
 pub const SETTLE: Duration = Duration::from_millis(300);
+pub const SETTLE_TRIES: usize = 10;
 
 /// Why a reload is due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,9 +35,9 @@ impl ReloadCause {
     }
 }
 
-/// Writes `text` beside `path` (`<path>.new`, with permissions `mode`), then renames it over `path`: a
-/// daemon reloading the file never reads half of it. What `horizon certs` and `horizon keys`
-/// write their files with.
+/// Writes `text` beside `path` (`<path>.new`, with permissions `mode`), then renames it over
+/// `path`: a daemon reloading the file never reads half of it. What `horizon certs` and
+/// `horizon keys` write their files with.
 pub fn replace_file(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -86,7 +88,7 @@ pub fn watch(paths: Vec<PathBuf>, every: Duration) -> mpsc::Receiver<ReloadCause
                     let mut now = digest(&paths);
                     if now != seen {
                         // Settled: the same for SETTLE (a writer still at work is waited for).
-                        loop {
+                        for _ in 0..SETTLE_TRIES {
                             tokio::time::sleep(SETTLE).await;
                             let then = digest(&paths);
                             if then == now {

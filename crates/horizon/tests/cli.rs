@@ -361,13 +361,12 @@ fn examples_with_their_files(tag: &str) -> PathBuf {
         let path = entry.unwrap().path();
         std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
     }
-    for args in
-        [vec!["certs", "init", "--sites", "PAR,MTL,HKG", "--dir"], vec!["keys", "init", "--file"]]
-    {
-        let target = dir.join(if args[0] == "certs" { "certs" } else { "certs/player.keys" });
-        let out = horizon().args(&args).arg(target).output().unwrap();
+    let make = |args: &[&str], target: &str| {
+        let out = horizon().args(args).arg(dir.join(target)).output().unwrap();
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    };
+    make(&["certs", "init", "--sites", "PAR,MTL,HKG", "--dir"], "certs");
+    make(&["keys", "init", "--file"], "certs/player.keys");
     dir
 }
 
