@@ -113,7 +113,7 @@ impl CoreMachine {
     pub(crate) fn drain_arrivals(&mut self, bubble: BubbleId, now: Time) {
         let Some(arrived) = self.arrived.get(&bubble) else { return };
         let mut wanted: BTreeMap<BubbleId, BTreeSet<PlayerId>> = BTreeMap::new();
-        for (&player, &from) in arrived {
+        for (&player, &super::registry::Arrival { from, .. }) in arrived {
             if self.placed.get(&player) == Some(&bubble) && self.drains.ended.contains_key(&from) {
                 wanted.entry(from).or_default().insert(player);
             }

@@ -174,8 +174,9 @@ pub struct CoreMachine {
     /// Who left each bubble (see `registry::remembered_departures`), kept after the bubble is
     /// gone: its last holder may still have their state.
     pub(crate) departed: BTreeMap<BubbleId, registry::Departed>,
-    /// Who crossed into each bubble, from which bubble (see `registry::redirect_arrivals`).
-    pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, BubbleId>>,
+    /// Who crossed into each bubble, from which bubble and the site that held it when they
+    /// left (see `registry::redirect_arrivals`).
+    pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, registry::Arrival>>,
     /// Bubbles the brain ended (merged, deleted) whose members are still leaving, since when.
     ending: BTreeMap<BubbleId, Time>,
     /// Why each bubble being failed over was lost (default: its lease expired).

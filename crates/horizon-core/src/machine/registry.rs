@@ -79,6 +79,15 @@ impl Hosted {
     }
 }
 
+/// Where a player's state came from into a bubble: the bubble it left, and the site that held
+/// that bubble then. The site is kept, not looked up later: the bubble it left may have moved
+/// since (a handover), while the crossing stays at the site that sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Arrival {
+    pub(crate) from: BubbleId,
+    pub(crate) site: SiteId,
+}
+
 /// How far back the sites a player's state came through are told where it plays now.
 const MAX_CROSSING_HOPS: usize = 4;
 
@@ -120,7 +129,7 @@ impl CoreMachine {
                     remember_departure(&mut self.departed, h, site, player);
                     let arrived = self.arrived.entry(w).or_default();
                     if arrived.len() < MAX_DEPARTED || arrived.contains_key(&player) {
-                        arrived.insert(player, h);
+                        arrived.insert(player, Arrival { from: h, site });
                     }
                 }
             }
@@ -311,15 +320,11 @@ impl CoreMachine {
     fn sources_of(&self, player: PlayerId, bubble: BubbleId) -> Vec<SiteId> {
         let (mut at, mut sites) = (bubble, Vec::new());
         for _ in 0..MAX_CROSSING_HOPS {
-            let Some(&from) = self.arrived.get(&at).and_then(|a| a.get(&player)) else { break };
-            let site = self
-                .registry
-                .get(&from)
-                .map(|r| r.site)
-                .or_else(|| self.departed.get(&from).map(|d| d.site));
-            if let Some(site) = site
-                && !sites.contains(&site)
-            {
+            let Some(&Arrival { from, site }) = self.arrived.get(&at).and_then(|a| a.get(&player))
+            else {
+                break;
+            };
+            if !sites.contains(&site) {
                 sites.push(site);
             }
             if from == bubble {

@@ -703,6 +703,37 @@ fn a_bubble_restored_asks_every_site_its_players_crossed_from_for_what_they_kept
     assert_eq!(h.routes_to("MTL", 3), [("recover", at_hkg)]);
 }
 
+/// Seed 7340086 of the chaos simulator: a player crossed from a Paris bubble into one at HKG,
+/// then the Paris bubble was handed over to MTL, then the HKG bubble was lost before a copy
+/// held the player. The crossing is kept at PAR, the site that sent it, not at the Paris
+/// bubble's new holder: PAR is the one asked.
+#[test]
+fn a_restored_bubble_asks_the_site_a_crossing_came_from_even_after_its_bubble_moved_on() {
+    let mut h = Harness::new();
+    let (_, at_par, at_hkg) = three_bubbles(&mut h);
+    walk_hongkonger(&mut h, 50_000.0, 15_000);
+    walk_hongkonger(&mut h, -50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_hkg, "MTL → PAR → HKG");
+    // The bubble it crossed from runs on MTL now (handed over after the player left; here
+    // it had ended, so it is put back as if it had moved instead).
+    let mtl = h.site("MTL");
+    let moved = h.core.registry[&h.hosted(4).0].clone();
+    h.core
+        .registry
+        .insert(at_par, registry::Hosted { site: mtl, members: Default::default(), ..moved });
+    h.log.clear();
+    let (_, _, epoch) = h.hosted(3);
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble: at_hkg, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("HKG", lost).unwrap();
+    h.core.handle(Input::BackupRead { bubble: at_hkg, copy: None }, h.now);
+    h.drain(|_| {});
+    h.ack_all("HKG");
+    assert_eq!(h.routes_to("PAR", 3), [("recover", at_hkg)], "the site that kept the crossing");
+}
+
 fn refused(h: &Harness, site: &str, reason: &str) -> u64 {
     h.core.metrics.refused_count(h.site(site), reason)
 }
