@@ -177,6 +177,15 @@ impl PlayerSession {
         let mut resend_all = false;
         if epoch > self.route_epoch {
             let first = self.route_epoch == Epoch(0);
+            if first && acked < self.acked {
+                // The first update of the bubble the player was routed to has applied less
+                // than the one before: the state that crossed came from a restored copy
+                // older than what the player was told. Its holder's acknowledgements are the
+                // truth, and every kept input goes to it (those sent when the route changed
+                // may have been lost on a link that was down).
+                self.acked = acked;
+                resend_all = true;
+            }
             self.route_epoch = epoch;
             if self.route.as_ref().is_some_and(|(_, s)| s != site) {
                 tracing::info!(bubble = bubble.0, %site, "route follows the bubble's newer epoch");
@@ -362,6 +371,34 @@ mod tests {
             s.on_update(BubbleId(8), Epoch(99), Seq(0), &name("HKG"), t),
             UpdateVerdict::NotTheirs
         );
+    }
+
+    /// Seed 8801223 of the chaos simulator: the player's bubble was restored from a copy
+    /// older than what they were told was applied, and they crossed at once into another
+    /// bubble with that older state, while the link to it was down. The new bubble's first
+    /// update acknowledges less: the acknowledged inputs it lacks are sent again, and again
+    /// on the timer until it applies them.
+    #[test]
+    fn a_new_bubble_that_applied_less_than_was_acknowledged_gets_the_kept_inputs_again() {
+        let t = Instant::now();
+        let mut s = routed(t);
+        for seq in 1..=6 {
+            s.input(Seq(seq), blob(), t);
+        }
+        s.on_update(BubbleId(7), Epoch(5), Seq(6), &name("MTL"), t);
+        s.covered(Seq(2));
+        assert!(s.set_route(BubbleId(8), name("PAR")));
+        assert_eq!(seqs(&s.resend(true, t)), vec![3, 4, 5, 6], "sent on the route change");
+        // Lost on the way; the new bubble's state applied up to 2 only.
+        let v = s.on_update(BubbleId(8), Epoch(11), Seq(2), &name("PAR"), t);
+        assert_eq!(v, UpdateVerdict::Deliver { resend_all: true });
+        assert_eq!(s.acked(), Seq(2));
+        let late = t + RESEND_AFTER;
+        assert_eq!(seqs(&s.resend(false, late)), vec![3, 4, 5, 6], "and on the timer");
+        // A first update that has applied at least as much changes nothing.
+        assert!(s.set_route(BubbleId(9), name("HKG")));
+        let v = s.on_update(BubbleId(9), Epoch(12), Seq(6), &name("HKG"), t);
+        assert_eq!(v, UpdateVerdict::Deliver { resend_all: false });
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub use world::{RunStats, SITES};
 /// `.ci/run`) whatever the range run. What each found is in docs/chaos.md.
 pub const REGRESSION_SEEDS: &[u64] = &[
     0, 1, 2, 3, 8, 11, 13, 24, 27, 37, 43, 53, 64, 85, 109, 142, 166, 198, 203, 210, 294, 333, 352,
-    392, 430, 456, 459, 469, 575, 658, 994, 1271, 1505, 7340086,
+    392, 430, 456, 459, 469, 575, 658, 994, 1271, 1505, 7340086, 8801045, 8801223,
 ];
 
 /// What to run.
