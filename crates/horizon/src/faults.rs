@@ -401,19 +401,24 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
     let mut resumed = Vec::new();
     let mut stopped = Vec::new();
     let mut resumed_on: BTreeMap<String, u64> = BTreeMap::new();
+    // Every affected player is in exactly one of: resumed (on a site, or not placed when the
+    // mesh was looked at), never resumed, session ended, left the game.
+    let mut unplaced = 0;
     let mut never = 0;
     let mut told = 0;
     let mut twice = 0;
     let mut new_sessions = 0;
+    let mut left_game = 0;
     // A silence this fault caused begins before it is over (and a little after, for a kill).
     let window_end = r.started_at + r.fault.for_s + OBSERVE_AFTER_S;
     for &(i, _, sessions) in &r.affected {
         let Some(b) = bots.get(i) else { continue };
-        new_sessions += u64::from(b.sessions_ended > sessions);
         if b.left_early {
             // Left during the drill (the demo's leavers): nothing to resume.
+            left_game += 1;
             continue;
         }
+        let session_ended = b.sessions_ended > sessions;
         let in_window = |t: &f64| *t >= r.started_at - 0.5 && *t <= window_end;
         told += u64::from(b.reconnecting_at.iter().any(in_window));
         twice += b.applied_twice;
@@ -421,6 +426,7 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
             never += 1;
             continue;
         }
+        new_sessions += u64::from(session_ended);
         // The silence the fault caused: the first gap ending after the fault began.
         let gap = b
             .gaps
@@ -433,8 +439,11 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
             }
             None => resumed.push(0.0),
         }
-        if let Some(site) = placed.get(&i) {
-            *resumed_on.entry(site.clone()).or_default() += 1;
+        match placed.get(&i) {
+            // It played on, as a new player: counted as such, not as resumed.
+            _ if session_ended => {}
+            Some(site) => *resumed_on.entry(site.clone()).or_default() += 1,
+            None => unplaced += 1,
         }
     }
     resumed.sort_by(f64::total_cmp);
@@ -449,14 +458,13 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         "reconnecting_shown": told,
         "resumed_after_s": { "p50": p50, "max": max },
         "resumed_on": resumed_on,
+        "resumed_unplaced": unplaced,
         "never_resumed": never,
+        "sessions_ended": new_sessions,
+        "left_game": left_game,
         "inputs_applied_twice": twice,
         "problem": r.problem,
     });
-    if let FaultKind::RestartAgent { .. } = r.fault.kind {
-        // The restarted agent knew nobody: its players joined again as new players.
-        doc["sessions_ended"] = new_sessions.into();
-    }
     if r.fault.kind == FaultKind::RestartCore {
         doc["generation"] =
             serde_json::json!({ "before": r.generation, "after": generation_after });
@@ -478,6 +486,44 @@ mod tests {
 
     fn sites() -> Vec<String> {
         ["PAR", "MTL", "HKG"].map(String::from).to_vec()
+    }
+
+    /// Five players touched by a partition: one resumed on PAR, one resumed but in no bubble
+    /// when the mesh was looked at, one never heard of again, one whose session ended and who
+    /// played on as a new player, one who left the game. Each is counted once.
+    #[test]
+    fn every_affected_player_is_counted_once() {
+        let started_at = 1_000.0;
+        let fault =
+            Fault { kind: FaultKind::Partition { site: "MTL".into() }, at_s: 40.0, for_s: 45.0 };
+        let played = BotReport { joined: true, last_update_at: 1_200.0, ..Default::default() };
+        let bots = vec![
+            played.clone(),
+            played.clone(),
+            BotReport { last_update_at: 1_010.0, ..played.clone() },
+            BotReport { sessions_ended: 1, ..played.clone() },
+            BotReport { left_early: true, last_update_at: 1_010.0, ..played.clone() },
+        ];
+        let r = Running {
+            fault,
+            started_at,
+            affected: (0..bots.len()).map(|i| (i, 0, 0)).collect(),
+            problem: None,
+            generation: None,
+            bubbles: Vec::new(),
+            observed: Some(Observed {
+                placed: [(0, "PAR".to_string()), (3, "PAR".to_string())].into(),
+                generation: None,
+                bubbles: Vec::new(),
+            }),
+        };
+        let doc = report(&r, &bots, 1_201.0);
+        assert_eq!(doc["players_affected"], 5);
+        assert_eq!(doc["resumed_on"], serde_json::json!({ "PAR": 1 }));
+        assert_eq!(doc["resumed_unplaced"], 1);
+        assert_eq!(doc["never_resumed"], 1);
+        assert_eq!(doc["sessions_ended"], 1);
+        assert_eq!(doc["left_game"], 1);
     }
 
     #[test]
