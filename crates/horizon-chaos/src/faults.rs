@@ -1,6 +1,7 @@
 //! The faults of one run, drawn from its seed: one at a time, each followed by a quiet spell
 //! long enough for the SPEC's recovery targets, and none in the last minute (players must all
-//! be playing again at the end).
+//! be playing again at the end). With `--overlapping`, a second fault strikes during each
+//! (see [`overlap`]).
 
 use horizon_mesh::rng::Rng;
 use serde::Serialize;
@@ -125,4 +126,88 @@ pub(crate) fn schedule(rng: &mut Rng, seconds: f64) -> Vec<Timed> {
         t = end.round() + QUIET_S + rng.range(0.0, 15.0);
     }
     out
+}
+
+/// Adds to each fault of `faults` a second one that strikes while it lasts (or right after a
+/// kill), at the same site where it has one: a transfer link cut during a partition from the
+/// core, a server killed on a site cut off or restarting elsewhere, a partition during a
+/// transfer cut, a server killed while the core is down or its disk is slow. Drawn from its
+/// own `rng`, so the first faults of a seed are those of a run without overlaps. Never the
+/// same link or site twice at once (a heal would end both), and over as long before the end
+/// of the run as a first fault.
+pub(crate) fn overlap(rng: &mut Rng, seconds: f64, faults: &mut Vec<Timed>) {
+    let relays: Vec<&'static str> = SITES[1..].to_vec();
+    let pick = |rng: &mut Rng, from: &[&'static str]| from[rng.below(from.len() as u64) as usize];
+    let other = |rng: &mut Rng, not: &'static str| {
+        let others: Vec<_> = SITES.iter().copied().filter(|s| *s != not).collect();
+        pick(rng, &others)
+    };
+    let pair = |a: &'static str, b: &'static str| {
+        let mut sites = [a, b];
+        sites.sort_unstable();
+        sites
+    };
+    let mut added = Vec::new();
+    for first in faults.iter() {
+        let lasts = first.fault.duration_s();
+        // Within the first fault (a kill has none: within 3 s after it).
+        let after = if lasts > 0.0 { rng.range(0.1, 0.7) * lasts } else { rng.range(0.5, 3.0) };
+        let fault = match first.fault {
+            Fault::Partition { site, for_s, .. } => match rng.below(2) {
+                0 => Fault::CutTransfer {
+                    sites: pair(site, other(rng, site)),
+                    for_s: rng.range(3.0, for_s.max(4.0)).round(),
+                },
+                _ => Fault::KillServer { site },
+            },
+            Fault::CutTransfer { sites, for_s } => {
+                let relay: Vec<_> = sites.iter().copied().filter(|s| relays.contains(s)).collect();
+                match (rng.below(2), relay.is_empty()) {
+                    (0, false) => Fault::Partition {
+                        site: pick(rng, &relay),
+                        direction: Direction::Both,
+                        for_s: rng.range(5.0, for_s.max(6.0)).round(),
+                    },
+                    _ => Fault::KillServer { site: pick(rng, &sites) },
+                }
+            }
+            Fault::KillServer { site } => match relays.contains(&site) {
+                true => Fault::Partition {
+                    site,
+                    direction: Direction::Both,
+                    for_s: rng.range(5.0, 40.0).round(),
+                },
+                false => Fault::RestartAgent {
+                    site: other(rng, site),
+                    for_s: rng.range(1.0, 10.0).round(),
+                },
+            },
+            Fault::RestartAgent { site, .. } => match rng.below(2) {
+                0 => Fault::KillServer { site: other(rng, site) },
+                _ => {
+                    let relay: Vec<_> = relays.iter().copied().filter(|s| *s != site).collect();
+                    Fault::Partition {
+                        site: pick(rng, &relay),
+                        direction: Direction::Both,
+                        for_s: rng.range(5.0, 40.0).round(),
+                    }
+                }
+            },
+            Fault::RestartCore { .. } | Fault::SlowDisk { .. } => match rng.below(2) {
+                0 => Fault::KillServer { site: pick(rng, &SITES) },
+                _ => Fault::CutTransfer {
+                    sites: pair(SITES[0], pick(rng, &relays)),
+                    for_s: rng.range(3.0, 20.0).round(),
+                },
+            },
+            Fault::Loss { site, .. } => Fault::KillServer { site },
+        };
+        let at_s = (first.at_s + after).round();
+        // As for the first faults: over well before the end.
+        if at_s + fault.duration_s() <= seconds - TAIL_S + 30.0 {
+            added.push(Timed { at_s, fault });
+        }
+    }
+    faults.extend(added);
+    faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
 }

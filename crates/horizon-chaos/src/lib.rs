@@ -37,13 +37,19 @@ pub const REGRESSION_SEEDS: &[u64] = &[
 pub struct ChaosOptions {
     /// Simulated seconds per seed.
     pub seconds: f64,
+    /// A second fault strikes during each (see `faults::overlap`).
+    pub overlapping: bool,
 }
 
 impl Default for ChaosOptions {
     fn default() -> Self {
-        ChaosOptions { seconds: 300.0 }
+        ChaosOptions { seconds: 300.0, overlapping: false }
     }
 }
+
+/// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
+/// mode.
+pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[];
 
 /// One seed's run.
 #[derive(Clone, Debug, Serialize)]
@@ -57,10 +63,24 @@ pub struct Run {
     pub trace: Vec<String>,
 }
 
+/// The faults a seed's run carries out, and the generator the run goes on with.
+fn draw(seed: u64, opts: &ChaosOptions) -> (Vec<Timed>, Rng) {
+    let mut rng = Rng::new(seed ^ 0x5eed_c4a0_5000_0000);
+    let mut faults = faults::schedule(&mut rng, opts.seconds);
+    if opts.overlapping {
+        faults::overlap(&mut Rng::new(seed ^ 0x04e4_1a95_0000_0000), opts.seconds, &mut faults);
+    }
+    (faults, rng)
+}
+
+/// The faults of a seed's run, without running it.
+pub fn schedule_of(seed: u64, opts: &ChaosOptions) -> Vec<Timed> {
+    draw(seed, opts).0
+}
+
 /// Runs one seed.
 pub fn run_seed(seed: u64, opts: &ChaosOptions) -> Run {
-    let mut rng = Rng::new(seed ^ 0x5eed_c4a0_5000_0000);
-    let faults = faults::schedule(&mut rng, opts.seconds);
+    let (faults, rng) = draw(seed, opts);
     let mut world = world::World::new(seed, opts.seconds, faults.clone(), rng);
     world.run();
     Run {
@@ -111,6 +131,7 @@ pub fn run_seeds(
 pub struct Summary {
     pub runs: u64,
     pub seconds: f64,
+    pub overlapping: bool,
     pub first_seed: u64,
     pub violations: Vec<Violation>,
     pub totals: RunStats,
@@ -132,6 +153,7 @@ impl Summary {
         Summary {
             runs: runs.len() as u64,
             seconds: opts.seconds,
+            overlapping: opts.overlapping,
             first_seed,
             violations: runs.iter().flat_map(|r| r.violations.clone()).collect(),
             totals,

@@ -5,7 +5,7 @@ use horizon_chaos::{ChaosOptions, REGRESSION_SEEDS, Summary, render_run, run_see
 
 #[test]
 fn the_same_seed_replays_byte_for_byte() {
-    let opts = ChaosOptions { seconds: 120.0 };
+    let opts = ChaosOptions { seconds: 120.0, ..Default::default() };
     let a = run_seed(3, &opts);
     let b = run_seed(3, &opts);
     assert_eq!(render_run(&a, true), render_run(&b, true));
@@ -17,14 +17,14 @@ fn the_same_seed_replays_byte_for_byte() {
 
 #[test]
 fn different_seeds_draw_different_faults() {
-    let opts = ChaosOptions { seconds: 300.0 };
+    let opts = ChaosOptions { seconds: 300.0, ..Default::default() };
     let faults: Vec<_> = (0..4).map(|s| format!("{:?}", run_seed(s, &opts).faults)).collect();
     assert!(faults.windows(2).all(|w| w[0] != w[1]));
 }
 
 #[test]
 fn short_runs_keep_every_invariant() {
-    let opts = ChaosOptions { seconds: 150.0 };
+    let opts = ChaosOptions { seconds: 150.0, ..Default::default() };
     for seed in 0..3 {
         let run = run_seed(seed, &opts);
         assert!(run.violations.is_empty(), "{}", render_run(&run, false));
@@ -39,4 +39,23 @@ fn a_regression_seed_passes_at_the_default_length() {
     let run = run_seed(8, &opts);
     assert!(REGRESSION_SEEDS.contains(&8));
     assert!(run.violations.is_empty(), "{}", render_run(&run, false));
+}
+
+#[test]
+fn overlapping_faults_add_one_during_each_and_keep_the_first_ones() {
+    let plain = ChaosOptions::default();
+    let both = ChaosOptions { overlapping: true, ..Default::default() };
+    for seed in 0..20 {
+        let first = horizon_chaos::schedule_of(seed, &plain);
+        let all = horizon_chaos::schedule_of(seed, &both);
+        assert!(first.iter().all(|f| all.contains(f)), "seed {seed}: the first faults stay");
+        assert!(all.len() > first.len(), "seed {seed}: at least one fault overlaps another");
+        for added in all.iter().filter(|f| !first.contains(f)) {
+            let during = first.iter().any(|f| {
+                added.at_s >= f.at_s && added.at_s <= f.at_s + f.fault.duration_s().max(3.0)
+            });
+            assert!(during, "seed {seed}: {added:?} strikes during another fault");
+            assert!(added.at_s + added.fault.duration_s() <= 255.0, "over before the last 45 s");
+        }
+    }
 }

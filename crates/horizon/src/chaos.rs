@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use horizon_chaos::{ChaosOptions, REGRESSION_SEEDS, Run, Summary};
+use horizon_chaos::{ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, Run, Summary};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -23,6 +23,10 @@ pub(crate) struct Args {
     /// Also run the regression seeds (seeds that once failed).
     #[arg(long)]
     regressions: bool,
+    /// A second fault strikes during each: a transfer cut during a partition, a server killed
+    /// on a site cut off, ... (docs/chaos.md).
+    #[arg(long)]
+    overlapping: bool,
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
@@ -36,7 +40,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         eprintln!("error: --seconds must be at least 60 (a fault and its recovery)");
         return ExitCode::from(64);
     }
-    let opts = ChaosOptions { seconds: args.seconds };
+    let opts = ChaosOptions { seconds: args.seconds, overlapping: args.overlapping };
     if let Some(seed) = args.seed {
         // The daemons' own logs, to stderr, when asked for (`RUST_LOG=horizon_agent=debug`).
         crate::daemons::init_logs("off", logs);
@@ -59,7 +63,8 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     };
     let mut runs = horizon_chaos::run_seeds(args.first_seed, args.seeds, &opts, threads, &progress);
     if args.regressions {
-        for &seed in REGRESSION_SEEDS {
+        let seeds = if opts.overlapping { OVERLAPPING_REGRESSION_SEEDS } else { REGRESSION_SEEDS };
+        for &seed in seeds {
             if !(args.first_seed..args.first_seed + args.seeds).contains(&seed) {
                 runs.push(horizon_chaos::run_seed(seed, &opts));
             }
@@ -71,7 +76,11 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         let bad: Vec<&Run> = runs.iter().filter(|r| !r.violations.is_empty()).collect();
         for run in &bad {
             print!("{}", horizon_chaos::render_run(run, false));
-            println!("  replay: horizon sim chaos --seed {} --seconds {}", run.seed, args.seconds);
+            let mode = if args.overlapping { " --overlapping" } else { "" };
+            println!(
+                "  replay: horizon sim chaos --seed {} --seconds {}{mode}",
+                run.seed, args.seconds
+            );
         }
         let s = Summary::of(&runs, &opts, args.first_seed);
         println!(
