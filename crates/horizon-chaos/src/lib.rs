@@ -29,7 +29,9 @@ pub use world::{RunStats, SITES};
 /// `.ci/run`) whatever the range run. What each found is in docs/chaos.md.
 pub const REGRESSION_SEEDS: &[u64] = &[
     0, 1, 2, 3, 8, 11, 13, 24, 27, 37, 43, 53, 64, 85, 109, 142, 166, 198, 203, 210, 294, 333, 352,
-    392, 430, 456, 459, 469, 575, 658, 994, 1271, 1505, 7340086, 8801045, 8801223,
+    392, 430, 456, 459, 469, 575, 658, 994, 1271, 1505, 7340086, 8801045, 8801223, 9001917,
+    9004673, 9010789, 9011017, 9012505, 9013548, 9013801, 9014480, 9015372, 9016462, 9016699,
+    9017558,
 ];
 
 /// What to run.
@@ -49,7 +51,7 @@ impl Default for ChaosOptions {
 
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
 /// mode.
-pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[];
+pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[7, 28, 37, 56];
 
 /// One seed's run.
 #[derive(Clone, Debug, Serialize)]

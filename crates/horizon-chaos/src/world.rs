@@ -455,7 +455,10 @@ impl World {
         let cfg =
             core::MachineConfig { sites: self.sites.clone(), thresholds: Thresholds::default() };
         match CoreMachine::new(cfg, generation, self.store.state(), self.core_now()) {
-            Ok(machine) => self.core = Some(machine),
+            Ok(mut machine) => {
+                machine.take_kept_copies(self.store.pinned());
+                self.core = Some(machine);
+            }
             Err(e) => unreachable!("core configuration: {e}"),
         }
         self.note(format!("core up, generation {generation}"));
@@ -637,6 +640,17 @@ impl World {
                     let now = self.core_now();
                     if let Some(core) = self.core.as_mut() {
                         core.handle(core::Input::BackupRead { bubble, copy }, now);
+                    }
+                }
+                core::Effect::PinBackup { at, players } => {
+                    let _ = self.store.pin_backup(at, &players);
+                }
+                core::Effect::UnpinBackup { at } => self.store.unpin_backup(at),
+                core::Effect::ReadPinned { adopt } => {
+                    let copy = self.store.pinned_backup(adopt.from);
+                    let now = self.core_now();
+                    if let Some(core) = self.core.as_mut() {
+                        core.handle(core::Input::PinnedRead { adopt, copy }, now);
                     }
                 }
                 core::Effect::Close { conn, .. } => {

@@ -150,8 +150,9 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
 
     let machine_cfg =
         MachineConfig { sites: cfg.sites.clone(), thresholds: cfg.thresholds.clone() };
-    let machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
+    let mut machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
         .map_err(CoreError::Config)?;
+    machine.take_kept_copies(store.pinned());
     let (queries_tx, queries) = mpsc::channel(64);
     let admin_listener = tokio::net::TcpListener::bind(cfg.listen_admin)
         .await
@@ -327,6 +328,13 @@ impl Shell {
                 }
             }
             Event::Stored(Done::Read(bubble, copy)) => Input::BackupRead { bubble, copy },
+            Event::Stored(Done::Pinned(result)) => {
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "a copy players need was not kept");
+                }
+                return;
+            }
+            Event::Stored(Done::PinnedRead(adopt, copy)) => Input::PinnedRead { adopt, copy },
         };
         self.machine.handle(input, now);
     }
@@ -407,7 +415,12 @@ impl Shell {
                 }
             }
             // Store effects go through `carry_out`.
-            Effect::Persist(_) | Effect::PutBackup { .. } | Effect::ReadBackup { .. } => {}
+            Effect::Persist(_)
+            | Effect::PutBackup { .. }
+            | Effect::ReadBackup { .. }
+            | Effect::PinBackup { .. }
+            | Effect::UnpinBackup { .. }
+            | Effect::ReadPinned { .. } => {}
         }
     }
 

@@ -132,6 +132,7 @@ pub(crate) struct Metrics {
     restores: IntCounterVec,
     refused: IntCounterVec,
     pub drains: PerSite<prometheus::IntCounter>,
+    pub adoptions: PerSite<prometheus::IntCounter>,
     backbone_rtt: prometheus::GaugeVec,
 }
 
@@ -265,6 +266,10 @@ impl Metrics {
             drains: c(
                 "horizon_drains_total",
                 "Ended bubbles restored from their copy for a moment so their players' states could leave (their holder was away), by the site that ran it.",
+            ),
+            adoptions: c(
+                "horizon_adoptions_total",
+                "Copies kept for players sent to a bubble just restored from a copy that lacked them (they crossed in after it, or it held fewer of their inputs), by the site of the bubble.",
             ),
             backbone_rtt,
             registry: reg,

@@ -15,6 +15,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use horizon_proto::{BubbleId, PlayerId, Seq};
+
+use crate::machine::CopyAt;
+
+/// The players a copy kept for them holds, with the last input of each it applied.
+pub type KeptPlayers = Vec<(PlayerId, Seq)>;
+
 /// Records in the log before it is folded into the snapshot.
 const COMPACT_AFTER: usize = 10_000;
 
@@ -189,6 +196,18 @@ pub trait Durable: Send + std::fmt::Debug {
     /// The latest copy of part `part` of a spread `bubble`, if any.
     fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)>;
 
+    /// Keeps the latest whole copy of `at.bubble`, which is `at`, after newer copies replace
+    /// it, with the players it holds and their applied inputs (players need it:
+    /// `machine/keep.rs`). Kept across restarts, not `fsync`ed: a copy lost in a crash costs
+    /// only the help it would have given.
+    fn pin_backup(&mut self, at: CopyAt, players: &[(PlayerId, Seq)]) -> Result<(), StoreError>;
+    /// Forgets a copy kept by [`Durable::pin_backup`].
+    fn unpin_backup(&mut self, at: CopyAt);
+    /// A copy kept by [`Durable::pin_backup`].
+    fn pinned_backup(&self, at: CopyAt) -> Option<Vec<u8>>;
+    /// Every copy kept, with its players (for a core starting on this store).
+    fn pinned(&self) -> Vec<(CopyAt, KeptPlayers)>;
+
     /// The latest copy of `bubble` to restore it from: whole, or the copies of its parts when
     /// it was last copied spread over several servers (a part never copied is left out, and
     /// logged: its players' states are not in it).
@@ -283,6 +302,72 @@ impl Durable for Store {
         let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
         Some((meta, fs::read(path).ok()?))
     }
+
+    /// A hard link to the copy's file, under `pinned/`: a newer copy replaces the file by a
+    /// rename, which leaves the linked bytes as they were. Its players beside it, in JSON.
+    fn pin_backup(&mut self, at: CopyAt, players: &[(PlayerId, Seq)]) -> Result<(), StoreError> {
+        let latest = self.state.backups.get(&at.bubble.0).map(|b| (b.epoch, b.tick, b.parts.len()));
+        let path = self.pinned_path(at, "bin");
+        if latest != Some((at.epoch, at.tick, 0)) {
+            let why = "not the latest whole copy of its bubble".to_owned();
+            return Err(StoreError { path, why });
+        }
+        let fail = |path: &Path, e: &dyn std::fmt::Display| StoreError {
+            path: path.to_owned(),
+            why: e.to_string(),
+        };
+        let list = self.pinned_path(at, "players.json");
+        let json = serde_json::to_vec(players).map_err(|e| fail(&list, &e))?;
+        fs::write(&list, json).map_err(|e| fail(&list, &e))?;
+        let from = self.dir.join("backups").join(format!("{}.bin", at.bubble.0));
+        let _ = fs::remove_file(&path);
+        fs::hard_link(&from, &path).map_err(|e| fail(&path, &e))
+    }
+
+    fn unpin_backup(&mut self, at: CopyAt) {
+        let _ = fs::remove_file(self.pinned_path(at, "bin"));
+        let _ = fs::remove_file(self.pinned_path(at, "players.json"));
+    }
+
+    fn pinned_backup(&self, at: CopyAt) -> Option<Vec<u8>> {
+        fs::read(self.pinned_path(at, "bin")).ok()
+    }
+
+    /// Each `B.E.T.bin` with its `B.E.T.players.json` (a pair missing either is skipped).
+    fn pinned(&self) -> Vec<(CopyAt, KeptPlayers)> {
+        let Ok(dir) = fs::read_dir(self.dir.join("pinned")) else { return Vec::new() };
+        let mut out = Vec::new();
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".players.json")) else {
+                continue;
+            };
+            let mut parts = stem.split('.').map(str::parse::<u64>);
+            let (Some(Ok(bubble)), Some(Ok(epoch)), Some(Ok(tick)), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let at = CopyAt { bubble: BubbleId(bubble), epoch, tick };
+            let players = fs::read(entry.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Vec<(PlayerId, Seq)>>(&b).ok());
+            if let Some(players) = players
+                && self.pinned_path(at, "bin").exists()
+            {
+                out.push((at, players));
+            }
+        }
+        out.sort_by_key(|(at, _)| *at);
+        out
+    }
+}
+
+impl Store {
+    fn pinned_path(&self, at: CopyAt, ext: &str) -> PathBuf {
+        let name = format!("{}.{}.{}.{ext}", at.bubble.0, at.epoch, at.tick);
+        self.dir.join("pinned").join(name)
+    }
 }
 
 /// A store in memory, for simulations and tests: the same records and copies as [`Store`],
@@ -292,6 +377,7 @@ pub struct MemoryStore {
     state: StoreState,
     copies: BTreeMap<u64, Vec<u8>>,
     part_copies: BTreeMap<(u64, u32), Vec<u8>>,
+    pinned: BTreeMap<CopyAt, (Vec<u8>, KeptPlayers)>,
 }
 
 impl MemoryStore {
@@ -345,6 +431,31 @@ impl Durable for MemoryStore {
     fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
         let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
         Some((meta, self.part_copies.get(&(bubble, part))?.clone()))
+    }
+
+    fn pin_backup(&mut self, at: CopyAt, players: &[(PlayerId, Seq)]) -> Result<(), StoreError> {
+        match self.backup(at.bubble.0) {
+            Some((meta, bytes)) if (meta.epoch, meta.tick) == (at.epoch, at.tick) => {
+                self.pinned.insert(at, (bytes, players.to_vec()));
+                Ok(())
+            }
+            _ => Err(StoreError {
+                path: PathBuf::from("memory"),
+                why: "not the latest whole copy of its bubble".into(),
+            }),
+        }
+    }
+
+    fn unpin_backup(&mut self, at: CopyAt) {
+        self.pinned.remove(&at);
+    }
+
+    fn pinned_backup(&self, at: CopyAt) -> Option<Vec<u8>> {
+        self.pinned.get(&at).map(|(bytes, _)| bytes.clone())
+    }
+
+    fn pinned(&self) -> Vec<(CopyAt, KeptPlayers)> {
+        self.pinned.iter().map(|(at, (_, players))| (*at, players.clone())).collect()
     }
 }
 
@@ -410,6 +521,8 @@ impl Store {
             }
             Err(fs::TryLockError::Error(e)) => return Err(fail(&lock_path, &e)),
         }
+        let pinned = dir.join("pinned");
+        fs::create_dir_all(&pinned).map_err(|e| fail(&pinned, &e))?;
         let snapshot = dir.join("snapshot.json");
         let mut state = match fs::read(&snapshot) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| fail(&snapshot, &e))?,
@@ -677,5 +790,38 @@ mod tests {
         let (meta, bytes) = s.backup(3).unwrap();
         assert_eq!((meta.epoch, meta.tick, bytes.as_slice()), (77, 1200, &b"state bytes"[..]));
         assert_eq!(s.state().leases[&3].epoch, 77);
+    }
+
+    fn pins_keep_a_copy_past_newer_ones(s: &mut dyn Durable) {
+        let at = |tick| CopyAt { bubble: BubbleId(3), epoch: 7, tick };
+        let players = vec![(PlayerId(41), Seq(9))];
+        s.put_backup(3, 7, 10, b"ten").unwrap();
+        s.pin_backup(at(10), &players).unwrap();
+        s.put_backup(3, 7, 20, b"twenty").unwrap();
+        assert!(s.pin_backup(at(10), &players).is_err(), "only the latest copy is kept");
+        assert_eq!(s.pinned_backup(at(10)).as_deref(), Some(&b"ten"[..]), "a newer copy left it");
+        assert_eq!(s.latest_copy(3).unwrap().bytes, b"twenty");
+        assert_eq!(s.pinned(), vec![(at(10), players)]);
+        s.unpin_backup(at(10));
+        assert!(s.pinned_backup(at(10)).is_none());
+        assert!(s.pinned().is_empty());
+    }
+
+    #[test]
+    fn the_disk_store_keeps_copies_for_players_across_newer_copies_and_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        pins_keep_a_copy_past_newer_ones(&mut s);
+        let at = CopyAt { bubble: BubbleId(3), epoch: 7, tick: 20 };
+        s.pin_backup(at, &[(PlayerId(5), Seq(1))]).unwrap();
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.pinned(), vec![(at, vec![(PlayerId(5), Seq(1))])], "taken back");
+        assert_eq!(s.pinned_backup(at).as_deref(), Some(&b"twenty"[..]));
+    }
+
+    #[test]
+    fn the_memory_store_keeps_copies_for_players_across_newer_copies() {
+        pins_keep_a_copy_past_newer_ones(&mut MemoryStore::default());
     }
 }

@@ -9,24 +9,34 @@ use std::collections::VecDeque;
 use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
 
-use horizon_proto::BubbleId;
+use horizon_proto::{BubbleId, PlayerId, Seq};
 use tokio::sync::mpsc;
 
-use crate::machine::{Effect, StoredCopy};
+use crate::machine::{Adoption, CopyAt, Effect, StoredCopy};
 use crate::store::{Durable, Record};
 
 /// What the store thread is asked to do.
 #[derive(Debug)]
 pub(crate) enum Job {
     Append(Record),
-    PutBackup { bubble: BubbleId, epoch: u64, tick: u64, part: Option<(u32, u32)>, bytes: Vec<u8> },
+    PutBackup {
+        bubble: BubbleId,
+        epoch: u64,
+        tick: u64,
+        part: Option<(u32, u32)>,
+        bytes: Vec<u8>,
+    },
     ReadBackup(BubbleId),
+    /// Keeping copies for players (not ownership: nothing waits for these).
+    Pin(CopyAt, Vec<(PlayerId, Seq)>),
+    Unpin(CopyAt),
+    ReadPinned(Adoption),
 }
 
 impl Job {
     /// A write: nothing after it is carried out before it is done.
     pub(crate) fn writes(&self) -> bool {
-        !matches!(self, Job::ReadBackup(_))
+        matches!(self, Job::Append(_) | Job::PutBackup { .. })
     }
 }
 
@@ -62,6 +72,9 @@ impl Barrier {
                 Job::PutBackup { bubble, epoch, tick, part, bytes }
             }
             Effect::ReadBackup { bubble } => Job::ReadBackup(bubble),
+            Effect::PinBackup { at, players } => Job::Pin(at, players),
+            Effect::UnpinBackup { at } => Job::Unpin(at),
+            Effect::ReadPinned { adopt } => Job::ReadPinned(adopt),
             other if self.writes_in_flight > 0 => {
                 self.waiting.push_front(other);
                 return None;
@@ -87,6 +100,10 @@ pub(crate) enum Done {
     Written(Result<(), String>),
     /// The latest whole copy of a bubble (`None`: none, or only parts of a spread one).
     Read(BubbleId, Option<StoredCopy>),
+    /// A copy kept for players was or was not kept (a failure costs only that help: logged).
+    Pinned(Result<(), String>),
+    /// A copy kept for players, read.
+    PinnedRead(Adoption, Option<Vec<u8>>),
 }
 
 /// The handle the shell keeps. Dropping the sender lets the thread finish what is queued;
@@ -141,6 +158,17 @@ fn run(store: &mut dyn Durable, job: Job) -> Done {
             Done::Written(put.map_err(|e| format!("backup of bubble {} not stored: {e}", bubble.0)))
         }
         Job::ReadBackup(bubble) => Done::Read(bubble, store.latest_copy(bubble.0)),
+        Job::Pin(at, players) => Done::Pinned(store.pin_backup(at, &players).map_err(|e| {
+            format!("copy of bubble {} at tick {} not kept for players: {e}", at.bubble.0, at.tick)
+        })),
+        Job::Unpin(at) => {
+            store.unpin_backup(at);
+            Done::Pinned(Ok(()))
+        }
+        Job::ReadPinned(adopt) => {
+            let copy = store.pinned_backup(adopt.from);
+            Done::PinnedRead(adopt, copy)
+        }
     }
 }
 

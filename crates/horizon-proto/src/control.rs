@@ -142,6 +142,13 @@ pub enum Request {
     /// crossing on its way, or one delivered and kept a while — goes to that bubble, whichever
     /// bubble it was sent to; the bubble keeps the state that applied more inputs.
     Recover { routes: Vec<PlayerRoute> },
+    /// core → agent (the holder of a bubble just restored): `copy` is a stored whole copy —
+    /// of this bubble or of another one, whichever applied the most of these players' inputs
+    /// — that holds these members' states, where the copy the bubble was restored from lacks
+    /// them or holds less. The agent streams it to the bubble's server as `Adopt` chunks; each
+    /// listed player joins with the copy's state, and the bubble keeps, of two states of one
+    /// player, the one that applied more inputs.
+    Adopt { lease: LeaseRef, players: Vec<PlayerId>, copy: Blob },
 }
 
 kinds!(Request {
@@ -170,6 +177,7 @@ kinds!(Request {
     Admin => "admin",
     RestoreParts => "restore_parts",
     Recover => "recover",
+    Adopt => "adopt",
 });
 
 /// A reply on the control channel.

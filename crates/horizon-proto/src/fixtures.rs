@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::channel::{Channel, Hello, Message, ReplyFrame, RequestFrame, Welcome};
 use crate::error::{ErrorCode, Fault};
 use crate::frame::{ChannelId, MAX_DATAGRAM_BYTES, MAX_FRAME_BYTES, PROTOCOL_VERSION, to_frame};
-use crate::state::{Delta, Input, Inputs, Seal, Snapshot, StateItem, Update};
+use crate::state::{Adopt, Delta, Input, Inputs, Seal, Snapshot, StateItem, Update};
 use crate::types::{
     Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, RequestId,
     Role, Seq, Tick, Vec3, WorldId,
@@ -304,6 +304,11 @@ pub fn all() -> Vec<Fixture> {
                     site: name("HKG"),
                 }],
             },
+            control::Request::Adopt {
+                lease: lref,
+                players: vec![PlayerId(4097)],
+                copy: blob.clone(),
+            },
         ],
         vec![
             control::Reply::Done,
@@ -368,6 +373,7 @@ pub fn all() -> Vec<Fixture> {
             StateItem::Inputs(inputs.clone()),
             StateItem::Update(update.clone()),
             StateItem::PartSnapshot(snapshot.clone()),
+            StateItem::Adopt(Adopt { chunk: snapshot.clone(), players: vec![PlayerId(5)] }),
         ],
         vec![
             transfer::Probe::Ping { seq: 1, sent_us: 1_000_000 },
@@ -413,7 +419,8 @@ pub fn all() -> Vec<Fixture> {
             StateItem::Seal(seal),
             StateItem::Inputs(inputs),
             StateItem::Update(update),
-            StateItem::PartSnapshot(snapshot),
+            StateItem::PartSnapshot(snapshot.clone()),
+            StateItem::Adopt(Adopt { chunk: snapshot, players: vec![PlayerId(5)] }),
         ],
         vec![],
     );

@@ -85,6 +85,19 @@ pub enum StateItem {
     /// `Seal`. Chunked like a snapshot; once whole, each player it holds joins the state the
     /// `Snapshot` gave, with their applied inputs (the reverse of spreading the bubble).
     PartSnapshot(Snapshot),
+    /// agent → server, for a bubble that runs: one chunk of a stored copy (of any bubble) and
+    /// the players to take from it. Once whole, each listed player the copy holds joins the
+    /// bubble with the copy's state and applied inputs, unless the bubble has applied at
+    /// least as many of theirs. `chunk.bubble` and `chunk.epoch` name the bubble that adopts
+    /// (under its current epoch: fenced like any write); `chunk.tick` is the copy's.
+    Adopt(Adopt),
+}
+
+/// See [`StateItem::Adopt`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adopt {
+    pub chunk: Snapshot,
+    pub players: Vec<PlayerId>,
 }
 
 impl crate::channel::Weigh for StateItem {
@@ -93,6 +106,7 @@ impl crate::channel::Weigh for StateItem {
         FIELDS_WEIGHT
             + match self {
                 StateItem::Snapshot(s) | StateItem::PartSnapshot(s) => s.bytes.0.len(),
+                StateItem::Adopt(a) => a.chunk.bytes.0.len() + a.players.len() * ENTRY_WEIGHT,
                 StateItem::Delta(d) => d.bytes.0.len(),
                 StateItem::Seal(s) => s.final_delta.0.len() + s.last_applied.len() * ENTRY_WEIGHT,
                 StateItem::Inputs(i) => {
@@ -110,4 +124,5 @@ kinds!(StateItem {
     Inputs => "inputs",
     Update => "update",
     PartSnapshot => "part_snapshot",
+    Adopt => "adopt",
 });

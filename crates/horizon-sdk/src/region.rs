@@ -124,6 +124,8 @@ pub(crate) struct Held<G: Game> {
     chunks: Vec<Option<Vec<u8>>>,
     /// The chunks of a part copy being received (a restore of a spread bubble).
     part_chunks: Vec<Option<Vec<u8>>>,
+    /// The chunks of a copy players are adopted from (see [`Held::on_adopt`]).
+    adopt_chunks: Vec<Option<Vec<u8>>>,
 }
 
 impl<G: Game> Held<G> {
@@ -149,6 +151,7 @@ impl<G: Game> Held<G> {
             live: false,
             chunks: Vec::new(),
             part_chunks: Vec::new(),
+            adopt_chunks: Vec::new(),
         }
     }
 
@@ -413,6 +416,44 @@ impl<G: Game> Held<G> {
             self.last_applied.insert(player, seq);
         }
         Ok(())
+    }
+
+    /// A running region takes one chunk of a stored copy (of any bubble) that holds states of
+    /// `players`. Once the copy is whole, each listed player it holds joins with the copy's
+    /// state and applied inputs, as a crossing would: of two states of one player, the one
+    /// that applied more inputs stays. Returns how many players joined. The chunk names this
+    /// region under its current epoch (a write like any other, fenced).
+    pub(crate) fn on_adopt(
+        &mut self,
+        game: &G,
+        chunk: Snapshot,
+        players: &[PlayerId],
+    ) -> Result<usize, RegionError> {
+        if chunk.epoch != self.lease.epoch {
+            return Err(RegionError::Epoch {
+                bubble: self.bubble().0,
+                given: chunk.epoch.0,
+                held: self.lease.epoch.0,
+            });
+        }
+        if self.phase != Phase::Running || self.state.is_none() {
+            let (bubble, phase) = (self.bubble().0, self.phase);
+            return Err(RegionError::Phase { bubble, what: "adopt", phase });
+        }
+        let mut chunks = std::mem::take(&mut self.adopt_chunks);
+        let whole = gather(&mut chunks, chunk).map_err(|why| self.bad(format!("adopt: {why}")));
+        self.adopt_chunks = chunks;
+        let Some(body) = whole? else { return Ok(0) };
+        let mut copy = game.decode(&body.game).map_err(|e| self.bad(e))?;
+        let mut joined = 0;
+        for (player, seq) in body.last_applied {
+            if !players.contains(&player) {
+                continue;
+            }
+            let player_state = game.leave(&mut copy, player);
+            joined += usize::from(self.join(game, player, seq, &player_state));
+        }
+        Ok(joined)
     }
 
     /// A standby replays one tick of the source. Ticks it already has are skipped.

@@ -224,6 +224,18 @@ impl<G: Game> ServerMachine<G> {
                 }
                 None => return,
             },
+            StateItem::Adopt(a) => match self.regions.get_mut(&a.chunk.bubble) {
+                Some(held) => held.on_adopt(game, a.chunk, &a.players).map(|joined| {
+                    if joined > 0 {
+                        tracing::info!(
+                            bubble = held.bubble().0,
+                            joined,
+                            "players adopted from a stored copy"
+                        );
+                    }
+                }),
+                None => return,
+            },
             StateItem::Update(_) => return,
         };
         if let Err(e) = result {

@@ -172,6 +172,41 @@ impl AgentMachine {
         self.pending_restore.insert(bubble, (now, token));
     }
 
+    /// A bubble restored here lacks states of `players` that a stored copy (of it or of
+    /// another bubble) holds: that copy goes to its server, which takes those players from it
+    /// (keeping, of two states of one player, the one that applied more inputs).
+    pub(super) fn adopt(
+        &mut self,
+        lease: LeaseRef,
+        players: Vec<PlayerId>,
+        copy: Blob,
+    ) -> Result<control::Reply, Fault> {
+        let b = self.bubbles.get(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
+        if b.lease.epoch != lease.epoch {
+            return Err(Fault::new(ErrorCode::StaleEpoch, "another epoch of the bubble runs here"));
+        }
+        if b.phase != Phase::Running {
+            return Err(Fault::new(ErrorCode::NotReady, "the bubble is not running here yet"));
+        }
+        tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, players = players.len(), copy_bytes = copy.0.len(), "players adopted from a stored copy");
+        let server = b.server.clone();
+        let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
+        let total = chunks.len() as u32;
+        for (i, bytes) in chunks.into_iter().enumerate() {
+            let chunk = horizon_proto::Snapshot {
+                bubble: lease.bubble,
+                epoch: lease.epoch,
+                tick: Tick(0),
+                index: i as u32,
+                total,
+                bytes: Blob(bytes.to_vec()),
+            };
+            let item = StateItem::Adopt(horizon_proto::Adopt { chunk, players: players.clone() });
+            self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
+        }
+        Ok(control::Reply::Done)
+    }
+
     /// The core stored copies that include these players' inputs up to `seq`.
     pub(super) fn covered(&mut self, players: &[control::CoveredInput]) {
         for c in players {

@@ -6,10 +6,13 @@ impl AgentMachine {
     pub(super) fn register(&mut self, now: Instant) {
         // Orders may overtake the answer: the core's member lists are not trusted from now.
         self.registered_at = Some(now);
+        // Every bubble a server here may still write: running, or the source of a handover
+        // not frozen yet. (Left out, the core would take it as gone and restore or drain it
+        // elsewhere while it still ticks here: two writers, seed 9013801.)
         let held = self
             .bubbles
             .values()
-            .filter(|b| b.phase == Phase::Running)
+            .filter(|b| matches!(b.phase, Phase::Running | Phase::Leaving { .. }))
             .map(|b| control::Held { lease: b.lease_ref(), tick: Tick(0) })
             .collect();
         let register = control::Request::Register {
@@ -270,6 +273,7 @@ impl AgentMachine {
                 self.route(routes, now);
                 Ok(control::Reply::Done)
             }
+            R::Adopt { lease, players, copy } => self.adopt(lease, players, copy),
             R::Recover { routes } => {
                 self.recover(routes, now);
                 Ok(control::Reply::Done)

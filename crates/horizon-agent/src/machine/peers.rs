@@ -139,8 +139,8 @@ impl AgentMachine {
                 self.feed_standby(site, bubble, item)
             }
             // Only the agent sends these, to its own servers.
-            StateItem::PartSnapshot(_) => {
-                tracing::warn!(peer = %site, "a part snapshot from a peer: ignored");
+            StateItem::PartSnapshot(_) | StateItem::Adopt(_) => {
+                tracing::warn!(peer = %site, "a part snapshot or adopted copy from a peer: ignored");
             }
         }
     }

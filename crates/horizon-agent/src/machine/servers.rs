@@ -136,8 +136,8 @@ impl AgentMachine {
                 tracing::info!(site = %self.cfg.site, bubble = s.bubble.0, tick = s.tick.0, "sealed; seal sent to the target");
                 self.mirror(s.bubble, item.clone())
             }
-            // Only ever sent to a server (a restore of a spread bubble).
-            StateItem::Inputs(_) | StateItem::PartSnapshot(_) => {}
+            // Only ever sent to a server (inputs, a restore of a spread bubble, an adoption).
+            StateItem::Inputs(_) | StateItem::PartSnapshot(_) | StateItem::Adopt(_) => {}
         }
     }
 

@@ -2,7 +2,8 @@
 //! only from a bubble's current holder under its current epoch (fencing: an old writer's copy
 //! is refused), and stored. Once a whole copy is stored, its holder's `Covers` says which input
 //! of each player it includes, and the players' home gateways are told (`Covered`): they may
-//! forget those inputs, a restore from this copy no longer needs them.
+//! forget those inputs, a restore from this copy (or the copy kept for them, `keep.rs`) no
+//! longer needs them.
 
 use std::collections::BTreeMap;
 
@@ -202,6 +203,24 @@ impl CoreMachine {
         let Some(reg) = self.registry.get(&bubble) else { return };
         if !stored || reg.site != site || reg.epoch != lease.epoch.0 || acked.len() > MAX_COVERED {
             return;
+        }
+        let at = super::CopyAt { bubble, epoch: lease.epoch.0, tick };
+        for pin in self.keep.covered(at, &acked) {
+            self.effects.push_back(match pin {
+                super::keep::Pin::Keep(at) => Effect::PinBackup { at, players: acked.clone() },
+                super::keep::Pin::Release(at) => Effect::UnpinBackup { at },
+            });
+        }
+        // Members this copy holds with fewer of their inputs than a copy kept for them: their
+        // state went back (it never crossed in, or crossed from a copy older than what they
+        // were told): they adopt it from that copy (seed 9014480).
+        for (from, players) in self.keep.behind(at, &acked) {
+            let players: Vec<PlayerId> =
+                players.into_iter().filter(|p| reg.members.contains_key(p)).collect();
+            if !players.is_empty() {
+                let adopt = super::Adoption { bubble, epoch: at.epoch, from, players };
+                self.effects.push_back(Effect::ReadPinned { adopt });
+            }
         }
         let mut per_home: BTreeMap<SiteId, Vec<control::CoveredInput>> = BTreeMap::new();
         for (player, seq) in acked {

@@ -4,8 +4,8 @@
 //! stored copy still has it (and the player's home gateway every input after that copy, since
 //! nothing stored since covers them):
 //!
-//! - the holder could not hear the core when the bubble ended (cut off, restarting, dead):
-//!   it never lets its players go;
+//! - the holder could not hear the core when the bubble ended (cut off, restarting, dead),
+//!   or its server died as it ended: it never lets its players go;
 //! - a player crossed from it into a bubble that failed before a copy of that bubble included
 //!   them, and the crossing kept at the source is gone with it (the source site restarted).
 //!
@@ -174,6 +174,23 @@ impl CoreMachine {
         for bubble in due {
             self.start_drain(bubble);
         }
+    }
+
+    /// The holder of an ended bubble lost its server: the departures it was told may have
+    /// died with it (seed 9010789: a player moved on as the server was killed). Nobody writes
+    /// the bubble any more; its copy is drained for them at once (the target keeps, of two
+    /// states of one player, the one that applied more inputs, so a state that did leave
+    /// loses nothing).
+    pub(crate) fn ended_bubble_lost(&mut self, site: SiteId, bubble: BubbleId, now: Time) {
+        let Some(e) = self.drains.ended.get_mut(&bubble).filter(|e| e.holder == site) else {
+            return;
+        };
+        e.cleared = true;
+        if !self.remembered_departures(bubble).is_empty() {
+            tracing::info!(bubble = bubble.0, holder = %self.cfg.sites.name(site), "an ended bubble's server is gone: its players' states will be handed on from its copy");
+            self.want_drain(bubble, None);
+        }
+        self.drain_due(now);
     }
 
     /// `site` registered holding `held`: the ended bubbles it held last and still holds are

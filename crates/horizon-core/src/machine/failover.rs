@@ -17,9 +17,9 @@
 
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
-use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, WorldId};
+use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, WorldId};
 
-use super::{Awaiting, CoreMachine, Effect, StoredCopy};
+use super::{Adoption, Awaiting, CopyAt, CoreMachine, Effect, StoredCopy};
 use crate::metrics::FailoverReason;
 
 impl CoreMachine {
@@ -69,6 +69,12 @@ impl CoreMachine {
             StoredCopy { epoch: 0, tick: 0, bytes: Vec::new(), parts: Vec::new() }
         });
         self.metrics.restore(site, copy.kind());
+        let from = (!copy.bytes.is_empty() && copy.parts.is_empty()).then_some(CopyAt {
+            bubble,
+            epoch: copy.epoch,
+            tick: copy.tick,
+        });
+        self.restored_from.insert(bubble, (epoch, from));
         let restore = copy.restore(self.lease(bubble, epoch, now), region);
         let order = self.order(site, restore);
         if !self.track(order, Awaiting::Restore(bubble, epoch)) {
@@ -103,12 +109,61 @@ impl CoreMachine {
                 self.order(site, control::Request::Members { lease, players: list, departed });
                 self.redirect_arrivals(bubble);
                 self.drain_arrivals(bubble, now);
+                self.adopt_kept_copies(bubble, epoch);
                 self.send_routes(players);
                 self.reconcile();
             }
             Ok(other) => self.restore_failed(bubble, epoch, &format!("replied {other:?}"), now),
             Err(why) => self.restore_failed(bubble, epoch, &why, now),
         }
+    }
+
+    /// Members of a bubble just restored whose best stored copy is not the one it was
+    /// restored from (they crossed in after it, or it holds fewer of their inputs): that copy
+    /// is read, and adopted by the holder (`keep.rs`).
+    fn adopt_kept_copies(&mut self, bubble: BubbleId, epoch: u64) {
+        let Some((at_epoch, from)) = self.restored_from.remove(&bubble) else { return };
+        let Some(reg) =
+            self.registry.get(&bubble).filter(|r| r.epoch == epoch && at_epoch == epoch)
+        else {
+            return;
+        };
+        for (copy, players) in self.keep.wanted(from, reg.members.keys().copied()) {
+            tracing::info!(
+                bubble = bubble.0,
+                from_bubble = copy.bubble.0,
+                players = players.len(),
+                "members adopted from the copy kept for them"
+            );
+            let adopt = Adoption { bubble, epoch, from: copy, players };
+            self.effects.push_back(Effect::ReadPinned { adopt });
+        }
+    }
+
+    /// A kept copy was read: the restored bubble's holder adopts the players from it.
+    pub(crate) fn pinned_read(&mut self, adopt: Adoption, copy: Option<Vec<u8>>) {
+        let Some(copy) = copy else {
+            tracing::warn!(
+                bubble = adopt.bubble.0,
+                from_bubble = adopt.from.bubble.0,
+                "the copy kept for players is gone from the store"
+            );
+            return;
+        };
+        let Some(reg) = self.registry.get(&adopt.bubble) else { return };
+        if reg.epoch != adopt.epoch || !reg.settled() {
+            return;
+        }
+        // Only those still members (the brain may have moved some on meanwhile).
+        let players: Vec<PlayerId> =
+            adopt.players.into_iter().filter(|p| reg.members.contains_key(p)).collect();
+        if players.is_empty() {
+            return;
+        }
+        self.metrics.adoptions.inc(reg.site.index());
+        let lease = reg.lease_ref(adopt.bubble);
+        let site = reg.site;
+        self.order(site, control::Request::Adopt { lease, players, copy: Blob(copy) });
     }
 
     /// A restore that did not happen: fail over again, to wherever the brain says now.
@@ -141,6 +196,7 @@ impl CoreMachine {
                 .get(&l.bubble)
                 .is_some_and(|r| r.site == site && r.epoch == l.epoch.0 && r.settled());
             if !current {
+                self.ended_bubble_lost(site, l.bubble, now);
                 continue;
             }
             tracing::warn!(bubble = l.bubble.0, site = %self.cfg.sites.name(site), reason = reason.as_str(), "bubble lost by its holder");

@@ -7,14 +7,16 @@
 //! registry (`registry.rs`) says where it *does* run (it lags the brain during a handover or a
 //! restore) and which players were told to whom. Handovers are explicit state machines
 //! (`handover.rs`), failovers restore the latest copy of the universe backup (`failover.rs`),
-//! the brain's commands are carried out in `commands.rs`, and ended bubbles whose holder was
-//! away are drained from their copy (`drain.rs`).
+//! the brain's commands are carried out in `commands.rs`, ended bubbles whose holder was
+//! away are drained from their copy (`drain.rs`), and each player's last stored copy is kept
+//! for a restore that lacks them (`keep.rs`).
 
 pub(crate) mod backup;
 mod commands;
 mod drain;
 pub(crate) mod failover;
 pub(crate) mod handover;
+pub(crate) mod keep;
 pub(crate) mod registry;
 mod reports;
 pub(crate) mod status;
@@ -70,6 +72,8 @@ pub enum Input {
     OrderDone { order: OrderId, result: Result<control::Reply, String> },
     /// The latest stored copy of a bubble, asked for with [`Effect::ReadBackup`].
     BackupRead { bubble: BubbleId, copy: Option<StoredCopy> },
+    /// A copy kept for players, asked for with [`Effect::ReadPinned`] (`None`: not found).
+    PinnedRead { adopt: Adoption, copy: Option<Vec<u8>> },
     /// A store write failed (the shell logs it).
     StoreFailed,
 }
@@ -127,8 +131,27 @@ pub enum Effect {
     PutBackup { bubble: BubbleId, epoch: u64, tick: u64, part: Option<(u32, u32)>, bytes: Vec<u8> },
     /// Read the latest whole copy of a bubble; the answer comes back as [`Input::BackupRead`].
     ReadBackup { bubble: BubbleId },
+    /// Keep the whole copy `at` (the latest of its bubble now), holding `players` with their
+    /// applied inputs, even once a newer one replaces it: players need it (`keep.rs`). Nothing
+    /// waits for it; a failure only loses that help.
+    PinBackup { at: CopyAt, players: Vec<(PlayerId, horizon_proto::Seq)> },
+    /// Players no longer need the copy `at`.
+    UnpinBackup { at: CopyAt },
+    /// Read a kept copy; the answer comes back as [`Input::PinnedRead`] with `adopt`.
+    ReadPinned { adopt: Adoption },
     /// Close an agent's connection.
     Close { conn: ConnId, code: ErrorCode, why: &'static str },
+}
+
+pub use keep::CopyAt;
+
+/// Members of a bubble just restored (under `epoch`) to take from the kept copy `from`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adoption {
+    pub bubble: BubbleId,
+    pub epoch: u64,
+    pub from: CopyAt,
+    pub players: Vec<PlayerId>,
 }
 
 /// The core's configuration as the machine needs it.
@@ -183,6 +206,12 @@ pub struct CoreMachine {
     pub(crate) loss: BTreeMap<BubbleId, FailoverReason>,
     /// Ended bubbles, and those whose players' states are handed on from their copy.
     drains: drain::Drains,
+    /// Each player's best stored copy (`keep.rs`).
+    pub(crate) keep: keep::PlayerCopies,
+    /// The copy each bubble being restored was restored from (`None`: empty), by epoch.
+    restored_from: BTreeMap<BubbleId, (u64, Option<CopyAt>)>,
+    /// When the players no agent brought back are next forgotten (`forget_absent_players`).
+    next_absent_sweep: Time,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
     next_handover: u64,
     next_order: u64,
@@ -198,6 +227,11 @@ pub struct CoreMachine {
     pub(crate) ids: reports::IdBlocks,
     effects: VecDeque<Effect>,
 }
+
+/// See [`CoreMachine::forget_absent_players`]: first a minute after the start, then every
+/// 5 s (players who left the game while placed are forgotten at once, in `reconcile`).
+const ABSENT_AFTER_START_MS: u64 = 60_000;
+const ABSENT_SWEEP_EVERY_MS: u64 = 5_000;
 
 /// Player ids handed out in one block, at most.
 const MAX_ID_BLOCK: u32 = 65_536;
@@ -233,6 +267,9 @@ impl CoreMachine {
             ending: BTreeMap::new(),
             loss: BTreeMap::new(),
             drains: drain::Drains::default(),
+            keep: keep::PlayerCopies::default(),
+            restored_from: BTreeMap::new(),
+            next_absent_sweep: now + horizon_mesh::Span::from_ms(ABSENT_AFTER_START_MS),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.
             next_handover: (u64::from(generation) << 32) | 1,
@@ -313,6 +350,31 @@ impl CoreMachine {
         self.carry_out_commands(now);
         self.handover_deadlines(now);
         self.drain_due(now);
+        self.forget_absent_players(now);
+    }
+
+    /// The copies an earlier core kept for players (from its store), before anything else.
+    pub fn take_kept_copies(&mut self, kept: Vec<(CopyAt, crate::store::KeptPlayers)>) {
+        let copies: Vec<CopyAt> = kept.iter().map(|(at, _)| *at).collect();
+        for (at, players) in kept {
+            self.keep.covered(at, &players);
+        }
+        for at in copies.into_iter().filter(|at| !self.keep.needs(*at)) {
+            self.effects.push_back(Effect::UnpinBackup { at });
+        }
+    }
+
+    /// Players not in the game a minute after this core started (agents re-register within
+    /// seconds) no longer need a copy kept: those an earlier core kept for players who left
+    /// while it was down.
+    fn forget_absent_players(&mut self, now: Time) {
+        if now < self.next_absent_sweep {
+            return;
+        }
+        self.next_absent_sweep = now + horizon_mesh::Span::from_ms(ABSENT_SWEEP_EVERY_MS);
+        let mesh = &self.mesh;
+        let gone = self.keep.forget_unless(|p| mesh.player(horizon_mesh::PlayerId(p.0)).is_some());
+        self.effects.extend(gone.into_iter().map(|at| Effect::UnpinBackup { at }));
     }
 
     /// The shell measured the last [`CoreMachine::handle_timeout`] that ran a tick.
@@ -347,6 +409,7 @@ impl CoreMachine {
             }
             Input::OrderDone { order, result } => self.order_done(order, result, now),
             Input::BackupRead { bubble, copy } => self.backup_read(bubble, copy, now),
+            Input::PinnedRead { adopt, copy } => self.pinned_read(adopt, copy),
             Input::StoreFailed => self.metrics.store_failures.inc(),
         }
     }

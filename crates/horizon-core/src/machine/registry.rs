@@ -168,6 +168,9 @@ impl CoreMachine {
             for a in self.arrived.values_mut() {
                 a.remove(&player);
             }
+            if let Some(super::keep::Pin::Release(at)) = self.keep.forget(player) {
+                self.effects.push_back(super::Effect::UnpinBackup { at });
+            }
         }
         for bubble in touched {
             let Some(reg) = self.registry.get(&bubble) else { continue };

@@ -81,6 +81,7 @@ impl CoreMachine {
         for p in gone {
             let _ = self.mesh.handle_leave(p);
         }
+        let mut joined_in = std::collections::BTreeSet::new();
         for p in players {
             let id = horizon_mesh::PlayerId(p.sample.player.0);
             if self.mesh.player(id).is_some() {
@@ -107,10 +108,21 @@ impl CoreMachine {
                     self.placed.insert(j.player, b);
                     if let Some(r) = self.registry.get_mut(&b) {
                         r.members.insert(j.player, site);
+                        joined_in.insert(b);
                     }
                 }
                 (Ok(_), None) => {}
             }
+        }
+        // Their bubble's holder is told: it may not have them as members (it restored the
+        // bubble from a copy while this core was down, or before this resync came). A bubble
+        // being restored or handed over gets its full list when that is done.
+        for b in joined_in {
+            let Some(reg) = self.registry.get(&b).filter(|r| r.settled()) else { continue };
+            let players = self.member_list(reg, &Default::default());
+            let (lease, holder) = (reg.lease_ref(b), reg.site);
+            let departed = self.remembered_departures(b);
+            self.order(holder, control::Request::Members { lease, players, departed });
         }
     }
 

@@ -201,8 +201,20 @@ fn montrealer_in_a_bubble(h: &mut Harness) -> (BubbleId, u64) {
     (bubble, epoch)
 }
 
-/// A whole copy of `bubble` from its holder, in one chunk, with what it covers.
+/// A whole copy of `bubble` from its holder, in one chunk, covering player 1 up to `seq`.
 fn copy(h: &mut Harness, site: &str, bubble: BubbleId, epoch: u64, tick: u64, seq: u64) {
+    copy_of(h, site, bubble, epoch, tick, &[(1, seq)]);
+}
+
+/// A whole copy of `bubble` from its holder, in one chunk, with what it covers: (player, seq).
+fn copy_of(
+    h: &mut Harness,
+    site: &str,
+    bubble: BubbleId,
+    epoch: u64,
+    tick: u64,
+    acked: &[(u64, u64)],
+) {
     let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
     let (site_id, conn) = (h.site(site), h.conn(site));
     let chunk = control::Backup::Chunk {
@@ -213,8 +225,8 @@ fn copy(h: &mut Harness, site: &str, bubble: BubbleId, epoch: u64, tick: u64, se
         bytes: horizon_proto::Blob(vec![tick as u8; 8]),
     };
     h.core.handle(Input::Backup { site: site_id, conn, item: chunk }, h.now);
-    let covers =
-        control::Backup::Covers { lease, tick: Tick(tick), acked: vec![(PlayerId(1), Seq(seq))] };
+    let acked = acked.iter().map(|&(p, s)| (PlayerId(p), Seq(s))).collect();
+    let covers = control::Backup::Covers { lease, tick: Tick(tick), acked };
     h.core.handle(Input::Backup { site: site_id, conn, item: covers }, h.now);
     h.drain(|_| {});
 }
@@ -466,6 +478,14 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     // The agent says who plays where; the player lands back in the same bubble.
     let players = vec![control::PlacedPlayer { sample: sample(1, 0.0), bubble: Some(bubble) }];
     h2.request("MTL", control::Request::Players { players }).unwrap();
+    // Its holder is told it is a member (seed 56 with overlapping faults: a holder that
+    // restored the bubble from a copy while the core was down never heard of its players).
+    let told = h2.sent().into_iter().any(|(site, _, r)| {
+        site == "MTL"
+            && matches!(&r, control::Request::Members { lease, players, .. }
+                if lease.bubble == bubble && players.iter().any(|m| m.player == PlayerId(1)))
+    });
+    assert!(told, "the holder is sent its members");
     let renew = control::Request::Renew { leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }] };
     let control::Reply::Renewed { granted, .. } = h2.request("MTL", renew).unwrap() else {
         panic!()
@@ -815,4 +835,72 @@ fn the_status_names_no_player_to_an_unauthenticated_reader() {
     assert!(doc.players.is_empty() && doc.groups[0].players.is_empty(), "no id, no position");
     assert_eq!(doc.players_total, 1, "but how many");
     assert_eq!(doc.groups[0].homes.get("MTL"), Some(&1));
+}
+
+/// The Hongkonger crosses from the Montreal bubble into the Paris one; the Paris bubble's
+/// server dies before any copy of it holds them. The Paris bubble is restored from its last
+/// copy (without them) and adopts them from the Montreal bubble's copy kept for them, which
+/// later Montreal copies (without them) did not replace.
+#[test]
+fn a_bubble_restored_from_a_copy_without_a_member_adopts_it_from_the_copy_kept_for_it() {
+    let mut h = Harness::new();
+    let (at_mtl, at_par, _) = three_bubbles(&mut h);
+    let (_, _, mtl_epoch) = h.hosted(1);
+    let (_, _, par_epoch) = h.hosted(4);
+    copy_of(&mut h, "PAR", at_par, par_epoch, 5, &[(4, 2)]);
+    copy_of(&mut h, "MTL", at_mtl, mtl_epoch, 10, &[(1, 4), (2, 4), (3, 7)]);
+    let kept = CopyAt { bubble: at_mtl, epoch: mtl_epoch, tick: 10 };
+    assert!(h.log.iter().any(|e| matches!(e, Effect::PinBackup { at, .. } if *at == kept)));
+    walk_hongkonger(&mut h, 50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_par, "crossed MTL → PAR");
+    h.log.clear();
+    copy_of(&mut h, "MTL", at_mtl, mtl_epoch, 20, &[(1, 8), (2, 8)]);
+    let released =
+        |h: &Harness| h.log.iter().any(|e| matches!(e, Effect::UnpinBackup { at } if *at == kept));
+    assert!(!released(&h), "still the Hongkonger's best copy");
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble: at_par, epoch: Epoch(par_epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("PAR", lost).unwrap();
+    let copy = StoredCopy { epoch: par_epoch, tick: 5, bytes: vec![5; 8], parts: Vec::new() };
+    h.core.handle(Input::BackupRead { bubble: at_par, copy: Some(copy) }, h.now);
+    h.drain(|_| {});
+    h.ack_all("PAR");
+    let reads: Vec<&Adoption> = h
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ReadPinned { adopt } => Some(adopt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    let adopt = reads[0].clone();
+    assert_eq!(
+        (adopt.bubble, adopt.from, adopt.players.clone()),
+        (at_par, kept, vec![PlayerId(3)])
+    );
+    h.log.clear();
+    h.core.handle(Input::PinnedRead { adopt, copy: Some(vec![10; 8]) }, h.now);
+    h.drain(|_| {});
+    let orders: Vec<_> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(site, _, r)| match r {
+            control::Request::Adopt { lease, players, copy } => {
+                Some((site, lease.bubble, players, copy))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        orders,
+        vec![("PAR".to_string(), at_par, vec![PlayerId(3)], horizon_proto::Blob(vec![10; 8]))]
+    );
+    assert_eq!(h.core.metrics.adoptions.get(h.site("PAR").index()), 1);
+    // A copy of the Paris bubble holding the Hongkonger releases the kept one.
+    let (_, _, epoch) = h.hosted(3);
+    copy_of(&mut h, "PAR", at_par, epoch, 30, &[(3, 9), (4, 5)]);
+    assert!(released(&h));
 }

@@ -336,3 +336,53 @@ mod budgets {
         }
     }
 }
+
+#[test]
+fn a_running_region_adopts_listed_players_from_another_bubble_s_copy_keeping_the_more_applied() {
+    let now = Instant::now();
+    // Another bubble's copy: player 1 after 6 inputs, player 2 after 3, player 3 after 5.
+    let mut other = held(1, false);
+    for p in [1, 2, 3] {
+        other.join(&GAME, PlayerId(p), Seq(0), &[]);
+    }
+    for seq in 1..=6 {
+        let mut inputs = vec![input(1, seq)];
+        if seq <= 3 {
+            inputs.push(input(2, seq));
+        }
+        if seq <= 5 {
+            inputs.push(input(3, seq));
+        }
+        other.inputs(&GAME, inputs, now);
+        other.step(&GAME, now);
+    }
+    let copy = other.snapshot(&GAME, 16, false);
+    // This bubble was restored without player 1 (started afresh) and with player 2 ahead.
+    let mut h = held(4, false);
+    h.join(&GAME, PlayerId(1), Seq(0), &[]);
+    h.join(&GAME, PlayerId(2), Seq(0), &[]);
+    for seq in 1..=4 {
+        h.inputs(&GAME, vec![input(2, seq)], now);
+    }
+    let adopt = |c: &Snapshot| Snapshot { bubble: BubbleId(7), epoch: Epoch(4), ..c.clone() };
+    let (last, first) = copy.split_last().unwrap();
+    for chunk in first {
+        assert_eq!(h.on_adopt(&GAME, adopt(chunk), &[PlayerId(1), PlayerId(2)]).unwrap(), 0);
+    }
+    // Player 3 is in the copy but not listed: not taken.
+    assert_eq!(h.on_adopt(&GAME, adopt(last), &[PlayerId(1), PlayerId(2)]).unwrap(), 1);
+    let resent = h.inputs(&GAME, vec![input(1, 6), input(1, 7)], now);
+    assert_eq!((resent.duplicates, resent.applied), (1, 1));
+    let (update, _, _) = h.step(&GAME, now).unwrap();
+    let view = View::decode(&update.bytes.0).unwrap();
+    let e = |p| view.entity(PlayerId(p)).map(|e| (e.inputs, e.last_seq));
+    assert_eq!(e(1), Some((7, 7)), "adopted at 6, then 7 applied");
+    assert_eq!(e(2), Some((4, 4)), "the state that applied more inputs stays");
+    assert_eq!(e(3), None);
+    // Only under this region's epoch, and only while it runs.
+    let stale = Snapshot { epoch: Epoch(3), ..adopt(last) };
+    assert!(matches!(h.on_adopt(&GAME, stale, &[PlayerId(1)]), Err(RegionError::Epoch { .. })));
+    let mut standby = held(4, true);
+    let r = standby.on_adopt(&GAME, adopt(last), &[PlayerId(1)]);
+    assert!(matches!(r, Err(RegionError::Phase { .. })));
+}

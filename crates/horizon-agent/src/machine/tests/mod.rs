@@ -469,6 +469,51 @@ fn a_restore_feeds_the_copy_and_answers_at_the_servers_first_update() {
 }
 
 #[test]
+fn a_copy_kept_for_players_goes_to_the_bubble_s_server_in_chunks_under_its_epoch() {
+    let mut h = running(10_000);
+    let lref = |epoch| LeaseRef { bubble: BubbleId(1), epoch: Epoch(epoch) };
+    let players = vec![PlayerId(9)];
+    let adopt = |epoch| control::Request::Adopt {
+        lease: lref(epoch),
+        players: players.clone(),
+        copy: Blob(vec![3; 100_000]),
+    };
+    let (token, out) = h.order(adopt(1));
+    let fed: Vec<_> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ServerStream { server, item: StateItem::Adopt(a) } => Some((
+                server.to_string(),
+                a.chunk.index,
+                a.chunk.total,
+                a.chunk.epoch,
+                a.players.clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let chunk = |i| ("mtl-gs-0".to_string(), i, 2, Epoch(1), players.clone());
+    assert_eq!(fed, [chunk(0), chunk(1)], "two chunks of 64 KiB to the bubble's server");
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+    // Another epoch of the bubble, or a bubble not here: refused, nothing sent.
+    for (order, code) in [
+        (adopt(2), ErrorCode::StaleEpoch),
+        (
+            control::Request::Adopt {
+                lease: LeaseRef { bubble: BubbleId(8), epoch: Epoch(1) },
+                players: vec![],
+                copy: Blob(vec![1]),
+            },
+            ErrorCode::UnknownBubble,
+        ),
+    ] {
+        let (token, out) = h.order(order);
+        assert_eq!(answers(&out), [(token, Err(code))]);
+        assert!(!out.iter().any(|e| matches!(e, Effect::ServerStream { .. })));
+    }
+}
+
+#[test]
 fn a_restore_from_part_copies_feeds_part_0_then_every_other_part_then_the_seal() {
     let mut h = Harness::new(1);
     h.effects();
