@@ -611,6 +611,34 @@ fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_
     assert_eq!(h.core.metrics.drains.get(h.site("PAR").index()), 1);
 }
 
+/// Seed 9010789: the brain ends a bubble as its player walks away, and its holder hears, but
+/// the server dies before letting the player go: its `Lost` comes for a bubble that has ended.
+/// The bubble's copy is drained at once (its server is gone: nobody writes it).
+#[test]
+fn an_ended_bubble_whose_server_is_lost_is_drained_at_once() {
+    let mut h = Harness::new();
+    let (old, epoch) = montrealer_in_a_bubble(&mut h);
+    copy(&mut h, "MTL", old, epoch, 40, 7);
+    for p in 2..5 {
+        h.join("PAR", p, 10_000.0 + p as f64);
+    }
+    h.run_until(h.now.as_ms() + 5_000);
+    h.settle();
+    h.moved("MTL", 1, 10_000.0);
+    for _ in 0..3 {
+        h.run_until(h.now.as_ms() + 5_000);
+        h.settle();
+    }
+    assert!(!h.core.registry.contains_key(&old), "the brain ended the bubble, its holder heard");
+    assert!(!h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })), "no drain yet");
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble: old, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("MTL", lost).unwrap();
+    assert!(h.log.contains(&Effect::ReadBackup { bubble: old }), "drained at once");
+}
+
 impl Harness {
     /// `player`, of `home`, is now at `x` (the home agent's report).
     fn moved(&mut self, home: &str, player: u64, x: f64) {
@@ -903,4 +931,28 @@ fn a_bubble_restored_from_a_copy_without_a_member_adopts_it_from_the_copy_kept_f
     let (_, _, epoch) = h.hosted(3);
     copy_of(&mut h, "PAR", at_par, epoch, 30, &[(3, 9), (4, 5)]);
     assert!(released(&h));
+}
+
+/// Seed 9014480: a player's state went back (it never crossed into its bubble, which started
+/// it afresh). The first copy that shows it with fewer inputs than the copy kept for it has it
+/// adopt its state from that copy.
+#[test]
+fn a_member_a_copy_shows_behind_its_kept_copy_adopts_it() {
+    let mut h = Harness::new();
+    let (at_mtl, at_par, _) = three_bubbles(&mut h);
+    let (_, _, mtl_epoch) = h.hosted(1);
+    copy_of(&mut h, "MTL", at_mtl, mtl_epoch, 10, &[(1, 4), (2, 4), (3, 7)]);
+    walk_hongkonger(&mut h, 50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_par);
+    h.log.clear();
+    let (_, _, par_epoch) = h.hosted(4);
+    copy_of(&mut h, "PAR", at_par, par_epoch, 50, &[(3, 0), (4, 2)]);
+    let kept = CopyAt { bubble: at_mtl, epoch: mtl_epoch, tick: 10 };
+    let adopt =
+        Adoption { bubble: at_par, epoch: par_epoch, from: kept, players: vec![PlayerId(3)] };
+    assert!(h.log.contains(&Effect::ReadPinned { adopt }), "{:?}", h.log);
+    // A copy holding it as far as the kept one asks for nothing.
+    h.log.clear();
+    copy_of(&mut h, "PAR", at_par, par_epoch, 60, &[(3, 7), (4, 3)]);
+    assert!(!h.log.iter().any(|e| matches!(e, Effect::ReadPinned { .. })));
 }

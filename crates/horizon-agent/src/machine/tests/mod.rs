@@ -468,6 +468,32 @@ fn a_restore_feeds_the_copy_and_answers_at_the_servers_first_update() {
     assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
 }
 
+/// Seed 9013801: an agent cut from the core while the source of a handover registered
+/// without that bubble; the core took it as gone and drained it elsewhere while its server
+/// still ticked here. Every bubble a server here may still write is held.
+#[test]
+fn a_registration_holds_the_source_of_a_handover_not_frozen_yet_but_not_a_sealed_one() {
+    let mut h = running(10_000);
+    let held = |h: &mut Harness| -> Vec<u64> {
+        h.feed(Input::CoreUp)
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::ToCore { request: control::Request::Register { held, .. }, .. } => {
+                    Some(held.into_iter().map(|x| x.lease.bubble.0).collect::<Vec<_>>())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    assert_eq!(held(&mut h), [1], "running");
+    let handover = HandoverId(4);
+    h.m.bubbles.get_mut(&BubbleId(1)).unwrap().phase = Phase::Leaving { handover };
+    assert_eq!(held(&mut h), [1], "still simulating until the freeze");
+    h.m.bubbles.get_mut(&BubbleId(1)).unwrap().phase = Phase::Sealed { handover };
+    assert!(held(&mut h).is_empty(), "sealed: never runs again");
+}
+
 #[test]
 fn a_copy_kept_for_players_goes_to_the_bubble_s_server_in_chunks_under_its_epoch() {
     let mut h = running(10_000);
