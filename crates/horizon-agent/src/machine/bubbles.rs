@@ -172,9 +172,11 @@ impl AgentMachine {
         self.pending_restore.insert(bubble, (now, token));
     }
 
-    /// A bubble restored here lacks states of `players` that a stored copy (of it or of
-    /// another bubble) holds: that copy goes to its server, which takes those players from it
-    /// (keeping, of two states of one player, the one that applied more inputs).
+    /// A bubble here lacks states of `players` that a stored copy (of it or of another bubble)
+    /// holds with more of their inputs (it was restored from a copy without them, or their
+    /// state went back on the way in): that copy goes to its server, which takes those players
+    /// from it (keeping, of two states of one player, the one that applied more inputs). Not
+    /// while the bubble is spread over several servers: a player would be held by two.
     pub(super) fn adopt(
         &mut self,
         lease: LeaseRef,
@@ -187,6 +189,9 @@ impl AgentMachine {
         }
         if b.phase != Phase::Running {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble is not running here yet"));
+        }
+        if !b.extra.is_empty() {
+            return Err(Fault::new(ErrorCode::NotReady, "the bubble is spread over servers"));
         }
         tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, players = players.len(), copy_bytes = copy.0.len(), "players adopted from a stored copy");
         let server = b.server.clone();

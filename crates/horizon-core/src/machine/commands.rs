@@ -81,6 +81,7 @@ impl CoreMachine {
             .collect();
         for bubble in ended {
             self.ending.remove(&bubble);
+            self.restored_from.remove(&bubble);
             if let Some(reg) = self.registry.remove(&bubble) {
                 self.persist(Record::Gone { bubble: bubble.0 });
                 let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };

@@ -169,6 +169,7 @@ impl CoreMachine {
     /// A restore that did not happen: fail over again, to wherever the brain says now.
     fn restore_failed(&mut self, bubble: BubbleId, epoch: u64, why: &str, now: Time) {
         tracing::error!(bubble = bubble.0, epoch, %why, "restore failed: failing over again");
+        self.restored_from.remove(&bubble);
         self.loss.insert(bubble, FailoverReason::RestoreFailed);
         let lost = self.mesh.handle_bubble_lost(
             horizon_mesh::BubbleId(bubble.0),

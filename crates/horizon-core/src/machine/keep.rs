@@ -11,11 +11,14 @@
 //! player needs it. A bubble restored from a copy that does not hold a member as far — the
 //! member's best copy is another one — gets that copy too (`Adopt`): its server takes the
 //! member's state from it, and keeps, of two states of one player, the one that applied more
-//! inputs. The player's gateway holds every input after that copy, and sends them again.
+//! inputs. The player's gateway holds every input after that copy, and sends them again. So
+//! does a bubble whose copy shows a member behind its best copy: the member's state went back
+//! on the way in (its crossing was lost, and its holder started it afresh).
 //!
 //! ```text
 //!  Covers (copy c stored, player p at seq s) ──► best[p] = c if s ≥ best[p].seq
 //!     first reference to c: PinBackup(c) · last reference to the old best gone: UnpinBackup
+//!     a member p with s < best[p].seq ──► ReadPinned(best[p], p) ──► … Adopt
 //!  restore of bubble b from copy r, done ──► for each member p with best[p] ≠ r:
 //!     ReadPinned(best[p], players) ──► PinnedRead ──► Adopt { players, copy } to b's holder
 //! ```
@@ -213,7 +216,7 @@ mod tests {
         k.covered(at(1, 10), &[(p(1), Seq(9))]);
         // A bubble restored from an older copy, then copied: the player at 4.
         let behind = [(p(1), Seq(4)), (p(2), Seq(1))];
-        assert!(k.covered(at(2, 10), &behind).is_empty());
+        assert_eq!(k.covered(at(2, 10), &behind), [Pin::Keep(at(2, 10))], "for player 2 only");
         assert_eq!(k.wanted(Some(at(2, 10)), [p(1)]), BTreeMap::from([(at(1, 10), vec![p(1)])]));
         assert_eq!(k.behind(at(2, 10), &behind), BTreeMap::from([(at(1, 10), vec![p(1)])]));
         assert!(k.behind(at(1, 10), &[(p(1), Seq(9))]).is_empty(), "its own best copy");

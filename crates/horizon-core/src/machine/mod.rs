@@ -145,7 +145,8 @@ pub enum Effect {
 
 pub use keep::CopyAt;
 
-/// Members of a bubble just restored (under `epoch`) to take from the kept copy `from`.
+/// Members of a bubble (under `epoch`) to take from the copy `from` kept for them: the bubble
+/// was restored from a copy that lacks them, or a copy of it shows them behind (`keep.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Adoption {
     pub bubble: BubbleId,
