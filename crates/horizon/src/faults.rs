@@ -228,6 +228,9 @@ struct Observed {
     /// Where each affected player (by bot index: a player who joins again later, after an
     /// agent restart, has a new id) was simulated.
     placed: BTreeMap<usize, String>,
+    /// Each affected bot's `sessions_ended` then: a session a later fault ended (a restarted
+    /// agent) is not this one's doing.
+    sessions: BTreeMap<usize, u64>,
     generation: Option<u64>,
     bubbles: Vec<u64>,
 }
@@ -331,14 +334,17 @@ fn bubble_ids(status: &CoreStatus) -> Vec<u64> {
 pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport]) {
     let (bubble_of, site_of) = placement(status);
     let mut at = BTreeMap::new();
+    let mut sessions = BTreeMap::new();
     for &(i, ..) in &r.affected {
-        let Some(p) = bots.get(i).and_then(|b| b.player) else { continue };
+        let Some(bot) = bots.get(i) else { continue };
+        sessions.insert(i, bot.sessions_ended);
+        let Some(p) = bot.player else { continue };
         if let Some(site) = bubble_of.get(&p).and_then(|b| site_of.get(b)) {
             at.insert(i, site.clone());
         }
     }
     let generation = Some(u64::from(status.generation));
-    r.observed = Some(Observed { placed: at, generation, bubbles: bubble_ids(status) });
+    r.observed = Some(Observed { placed: at, sessions, generation, bubbles: bubble_ids(status) });
 }
 
 /// Ends a lasting fault: the link heals.
@@ -396,8 +402,12 @@ pub(crate) fn describe(
 /// The `faults[]` entry of the final document for one fault.
 pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_json::Value {
     let empty = Observed::default();
-    let Observed { placed, generation: generation_after, bubbles: bubbles_after } =
-        r.observed.as_ref().unwrap_or(&empty);
+    let Observed {
+        placed,
+        sessions: sessions_then,
+        generation: generation_after,
+        bubbles: bubbles_after,
+    } = r.observed.as_ref().unwrap_or(&empty);
     let mut resumed = Vec::new();
     let mut stopped = Vec::new();
     let mut resumed_on: BTreeMap<String, u64> = BTreeMap::new();
@@ -418,7 +428,8 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
             left_game += 1;
             continue;
         }
-        let session_ended = b.sessions_ended > sessions;
+        // Ended by this fault: by the time the mesh was looked at after it.
+        let session_ended = sessions_then.get(&i).copied().unwrap_or(b.sessions_ended) > sessions;
         let in_window = |t: &f64| *t >= r.started_at - 0.5 && *t <= window_end;
         told += u64::from(b.reconnecting_at.iter().any(in_window));
         twice += b.applied_twice;
@@ -488,9 +499,10 @@ mod tests {
         ["PAR", "MTL", "HKG"].map(String::from).to_vec()
     }
 
-    /// Five players touched by a partition: one resumed on PAR, one resumed but in no bubble
-    /// when the mesh was looked at, one never heard of again, one whose session ended and who
-    /// played on as a new player, one who left the game. Each is counted once.
+    /// Six players touched by a partition: one resumed on PAR, one resumed but in no bubble
+    /// when the mesh was looked at, one never heard of again, one whose session it ended and
+    /// who played on as a new player, one who left the game, one resumed on MTL whose session
+    /// a later fault ended. Each is counted once.
     #[test]
     fn every_affected_player_is_counted_once() {
         let started_at = 1_000.0;
@@ -503,6 +515,8 @@ mod tests {
             BotReport { last_update_at: 1_010.0, ..played.clone() },
             BotReport { sessions_ended: 1, ..played.clone() },
             BotReport { left_early: true, last_update_at: 1_010.0, ..played.clone() },
+            // Its session ended later, by another fault (an agent restarted): resumed here.
+            BotReport { sessions_ended: 1, ..played.clone() },
         ];
         let r = Running {
             fault,
@@ -512,14 +526,16 @@ mod tests {
             generation: None,
             bubbles: Vec::new(),
             observed: Some(Observed {
-                placed: [(0, "PAR".to_string()), (3, "PAR".to_string())].into(),
+                placed: [(0, "PAR".to_string()), (3, "PAR".to_string()), (5, "MTL".to_string())]
+                    .into(),
+                sessions: [(0, 0), (1, 0), (2, 0), (3, 1), (4, 0), (5, 0)].into(),
                 generation: None,
                 bubbles: Vec::new(),
             }),
         };
         let doc = report(&r, &bots, 1_201.0);
-        assert_eq!(doc["players_affected"], 5);
-        assert_eq!(doc["resumed_on"], serde_json::json!({ "PAR": 1 }));
+        assert_eq!(doc["players_affected"], 6);
+        assert_eq!(doc["resumed_on"], serde_json::json!({ "PAR": 1, "MTL": 1 }));
         assert_eq!(doc["resumed_unplaced"], 1);
         assert_eq!(doc["never_resumed"], 1);
         assert_eq!(doc["sessions_ended"], 1);
