@@ -31,7 +31,7 @@ pub const REGRESSION_SEEDS: &[u64] = &[
     0, 1, 2, 3, 8, 11, 13, 24, 27, 37, 43, 53, 64, 85, 109, 142, 166, 198, 203, 210, 294, 333, 352,
     392, 430, 456, 459, 469, 575, 658, 994, 1271, 1505, 7340086, 8801045, 8801223, 9001917,
     9004673, 9010789, 9011017, 9012505, 9013548, 9013801, 9014480, 9015372, 9016462, 9016699,
-    9017558,
+    9017558, 9100483, 9106018,
 ];
 
 /// What to run.
@@ -51,7 +51,8 @@ impl Default for ChaosOptions {
 
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
 /// mode.
-pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[7, 28, 37, 56];
+pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] =
+    &[7, 28, 37, 56, 5724, 6020, 6565, 6707, 7656, 8028, 8051, 8322, 8906, 8965, 9487, 9670];
 
 /// One seed's run.
 #[derive(Clone, Debug, Serialize)]

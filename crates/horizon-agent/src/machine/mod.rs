@@ -54,8 +54,10 @@ const MAX_CROSSINGS: usize = 4096;
 /// than a lease and a failover, since its bubble may be restored elsewhere meanwhile.
 const CROSSING_DEADLINE: Duration = Duration::from_secs(90);
 /// A member whose crossing state has not come after this starts afresh (the state replaces
-/// the fresh start if it comes later).
-const AWAIT_DEADLINE: Duration = Duration::from_secs(30);
+/// the fresh start if it comes later, and the core has it adopt the copy kept for it once a
+/// copy shows it behind: `horizon-core` `machine/keep.rs`). 30 s left players who moved on
+/// again before it unsimulated for minutes (seed 9100483).
+const AWAIT_DEADLINE: Duration = Duration::from_secs(10);
 /// A crossing taken is kept this long: its target may fail before a stored copy includes the
 /// player, and the core then redirects it to the restored bubble (longer than a lease and a
 /// failover).
