@@ -310,6 +310,17 @@ mod tests {
         s
     }
 
+    /// Routed as [`routed`]: inputs 1 to 6 sent and applied at MTL, a copy covering 2.
+    fn six_applied_two_covered(t: Instant) -> PlayerSession {
+        let mut s = routed(t);
+        for seq in 1..=6 {
+            s.input(Seq(seq), blob(), t);
+        }
+        s.on_update(BubbleId(7), Epoch(5), Seq(6), &name("MTL"), t);
+        s.covered(Seq(2));
+        s
+    }
+
     fn seqs(v: &[(Seq, Blob)]) -> Vec<u64> {
         v.iter().map(|(s, _)| s.0).collect()
     }
@@ -351,12 +362,7 @@ mod tests {
     #[test]
     fn an_update_under_a_newer_epoch_moves_the_route_and_replays_what_the_restore_lacks() {
         let t = Instant::now();
-        let mut s = routed(t);
-        for seq in 1..=6 {
-            s.input(Seq(seq), blob(), t);
-        }
-        s.on_update(BubbleId(7), Epoch(5), Seq(6), &name("MTL"), t);
-        s.covered(Seq(2));
+        let mut s = six_applied_two_covered(t);
         // Restored on PAR from the copy covering seq 2; MTL cannot hear the core.
         let v = s.on_update(BubbleId(7), Epoch(9), Seq(2), &name("PAR"), t);
         assert_eq!(v, UpdateVerdict::Deliver { resend_all: true });
@@ -381,12 +387,7 @@ mod tests {
     #[test]
     fn a_new_bubble_that_applied_less_than_was_acknowledged_gets_the_kept_inputs_again() {
         let t = Instant::now();
-        let mut s = routed(t);
-        for seq in 1..=6 {
-            s.input(Seq(seq), blob(), t);
-        }
-        s.on_update(BubbleId(7), Epoch(5), Seq(6), &name("MTL"), t);
-        s.covered(Seq(2));
+        let mut s = six_applied_two_covered(t);
         assert!(s.set_route(BubbleId(8), name("PAR")));
         assert_eq!(seqs(&s.resend(true, t)), vec![3, 4, 5, 6], "sent on the route change");
         // Lost on the way; the new bubble's state applied up to 2 only.

@@ -640,6 +640,19 @@ fn an_ended_bubble_whose_server_is_lost_is_drained_at_once() {
 }
 
 impl Harness {
+    /// `site`'s server of `bubble` under `epoch` is lost: the failover reads `copy` from the
+    /// store and restores it at `site`, which answers every order.
+    fn lose(&mut self, site: &str, bubble: BubbleId, epoch: u64, copy: Option<StoredCopy>) {
+        let lost = control::Request::Lost {
+            leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }],
+            reason: "server exited".into(),
+        };
+        self.request(site, lost).unwrap();
+        self.core.handle(Input::BackupRead { bubble, copy }, self.now);
+        self.drain(|_| {});
+        self.ack_all(site);
+    }
+
     /// `player`, of `home`, is now at `x` (the home agent's report).
     fn moved(&mut self, home: &str, player: u64, x: f64) {
         self.report(home, Vec::new(), vec![sample(player, x)], Vec::new());
@@ -739,14 +752,7 @@ fn a_bubble_restored_asks_every_site_its_players_crossed_from_for_what_they_kept
     // The HKG bubble's server is lost before any copy holds the Hongkonger: every site its
     // state came through (PAR, then MTL) is asked for what it kept.
     let (_, _, epoch) = h.hosted(3);
-    let lost = control::Request::Lost {
-        leases: vec![LeaseRef { bubble: at_hkg, epoch: Epoch(epoch) }],
-        reason: "server exited".into(),
-    };
-    h.request("HKG", lost).unwrap();
-    h.core.handle(Input::BackupRead { bubble: at_hkg, copy: None }, h.now);
-    h.drain(|_| {});
-    h.ack_all("HKG");
+    h.lose("HKG", at_hkg, epoch, None);
     assert_eq!(h.routes_to("PAR", 3), [("recover", at_hkg)]);
     assert_eq!(h.routes_to("MTL", 3), [("recover", at_hkg)]);
 }
@@ -771,14 +777,7 @@ fn a_restored_bubble_asks_the_site_a_crossing_came_from_even_after_its_bubble_mo
         .insert(at_par, registry::Hosted { site: mtl, members: Default::default(), ..moved });
     h.log.clear();
     let (_, _, epoch) = h.hosted(3);
-    let lost = control::Request::Lost {
-        leases: vec![LeaseRef { bubble: at_hkg, epoch: Epoch(epoch) }],
-        reason: "server exited".into(),
-    };
-    h.request("HKG", lost).unwrap();
-    h.core.handle(Input::BackupRead { bubble: at_hkg, copy: None }, h.now);
-    h.drain(|_| {});
-    h.ack_all("HKG");
+    h.lose("HKG", at_hkg, epoch, None);
     assert_eq!(h.routes_to("PAR", 3), [("recover", at_hkg)], "the site that kept the crossing");
 }
 
@@ -886,15 +885,8 @@ fn a_bubble_restored_from_a_copy_without_a_member_adopts_it_from_the_copy_kept_f
     let released =
         |h: &Harness| h.log.iter().any(|e| matches!(e, Effect::UnpinBackup { at } if *at == kept));
     assert!(!released(&h), "still the Hongkonger's best copy");
-    let lost = control::Request::Lost {
-        leases: vec![LeaseRef { bubble: at_par, epoch: Epoch(par_epoch) }],
-        reason: "server exited".into(),
-    };
-    h.request("PAR", lost).unwrap();
     let copy = StoredCopy { epoch: par_epoch, tick: 5, bytes: vec![5; 8], parts: Vec::new() };
-    h.core.handle(Input::BackupRead { bubble: at_par, copy: Some(copy) }, h.now);
-    h.drain(|_| {});
-    h.ack_all("PAR");
+    h.lose("PAR", at_par, par_epoch, Some(copy));
     let reads: Vec<&Adoption> = h
         .log
         .iter()
