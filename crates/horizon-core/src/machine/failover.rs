@@ -101,12 +101,8 @@ impl CoreMachine {
                 let site = reg.site;
                 let players: Vec<PlayerId> = reg.members.keys().copied().collect();
                 tracing::info!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, players = players.len(), "bubble restored");
-                let reg = &self.registry[&bubble];
-                let lease = reg.lease_ref(bubble);
-                let list = self.member_list(reg, &Default::default());
                 // The copy may hold players who left since it was made: their state crosses on.
-                let departed = self.remembered_departures(bubble);
-                self.order(site, control::Request::Members { lease, players: list, departed });
+                self.send_full_members(bubble);
                 self.redirect_arrivals(bubble);
                 self.drain_arrivals(bubble, now);
                 self.adopt_kept_copies(bubble, epoch);

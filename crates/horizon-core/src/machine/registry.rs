@@ -276,6 +276,17 @@ impl CoreMachine {
             .collect()
     }
 
+    /// Sends `bubble`'s holder its whole member list (nobody marked as crossing) with every
+    /// departure remembered: those who left while the holder could not hear, or after the copy
+    /// it was restored from, whose state still crosses on.
+    pub(crate) fn send_full_members(&mut self, bubble: BubbleId) {
+        let Some(reg) = self.registry.get(&bubble) else { return };
+        let players = self.member_list(reg, &BTreeSet::new());
+        let (lease, holder) = (reg.lease_ref(bubble), reg.site);
+        let departed = self.remembered_departures(bubble);
+        self.order(holder, control::Request::Members { lease, players, departed });
+    }
+
     /// The players who left `bubble` (and are in the game), each to where it plays now. Told
     /// again to a holder at its registration and to a bubble restored from a copy: a holder
     /// that missed the order (cut from the core), or a copy made before they left, still holds
@@ -373,12 +384,7 @@ impl CoreMachine {
             .map(|(&b, _)| b)
             .collect();
         for bubble in bubbles {
-            let reg = &self.registry[&bubble];
-            let players = self.member_list(reg, &BTreeSet::new());
-            let lease = reg.lease_ref(bubble);
-            // Those who left while the holder was away: their state still crosses.
-            let departed = self.remembered_departures(bubble);
-            self.order(site, control::Request::Members { lease, players, departed });
+            self.send_full_members(bubble);
         }
         let homed: Vec<PlayerId> = self
             .placed

@@ -118,11 +118,9 @@ impl CoreMachine {
         // bubble from a copy while this core was down, or before this resync came). A bubble
         // being restored or handed over gets its full list when that is done.
         for b in joined_in {
-            let Some(reg) = self.registry.get(&b).filter(|r| r.settled()) else { continue };
-            let players = self.member_list(reg, &Default::default());
-            let (lease, holder) = (reg.lease_ref(b), reg.site);
-            let departed = self.remembered_departures(b);
-            self.order(holder, control::Request::Members { lease, players, departed });
+            if self.registry.get(&b).is_some_and(|r| r.settled()) {
+                self.send_full_members(b);
+            }
         }
     }
 
