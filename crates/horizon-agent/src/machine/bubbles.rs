@@ -143,17 +143,7 @@ impl AgentMachine {
         }
         let copies = std::iter::once((true, copy)).chain(parts.into_iter().map(|p| (false, p)));
         for (first, copy) in copies.filter(|(_, c)| !c.0.is_empty()) {
-            let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
-            let total = chunks.len() as u32;
-            for (i, bytes) in chunks.into_iter().enumerate() {
-                let chunk = horizon_proto::Snapshot {
-                    bubble,
-                    epoch: from,
-                    tick,
-                    index: i as u32,
-                    total,
-                    bytes: Blob(bytes.to_vec()),
-                };
+            for chunk in chunked(bubble, from, tick, &copy) {
                 let item =
                     if first { StateItem::Snapshot(chunk) } else { StateItem::PartSnapshot(chunk) };
                 self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
@@ -195,17 +185,7 @@ impl AgentMachine {
         }
         tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, players = players.len(), copy_bytes = copy.0.len(), "players adopted from a stored copy");
         let server = b.server.clone();
-        let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
-        let total = chunks.len() as u32;
-        for (i, bytes) in chunks.into_iter().enumerate() {
-            let chunk = horizon_proto::Snapshot {
-                bubble: lease.bubble,
-                epoch: lease.epoch,
-                tick: Tick(0),
-                index: i as u32,
-                total,
-                bytes: Blob(bytes.to_vec()),
-            };
+        for chunk in chunked(lease.bubble, lease.epoch, Tick(0), &copy) {
             let item = StateItem::Adopt(horizon_proto::Adopt { chunk, players: players.clone() });
             self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
         }
@@ -666,4 +646,27 @@ impl AgentMachine {
         }
         tracing::info!(site = %self.cfg.site, bubble = bubble.0, "bubble released");
     }
+}
+
+/// A stored copy as the snapshot chunks a server takes (at most [`RESTORE_CHUNK`] bytes each).
+fn chunked(
+    bubble: BubbleId,
+    epoch: Epoch,
+    tick: Tick,
+    copy: &Blob,
+) -> Vec<horizon_proto::Snapshot> {
+    let chunks: Vec<&[u8]> = copy.0.chunks(RESTORE_CHUNK).collect();
+    let total = chunks.len() as u32;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, bytes)| horizon_proto::Snapshot {
+            bubble,
+            epoch,
+            tick,
+            index: i as u32,
+            total,
+            bytes: Blob(bytes.to_vec()),
+        })
+        .collect()
 }

@@ -86,10 +86,8 @@ impl PlayerCopies {
                 pins.extend(self.unref(c));
             }
         }
-        // Released after kept: a copy both released and kept again here is kept.
-        pins.sort_by_key(|p| matches!(p, Pin::Release(_)));
-        pins.retain(|p| !matches!(p, Pin::Release(c) if self.refs.contains_key(c)));
-        pins.dedup();
+        // Only `at` gains references here, and it is never released in the same call (a
+        // player already on `at` that moves to `at` again holds two references first).
         pins
     }
 
