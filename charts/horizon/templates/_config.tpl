@@ -53,6 +53,8 @@ player_keys = "/etc/horizon/keys/player-keys"
 program = "/usr/local/bin/horizon"
 warm_pool = {{ .Values.agent.servers.warmPool }}
 max = {{ .Values.agent.servers.max }}
+players_per_server = {{ .Values.agent.servers.playersPerServer }}
+pack_fill_ratio = {{ .Values.agent.servers.packFillRatio }}
 tick_ms = {{ .Values.agent.servers.tickMs }}
 {{- if eq .Values.agent.servers.driver "kubernetes" }}
 driver = "kubernetes"

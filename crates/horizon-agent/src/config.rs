@@ -35,6 +35,9 @@ pub struct AgentConfig {
     /// Ready game servers kept spare, holding nothing.
     pub warm_pool: usize,
     pub max_servers: usize,
+    /// Players a game server takes new regions up to (`servers.players_per_server ×
+    /// servers.pack_fill_ratio`): several bubbles share a server (docs/running.md).
+    pub seats_per_server: u32,
     pub server_tick_ms: u32,
     /// The program the process driver runs for each game server: the `horizon` binary by
     /// default, or a studio's own.
@@ -128,6 +131,8 @@ struct RawServers {
     args: Option<Vec<String>>,
     warm_pool: Option<usize>,
     max: Option<usize>,
+    players_per_server: Option<u32>,
+    pack_fill_ratio: Option<f64>,
     tick_ms: Option<u32>,
     driver: Option<String>,
     kubernetes: Option<KubernetesConfig>,
@@ -193,6 +198,16 @@ impl AgentConfig {
                 "servers.warm_pool ({warm_pool}) must be at most servers.max ({max_servers}), which must be > 0"
             ));
         }
+        let players_per_server = raw.servers.players_per_server.unwrap_or(75);
+        if players_per_server == 0 {
+            errors.push("servers.players_per_server = 0: must be > 0".to_owned());
+        }
+        let pack_fill_ratio = raw.servers.pack_fill_ratio.unwrap_or(0.8);
+        if !(pack_fill_ratio > 0.0 && pack_fill_ratio <= 1.0) {
+            errors.push(format!("servers.pack_fill_ratio = {pack_fill_ratio}: must be in (0, 1]"));
+        }
+        let seats_per_server =
+            ((f64::from(players_per_server) * pack_fill_ratio).floor() as u32).max(1);
         let server_tick_ms = raw.servers.tick_ms.unwrap_or(33);
         if !(5..=1000).contains(&server_tick_ms) {
             errors.push(format!("servers.tick_ms = {server_tick_ms}: must be within 5..=1000"));
@@ -272,6 +287,7 @@ impl AgentConfig {
             player_keys: base.join(raw.tls.player_keys),
             warm_pool,
             max_servers,
+            seats_per_server,
             server_tick_ms,
             server_program,
             server_args: raw.servers.args.unwrap_or_else(|| vec!["gameserver".to_owned()]),

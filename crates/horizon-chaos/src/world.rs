@@ -439,6 +439,7 @@ impl World {
             advertise_transfer: transfer_addr(site).to_string(),
             peers: BTreeMap::new(),
             warm_pool: WARM_POOL,
+            seats_per_server: Thresholds::default().seats_per_server(),
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
             server_tick: Duration::from_millis(100),

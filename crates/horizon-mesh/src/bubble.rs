@@ -37,7 +37,7 @@ pub struct Bubble {
     pub created_at: Time,
     /// Within-site cuts, most recent last; `cuts.len() + 1` servers simulate it.
     pub cuts: Vec<Cut>,
-    /// Counted players inside, as of the last tick.
+    /// Counted players inside, as of the last tick (at creation: those it was created for).
     pub players: u32,
     /// Set when its lease expired (the site stopped renewing): it waits for a failover.
     pub stalled_since: Option<Time>,
@@ -48,6 +48,12 @@ pub struct Bubble {
 }
 
 impl Bubble {
+    /// The seats it takes on its site's game servers: its players, and at least one (an empty
+    /// bubble still runs somewhere).
+    pub fn seats(&self) -> u32 {
+        self.players.max(1)
+    }
+
     /// Number of game servers of its site simulating it.
     pub fn servers(&self) -> u32 {
         self.cuts.len() as u32 + 1

@@ -215,6 +215,9 @@ pub struct Thresholds {
     pub merge_low_ms: u64,
     /// Two parts merge when their players fit in this share of one server.
     pub merge_fill_ratio: f64,
+    /// A game server takes new regions while its players fill less than this share of
+    /// `players_per_server` (SPEC section 8, "Cost"): the rest is headroom for regions that grow.
+    pub pack_fill_ratio: f64,
     /// No split or merge in a bubble for this long after its last change.
     pub settle_ms: u64,
     /// Lease validity from the holder's renewal send time.
@@ -241,6 +244,7 @@ impl Default for Thresholds {
             split_sustain_ms: 10_000,
             merge_low_ms: 30_000,
             merge_fill_ratio: 0.8,
+            pack_fill_ratio: 0.8,
             settle_ms: 15_000,
             lease_ttl_ms: 30_000,
             lease_drift_margin_ms: 2_000,
@@ -287,8 +291,20 @@ impl Thresholds {
             self.merge_fill_ratio > 0.0 && self.merge_fill_ratio <= 1.0,
             "must be in (0, 1]",
         );
+        check(
+            "pack_fill_ratio",
+            self.pack_fill_ratio,
+            self.pack_fill_ratio > 0.0 && self.pack_fill_ratio <= 1.0,
+            "must be in (0, 1]",
+        );
         check("lease_ttl_ms", self.lease_ttl_ms as f64, self.lease_ttl_ms > 0, pos);
         if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+
+    /// Players a game server takes new regions up to: `players_per_server × pack_fill_ratio`,
+    /// at least one.
+    pub fn seats_per_server(&self) -> u32 {
+        ((f64::from(self.players_per_server) * self.pack_fill_ratio).floor() as u32).max(1)
     }
 
     /// `margin(v) = base + v · lead` (SPEC section 4).

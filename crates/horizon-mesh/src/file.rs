@@ -56,6 +56,7 @@ pub struct ThresholdsTable {
     split_sustain_s: Option<f64>,
     merge_low_s: Option<f64>,
     merge_fill_ratio: Option<f64>,
+    pack_fill_ratio: Option<f64>,
     settle_s: Option<f64>,
     lease_ttl_s: Option<f64>,
     lease_drift_margin_s: Option<f64>,
@@ -147,6 +148,7 @@ pub fn thresholds(raw: &ThresholdsTable, tick_ms: u64, problems: &mut Vec<Proble
     t.players_per_server = raw.players_per_server.unwrap_or(t.players_per_server);
     t.tps_min = raw.tps_min.unwrap_or(t.tps_min);
     t.merge_fill_ratio = raw.merge_fill_ratio.unwrap_or(t.merge_fill_ratio);
+    t.pack_fill_ratio = raw.pack_fill_ratio.unwrap_or(t.pack_fill_ratio);
     if let Some(w) = &raw.weights {
         t.weights.pilot = w.pilot.unwrap_or(t.weights.pilot);
         t.weights.player = w.player.unwrap_or(t.weights.player);

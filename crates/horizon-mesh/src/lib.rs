@@ -8,6 +8,7 @@
 //! - [`grouping`]: proximity groups with speed-scaled radii (hash grid + union-find).
 //! - [`scoring`]: `cost(S) = Σ w · latency`, the fairness cap, tie-breaks and hysteresis.
 //! - [`mesh`]: bubbles — creation, moving borders, preventive merge, splits — and placement.
+//! - [`packing`]: which game server of a site takes a new region (several per server).
 //! - [`lease`]: epochs, grants, batched renewals, expiry and the fencing checks sinks call.
 //!
 //! The API is poll-style: `handle_*(…)` in, [`Mesh::poll_command`] out, and
@@ -21,6 +22,7 @@ pub mod grouping;
 pub mod ids;
 pub mod lease;
 pub mod mesh;
+pub mod packing;
 pub mod player;
 pub mod rng;
 pub mod scoring;

@@ -48,6 +48,27 @@ fn without_a_ready_server_the_player_waits_in_a_core_zone_then_gets_a_bubble_at_
 }
 
 #[test]
+fn bubbles_share_a_server_up_to_its_seats_then_players_wait_in_a_core_zone() {
+    // Two seats per server (players_per_server 2, filled whole): one MTL server seats two
+    // lone Montrealers' bubbles (SPEC section 8: a server holds several regions), not three.
+    let mut m = mesh(Thresholds { players_per_server: 2, pack_fill_ratio: 1.0, ..th() });
+    m.handle_site_capacity(site(MTL), Some(1));
+    for id in 1..=3 {
+        // 10 km apart: three groups, three bubbles.
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10_000.0))).unwrap();
+    }
+    run(&mut m, 0, 0);
+    let on_mtl = (1..=3).filter(|&id| m.site_of(PlayerId(id)) == Some(site(MTL))).count();
+    assert_eq!(on_mtl, 2, "one server, two seats");
+    assert_eq!(m.bubbles().count(), 2);
+    assert!((1..=3).any(|id| m.bubble_of(PlayerId(id)).is_none()), "the third waits at the core");
+    // A second server seats the third at the next tick.
+    m.handle_site_capacity(site(MTL), Some(2));
+    run(&mut m, 5, 5);
+    assert!((1..=3).all(|id| m.site_of(PlayerId(id)) == Some(site(MTL))));
+}
+
+#[test]
 fn the_majority_wins_after_the_dwell_time_and_not_before() {
     let mut m = mesh(th());
     m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
@@ -311,6 +332,8 @@ fn a_lost_bubble_fails_over_at_once_ignoring_hold() {
 
 #[test]
 fn a_lost_bubble_restarts_on_its_own_site_when_it_has_a_spare_server_else_elsewhere() {
+    // One ready server seats 60 players, but a failover on the same site must not count on the
+    // seats of the server it lost: a second server is needed.
     for (ready, expect) in [(2, MTL), (1, PAR)] {
         let mut m = mesh(th());
         m.handle_site_capacity(site(MTL), Some(ready));

@@ -35,6 +35,8 @@ pub struct SandboxOptions {
     pub access_ms: f64,
     pub thresholds: Thresholds,
     pub warm_pool: usize,
+    /// Players a game server takes regions up to (several bubbles share a server).
+    pub seats_per_server: u32,
     pub server_tick_ms: u32,
     /// The program every game server runs: the `horizon` binary.
     pub server_program: PathBuf,
@@ -77,6 +79,7 @@ impl SandboxOptions {
             access_ms: 10.0,
             thresholds: Thresholds::default(),
             warm_pool: 2,
+            seats_per_server: 60,
             server_tick_ms: 33,
             server_program,
             server_args: vec!["gameserver".into()],
@@ -233,6 +236,7 @@ impl Sandbox {
                 player_keys: player_keys.clone(),
                 warm_pool: opts.warm_pool,
                 max_servers: 64,
+                seats_per_server: opts.seats_per_server,
                 server_tick_ms: opts.server_tick_ms,
                 server_program: opts.server_program.clone(),
                 server_args: opts.server_args.clone(),

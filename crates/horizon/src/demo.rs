@@ -312,6 +312,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     let mut every = tokio::time::interval(Duration::from_secs(5));
     every.tick().await;
     let mut seen: Vec<usize> = vec![0; reports.len()];
+    let mut cost = Cost::default();
     // The drill's steps: (at s, fault, what), in time order.
     let mut steps: Vec<(f64, usize, Step)> = drill
         .iter()
@@ -347,6 +348,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         tokio::select! {
             _ = every.tick() => {
                 let status = sandbox.core.status().await.unwrap_or_default();
+                cost.sample(&status);
                 let mut line = summary_line(started.elapsed().as_secs(), &status, &reports, &mut seen);
                 let now = faults::describe(&running, &reports, faults::now_s());
                 if !now.is_empty() {
@@ -405,6 +407,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         }
     }
     let status = sandbox.core.status().await.unwrap_or_default();
+    cost.sample(&status);
     let _ = stop_bots.send(true);
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
@@ -433,6 +436,9 @@ async fn run(args: DemoArgs) -> ExitCode {
     let pods_by_pool = kube.as_ref().map(|k| k.pods_by_pool());
     sandbox.shutdown().await;
     let mut doc = final_document(&status, &finals);
+    doc["max_servers_by_site"] = serde_json::json!(cost.max_by_site);
+    let per_server = cost.peak_players as f64 / cost.peak_servers.max(1) as f64;
+    doc["players_per_server_at_peak"] = ((per_server * 10.0).round() / 10.0).into();
     let (freeze, excess) = freeze_report(&freezes);
     doc["freeze_ms"] = freeze;
     doc["freeze_excess_ms"] = excess;
@@ -473,6 +479,29 @@ enum Step {
     End,
     /// Look at where the fault left its players.
     Observe,
+}
+
+/// The game servers holding at least one region, per site, as the core's status shows them
+/// every 5 s: the most seen, and the players and servers of the busiest moment.
+#[derive(Debug, Default)]
+struct Cost {
+    max_by_site: BTreeMap<String, u64>,
+    peak_players: u64,
+    peak_servers: u64,
+}
+
+impl Cost {
+    fn sample(&mut self, status: &CoreStatus) {
+        let mut total = 0;
+        for s in &status.sites {
+            let hosting = s.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count();
+            let max = self.max_by_site.entry(s.site.clone()).or_default();
+            *max = (*max).max(hosting as u64);
+            total += hosting as u64;
+        }
+        self.peak_players = self.peak_players.max(status.players_total as u64);
+        self.peak_servers = self.peak_servers.max(total);
+    }
 }
 
 fn by_site(

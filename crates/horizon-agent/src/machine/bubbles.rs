@@ -1,34 +1,74 @@
 //! The bubbles this site runs: creation, restore, members, handovers (source and target),
 //! regrant, release. Players' states crossing between bubbles are in `crossings.rs`.
 
+use horizon_mesh::packing::{Seat, pick};
+
 use super::*;
 
 impl AgentMachine {
+    /// Ready servers that take a new region now: empty, or with a seat left (several regions
+    /// share a server, SPEC section 8).
     pub(super) fn free_servers(&self) -> usize {
-        self.servers.values().filter(|s| s.ready && s.bubbles.is_empty()).count()
+        self.servers.iter().filter(|(n, s)| self.takes_regions(n, s)).count()
+    }
+
+    pub(super) fn takes_regions(&self, name: &Name, s: &GameServer) -> bool {
+        s.ready && (s.bubbles.is_empty() || self.seated(name, s) < self.cfg.seats_per_server)
+    }
+
+    /// The players a server simulates: the larger of what it reported and the members placed
+    /// on it since (a report lags by up to a second); a region takes at least one seat (its
+    /// players follow it), as in the brain.
+    pub(super) fn seated(&self, name: &Name, s: &GameServer) -> u32 {
+        let given: usize = s
+            .bubbles
+            .iter()
+            .map(|b| match self.bubbles.get(b) {
+                Some(l) => {
+                    let on = |p: &PlayerId| l.holder.get(p).unwrap_or(&l.server) == name;
+                    l.members.keys().filter(|p| on(p)).count().max(1)
+                }
+                // Given to the server, not answered yet.
+                None => 1,
+            })
+            .sum();
+        s.players.max(given as u32)
     }
 
     pub(super) fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {
         self.bubbles.iter().find(|(_, b)| pred(b.phase)).map(|(&id, _)| id)
     }
 
-    /// A ready server holding nothing, if any (the first by name).
-    pub(super) fn free_server(&self) -> Option<Name> {
-        self.servers.iter().find(|(_, s)| s.ready && s.bubbles.is_empty()).map(|(n, _)| n.clone())
+    /// The ready server for a new region of `players` players of `bubble` ([`pick`]: the
+    /// fullest with seats left for them, else an empty one; never one already holding a part
+    /// of the same bubble), if any.
+    pub(super) fn server_for(&self, bubble: BubbleId, players: u32) -> Option<Name> {
+        let offered =
+            self.servers.iter().filter(|(_, s)| s.ready && !s.bubbles.contains(&bubble)).map(
+                |(n, s)| Seat {
+                    server: n,
+                    players: self.seated(n, s),
+                    regions: s.bubbles.len() as u32,
+                },
+            );
+        pick(offered, players, self.cfg.seats_per_server).cloned()
     }
 
-    /// Gives `lease.bubble` to a free server (taken at once, so no other order picks it); the
-    /// server's answer carries on with `job` ([`AgentMachine::assigned`]).
+    /// Gives `lease.bubble` (`players` of them, as far as known) to a server ([`server_for`];
+    /// taken at once, so no other order picks it); the server's answer carries on with `job`
+    /// ([`AgentMachine::assigned`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn assign(
         &mut self,
         lease: Lease,
         region: Region,
+        players: u32,
         standby: bool,
         job: AssignJob,
         received: Instant,
         now: Instant,
     ) -> Result<(), Fault> {
-        let server = self.free_server().ok_or_else(|| {
+        let server = self.server_for(lease.bubble, players).ok_or_else(|| {
             Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.cfg.site))
         })?;
         if let Some(s) = self.servers.get_mut(&server) {
@@ -125,7 +165,8 @@ impl AgentMachine {
         }
         let standby = !copy.copy.0.is_empty();
         let job = AssignJob::Restore(RestoreJob { token, region, lease, copy, received });
-        self.assign(lease, region, standby, job, received, now)
+        // How many players the copy holds is not known before the server reads it.
+        self.assign(lease, region, 1, standby, job, received, now)
     }
 
     fn restored(&mut self, server: Name, job: RestoreJob, now: Instant) {
@@ -408,7 +449,7 @@ impl AgentMachine {
         }
         let region = Region { world: WorldId(0), bounds: None };
         let job = AssignJob::Standby { token, handover, source, lease, received: now };
-        self.assign(lease, region, true, job, now, now)?;
+        self.assign(lease, region, 1, true, job, now, now)?;
         Ok(true)
     }
 

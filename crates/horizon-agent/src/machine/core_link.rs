@@ -41,7 +41,7 @@ impl AgentMachine {
                     tps: s.tps,
                     players: s.players,
                     chunks_loading: 0,
-                    ready: s.ready && s.bubbles.is_empty(),
+                    ready: self.takes_regions(n, s),
                     bubbles: s.bubbles.clone(),
                 };
                 (part(n, &s.bubbles), load)
@@ -243,7 +243,8 @@ impl AgentMachine {
                 } else {
                     let lease = Lease { bubble, ..lease };
                     let job = AssignJob::Create { token, region, lease, received };
-                    match self.assign(lease, region, false, job, received, now) {
+                    // Its members follow in a `Members` order.
+                    match self.assign(lease, region, 1, false, job, received, now) {
                         Ok(()) => return,
                         Err(fault) => Err(fault),
                     }

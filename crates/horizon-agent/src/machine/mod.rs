@@ -121,6 +121,8 @@ pub struct MachineConfig {
     /// Transfer addresses of other sites, overriding what the core says.
     pub peers: BTreeMap<String, horizon_transport::Target>,
     pub warm_pool: usize,
+    /// Players a game server takes new regions up to (several regions share a server).
+    pub seats_per_server: u32,
     pub report_every: Duration,
     pub renew_every: Duration,
     /// The game servers' tick (part of the physical floor of a handover's freeze).

@@ -115,9 +115,11 @@ impl AgentMachine {
             return;
         };
         if regroup.servers.len() < regroup.regions.len() {
-            let (lease, region) = (local.lease, regroup.regions[regroup.servers.len()]);
+            let part = regroup.servers.len();
+            let (lease, region) = (local.lease, regroup.regions[part]);
+            let players = regroup.place.values().filter(|&&p| p == part).count() as u32;
             let job = AssignJob::Part { lease: local.lease_ref() };
-            if let Err(fault) = self.assign(lease, region, false, job, now, now) {
+            if let Err(fault) = self.assign(lease, region, players, false, job, now, now) {
                 self.regroup_failed(bubble, fault);
             }
             return;

@@ -14,7 +14,10 @@ impl Mesh {
             let Some(b) = self.bubbles[slot as usize].as_mut() else {
                 continue;
             };
+            let seats = b.seats();
             b.players = members.len() as u32;
+            let used = &mut self.used[b.site.index()];
+            *used = used.saturating_sub(seats) + b.seats();
             if b.stalled_since.is_some() {
                 continue;
             }
@@ -50,7 +53,7 @@ impl Mesh {
                     continue;
                 };
                 self.bubble_mut(slot).cuts.push(cut);
-                self.after_load_change(slot, 1, LoadReason::Overload, now);
+                self.after_load_change(slot, LoadReason::Overload, now);
                 stats.load_changes += 1;
             } else if let Some(last) = b.cuts.last().copied() {
                 b.load.overloaded_since = None;
@@ -64,7 +67,7 @@ impl Mesh {
                     continue;
                 }
                 b.cuts.pop();
-                self.after_load_change(slot, -1, LoadReason::Underload, now);
+                self.after_load_change(slot, LoadReason::Underload, now);
                 stats.load_changes += 1;
             } else {
                 b.load.overloaded_since = None;
@@ -73,21 +76,14 @@ impl Mesh {
         }
     }
 
-    pub(super) fn after_load_change(
-        &mut self,
-        slot: u32,
-        delta: i32,
-        reason: LoadReason,
-        now: Time,
-    ) {
+    pub(super) fn after_load_change(&mut self, slot: u32, reason: LoadReason, now: Time) {
         let b = self.bubble_mut(slot);
         b.load.last_change = Some(now);
         b.load.overloaded_since = None;
         b.load.low_since = None;
         b.load.tps = vec![None; b.servers() as usize];
         let (id, site, parts) = (b.id, b.site, b.parts());
-        let used = &mut self.used[site.index()];
-        *used = if delta > 0 { *used + 1 } else { used.saturating_sub(1) };
+        // Seats do not change: the same players, on more servers (or fewer).
         self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });
     }
 

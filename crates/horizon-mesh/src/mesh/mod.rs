@@ -269,8 +269,11 @@ pub struct Mesh {
     bubble_index: FxHashMap<BubbleId, u32>,
     next_bubble: u64,
     leases: LeaseTable<BubbleId, SiteId>,
-    /// Ready servers per site (`None`: unlimited). The core site can always host, through zones.
+    /// Ready or hosting servers per site (`None`: unlimited), each with
+    /// [`Thresholds::seats_per_server`] seats: several bubbles share a server (SPEC section 8).
+    /// The core site can always host, through zones.
     ready: Vec<Option<u32>>,
+    /// Seats taken per site: the sum of [`Bubble::seats`] of the bubbles there.
     used: Vec<u32>,
     down: Vec<bool>,
     /// Slots freed during a tick, reusable only from the next one (slots name bubbles within a tick).
@@ -467,7 +470,8 @@ impl Mesh {
         Ok(())
     }
 
-    /// How many servers are ready on a site (`None`: unlimited).
+    /// How many servers are ready on a site, or hosting bubbles (`None`: unlimited). Each seats
+    /// [`Thresholds::seats_per_server`] players, whatever the bubbles they hold.
     pub fn handle_site_capacity(&mut self, site: SiteId, ready: Option<u32>) {
         self.ready[site.index()] = ready;
     }
@@ -527,16 +531,19 @@ impl Mesh {
         now: Time,
     ) -> Result<(), InputError> {
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
-        let (site, servers) = {
+        let (site, seats) = {
             let b = self.bubble(slot);
-            (b.site, b.servers())
+            (b.site, b.seats())
         };
         let tally = self.tally_of_slot(slot);
-        // The lost servers still count as used at `site`: a spare is one more free server.
-        let target = if same_site && self.can_host(site, servers) {
+        // The lost seats still count as taken at `site`, and the seats of the lost server still
+        // count as offered until the agent's next report: the site needs room for the bubble
+        // without that server.
+        let spare = seats.saturating_add(self.th.seats_per_server());
+        let target = if same_site && self.can_host(site, spare) {
             site
         } else {
-            self.failover_target(&tally, site, servers)
+            self.failover_target(&tally, site, seats)
         };
         let lease = self.leases.transfer(bubble, epoch, target, now)?;
         let players = self.slot_players(slot);
@@ -569,12 +576,12 @@ impl Mesh {
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let lease = self.leases.transfer(bubble, epoch, source, now)?;
         let b = self.bubble_mut(slot);
-        let (from, servers) = (b.site, b.servers());
+        let (from, seats) = (b.site, b.seats());
         b.site = source;
         b.epoch = lease.epoch;
         b.hysteresis.best_since = None;
-        self.used[from.index()] = self.used[from.index()].saturating_sub(servers);
-        self.used[source.index()] += servers;
+        self.used[from.index()] = self.used[from.index()].saturating_sub(seats);
+        self.used[source.index()] += seats;
         Ok(lease.epoch)
     }
 
@@ -685,15 +692,19 @@ impl Mesh {
         self.bubbles[slot as usize].as_mut().expect("live bubble slot")
     }
 
+    /// Seats left on a site's servers.
     fn free(&self, s: SiteId) -> u32 {
         if s == self.sites.core() {
             return u32::MAX;
         }
-        self.ready[s.index()].map_or(u32::MAX, |r| r.saturating_sub(self.used[s.index()]))
+        let seats = self.th.seats_per_server();
+        self.ready[s.index()]
+            .map_or(u32::MAX, |r| r.saturating_mul(seats).saturating_sub(self.used[s.index()]))
     }
 
-    fn can_host(&self, s: SiteId, servers: u32) -> bool {
-        !self.down[s.index()] && self.free(s) >= servers
+    /// Whether a site takes `seats` more players now (see [`Bubble::seats`]).
+    fn can_host(&self, s: SiteId, seats: u32) -> bool {
+        !self.down[s.index()] && self.free(s) >= seats
     }
 
     fn weight(&self, p: &Player) -> f64 {

@@ -179,9 +179,9 @@ impl Mesh {
             }
             let tally = &sc.tallies[ti as usize];
             let b = self.bubble(slot);
-            let (id, site, servers) = (b.id, b.site, b.servers());
+            let (id, site, seats) = (b.id, b.site, b.seats());
             if b.stalled_since.is_some() {
-                let target = self.failover_target(tally, site, servers);
+                let target = self.failover_target(tally, site, seats);
                 if let Ok(lease) = self.leases.grant(id, target, now) {
                     let players = member_ids(&self.members, sc.members(slot));
                     self.relocate(slot, target, lease.epoch, MoveReason::Failover, now, players);
@@ -195,7 +195,7 @@ impl Mesh {
             }
             let current = SiteScore::of(tally, &self.sites, site);
             let best = best_site(tally, &self.sites, self.th.cap_ms, Some(site), |s| {
-                s == site || self.can_host(s, servers)
+                s == site || self.can_host(s, seats)
             });
             let (sum_w, th) = (tally.sum_w, &self.th);
             let Some(b) = self.bubbles[slot as usize].as_mut() else {
@@ -274,19 +274,21 @@ impl Mesh {
         t
     }
 
-    pub(super) fn failover_target(&self, tally: &Tally, failed: SiteId, servers: u32) -> SiteId {
+    pub(super) fn failover_target(&self, tally: &Tally, failed: SiteId, seats: u32) -> SiteId {
         best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
-            s != failed && self.can_host(s, servers)
+            s != failed && self.can_host(s, seats)
         })
         .site
     }
 
     /// Puts a new bubble in `slot` and accounts its server.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn insert_bubble(
         &mut self,
         site: SiteId,
         world: WorldId,
         bounds: Aabb,
+        players: u32,
         now: Time,
         hysteresis: Hysteresis,
     ) -> Option<(u32, Epoch)> {
@@ -302,7 +304,7 @@ impl Mesh {
             hysteresis: Hysteresis { best_since: None, last_move: hysteresis.last_move },
             created_at: now,
             cuts: Vec::new(),
-            players: 0,
+            players,
             stalled_since: None,
             kept_empty_until: None,
             load: LoadState::default(),
@@ -324,7 +326,7 @@ impl Mesh {
             }
         };
         self.bubble_index.insert(id, slot);
-        self.used[site.index()] += 1;
+        self.used[site.index()] += self.bubble(slot).seats();
         slot
     }
 
@@ -352,23 +354,24 @@ impl Mesh {
             sc.prior.get(slot as usize).copied().flatten().map(|(site, _)| site)
         });
         let tally = &sc.tallies[c];
+        let need = (members.len() as u32).max(1);
         let homes: Vec<usize> = tally.homes().collect();
         let home = match homes[..] {
             [h] => self.sites.ids().nth(h),
             _ => None,
         };
         let best = |mesh: &Self| {
-            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, 1)).site
+            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
         let site = match (self.placement, home) {
             (Placement::AllCore, _) => self.sites.core(),
             (Placement::Creator, _) => match self.first_arrival(members) {
-                Some(p) if self.can_host(p.home, 1) => p.home,
+                Some(p) if self.can_host(p.home, need) => p.home,
                 Some(_) if travelled_from.is_none() => return NONE,
                 _ => best(self),
             },
             // Alone, or among players of the same home: on the home site...
-            (_, Some(home)) if self.can_host(home, 1) => home,
+            (_, Some(home)) if self.can_host(home, need) => home,
             // ... or wait in a core-site zone until it has a server ready.
             (_, Some(_)) if travelled_from.is_none() => return NONE,
             _ => best(self),
@@ -401,15 +404,17 @@ impl Mesh {
         stats: &mut TickStats,
     ) -> u32 {
         let tally = &sc.tallies[c];
+        let need = (clusters.members(c).len() as u32).max(1);
         let best = |mesh: &Self| {
-            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, 1)).site
+            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
         let site = match self.placement {
-            Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 1) => parent_site,
+            // Its players are on the parent's site already: no seat more (only the site up).
+            Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 0) => parent_site,
             // The baselines never re-place a bubble, so a group walking away is a new room or a
             // new session, placed by their own rule.
             Placement::Creator => match self.first_arrival(clusters.members(c)) {
-                Some(p) if self.can_host(p.home, 1) => p.home,
+                Some(p) if self.can_host(p.home, need) => p.home,
                 _ => best(self),
             },
             _ => best(self),
@@ -435,11 +440,13 @@ impl Mesh {
         stats: &mut TickStats,
     ) -> u32 {
         let (world, bounds) = (sc.extents[c].world, sc.extents[c].claim);
-        let Some((slot, epoch)) = self.insert_bubble(site, world, bounds, now, origin.hysteresis)
+        let players = member_ids(&self.members, clusters.members(c));
+        let count = players.len() as u32;
+        let Some((slot, epoch)) =
+            self.insert_bubble(site, world, bounds, count, now, origin.hysteresis)
         else {
             return NONE;
         };
-        let players = member_ids(&self.members, clusters.members(c));
         let id = self.bubble(slot).id;
         self.commands.push_back(Command::Create {
             bubble: id,
@@ -521,13 +528,13 @@ impl Mesh {
         players: Vec<PlayerId>,
     ) {
         let b = self.bubble_mut(slot);
-        let (from, servers, id) = (b.site, b.servers(), b.id);
+        let (from, seats, id) = (b.site, b.seats(), b.id);
         b.site = to;
         b.epoch = epoch;
         b.stalled_since = None;
         b.hysteresis.moved(now);
-        self.used[from.index()] = self.used[from.index()].saturating_sub(servers);
-        self.used[to.index()] += servers;
+        self.used[from.index()] = self.used[from.index()].saturating_sub(seats);
+        self.used[to.index()] += seats;
         self.commands.push_back(Command::Move { bubble: id, from, to, epoch, players, reason });
     }
 
@@ -537,7 +544,7 @@ impl Mesh {
         if let Some(b) = self.bubbles[slot as usize].take() {
             let _ = self.leases.revoke(b.id, b.epoch);
             self.bubble_index.remove(&b.id);
-            self.used[b.site.index()] = self.used[b.site.index()].saturating_sub(b.servers());
+            self.used[b.site.index()] = self.used[b.site.index()].saturating_sub(b.seats());
             self.retired_slots.push(slot);
         }
     }

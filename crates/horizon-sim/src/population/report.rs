@@ -43,7 +43,17 @@ pub struct PolicyReport {
     /// Share of players whose mean latency is at least 25 ms below their mean under `all_core`.
     pub gain_25ms_vs_all_core_share: f64,
     pub max_bubbles_by_site: BTreeMap<String, u32>,
+    /// Game servers running, several regions each as the agents seat them (and the core
+    /// site's zone servers for players outside every bubble).
     pub max_servers_by_site: BTreeMap<String, u32>,
+    /// The most servers running at one sample, every site together.
+    pub max_servers: u32,
+    /// The most counted players simulated at one sample over the most servers running at one
+    /// sample, every site together (the cost: SMD at one site seats 60 of 75).
+    pub players_per_server_at_peak: f64,
+    /// The most servers simulating more than `players_per_server` at one sample (regions grew
+    /// after they were seated; nothing moves them to another server yet).
+    pub max_overfull_servers: u32,
     /// The most counted players in one bubble, and the widest side of one bubble (sampled).
     pub largest_bubble_players: u32,
     pub widest_bubble_km: f64,
@@ -249,6 +259,29 @@ impl PopulationReport {
                 let _ = write!(md, " {b} | {v} |");
             }
             let _ = writeln!(md, " {} | {} |", r.largest_bubble_players, r.widest_bubble_km);
+        }
+        md.push_str(
+            "\n## Cost: game servers\n\n\
+             A server holds several regions up to `players_per_server × pack_fill_ratio` \
+             players, seated by the agents' own rule; players outside every bubble play in \
+             core-site zones at the same fill. *Players per server* is the most players \
+             simulated at one sample over the most servers running at one sample. SMD at one \
+             site, full to 80 % of 75, seats 60.\n\n",
+        );
+        table_header(
+            &mut md,
+            &[
+                "servers at peak (all sites)".to_owned(),
+                "players per server at peak".to_owned(),
+                "overfull servers (max)".to_owned(),
+            ],
+        );
+        for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
+            let _ = writeln!(
+                md,
+                "| `{name}` | {} | {:.1} | {} |",
+                r.max_servers, r.players_per_server_at_peak, r.max_overfull_servers
+            );
         }
         md.push_str("\n![bubbles per site over the day](bubbles.svg)\n\n");
         md.push_str("![players online per home site](online.svg)\n");

@@ -16,6 +16,7 @@ use super::model::{Population, Step};
 use super::report::{
     Percentiles, PolicyReport, PopulationFigures, PopulationReport, Reversals, Series, SiteSeries,
 };
+use super::servers::Servers;
 use crate::runner::{RunError, overlapping_bubbles};
 
 /// Steps buffered between the generator and each policy (bounded: a slow policy slows the
@@ -138,6 +139,13 @@ pub(crate) struct Tracker {
     simulated: Vec<Vec<u32>>,
     max_bubbles: Vec<u32>,
     max_servers: Vec<u32>,
+    /// The game servers the agents would run (several regions each), seated every tick.
+    pool: Servers,
+    /// The most counted players simulated, and servers running, at one sample (all sites).
+    peak_players: u32,
+    peak_servers: u32,
+    /// The most servers over `players_per_server` at one sample (all sites).
+    max_overfull: u32,
     /// The most players, and the widest side, of any one bubble seen.
     largest_bubble: u32,
     widest_bubble_m: f64,
@@ -169,6 +177,10 @@ impl Tracker {
             simulated: vec![Vec::new(); n],
             max_bubbles: vec![0; n],
             max_servers: vec![0; n],
+            pool: Servers::new(n, &cfg.thresholds),
+            peak_players: 0,
+            peak_servers: 0,
+            max_overfull: 0,
             largest_bubble: 0,
             widest_bubble_m: 0.0,
             mixed_samples: 0,
@@ -335,6 +347,7 @@ fn run_brain(
             }
             t.command(&cmd, now, |id| mesh.player(id).map(|p| (p.role, p.access_rtt_min_ms)));
         }
+        t.pool.update(&mesh);
         let core = cfg.sites.core();
         for p in mesh.players() {
             if !playing(p.role) {
@@ -360,9 +373,14 @@ fn run_brain(
 fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), String> {
     let n = cfg.sites.len();
     let (mut bubbles, mut servers, mut simulated) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
+    let mut overfull = 0;
+    for (s, count) in servers.iter_mut().enumerate() {
+        let now = t.pool.site(s, s == cfg.sites.core().index());
+        *count = now.servers;
+        overfull += now.overfull;
+    }
     for b in mesh.bubbles() {
         bubbles[b.site.index()] += 1;
-        servers[b.site.index()] += b.servers();
         t.largest_bubble = t.largest_bubble.max(b.players);
         let side = (b.bounds.max.x - b.bounds.min.x).max(b.bounds.max.y - b.bounds.min.y);
         t.widest_bubble_m = t.widest_bubble_m.max(side);
@@ -395,6 +413,9 @@ fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), 
     if let Some((a, b)) = overlapping_bubbles(mesh) {
         return Err(format!("bubbles {a} and {b} overlap"));
     }
+    t.peak_players = t.peak_players.max(simulated.iter().sum());
+    t.peak_servers = t.peak_servers.max(servers.iter().sum());
+    t.max_overfull = t.max_overfull.max(overfull);
     for s in 0..n {
         t.bubbles[s].push(bubbles[s]);
         t.servers[s].push(servers[s]);
@@ -581,6 +602,10 @@ fn build_report(
                 gain_25ms_vs_all_core_share: gain_share,
                 max_bubbles_by_site: by_site(&t.max_bubbles),
                 max_servers_by_site: by_site(&t.max_servers),
+                max_servers: t.peak_servers,
+                players_per_server_at_peak: f64::from(t.peak_players)
+                    / f64::from(t.peak_servers.max(1)),
+                max_overfull_servers: t.max_overfull,
                 largest_bubble_players: t.largest_bubble,
                 widest_bubble_km: (t.widest_bubble_m / 100.0).round() / 10.0,
                 wall_s: t.wall_s,

@@ -35,11 +35,16 @@ fn update(bubble: u64, epoch: u64, tick: u64, acked: &[(u64, u64)]) -> StateItem
 
 impl Harness {
     fn new(warm_pool: usize) -> Self {
+        Self::with_seats(warm_pool, 60)
+    }
+
+    fn with_seats(warm_pool: usize, seats_per_server: u32) -> Self {
         let cfg = MachineConfig {
             site: n(SITE),
             advertise_transfer: "127.0.0.1:1".into(),
             peers: BTreeMap::new(),
             warm_pool,
+            seats_per_server,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(2),
             server_tick: Duration::from_millis(33),
@@ -200,8 +205,37 @@ fn the_warm_pool_is_started_at_once_and_topped_up_when_a_server_takes_a_bubble()
 }
 
 #[test]
+fn regions_share_a_server_up_to_its_seats_then_wait_for_another() {
+    let mut h = Harness::with_seats(1, 2);
+    h.effects();
+    h.server_ready("mtl-gs-0");
+    let create = |b| control::Request::Create {
+        bubble: BubbleId(b),
+        region: region(),
+        lease: lease(b, 1, 10_000),
+    };
+    // Two regions of a player each on the one server (its two seats)...
+    for b in 1..=2 {
+        let (_, out) = h.order(create(b));
+        let assign = to_servers(&out);
+        assert!(matches!(assign[..], [(ref s, server::Request::Assign { .. })] if s == "mtl-gs-0"));
+        h.answer_servers(out, done);
+    }
+    // ... and it says so in its report: it takes no more.
+    assert!(h.m.server_loads().iter().all(|l| !l.ready && l.bubbles.len() == 2));
+    // The third waits for the server the warm pool started when the first was taken.
+    let (_, out) = h.order(create(3));
+    assert!(to_servers(&out).is_empty(), "no seat left: the order waits");
+    let out = h.server_ready("mtl-gs-1");
+    assert!(
+        matches!(to_servers(&out)[..], [(ref s, server::Request::Assign { .. })] if s == "mtl-gs-1")
+    );
+}
+
+#[test]
 fn an_order_waits_for_a_ready_server_and_the_server_is_taken_before_it_answers() {
-    let mut h = Harness::new(1);
+    // One seat per server: a region placed a moment ago fills it, members or not.
+    let mut h = Harness::with_seats(1, 1);
     h.effects();
     let create = |b| control::Request::Create {
         bubble: BubbleId(b),
