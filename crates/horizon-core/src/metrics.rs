@@ -116,6 +116,7 @@ pub(crate) struct Metrics {
     pub ticks: prometheus::IntCounter,
     pub tick_seconds: prometheus::Histogram,
     pub players: PerSite<prometheus::IntGauge>,
+    pub unsimulated: PerSite<prometheus::IntGauge>,
     pub bubbles: PerSite<prometheus::IntGauge>,
     servers: IntGaugeVec,
     pub agent_connected: PerSite<prometheus::IntGauge>,
@@ -226,6 +227,11 @@ impl Metrics {
             ticks: plain("horizon_core_ticks_total", "Scoring ticks run."),
             tick_seconds,
             players: g("horizon_players", "Connected players by home site.", "home_site"),
+            unsimulated: g(
+                "horizon_core_players_unsimulated",
+                "Counted players (not NPCs) in no bubble, by home site: joined near others (placed at the next tick, within 5 s) or waiting for a seat on their site. No core-site zone simulates them yet.",
+                "home_site",
+            ),
             bubbles: g("horizon_bubbles", "Bubbles by the site that simulates them.", "site"),
             servers,
             agent_connected: g(

@@ -30,6 +30,66 @@ fn a_lone_player_gets_a_bubble_on_their_home_site_without_handover() {
 }
 
 #[test]
+fn a_player_alone_at_their_spawn_gets_a_bubble_at_connection_not_at_the_next_tick() {
+    let mut m = mesh(th());
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::from_ms(1_200));
+    let Some(Command::Create {
+        site: s,
+        previous_site: None,
+        reason: CreateReason::Join,
+        players,
+        epoch,
+        ..
+    }) = m.poll_command()
+    else {
+        panic!("a bubble at once")
+    };
+    assert_eq!((s, players), (site(MTL), vec![PlayerId(1)]));
+    assert!(m.leases().is_current(m.bubble_of(PlayerId(1)).unwrap().id, epoch));
+    // The next ticks keep it: nothing more to create, nobody enters.
+    let cmds = run(&mut m, 5, 60);
+    assert!(
+        cmds.iter().all(|(_, c)| !matches!(c, Command::Create { .. } | Command::Enter { .. })),
+        "{cmds:?}"
+    );
+    assert_eq!(m.bubbles().count(), 1);
+}
+
+#[test]
+fn at_connection_a_player_near_another_or_inside_a_bubble_or_without_a_seat_waits_for_the_tick() {
+    // Friends arriving together (one report) see each other: the tick places them together.
+    let mut m = mesh(th());
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m.handle_join(join(2, PAR, 10.0, Role::Player, at(50.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
+    m.place_arrival(PlayerId(2), Time::ZERO);
+    assert!(m.poll_command().is_none());
+    // Near another player (1 km, within the merge distance): grouping decides at the tick.
+    let mut m = mesh(th());
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
+    assert!(m.poll_command().is_some());
+    m.handle_join(join(2, PAR, 10.0, Role::Player, at(1_000.0))).unwrap();
+    m.place_arrival(PlayerId(2), Time::ZERO);
+    assert!(m.poll_command().is_none(), "near player 1");
+    assert!(m.bubble_of(PlayerId(2)).is_none());
+    // An NPC nearby does not count: it is never grouped.
+    let mut m = mesh(th());
+    m.handle_join(join(1, MTL, 10.0, Role::Npc, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
+    m.handle_join(join(2, MTL, 10.0, Role::Player, at(100.0))).unwrap();
+    m.place_arrival(PlayerId(2), Time::ZERO);
+    assert!(matches!(m.poll_command(), Some(Command::Create { .. })));
+    // No seat at home: the tick decides (it waits in a core zone).
+    let mut m = mesh(th());
+    m.handle_site_capacity(site(HKG), Some(0));
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
+    assert!(m.poll_command().is_none());
+}
+
+#[test]
 fn without_a_ready_server_the_player_waits_in_a_core_zone_then_gets_a_bubble_at_once() {
     let mut m = mesh(th());
     m.handle_site_capacity(site(HKG), Some(0));

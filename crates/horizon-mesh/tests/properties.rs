@@ -39,8 +39,14 @@ fn simulate(
         let now = Time::from_secs(tick * TICK_S);
         if tick == 0 || tick == 12 {
             // Even ids join first, odd ids a minute later (by id, so filtering keeps timing).
-            for j in joins.iter().filter(|j| (j.id.0 % 2 == 0) == (tick == 0)) {
-                m.handle_join(j.clone()).unwrap();
+            // Placed at connection when alone (a bubble at once), else at the tick.
+            let arriving: Vec<_> =
+                joins.iter().filter(|j| (j.id.0 % 2 == 0) == (tick == 0)).collect();
+            for j in &arriving {
+                m.handle_join((*j).clone()).unwrap();
+            }
+            for j in &arriving {
+                m.place_arrival(j.id, now);
             }
         }
         let moved: Vec<(PlayerId, horizon_mesh::Vec3)> = m

@@ -174,12 +174,17 @@ impl Run<'_> {
                         .map_err(|e| self.broken(now, e.to_string()))?;
                 }
             }
+            let first_join = next_join;
             while next_join < joins.len() && sc.players[joins[next_join]].join_ms <= t_ms {
                 let p = &sc.players[joins[next_join]];
                 self.mesh
                     .handle_join(p.join.clone())
                     .map_err(|e| self.broken(now, e.to_string()))?;
                 next_join += 1;
+            }
+            // Those alone at their spawn get a bubble at once (SPEC section 4).
+            for &i in &joins[first_join..next_join] {
+                self.mesh.place_arrival(sc.players[i].join.id, now);
             }
             while next_event < sc.events.len() && sc.events[next_event].at_ms <= t_ms {
                 match &sc.events[next_event].kind {

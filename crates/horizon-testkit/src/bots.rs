@@ -112,6 +112,8 @@ pub struct BotReport {
     pub gaps: Vec<(f64, f64)>,
     /// When the last update arrived, in seconds since the Unix epoch (0 before the first).
     pub last_update_at: f64,
+    /// From sending `Join` to the first update of the player's simulation (first session).
+    pub first_update_ms: Option<f64>,
     pub bubbles_seen: u64,
     /// Simulations (game servers' regions) the player's views came from: more than the
     /// bubbles seen when a bubble spread over several servers moved the player between them.
@@ -260,6 +262,7 @@ async fn run(
         parts.link.connected(Duration::from_secs(15)).await.map_err(|e| format!("connect: {e}"))?;
     let mut pos = Vec3 { x: spec.start[0], y: spec.start[1], z: spec.start[2] };
     let world = WorldId(spec.world);
+    let join_sent = Instant::now();
     let joined = conn
         .request(&gateway::Request::Join { role: spec.role, world, pos })
         .await
@@ -424,6 +427,9 @@ async fn run(
                     continue;
                 }
                 let mut r = lock(&report);
+                if r.first_update_ms.is_none() {
+                    r.first_update_ms = Some(at.duration_since(join_sent).as_secs_f64() * 1000.0);
+                }
                 r.updates += 1;
                 r.last_update_at = wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64();
                 let later = pending.split_off(&(acked.0 + 1));

@@ -436,6 +436,16 @@ async fn run(args: DemoArgs) -> ExitCode {
     let pods_by_pool = kube.as_ref().map(|k| k.pods_by_pool());
     sandbox.shutdown().await;
     let mut doc = final_document(&status, &finals);
+    let mut first: Vec<f64> = finals.iter().filter_map(|r| r.first_update_ms).collect();
+    first.sort_by(f64::total_cmp);
+    let round = |x: Option<f64>| x.map(|x| x.round());
+    doc["join_to_first_update_ms"] = serde_json::json!({
+        "p50": round(bots::quantile(&first, 0.5)),
+        "p99": round(bots::quantile(&first, 0.99)),
+        "max": round(first.last().copied()),
+        "samples": first.len(),
+    });
+    doc["players_unsimulated_max"] = cost.unsimulated_max.into();
     doc["max_servers_by_site"] = serde_json::json!(cost.max_by_site);
     let per_server = cost.peak_players as f64 / cost.peak_servers.max(1) as f64;
     doc["players_per_server_at_peak"] = ((per_server * 10.0).round() / 10.0).into();
@@ -488,6 +498,8 @@ struct Cost {
     max_by_site: BTreeMap<String, u64>,
     peak_players: u64,
     peak_servers: u64,
+    /// The most players in no bubble at one sample.
+    unsimulated_max: u64,
 }
 
 impl Cost {
@@ -500,6 +512,8 @@ impl Cost {
             total += hosting as u64;
         }
         self.peak_players = self.peak_players.max(status.players_total as u64);
+        let unsimulated = status.players.iter().filter(|p| p.bubble.is_none()).count();
+        self.unsimulated_max = self.unsimulated_max.max(unsimulated as u64);
         self.peak_servers = self.peak_servers.max(total);
     }
 }

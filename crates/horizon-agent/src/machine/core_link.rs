@@ -162,6 +162,23 @@ impl AgentMachine {
         self.ask_core(Then::Nothing("report"), report);
     }
 
+    /// The players who joined (and left) since the last report, at once: the core gives a
+    /// player alone at their spawn a bubble as soon as it hears of them. With the servers'
+    /// loads (the core's capacity figures), without the other players' samples.
+    pub(super) fn report_joins(&mut self) {
+        if !self.registered || self.joins.is_empty() {
+            return;
+        }
+        let report = control::Request::Report {
+            joins: std::mem::take(&mut self.joins),
+            leaves: std::mem::take(&mut self.leaves),
+            players: Vec::new(),
+            backbone: Vec::new(),
+            servers: self.server_loads(),
+        };
+        self.ask_core(Then::Nothing("report"), report);
+    }
+
     /// One batched renewal for every lease this site runs or stands by for. A handover source
     /// is left out: its epoch is superseded, and it stops at the freeze well within its lease.
     pub(super) fn renew(&mut self, now: Instant) {

@@ -98,6 +98,9 @@ const RESYNC_GRACE: Duration = Duration::from_secs(10);
 const RESTORE_CHUNK: usize = 64 * 1024;
 /// The most servers one bubble is spread over.
 const MAX_PARTS: usize = 64;
+/// How long after a player joins the core hears of it (with whoever joined meanwhile: friends
+/// connecting together are placed together).
+const JOIN_BATCH: Duration = Duration::from_millis(50);
 /// Orders waiting for a ready server, at most.
 const MAX_WAITING: usize = 1024;
 
@@ -408,6 +411,9 @@ struct Regrant {
 /// The timers.
 struct Timers {
     report: Instant,
+    /// Players joined since the last report: they are told to the core this soon after the
+    /// first of them (not at the next report), so a player alone gets its bubble at once.
+    joins: Option<Instant>,
     renew: Instant,
     housekeeping: Instant,
     probe: Instant,
@@ -492,7 +498,14 @@ impl AgentMachine {
             cfg,
             stats,
             origin: now,
-            timers: Timers { report: now, renew: now, housekeeping: now, probe: now, backup: now },
+            timers: Timers {
+                report: now,
+                joins: None,
+                renew: now,
+                housekeeping: now,
+                probe: now,
+                backup: now,
+            },
             effects: VecDeque::new(),
             registered: false,
             registered_at: None,
@@ -539,7 +552,8 @@ impl AgentMachine {
     /// When [`AgentMachine::handle_timeout`] is due next.
     pub fn poll_timeout(&self) -> Instant {
         let t = &self.timers;
-        t.report.min(t.renew).min(t.housekeeping).min(t.probe).min(t.backup)
+        let due = t.report.min(t.renew).min(t.housekeeping).min(t.probe).min(t.backup);
+        t.joins.map_or(due, |j| j.min(due))
     }
 
     /// Runs every timer due at `now`. A timer late by more than its period skips the ticks it
@@ -553,7 +567,12 @@ impl AgentMachine {
             true
         };
         if next(&mut self.timers.report, self.cfg.report_every) {
+            self.timers.joins = None;
             self.report();
+        }
+        if self.timers.joins.is_some_and(|due| due <= now) {
+            self.timers.joins = None;
+            self.report_joins();
         }
         if next(&mut self.timers.renew, self.cfg.renew_every) {
             self.renew(now);

@@ -63,6 +63,7 @@ impl AgentMachine {
                     self.clients.insert(c, player);
                 }
                 self.joins.push(core_link::sample(player, &p));
+                self.timers.joins.get_or_insert(now + JOIN_BATCH);
                 self.players.insert(player, p);
                 self.sessions.insert(conn, player);
                 self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);

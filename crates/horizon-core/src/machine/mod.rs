@@ -468,7 +468,7 @@ impl CoreMachine {
                 Ok(reply)
             }
             R::Report { joins, leaves, players, backbone, servers } => {
-                self.report(site, &joins, &leaves, &players, &backbone, &servers);
+                self.report(site, &joins, &leaves, &players, &backbone, &servers, now);
                 Ok(control::Reply::Done)
             }
             R::Renew { leases } => Ok(self.renew(site, &leases, now)),

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use horizon_mesh::{PlayerUpdate, SiteId};
+use horizon_mesh::{PlayerUpdate, SiteId, Time};
 use horizon_proto::control;
 use horizon_proto::{BubbleId, PlayerId};
 
@@ -124,6 +124,7 @@ impl CoreMachine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn report(
         &mut self,
         site: SiteId,
@@ -132,6 +133,7 @@ impl CoreMachine {
         players: &[control::PlayerSample],
         backbone: &[control::BackboneSample],
         servers: &[control::ServerLoad],
+        now: Time,
     ) {
         for j in joins {
             if !self.ids.owns(site, j.player) {
@@ -143,6 +145,12 @@ impl CoreMachine {
                 tracing::debug!(player = j.player.0, error = %e, "join refused");
             }
         }
+        // Those alone at their spawn get a bubble now (SPEC section 4, "At connection"), once
+        // the whole batch is in: friends connecting together see each other.
+        for j in joins {
+            self.mesh.place_arrival(horizon_mesh::PlayerId(j.player.0), now);
+        }
+        self.carry_out_commands(now);
         for p in players {
             if !self.homed_at(p.player, site) {
                 self.metrics.refused(site, "not_its_player");

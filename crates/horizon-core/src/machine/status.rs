@@ -37,14 +37,18 @@ impl CoreMachine {
         for r in self.registry.values() {
             bubbles[r.site.index()] += 1;
         }
-        let mut players = vec![0u64; n];
+        let (mut players, mut unsimulated) = (vec![0u64; n], vec![0u64; n]);
         for p in self.mesh.players() {
             players[p.home.index()] += 1;
+            if p.role.is_counted() && self.mesh.bubble_of(p.id).is_none() {
+                unsimulated[p.home.index()] += 1;
+            }
         }
         for s in self.cfg.sites.ids() {
             let i = s.index();
             self.metrics.bubbles.set(i, bubbles[i]);
             self.metrics.players.set(i, players[i]);
+            self.metrics.unsimulated.set(i, unsimulated[i]);
             let agent = self.agents.get(&s);
             self.metrics.agent_connected.set(i, u64::from(agent.is_some()));
             let servers = agent.map_or(&[][..], |a| &a.servers[..]);

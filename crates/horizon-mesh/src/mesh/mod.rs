@@ -286,6 +286,7 @@ pub struct Mesh {
     renumber_min_players: usize,
 }
 
+mod arrival;
 mod load;
 mod order;
 mod restore;

@@ -315,6 +315,10 @@ fn run_brain(
         for j in &step.joins {
             mesh.handle_join(j.clone()).map_err(|e| broken(step.t_ms, e.to_string()))?;
         }
+        // Those alone at their spawn get a bubble at once (SPEC section 4).
+        for j in &step.joins {
+            mesh.place_arrival(j.id, now);
+        }
         for (id, u) in &step.updates {
             mesh.handle_update(*id, u).map_err(|e| broken(step.t_ms, e.to_string()))?;
         }

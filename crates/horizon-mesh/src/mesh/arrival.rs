@@ -1,0 +1,63 @@
+//! At connection (SPEC section 4): a player alone at their spawn gets a bubble on their home
+//! site at once, with no handover at all, instead of waiting up to a tick for one.
+
+use super::*;
+
+impl Mesh {
+    /// A player who just connected ([`Mesh::handle_join`]; call it for every player who
+    /// arrived together first, so that friends joining at once see each other): when nobody
+    /// counted is near their spawn (within the larger of the two grouping radii, as grouping
+    /// links players) and no bubble's box meets the box they would claim, a bubble around them
+    /// on their home site now (the core site under [`Placement::AllCore`]): a
+    /// [`Command::Create`] with reason `Join` and no previous site. Otherwise — someone is near,
+    /// the spawn is in a bubble, the home site has no seat, the player is in a bubble already or
+    /// unknown — the next tick places them, as after [`Mesh::handle_join`] alone.
+    pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
+        let Some(&i) = self.player_index.get(&id) else { return };
+        let place = self.place_of[i as usize] as usize;
+        if self.npc[place] || self.player_bubble[place] != NONE {
+            return;
+        }
+        let home = self.players[i as usize].home;
+        let item = self.items[place];
+        let near = self.items.iter().enumerate().any(|(q, other)| {
+            q != place
+                && !self.npc[q]
+                && other.world == item.world
+                && item.pos.dist_sq(other.pos) <= item.radius.max(other.radius).powi(2)
+        });
+        if near {
+            return;
+        }
+        // The claim a lone member makes at a tick: their position grown by their border margin.
+        let margin = item.radius + self.th.border_margin_m - self.th.merge_distance_m;
+        let bounds = Aabb::point(item.pos).expand(margin);
+        if self.bubbles().any(|b| b.world == item.world && b.bounds.overlaps(&bounds)) {
+            return;
+        }
+        let site = match self.placement {
+            Placement::AllCore => self.sites.core(),
+            _ => home,
+        };
+        if !self.can_host(site, 1) {
+            return;
+        }
+        let hysteresis = Hysteresis::default();
+        let Some((slot, epoch)) = self.insert_bubble(site, item.world, bounds, 1, now, hysteresis)
+        else {
+            return;
+        };
+        self.player_bubble[place] = slot;
+        let bubble = self.bubble(slot).id;
+        self.commands.push_back(Command::Create {
+            bubble,
+            site,
+            previous_site: None,
+            world: item.world,
+            bounds,
+            epoch,
+            players: vec![id],
+            reason: CreateReason::Join,
+        });
+    }
+}
