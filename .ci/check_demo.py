@@ -23,3 +23,12 @@ print("crossing_freeze_ms", d["crossing_freeze_ms"])
 assert sum(v["samples"] for v in d["crossing_freeze_ms"].values()) >= 1, "no change of bubble timed"
 for site in ("MTL", "HKG"):
     assert abs(c[site]["p50"] - c["PAR"]["p50"]) <= 15, f"{site} p50 not within 15 ms of PAR"
+# Several regions share a game server (one server per bubble seated 1.6 players each).
+print("max_servers_by_site", d["max_servers_by_site"], "players_per_server_at_peak",
+      d["players_per_server_at_peak"])
+assert d["players_per_server_at_peak"] >= 5, "servers are not shared"
+# A player alone at their spawn, or spawning inside a bubble, plays at once (not at the tick).
+j = d["join_to_first_update_ms"]
+print("join_to_first_update_ms", j, "players_unsimulated_max", d["players_unsimulated_max"])
+assert j["samples"] == d["players"], "a player never saw an update"
+assert j["p50"] <= 1000, "joins wait for the tick"

@@ -57,7 +57,34 @@ fn a_player_alone_at_their_spawn_gets_a_bubble_at_connection_not_at_the_next_tic
 }
 
 #[test]
-fn at_connection_a_player_near_another_or_inside_a_bubble_or_without_a_seat_waits_for_the_tick() {
+fn a_player_who_spawns_inside_a_bubble_plays_in_it_at_once_and_stays_in_it() {
+    let mut m = mesh(th());
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
+    let Some(Command::Create { bubble, .. }) = m.poll_command() else { panic!("a bubble") };
+    // A Parisian spawns 20 m away, inside that bubble's box.
+    m.handle_join(join(2, PAR, 10.0, Role::Player, at(20.0))).unwrap();
+    m.place_arrival(PlayerId(2), Time::from_ms(700));
+    assert_eq!(
+        m.poll_command(),
+        Some(Command::Enter {
+            bubble,
+            site: site(MTL),
+            from_site: None,
+            players: vec![PlayerId(2)]
+        })
+    );
+    assert_eq!(m.bubble_of(PlayerId(2)).map(|b| b.id), Some(bubble));
+    let cmds = run(&mut m, 5, 5);
+    assert!(
+        cmds.iter().all(|(_, c)| !matches!(c, Command::Create { .. } | Command::Enter { .. })),
+        "{cmds:?}"
+    );
+    assert_eq!(m.bubble_of(PlayerId(2)).map(|b| b.id), Some(bubble));
+}
+
+#[test]
+fn at_connection_a_player_near_another_outside_any_bubble_or_without_a_seat_waits_for_the_tick() {
     // Friends arriving together (one report) see each other: the tick places them together.
     let mut m = mesh(th());
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();

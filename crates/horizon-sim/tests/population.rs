@@ -176,3 +176,19 @@ fn measure_rejects_bad_lines_with_their_number() {
     assert_eq!(no_core[0].key, "--core");
     assert!(no_core[0].why.contains("MTL"), "{no_core:?}");
 }
+
+/// SPEC section 8, cost: regions share servers, so the same population needs about the servers
+/// of SMD at one site (60 seated of 75), not one server per bubble (1.4 players each before).
+#[test]
+fn servers_are_shared_so_every_policy_seats_about_what_smd_does() {
+    let r = run(&small(800, 2.0, 7));
+    for name in ["smdg", "all_core", "creator", "one_shot"] {
+        let p = &r.policies[name];
+        assert!(p.players_per_server_at_peak >= 40.0, "{name}: {p:?}");
+        let by_site: u32 = p.max_servers_by_site.values().sum();
+        assert!(p.max_servers <= by_site && p.max_servers > 0, "{name}: {p:?}");
+    }
+    assert!(r.policies["all_core"].players_per_server_at_peak >= 50.0);
+    // Nobody seats more than a server's share: the rest is headroom.
+    assert!(r.policies["smdg"].max_overfull_servers <= 1);
+}

@@ -1,11 +1,14 @@
-//! At connection (SPEC section 4): a player alone at their spawn gets a bubble on their home
-//! site at once, with no handover at all, instead of waiting up to a tick for one.
+//! At connection (SPEC section 4): a player who spawns inside a bubble plays in it at once, and
+//! a player alone at their spawn gets a bubble on their home site at once, with no handover at
+//! all, instead of waiting up to a tick for one.
 
 use super::*;
 
 impl Mesh {
     /// A player who just connected ([`Mesh::handle_join`]; call it for every player who
-    /// arrived together first, so that friends joining at once see each other): when nobody
+    /// arrived together first, so that friends joining at once see each other): inside a
+    /// bubble's box, they enter that bubble now (a [`Command::Enter`] with no previous site: it
+    /// simulates that space already); else, when nobody
     /// counted is near their spawn (within the larger of the two grouping radii, as grouping
     /// links players) and no bubble's box meets the box they would claim, a bubble around them
     /// on their home site now (the core site under [`Placement::AllCore`]): a
@@ -20,6 +23,27 @@ impl Mesh {
         }
         let home = self.players[i as usize].home;
         let item = self.items[place];
+        let inside = (0..self.bubbles.len() as u32).find(|&s| {
+            self.bubbles[s as usize]
+                .as_ref()
+                .is_some_and(|b| b.world == item.world && b.bounds.contains(item.pos))
+        });
+        if let Some(slot) = inside {
+            if self.bubble(slot).stalled_since.is_some() {
+                // Nobody simulates it now: the tick places them.
+                return;
+            }
+            self.player_bubble[place] = slot;
+            let b = self.bubble(slot);
+            let (bubble, site) = (b.id, b.site);
+            self.commands.push_back(Command::Enter {
+                bubble,
+                site,
+                from_site: None,
+                players: vec![id],
+            });
+            return;
+        }
         let near = self.items.iter().enumerate().any(|(q, other)| {
             q != place
                 && !self.npc[q]
