@@ -37,6 +37,11 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.inputs_too_large,
     ),
     (
+        "horizon_agent_servers_stopped_idle_total",
+        "Game servers stopped after holding nothing for 30 s while the warm pool was full (servers follow the load).",
+        |s| &s.servers_stopped_idle,
+    ),
+    (
         "horizon_agent_stale_updates_refused_total",
         "Updates from a game server for a bubble it does not hold here, or under another epoch than the bubble's lease here: refused, nobody sees them.",
         |s| &s.stale_updates_refused,

@@ -12,6 +12,8 @@ pub struct AgentStats {
     pub servers: AtomicU64,
     /// Game servers that said they are ready (holding a bubble or not).
     pub servers_ready: AtomicU64,
+    /// Idle game servers stopped because the warm pool was full.
+    pub servers_stopped_idle: AtomicU64,
     /// 1 while registered with the core.
     pub registered: AtomicU64,
     /// Inputs kept by the gateway until a stored copy covers them, every player together.

@@ -98,6 +98,9 @@ const RESYNC_GRACE: Duration = Duration::from_secs(10);
 const RESTORE_CHUNK: usize = 64 * 1024;
 /// The most servers one bubble is spread over.
 const MAX_PARTS: usize = 64;
+/// How long a ready server beyond the warm pool stays idle (holding nothing) before it is
+/// stopped: regions share servers, so servers empty out as players leave.
+const IDLE_STOP_AFTER: Duration = Duration::from_secs(30);
 /// How long after a player joins the core hears of it (with whoever joined meanwhile: friends
 /// connecting together are placed together).
 const JOIN_BATCH: Duration = Duration::from_millis(50);
@@ -243,6 +246,8 @@ struct GameServer {
     tps: f32,
     players: u32,
     bubbles: Vec<BubbleId>,
+    /// Ready and holding nothing since (seen at housekeeping); `None` while it holds a region.
+    idle_since: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -85,6 +85,7 @@ impl AgentMachine {
     }
 
     pub(super) fn housekeeping(&mut self, now: Instant) {
+        self.stop_idle_servers(now);
         let ready = self.servers.values().filter(|s| s.ready).count() as u64;
         self.stats.servers_ready.store(ready, Ordering::Relaxed);
         self.stats.registered.store(u64::from(self.registered), Ordering::Relaxed);

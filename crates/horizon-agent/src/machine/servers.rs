@@ -20,7 +20,14 @@ impl AgentMachine {
 
     pub(super) fn server_up(&mut self, server: Name, conn: ConnId) {
         self.starting.remove(server.as_str());
-        let srv = GameServer { conn, ready: false, tps: 0.0, players: 0, bubbles: Vec::new() };
+        let srv = GameServer {
+            conn,
+            ready: false,
+            tps: 0.0,
+            players: 0,
+            bubbles: Vec::new(),
+            idle_since: None,
+        };
         self.servers.insert(server, srv);
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
     }
@@ -277,6 +284,36 @@ impl AgentMachine {
         } else {
             None
         }
+    }
+
+    /// Servers ready and holding nothing beyond the warm pool, idle for [`IDLE_STOP_AFTER`],
+    /// are stopped (the longest idle first): the pool follows the load, not the peak. Never
+    /// while orders wait for a server.
+    pub(super) fn stop_idle_servers(&mut self, now: Instant) {
+        for s in self.servers.values_mut() {
+            if s.ready && s.bubbles.is_empty() {
+                s.idle_since.get_or_insert(now);
+            } else {
+                s.idle_since = None;
+            }
+        }
+        if !self.waiting.is_empty() {
+            return;
+        }
+        let mut idle: Vec<(Instant, Name)> =
+            self.servers.iter().filter_map(|(n, s)| s.idle_since.map(|t| (t, n.clone()))).collect();
+        idle.sort();
+        let surplus = idle.len().saturating_sub(self.cfg.warm_pool);
+        for (since, name) in idle.into_iter().take(surplus) {
+            if now < since + IDLE_STOP_AFTER {
+                break;
+            }
+            tracing::info!(site = %self.cfg.site, server = %name, "idle game server stopped: more than the warm pool");
+            self.servers.remove(&name);
+            self.effects.push_back(Effect::StopServer { server: name.as_str().to_owned() });
+            self.stats.servers_stopped_idle.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
     }
 
     /// A game server is gone (its process exited, or its connection ended): its bubbles stop

@@ -233,6 +233,30 @@ fn regions_share_a_server_up_to_its_seats_then_wait_for_another() {
 }
 
 #[test]
+fn idle_servers_beyond_the_warm_pool_are_stopped_after_half_a_minute() {
+    let mut h = Harness::new(1);
+    h.effects();
+    for name in ["mtl-gs-0", "mtl-gs-1", "mtl-gs-2"] {
+        h.server_ready(name);
+    }
+    let stopped = |out: &[Effect]| -> Vec<String> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::StopServer { server } => Some(server.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    // Idle for less than 30 s: kept.
+    assert!(stopped(&h.advance(Duration::from_secs(20))).is_empty());
+    // Then all but the warm pool's one go, and never the pool.
+    let out = h.advance(Duration::from_secs(15));
+    assert_eq!(stopped(&out).len(), 2, "{out:?}");
+    assert!(stopped(&h.advance(Duration::from_secs(120))).is_empty());
+    assert_eq!(h.m.hosting().count(), 1);
+}
+
+#[test]
 fn an_order_waits_for_a_ready_server_and_the_server_is_taken_before_it_answers() {
     // One seat per server: a region placed a moment ago fills it, members or not.
     let mut h = Harness::with_seats(1, 1);
