@@ -314,7 +314,8 @@ pub struct ServerLoad {
     pub tps: f32,
     pub players: u32,
     pub chunks_loading: u32,
-    /// Registered, tps ≥ 58, no chunk loading, holding no bubble: can take a bubble now.
+    /// Registered, tps ≥ 58, no chunk loading, and a seat left (holding nothing, or fewer
+    /// players than the agent's `players_per_server × pack_fill_ratio`): takes a region now.
     pub ready: bool,
     pub bubbles: Vec<BubbleId>,
 }
