@@ -1,30 +1,17 @@
-//! Values shared by every channel. Wire types are defined here, apart from the brain's, so the
-//! wire stays frozen while the brain evolves; the daemons convert at the boundary.
+//! Values shared by every channel. Ids, epochs, roles, positions, boxes and regions are the
+//! shared vocabulary's (`horizon-types`, the brain's too): the golden bytes prove they encode
+//! as the wire always did.
 
 use serde::{Deserialize, Serialize};
 
 use crate::frame::MAX_NAME_BYTES;
 
+pub use horizon_types::{Aabb, BubbleId, Epoch, PlayerId, Region, Role, Vec3, WorldId};
+
 /// Identifies a request so a retry (same id, possibly on a new connection) is served once.
 /// Unique per sender for the sender's whole life (a counter seeded from the clock at start).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RequestId(pub u64);
-
-/// A bubble's logical id. Never changes while the bubble lives, whatever server hosts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct BubbleId(pub u64);
-
-/// A lease's fencing token: `core_generation << 32 | counter`, strictly increasing per bubble.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Epoch(pub u64);
-
-/// A player's logical id, stable for the session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct PlayerId(pub u64);
-
-/// A world: open space or one planet. Positions are local to it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct WorldId(pub u32);
 
 /// One handover, chosen by the core; names every message of that handover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -95,37 +82,6 @@ impl std::fmt::Debug for Blob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Blob({} bytes)", self.0.len())
     }
-}
-
-/// A position or velocity in a world's local frame: metres, metres per second.
-#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize, Deserialize)]
-pub struct Vec3 {
-    pub x: f64,
-    pub y: f64,
-    pub z: f64,
-}
-
-/// An axis-aligned box in a world's local frame, metres.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Aabb {
-    pub min: Vec3,
-    pub max: Vec3,
-}
-
-/// A region of the universe: a box of a world, or the whole world (`bounds: None`).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Region {
-    pub world: WorldId,
-    pub bounds: Option<Aabb>,
-}
-
-/// What a player is doing, which sets their weight in scoring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Role {
-    Pilot,
-    Player,
-    Afk,
-    Npc,
 }
 
 /// A right to simulate one bubble: valid for `ttl_ms` counted by the holder's own monotonic

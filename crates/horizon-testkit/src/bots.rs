@@ -443,7 +443,7 @@ async fn run(
                     }
                 }
                 let Some(view) = view else { continue };
-                if let Some(e) = view.entity(PlayerId(player.0)) {
+                if let Some(e) = view.entity(player) {
                     r.applied = e.inputs;
                     r.applied_twice = r.applied_twice.max(e.inputs.saturating_sub(e.last_seq));
                 }

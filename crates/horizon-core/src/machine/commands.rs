@@ -6,7 +6,7 @@ use horizon_mesh::{Command, MoveReason, Time};
 use horizon_proto::control;
 use horizon_proto::{BubbleId, Epoch, LeaseRef, Region, WorldId};
 
-use super::{CoreMachine, RECENT_DECISIONS, registry};
+use super::{CoreMachine, RECENT_DECISIONS};
 use crate::machine::registry::Hosted;
 use crate::store::Record;
 
@@ -18,29 +18,25 @@ impl CoreMachine {
             self.decide(&command, now);
             match command {
                 Command::Create { bubble, site, world, bounds, epoch, .. } => {
-                    let bubble = BubbleId(bubble.0);
-                    let bounds = registry::aabb(bounds);
                     self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds, now));
                     self.persist_lease(bubble);
-                    let region = Region { world: WorldId(world.0), bounds: Some(bounds) };
+                    let region = Region { world, bounds: Some(bounds) };
                     let lease = self.lease(bubble, epoch.0, now);
                     self.order(site, control::Request::Create { bubble, region, lease });
                     self.metrics.bubbles_created.inc(site.index());
                 }
                 Command::Move { bubble, from, to, epoch, reason, .. } => {
-                    let bubble = BubbleId(bubble.0);
                     if reason == MoveReason::Failover {
                         self.fail_over(bubble, from, to, epoch.0, now);
                     } else {
                         self.start_handover(bubble, from, to, epoch.0, reason.as_str(), now);
                     }
                 }
-                Command::Merge { from, .. } => revokes.push(BubbleId(from.0)),
-                Command::Delete { bubble, .. } => revokes.push(BubbleId(bubble.0)),
+                Command::Merge { from, .. } => revokes.push(from),
+                Command::Delete { bubble, .. } => revokes.push(bubble),
                 Command::Border { bubble, bounds, .. } => {
-                    let bubble = BubbleId(bubble.0);
                     if let Some(reg) = self.registry.get_mut(&bubble) {
-                        reg.bounds = registry::aabb(bounds);
+                        reg.bounds = bounds;
                         let (site, epoch, world, settled) =
                             (reg.site, reg.epoch, reg.world, reg.settled());
                         if settled {

@@ -285,7 +285,7 @@ impl CoreMachine {
             self.drain_step(bubble, DrainStep::Waiting);
             return;
         };
-        let epoch = match self.mesh.mint_epoch(horizon_mesh::BubbleId(bubble.0)) {
+        let epoch = match self.mesh.mint_epoch(bubble) {
             Ok(e) => e.0,
             Err(e) => {
                 tracing::warn!(bubble = bubble.0, error = %e, "no epoch to drain with: given up");

@@ -322,12 +322,7 @@ impl CoreMachine {
         reg.parts.clear();
         reg.part_of.clear();
         let old = reg.lease_ref(bubble);
-        let back = self.mesh.handle_move_aborted(
-            horizon_mesh::BubbleId(bubble.0),
-            horizon_mesh::Epoch(epoch),
-            source,
-            now,
-        );
+        let back = self.mesh.handle_move_aborted(bubble, horizon_mesh::Epoch(epoch), source, now);
         match back {
             Ok(epoch) => {
                 if let Some(reg) = self.registry.get_mut(&bubble) {

@@ -308,8 +308,7 @@ impl CoreMachine {
                 id: horizon_mesh::BubbleId(id),
                 site,
                 world: horizon_mesh::WorldId(region.world),
-                bounds: horizon_mesh::Aabb::point(registry::vec3(bounds.min))
-                    .include(registry::vec3(bounds.max)),
+                bounds,
                 epoch: horizon_mesh::Epoch(lease.epoch),
             };
             match self.mesh.handle_restore_bubble(restored, now) {
@@ -374,7 +373,7 @@ impl CoreMachine {
         }
         self.next_absent_sweep = now + horizon_mesh::Span::from_ms(ABSENT_SWEEP_EVERY_MS);
         let mesh = &self.mesh;
-        let gone = self.keep.forget_unless(|p| mesh.player(horizon_mesh::PlayerId(p.0)).is_some());
+        let gone = self.keep.forget_unless(|p| mesh.player(p).is_some());
         self.effects.extend(gone.into_iter().map(|at| Effect::UnpinBackup { at }));
     }
 
@@ -701,7 +700,7 @@ impl CoreMachine {
                 refused.push(*l);
                 continue;
             }
-            let pair = [(horizon_mesh::BubbleId(l.bubble.0), horizon_mesh::Epoch(l.epoch.0))];
+            let pair = [(l.bubble, l.epoch)];
             match self.mesh.handle_renewal(site, &pair, now).pop() {
                 Some(Ok(_)) => {
                     self.leased_until(l.bubble, now);

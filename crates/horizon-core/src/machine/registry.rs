@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
-use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Role, Vec3};
+use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Vec3};
 
 use super::CoreMachine;
 
@@ -220,7 +220,7 @@ impl CoreMachine {
             if !reg.settled() {
                 continue;
             }
-            let Some(b) = self.mesh.bubble_by_id(horizon_mesh::BubbleId(bubble.0)) else {
+            let Some(b) = self.mesh.bubble_by_id(bubble) else {
                 continue;
             };
             if b.servers() <= 1 && reg.parts.is_empty() {
@@ -231,11 +231,11 @@ impl CoreMachine {
                 .members
                 .keys()
                 .filter_map(|&p| {
-                    let at = self.mesh.player(horizon_mesh::PlayerId(p.0))?.position;
+                    let at = self.mesh.player(p)?.position;
                     Some((p, horizon_mesh::bubble::part_of(&parts, at) as u32))
                 })
                 .collect();
-            let boxes: Vec<Aabb> = parts.iter().map(|p| aabb(*p)).collect();
+            let boxes: Vec<Aabb> = parts.clone();
             if boxes == reg.parts && part_of == reg.part_of {
                 continue;
             }
@@ -267,10 +267,7 @@ impl CoreMachine {
             .map(|(&player, &home)| control::Member {
                 player,
                 home: self.site_name(home),
-                pos: self.mesh.player(horizon_mesh::PlayerId(player.0)).map_or(
-                    Vec3::default(),
-                    |p| Vec3 { x: p.position.x, y: p.position.y, z: p.position.z },
-                ),
+                pos: self.mesh.player(player).map_or(Vec3::default(), |p| p.position),
                 crossing: crossing.contains(&player),
             })
             .collect()
@@ -399,32 +396,14 @@ impl CoreMachine {
 /// A player as the brain takes them in, from their home agent's sample.
 pub(crate) fn player_join(home: SiteId, j: &control::PlayerSample) -> horizon_mesh::PlayerJoin {
     horizon_mesh::PlayerJoin {
-        id: horizon_mesh::PlayerId(j.player.0),
+        id: j.player,
         home,
         access_rtt_ms: f64::from(j.access_rtt_ms),
-        role: role(j.role),
-        world: horizon_mesh::WorldId(j.world.0),
-        position: vec3(j.pos),
-        velocity: vec3(j.vel),
+        role: j.role,
+        world: j.world,
+        position: j.pos,
+        velocity: j.vel,
     }
-}
-
-pub(crate) fn role(r: Role) -> horizon_mesh::Role {
-    match r {
-        Role::Pilot => horizon_mesh::Role::Pilot,
-        Role::Player => horizon_mesh::Role::Player,
-        Role::Afk => horizon_mesh::Role::Afk,
-        Role::Npc => horizon_mesh::Role::Npc,
-    }
-}
-
-pub(crate) fn vec3(v: Vec3) -> horizon_mesh::Vec3 {
-    horizon_mesh::Vec3::new(v.x, v.y, v.z)
-}
-
-pub(crate) fn aabb(b: horizon_mesh::Aabb) -> Aabb {
-    let v = |p: horizon_mesh::Vec3| Vec3 { x: p.x, y: p.y, z: p.z };
-    Aabb { min: v(b.min), max: v(b.max) }
 }
 
 /// Remembers that `player` left `bubble` (held at `site`), for a holder that may not have

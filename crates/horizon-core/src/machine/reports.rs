@@ -51,7 +51,7 @@ impl IdBlocks {
 impl CoreMachine {
     /// `player` is known to the brain, and `site` is their home.
     fn homed_at(&self, player: PlayerId, site: SiteId) -> bool {
-        self.mesh.player(horizon_mesh::PlayerId(player.0)).is_some_and(|p| p.home == site)
+        self.mesh.player(player).is_some_and(|p| p.home == site)
     }
 
     /// A block of fresh player ids for an agent, persisted (ahead of the reply) before use.
@@ -83,7 +83,7 @@ impl CoreMachine {
         }
         let mut joined_in = std::collections::BTreeSet::new();
         for p in players {
-            let id = horizon_mesh::PlayerId(p.sample.player.0);
+            let id = p.sample.player;
             if self.mesh.player(id).is_some() {
                 continue;
             }
@@ -95,7 +95,7 @@ impl CoreMachine {
             let join = registry::player_join(site, j);
             let bubble = p.bubble.filter(|b| self.registry.contains_key(b));
             let joined = match bubble {
-                Some(b) => self.mesh.handle_join_in(join, horizon_mesh::BubbleId(b.0)),
+                Some(b) => self.mesh.handle_join_in(join, b),
                 None => self.mesh.handle_join(join),
             };
             match (joined, bubble) {
@@ -148,7 +148,7 @@ impl CoreMachine {
         // Those alone at their spawn get a bubble now (SPEC section 4, "At connection"), once
         // the whole batch is in: friends connecting together see each other.
         for j in joins {
-            self.mesh.place_arrival(horizon_mesh::PlayerId(j.player.0), now);
+            self.mesh.place_arrival(j.player, now);
         }
         self.carry_out_commands(now);
         for p in players {
@@ -158,19 +158,19 @@ impl CoreMachine {
             }
             let update = PlayerUpdate {
                 access_rtt_ms: Some(f64::from(p.access_rtt_ms)),
-                role: Some(registry::role(p.role)),
-                world: Some(horizon_mesh::WorldId(p.world.0)),
-                position: Some(registry::vec3(p.pos)),
-                velocity: Some(registry::vec3(p.vel)),
+                role: Some(p.role),
+                world: Some(p.world),
+                position: Some(p.pos),
+                velocity: Some(p.vel),
             };
-            let _ = self.mesh.handle_update(horizon_mesh::PlayerId(p.player.0), &update);
+            let _ = self.mesh.handle_update(p.player, &update);
         }
         for l in leaves {
             if !self.homed_at(*l, site) {
                 self.metrics.refused(site, "not_its_player");
                 continue;
             }
-            let _ = self.mesh.handle_leave(horizon_mesh::PlayerId(l.0));
+            let _ = self.mesh.handle_leave(*l);
         }
         for b in backbone {
             if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms)
@@ -196,7 +196,7 @@ impl CoreMachine {
                 continue;
             }
             for (part, t) in tps.into_iter().enumerate().filter(|(_, t)| t.is_finite()) {
-                let id = horizon_mesh::BubbleId(bubble.0);
+                let id = bubble;
                 let _ = self.mesh.handle_server_load(id, part, f64::from(t));
             }
         }

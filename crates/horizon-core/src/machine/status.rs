@@ -145,10 +145,7 @@ impl CoreMachine {
                 }),
                 moving: r.moving.map(|h| h.0),
                 restoring: r.restoring,
-                tps: self
-                    .mesh
-                    .bubble_by_id(horizon_mesh::BubbleId(id.0))
-                    .map(|b| b.part_tps().to_vec()),
+                tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps().to_vec()),
                 parts: r.parts.iter().map(bounds).collect(),
             })
             .collect();
