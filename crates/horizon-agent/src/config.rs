@@ -370,13 +370,31 @@ mod tests {
     }
 
     #[test]
+    fn a_server_seats_players_per_server_times_the_fill_ratio() {
+        let c = AgentConfig::parse(GOOD, Path::new(".")).unwrap();
+        assert_eq!(c.seats_per_server, 60, "75 × 0.8 by default");
+        let text = GOOD.replace(
+            "warm_pool = 3",
+            "warm_pool = 3\nplayers_per_server = 10\npack_fill_ratio = 0.5",
+        );
+        assert_eq!(AgentConfig::parse(&text, Path::new(".")).unwrap().seats_per_server, 5);
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
-        let bad = GOOD
-            .replace("10.0.0.1:7400", "nowhere")
-            .replace("warm_pool = 3", "warm_pool = 99\nmax = 4\ntick_ms = 1");
+        let bad = GOOD.replace("10.0.0.1:7400", "nowhere").replace(
+            "warm_pool = 3",
+            "warm_pool = 99\nmax = 4\ntick_ms = 1\nplayers_per_server = 0\npack_fill_ratio = 1.5",
+        );
         let errors = AgentConfig::parse(&bad, Path::new(".")).unwrap_err();
         let text = errors.join("\n");
-        for needle in ["core = \"nowhere\"", "warm_pool (99)", "tick_ms = 1"] {
+        for needle in [
+            "core = \"nowhere\"",
+            "warm_pool (99)",
+            "tick_ms = 1",
+            "servers.players_per_server = 0",
+            "servers.pack_fill_ratio = 1.5",
+        ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
     }

@@ -5,16 +5,17 @@
 use super::*;
 
 impl Mesh {
-    /// A player who just connected ([`Mesh::handle_join`]; call it for every player who
-    /// arrived together first, so that friends joining at once see each other): inside a
-    /// bubble's box, they enter that bubble now (a [`Command::Enter`] with no previous site: it
-    /// simulates that space already); else, when nobody
-    /// counted is near their spawn (within the larger of the two grouping radii, as grouping
-    /// links players) and no bubble's box meets the box they would claim, a bubble around them
-    /// on their home site now (the core site under [`Placement::AllCore`]): a
-    /// [`Command::Create`] with reason `Join` and no previous site. Otherwise — someone is near,
-    /// the spawn is in a bubble, the home site has no seat, the player is in a bubble already or
-    /// unknown — the next tick places them, as after [`Mesh::handle_join`] alone.
+    /// Places a player who just connected ([`Mesh::handle_join`]; call it once every player
+    /// who arrived together has joined, so that friends joining at once see each other):
+    ///
+    /// - spawned inside a running bubble's box: they enter that bubble now (a
+    ///   [`Command::Enter`] with no previous site), since it simulates that space already;
+    /// - else alone — nobody counted within the larger of the two grouping radii (as grouping
+    ///   links players), no bubble's box meeting the box they would claim — and with a seat on
+    ///   their home site (the core site under [`Placement::AllCore`]): a bubble around them
+    ///   there now (a [`Command::Create`] with reason `Join` and no previous site);
+    /// - otherwise (someone near, a stalled bubble, no seat, already placed, unknown) the next
+    ///   tick places them, as after [`Mesh::handle_join`] alone.
     pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
         let Some(&i) = self.player_index.get(&id) else { return };
         let place = self.place_of[i as usize] as usize;
