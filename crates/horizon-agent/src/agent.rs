@@ -735,10 +735,9 @@ impl Shell {
                     tracing::warn!(handover = handover.0, "handover stream full or closed");
                 }
             }
-            Effect::Crossed { from, to, gap } => {
-                let sample =
-                    FreezeSample { from: from.to_string(), to: to.to_string(), gap, floor: None };
-                self.metrics.crossed(sample);
+            Effect::Crossed { from, to, gap, floor } => {
+                let (from, to) = (from.to_string(), to.to_string());
+                self.metrics.crossed(FreezeSample { from, to, gap, floor });
             }
             Effect::InputsServed { delays, access_rtt } => {
                 self.metrics.inputs_served(&delays, access_rtt)

@@ -125,6 +125,7 @@ pub(crate) struct AgentMetrics {
     freeze: HistogramVec,
     freeze_excess: HistogramVec,
     crossing_freeze: HistogramVec,
+    crossing_freeze_excess: HistogramVec,
     input_delay: Histogram,
     click_to_screen: Histogram,
 }
@@ -176,6 +177,10 @@ impl AgentMetrics {
             "horizon_agent_crossing_freeze_seconds",
             "The gap in a player's updates when they changed bubble (a border crossing, a merge), between the last update of the old bubble and the first of the new one, by the sites of the two.",
         );
+        let crossing_freeze_excess = histogram(
+            "horizon_agent_crossing_freeze_excess_seconds",
+            "That gap beyond its physical floor (the same formula; one tick when both bubbles run on one site), where it is known.",
+        );
         // This gateway's players are homed here: `home_site` is this site.
         let served = |name: &str, help: &str| {
             let opts = HistogramOpts::new(name, help)
@@ -202,6 +207,7 @@ impl AgentMetrics {
             freeze,
             freeze_excess,
             crossing_freeze,
+            crossing_freeze_excess,
             input_delay,
             click_to_screen,
         }
@@ -212,6 +218,10 @@ impl AgentMetrics {
     pub(crate) fn crossed(&self, sample: crate::FreezeSample) {
         let labels = [sample.from.as_str(), sample.to.as_str()];
         self.crossing_freeze.with_label_values(&labels).observe(sample.gap.as_secs_f64());
+        if let Some(floor) = sample.floor {
+            let excess = sample.gap.saturating_sub(floor).as_secs_f64();
+            self.crossing_freeze_excess.with_label_values(&labels).observe(excess);
+        }
         if let Ok(mut log) = self.stats.crossing_freezes.lock() {
             if log.len() >= crate::MAX_FREEZES {
                 log.remove(0);

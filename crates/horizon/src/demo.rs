@@ -452,7 +452,9 @@ async fn run(args: DemoArgs) -> ExitCode {
     let (freeze, excess) = freeze_report(&freezes);
     doc["freeze_ms"] = freeze;
     doc["freeze_excess_ms"] = excess;
-    doc["crossing_freeze_ms"] = freeze_report(&crossings).0;
+    let (crossing, crossing_excess) = freeze_report(&crossings);
+    doc["crossing_freeze_ms"] = crossing;
+    doc["crossing_freeze_excess_ms"] = crossing_excess;
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
     doc["game_server"] = match args.game_server {
         GameServer::Rust => "rust",

@@ -179,11 +179,13 @@ pub enum Effect {
     },
     /// A player changed bubble (a border crossing, a merge): the gap between the last update
     /// of the old bubble (from `from`) and the first of the new one (from `to`), at their home
-    /// gateway. For the metrics.
+    /// gateway, and the least it could be (SPEC section 5's floor, as for [`Effect::Freeze`];
+    /// one tick when both bubbles run on one site). For the metrics.
     Crossed {
         from: Name,
         to: Name,
         gap: Duration,
+        floor: Option<Duration>,
     },
     /// Inputs of one player acknowledged by an update just delivered: for each, the time from
     /// reaching the gateway to that update (`delays`), and the player's access round trip

@@ -228,6 +228,7 @@ impl AgentMachine {
     pub(super) fn deliver(&mut self, update: &Update, site: &Name, now: Instant) {
         let mut resend = Vec::new();
         let mut freezes = Vec::new();
+        let mut crossings = Vec::new();
         for (player, acked) in &update.acked {
             let Some(p) = self.players.get_mut(player) else { continue };
             match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
@@ -241,9 +242,7 @@ impl AgentMachine {
             if let Some(moved) = p.session.take_moved() {
                 freezes.push(moved);
             }
-            if let Some(c) = p.session.take_crossed() {
-                self.effects.push_back(Effect::Crossed { from: c.from, to: c.to, gap: c.gap });
-            }
+            crossings.extend(p.session.take_crossed());
             let delays = p.session.take_served();
             if !delays.is_empty() {
                 let access_rtt = Duration::from_secs_f64(f64::from(p.min_rtt_ms.max(0.0)) / 1000.0);
@@ -265,18 +264,22 @@ impl AgentMachine {
             let floor = self.freeze_floor(&m.from, &m.to);
             self.effects.push_back(Effect::Freeze { from: m.from, to: m.to, gap: m.gap, floor });
         }
+        for c in crossings {
+            let floor = self.freeze_floor(&c.from, &c.to);
+            self.effects.push_back(Effect::Crossed { from: c.from, to: c.to, gap: c.gap, floor });
+        }
     }
 
-    /// The least a move from `from` to `to` can freeze this site's players (see
-    /// [`Effect::Freeze`]): known when this site is one end.
+    /// The least a move (or a crossing) from `from` to `to` can freeze this site's players (see
+    /// [`Effect::Freeze`]): known when this site is one end, or both ends are one site.
     fn freeze_floor(&self, from: &Name, to: &Name) -> Option<Duration> {
         let tick = self.cfg.server_tick;
         let rtt = |site: &Name| {
             let ms = self.peers.get(site)?.rtt_ms?;
             Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
         };
-        if *to == self.cfg.site {
-            // d(S,T) = d(S,h): they cancel.
+        if *to == self.cfg.site || from == to {
+            // d(S,T) = d(S,h), or S = T: they cancel.
             Some(tick)
         } else if *from == self.cfg.site {
             // d(h,T) there and d(T,h) back.
