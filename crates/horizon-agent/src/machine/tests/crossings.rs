@@ -226,3 +226,37 @@ fn a_crossing_that_comes_after_its_player_left_the_bubble_goes_on_to_where_they_
         "{out:?}"
     );
 }
+
+#[test]
+fn a_crossing_between_two_bubbles_of_this_site_is_timed_against_one_tick() {
+    let mut h = running(10_000);
+    with_ids(&mut h);
+    let (player, _) = join_player(&mut h);
+    // Bubble 2 on this site too (it shares bubble 1's server).
+    let (_, out) = h.order(control::Request::Create {
+        bubble: BubbleId(2),
+        region: region(),
+        lease: lease(2, 1, 10_000),
+    });
+    h.answer_servers(out, done);
+    let member = control::Member { player, home: n(SITE), pos: Vec3::default(), crossing: false };
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let (_, out) =
+        h.order(control::Request::Members { lease: lref, players: vec![member], departed: vec![] });
+    h.answer_servers(out, done);
+    let gs = || n("mtl-gs-0");
+    h.feed(Input::ServerItem { server: gs(), item: update(1, 1, 5, &[(player.0, 0)]) });
+    // The player crossed into bubble 2: routed there, its first update 120 ms later.
+    let routes = vec![control::PlayerRoute { player, bubble: BubbleId(2), site: n(SITE) }];
+    h.order(control::Request::Route { routes });
+    h.advance(Duration::from_millis(120));
+    let out = h.feed(Input::ServerItem { server: gs(), item: update(2, 1, 1, &[(player.0, 0)]) });
+    let crossed = out.iter().find_map(|e| match e {
+        Effect::Crossed { from, to, gap, floor } => Some((from.clone(), to.clone(), *gap, *floor)),
+        _ => None,
+    });
+    let Some((from, to, gap, floor)) = crossed else { panic!("no crossing timed: {out:?}") };
+    assert_eq!((from, to), (n(SITE), n(SITE)));
+    assert!(gap >= Duration::from_millis(120), "{gap:?}");
+    assert_eq!(floor, Some(Duration::from_millis(33)), "one server tick");
+}
