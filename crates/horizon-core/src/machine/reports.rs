@@ -145,8 +145,9 @@ impl CoreMachine {
                 tracing::debug!(player = j.player.0, error = %e, "join refused");
             }
         }
-        // Those alone at their spawn get a bubble now (SPEC section 4, "At connection"), once
-        // the whole batch is in: friends connecting together see each other.
+        // Placed at once (SPEC section 4, "At connection"): into the bubble they spawn in, or a
+        // bubble of their own when alone. Once the whole batch is in: friends connecting
+        // together see each other.
         for j in joins {
             self.mesh.place_arrival(j.player, now);
         }
@@ -196,8 +197,7 @@ impl CoreMachine {
                 continue;
             }
             for (part, t) in tps.into_iter().enumerate().filter(|(_, t)| t.is_finite()) {
-                let id = bubble;
-                let _ = self.mesh.handle_server_load(id, part, f64::from(t));
+                let _ = self.mesh.handle_server_load(bubble, part, f64::from(t));
             }
         }
         if let Some(agent) = self.agents.get_mut(&site) {

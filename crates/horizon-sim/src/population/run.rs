@@ -315,7 +315,7 @@ fn run_brain(
         for j in &step.joins {
             mesh.handle_join(j.clone()).map_err(|e| broken(step.t_ms, e.to_string()))?;
         }
-        // Those alone at their spawn get a bubble at once (SPEC section 4).
+        // Placed at once, as the core does (SPEC section 4): see `Mesh::place_arrival`.
         for j in &step.joins {
             mesh.place_arrival(j.id, now);
         }
