@@ -541,6 +541,8 @@ fn summary_line(
     }
     let players = by_site(status, |s| s.players);
     let bubbles = by_site(status, |s| s.bubbles);
+    let servers =
+        by_site(status, |s| s.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count());
     let fmt = |m: &BTreeMap<String, u64>| {
         m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" ")
     };
@@ -554,9 +556,10 @@ fn summary_line(
         .collect::<Vec<_>>()
         .join(" ");
     format!(
-        "t={t:>3}s  players {}  |  bubbles {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
+        "t={t:>3}s  players {}  |  bubbles {} on servers {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
         fmt(&players),
         fmt(&bubbles),
+        fmt(&servers),
         status.handovers.committed,
     )
 }
