@@ -508,16 +508,21 @@ impl Cost {
     fn sample(&mut self, status: &CoreStatus) {
         let mut total = 0;
         for s in &status.sites {
-            let hosting = s.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count();
+            let n = hosting(s) as u64;
             let max = self.max_by_site.entry(s.site.clone()).or_default();
-            *max = (*max).max(hosting as u64);
-            total += hosting as u64;
+            *max = (*max).max(n);
+            total += n;
         }
         self.peak_players = self.peak_players.max(status.players_total as u64);
         let unsimulated = status.players.iter().filter(|p| p.bubble.is_none()).count();
         self.unsimulated_max = self.unsimulated_max.max(unsimulated as u64);
         self.peak_servers = self.peak_servers.max(total);
     }
+}
+
+/// A site's game servers holding at least one region.
+fn hosting(site: &horizon_core::status::SiteStatus) -> usize {
+    site.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count()
 }
 
 fn by_site(
@@ -541,8 +546,7 @@ fn summary_line(
     }
     let players = by_site(status, |s| s.players);
     let bubbles = by_site(status, |s| s.bubbles);
-    let servers =
-        by_site(status, |s| s.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count());
+    let servers = by_site(status, hosting);
     let fmt = |m: &BTreeMap<String, u64>| {
         m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" ")
     };
