@@ -125,8 +125,13 @@ fn without_a_ready_server_the_player_waits_in_a_core_zone_then_gets_a_bubble_at_
     assert!(cmds.is_empty(), "{cmds:?}");
     assert_eq!(m.site_of(PlayerId(1)), Some(site(PAR)));
     assert!(m.bubble_of(PlayerId(1)).is_none());
+    // An NPC in no bubble is not counted as unsimulated.
+    m.handle_join(join(2, HKG, 10.0, Role::Npc, at(50_000.0))).unwrap();
+    let waiting: Vec<PlayerId> = m.unsimulated().map(|p| p.id).collect();
+    assert_eq!(waiting, [PlayerId(1)]);
     m.handle_site_capacity(site(HKG), Some(1));
     let cmds = run(&mut m, 35, 35);
+    assert_eq!(m.unsimulated().count(), 0);
     assert!(matches!(
         &cmds[0].1,
         Command::Create { site: s, previous_site: Some(p), reason: CreateReason::ServerReady, .. }

@@ -40,9 +40,9 @@ impl CoreMachine {
         let (mut players, mut unsimulated) = (vec![0u64; n], vec![0u64; n]);
         for p in self.mesh.players() {
             players[p.home.index()] += 1;
-            if p.role.is_counted() && self.mesh.bubble_of(p.id).is_none() {
-                unsimulated[p.home.index()] += 1;
-            }
+        }
+        for p in self.mesh.unsimulated() {
+            unsimulated[p.home.index()] += 1;
         }
         for s in self.cfg.sites.ids() {
             let i = s.index();

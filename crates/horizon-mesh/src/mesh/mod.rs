@@ -659,6 +659,15 @@ impl Mesh {
     }
 
     /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
+    /// Counted players (not NPCs) in no bubble: no server simulates them (zones do not exist
+    /// yet). Read in place, with no lookup by id: the gauges take it after every step.
+    pub fn unsimulated(&self) -> impl Iterator<Item = &Player> {
+        self.players.iter().zip(&self.place_of).filter_map(|(p, &place)| {
+            let place = place as usize;
+            (!self.npc[place] && self.player_bubble[place] == NONE).then_some(p)
+        })
+    }
+
     pub fn bubble_of(&self, id: PlayerId) -> Option<&Bubble> {
         let &i = self.player_index.get(&id)?;
         match self.player_bubble[self.place_of[i as usize] as usize] {

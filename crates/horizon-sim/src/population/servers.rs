@@ -124,11 +124,7 @@ impl Servers {
         for pool in &mut self.sites {
             pool.sweep(tick);
         }
-        self.zone_players = mesh
-            .players()
-            .iter()
-            .filter(|p| p.role.is_counted() && mesh.bubble_of(p.id).is_none())
-            .count() as u32;
+        self.zone_players = mesh.unsimulated().count() as u32;
     }
 
     /// Site `s` now; `core` says whether it is the core site (which runs the zones too).
