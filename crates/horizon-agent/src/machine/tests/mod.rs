@@ -337,6 +337,27 @@ fn join_player(h: &mut Harness) -> (PlayerId, ConnId) {
     (player, conn)
 }
 
+#[test]
+fn a_join_reaches_the_core_within_50_ms_not_at_the_next_report() {
+    let mut h = running(10_000);
+    with_ids(&mut h);
+    // Past the first reports: the next periodic one is a second away.
+    h.advance(Duration::from_secs(1));
+    let (player, _) = join_player(&mut h);
+    let out = h.advance(Duration::from_millis(60));
+    let reports: Vec<_> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ToCore { request: control::Request::Report { joins, players, .. }, .. } => {
+                Some((joins.iter().map(|j| j.player).collect::<Vec<_>>(), players.len()))
+            }
+            _ => None,
+        })
+        .collect();
+    // The joins alone (and the servers' loads), not every player's sample.
+    assert_eq!(reports, [(vec![player], 0)]);
+}
+
 fn with_ids(h: &mut Harness) {
     let out = h.effects();
     let _ = out;

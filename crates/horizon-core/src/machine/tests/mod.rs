@@ -777,3 +777,16 @@ fn the_status_names_no_player_to_an_unauthenticated_reader() {
 }
 
 mod crossings;
+
+#[test]
+fn a_player_alone_at_their_spawn_gets_a_bubble_when_the_join_is_reported_not_at_the_tick() {
+    let mut h = Harness::new();
+    // No tick runs here: only the report.
+    h.join("MTL", 1, 0.0);
+    let (bubble, site, _) = h.hosted(1);
+    assert_eq!(site, "MTL");
+    let created = h.sent().into_iter().any(|(s, _, r)| {
+        s == "MTL" && matches!(r, control::Request::Create { bubble: b, .. } if b == bubble)
+    });
+    assert!(created, "{:?}", h.sent());
+}
