@@ -26,6 +26,10 @@ pub struct CoreStatus {
     pub restores: BTreeMap<String, u64>,
     pub sites: Vec<SiteStatus>,
     pub bubbles: Vec<BubbleStatus>,
+    /// The core site's zones as the brain cuts them (SMD's split and merge). The core site's
+    /// agent does not run them on game servers yet: the layout is shown, not hosted.
+    #[serde(default)]
+    pub zones: Vec<ZoneStatus>,
     /// The brain's proximity groups, largest first (at most 500).
     pub groups: Vec<GroupStatus>,
     pub players: Vec<PlayerStatus>,
@@ -82,6 +86,16 @@ pub struct ServerStatus {
 
 /// A box: `[[min x, y, z], [max x, y, z]]`.
 pub type Bounds = [[f64; 3]; 2];
+
+/// One zone of the core site.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ZoneStatus {
+    pub zone: u64,
+    pub world: u32,
+    pub bounds: Bounds,
+    /// Counted players in it and in no bubble, at the last tick.
+    pub players: u32,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BubbleStatus {

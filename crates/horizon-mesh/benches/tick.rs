@@ -94,6 +94,7 @@ fn setup(n: usize) -> Mesh {
         thresholds: Thresholds::default(),
         generation: Generation(1),
         placement: Default::default(),
+        zones: Vec::new(),
     };
     let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
     for j in population(n, 42) {

@@ -26,7 +26,12 @@ pub enum ConfigError {
     TooManySites { max: usize },
     #[error("threshold {key} = {value} is invalid: {why}")]
     BadThreshold { key: &'static str, value: f64, why: &'static str },
+    #[error("zones[{index}]: {why}")]
+    BadZone { index: usize, why: String },
 }
+
+/// The most load samples a zone rule may wait for (about a day of one-second samples).
+pub const MAX_SAMPLES: u32 = 100_000;
 
 /// The most sites a mesh may have (the scoring keeps per-site arrays).
 pub const MAX_SITES: usize = 64;
@@ -218,7 +223,13 @@ pub struct Thresholds {
     /// A game server takes new regions while its players fill less than this share of
     /// `players_per_server` (SPEC section 8, "Cost"): the rest is headroom for regions that grow.
     pub pack_fill_ratio: f64,
-    /// No split or merge in a bubble for this long after its last change.
+    /// A zone is split once it has been overloaded for this many load samples, each weighing
+    /// the time since the previous one in seconds (a slow reporter still splits after ~10 s).
+    pub split_after_samples: u32,
+    /// Two halves of a zone are joined once their combined players have stayed within
+    /// `merge_fill_ratio × players_per_server` for this many samples.
+    pub merge_after_samples: u32,
+    /// No split or merge in a bubble or zone for this long after its last change.
     pub settle_ms: u64,
     /// Lease validity from the holder's renewal send time.
     pub lease_ttl_ms: u64,
@@ -245,6 +256,8 @@ impl Default for Thresholds {
             merge_low_ms: 30_000,
             merge_fill_ratio: 0.8,
             pack_fill_ratio: 0.8,
+            split_after_samples: 10,
+            merge_after_samples: 30,
             settle_ms: 15_000,
             lease_ttl_ms: 30_000,
             lease_drift_margin_ms: 2_000,
@@ -297,6 +310,12 @@ impl Thresholds {
             self.pack_fill_ratio > 0.0 && self.pack_fill_ratio <= 1.0,
             "must be in (0, 1]",
         );
+        for (key, n) in [
+            ("split_after_samples", self.split_after_samples),
+            ("merge_after_samples", self.merge_after_samples),
+        ] {
+            check(key, f64::from(n), (1..=MAX_SAMPLES).contains(&n), "must be in 1..=100000");
+        }
         check("lease_ttl_ms", self.lease_ttl_ms as f64, self.lease_ttl_ms > 0, pos);
         if errors.is_empty() { Ok(()) } else { Err(errors) }
     }
@@ -305,6 +324,11 @@ impl Thresholds {
     /// at least one.
     pub fn seats_per_server(&self) -> u32 {
         ((f64::from(self.players_per_server) * self.pack_fill_ratio).floor() as u32).max(1)
+    }
+
+    /// The largest coordinate (metres, any axis) a position may have: the grouping grid's range.
+    pub fn position_limit_m(&self) -> f64 {
+        crate::grouping::Grouper::max_coordinate(self.group_radius_m.min(self.merge_distance_m))
     }
 
     /// `margin(v) = base + v · lead` (SPEC section 4).

@@ -57,6 +57,8 @@ pub struct ThresholdsTable {
     merge_low_s: Option<f64>,
     merge_fill_ratio: Option<f64>,
     pack_fill_ratio: Option<f64>,
+    split_after_samples: Option<u32>,
+    merge_after_samples: Option<u32>,
     settle_s: Option<f64>,
     lease_ttl_s: Option<f64>,
     lease_drift_margin_s: Option<f64>,
@@ -149,6 +151,8 @@ pub fn thresholds(raw: &ThresholdsTable, tick_ms: u64, problems: &mut Vec<Proble
     t.tps_min = raw.tps_min.unwrap_or(t.tps_min);
     t.merge_fill_ratio = raw.merge_fill_ratio.unwrap_or(t.merge_fill_ratio);
     t.pack_fill_ratio = raw.pack_fill_ratio.unwrap_or(t.pack_fill_ratio);
+    t.split_after_samples = raw.split_after_samples.unwrap_or(t.split_after_samples);
+    t.merge_after_samples = raw.merge_after_samples.unwrap_or(t.merge_after_samples);
     if let Some(w) = &raw.weights {
         t.weights.pilot = w.pilot.unwrap_or(t.weights.pilot);
         t.weights.player = w.player.unwrap_or(t.weights.player);

@@ -8,6 +8,7 @@
 //! - [`grouping`]: proximity groups with speed-scaled radii (hash grid + union-find).
 //! - [`scoring`]: `cost(S) = Σ w · latency`, the fairness cap, tie-breaks and hysteresis.
 //! - [`mesh`]: bubbles — creation, moving borders, preventive merge, splits — and placement.
+//! - [`zones`]: the core site's zones, split and merged as today's SMD does.
 //! - [`packing`]: which game server of a site takes a new region (several per server).
 //! - [`lease`]: epochs, grants, batched renewals, expiry and the fencing checks sinks call.
 //!
@@ -27,6 +28,7 @@ pub mod player;
 pub mod rng;
 pub mod scoring;
 pub mod time;
+pub mod zones;
 
 pub use bubble::{Bubble, Cut};
 pub use config::{ConfigError, Sites, Thresholds, Weights};
@@ -35,8 +37,9 @@ pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
     BorderReason, Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig,
-    Placement, RestoredBubble, TickStats,
+    Placement, RestoredBubble, TickStats, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Tally, Verdict};
 pub use time::{Span, Time};
+pub use zones::{Zone, ZoneSpec};

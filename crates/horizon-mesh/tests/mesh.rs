@@ -41,7 +41,7 @@ fn a_player_alone_at_their_spawn_gets_a_bubble_at_connection_not_at_the_next_tic
         players,
         epoch,
         ..
-    }) = m.poll_command()
+    }) = poll(&mut m)
     else {
         panic!("a bubble at once")
     };
@@ -61,12 +61,12 @@ fn a_player_who_spawns_inside_a_bubble_plays_in_it_at_once_and_stays_in_it() {
     let mut m = mesh(th());
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     m.place_arrival(PlayerId(1), Time::ZERO);
-    let Some(Command::Create { bubble, .. }) = m.poll_command() else { panic!("a bubble") };
+    let Some(Command::Create { bubble, .. }) = poll(&mut m) else { panic!("a bubble") };
     // A Parisian spawns 20 m away, inside that bubble's box.
     m.handle_join(join(2, PAR, 10.0, Role::Player, at(20.0))).unwrap();
     m.place_arrival(PlayerId(2), Time::from_ms(700));
     assert_eq!(
-        m.poll_command(),
+        poll(&mut m),
         Some(Command::Enter {
             bubble,
             site: site(MTL),
@@ -91,15 +91,15 @@ fn at_connection_a_player_near_another_outside_any_bubble_or_without_a_seat_wait
     m.handle_join(join(2, PAR, 10.0, Role::Player, at(50.0))).unwrap();
     m.place_arrival(PlayerId(1), Time::ZERO);
     m.place_arrival(PlayerId(2), Time::ZERO);
-    assert!(m.poll_command().is_none());
+    assert!(poll(&mut m).is_none());
     // Near another player (1 km, within the merge distance): grouping decides at the tick.
     let mut m = mesh(th());
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     m.place_arrival(PlayerId(1), Time::ZERO);
-    assert!(m.poll_command().is_some());
+    assert!(poll(&mut m).is_some());
     m.handle_join(join(2, PAR, 10.0, Role::Player, at(1_000.0))).unwrap();
     m.place_arrival(PlayerId(2), Time::ZERO);
-    assert!(m.poll_command().is_none(), "near player 1");
+    assert!(poll(&mut m).is_none(), "near player 1");
     assert!(m.bubble_of(PlayerId(2)).is_none());
     // An NPC nearby does not count: it is never grouped.
     let mut m = mesh(th());
@@ -107,13 +107,13 @@ fn at_connection_a_player_near_another_outside_any_bubble_or_without_a_seat_wait
     m.place_arrival(PlayerId(1), Time::ZERO);
     m.handle_join(join(2, MTL, 10.0, Role::Player, at(100.0))).unwrap();
     m.place_arrival(PlayerId(2), Time::ZERO);
-    assert!(matches!(m.poll_command(), Some(Command::Create { .. })));
+    assert!(matches!(poll(&mut m), Some(Command::Create { .. })));
     // No seat at home: the tick decides (it waits in a core zone).
     let mut m = mesh(th());
     m.handle_site_capacity(site(HKG), Some(0));
     m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
     m.place_arrival(PlayerId(1), Time::ZERO);
-    assert!(m.poll_command().is_none());
+    assert!(poll(&mut m).is_none());
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn preventive_merge_happens_before_the_groups_meet() {
             .unwrap();
         renew_all(&mut m, now, &[]);
         m.handle_timeout(now);
-        while let Some(c) = m.poll_command() {
+        while let Some(c) = poll(&mut m) {
             if let Command::Merge { from_site, into_site, .. } = c {
                 assert_eq!((from_site, into_site), (site(PAR), site(MTL)));
                 merged_at.get_or_insert(x);
@@ -304,7 +304,7 @@ fn the_border_moves_with_a_walker_and_always_contains_the_players() {
             .unwrap();
         renew_all(&mut m, now, &[]);
         m.handle_timeout(now);
-        while let Some(c) = m.poll_command() {
+        while let Some(c) = poll(&mut m) {
             borders += matches!(c, Command::Border { .. }) as u32;
         }
         let b = m.bubble_of(PlayerId(1)).unwrap();
@@ -386,7 +386,7 @@ fn a_silent_relay_fails_over_to_the_core_only_after_lease_and_margin() {
         let now = Time::from_secs(t);
         renew_all(&mut m, now, &[site(MTL)]);
         m.handle_timeout(now);
-        while let Some(c) = m.poll_command() {
+        while let Some(c) = poll(&mut m) {
             seen.push((t, c));
         }
     }
@@ -414,7 +414,7 @@ fn a_lost_bubble_fails_over_at_once_ignoring_hold() {
     run(&mut m, 0, 0);
     let b = m.bubble_of(PlayerId(1)).unwrap().clone();
     m.handle_bubble_lost(b.id, b.epoch, false, Time::from_secs(1)).unwrap();
-    let cmd = m.poll_command().unwrap();
+    let cmd = poll(&mut m).unwrap();
     assert!(
         matches!(cmd, Command::Move { reason: MoveReason::Failover, to, .. } if to == site(PAR))
     );
@@ -434,7 +434,7 @@ fn a_lost_bubble_restarts_on_its_own_site_when_it_has_a_spare_server_else_elsewh
         let b = m.bubble_of(PlayerId(1)).unwrap().clone();
         assert_eq!(b.site, site(MTL));
         m.handle_bubble_lost(b.id, b.epoch, true, Time::from_secs(1)).unwrap();
-        let cmd = m.poll_command().unwrap();
+        let cmd = poll(&mut m).unwrap();
         let Command::Move { reason: MoveReason::Failover, to, epoch, .. } = cmd else {
             panic!("{cmd:?}")
         };
@@ -505,6 +505,7 @@ fn epochs_of_a_new_generation_exceed_every_older_one() {
         thresholds: th(),
         generation: Generation(2),
         placement: Default::default(),
+        zones: Vec::new(),
     };
     let mut m2 = Mesh::new(cfg, Time::ZERO).unwrap();
     m2.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
@@ -556,6 +557,7 @@ fn bad_inputs_are_refused_with_a_clear_error() {
         thresholds: bad_th,
         generation: Generation(1),
         placement: Default::default(),
+        zones: Vec::new(),
     };
     assert!(Mesh::new(cfg, Time::ZERO).is_err());
 }
@@ -594,14 +596,19 @@ fn created_on(cmds: &[(Time, Command)]) -> Vec<usize> {
 }
 
 #[test]
-fn all_core_places_everything_on_the_core_site_and_never_moves() {
+fn all_core_is_smd_everyone_plays_in_the_core_sites_zones_and_no_bubble_is_carved() {
     let (m, cmds) = three_mtl_join_one_par(Placement::AllCore);
     assert!(moves(&cmds).is_empty());
+    assert!(created_on(&cmds).is_empty(), "{cmds:?}");
     assert_eq!(m.site_of(PlayerId(2)), Some(site(PAR)));
+    let zone = m.zone_of(PlayerId(2)).unwrap();
+    assert_eq!((zone.players, zone.id.0 >= horizon_mesh::ZONE_IDS_FROM), (4, true));
     let mut m = mesh_placing(th(), Placement::AllCore);
     m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
     let cmds = run(&mut m, 0, 300);
-    assert_eq!(created_on(&cmds), vec![PAR]);
+    assert!(created_on(&cmds).is_empty());
+    assert!(m.zone_of(PlayerId(1)).is_some());
     assert_eq!(m.latency_of(PlayerId(1)), Some(195.0), "over the cap, and it stays");
 }
 
@@ -680,6 +687,7 @@ fn after_a_core_restart_restored_bubbles_keep_their_ids_epochs_and_players_and_i
         thresholds: th(),
         generation: Generation(2),
         placement: Default::default(),
+        zones: Vec::new(),
     };
     let mut m2 = Mesh::new(cfg, Time::from_secs(100)).unwrap();
     for b in &before {

@@ -8,7 +8,14 @@ use horizon_mesh::{
 };
 use serde::Serialize;
 
+use crate::population::servers::Servers;
 use crate::scenario::{EventKind, Scenario};
+
+/// A box as `[x0, y0, z0]..[x1, y1, z1]`, whole metres.
+fn boxed(b: &horizon_mesh::Aabb) -> String {
+    let c = |v: horizon_mesh::Vec3| format!("[{:.0}, {:.0}, {:.0}]", v.x, v.y, v.z);
+    format!("{}..{}", c(b.min), c(b.max))
+}
 
 /// A run that could not complete.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -58,6 +65,9 @@ pub struct RunStats {
     pub stalled: u64,
     pub max_bubbles: u64,
     pub max_servers: u64,
+    pub zone_splits: u64,
+    pub zone_merges: u64,
+    pub max_zones: u64,
 }
 
 /// The result of a run. Serialised as the `--json` document.
@@ -74,13 +84,27 @@ pub struct Report {
     pub bubbles_by_site: BTreeMap<String, u32>,
     /// Game servers simulating bubbles at the end, per site.
     pub servers_by_site: BTreeMap<String, u32>,
+    /// The most game servers each site ran at once, regions (bubbles' parts and zones) packed
+    /// several to a server as the agents seat them.
+    pub max_servers_by_site: BTreeMap<String, u32>,
+    /// Zones at the end: `{count, splits, merges}`.
+    pub zones: ZoneCounts,
     pub stats: RunStats,
     pub timeline: Vec<TimelineEntry>,
+}
+
+/// Zones over a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ZoneCounts {
+    pub count: u32,
+    pub splits: u64,
+    pub merges: u64,
 }
 
 struct Run<'a> {
     sc: &'a Scenario,
     mesh: Mesh,
+    servers: Servers,
     names: Vec<String>,
     site_of: BTreeMap<PlayerId, SiteId>,
     last_move: BTreeMap<horizon_mesh::BubbleId, Time>,
@@ -93,7 +117,8 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
         sites: sc.sites.clone(),
         thresholds: sc.thresholds.clone(),
         generation: Generation(1),
-        placement: horizon_mesh::Placement::Smdg,
+        placement: sc.placement,
+        zones: sc.zones.clone(),
     };
     let mut mesh = Mesh::new(config, Time::ZERO).map_err(RunError::Config)?;
     for &(site, ready) in &sc.ready {
@@ -101,6 +126,7 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
     }
     let mut run = Run {
         sc,
+        servers: Servers::new(sc.sites.len(), &sc.thresholds),
         mesh,
         names: sc.players.iter().map(|p| p.name.clone()).collect(),
         site_of: BTreeMap::new(),
@@ -114,6 +140,8 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
             final_players: BTreeMap::new(),
             bubbles_by_site: BTreeMap::new(),
             servers_by_site: BTreeMap::new(),
+            max_servers_by_site: BTreeMap::new(),
+            zones: ZoneCounts::default(),
             stats: RunStats::default(),
             timeline: Vec::new(),
         },
@@ -351,6 +379,32 @@ impl Run<'_> {
                     format!("{bubble} on {}: {} servers ({why})", self.site(site), parts.len());
                 self.note(now, "servers", text);
             }
+            Command::ZoneCreate { zone, site, bounds, .. } => {
+                let text = format!("{zone} on {}: {}", self.site(site), boxed(&bounds));
+                self.note(now, "zone", text);
+            }
+            Command::ZoneSplit { zone, new_zone, bounds, new_bounds, players, .. } => {
+                s.zone_splits += 1;
+                let text = format!(
+                    "{zone} split ({}): {} keeps {}, {new_zone} takes {} with {} players",
+                    "overload",
+                    zone,
+                    boxed(&bounds),
+                    boxed(&new_bounds),
+                    players.len()
+                );
+                self.note(now, "zone_split", text);
+            }
+            Command::ZoneMerge { into, from, bounds, players, .. } => {
+                s.zone_merges += 1;
+                let text = format!(
+                    "{from} merged into {into} ({}): {} players, now {}",
+                    "underload",
+                    players.len(),
+                    boxed(&bounds)
+                );
+                self.note(now, "zone_merge", text);
+            }
             Command::Stalled { bubble, site, .. } => {
                 s.stalled += 1;
                 let text =
@@ -393,15 +447,38 @@ impl Run<'_> {
                 return Err(self.broken(now, format!("{} runs without the current epoch", b.id)));
             }
         }
+        // Always simulated: a counted player in no bubble plays in a zone.
+        if let Some(p) = self.mesh.players().iter().find(|p| {
+            p.role.is_counted()
+                && self.mesh.bubble_of(p.id).is_none()
+                && self.mesh.zone_of(p.id).is_none()
+        }) {
+            let what = format!("{} is in no bubble and no zone", self.name(p.id));
+            return Err(self.broken(now, what));
+        }
         let bubbles = self.mesh.bubbles().count() as u64;
         let servers: u64 = self.mesh.bubbles().map(|b| b.servers() as u64).sum();
+        self.servers.update(&self.mesh);
+        for site in self.mesh.sites().ids() {
+            let n = self.servers.site(site.index()).servers;
+            let max = self.report.max_servers_by_site.entry(self.site(site)).or_default();
+            *max = (*max).max(n);
+        }
+        let zones = self.mesh.zones().count() as u64;
         let s = &mut self.report.stats;
         s.max_bubbles = s.max_bubbles.max(bubbles);
         s.max_servers = s.max_servers.max(servers);
+        s.max_zones = s.max_zones.max(zones);
         Ok(())
     }
 
     fn finish(&mut self) {
+        let s = &self.report.stats;
+        self.report.zones = ZoneCounts {
+            count: self.mesh.zones().count() as u32,
+            splits: s.zone_splits,
+            merges: s.zone_merges,
+        };
         for p in self.mesh.players() {
             if let (Some(site), Some(latency)) =
                 (self.mesh.site_of(p.id), self.mesh.latency_of(p.id))

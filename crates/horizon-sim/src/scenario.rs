@@ -5,7 +5,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use horizon_mesh::{
-    PlayerId, PlayerJoin, PlayerUpdate, Role, SiteId, Sites, Thresholds, Vec3, WorldId,
+    Placement, PlayerId, PlayerJoin, PlayerUpdate, Role, SiteId, Sites, Thresholds, Vec3, WorldId,
+    ZoneSpec,
 };
 use serde::Deserialize;
 
@@ -45,6 +46,8 @@ struct RawScenario {
     seed: u64,
     duration_s: f64,
     tick_s: Option<f64>,
+    /// `smdg` (the default), or a baseline: `all_core` is today's SMD (zones only).
+    placement: Option<String>,
     sites: RawSites,
     #[serde(default)]
     thresholds: RawThresholds,
@@ -56,6 +59,17 @@ struct RawScenario {
     events: Vec<RawEvent>,
     #[serde(default)]
     site_events: Vec<RawSiteEvent>,
+    #[serde(default)]
+    zones: Vec<RawZone>,
+}
+
+/// `[[zones]]`: a configured zone box of a world (a world with none is one zone).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawZone {
+    world: Option<String>,
+    min: [f64; 3],
+    max: [f64; 3],
 }
 
 pub(crate) use horizon_mesh::file::{SitesTable as RawSites, ThresholdsTable as RawThresholds};
@@ -150,6 +164,9 @@ pub struct Scenario {
     pub players: Vec<ScenarioPlayer>,
     pub events: Vec<TimedEvent>,
     pub worlds: Vec<String>,
+    pub placement: Placement,
+    /// Configured zone boxes.
+    pub zones: Vec<ZoneSpec>,
 }
 
 /// Reads `path` and parses it with `parse`, naming the file in every problem.
@@ -338,6 +355,31 @@ impl Builder {
         }
         events.sort_by_key(|e| e.at_ms);
 
+        let placement = match raw.placement.as_deref() {
+            None => Placement::Smdg,
+            Some(p) => Placement::parse(p).unwrap_or_else(|| {
+                self.bad(
+                    "placement",
+                    format!("unknown placement {p:?}: use smdg, all_core, creator or one_shot"),
+                );
+                Placement::Smdg
+            }),
+        };
+        let mut zones = Vec::new();
+        for z in &raw.zones {
+            let world = self.world(z.world.as_deref());
+            let (min, max) =
+                (Vec3::new(z.min[0], z.min[1], z.min[2]), Vec3::new(z.max[0], z.max[1], z.max[2]));
+            zones.push(ZoneSpec { world, bounds: horizon_mesh::Aabb { min, max } });
+        }
+        if let Err(errors) =
+            horizon_mesh::zones::validate_specs(&zones, thresholds.position_limit_m())
+        {
+            for e in errors {
+                let horizon_mesh::ConfigError::BadZone { index, why } = e else { continue };
+                self.bad(format!("zones[{index}]"), why);
+            }
+        }
         if !self.problems.is_empty() {
             return Err(self.problems);
         }
@@ -352,6 +394,8 @@ impl Builder {
             players,
             events,
             worlds: self.worlds,
+            placement,
+            zones,
         })
     }
 

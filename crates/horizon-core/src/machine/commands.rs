@@ -52,6 +52,12 @@ impl CoreMachine {
                     // Carried out by `reconcile_parts`, with each member's part.
                     tracing::info!(bubble = bubble.0, parts = parts.len(), reason = ?reason, "bubble spread over servers");
                 }
+                Command::ZoneCreate { .. }
+                | Command::ZoneSplit { .. }
+                | Command::ZoneMerge { .. } => {
+                    // The layout is the brain's, kept for `/status` and the decisions above;
+                    // the core site's agent does not run zones on game servers yet.
+                }
                 Command::Stalled { bubble, site, .. } => {
                     tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
                 }
@@ -94,8 +100,9 @@ impl CoreMachine {
         let mut v = serde_json::to_value(command).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("t_ms".into(), now.as_ms().into());
-            // A merge's `from` is a bubble, not a site.
-            let merge = obj.get("command").and_then(|c| c.as_str()) == Some("merge");
+            // A merge's `from` is a region, not a site.
+            let merge =
+                matches!(obj.get("command").and_then(|c| c.as_str()), Some("merge" | "zone_merge"));
             for key in ["site", "from", "to", "from_site", "into_site", "previous_site"] {
                 if merge && key == "from" {
                     continue;

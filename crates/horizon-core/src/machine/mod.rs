@@ -251,6 +251,7 @@ impl CoreMachine {
                 thresholds: cfg.thresholds.clone(),
                 generation: Generation(generation),
                 placement: Placement::Smdg,
+                zones: Vec::new(),
             },
             now,
         )

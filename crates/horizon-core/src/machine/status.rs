@@ -10,7 +10,7 @@ use super::CoreMachine;
 use crate::metrics::HandoverOutcome;
 use crate::status::{
     BubbleStatus, CoreStatus, GroupStatus, HandoverCounts, PlayerStatus, ServerStatus, SiteStatus,
-    StaleRefused,
+    StaleRefused, ZoneStatus,
 };
 
 /// Groups listed in the status JSON, largest first.
@@ -198,6 +198,16 @@ impl CoreMachine {
             restores: self.metrics.restores_by_copy(),
             sites,
             bubbles,
+            zones: self
+                .mesh
+                .zones()
+                .map(|z| ZoneStatus {
+                    zone: z.id.0,
+                    world: z.world.0,
+                    bounds: bounds(&z.bounds),
+                    players: z.players,
+                })
+                .collect(),
             groups: self.groups(page.private),
             players,
             players_total: self.mesh.players().len(),

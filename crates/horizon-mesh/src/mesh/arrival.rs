@@ -12,8 +12,9 @@ impl Mesh {
     ///   [`Command::Enter`] with no previous site), since it simulates that space already;
     /// - else alone — nobody counted within the larger of the two grouping radii (as grouping
     ///   links players), no bubble's box meeting the box they would claim — and with a seat on
-    ///   their home site (the core site under [`Placement::AllCore`]): a bubble around them
-    ///   there now (a [`Command::Create`] with reason `Join` and no previous site);
+    ///   their home site: a bubble around them there now (a [`Command::Create`] with reason
+    ///   `Join` and no previous site); under [`Placement::AllCore`] (SMD) they play in their
+    ///   zone instead;
     /// - otherwise (someone near, a stalled bubble, no seat, already placed, unknown) the next
     ///   tick places them, as after [`Mesh::handle_join`] alone.
     pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
@@ -60,10 +61,11 @@ impl Mesh {
         if self.bubbles().any(|b| b.world == item.world && b.bounds.overlaps(&bounds)) {
             return;
         }
-        let site = match self.placement {
-            Placement::AllCore => self.sites.core(),
-            _ => home,
-        };
+        if self.placement == Placement::AllCore {
+            // SMD: they play in the zone around them.
+            return;
+        }
+        let site = home;
         if !self.can_host(site, 1) {
             return;
         }

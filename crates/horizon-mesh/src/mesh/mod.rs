@@ -18,6 +18,9 @@
 //! 4. **Scoring and hysteresis** pick each bubble's site; failover ignores hold and dwell.
 //! 5. **Load** (`load.rs`). Within a site, an overloaded bubble is cut across more servers through
 //!    the widest gap between its groups; the latest cut is undone when load stays low.
+//! 6. **Zones** (`zones.rs`). Counted players in no bubble play in the core site's zone around
+//!    them; a zone overloaded for `split_after_samples` load samples is cut in two, and two
+//!    halves that stay quiet are joined again, as today's SMD does.
 //!
 //! A tick that finds players or bubbles scattered in memory ends by storing them again in unit
 //! order (`order.rs`), so the passes above read them in sequence.
@@ -35,6 +38,7 @@ use crate::lease::{LeaseError, LeaseTable};
 use crate::player::{Player, PlayerJoin, PlayerUpdate};
 use crate::scoring::{Hysteresis, MoveReason, SiteScore, Tally, best_site, latency_ms};
 use crate::time::{Span, Time};
+use crate::zones::{ZoneLayout, ZoneSpec};
 
 const NONE: u32 = u32::MAX;
 
@@ -47,6 +51,8 @@ pub struct MeshConfig {
     pub generation: Generation,
     /// How bubbles are placed: SMD-G, or a baseline the simulator compares it with.
     pub placement: Placement,
+    /// The configured zone boxes (`[[zones]]`); a world with none is one zone.
+    pub zones: Vec<ZoneSpec>,
 }
 
 /// Where bubbles go. Production runs [`Placement::Smdg`]; the others are the policies a studio
@@ -58,7 +64,7 @@ pub enum Placement {
     /// SPEC section 3: scored at creation and every tick, moved under hysteresis.
     #[default]
     Smdg,
-    /// Everything on the core site, never moved: today's single-site meshing.
+    /// Everything in the core site's zones, no bubble ever carved out: today's SMD.
     AllCore,
     /// On the home of the first player to arrive (the lowest player id: ids are handed out in
     /// arrival order), never moved; a merge keeps the oldest bubble's site; a group walking away
@@ -209,6 +215,30 @@ pub enum Command {
     Servers { bubble: BubbleId, site: SiteId, parts: Vec<Aabb>, reason: LoadReason },
     /// A bubble's lease expired: its site stopped, players see "reconnecting" until the failover.
     Stalled { bubble: BubbleId, site: SiteId, since: Time },
+    /// A zone opens on the core site (`mesh/zones.rs`): a configured box at start, or a whole
+    /// world when its first player arrives.
+    ZoneCreate { zone: BubbleId, site: SiteId, world: WorldId, bounds: Aabb, reason: ZoneReason },
+    /// SMD split: `zone` keeps `bounds`; the new zone `new_zone` takes `new_bounds` and
+    /// `players`, the zone's players who stand in that half.
+    ZoneSplit {
+        zone: BubbleId,
+        new_zone: BubbleId,
+        site: SiteId,
+        world: WorldId,
+        bounds: Aabb,
+        new_bounds: Aabb,
+        players: Vec<PlayerId>,
+        reason: ZoneReason,
+    },
+    /// SMD merge: zone `from` ends and its `players` join `into`, which now covers `bounds`.
+    ZoneMerge {
+        into: BubbleId,
+        from: BubbleId,
+        site: SiteId,
+        bounds: Aabb,
+        players: Vec<PlayerId>,
+        reason: ZoneReason,
+    },
 }
 
 /// Figures of one tick, for logs, metrics and benchmarks.
@@ -218,7 +248,11 @@ pub struct TickStats {
     pub counted: u32,
     pub clusters: u32,
     pub bubbles: u32,
+    /// Counted players in no bubble: waiting, or (SMD) played in the core site's zones.
     pub in_zone: u32,
+    pub zones: u32,
+    pub zone_splits: u32,
+    pub zone_merges: u32,
     pub created: u32,
     pub moved: u32,
     pub merged: u32,
@@ -284,6 +318,13 @@ pub struct Mesh {
     scratch: Scratch,
     /// Players are renumbered in unit order only from this many on (`order.rs`).
     renumber_min_players: usize,
+    /// The core site's zones (`mesh/zones.rs`).
+    zones: ZoneLayout,
+    next_zone: u64,
+    /// When zone load was last sampled (each sample weighs the time since the previous one).
+    zone_sampled_at: Option<Time>,
+    /// (zone leaf, place) of the players counted in zones at the last tick.
+    zone_members: Vec<(u32, u32)>,
 }
 
 mod arrival;
@@ -294,6 +335,9 @@ mod restore;
 pub use restore::RestoredBubble;
 mod tick;
 mod units;
+mod zones;
+
+pub use zones::{MIN_GAP_M, ZONE_IDS_FROM, ZoneReason};
 
 /// Per-tick buffers, kept to avoid reallocating a million-entry vector every 5 s.
 #[derive(Debug, Default)]
@@ -351,7 +395,7 @@ impl Mesh {
         config.thresholds.validate()?;
         let n = config.sites.len();
         let th = config.thresholds;
-        Ok(Mesh {
+        let mut mesh = Mesh {
             leases: LeaseTable::new(
                 config.generation,
                 Span::from_ms(th.lease_ttl_ms),
@@ -386,7 +430,13 @@ impl Mesh {
             last_stats: TickStats::default(),
             scratch: Scratch::default(),
             renumber_min_players: order::RENUMBER_MIN_PLAYERS,
-        })
+            zones: ZoneLayout::default(),
+            next_zone: ZONE_IDS_FROM,
+            zone_sampled_at: None,
+            zone_members: Vec::new(),
+        };
+        mesh.open_configured_zones(&config.zones)?;
+        Ok(mesh)
     }
 
     // ---- inputs -------------------------------------------------------------------------------
@@ -418,6 +468,7 @@ impl Mesh {
         self.mark_changed(place as usize);
         self.fresh.push(true);
         self.fresh_count += 1;
+        self.open_world(join.world);
         Ok(())
     }
 
@@ -440,6 +491,9 @@ impl Mesh {
         self.npcs = self.npcs + usize::from(npc) - usize::from(self.npc[place]);
         self.npc[place] = npc;
         self.mark_changed(place);
+        if let Some(world) = update.world {
+            self.open_world(world);
+        }
         Ok(())
     }
 
@@ -659,8 +713,10 @@ impl Mesh {
     }
 
     /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
-    /// Counted players (not NPCs) in no bubble: no server simulates them (zones do not exist
-    /// yet). Read in place, with no lookup by id: the gauges take it after every step.
+    /// Counted players (not NPCs) in no bubble: those the core site's zones hold
+    /// ([`Mesh::zone_of`]). The running mesh does not host zones on game servers yet, so for
+    /// the core these players are unsimulated. Read in place, with no lookup by id: the gauges
+    /// take it after every step.
     pub fn unsimulated(&self) -> impl Iterator<Item = &Player> {
         self.players.iter().zip(&self.place_of).filter_map(|(p, &place)| {
             let place = place as usize;
@@ -750,7 +806,7 @@ impl Mesh {
     /// Finite, and within the grouping grid's range for the smallest grouping distance.
     fn check_position(&self, p: Vec3) -> Result<(), InputError> {
         check_vec("position", p)?;
-        let limit = Grouper::max_coordinate(self.th.group_radius_m.min(self.th.merge_distance_m));
+        let limit = self.th.position_limit_m();
         match [p.x, p.y, p.z].into_iter().find(|c| c.abs() > limit) {
             Some(value) => Err(InputError::PositionOutOfRange { value, limit }),
             None => Ok(()),

@@ -129,6 +129,7 @@ mod tests {
             thresholds: Thresholds::default(),
             generation: Generation(1),
             placement: Placement::Smdg,
+            zones: Vec::new(),
         };
         let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
         mesh.renumber_min_players = renumber_from;

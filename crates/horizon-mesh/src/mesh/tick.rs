@@ -21,6 +21,8 @@ impl Mesh {
         self.score_bubbles(&mut sc, now, &mut stats);
         // 5. Load: split across more servers of the site, or undo the latest split.
         self.balance_load(&mut sc, now, &mut stats);
+        // 6. Zones: count who plays in them, split and merge them (`zones.rs`).
+        self.balance_zones(now, &mut stats);
 
         self.free_slots.append(&mut self.retired_slots);
         if self.fresh_count > 0 {
@@ -364,7 +366,8 @@ impl Mesh {
             best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
         let site = match (self.placement, home) {
-            (Placement::AllCore, _) => self.sites.core(),
+            // SMD: the players play in the zone around them.
+            (Placement::AllCore, _) => return NONE,
             (Placement::Creator, _) => match self.first_arrival(members) {
                 Some(p) if self.can_host(p.home, need) => p.home,
                 Some(_) if travelled_from.is_none() => return NONE,

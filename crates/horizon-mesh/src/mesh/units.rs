@@ -634,6 +634,7 @@ mod tests {
             thresholds: Thresholds::default(),
             generation: Generation(1),
             placement: Default::default(),
+            zones: Vec::new(),
         };
         let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
         let mut rng = Rng::new(3);

@@ -12,7 +12,7 @@ pub mod config;
 pub mod model;
 pub mod report;
 mod run;
-mod servers;
+pub(crate) mod servers;
 
 pub use config::PopulationConfig;
 pub use report::PopulationReport;

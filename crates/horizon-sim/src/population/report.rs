@@ -40,6 +40,10 @@ pub struct PolicyReport {
     pub reversed: Reversals,
     /// Players crossing a border into a bubble on another site (single-player handovers).
     pub border_crossings: u64,
+    /// SMD's zone splits and merges at the core site, and the most zones at one sample.
+    pub zone_splits: u64,
+    pub zone_merges: u64,
+    pub max_zones: u32,
     /// Share of players whose mean latency is at least 25 ms below their mean under `all_core`.
     pub gain_25ms_vs_all_core_share: f64,
     pub max_bubbles_by_site: BTreeMap<String, u32>,
@@ -263,8 +267,8 @@ impl PopulationReport {
         md.push_str(
             "\n## Cost: game servers\n\n\
              A server holds several regions up to `players_per_server × pack_fill_ratio` \
-             players, seated by the agents' own rule; players outside every bubble play in \
-             core-site zones at the same fill. *Players per server* is the most players \
+             players, seated by the agents' own rule; the core site's zones are regions \
+             too (under `all_core`, today's SMD, they are all there is). *Players per server* is the most players \
              simulated at one sample over the most servers running at one sample. SMD at one \
              site, full to 80 % of 75, seats 60.\n\n",
         );
@@ -274,13 +278,20 @@ impl PopulationReport {
                 "servers at peak (all sites)".to_owned(),
                 "players per server at peak".to_owned(),
                 "overfull servers (max)".to_owned(),
+                "zones (max)".to_owned(),
+                "zone splits / merges".to_owned(),
             ],
         );
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = writeln!(
                 md,
-                "| `{name}` | {} | {:.1} | {} |",
-                r.max_servers, r.players_per_server_at_peak, r.max_overfull_servers
+                "| `{name}` | {} | {:.1} | {} | {} | {} / {} |",
+                r.max_servers,
+                r.players_per_server_at_peak,
+                r.max_overfull_servers,
+                r.max_zones,
+                r.zone_splits,
+                r.zone_merges
             );
         }
         md.push_str("\n![bubbles per site over the day](bubbles.svg)\n\n");

@@ -130,6 +130,12 @@ pub(crate) struct Tracker {
     moves: u64,
     reversed: u64,
     crossings: u64,
+    /// Counted players alone at the last snapshot (no one within the merge distance): the
+    /// solo figure of players in zones, who have no bubble of one to tell it.
+    alone: rustc_hash::FxHashSet<PlayerId>,
+    zone_splits: u64,
+    zone_merges: u64,
+    max_zones: u32,
     /// Per bubble: its last move (from, to, when, and what the scoring saw then).
     last_move: FxHashMap<BubbleId, (SiteId, SiteId, Time, Inputs)>,
     /// Reversals by what changed since the move they undo.
@@ -170,6 +176,10 @@ impl Tracker {
             moves: 0,
             reversed: 0,
             crossings: 0,
+            alone: Default::default(),
+            zone_splits: 0,
+            zone_merges: 0,
+            max_zones: 0,
             last_move: FxHashMap::default(),
             reversed_by: Reversals::default(),
             bubbles: vec![Vec::new(); n],
@@ -254,6 +264,8 @@ impl Tracker {
             Command::Delete { bubble, .. } => {
                 self.last_move.remove(bubble);
             }
+            Command::ZoneSplit { .. } => self.zone_splits += 1,
+            Command::ZoneMerge { .. } => self.zone_merges += 1,
             _ => {}
         }
     }
@@ -300,6 +312,7 @@ fn run_brain(
         thresholds: cfg.thresholds.clone(),
         generation: Generation(1),
         placement,
+        zones: Vec::new(),
     };
     let mut mesh = Mesh::new(config, Time::ZERO).map_err(RunError::Config)?;
     let broken = |t_ms: u64, what: String| RunError::Invariant {
@@ -360,7 +373,10 @@ fn run_brain(
             // Outside a bubble, a counted player plays in a core-site zone.
             let bubble = mesh.bubble_of(p.id);
             let site = bubble.map_or(core, |b| b.site);
-            let solo = bubble.is_some_and(|b| b.players == 1);
+            let solo = match bubble {
+                Some(b) => b.players == 1,
+                None => t.alone.contains(&p.id),
+            };
             let latency = p.access_rtt_min_ms + cfg.sites.backbone_ms(p.home, site);
             t.sample(p.id, p.home, latency, solo);
         }
@@ -379,7 +395,7 @@ fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), 
     let (mut bubbles, mut servers, mut simulated) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
     let mut overfull = 0;
     for (s, count) in servers.iter_mut().enumerate() {
-        let now = t.pool.site(s, s == cfg.sites.core().index());
+        let now = t.pool.site(s);
         *count = now.servers;
         overfull += now.overfull;
     }
@@ -420,6 +436,11 @@ fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), 
     t.peak_players = t.peak_players.max(simulated.iter().sum());
     t.peak_servers = t.peak_servers.max(servers.iter().sum());
     t.max_overfull = t.max_overfull.max(overfull);
+    t.max_zones = t.max_zones.max(mesh.zones().count() as u32);
+    t.alone.clear();
+    if mesh.unsimulated().next().is_some() {
+        t.alone.extend(mesh.groups().into_iter().filter(|g| g.len() == 1).map(|g| g[0]));
+    }
     for s in 0..n {
         t.bubbles[s].push(bubbles[s]);
         t.servers[s].push(servers[s]);
@@ -603,6 +624,9 @@ fn build_report(
                 reversed_within_10min_share: t.reversed as f64 / t.moves.max(1) as f64,
                 reversed: t.reversed_by,
                 border_crossings: t.crossings,
+                zone_splits: t.zone_splits,
+                zone_merges: t.zone_merges,
+                max_zones: t.max_zones,
                 gain_25ms_vs_all_core_share: gain_share,
                 max_bubbles_by_site: by_site(&t.max_bubbles),
                 max_servers_by_site: by_site(&t.max_servers),

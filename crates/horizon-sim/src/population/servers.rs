@@ -7,8 +7,8 @@
 //! agent keeps it: nothing moves a running region between servers), and leaves it when the
 //! bubble ends or moves away. A server holding nothing is given back. A bubble spread over
 //! several servers counts as that many regions, its players shared evenly between them.
-//! Counted players outside every bubble play in core-site zones: SMD's zone servers, seated
-//! at the same fill.
+//! The core site's zones are regions too, seated alike: a zone that splits keeps its server
+//! and its new half is seated as a new region, as SMD gives it to another server.
 
 use horizon_mesh::packing::{Seat, pick};
 use horizon_mesh::{BubbleId, Mesh, Thresholds};
@@ -91,7 +91,6 @@ pub(crate) struct SiteServers {
 #[derive(Debug)]
 pub(crate) struct Servers {
     sites: Vec<SitePool>,
-    zone_players: u32,
     tick: u64,
     seats: u32,
     players_per_server: u32,
@@ -101,7 +100,6 @@ impl Servers {
     pub(crate) fn new(sites: usize, th: &Thresholds) -> Self {
         Servers {
             sites: (0..sites).map(|_| SitePool::default()).collect(),
-            zone_players: 0,
             tick: 0,
             seats: th.seats_per_server(),
             players_per_server: th.players_per_server,
@@ -121,18 +119,21 @@ impl Servers {
                 pool.seat((b.id, part), players, self.seats, tick);
             }
         }
+        let core = &mut self.sites[mesh.sites().core().index()];
+        // An empty zone takes no seat: its box rides along on a server already running.
+        for z in mesh.zones().filter(|z| z.players > 0) {
+            core.seat((z.id, 0), z.players, self.seats, tick);
+        }
         for pool in &mut self.sites {
             pool.sweep(tick);
         }
-        self.zone_players = mesh.unsimulated().count() as u32;
     }
 
-    /// Site `s` now; `core` says whether it is the core site (which runs the zones too).
-    pub(crate) fn site(&self, s: usize, core: bool) -> SiteServers {
+    /// Site `s` now.
+    pub(crate) fn site(&self, s: usize) -> SiteServers {
         let pool = &self.sites[s];
-        let zones = if core { self.zone_players.div_ceil(self.seats) } else { 0 };
         let over = pool.hosting().filter(|x| x.players > self.players_per_server).count();
-        SiteServers { servers: pool.hosting().count() as u32 + zones, overfull: over as u32 }
+        SiteServers { servers: pool.hosting().count() as u32, overfull: over as u32 }
     }
 }
 

@@ -1,0 +1,249 @@
+//! Zones in the tick (SPEC section 4, "Within a site (SMD, kept)"; `crate::zones` keeps the
+//! layout). After bubbles are placed, every counted player in no bubble is counted in the zone
+//! holding their position, and each zone's load is sampled:
+//!
+//! - **Split.** A zone with more players than `players_per_server` for `split_after_samples`
+//!   samples is cut on the axis where its players spread most: through the widest gap between
+//!   consecutive players in the middle half of them if it is at least [`MIN_GAP_M`] wide, else
+//!   at the median (today's SMD rule, so a studio's zones are cut where they are cut today). A
+//!   cut that would leave one side empty is skipped.
+//! - **Merge.** The two halves of a cut, both still zones, whose players together stay within
+//!   `merge_fill_ratio × players_per_server` for `merge_after_samples` samples are joined again,
+//!   the most recent split first.
+//! - A sample weighs the seconds since the previous one (a tick every 5 s weighs 5), and no zone
+//!   splits or merges within `settle_ms` of its last change.
+//!
+//! Zones live on the core site and are never scored or moved. Their ids share the bubbles' id
+//! space from [`ZONE_IDS_FROM`] up, so a region's id names one region whatever its kind, and a
+//! zone id never collides with a bubble's, even across a core restart.
+
+use super::*;
+use crate::zones::{Zone, ZoneSpec, validate_specs};
+
+/// A gap between two players narrower than this is no place for a cut (SMD's rule).
+pub const MIN_GAP_M: f64 = 20.0;
+
+/// Zone ids are handed out from here up; bubble ids count up from 1.
+pub const ZONE_IDS_FROM: u64 = 1 << 40;
+
+/// One load sample (a game server's `serverinfo` comes once a second).
+const SAMPLE_MS: f64 = 1000.0;
+
+/// Why a zone was split or merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZoneReason {
+    /// Configured in `[[zones]]`.
+    Configured,
+    /// The first player of a world arrived: the whole world is one zone.
+    World,
+    /// More players than a server holds, for `split_after_samples` samples.
+    Overload,
+    /// The two halves' players fitted in `merge_fill_ratio` of a server, for
+    /// `merge_after_samples` samples.
+    Underload,
+}
+
+impl Mesh {
+    /// Checks and opens the configured zones (at construction).
+    pub(super) fn open_configured_zones(
+        &mut self,
+        specs: &[ZoneSpec],
+    ) -> Result<(), Vec<ConfigError>> {
+        validate_specs(specs, self.th.position_limit_m())?;
+        for z in specs {
+            self.open_zone(z.world, z.bounds, ZoneReason::Configured, None);
+        }
+        Ok(())
+    }
+
+    /// A world seen for the first time gets one zone covering all of it.
+    pub(super) fn open_world(&mut self, world: WorldId) {
+        if !self.zones.has_world(world) {
+            let limit = self.th.position_limit_m();
+            let whole = Aabb::point(Vec3::ZERO).expand(limit);
+            self.open_zone(world, whole, ZoneReason::World, None);
+        }
+    }
+
+    fn open_zone(&mut self, world: WorldId, bounds: Aabb, reason: ZoneReason, now: Option<Time>) {
+        let id = self.mint_zone_id();
+        self.zones.add_root(id, world, bounds, now);
+        let site = self.sites.core();
+        self.commands.push_back(Command::ZoneCreate { zone: id, site, world, bounds, reason });
+    }
+
+    fn mint_zone_id(&mut self) -> BubbleId {
+        let id = BubbleId(self.next_zone);
+        self.next_zone += 1;
+        id
+    }
+
+    /// Counts every zone's players and splits or merges zones (see the module documentation).
+    pub(super) fn balance_zones(&mut self, now: Time, stats: &mut TickStats) {
+        let weight = match self.zone_sampled_at {
+            Some(t) => now.since(t).as_ms() as f64 / SAMPLE_MS,
+            None => self.th.period_ms as f64 / SAMPLE_MS,
+        };
+        self.zone_sampled_at = Some(now);
+        let leaves = self.zones.leaves();
+        for &leaf in &leaves {
+            self.zones.zone_mut(leaf).players = 0;
+        }
+        // (leaf, place) of every counted player in no bubble.
+        let mut members = std::mem::take(&mut self.zone_members);
+        members.clear();
+        for place in 0..self.items.len() {
+            if self.npc[place] || self.player_bubble[place] != NONE {
+                continue;
+            }
+            let item = &self.items[place];
+            if let Some(leaf) = self.zones.locate(item.world, item.pos) {
+                self.zones.zone_mut(leaf).players += 1;
+                members.push((leaf, place as u32));
+            }
+        }
+        stats.zones = leaves.len() as u32;
+
+        let (cap, settle) = (self.th.players_per_server, Span::from_ms(self.th.settle_ms));
+        let settled = |z: &Zone| z.changed_at.is_none_or(|t| now.since(t) >= settle);
+        let mut overloaded = Vec::new();
+        for &leaf in &leaves {
+            let z = self.zones.zone_mut(leaf);
+            z.overloaded = if z.players > cap { z.overloaded + weight } else { 0.0 };
+            if z.overloaded >= f64::from(self.th.split_after_samples) && settled(z) {
+                overloaded.push(leaf);
+            }
+        }
+        if !overloaded.is_empty() {
+            members.sort_unstable();
+        }
+        for leaf in overloaded {
+            let from = members.partition_point(|m| m.0 < leaf);
+            let to = members.partition_point(|m| m.0 <= leaf);
+            let places: Vec<u32> = members[from..to].iter().map(|m| m.1).collect();
+            if self.split_zone(leaf, &places, now) {
+                stats.zone_splits += 1;
+            }
+        }
+
+        let fill = self.th.merge_fill_ratio * f64::from(cap);
+        for (cut, low, high) in self.zones.mergeable() {
+            let (a, b) = (self.zones.zone(low), self.zones.zone(high));
+            let quiet = f64::from(a.players + b.players) <= fill;
+            let ready = settled(a) && settled(b);
+            let samples = self.zones.low_samples_mut(cut);
+            *samples = if quiet { *samples + weight } else { 0.0 };
+            if *samples >= f64::from(self.th.merge_after_samples) && ready {
+                let ended = self.zones.zone(high).id;
+                let moving: Vec<PlayerId> = members
+                    .iter()
+                    .filter(|m| m.0 == high)
+                    .map(|m| self.members[m.1 as usize].id)
+                    .collect();
+                let (leaf, _) = self.zones.merge(cut, now);
+                let into = self.zones.zone(leaf);
+                self.commands.push_back(Command::ZoneMerge {
+                    into: into.id,
+                    from: ended,
+                    site: self.sites.core(),
+                    bounds: into.bounds,
+                    players: sorted(moving),
+                    reason: ZoneReason::Underload,
+                });
+                stats.zone_merges += 1;
+            }
+        }
+        self.zone_members = members;
+    }
+
+    /// Cuts zone `leaf`, whose players stand at `places`; false when no cut leaves players on
+    /// both sides inside its box.
+    fn split_zone(&mut self, leaf: u32, places: &[u32], now: Time) -> bool {
+        let Some((axis, at)) = self.zone_cut(places) else { return false };
+        let bounds = self.zones.zone(leaf).bounds;
+        if !(bounds.min.axis(axis) < at && at < bounds.max.axis(axis)) {
+            return false;
+        }
+        let new_id = self.mint_zone_id();
+        let split = self.zones.split(leaf, axis, at, new_id, now);
+        let moving: Vec<PlayerId> = places
+            .iter()
+            .filter(|&&p| self.items[p as usize].pos.axis(axis) >= at)
+            .map(|&p| self.members[p as usize].id)
+            .collect();
+        let moved = moving.len() as u32;
+        self.zones.zone_mut(split.kept).players = places.len() as u32 - moved;
+        self.zones.zone_mut(split.new).players = moved;
+        let (kept, new) = (self.zones.zone(split.kept), self.zones.zone(split.new));
+        self.commands.push_back(Command::ZoneSplit {
+            zone: kept.id,
+            new_zone: new.id,
+            site: self.sites.core(),
+            world: kept.world,
+            bounds: kept.bounds,
+            new_bounds: new.bounds,
+            players: sorted(moving),
+            reason: ZoneReason::Overload,
+        });
+        true
+    }
+
+    /// Where SMD cuts a zone whose players stand at `places`: `(axis, at)`, or `None` when
+    /// every cut leaves one side empty.
+    fn zone_cut(&self, places: &[u32]) -> Option<(usize, f64)> {
+        let spread = |axis: usize| {
+            let (lo, hi) =
+                places.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &p| {
+                    let v = self.items[p as usize].pos.axis(axis);
+                    (lo.min(v), hi.max(v))
+                });
+            hi - lo
+        };
+        let axis = (0..3).max_by(|&a, &b| spread(a).total_cmp(&spread(b)))?;
+        let mut v: Vec<f64> =
+            places.iter().map(|&p| self.items[p as usize].pos.axis(axis)).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n < 2 {
+            return None;
+        }
+        let (lo, hi) = (n / 4, (3 * n / 4).max(n / 4 + 1).min(n - 1));
+        let widest = (lo..hi).max_by(|&i, &j| (v[i + 1] - v[i]).total_cmp(&(v[j + 1] - v[j])));
+        let at = match widest {
+            Some(i) if v[i + 1] - v[i] >= MIN_GAP_M => (v[i] + v[i + 1]) / 2.0,
+            _ => v[n / 2],
+        };
+        // Players at `at` or beyond go to the high half: both halves must keep someone.
+        (v[0] < at && at <= v[n - 1]).then_some((axis, at))
+    }
+
+    // ---- reading ------------------------------------------------------------------------------
+
+    /// Every zone, with its players as of the last tick.
+    pub fn zones(&self) -> impl Iterator<Item = &Zone> {
+        self.zones.zones()
+    }
+
+    /// The zone simulating a counted player who is in no bubble (`None`: in a bubble, an NPC,
+    /// or unknown).
+    pub fn zone_of(&self, id: PlayerId) -> Option<&Zone> {
+        let &i = self.player_index.get(&id)?;
+        let place = self.place_of[i as usize] as usize;
+        if self.npc[place] || self.player_bubble[place] != NONE {
+            return None;
+        }
+        let item = &self.items[place];
+        self.zones.locate(item.world, item.pos).map(|leaf| self.zones.zone(leaf))
+    }
+
+    /// A zone by id.
+    pub fn zone_by_id(&self, id: BubbleId) -> Option<&Zone> {
+        self.zones.leaf(id).map(|leaf| self.zones.zone(leaf))
+    }
+}
+
+fn sorted(mut ids: Vec<PlayerId>) -> Vec<PlayerId> {
+    ids.sort_unstable();
+    ids
+}

@@ -1,0 +1,366 @@
+//! Zones: the core site's regions, cut and joined as today's SMD does (SPEC sections 1 and 4).
+//!
+//! Each world starts as its configured boxes (`[[zones]]`), or as one zone covering the whole
+//! world. A zone simulates every counted player inside its box who is in no bubble: bubbles are
+//! carved out of zones, and a player a bubble lets go of is back in the zone around them.
+//!
+//! The layout of a world is a binary tree under each configured box: a split cuts a leaf (a
+//! zone) in two across one axis, the low half keeping the zone's id and the high half getting a
+//! new one; a merge folds a cut whose two halves are both leaves back into one zone. Finding the
+//! zone of a position is a walk down the tree, so a world cut into hundreds of zones costs a
+//! few comparisons per player.
+//!
+//! The rules that decide *when* (load samples, settle window) and *where* (the cut through the
+//! widest gap) live in `mesh/zones.rs`; this module is only the layout.
+
+use rustc_hash::FxHashMap;
+
+use crate::config::ConfigError;
+use crate::geom::{Aabb, Vec3};
+use crate::ids::{BubbleId, WorldId};
+use crate::time::Time;
+
+/// A configured zone box (`[[zones]]`): in the world's local coordinates.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct ZoneSpec {
+    pub world: WorldId,
+    pub bounds: Aabb,
+}
+
+/// Checks configured boxes against each other and against the world's range `±limit` m:
+/// every problem, named by the box's index in the list.
+pub fn validate_specs(specs: &[ZoneSpec], limit: f64) -> Result<(), Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let bad = |index: usize, why: String| ConfigError::BadZone { index, why };
+    for (i, z) in specs.iter().enumerate() {
+        let b = z.bounds;
+        if !(b.min.is_finite() && b.max.is_finite()) {
+            errors.push(bad(i, "its corners must be finite numbers".into()));
+            continue;
+        }
+        if (0..3).any(|a| b.min.axis(a) >= b.max.axis(a)) {
+            errors.push(bad(i, "its box is empty: min must be below max on every axis".into()));
+            continue;
+        }
+        if (0..3).any(|a| b.min.axis(a) < -limit || b.max.axis(a) > limit) {
+            errors.push(bad(
+                i,
+                format!("its box leaves the world: every coordinate must be within ±{limit} m"),
+            ));
+        }
+        if let Some(j) = specs[..i].iter().position(|o| o.world == z.world && o.bounds.overlaps(&b))
+        {
+            errors.push(bad(i, format!("its box overlaps zones[{j}] in the same world")));
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// A zone: a box of a world simulated on the core site.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Zone {
+    /// Zones and bubbles share one id space: a region's id names it whatever its kind.
+    pub id: BubbleId,
+    pub world: WorldId,
+    pub bounds: Aabb,
+    /// Counted players in its box and in no bubble, as of the last tick.
+    pub players: u32,
+    /// Load samples (each weighing the time since the previous one) it has been overloaded for.
+    pub(crate) overloaded: f64,
+    /// When it was last split or merged (the settle window runs from there).
+    pub(crate) changed_at: Option<Time>,
+}
+
+impl Zone {
+    fn new(id: BubbleId, world: WorldId, bounds: Aabb, now: Option<Time>) -> Self {
+        Zone { id, world, bounds, players: 0, overloaded: 0.0, changed_at: now }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Node {
+    Leaf(Zone),
+    Cut {
+        axis: u8,
+        at: f64,
+        low: u32,
+        high: u32,
+        /// Order of the splits: the most recent is undone first.
+        seq: u64,
+        /// Load samples both halves have stayed low for together.
+        low_samples: f64,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    bounds: Aabb,
+    node: Node,
+}
+
+/// Every world's zones.
+#[derive(Clone, Debug, Default)]
+pub struct ZoneLayout {
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    /// Per world: the root of each configured box (or the one whole-world root).
+    roots: FxHashMap<WorldId, Vec<u32>>,
+    /// Zone id → its leaf.
+    leaf_of: FxHashMap<BubbleId, u32>,
+    seq: u64,
+}
+
+/// A split made: the zone that kept its id and the new one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Split {
+    pub(crate) kept: u32,
+    pub(crate) new: u32,
+}
+
+impl ZoneLayout {
+    fn alloc(&mut self, slot: Slot) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() as u32 - 1
+            }
+        }
+    }
+
+    fn slot(&self, node: u32) -> &Slot {
+        // Invariant: node indices handed out point at live slots.
+        self.slots[node as usize].as_ref().expect("live zone node")
+    }
+
+    fn slot_mut(&mut self, node: u32) -> &mut Slot {
+        self.slots[node as usize].as_mut().expect("live zone node")
+    }
+
+    /// Adds a root zone (a configured box, or a whole world). Returns its leaf.
+    pub(crate) fn add_root(
+        &mut self,
+        id: BubbleId,
+        world: WorldId,
+        bounds: Aabb,
+        now: Option<Time>,
+    ) -> u32 {
+        let leaf = self.alloc(Slot { bounds, node: Node::Leaf(Zone::new(id, world, bounds, now)) });
+        self.roots.entry(world).or_default().push(leaf);
+        self.leaf_of.insert(id, leaf);
+        leaf
+    }
+
+    /// Whether `world` has zones yet.
+    pub fn has_world(&self, world: WorldId) -> bool {
+        self.roots.contains_key(&world)
+    }
+
+    /// The leaf whose zone holds `pos` in `world`: inside a root box, or else the nearest one
+    /// (configured boxes need not cover a world; nobody is left out). `None` for an unknown
+    /// world.
+    pub(crate) fn locate(&self, world: WorldId, pos: Vec3) -> Option<u32> {
+        let roots = self.roots.get(&world)?;
+        let mut node =
+            *roots.iter().find(|&&r| self.slot(r).bounds.contains(pos)).or_else(|| {
+                roots.iter().min_by(|&&a, &&b| {
+                    self.slot(a).bounds.dist_sq(pos).total_cmp(&self.slot(b).bounds.dist_sq(pos))
+                })
+            })?;
+        loop {
+            match &self.slot(node).node {
+                Node::Leaf(_) => return Some(node),
+                Node::Cut { axis, at, low, high, .. } => {
+                    node = if pos.axis(*axis as usize) < *at { *low } else { *high };
+                }
+            }
+        }
+    }
+
+    pub(crate) fn zone(&self, leaf: u32) -> &Zone {
+        match &self.slot(leaf).node {
+            Node::Leaf(z) => z,
+            // Invariant: callers pass leaves (from `locate`, `leaves`, `leaf_of`).
+            Node::Cut { .. } => panic!("zone node {leaf} is a cut, not a zone"),
+        }
+    }
+
+    pub(crate) fn zone_mut(&mut self, leaf: u32) -> &mut Zone {
+        match &mut self.slot_mut(leaf).node {
+            Node::Leaf(z) => z,
+            Node::Cut { .. } => panic!("zone node {leaf} is a cut, not a zone"),
+        }
+    }
+
+    /// The leaf of a zone id.
+    pub(crate) fn leaf(&self, id: BubbleId) -> Option<u32> {
+        self.leaf_of.get(&id).copied()
+    }
+
+    /// Every zone's leaf, in node order (stable between ticks).
+    pub(crate) fn leaves(&self) -> Vec<u32> {
+        (0..self.slots.len() as u32)
+            .filter(|&i| matches!(self.slots[i as usize], Some(Slot { node: Node::Leaf(_), .. })))
+            .collect()
+    }
+
+    /// Every zone.
+    pub fn zones(&self) -> impl Iterator<Item = &Zone> {
+        self.slots.iter().flatten().filter_map(|s| match &s.node {
+            Node::Leaf(z) => Some(z),
+            Node::Cut { .. } => None,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.leaf_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leaf_of.is_empty()
+    }
+
+    /// Cuts zone `leaf` at `at` across `axis`: the low half keeps the zone (and its id), the
+    /// high half is a new zone `new_id`. Both start their settle window at `now`.
+    pub(crate) fn split(
+        &mut self,
+        leaf: u32,
+        axis: usize,
+        at: f64,
+        new_id: BubbleId,
+        now: Time,
+    ) -> Split {
+        let slot = self.slot(leaf).clone();
+        let Node::Leaf(zone) = slot.node else { panic!("zone node {leaf} is a cut") };
+        let (low_box, high_box) = slot.bounds.cut(axis, at);
+        let mut kept = zone;
+        kept.bounds = low_box;
+        kept.overloaded = 0.0;
+        kept.changed_at = Some(now);
+        let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
+        let high = self.alloc(Slot {
+            bounds: high_box,
+            node: Node::Leaf(Zone::new(new_id, kept.world, high_box, Some(now))),
+        });
+        self.seq += 1;
+        self.slot_mut(leaf).node =
+            Node::Cut { axis: axis as u8, at, low, high, seq: self.seq, low_samples: 0.0 };
+        self.leaf_of.insert(kept.id, low);
+        self.leaf_of.insert(new_id, high);
+        Split { kept: low, new: high }
+    }
+
+    /// Cuts whose two halves are both zones, most recent split first: `(cut, low, high)`.
+    pub(crate) fn mergeable(&self) -> Vec<(u32, u32, u32)> {
+        let mut cuts: Vec<(u64, u32, u32, u32)> = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(Slot { node: Node::Cut { low, high, seq, .. }, .. }) = s else { continue };
+            let leaf = |n: u32| matches!(self.slot(n).node, Node::Leaf(_));
+            if leaf(*low) && leaf(*high) {
+                cuts.push((*seq, i as u32, *low, *high));
+            }
+        }
+        cuts.sort_by(|a, b| b.0.cmp(&a.0));
+        cuts.into_iter().map(|(_, c, l, h)| (c, l, h)).collect()
+    }
+
+    /// The samples a cut's halves have stayed low for together.
+    pub(crate) fn low_samples_mut(&mut self, cut: u32) -> &mut f64 {
+        match &mut self.slot_mut(cut).node {
+            Node::Cut { low_samples, .. } => low_samples,
+            Node::Leaf(_) => panic!("zone node {cut} is a zone, not a cut"),
+        }
+    }
+
+    /// Folds cut `cut` (both halves zones) back into one zone with the low half's id. Returns
+    /// the new leaf and the id of the zone that ended.
+    pub(crate) fn merge(&mut self, cut: u32, now: Time) -> (u32, BubbleId) {
+        let Node::Cut { low, high, .. } = self.slot(cut).node else {
+            panic!("zone node {cut} is not a cut")
+        };
+        let mut kept = self.zone(low).clone();
+        let ended = self.zone(high).id;
+        kept.players += self.zone(high).players;
+        kept.bounds = self.slot(cut).bounds;
+        kept.overloaded = 0.0;
+        kept.changed_at = Some(now);
+        for n in [low, high] {
+            self.slots[n as usize] = None;
+            self.free.push(n);
+        }
+        self.leaf_of.remove(&ended);
+        self.leaf_of.insert(kept.id, cut);
+        self.slot_mut(cut).node = Node::Leaf(kept);
+        (cut, ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cube(x0: f64, x1: f64) -> Aabb {
+        Aabb { min: Vec3::new(x0, -100.0, -100.0), max: Vec3::new(x1, 100.0, 100.0) }
+    }
+
+    #[test]
+    fn splits_cut_a_leaf_in_two_and_merges_undo_the_latest_first() {
+        let mut l = ZoneLayout::default();
+        let w = WorldId(0);
+        let root = l.add_root(BubbleId(1), w, cube(-100.0, 100.0), None);
+        assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(root));
+        let s = l.split(root, 0, 0.0, BubbleId(2), Time::ZERO);
+        assert_eq!(l.zone(s.kept).id, BubbleId(1));
+        assert_eq!(l.zone(s.new).bounds, cube(0.0, 100.0));
+        assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(s.new));
+        assert_eq!(l.locate(w, Vec3::new(-50.0, 0.0, 0.0)), Some(s.kept));
+        let s2 = l.split(s.new, 0, 50.0, BubbleId(3), Time::ZERO);
+        assert_eq!(l.len(), 3);
+        // Only the latest cut has two zones under it.
+        let m = l.mergeable();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].1, m[0].2), (s2.kept, s2.new));
+        let (leaf, ended) = l.merge(m[0].0, Time::ZERO);
+        assert_eq!((l.zone(leaf).id, ended), (BubbleId(2), BubbleId(3)));
+        assert_eq!(l.zone(leaf).bounds, cube(0.0, 100.0));
+        let (leaf, ended) = l.merge(l.mergeable()[0].0, Time::ZERO);
+        assert_eq!((l.zone(leaf).id, ended, l.len()), (BubbleId(1), BubbleId(2), 1));
+        assert_eq!(l.zone(leaf).bounds, cube(-100.0, 100.0));
+        assert_eq!(l.locate(w, Vec3::new(99.0, 0.0, 0.0)), Some(leaf));
+    }
+
+    #[test]
+    fn a_position_outside_every_configured_box_belongs_to_the_nearest() {
+        let mut l = ZoneLayout::default();
+        let w = WorldId(3);
+        let a = l.add_root(BubbleId(1), w, cube(-100.0, 0.0), None);
+        let b = l.add_root(BubbleId(2), w, cube(500.0, 600.0), None);
+        assert_eq!(l.locate(w, Vec3::new(100.0, 0.0, 0.0)), Some(a));
+        assert_eq!(l.locate(w, Vec3::new(400.0, 0.0, 0.0)), Some(b));
+        assert_eq!(l.locate(WorldId(4), Vec3::ZERO), None);
+    }
+
+    #[test]
+    fn bad_boxes_are_refused_each_by_its_index() {
+        let w = WorldId(0);
+        let specs = [
+            ZoneSpec { world: w, bounds: cube(0.0, 100.0) },
+            ZoneSpec { world: w, bounds: cube(50.0, 150.0) },
+            ZoneSpec { world: w, bounds: cube(10.0, 10.0) },
+            ZoneSpec { world: w, bounds: cube(1000.0, 2e9) },
+            ZoneSpec { world: WorldId(1), bounds: cube(50.0, 150.0) },
+            ZoneSpec { world: w, bounds: cube(150.0, 200.0) },
+        ];
+        let errors = validate_specs(&specs, 1e6).unwrap_err();
+        let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(text[0].starts_with("zones[1]") && text[0].contains("overlaps zones[0]"));
+        assert!(text[1].starts_with("zones[2]") && text[1].contains("empty"));
+        assert!(text[2].starts_with("zones[3]") && text[2].contains("leaves the world"));
+        // Touching faces and other worlds are fine.
+        assert!(validate_specs(&[specs[0], specs[4], specs[5]], 1e6).is_ok());
+    }
+}

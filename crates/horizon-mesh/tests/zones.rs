@@ -1,0 +1,202 @@
+//! The core site's zones, split and merged as today's SMD does (SPEC section 4, "Within a site").
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
+
+mod common;
+
+use common::*;
+use horizon_mesh::{
+    Aabb, Command, ConfigError, Generation, Mesh, MeshConfig, Placement, PlayerId, Role,
+    Thresholds, Time, Vec3, WorldId, ZoneReason, ZoneSpec,
+};
+
+/// SMD (no bubbles): every player plays in a zone.
+fn smd() -> Mesh {
+    mesh_placing(Thresholds::default(), Placement::AllCore)
+}
+
+/// Joins players `ids` at x = `x(id)`, all of PAR.
+fn crowd(m: &mut Mesh, ids: std::ops::RangeInclusive<u64>, x: impl Fn(u64) -> f64) {
+    for id in ids {
+        m.handle_join(join(id, PAR, 10.0, Role::Player, at(x(id)))).unwrap();
+    }
+}
+
+/// Every command from `from_s` to `to_s` (zones opening included), one tick every 5 s.
+fn ticks(m: &mut Mesh, from_s: u64, to_s: u64) -> Vec<(Time, Command)> {
+    let mut out = Vec::new();
+    for t in (from_s..=to_s).step_by(5) {
+        let now = Time::from_secs(t);
+        m.handle_timeout(now);
+        out.extend(std::iter::from_fn(|| m.poll_command()).map(|c| (now, c)));
+    }
+    out
+}
+
+fn splits(cmds: &[(Time, Command)]) -> Vec<(Time, &Command)> {
+    cmds.iter()
+        .filter(|(_, c)| matches!(c, Command::ZoneSplit { .. }))
+        .map(|(t, c)| (*t, c))
+        .collect()
+}
+
+#[test]
+fn a_worlds_first_player_opens_one_zone_over_the_whole_world_on_the_core_site() {
+    let mut m = smd();
+    assert_eq!(m.zones().count(), 0);
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    let Some(Command::ZoneCreate { zone, site: s, world, bounds, reason }) = m.poll_command()
+    else {
+        panic!("a zone for world 0")
+    };
+    assert_eq!((s, world, reason), (site(PAR), WorldId(0), ZoneReason::World));
+    let limit = Thresholds::default().position_limit_m();
+    assert_eq!(bounds, Aabb::point(Vec3::ZERO).expand(limit));
+    // The second player of the world opens nothing.
+    m.handle_join(join(2, HKG, 10.0, Role::Player, at(5e6))).unwrap();
+    assert!(m.poll_command().is_none());
+    ticks(&mut m, 0, 0);
+    assert_eq!(m.zone_of(PlayerId(2)).unwrap().id, zone);
+    assert_eq!(m.zone_by_id(zone).unwrap().players, 2);
+}
+
+#[test]
+fn an_overloaded_zone_is_cut_through_the_widest_gap_after_ten_samples_and_not_before() {
+    let mut m = smd();
+    // 50 players on [0, 490] m and 50 on [1500, 1990] m: 100 > 75.
+    crowd(&mut m, 1..=100, |id| {
+        if id <= 50 { (id - 1) as f64 * 10.0 } else { 1500.0 + (id - 51) as f64 * 10.0 }
+    });
+    let cmds = ticks(&mut m, 0, 0);
+    assert!(splits(&cmds).is_empty(), "one tick weighs 5 samples of 10");
+    let cmds = ticks(&mut m, 5, 5);
+    let [(t, Command::ZoneSplit { zone, new_zone, bounds, new_bounds, players, reason, .. })] =
+        splits(&cmds)[..]
+    else {
+        panic!("one split at 10 samples: {cmds:?}")
+    };
+    assert_eq!((t, *reason), (Time::from_secs(5), ZoneReason::Overload));
+    assert_eq!((bounds.max.x, new_bounds.min.x), (995.0, 995.0), "midway through the gap");
+    assert_eq!(players, &(51..=100).map(PlayerId).collect::<Vec<_>>());
+    assert_eq!(m.zone_of(PlayerId(1)).unwrap().id, *zone);
+    assert_eq!(m.zone_of(PlayerId(100)).unwrap().id, *new_zone);
+    // Each half holds 50, under the capacity: nothing more happens.
+    let cmds = ticks(&mut m, 10, 60);
+    assert!(splits(&cmds).is_empty());
+    let held: Vec<u32> = m.zones().map(|z| z.players).collect();
+    assert_eq!(held, [50, 50]);
+}
+
+#[test]
+fn overload_must_be_sustained_and_a_crowd_with_no_gap_is_cut_at_its_median() {
+    let mut m = smd();
+    crowd(&mut m, 1..=80, |id| id as f64 * 10.0);
+    ticks(&mut m, 0, 0);
+    // Six leave before the second sample: 74 is within capacity, the count starts over.
+    for id in 75..=80 {
+        m.handle_leave(PlayerId(id)).unwrap();
+    }
+    assert!(splits(&ticks(&mut m, 5, 5)).is_empty());
+    crowd(&mut m, 75..=80, |id| id as f64 * 10.0);
+    assert!(splits(&ticks(&mut m, 10, 10)).is_empty(), "5 samples since it went over");
+    let cmds = ticks(&mut m, 15, 15);
+    let [(_, Command::ZoneSplit { bounds, players, .. })] = splits(&cmds)[..] else {
+        panic!("{cmds:?}")
+    };
+    // Evenly spaced 10 m apart: no gap of 20 m, so the median (the 41st player, at 410 m).
+    assert_eq!(bounds.max.x, 410.0);
+    assert_eq!(players.len(), 40);
+}
+
+#[test]
+fn halves_that_stay_quiet_merge_back_after_thirty_samples_and_the_settle_window() {
+    let mut m = smd();
+    crowd(&mut m, 1..=100, |id| if id <= 50 { id as f64 } else { 5_000.0 + id as f64 });
+    let cmds = ticks(&mut m, 0, 5);
+    let [(_, Command::ZoneSplit { zone, new_zone, .. })] = splits(&cmds)[..] else { panic!() };
+    let (zone, new_zone) = (*zone, *new_zone);
+    // The crowd thins out to 30 + 30 = 60, within 0.8 × 75.
+    for id in (31..=50).chain(81..=100) {
+        m.handle_leave(PlayerId(id)).unwrap();
+    }
+    let cmds = ticks(&mut m, 10, 30);
+    assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::ZoneMerge { .. })), "{cmds:?}");
+    let cmds = ticks(&mut m, 35, 35);
+    let Some((t, Command::ZoneMerge { into, from, players, reason, bounds, .. })) =
+        cmds.iter().find(|(_, c)| matches!(c, Command::ZoneMerge { .. }))
+    else {
+        panic!("a merge after six quiet ticks of 5 samples: {cmds:?}")
+    };
+    assert_eq!(
+        (*t, *into, *from, *reason),
+        (Time::from_secs(35), zone, new_zone, ZoneReason::Underload)
+    );
+    assert_eq!(players, &(51..=80).map(PlayerId).collect::<Vec<_>>());
+    assert_eq!(bounds.max.x, Thresholds::default().position_limit_m());
+    assert_eq!(m.zones().map(|z| (z.id, z.players)).collect::<Vec<_>>(), [(zone, 60)]);
+}
+
+#[test]
+fn a_crowd_on_one_spot_cannot_be_cut_and_is_left_whole() {
+    let mut m = smd();
+    crowd(&mut m, 1..=90, |_| 100.0);
+    let cmds = ticks(&mut m, 0, 60);
+    assert!(splits(&cmds).is_empty());
+    assert_eq!(m.zones().count(), 1);
+}
+
+#[test]
+fn under_smdg_zones_hold_only_the_players_no_bubble_holds() {
+    let mut m = mesh(Thresholds::default());
+    m.handle_site_capacity(site(HKG), Some(0));
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    m.handle_join(join(2, MTL, 10.0, Role::Player, at(1e6))).unwrap();
+    run(&mut m, 0, 5);
+    assert!(m.bubble_of(PlayerId(1)).is_none());
+    assert_eq!(m.zone_of(PlayerId(1)).map(|z| z.players), Some(1), "waiting for a HKG server");
+    assert!(m.bubble_of(PlayerId(2)).is_some());
+    assert!(m.zone_of(PlayerId(2)).is_none());
+}
+
+#[test]
+fn configured_zones_open_at_start_and_bad_boxes_are_refused_by_index() {
+    let b =
+        |x0: f64, x1: f64| Aabb { min: Vec3::new(x0, -1e3, -1e3), max: Vec3::new(x1, 1e3, 1e3) };
+    let config = |zones: Vec<ZoneSpec>| MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(1),
+        placement: Placement::AllCore,
+        zones,
+    };
+    let w = WorldId(0);
+    let mut m = Mesh::new(
+        config(vec![
+            ZoneSpec { world: w, bounds: b(0.0, 1e3) },
+            ZoneSpec { world: w, bounds: b(1e3, 2e3) },
+        ]),
+        Time::ZERO,
+    )
+    .unwrap();
+    let opened: Vec<ZoneReason> = std::iter::from_fn(|| m.poll_command())
+        .map(|c| match c {
+            Command::ZoneCreate { reason, .. } => reason,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(opened, [ZoneReason::Configured; 2]);
+    // A world with configured zones opens no other; a player outside them plays in the nearest.
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(5e3))).unwrap();
+    assert!(m.poll_command().is_none());
+    ticks(&mut m, 0, 0);
+    assert_eq!(m.zone_of(PlayerId(1)).unwrap().bounds, b(1e3, 2e3));
+    let err = Mesh::new(
+        config(vec![
+            ZoneSpec { world: w, bounds: b(0.0, 1e3) },
+            ZoneSpec { world: w, bounds: b(500.0, 2e3) },
+        ]),
+        Time::ZERO,
+    )
+    .unwrap_err();
+    assert!(matches!(&err[..], [ConfigError::BadZone { index: 1, .. }]), "{err:?}");
+}
