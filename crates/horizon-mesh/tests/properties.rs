@@ -117,8 +117,21 @@ fn check_structure(tick: u64, m: &Mesh, _: &[(Time, Command)]) {
         if let Some(b) = m.bubble_of(p.id) {
             assert!(b.bounds.contains(p.position), "tick {tick}: {:?} outside {}", p.id, b.id);
             assert_eq!(b.world, p.world);
+        } else if p.role.is_counted() {
+            // Always simulated: a counted player no bubble holds is in a zone of their world.
+            let z = m.zone_of(p.id);
+            assert!(z.is_some_and(|z| z.world == p.world), "tick {tick}: {:?} nowhere", p.id);
         }
     }
+    // Zones of a world never overlap, and their players add up to those in no bubble.
+    let zones: Vec<_> = m.zones().collect();
+    for (i, a) in zones.iter().enumerate() {
+        for b in &zones[i + 1..] {
+            assert!(a.world != b.world || !a.bounds.overlaps(&b.bounds), "tick {tick}");
+        }
+    }
+    let in_zones: u32 = zones.iter().map(|z| z.players).sum();
+    assert_eq!(in_zones as usize, m.unsimulated().count(), "tick {tick}");
 }
 
 fn config() -> ProptestConfig {

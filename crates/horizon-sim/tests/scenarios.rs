@@ -238,3 +238,40 @@ fn a_missing_file_is_an_error_not_a_panic() {
     let err = Scenario::load(&file("does-not-exist.toml")).unwrap_err();
     assert!(err.to_string().contains("cannot read"), "{err}");
 }
+
+#[test]
+fn smd_cuts_a_crowded_paris_zone_between_market_and_arena_and_joins_it_back_when_it_empties() {
+    let r = report("paris-crowd-smd.toml");
+    assert_eq!((r.zones.splits, r.zones.merges), (1, 1), "{:#?}", r.timeline);
+    assert_eq!(r.stats.max_zones, 3);
+    assert_eq!(r.zones.count, 2, "back to the two configured zones");
+    let split = r.timeline.iter().find(|e| e.kind == "zone_split").unwrap();
+    // The arena arrives at 30 s (120 > 75); two ticks of overload later it is cut.
+    assert_eq!(split.t_s, 35.0, "{split:?}");
+    assert!(split.text.contains("with 70 players"), "{split:?}");
+    let merge = r.timeline.iter().find(|e| e.kind == "zone_merge").unwrap();
+    // The arena leaves at 120 s; 30 quiet samples and the settle window later, joined again.
+    assert_eq!(merge.t_s, 145.0, "{merge:?}");
+    assert!(r.bubbles_by_site.is_empty(), "SMD carves no bubble");
+    assert!(r.final_players.values().all(|f| f.site == "PAR"));
+    // 120 players at peak on PAR: the market's server and the arena's.
+    assert_eq!(r.max_servers_by_site["PAR"], 2);
+    assert_eq!(r.max_servers_by_site["MTL"], 0);
+}
+
+#[test]
+fn bad_zones_are_refused_each_by_its_key() {
+    let text = std::fs::read_to_string(file("paris-crowd-smd.toml")).unwrap();
+    let text = text
+        .replacen("max = [30000.0, 10000.0, 1000.0]", "max = [5000.0, 10000.0, 1000.0]", 1)
+        .replace("\nplacement = \"all_core\"", "\nplacement = \"smd\"")
+        .replace("split_after_samples = 10", "split_after_samples = 0");
+    let problems = Scenario::parse(&text).unwrap_err();
+    let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+    assert!(keys.contains(&"zones[1]"), "{problems:?}");
+    assert!(keys.contains(&"placement"), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.key == "thresholds" && p.why.contains("split_after_samples")),
+        "{problems:?}"
+    );
+}
