@@ -121,6 +121,8 @@ pub(crate) struct Metrics {
     servers: IntGaugeVec,
     pub agent_connected: PerSite<prometheus::IntGauge>,
     pub bubbles_created: PerSite<prometheus::IntCounter>,
+    pub zones: prometheus::IntGauge,
+    zone_changes: IntCounterVec,
     handovers: IntCounterVec,
     handover_seconds: HistogramVec,
     pub renewals: PerSite<prometheus::IntCounter>,
@@ -213,6 +215,18 @@ impl Metrics {
         )
         .unwrap_or_else(unreachable_metric);
         horizon_admin::register(&reg, Box::new(refused.clone()));
+        let zone_changes = IntCounterVec::new(
+            Opts::new(
+                "horizon_core_zone_changes_total",
+                "Zones of the core site split (overloaded) or merged back (quiet), by change.",
+            ),
+            &["change"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        for change in ["split", "merge"] {
+            zone_changes.with_label_values(&[change]);
+        }
+        horizon_admin::register(&reg, Box::new(zone_changes.clone()));
         let backbone_rtt = prometheus::GaugeVec::new(
             Opts::new(
                 "horizon_backbone_rtt_seconds",
@@ -240,6 +254,16 @@ impl Metrics {
                 "site",
             ),
             bubbles_created: c("horizon_bubbles_created_total", "Bubbles created, by site."),
+            zones: {
+                let z = prometheus::IntGauge::new(
+                    "horizon_core_zones",
+                    "Zones of the core site as the brain cuts them (the layout: not yet run on game servers).",
+                )
+                .unwrap_or_else(unreachable_metric);
+                horizon_admin::register(&reg, Box::new(z.clone()));
+                z
+            },
+            zone_changes,
             handovers,
             handover_seconds,
             renewals: c(
@@ -280,6 +304,11 @@ impl Metrics {
             backbone_rtt,
             registry: reg,
         }
+    }
+
+    /// A zone was split (`true`) or two were merged back.
+    pub(crate) fn zone_changed(&self, split: bool) {
+        self.zone_changes.with_label_values(&[if split { "split" } else { "merge" }]).inc();
     }
 
     fn name(&self, site: SiteId) -> &str {

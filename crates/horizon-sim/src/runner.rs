@@ -386,9 +386,7 @@ impl Run<'_> {
             Command::ZoneSplit { zone, new_zone, bounds, new_bounds, players, .. } => {
                 s.zone_splits += 1;
                 let text = format!(
-                    "{zone} split ({}): {} keeps {}, {new_zone} takes {} with {} players",
-                    "overload",
-                    zone,
+                    "{zone} split (overload): keeps {}, {new_zone} takes {} with {} players",
                     boxed(&bounds),
                     boxed(&new_bounds),
                     players.len()
@@ -398,8 +396,7 @@ impl Run<'_> {
             Command::ZoneMerge { into, from, bounds, players, .. } => {
                 s.zone_merges += 1;
                 let text = format!(
-                    "{from} merged into {into} ({}): {} players, now {}",
-                    "underload",
+                    "{from} merged into {into} (underload): {} players, now {}",
                     players.len(),
                     boxed(&bounds)
                 );

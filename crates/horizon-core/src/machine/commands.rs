@@ -52,12 +52,11 @@ impl CoreMachine {
                     // Carried out by `reconcile_parts`, with each member's part.
                     tracing::info!(bubble = bubble.0, parts = parts.len(), reason = ?reason, "bubble spread over servers");
                 }
-                Command::ZoneCreate { .. }
-                | Command::ZoneSplit { .. }
-                | Command::ZoneMerge { .. } => {
-                    // The layout is the brain's, kept for `/status` and the decisions above;
-                    // the core site's agent does not run zones on game servers yet.
-                }
+                // The layout is the brain's, shown in `/status` and the decisions above; the core
+                // site's agent does not run zones on game servers yet.
+                Command::ZoneCreate { .. } => {}
+                Command::ZoneSplit { .. } => self.metrics.zone_changed(true),
+                Command::ZoneMerge { .. } => self.metrics.zone_changed(false),
                 Command::Stalled { bubble, site, .. } => {
                     tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
                 }

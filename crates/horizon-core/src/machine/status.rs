@@ -44,6 +44,7 @@ impl CoreMachine {
         for p in self.mesh.unsimulated() {
             unsimulated[p.home.index()] += 1;
         }
+        self.metrics.zones.set(self.mesh.zones().count() as i64);
         for s in self.cfg.sites.ids() {
             let i = s.index();
             self.metrics.bubbles.set(i, bubbles[i]);
