@@ -790,3 +790,28 @@ fn a_player_alone_at_their_spawn_gets_a_bubble_when_the_join_is_reported_not_at_
     });
     assert!(created, "{:?}", h.sent());
 }
+
+#[test]
+fn the_status_and_metrics_show_the_zone_a_worlds_first_player_opens() {
+    let mut h = Harness::new();
+    let public = horizon_admin::Page { after: None, limit: 100, private: false };
+    assert!(h.core.status(h.now, public).zones.is_empty());
+    montrealer_in_a_bubble(&mut h);
+    let doc = h.core.status(h.now, public);
+    let [zone] = &doc.zones[..] else { panic!("one zone: {:?}", doc.zones) };
+    assert!(zone.zone >= horizon_mesh::ZONE_IDS_FROM);
+    assert_eq!(zone.players, 0, "the Montrealer plays in a bubble");
+    assert!(
+        doc.recent_decisions.iter().any(|d| d["command"] == "zone_create" && d["site"] == "PAR"),
+        "{:?}",
+        doc.recent_decisions
+    );
+    let text = h.core.metrics_text();
+    for line in [
+        "horizon_core_zones 1",
+        "horizon_core_zone_changes_total{change=\"split\"} 0",
+        "horizon_core_zone_changes_total{change=\"merge\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}
