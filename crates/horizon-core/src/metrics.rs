@@ -306,6 +306,12 @@ impl Metrics {
         }
     }
 
+    /// Zone splits and merges so far.
+    pub(crate) fn zone_changes(&self) -> (u64, u64) {
+        let get = |c: &str| self.zone_changes.with_label_values(&[c]).get();
+        (get("split"), get("merge"))
+    }
+
     /// A zone was split (`true`) or two were merged back.
     pub(crate) fn zone_changed(&self, split: bool) {
         self.zone_changes.with_label_values(&[if split { "split" } else { "merge" }]).inc();

@@ -30,6 +30,9 @@ pub struct CoreStatus {
     /// agent does not run them on game servers yet: the layout is shown, not hosted.
     #[serde(default)]
     pub zones: Vec<ZoneStatus>,
+    /// Zone splits and merges since the core started.
+    #[serde(default)]
+    pub zone_changes: ZoneChanges,
     /// The brain's proximity groups, largest first (at most 500).
     pub groups: Vec<GroupStatus>,
     pub players: Vec<PlayerStatus>,
@@ -86,6 +89,13 @@ pub struct ServerStatus {
 
 /// A box: `[[min x, y, z], [max x, y, z]]`.
 pub type Bounds = [[f64; 3]; 2];
+
+/// Zone splits and merges since the core started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneChanges {
+    pub splits: u64,
+    pub merges: u64,
+}
 
 /// One zone of the core site.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -447,6 +447,11 @@ async fn run(args: DemoArgs) -> ExitCode {
     });
     doc["players_unsimulated_max"] = cost.unsimulated_max.into();
     doc["max_servers_by_site"] = serde_json::json!(cost.max_by_site);
+    doc["zones"] = serde_json::json!({
+        "count": cost.zones_max,
+        "splits": status.zone_changes.splits,
+        "merges": status.zone_changes.merges,
+    });
     let per_server = cost.peak_players as f64 / cost.peak_servers.max(1) as f64;
     doc["players_per_server_at_peak"] = ((per_server * 10.0).round() / 10.0).into();
     let (freeze, excess) = freeze_report(&freezes);
@@ -502,6 +507,8 @@ struct Cost {
     peak_servers: u64,
     /// The most players in no bubble at one sample.
     unsimulated_max: u64,
+    /// The most zones at one sample.
+    zones_max: u64,
 }
 
 impl Cost {
@@ -517,6 +524,7 @@ impl Cost {
         let unsimulated = status.players.iter().filter(|p| p.bubble.is_none()).count();
         self.unsimulated_max = self.unsimulated_max.max(unsimulated as u64);
         self.peak_servers = self.peak_servers.max(total);
+        self.zones_max = self.zones_max.max(status.zones.len() as u64);
     }
 }
 

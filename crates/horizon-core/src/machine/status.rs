@@ -10,7 +10,7 @@ use super::CoreMachine;
 use crate::metrics::HandoverOutcome;
 use crate::status::{
     BubbleStatus, CoreStatus, GroupStatus, HandoverCounts, PlayerStatus, ServerStatus, SiteStatus,
-    StaleRefused, ZoneStatus,
+    StaleRefused, ZoneChanges, ZoneStatus,
 };
 
 /// Groups listed in the status JSON, largest first.
@@ -209,6 +209,10 @@ impl CoreMachine {
                     players: z.players,
                 })
                 .collect(),
+            zone_changes: {
+                let (splits, merges) = self.metrics.zone_changes();
+                ZoneChanges { splits, merges }
+            },
             groups: self.groups(page.private),
             players,
             players_total: self.mesh.players().len(),
