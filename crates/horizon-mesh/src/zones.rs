@@ -263,7 +263,7 @@ impl ZoneLayout {
                 cuts.push((*seq, i as u32, *low, *high));
             }
         }
-        cuts.sort_by(|a, b| b.0.cmp(&a.0));
+        cuts.sort_by_key(|c| std::cmp::Reverse(c.0));
         cuts.into_iter().map(|(_, c, l, h)| (c, l, h)).collect()
     }
 
