@@ -26,8 +26,8 @@ pub struct CoreStatus {
     pub restores: BTreeMap<String, u64>,
     pub sites: Vec<SiteStatus>,
     pub bubbles: Vec<BubbleStatus>,
-    /// The core site's zones as the brain cuts them (SMD's split and merge). The core site's
-    /// agent does not run them on game servers yet: the layout is shown, not hosted.
+    /// The core site's zones as the brain cuts them (SMD's split and merge), each run on a
+    /// game server of the core site like any region.
     #[serde(default)]
     pub zones: Vec<ZoneStatus>,
     /// Zone splits and merges since the core started.
@@ -101,10 +101,15 @@ pub struct ZoneChanges {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ZoneStatus {
     pub zone: u64,
+    pub epoch: u64,
     pub world: u32,
     pub bounds: Bounds,
-    /// Counted players in it and in no bubble, at the last tick.
+    /// Counted players in it and in no bubble, at the brain's last tick.
     pub players: u32,
+    /// Players its server simulates now, as the core routed them.
+    pub members: usize,
+    /// Being restored on another server of the core site from its copy (its lease ran out).
+    pub restoring: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

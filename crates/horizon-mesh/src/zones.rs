@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 
 use crate::config::ConfigError;
 use crate::geom::{Aabb, Vec3};
-use crate::ids::{BubbleId, WorldId};
+use crate::ids::{BubbleId, Epoch, WorldId};
 use crate::time::Time;
 
 /// A configured zone box (`[[zones]]`): in the world's local coordinates.
@@ -63,6 +63,11 @@ pub struct Zone {
     pub id: BubbleId,
     pub world: WorldId,
     pub bounds: Aabb,
+    /// The epoch of its current lease (zones are leased to the core site like any region).
+    pub epoch: Epoch,
+    /// Set when its lease expired (the core site stopped renewing it): it waits to be granted
+    /// again, on another server of the core site.
+    pub stalled_since: Option<Time>,
     /// Counted players in its box and in no bubble, as of the last tick.
     pub players: u32,
     /// Load samples (each weighing the time since the previous one) it has been overloaded for.
@@ -72,8 +77,17 @@ pub struct Zone {
 }
 
 impl Zone {
-    fn new(id: BubbleId, world: WorldId, bounds: Aabb, now: Option<Time>) -> Self {
-        Zone { id, world, bounds, players: 0, overloaded: 0.0, changed_at: now }
+    fn new(id: BubbleId, world: WorldId, bounds: Aabb, epoch: Epoch, now: Option<Time>) -> Self {
+        Zone {
+            id,
+            world,
+            bounds,
+            epoch,
+            stalled_since: None,
+            players: 0,
+            overloaded: 0.0,
+            changed_at: now,
+        }
     }
 }
 
@@ -146,9 +160,11 @@ impl ZoneLayout {
         id: BubbleId,
         world: WorldId,
         bounds: Aabb,
+        epoch: Epoch,
         now: Option<Time>,
     ) -> u32 {
-        let leaf = self.alloc(Slot { bounds, node: Node::Leaf(Zone::new(id, world, bounds, now)) });
+        let zone = Zone::new(id, world, bounds, epoch, now);
+        let leaf = self.alloc(Slot { bounds, node: Node::Leaf(zone) });
         self.roots.entry(world).or_default().push(leaf);
         self.leaf_of.insert(id, leaf);
         leaf
@@ -231,6 +247,7 @@ impl ZoneLayout {
         axis: usize,
         at: f64,
         new_id: BubbleId,
+        new_epoch: Epoch,
         now: Time,
     ) -> Split {
         let slot = self.slot(leaf).clone();
@@ -243,7 +260,7 @@ impl ZoneLayout {
         let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
         let high = self.alloc(Slot {
             bounds: high_box,
-            node: Node::Leaf(Zone::new(new_id, kept.world, high_box, Some(now))),
+            node: Node::Leaf(Zone::new(new_id, kept.world, high_box, new_epoch, Some(now))),
         });
         self.seq += 1;
         self.slot_mut(leaf).node =
@@ -310,14 +327,14 @@ mod tests {
     fn splits_cut_a_leaf_in_two_and_merges_undo_the_latest_first() {
         let mut l = ZoneLayout::default();
         let w = WorldId(0);
-        let root = l.add_root(BubbleId(1), w, cube(-100.0, 100.0), None);
+        let root = l.add_root(BubbleId(1), w, cube(-100.0, 100.0), Epoch(1), None);
         assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(root));
-        let s = l.split(root, 0, 0.0, BubbleId(2), Time::ZERO);
+        let s = l.split(root, 0, 0.0, BubbleId(2), Epoch(2), Time::ZERO);
         assert_eq!(l.zone(s.kept).id, BubbleId(1));
         assert_eq!(l.zone(s.new).bounds, cube(0.0, 100.0));
         assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(s.new));
         assert_eq!(l.locate(w, Vec3::new(-50.0, 0.0, 0.0)), Some(s.kept));
-        let s2 = l.split(s.new, 0, 50.0, BubbleId(3), Time::ZERO);
+        let s2 = l.split(s.new, 0, 50.0, BubbleId(3), Epoch(3), Time::ZERO);
         assert_eq!(l.len(), 3);
         // Only the latest cut has two zones under it.
         let m = l.mergeable();
@@ -336,8 +353,8 @@ mod tests {
     fn a_position_outside_every_configured_box_belongs_to_the_nearest() {
         let mut l = ZoneLayout::default();
         let w = WorldId(3);
-        let a = l.add_root(BubbleId(1), w, cube(-100.0, 0.0), None);
-        let b = l.add_root(BubbleId(2), w, cube(500.0, 600.0), None);
+        let a = l.add_root(BubbleId(1), w, cube(-100.0, 0.0), Epoch(1), None);
+        let b = l.add_root(BubbleId(2), w, cube(500.0, 600.0), Epoch(2), None);
         assert_eq!(l.locate(w, Vec3::new(100.0, 0.0, 0.0)), Some(a));
         assert_eq!(l.locate(w, Vec3::new(400.0, 0.0, 0.0)), Some(b));
         assert_eq!(l.locate(WorldId(4), Vec3::ZERO), None);

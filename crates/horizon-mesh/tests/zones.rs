@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use horizon_mesh::{
-    Aabb, Command, ConfigError, Generation, Mesh, MeshConfig, Placement, PlayerId, Role,
-    Thresholds, Time, Vec3, WorldId, ZoneReason, ZoneSpec,
+    Aabb, Command, ConfigError, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerId,
+    Role, Thresholds, Time, Vec3, WorldId, ZoneReason, ZoneSpec,
 };
 
 /// SMD (no bubbles): every player plays in a zone.
@@ -22,11 +22,13 @@ fn crowd(m: &mut Mesh, ids: std::ops::RangeInclusive<u64>, x: impl Fn(u64) -> f6
     }
 }
 
-/// Every command from `from_s` to `to_s` (zones opening included), one tick every 5 s.
+/// Every command from `from_s` to `to_s` (zones opening included), one tick every 5 s, every
+/// lease renewed first.
 fn ticks(m: &mut Mesh, from_s: u64, to_s: u64) -> Vec<(Time, Command)> {
     let mut out = Vec::new();
     for t in (from_s..=to_s).step_by(5) {
         let now = Time::from_secs(t);
+        renew_all(m, now, &[]);
         m.handle_timeout(now);
         out.extend(std::iter::from_fn(|| m.poll_command()).map(|c| (now, c)));
     }
@@ -45,11 +47,13 @@ fn a_worlds_first_player_opens_one_zone_over_the_whole_world_on_the_core_site() 
     let mut m = smd();
     assert_eq!(m.zones().count(), 0);
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
-    let Some(Command::ZoneCreate { zone, site: s, world, bounds, reason }) = m.poll_command()
+    let Some(Command::ZoneCreate { zone, site: s, world, bounds, epoch, reason }) =
+        m.poll_command()
     else {
         panic!("a zone for world 0")
     };
     assert_eq!((s, world, reason), (site(PAR), WorldId(0), ZoneReason::World));
+    assert!(m.leases().is_current(zone, epoch), "leased to the core site like any region");
     let limit = Thresholds::default().position_limit_m();
     assert_eq!(bounds, Aabb::point(Vec3::ZERO).expand(limit));
     // The second player of the world opens nothing.
@@ -199,4 +203,74 @@ fn configured_zones_open_at_start_and_bad_boxes_are_refused_by_index() {
     )
     .unwrap_err();
     assert!(matches!(&err[..], [ConfigError::BadZone { index: 1, .. }]), "{err:?}");
+}
+
+#[test]
+fn a_zone_whose_lease_runs_out_is_granted_again_on_the_core_site_and_restored_there() {
+    let mut m = smd();
+    crowd(&mut m, 1..=3, |id| id as f64 * 10.0);
+    let cmds = ticks(&mut m, 0, 0);
+    let Some(Command::ZoneCreate { zone, epoch, .. }) =
+        cmds.iter().map(|(_, c)| c.clone()).find(|c| matches!(c, Command::ZoneCreate { .. }))
+    else {
+        panic!("{cmds:?}")
+    };
+    // The core site stops renewing (its agent cut off, or the zone's server lost).
+    let mut out = Vec::new();
+    for t in 5..=40 {
+        let now = Time::from_secs(t);
+        m.handle_timeout(now);
+        out.extend(std::iter::from_fn(|| m.poll_command()).map(|c| (now, c)));
+    }
+    let stalled = out.iter().find(|(_, c)| matches!(c, Command::Stalled { .. })).unwrap();
+    assert_eq!(stalled.0, Time::from_secs(30), "a lease of 30 s from the grant");
+    let Some((t, Command::Move { bubble, from, to, epoch: new, players, reason })) =
+        out.iter().find(|(_, c)| matches!(c, Command::Move { .. }))
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*t, Time::from_secs(32), "at once when the drift margin ends");
+    assert_eq!((*bubble, *from, *to, *reason), (zone, site(PAR), site(PAR), MoveReason::Failover));
+    assert!(*new > epoch && m.leases().is_current(zone, *new));
+    assert_eq!(players, &[PlayerId(1), PlayerId(2), PlayerId(3)]);
+    assert_eq!(m.zone_by_id(zone).unwrap().stalled_since, None);
+    assert_eq!(m.leases_held(site(PAR)), [(zone, *new)]);
+}
+
+#[test]
+fn after_a_restart_zones_are_taken_back_with_their_ids_and_epochs_and_none_is_opened_again() {
+    let mut before = smd();
+    crowd(&mut before, 1..=100, |id| if id <= 50 { id as f64 } else { 5_000.0 + id as f64 });
+    ticks(&mut before, 0, 5);
+    let kept: Vec<(horizon_mesh::BubbleId, WorldId, Aabb, horizon_mesh::Epoch)> =
+        before.zones().map(|z| (z.id, z.world, z.bounds, z.epoch)).collect();
+    assert_eq!(kept.len(), 2);
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(2),
+        placement: Placement::AllCore,
+        zones: Vec::new(),
+    };
+    let mut after = Mesh::new(config, Time::ZERO).unwrap();
+    for &(id, world, bounds, epoch) in &kept {
+        let z = horizon_mesh::RestoredBubble { id, site: site(PAR), world, bounds, epoch };
+        after.handle_restore_zone(z, Time::ZERO).unwrap();
+    }
+    // A zone restored elsewhere than the core site is refused.
+    let (id, world, bounds, epoch) = kept[0];
+    let elsewhere = horizon_mesh::RestoredBubble { id, site: site(MTL), world, bounds, epoch };
+    assert!(after.handle_restore_zone(elsewhere, Time::ZERO).is_err());
+    crowd(&mut after, 1..=100, |id| if id <= 50 { id as f64 } else { 5_000.0 + id as f64 });
+    let cmds = ticks(&mut after, 0, 0);
+    assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::ZoneCreate { .. })), "{cmds:?}");
+    let zones: Vec<_> = after.zones().map(|z| (z.id, z.epoch, z.players)).collect();
+    assert_eq!(zones, [(kept[0].0, kept[0].3, 50), (kept[1].0, kept[1].3, 50)]);
+    // New zone ids follow the restored ones.
+    crowd(&mut after, 101..=101, |_| 0.0);
+    let mut other = join(102, PAR, 10.0, Role::Player, at(0.0));
+    other.world = WorldId(7);
+    after.handle_join(other).unwrap();
+    let Some(Command::ZoneCreate { zone, .. }) = after.poll_command() else { panic!() };
+    assert!(zone > kept[1].0);
 }

@@ -254,12 +254,7 @@ impl Run<'_> {
             // The agents of sites with a link renew their leases, one batch per site.
             for site in sc.sites.ids() {
                 if link_up[site.index()] {
-                    let batch: Vec<_> = self
-                        .mesh
-                        .bubbles()
-                        .filter(|b| b.site == site && b.stalled_since.is_none())
-                        .map(|b| (b.id, b.epoch))
-                        .collect();
+                    let batch = self.mesh.leases_held(site);
                     let _ = self.mesh.handle_renewal(site, &batch, now);
                 }
             }

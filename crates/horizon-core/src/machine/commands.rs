@@ -18,11 +18,7 @@ impl CoreMachine {
             self.decide(&command, now);
             match command {
                 Command::Create { bubble, site, world, bounds, epoch, .. } => {
-                    self.registry.insert(bubble, Hosted::new(site, epoch.0, world.0, bounds, now));
-                    self.persist_lease(bubble);
-                    let region = Region { world, bounds: Some(bounds) };
-                    let lease = self.lease(bubble, epoch.0, now);
-                    self.order(site, control::Request::Create { bubble, region, lease });
+                    self.host(bubble, site, world, bounds, epoch.0, now);
                     self.metrics.bubbles_created.inc(site.index());
                 }
                 Command::Move { bubble, from, to, epoch, reason, .. } => {
@@ -34,29 +30,36 @@ impl CoreMachine {
                 }
                 Command::Merge { from, .. } => revokes.push(from),
                 Command::Delete { bubble, .. } => revokes.push(bubble),
-                Command::Border { bubble, bounds, .. } => {
-                    if let Some(reg) = self.registry.get_mut(&bubble) {
-                        reg.bounds = bounds;
-                        let (site, epoch, world, settled) =
-                            (reg.site, reg.epoch, reg.world, reg.settled());
-                        if settled {
-                            let bounds = Some(reg.bounds);
-                            let region = Region { world: WorldId(world), bounds };
-                            let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
-                            self.order(site, control::Request::Resize { lease, region });
-                        }
-                    }
-                }
+                Command::Border { bubble, bounds, .. } => self.resize(bubble, bounds),
                 Command::Enter { .. } => {}
                 Command::Servers { bubble, parts, reason, .. } => {
                     // Carried out by `reconcile_parts`, with each member's part.
                     tracing::info!(bubble = bubble.0, parts = parts.len(), reason = ?reason, "bubble spread over servers");
                 }
-                // The layout is the brain's, shown in `/status` and the decisions above; the core
-                // site's agent does not run zones on game servers yet.
-                Command::ZoneCreate { .. } => {}
-                Command::ZoneSplit { .. } => self.metrics.zone_changed(true),
-                Command::ZoneMerge { .. } => self.metrics.zone_changed(false),
+                // Zones run on the core site's servers as any region does; their players come
+                // and go by `reconcile` (crossings between two servers of the core site).
+                Command::ZoneCreate { zone, site, world, bounds, epoch, .. } => {
+                    self.host(zone, site, world, bounds, epoch.0, now);
+                }
+                Command::ZoneSplit {
+                    zone,
+                    new_zone,
+                    site,
+                    world,
+                    bounds,
+                    new_bounds,
+                    new_epoch,
+                    ..
+                } => {
+                    self.resize(zone, bounds);
+                    self.host(new_zone, site, world, new_bounds, new_epoch.0, now);
+                    self.metrics.zone_changed(true);
+                }
+                Command::ZoneMerge { into, from, bounds, .. } => {
+                    self.resize(into, bounds);
+                    revokes.push(from);
+                    self.metrics.zone_changed(false);
+                }
                 Command::Stalled { bubble, site, .. } => {
                     tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
                 }
@@ -92,6 +95,37 @@ impl CoreMachine {
                 // A holder that did not hear never lets its players go: see `drain.rs`.
                 self.bubble_ended(bubble, &reg, heard);
             }
+        }
+    }
+
+    /// A new region (a bubble or a zone) granted `epoch` on `site`: recorded, persisted, and
+    /// ordered to the site's agent.
+    fn host(
+        &mut self,
+        bubble: BubbleId,
+        site: horizon_mesh::SiteId,
+        world: WorldId,
+        bounds: horizon_proto::Aabb,
+        epoch: u64,
+        now: Time,
+    ) {
+        self.registry.insert(bubble, Hosted::new(site, epoch, world.0, bounds, now));
+        self.persist_lease(bubble);
+        let region = Region { world, bounds: Some(bounds) };
+        let lease = self.lease(bubble, epoch, now);
+        self.order(site, control::Request::Create { bubble, region, lease });
+    }
+
+    /// A region's box changed: its holder is told once it runs there (a region in a handover
+    /// or a restore gets its box with it).
+    fn resize(&mut self, bubble: BubbleId, bounds: horizon_proto::Aabb) {
+        let Some(reg) = self.registry.get_mut(&bubble) else { return };
+        reg.bounds = bounds;
+        let (site, epoch, world, settled) = (reg.site, reg.epoch, reg.world, reg.settled());
+        if settled {
+            let region = Region { world: WorldId(world), bounds: Some(bounds) };
+            let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
+            self.order(site, control::Request::Resize { lease, region });
         }
     }
 

@@ -312,7 +312,13 @@ impl CoreMachine {
                 bounds,
                 epoch: horizon_mesh::Epoch(lease.epoch),
             };
-            match self.mesh.handle_restore_bubble(restored, now) {
+            // Zones come back as zones (the layout persists), bubbles as bubbles.
+            let taken = if id >= horizon_mesh::ZONE_IDS_FROM {
+                self.mesh.handle_restore_zone(restored, now)
+            } else {
+                self.mesh.handle_restore_bubble(restored, now)
+            };
+            match taken {
                 Ok(()) => {
                     let hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
                     self.registry.insert(bubble, hosted);

@@ -107,11 +107,7 @@ impl CoreMachine {
         for p in self.mesh.players() {
             let player = PlayerId(p.id.0);
             present.insert(player);
-            let want = self
-                .mesh
-                .bubble_of(p.id)
-                .map(|b| BubbleId(b.id.0))
-                .filter(|b| self.registry.contains_key(b));
+            let want = self.mesh.region_of(p.id).filter(|b| self.registry.contains_key(b));
             let have = self.placed.get(&player).copied();
             if want == have || unsettled(&self.registry, want) || unsettled(&self.registry, have) {
                 continue;

@@ -34,14 +34,15 @@ impl CoreMachine {
     pub fn refresh_gauges(&mut self) {
         let n = self.cfg.sites.len();
         let mut bubbles = vec![0u64; n];
-        for r in self.registry.values() {
+        for (_, r) in self.registry.iter().filter(|(b, _)| !is_zone(**b)) {
             bubbles[r.site.index()] += 1;
         }
         let (mut players, mut unsimulated) = (vec![0u64; n], vec![0u64; n]);
         for p in self.mesh.players() {
             players[p.home.index()] += 1;
         }
-        for p in self.mesh.unsimulated() {
+        // In no bubble (few): simulated if the core placed them in their zone.
+        for p in self.mesh.unsimulated().filter(|p| !self.placed.contains_key(&p.id)) {
             unsimulated[p.home.index()] += 1;
         }
         self.metrics.zones.set(self.mesh.zones().count() as i64);
@@ -118,7 +119,11 @@ impl CoreMachine {
                     agent_connected: agent.is_some(),
                     admin: agent.map(|a| a.admin.clone()).filter(|a| !a.is_empty()),
                     players: self.mesh.players().iter().filter(|p| p.home == s).count(),
-                    bubbles: self.registry.values().filter(|r| r.site == s).count(),
+                    bubbles: self
+                        .registry
+                        .iter()
+                        .filter(|(b, r)| r.site == s && !is_zone(**b))
+                        .count(),
                     servers,
                     backbone_rtt_ms: self
                         .cfg
@@ -133,6 +138,7 @@ impl CoreMachine {
         let bubbles = self
             .registry
             .iter()
+            .filter(|(id, _)| !is_zone(**id))
             .map(|(id, r)| BubbleStatus {
                 bubble: id.0,
                 site: name(r.site),
@@ -202,11 +208,17 @@ impl CoreMachine {
             zones: self
                 .mesh
                 .zones()
-                .map(|z| ZoneStatus {
-                    zone: z.id.0,
-                    world: z.world.0,
-                    bounds: bounds(&z.bounds),
-                    players: z.players,
+                .map(|z| {
+                    let reg = self.registry.get(&z.id);
+                    ZoneStatus {
+                        zone: z.id.0,
+                        epoch: z.epoch.0,
+                        world: z.world.0,
+                        bounds: bounds(&z.bounds),
+                        players: z.players,
+                        members: reg.map_or(0, |r| r.members.len()),
+                        restoring: reg.is_some_and(|r| r.restoring),
+                    }
                 })
                 .collect(),
             zone_changes: {
@@ -220,4 +232,9 @@ impl CoreMachine {
             recent_decisions: self.decisions.iter().rev().take(50).cloned().collect(),
         }
     }
+}
+
+/// Zones share the bubbles' id space from [`horizon_mesh::ZONE_IDS_FROM`] up.
+pub(crate) fn is_zone(id: horizon_proto::BubbleId) -> bool {
+    id.0 >= horizon_mesh::ZONE_IDS_FROM
 }

@@ -18,6 +18,7 @@ impl Mesh {
     /// - otherwise (someone near, a stalled bubble, no seat, already placed, unknown) the next
     ///   tick places them, as after [`Mesh::handle_join`] alone.
     pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
+        self.now_hint = self.now_hint.max(now);
         let Some(&i) = self.player_index.get(&id) else { return };
         let place = self.place_of[i as usize] as usize;
         if self.npc[place] || self.player_bubble[place] != NONE {

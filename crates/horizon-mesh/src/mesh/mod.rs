@@ -217,9 +217,16 @@ pub enum Command {
     Stalled { bubble: BubbleId, site: SiteId, since: Time },
     /// A zone opens on the core site (`mesh/zones.rs`): a configured box at start, or a whole
     /// world when its first player arrives.
-    ZoneCreate { zone: BubbleId, site: SiteId, world: WorldId, bounds: Aabb, reason: ZoneReason },
-    /// SMD split: `zone` keeps `bounds`; the new zone `new_zone` takes `new_bounds` and
-    /// `players`, the zone's players who stand in that half.
+    ZoneCreate {
+        zone: BubbleId,
+        site: SiteId,
+        world: WorldId,
+        bounds: Aabb,
+        epoch: Epoch,
+        reason: ZoneReason,
+    },
+    /// SMD split: `zone` keeps `bounds`; the new zone `new_zone`, granted `new_epoch`, takes
+    /// `new_bounds` and `players`, the zone's players who stand in that half.
     ZoneSplit {
         zone: BubbleId,
         new_zone: BubbleId,
@@ -227,10 +234,12 @@ pub enum Command {
         world: WorldId,
         bounds: Aabb,
         new_bounds: Aabb,
+        new_epoch: Epoch,
         players: Vec<PlayerId>,
         reason: ZoneReason,
     },
-    /// SMD merge: zone `from` ends and its `players` join `into`, which now covers `bounds`.
+    /// SMD merge: zone `from` ends (its lease revoked) and its `players` join `into`, which now
+    /// covers `bounds`.
     ZoneMerge {
         into: BubbleId,
         from: BubbleId,
@@ -325,6 +334,8 @@ pub struct Mesh {
     zone_sampled_at: Option<Time>,
     /// (zone leaf, place) of the players counted in zones at the last tick.
     zone_members: Vec<(u32, u32)>,
+    /// The latest time an input carried (zones opened between ticks are leased from it).
+    now_hint: Time,
 }
 
 mod arrival;
@@ -434,8 +445,9 @@ impl Mesh {
             next_zone: ZONE_IDS_FROM,
             zone_sampled_at: None,
             zone_members: Vec::new(),
+            now_hint: now,
         };
-        mesh.open_configured_zones(&config.zones)?;
+        mesh.open_configured_zones(&config.zones, now)?;
         Ok(mesh)
     }
 
@@ -550,6 +562,7 @@ impl Mesh {
         bubbles: &[(BubbleId, Epoch)],
         now: Time,
     ) -> Vec<Result<Time, LeaseError<SiteId>>> {
+        self.now_hint = self.now_hint.max(now);
         bubbles.iter().map(|&(b, e)| self.leases.renew(b, site, e, now)).collect()
     }
 
@@ -651,6 +664,7 @@ impl Mesh {
     /// at once when a lease's drift margin has just ended, so that its bubble fails over now
     /// rather than at the next tick.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.now_hint = self.now_hint.max(now);
         let regrantable = self.expire_leases(now);
         if now >= self.next_tick || regrantable > 0 {
             self.tick(now);
@@ -817,6 +831,9 @@ impl Mesh {
     fn expire_leases(&mut self, now: Time) -> usize {
         let (expired, regrantable) = self.leases.expire(now);
         for (id, lease) in expired {
+            if self.stall_zone(id, lease.expires_at) {
+                continue;
+            }
             if let Some(&slot) = self.bubble_index.get(&id) {
                 let b = self.bubble_mut(slot);
                 b.stalled_since = Some(lease.expires_at);

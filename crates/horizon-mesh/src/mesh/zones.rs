@@ -13,9 +13,12 @@
 //! - A sample weighs the seconds since the previous one (a tick every 5 s weighs 5), and no zone
 //!   splits or merges within `settle_ms` of its last change.
 //!
-//! Zones live on the core site and are never scored or moved. Their ids share the bubbles' id
-//! space from [`ZONE_IDS_FROM`] up, so a region's id names one region whatever its kind, and a
-//! zone id never collides with a bubble's, even across a core restart.
+//! Zones live on the core site and are never scored or moved to another site. Each holds a lease
+//! like any region: a zone whose lease expires (its server lost, the core site's agent silent)
+//! is granted again on the core site as soon as the drift margin allows, and restored there from
+//! its copy (a [`Command::Move`] with reason `Failover` from the core site to itself). Their ids
+//! share the bubbles' id space from [`ZONE_IDS_FROM`] up, so a region's id names one region
+//! whatever its kind, and a zone id never collides with a bubble's, even across a core restart.
 
 use super::*;
 use crate::zones::{Zone, ZoneSpec, validate_specs};
@@ -49,10 +52,11 @@ impl Mesh {
     pub(super) fn open_configured_zones(
         &mut self,
         specs: &[ZoneSpec],
+        now: Time,
     ) -> Result<(), Vec<ConfigError>> {
         validate_specs(specs, self.th.position_limit_m())?;
         for z in specs {
-            self.open_zone(z.world, z.bounds, ZoneReason::Configured, None);
+            self.open_zone(z.world, z.bounds, ZoneReason::Configured, now);
         }
         Ok(())
     }
@@ -62,15 +66,45 @@ impl Mesh {
         if !self.zones.has_world(world) {
             let limit = self.th.position_limit_m();
             let whole = Aabb::point(Vec3::ZERO).expand(limit);
-            self.open_zone(world, whole, ZoneReason::World, None);
+            self.open_zone(world, whole, ZoneReason::World, self.now_hint);
         }
     }
 
-    fn open_zone(&mut self, world: WorldId, bounds: Aabb, reason: ZoneReason, now: Option<Time>) {
+    fn open_zone(&mut self, world: WorldId, bounds: Aabb, reason: ZoneReason, now: Time) {
         let id = self.mint_zone_id();
-        self.zones.add_root(id, world, bounds, now);
         let site = self.sites.core();
-        self.commands.push_back(Command::ZoneCreate { zone: id, site, world, bounds, reason });
+        // Invariant: a new id has no lease yet, so the grant cannot be refused.
+        let epoch = self.leases.grant(id, site, now).map_or(Epoch(0), |l| l.epoch);
+        self.zones.add_root(id, world, bounds, epoch, None);
+        let cmd = Command::ZoneCreate { zone: id, site, world, bounds, epoch, reason };
+        self.commands.push_back(cmd);
+    }
+
+    /// After a core restart: a zone the store says was granted, taken back under its id and
+    /// epoch (its server may still run it) as a zone of its own; zone ids up to its own are never
+    /// handed out again. Call before players join: a world with zones taken back opens no other.
+    pub fn handle_restore_zone(
+        &mut self,
+        restored: RestoredBubble,
+        now: Time,
+    ) -> Result<(), InputError> {
+        let RestoredBubble { id, site, world, bounds, epoch } = restored;
+        if site != self.sites.core() {
+            return Err(InputError::UnknownSite(site.index()));
+        }
+        self.leases.restore(id, site, epoch, now)?;
+        self.next_zone = self.next_zone.max(id.0 + 1);
+        self.zones.add_root(id, world, bounds, epoch, None);
+        Ok(())
+    }
+
+    /// A zone's lease expired: it waits to be granted again on the core site.
+    pub(super) fn stall_zone(&mut self, id: BubbleId, since: Time) -> bool {
+        let Some(leaf) = self.zones.leaf(id) else { return false };
+        self.zones.zone_mut(leaf).stalled_since = Some(since);
+        let site = self.sites.core();
+        self.commands.push_back(Command::Stalled { bubble: id, site, since });
+        true
     }
 
     fn mint_zone_id(&mut self) -> BubbleId {
@@ -87,6 +121,11 @@ impl Mesh {
         };
         self.zone_sampled_at = Some(now);
         let leaves = self.zones.leaves();
+        let stalled: Vec<u32> = leaves
+            .iter()
+            .copied()
+            .filter(|&l| self.zones.zone(l).stalled_since.is_some())
+            .collect();
         for &leaf in &leaves {
             self.zones.zone_mut(leaf).players = 0;
         }
@@ -104,6 +143,25 @@ impl Mesh {
             }
         }
         stats.zones = leaves.len() as u32;
+
+        // Stalled zones are granted again on the core site once the drift margin allows.
+        let core = self.sites.core();
+        for leaf in stalled {
+            let id = self.zones.zone(leaf).id;
+            let Ok(lease) = self.leases.grant(id, core, now) else { continue };
+            let z = self.zones.zone_mut(leaf);
+            (z.epoch, z.stalled_since) = (lease.epoch, None);
+            let players = self.zone_players(&members, leaf);
+            self.commands.push_back(Command::Move {
+                bubble: id,
+                from: core,
+                to: core,
+                epoch: lease.epoch,
+                players,
+                reason: MoveReason::Failover,
+            });
+            stats.moved += 1;
+        }
 
         let (cap, settle) = (self.th.players_per_server, Span::from_ms(self.th.settle_ms));
         let settled = |z: &Zone| z.changed_at.is_none_or(|t| now.since(t) >= settle);
@@ -131,16 +189,14 @@ impl Mesh {
         for (cut, low, high) in self.zones.mergeable() {
             let (a, b) = (self.zones.zone(low), self.zones.zone(high));
             let quiet = f64::from(a.players + b.players) <= fill;
-            let ready = settled(a) && settled(b);
+            let ready =
+                settled(a) && settled(b) && a.stalled_since.is_none() && b.stalled_since.is_none();
             let samples = self.zones.low_samples_mut(cut);
             *samples = if quiet { *samples + weight } else { 0.0 };
             if *samples >= f64::from(self.th.merge_after_samples) && ready {
-                let ended = self.zones.zone(high).id;
-                let moving: Vec<PlayerId> = members
-                    .iter()
-                    .filter(|m| m.0 == high)
-                    .map(|m| self.members[m.1 as usize].id)
-                    .collect();
+                let (ended, ended_epoch) = (self.zones.zone(high).id, self.zones.zone(high).epoch);
+                let moving = self.zone_players(&members, high);
+                let _ = self.leases.revoke(ended, ended_epoch);
                 let (leaf, _) = self.zones.merge(cut, now);
                 let into = self.zones.zone(leaf);
                 self.commands.push_back(Command::ZoneMerge {
@@ -148,7 +204,7 @@ impl Mesh {
                     from: ended,
                     site: self.sites.core(),
                     bounds: into.bounds,
-                    players: sorted(moving),
+                    players: moving,
                     reason: ZoneReason::Underload,
                 });
                 stats.zone_merges += 1;
@@ -165,8 +221,12 @@ impl Mesh {
         if !(bounds.min.axis(axis) < at && at < bounds.max.axis(axis)) {
             return false;
         }
+        if self.zones.zone(leaf).stalled_since.is_some() {
+            return false;
+        }
         let new_id = self.mint_zone_id();
-        let split = self.zones.split(leaf, axis, at, new_id, now);
+        let Ok(lease) = self.leases.grant(new_id, self.sites.core(), now) else { return false };
+        let split = self.zones.split(leaf, axis, at, new_id, lease.epoch, now);
         let moving: Vec<PlayerId> = places
             .iter()
             .filter(|&&p| self.items[p as usize].pos.axis(axis) >= at)
@@ -183,6 +243,7 @@ impl Mesh {
             world: kept.world,
             bounds: kept.bounds,
             new_bounds: new.bounds,
+            new_epoch: new.epoch,
             players: sorted(moving),
             reason: ZoneReason::Overload,
         });
@@ -218,7 +279,30 @@ impl Mesh {
         (v[0] < at && at <= v[n - 1]).then_some((axis, at))
     }
 
+    /// The ids of the counted players a zone held at this tick's count, sorted.
+    fn zone_players(&self, members: &[(u32, u32)], leaf: u32) -> Vec<PlayerId> {
+        let ids = members.iter().filter(|m| m.0 == leaf).map(|m| self.members[m.1 as usize].id);
+        sorted(ids.collect())
+    }
+
     // ---- reading ------------------------------------------------------------------------------
+
+    /// The region simulating a counted player: their bubble, else the zone around them.
+    pub fn region_of(&self, id: PlayerId) -> Option<BubbleId> {
+        self.bubble_of(id).map(|b| b.id).or_else(|| self.zone_of(id).map(|z| z.id))
+    }
+
+    /// The leases a site's agent holds and renews: its running bubbles and (the core site) its
+    /// running zones, with their epochs.
+    pub fn leases_held(&self, site: SiteId) -> Vec<(BubbleId, Epoch)> {
+        let bubbles = self.bubbles().filter(|b| b.site == site && b.stalled_since.is_none());
+        let mut held: Vec<(BubbleId, Epoch)> = bubbles.map(|b| (b.id, b.epoch)).collect();
+        if site == self.sites.core() {
+            let zones = self.zones().filter(|z| z.stalled_since.is_none());
+            held.extend(zones.map(|z| (z.id, z.epoch)));
+        }
+        held
+    }
 
     /// Every zone, with its players as of the last tick.
     pub fn zones(&self) -> impl Iterator<Item = &Zone> {

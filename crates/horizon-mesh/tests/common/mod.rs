@@ -83,18 +83,14 @@ pub fn run(mesh: &mut Mesh, from_s: u64, to_s: u64) -> Vec<(Time, Command)> {
     out
 }
 
-/// Renews every bubble's lease except those of the `silent` sites.
+/// Renews every lease (bubbles and zones) except those of the `silent` sites.
 pub fn renew_all(mesh: &mut Mesh, now: Time, silent: &[SiteId]) {
     let sites: Vec<SiteId> = mesh.sites().ids().collect();
     for s in sites {
         if silent.contains(&s) {
             continue;
         }
-        let batch: Vec<_> = mesh
-            .bubbles()
-            .filter(|b| b.site == s && b.stalled_since.is_none())
-            .map(|b| (b.id, b.epoch))
-            .collect();
+        let batch = mesh.leases_held(s);
         let _ = mesh.handle_renewal(s, &batch, now);
     }
 }

@@ -340,11 +340,7 @@ fn run_brain(
         }
         // Every site's agent renews its leases, one batch per site.
         for &site in &sites {
-            let batch: Vec<_> = mesh
-                .bubbles()
-                .filter(|b| b.site == site && b.stalled_since.is_none())
-                .map(|b| (b.id, b.epoch))
-                .collect();
+            let batch = mesh.leases_held(site);
             if !batch.is_empty() {
                 // Every link is up: a refused renewal is a bug in the brain.
                 for r in mesh.handle_renewal(site, &batch, now) {

@@ -100,10 +100,28 @@ impl Harness {
                 break;
             }
             self.now = next.max(self.now);
+            self.renew_zones();
             self.core.handle_timeout(self.now);
             self.drain(|_| {});
         }
         self.now = end;
+    }
+
+    /// The core site's agent renews its zones' leases, as a running agent renews everything it
+    /// holds (the tests renew their bubbles themselves, to choose who stops).
+    fn renew_zones(&mut self) {
+        let par = self.site("PAR");
+        let zones: Vec<LeaseRef> = self
+            .core
+            .registry
+            .iter()
+            .filter(|(b, r)| crate::machine::status::is_zone(**b) && r.site == par && r.settled())
+            .map(|(&b, r)| r.lease_ref(b))
+            .collect();
+        if zones.is_empty() || !self.core.agents.contains_key(&par) {
+            return;
+        }
+        let _ = self.request("PAR", control::Request::Renew { leases: zones });
     }
 
     /// Orders sent since the log was last cleared, as (site, order id, request).
@@ -459,7 +477,12 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
         .insert(99, crate::store::StoredLease { epoch: 3, site: "MTL".into(), region: None });
     let cfg = h.core.cfg.clone();
     let mut core = CoreMachine::new(cfg, 2, &state, Time::ZERO).unwrap();
-    assert_eq!(core.registry.len(), 1, "taken back; the lease without a region is not");
+    assert_eq!(core.registry.len(), 2, "taken back; the lease without a region is not");
+    // The world's zone comes back as a zone, under its id and epoch (the layout persists).
+    let zones: Vec<_> = core.mesh.zones().map(|z| (z.id, z.epoch.0)).collect();
+    let [(zone, zone_epoch)] = zones[..] else { panic!("{zones:?}") };
+    assert_eq!(core.registry[&zone].epoch, zone_epoch);
+    assert!(core.mesh.bubble_by_id(zone).is_none());
     assert!(matches!(core.poll_effect(), Some(Effect::Persist(Record::Gone { bubble: 99 }))));
     let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
     let mtl = h2.site("MTL");
@@ -814,4 +837,44 @@ fn the_status_and_metrics_show_the_zone_a_worlds_first_player_opens() {
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+}
+
+#[test]
+fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bubble_at_the_tick() {
+    let mut h = Harness::new();
+    // Two Montrealers spawn 50 m apart in one report: grouping decides at the tick.
+    h.report("MTL", vec![sample(1, 0.0), sample(2, 50.0)], Vec::new(), Vec::new());
+    let (zone, site, _) = h.hosted(1);
+    assert_eq!((crate::machine::status::is_zone(zone), site.as_str()), (true, "PAR"));
+    assert_eq!(h.hosted(2).0, zone, "both in the world's zone, on the core site");
+    let created = h.sent().into_iter().any(|(s, _, r)| {
+        s == "PAR" && matches!(r, control::Request::Create { bubble, .. } if bubble == zone)
+    });
+    assert!(created, "the zone runs on a core-site server: {:?}", h.sent());
+    assert_eq!(h.routes_to("MTL", 1), [("route", zone)], "its home gateway routes it there");
+    let public = horizon_admin::Page { after: None, limit: 10, private: false };
+    assert_eq!(h.core.status(h.now, public).zones[0].members, 2);
+    h.core.refresh_gauges();
+    assert!(
+        h.core.metrics_text().contains("horizon_core_players_unsimulated{home_site=\"MTL\"} 0")
+    );
+    // The tick gives the group a bubble: both leave the zone with their state.
+    h.log.clear();
+    h.run_until(5_000);
+    let (bubble, _, _) = h.hosted(1);
+    assert!(!crate::machine::status::is_zone(bubble));
+    let departed: Vec<u64> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(s, _, r)| match r {
+            control::Request::Members { lease, departed, .. }
+                if s == "PAR" && lease.bubble == zone =>
+            {
+                Some(departed.into_iter().map(|d| d.player.0).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(departed, [1, 2], "the zone's server hands both states on");
 }
