@@ -453,8 +453,11 @@ impl World {
         let generation = self.store.next_generation();
         self.checker.generation(self.now, generation);
         self.stats.core_generations = generation;
-        let cfg =
-            core::MachineConfig { sites: self.sites.clone(), thresholds: Thresholds::default() };
+        let cfg = core::MachineConfig {
+            sites: self.sites.clone(),
+            thresholds: Thresholds::default(),
+            zones: Vec::new(),
+        };
         match CoreMachine::new(cfg, generation, self.store.state(), self.core_now()) {
             Ok(mut machine) => {
                 machine.take_kept_copies(self.store.pinned());

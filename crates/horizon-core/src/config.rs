@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use horizon_mesh::{Sites, Thresholds};
+use horizon_mesh::{Aabb, Sites, Thresholds, Vec3, WorldId, ZoneSpec};
 use serde::Deserialize;
 
 /// Everything the core runs with.
@@ -21,6 +21,9 @@ pub struct CoreConfig {
     pub key: PathBuf,
     /// Directory of the durable store (created if missing).
     pub store: PathBuf,
+    /// `[[zones]]`: the core site's zone boxes at the first start (a world with none is one
+    /// zone). Once the store holds zones, the layout it holds is taken back instead.
+    pub zones: Vec<ZoneSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -32,6 +35,18 @@ struct RawConfig {
     listen: RawListen,
     tls: RawTls,
     store: RawStore,
+    #[serde(default)]
+    zones: Vec<RawZone>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawZone {
+    /// The world's id, as game servers and clients number worlds (default 0).
+    #[serde(default)]
+    world: u32,
+    min: [f64; 3],
+    max: [f64; 3],
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,6 +110,19 @@ impl CoreConfig {
                 return Err(errors);
             }
         };
+        let v = |p: [f64; 3]| Vec3::new(p[0], p[1], p[2]);
+        let zones: Vec<ZoneSpec> = raw
+            .zones
+            .iter()
+            .map(|z| ZoneSpec {
+                world: WorldId(z.world),
+                bounds: Aabb { min: v(z.min), max: v(z.max) },
+            })
+            .collect();
+        if let Err(bad) = horizon_mesh::zones::validate_specs(&zones, thresholds.position_limit_m())
+        {
+            errors.extend(bad.into_iter().map(|e| e.to_string()));
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -107,6 +135,7 @@ impl CoreConfig {
             cert: base.join(raw.tls.cert),
             key: base.join(raw.tls.key),
             store: base.join(raw.store.path),
+            zones,
         })
     }
 }
@@ -151,6 +180,7 @@ mod tests {
         let c = CoreConfig::load(&path).unwrap();
         assert_eq!(c.listen_control.port(), 7400);
         assert_eq!(c.thresholds.hold_ms, 180_000);
+        assert_eq!(c.zones.len(), 2);
     }
 
     #[test]
@@ -159,5 +189,20 @@ mod tests {
         let errors = CoreConfig::parse(&bad, Path::new(".")).unwrap_err().join("\n");
         assert!(errors.contains("listen.control"), "{errors}");
         assert!(errors.contains("MTL") && errors.contains("HKG"), "{errors}");
+    }
+
+    #[test]
+    fn zones_are_read_and_bad_boxes_refused_by_index() {
+        let zone = |x0: f64, x1: f64| {
+            format!("[[zones]]\nworld = 3\nmin = [{x0}, -10.0, -10.0]\nmax = [{x1}, 10.0, 10.0]\n")
+        };
+        let good = format!("{GOOD}\n{}{}", zone(0.0, 100.0), zone(100.0, 200.0));
+        let c = CoreConfig::parse(&good, Path::new(".")).unwrap();
+        assert_eq!(c.zones.len(), 2);
+        assert_eq!((c.zones[1].world, c.zones[1].bounds.min.x), (WorldId(3), 100.0));
+        let bad = format!("{GOOD}\n{}{}{}", zone(0.0, 100.0), zone(50.0, 150.0), zone(9.0, 9.0));
+        let errors = CoreConfig::parse(&bad, Path::new(".")).unwrap_err().join("\n");
+        assert!(errors.contains("zones[1]: its box overlaps zones[0]"), "{errors}");
+        assert!(errors.contains("zones[2]: its box is empty"), "{errors}");
     }
 }

@@ -148,8 +148,11 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     )?;
     let control_addr = listener.local_addr()?;
 
-    let machine_cfg =
-        MachineConfig { sites: cfg.sites.clone(), thresholds: cfg.thresholds.clone() };
+    let machine_cfg = MachineConfig {
+        sites: cfg.sites.clone(),
+        thresholds: cfg.thresholds.clone(),
+        zones: cfg.zones.clone(),
+    };
     let mut machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
         .map_err(CoreError::Config)?;
     machine.take_kept_copies(store.pinned());

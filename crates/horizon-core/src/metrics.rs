@@ -243,7 +243,7 @@ impl Metrics {
             players: g("horizon_players", "Connected players by home site.", "home_site"),
             unsimulated: g(
                 "horizon_core_players_unsimulated",
-                "Counted players (not NPCs) in no bubble, by home site: joined near others (placed at the next tick, within 5 s) or waiting for a seat on their site. No core-site zone simulates them yet.",
+                "Counted players (not NPCs) in no running region, by home site: in no bubble and not routed to their core-site zone (the zone not hosted yet, or being restored). 0 in steady state.",
                 "home_site",
             ),
             bubbles: g("horizon_bubbles", "Bubbles by the site that simulates them.", "site"),
@@ -257,7 +257,7 @@ impl Metrics {
             zones: {
                 let z = prometheus::IntGauge::new(
                     "horizon_core_zones",
-                    "Zones of the core site as the brain cuts them (the layout: not yet run on game servers).",
+                    "Zones of the core site (each run on a core-site game server like any region).",
                 )
                 .unwrap_or_else(unreachable_metric);
                 horizon_admin::register(&reg, Box::new(z.clone()));

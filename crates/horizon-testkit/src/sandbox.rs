@@ -169,6 +169,7 @@ impl Sandbox {
             cert: ca.core_cert(),
             key: ca.core_key(),
             store: opts.dir.join("store"),
+            zones: Vec::new(),
         };
         let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         // A restarted core comes back on the same ports.

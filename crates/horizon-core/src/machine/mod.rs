@@ -160,6 +160,8 @@ pub struct Adoption {
 pub struct MachineConfig {
     pub sites: Sites,
     pub thresholds: Thresholds,
+    /// The configured zone boxes, opened at the first start (see [`CoreMachine::new`]).
+    pub zones: Vec<horizon_mesh::ZoneSpec>,
 }
 
 /// An agent connection.
@@ -245,13 +247,16 @@ impl CoreMachine {
         store: &StoreState,
         now: Time,
     ) -> Result<Self, String> {
+        // The layout persists: once the store holds zones, they are taken back (`take_back`)
+        // and the configured boxes are not opened again.
+        let zones_stored = store.leases.keys().any(|&id| id >= horizon_mesh::ZONE_IDS_FROM);
         let mesh = Mesh::new(
             MeshConfig {
                 sites: cfg.sites.clone(),
                 thresholds: cfg.thresholds.clone(),
                 generation: Generation(generation),
                 placement: Placement::Smdg,
-                zones: Vec::new(),
+                zones: if zones_stored { Vec::new() } else { cfg.zones.clone() },
             },
             now,
         )

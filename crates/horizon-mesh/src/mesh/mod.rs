@@ -728,9 +728,8 @@ impl Mesh {
 
     /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
     /// Counted players (not NPCs) in no bubble: those the core site's zones hold
-    /// ([`Mesh::zone_of`]). The running mesh does not host zones on game servers yet, so for
-    /// the core these players are unsimulated. Read in place, with no lookup by id: the gauges
-    /// take it after every step.
+    /// ([`Mesh::zone_of`]). Read in place, with no lookup by id: the gauges take it after
+    /// every step.
     pub fn unsimulated(&self) -> impl Iterator<Item = &Player> {
         self.players.iter().zip(&self.place_of).filter_map(|(p, &place)| {
             let place = place as usize;

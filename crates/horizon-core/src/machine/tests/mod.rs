@@ -41,7 +41,7 @@ impl Harness {
     fn with(thresholds: Thresholds) -> Self {
         let thresholds =
             Thresholds { lease_ttl_ms: TTL_MS, lease_drift_margin_ms: MARGIN_MS, ..thresholds };
-        let cfg = MachineConfig { sites: sites(), thresholds };
+        let cfg = MachineConfig { sites: sites(), thresholds, zones: Vec::new() };
         // Player ids below 1000 were handed out by an earlier core: any site may join them
         // (the tests name their players 1, 2, ...).
         let store = StoreState { next_player: 1_000, ..StoreState::default() };
@@ -877,4 +877,32 @@ fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bub
         .flatten()
         .collect();
     assert_eq!(departed, [1, 2], "the zone's server hands both states on");
+}
+
+#[test]
+fn configured_zones_open_at_the_first_start_and_a_restart_takes_back_the_stored_layout_instead() {
+    let b = |x0: f64, x1: f64| horizon_proto::Aabb {
+        min: Vec3 { x: x0, y: -1e3, z: -1e3 },
+        max: Vec3 { x: x1, y: 1e3, z: 1e3 },
+    };
+    let zones = vec![
+        horizon_mesh::ZoneSpec { world: WorldId(1), bounds: b(0.0, 1e3) },
+        horizon_mesh::ZoneSpec { world: WorldId(1), bounds: b(1e3, 2e3) },
+    ];
+    let cfg = MachineConfig { sites: sites(), thresholds: Thresholds::default(), zones };
+    let store = StoreState { next_player: 1_000, ..StoreState::default() };
+    let mut core = CoreMachine::new(cfg.clone(), 1, &store, Time::ZERO).unwrap();
+    core.carry_out_commands(Time::ZERO);
+    let mut state = StoreState { next_player: 1_000, ..StoreState::default() };
+    while let Some(e) = core.poll_effect() {
+        if let Effect::Persist(Record::Lease { bubble, epoch, site, region }) = e {
+            let lease = crate::store::StoredLease { epoch, site, region };
+            state.leases.insert(bubble, lease);
+        }
+    }
+    assert_eq!(state.leases.len(), 2, "both zones leased and persisted");
+    // Restarted with the same configuration: the stored zones, not two more.
+    let again = CoreMachine::new(cfg, 2, &state, Time::ZERO).unwrap();
+    let ids: Vec<u64> = again.mesh.zones().map(|z| z.id.0).collect();
+    assert_eq!(ids, state.leases.keys().copied().collect::<Vec<_>>());
 }
