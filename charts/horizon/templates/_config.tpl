@@ -23,6 +23,13 @@ key = "/etc/horizon/certs/core.key"
 
 [store]
 path = "/var/lib/horizon/store"
+{{- range .Values.core.zones }}
+
+[[zones]]
+world = {{ .world | default 0 | int64 }}
+min = [{{ range $i, $v := .min }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $v) }}{{ end }}]
+max = [{{ range $i, $v := .max }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $v) }}{{ end }}]
+{{- end }}
 {{- end -}}
 
 {{- define "horizon.agentToml" -}}
