@@ -70,6 +70,8 @@ pub struct Zone {
     pub stalled_since: Option<Time>,
     /// Counted players in its box and in no bubble, as of the last tick.
     pub players: u32,
+    /// The tick rate its server last reported (`None` until then, and after a split or merge).
+    pub tps: Option<f64>,
     /// Load samples (each weighing the time since the previous one) it has been overloaded for.
     pub(crate) overloaded: f64,
     /// When it was last split or merged (the settle window runs from there).
@@ -85,6 +87,7 @@ impl Zone {
             epoch,
             stalled_since: None,
             players: 0,
+            tps: None,
             overloaded: 0.0,
             changed_at: now,
         }
@@ -256,6 +259,7 @@ impl ZoneLayout {
         let mut kept = zone;
         kept.bounds = low_box;
         kept.overloaded = 0.0;
+        kept.tps = None;
         kept.changed_at = Some(now);
         let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
         let high = self.alloc(Slot {
@@ -303,6 +307,7 @@ impl ZoneLayout {
         kept.players += self.zone(high).players;
         kept.bounds = self.slot(cut).bounds;
         kept.overloaded = 0.0;
+        kept.tps = None;
         kept.changed_at = Some(now);
         for n in [low, high] {
             self.slots[n as usize] = None;

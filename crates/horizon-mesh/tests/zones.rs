@@ -274,3 +274,19 @@ fn after_a_restart_zones_are_taken_back_with_their_ids_and_epochs_and_none_is_op
     let Some(Command::ZoneCreate { zone, .. }) = after.poll_command() else { panic!() };
     assert!(zone > kept[1].0);
 }
+
+#[test]
+fn a_zone_whose_server_ticks_too_slowly_is_split_though_it_holds_few_players() {
+    let mut m = smd();
+    crowd(&mut m, 1..=10, |id| id as f64 * 100.0);
+    let cmds = ticks(&mut m, 0, 0);
+    let zone = m.zones().next().unwrap().id;
+    assert!(splits(&cmds).is_empty());
+    // Its server reports 12 ticks per second, under tps_min (20).
+    m.handle_server_load(zone, 0, 12.0).unwrap();
+    assert!(splits(&ticks(&mut m, 5, 5)).is_empty(), "5 samples");
+    let cmds = ticks(&mut m, 10, 10);
+    assert_eq!(splits(&cmds).len(), 1, "{cmds:?}");
+    // Each half's server has not reported yet: no more splits on the old rate.
+    assert!(splits(&ticks(&mut m, 15, 60)).is_empty());
+}

@@ -26,11 +26,20 @@ impl AgentMachine {
     }
 
     /// Every server's load. The servers of a bubble spread over several are listed in part
-    /// order (the core reads each part's tick rate from that order).
+    /// order (the core reads each part's tick rate from that order): servers sort by the
+    /// spread bubble they hold a part of (the lowest id when several share the server; other
+    /// regions — zones, bubbles on one server — do not decide) and that part's index.
     pub(super) fn server_loads(&self) -> Vec<control::ServerLoad> {
         let part = |name: &Name, bubbles: &[BubbleId]| {
-            let b = bubbles.first().and_then(|b| self.bubbles.get(b));
-            (bubbles.first().map(|b| b.0), b.and_then(|b| b.servers().position(|s| s == name)))
+            let spread = bubbles
+                .iter()
+                .filter_map(|b| self.bubbles.get(b).map(|l| (b, l)))
+                .filter(|(_, l)| l.servers().count() > 1)
+                .min_by_key(|(b, _)| **b);
+            match spread {
+                Some((b, l)) => (Some(b.0), l.servers().position(|s| s == name)),
+                None => (bubbles.first().map(|b| b.0), None),
+            }
         };
         let mut loads: Vec<_> = self
             .servers

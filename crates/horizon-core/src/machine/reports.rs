@@ -182,12 +182,15 @@ impl CoreMachine {
                 self.metrics.backbone(site, other, f64::from(rtt));
             }
         }
-        // Tick rates feed the brain's load rule (SPEC section 4). The agent lists a spread
-        // bubble's servers in part order; a count that does not match the cut in force (a
-        // `Parts` on its way) is skipped.
+        // Tick rates feed the brain's load rules (SPEC section 4): a server's rate is that of
+        // every region it holds (several share a server). The agent lists a spread bubble's
+        // servers in part order; a count that does not match the cut in force (a `Parts` on its
+        // way) is skipped.
         let mut by_bubble: BTreeMap<BubbleId, Vec<f32>> = BTreeMap::new();
-        for srv in servers.iter().filter(|s| s.bubbles.len() == 1) {
-            by_bubble.entry(srv.bubbles[0]).or_default().push(srv.tps);
+        for srv in servers {
+            for &region in &srv.bubbles {
+                by_bubble.entry(region).or_default().push(srv.tps);
+            }
         }
         for (bubble, tps) in by_bubble {
             let in_force = self.registry.get(&bubble).is_some_and(|r| {

@@ -576,6 +576,11 @@ impl Mesh {
         if !tps.is_finite() || tps < 0.0 {
             return Err(InputError::BadNumber { field: "tps", value: tps, extra: " and >= 0" });
         }
+        if let Some(leaf) = self.zones.leaf(bubble) {
+            // A zone runs on one server: its rate is part 0's.
+            self.zones.zone_mut(leaf).tps = Some(tps);
+            return Ok(());
+        }
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let b = self.bubbles[slot as usize].as_mut().ok_or(InputError::UnknownBubble(bubble))?;
         let n = b.servers() as usize;

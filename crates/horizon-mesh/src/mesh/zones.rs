@@ -2,8 +2,8 @@
 //! layout). After bubbles are placed, every counted player in no bubble is counted in the zone
 //! holding their position, and each zone's load is sampled:
 //!
-//! - **Split.** A zone with more players than `players_per_server` for `split_after_samples`
-//!   samples is cut on the axis where its players spread most: through the widest gap between
+//! - **Split.** A zone with more players than `players_per_server`, or whose server reports a
+//!   tick rate below `tps_min`, for `split_after_samples` samples is cut on the axis where its players spread most: through the widest gap between
 //!   consecutive players in the middle half of them if it is at least [`MIN_GAP_M`] wide, else
 //!   at the median (today's SMD rule, so a studio's zones are cut where they are cut today). A
 //!   cut that would leave one side empty is skipped.
@@ -166,9 +166,11 @@ impl Mesh {
         let (cap, settle) = (self.th.players_per_server, Span::from_ms(self.th.settle_ms));
         let settled = |z: &Zone| z.changed_at.is_none_or(|t| now.since(t) >= settle);
         let mut overloaded = Vec::new();
+        let tps_min = self.th.tps_min;
         for &leaf in &leaves {
             let z = self.zones.zone_mut(leaf);
-            z.overloaded = if z.players > cap { z.overloaded + weight } else { 0.0 };
+            let slow = z.tps.is_some_and(|t| t < tps_min);
+            z.overloaded = if z.players > cap || slow { z.overloaded + weight } else { 0.0 };
             if z.overloaded >= f64::from(self.th.split_after_samples) && settled(z) {
                 overloaded.push(leaf);
             }
