@@ -439,12 +439,29 @@ async fn run(args: DemoArgs) -> ExitCode {
     let mut first: Vec<f64> = finals.iter().filter_map(|r| r.first_update_ms).collect();
     first.sort_by(f64::total_cmp);
     let round = |x: Option<f64>| x.map(|x| x.round());
-    doc["join_to_first_update_ms"] = serde_json::json!({
-        "p50": round(bots::quantile(&first, 0.5)),
-        "p99": round(bots::quantile(&first, 0.99)),
-        "max": round(first.last().copied()),
-        "samples": first.len(),
-    });
+    let summary = |v: &[f64]| {
+        serde_json::json!({
+            "p50": round(bots::quantile(v, 0.5)),
+            "p99": round(bots::quantile(v, 0.99)),
+            "max": round(v.last().copied()),
+            "samples": v.len(),
+        })
+    };
+    doc["join_to_first_update_ms"] = summary(&first);
+    let mut by_home: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for r in &finals {
+        if let Some(ms) = r.first_update_ms {
+            by_home.entry(r.site.as_str()).or_default().push(ms);
+        }
+    }
+    doc["join_to_first_update_ms_by_home"] = by_home
+        .into_iter()
+        .map(|(site, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (site.to_owned(), summary(&v))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
     doc["players_unsimulated_max"] = cost.unsimulated_max.into();
     doc["max_servers_by_site"] = serde_json::json!(cost.max_by_site);
     doc["zones"] = serde_json::json!({
