@@ -22,7 +22,7 @@ impl Mesh {
         // 5. Load: split across more servers of the site, or undo the latest split.
         self.balance_load(&mut sc, now, &mut stats);
         // 6. Zones: count who plays in them, split and merge them (`zones.rs`).
-        self.balance_zones(now, &mut stats);
+        self.balance_zones(&sc, now, &mut stats);
 
         self.free_slots.append(&mut self.retired_slots);
         if self.fresh_count > 0 {

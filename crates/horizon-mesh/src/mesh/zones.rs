@@ -114,7 +114,7 @@ impl Mesh {
     }
 
     /// Counts every zone's players and splits or merges zones (see the module documentation).
-    pub(super) fn balance_zones(&mut self, now: Time, stats: &mut TickStats) {
+    pub(super) fn balance_zones(&mut self, sc: &Scratch, now: Time, stats: &mut TickStats) {
         let weight = match self.zone_sampled_at {
             Some(t) => now.since(t).as_ms() as f64 / SAMPLE_MS,
             None => self.th.period_ms as f64 / SAMPLE_MS,
@@ -129,17 +129,17 @@ impl Mesh {
         for &leaf in &leaves {
             self.zones.zone_mut(leaf).players = 0;
         }
-        // (leaf, place) of every counted player in no bubble.
+        // (leaf, place) of every counted player in no bubble: the members of the units that
+        // got none this tick (far fewer units than players to visit).
         let mut members = std::mem::take(&mut self.zone_members);
         members.clear();
-        for place in 0..self.items.len() {
-            if self.npc[place] || self.player_bubble[place] != NONE {
-                continue;
-            }
-            let item = &self.items[place];
-            if let Some(leaf) = self.zones.locate(item.world, item.pos) {
-                self.zones.zone_mut(leaf).players += 1;
-                members.push((leaf, place as u32));
+        for u in (0..sc.units.len()).filter(|&u| sc.cluster_bubble[u] == NONE) {
+            for &place in sc.units.members(u) {
+                let item = &self.items[place as usize];
+                if let Some(leaf) = self.zones.locate(item.world, item.pos) {
+                    self.zones.zone_mut(leaf).players += 1;
+                    members.push((leaf, place));
+                }
             }
         }
         stats.zones = leaves.len() as u32;
