@@ -49,4 +49,4 @@ impl SiteId {
     }
 }
 
-pub use horizon_types::{BubbleId, Epoch, Generation, PlayerId, WorldId};
+pub use horizon_types::{BubbleId, Epoch, Generation, PlayerId, WorldId, ZONE_IDS_FROM};

@@ -24,11 +24,23 @@ pub struct PlayerId(pub u64);
 )]
 pub struct WorldId(pub u32);
 
-/// A bubble's logical id: never changes while the bubble lives, never reused.
+/// A region's logical id — a bubble's, or a zone's from [`ZONE_IDS_FROM`] up: never changes while
+/// the region lives, never reused.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 pub struct BubbleId(pub u64);
+
+/// Zone ids are handed out from here up; bubble ids count up from 1. One id space, so a region
+/// id names one region whatever its kind, across core restarts too.
+pub const ZONE_IDS_FROM: u64 = 1 << 40;
+
+impl BubbleId {
+    /// Whether this id names one of the core site's zones (else a bubble).
+    pub fn is_zone(self) -> bool {
+        self.0 >= ZONE_IDS_FROM
+    }
+}
 
 impl fmt::Display for BubbleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

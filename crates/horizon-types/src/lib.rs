@@ -14,7 +14,7 @@ mod ids;
 mod role;
 
 pub use geom::{Aabb, Vec3};
-pub use ids::{BubbleId, Epoch, Generation, PlayerId, WorldId};
+pub use ids::{BubbleId, Epoch, Generation, PlayerId, WorldId, ZONE_IDS_FROM};
 pub use role::Role;
 
 /// A region of the universe: a box of a world, or the whole world (`bounds: None`).

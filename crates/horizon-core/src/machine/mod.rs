@@ -249,7 +249,7 @@ impl CoreMachine {
     ) -> Result<Self, String> {
         // The layout persists: once the store holds zones, they are taken back (`take_back`)
         // and the configured boxes are not opened again.
-        let zones_stored = store.leases.keys().any(|&id| id >= horizon_mesh::ZONE_IDS_FROM);
+        let zones_stored = store.leases.keys().any(|&id| BubbleId(id).is_zone());
         let mesh = Mesh::new(
             MeshConfig {
                 sites: cfg.sites.clone(),
@@ -318,7 +318,7 @@ impl CoreMachine {
                 epoch: horizon_mesh::Epoch(lease.epoch),
             };
             // Zones come back as zones (the layout persists), bubbles as bubbles.
-            let taken = if id >= horizon_mesh::ZONE_IDS_FROM {
+            let taken = if bubble.is_zone() {
                 self.mesh.handle_restore_zone(restored, now)
             } else {
                 self.mesh.handle_restore_bubble(restored, now)

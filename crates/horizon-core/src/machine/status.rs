@@ -34,7 +34,7 @@ impl CoreMachine {
     pub fn refresh_gauges(&mut self) {
         let n = self.cfg.sites.len();
         let mut bubbles = vec![0u64; n];
-        for (_, r) in self.registry.iter().filter(|(b, _)| !is_zone(**b)) {
+        for (_, r) in self.registry.iter().filter(|(b, _)| !b.is_zone()) {
             bubbles[r.site.index()] += 1;
         }
         let (mut players, mut unsimulated) = (vec![0u64; n], vec![0u64; n]);
@@ -122,7 +122,7 @@ impl CoreMachine {
                     bubbles: self
                         .registry
                         .iter()
-                        .filter(|(b, r)| r.site == s && !is_zone(**b))
+                        .filter(|(b, r)| r.site == s && !b.is_zone())
                         .count(),
                     servers,
                     backbone_rtt_ms: self
@@ -138,7 +138,7 @@ impl CoreMachine {
         let bubbles = self
             .registry
             .iter()
-            .filter(|(id, _)| !is_zone(**id))
+            .filter(|(id, _)| !id.is_zone())
             .map(|(id, r)| BubbleStatus {
                 bubble: id.0,
                 site: name(r.site),
@@ -232,9 +232,4 @@ impl CoreMachine {
             recent_decisions: self.decisions.iter().rev().take(50).cloned().collect(),
         }
     }
-}
-
-/// Zones share the bubbles' id space from [`horizon_mesh::ZONE_IDS_FROM`] up.
-pub(crate) fn is_zone(id: horizon_proto::BubbleId) -> bool {
-    id.0 >= horizon_mesh::ZONE_IDS_FROM
 }

@@ -26,8 +26,7 @@ use crate::zones::{Zone, ZoneSpec, validate_specs};
 /// A gap between two players narrower than this is no place for a cut (SMD's rule).
 pub const MIN_GAP_M: f64 = 20.0;
 
-/// Zone ids are handed out from here up; bubble ids count up from 1.
-pub const ZONE_IDS_FROM: u64 = 1 << 40;
+pub use crate::ids::ZONE_IDS_FROM;
 
 /// One load sample (a game server's `serverinfo` comes once a second).
 const SAMPLE_MS: f64 = 1000.0;

@@ -115,7 +115,7 @@ impl Harness {
             .core
             .registry
             .iter()
-            .filter(|(b, r)| crate::machine::status::is_zone(**b) && r.site == par && r.settled())
+            .filter(|(b, r)| b.is_zone() && r.site == par && r.settled())
             .map(|(&b, r)| r.lease_ref(b))
             .collect();
         if zones.is_empty() || !self.core.agents.contains_key(&par) {
@@ -845,7 +845,7 @@ fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bub
     // Two Montrealers spawn 50 m apart in one report: grouping decides at the tick.
     h.report("MTL", vec![sample(1, 0.0), sample(2, 50.0)], Vec::new(), Vec::new());
     let (zone, site, _) = h.hosted(1);
-    assert_eq!((crate::machine::status::is_zone(zone), site.as_str()), (true, "PAR"));
+    assert_eq!((zone.is_zone(), site.as_str()), (true, "PAR"));
     assert_eq!(h.hosted(2).0, zone, "both in the world's zone, on the core site");
     let created = h.sent().into_iter().any(|(s, _, r)| {
         s == "PAR" && matches!(r, control::Request::Create { bubble, .. } if bubble == zone)
@@ -862,7 +862,7 @@ fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bub
     h.log.clear();
     h.run_until(5_000);
     let (bubble, _, _) = h.hosted(1);
-    assert!(!crate::machine::status::is_zone(bubble));
+    assert!(!bubble.is_zone());
     let departed: Vec<u64> = h
         .sent()
         .into_iter()
