@@ -32,6 +32,8 @@ j = d["join_to_first_update_ms"]
 print("join_to_first_update_ms", j, "players_unsimulated_max", d["players_unsimulated_max"])
 assert j["samples"] == d["players"], "a player never saw an update"
 assert j["p50"] <= 1000, "joins wait for the tick"
-# The core site's zones: the demo's players are all in one world, which opens one zone.
-print("zones", d["zones"])
+# The core site's zones: the demo's players are all in one world, which opens one zone, and a
+# player no bubble holds plays in it: nobody is ever left unsimulated.
+print("zones", d["zones"], "join_to_first_update_ms_by_home", d["join_to_first_update_ms_by_home"])
 assert d["zones"]["count"] >= 1, "no zone for the demo's world"
+assert d["players_unsimulated_max"] == 0, "a player was in no running region"
