@@ -584,10 +584,12 @@ fn summary_line(
         })
         .collect::<Vec<_>>()
         .join(" ");
+    let in_zones: usize = status.zones.iter().map(|z| z.members).sum();
     format!(
-        "t={t:>3}s  players {}  |  bubbles {} on servers {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
+        "t={t:>3}s  players {}  |  bubbles {} + zones {} ({in_zones} players) on servers {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
         fmt(&players),
         fmt(&bubbles),
+        status.zones.len(),
         fmt(&servers),
         status.handovers.committed,
     )
