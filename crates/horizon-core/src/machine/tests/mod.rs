@@ -906,3 +906,24 @@ fn configured_zones_open_at_the_first_start_and_a_restart_takes_back_the_stored_
     let ids: Vec<u64> = again.mesh.zones().map(|z| z.id.0).collect();
     assert_eq!(ids, state.leases.keys().copied().collect::<Vec<_>>());
 }
+
+#[test]
+fn a_zone_whose_lease_runs_out_is_restored_on_another_server_of_the_core_site() {
+    let mut h = Harness::new();
+    // Two Montrealers joining together play in the world's zone until the tick.
+    h.report("MTL", vec![sample(1, 0.0), sample(2, 50.0)], Vec::new(), Vec::new());
+    let (zone, _, epoch) = h.hosted(1);
+    assert!(zone.is_zone());
+    // The core site's agent goes silent: nobody renews the zone's lease.
+    let (par, conn) = (h.site("PAR"), h.conn("PAR"));
+    h.core.handle(Input::AgentDisconnected { site: par, conn }, h.now);
+    h.log.clear();
+    h.run_until(TTL_MS + MARGIN_MS + 1_000);
+    let read = h.log.iter().any(|e| matches!(e, Effect::ReadBackup { bubble } if *bubble == zone));
+    assert!(read, "restored from its copy: {:?}", h.log);
+    let reg = &h.core.registry[&zone];
+    assert_eq!((reg.site, reg.restoring), (par, true), "on the core site, being restored");
+    assert!(reg.epoch > epoch, "under a new epoch that fences the old server off");
+    let z = h.core.mesh.zone_by_id(zone).unwrap();
+    assert_eq!((z.epoch.0, z.stalled_since), (reg.epoch, None));
+}
