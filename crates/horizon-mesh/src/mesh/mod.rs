@@ -113,167 +113,6 @@ pub enum InputError {
     Lease(#[from] LeaseError<SiteId>),
 }
 
-/// Why a bubble was created.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CreateReason {
-    /// Players connected and nobody from another home site was near.
-    Join,
-    /// The players waited in a core-site zone until a server was ready on their site.
-    ServerReady,
-    /// Part of a bubble walked away from the rest (beyond the merge distance).
-    Split,
-    /// The players arrived from a bubble of another world (a planet, open space).
-    Travel,
-}
-
-impl CreateReason {
-    /// The name used in reports (as serialised).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CreateReason::Join => "join",
-            CreateReason::ServerReady => "server_ready",
-            CreateReason::Split => "split",
-            CreateReason::Travel => "travel",
-        }
-    }
-}
-
-/// Why a bubble ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeleteReason {
-    /// Its last counted player left.
-    Empty,
-}
-
-/// Why a bubble's server count changed within its site.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LoadReason {
-    /// A part had more players than a server holds, or a low tick rate, for the sustain time.
-    Overload,
-    /// The latest split's two parts stayed low long enough: undone.
-    Underload,
-}
-
-/// Why a bubble's box changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BorderReason {
-    /// A member came within half its margin of the edge: the border moves with the players.
-    NearEdge,
-    /// The old box overlapped another region's claim: reset to the players' own claim.
-    Overlap,
-    /// Bubbles merged: the union's box.
-    Merge,
-}
-
-/// What the daemons (and the simulator) must carry out. Player lists are sorted.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[serde(tag = "command", rename_all = "snake_case")]
-pub enum Command {
-    /// Create a bubble on `site` and grant it `epoch`. `previous_site` is where these players were
-    /// simulated until now (`None` for fresh connections): a change of site needs a handover.
-    Create {
-        bubble: BubbleId,
-        site: SiteId,
-        previous_site: Option<SiteId>,
-        world: WorldId,
-        bounds: Aabb,
-        epoch: Epoch,
-        players: Vec<PlayerId>,
-        reason: CreateReason,
-    },
-    /// Hand a bubble over to another site under the new `epoch` (SPEC section 5).
-    Move {
-        bubble: BubbleId,
-        from: SiteId,
-        to: SiteId,
-        epoch: Epoch,
-        players: Vec<PlayerId>,
-        reason: MoveReason,
-    },
-    /// Players enter an existing bubble: fresh connections (`from_site` is `None`), players leaving
-    /// a core-site zone, or a border crossing from another bubble (a single-player handover when
-    /// the site changes).
-    Enter { bubble: BubbleId, site: SiteId, from_site: Option<SiteId>, players: Vec<PlayerId> },
-    /// Fold bubble `from` into `into` (preventive merge): `players` (those of `from`) change site
-    /// when `from_site != into_site`; `from`'s lease is revoked.
-    Merge {
-        into: BubbleId,
-        from: BubbleId,
-        from_site: SiteId,
-        into_site: SiteId,
-        players: Vec<PlayerId>,
-    },
-    /// End a bubble and revoke its lease.
-    Delete { bubble: BubbleId, site: SiteId, epoch: Epoch, reason: DeleteReason },
-    /// Moving border: the bubble's box follows its players.
-    Border { bubble: BubbleId, bounds: Aabb, reason: BorderReason },
-    /// Re-cut a bubble across `parts.len()` servers of its site.
-    Servers { bubble: BubbleId, site: SiteId, parts: Vec<Aabb>, reason: LoadReason },
-    /// A bubble's lease expired: its site stopped, players see "reconnecting" until the failover.
-    Stalled { bubble: BubbleId, site: SiteId, since: Time },
-    /// A zone opens on the core site (`mesh/zones.rs`): a configured box at start, or a whole
-    /// world when its first player arrives.
-    ZoneCreate {
-        zone: BubbleId,
-        site: SiteId,
-        world: WorldId,
-        bounds: Aabb,
-        epoch: Epoch,
-        reason: ZoneReason,
-    },
-    /// SMD split: `zone` keeps `bounds`; the new zone `new_zone`, granted `new_epoch`, takes
-    /// `new_bounds` and `players`, the zone's players who stand in that half.
-    ZoneSplit {
-        zone: BubbleId,
-        new_zone: BubbleId,
-        site: SiteId,
-        world: WorldId,
-        bounds: Aabb,
-        new_bounds: Aabb,
-        new_epoch: Epoch,
-        players: Vec<PlayerId>,
-        reason: ZoneReason,
-    },
-    /// SMD merge: zone `from` ends (its lease revoked) and its `players` join `into`, which now
-    /// covers `bounds`.
-    ZoneMerge {
-        into: BubbleId,
-        from: BubbleId,
-        site: SiteId,
-        bounds: Aabb,
-        players: Vec<PlayerId>,
-        reason: ZoneReason,
-    },
-}
-
-/// Figures of one tick, for logs, metrics and benchmarks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TickStats {
-    pub players: u32,
-    pub counted: u32,
-    pub clusters: u32,
-    pub bubbles: u32,
-    /// Counted players in no bubble: waiting, or (SMD) played in the core site's zones.
-    pub in_zone: u32,
-    pub zones: u32,
-    pub zone_splits: u32,
-    pub zone_merges: u32,
-    pub created: u32,
-    pub moved: u32,
-    pub merged: u32,
-    pub deleted: u32,
-    pub borders: u32,
-    pub load_changes: u32,
-    /// Players and bubbles were stored again in unit order at the end of this tick (new
-    /// places and slots: scattered in memory, they make every pass over them slow; this tick
-    /// took longer to fix it).
-    pub renumbered: bool,
-}
-
 /// The brain. See the module documentation.
 #[derive(Debug)]
 pub struct Mesh {
@@ -339,10 +178,12 @@ pub struct Mesh {
 }
 
 mod arrival;
+mod command;
 mod load;
 mod order;
 mod restore;
 
+pub use command::{BorderReason, Command, CreateReason, DeleteReason, LoadReason, TickStats};
 pub use restore::RestoredBubble;
 mod tick;
 mod units;
