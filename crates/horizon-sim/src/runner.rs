@@ -65,8 +65,6 @@ pub struct RunStats {
     pub stalled: u64,
     pub max_bubbles: u64,
     pub max_servers: u64,
-    pub zone_splits: u64,
-    pub zone_merges: u64,
     pub max_zones: u64,
 }
 
@@ -379,7 +377,7 @@ impl Run<'_> {
                 self.note(now, "zone", text);
             }
             Command::ZoneSplit { zone, new_zone, bounds, new_bounds, players, .. } => {
-                s.zone_splits += 1;
+                self.report.zones.splits += 1;
                 let text = format!(
                     "{zone} split (overload): keeps {}, {new_zone} takes {} with {} players",
                     boxed(&bounds),
@@ -389,7 +387,7 @@ impl Run<'_> {
                 self.note(now, "zone_split", text);
             }
             Command::ZoneMerge { into, from, bounds, players, .. } => {
-                s.zone_merges += 1;
+                self.report.zones.merges += 1;
                 let text = format!(
                     "{from} merged into {into} (underload): {} players, now {}",
                     players.len(),
@@ -465,12 +463,7 @@ impl Run<'_> {
     }
 
     fn finish(&mut self) {
-        let s = &self.report.stats;
-        self.report.zones = ZoneCounts {
-            count: self.mesh.zones().count() as u32,
-            splits: s.zone_splits,
-            merges: s.zone_merges,
-        };
+        self.report.zones.count = self.mesh.zones().count() as u32;
         for p in self.mesh.players() {
             if let (Some(site), Some(latency)) =
                 (self.mesh.site_of(p.id), self.mesh.latency_of(p.id))
