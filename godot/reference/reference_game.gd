@@ -4,7 +4,9 @@ extends Node
 # apply unchanged and a Godot server can take over a region from a Rust one and back.
 #
 # Each player is an entity with a position and a velocity in integer millimetres. An input is a
-# new velocity (three little-endian i32, mm/s); a step moves every entity. `inputs` counts the
+# new velocity (three little-endian i32, mm/s) or a place to stand at with velocity zero (three
+# little-endian i64, mm); a step moves every entity. A player has entered the world once an
+# input of theirs was applied: only those are in `positions`, the places placement uses. `inputs` counts the
 # inputs ever applied to an entity and `last_seq` is the last one's seq: applied once and in
 # order from 1, `inputs == last_seq` always. The region's `chain` hashes every step onto the
 # previous one, so a view's `prev_chain` proves the state it came from. `origin` names the
@@ -96,6 +98,12 @@ func input(state, player, seq, bytes):
 		e[3] = r.get_32()
 		e[4] = r.get_32()
 		e[5] = r.get_32()
+	elif bytes.size() == 24:
+		var r = StreamPeerBuffer.new()
+		r.data_array = bytes
+		for i in range(3):
+			e[i] = r.get_64()
+			e[i + 3] = 0
 	e[6] += 1
 	e[7] = seq
 
@@ -109,6 +117,15 @@ func step(state, tick):
 	_put_entities(p, state.entities)
 	state.prev_chain = state.chain
 	state.chain = Postcard.fnv(state.chain ^ tick, p.bytes())
+
+
+func positions(state):
+	var list = []
+	for player in state.entities:
+		var e = state.entities[player]
+		if e[6] > 0:
+			list.append([player, e[0] / 1000.0, e[1] / 1000.0, e[2] / 1000.0, e[3] / 1000.0, e[4] / 1000.0, e[5] / 1000.0])
+	return list
 
 
 func view(state, tick):

@@ -42,6 +42,11 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.servers_stopped_idle,
     ),
     (
+        "horizon_agent_positions_refused_total",
+        "Positions a game server reported for a region it does not run here under that lease: refused.",
+        |s| &s.positions_refused,
+    ),
+    (
         "horizon_agent_stale_updates_refused_total",
         "Updates from a game server for a bubble it does not hold here, or under another epoch than the bubble's lease here: refused, nobody sees them.",
         |s| &s.stale_updates_refused,

@@ -26,6 +26,9 @@ pub struct AgentStats {
     /// Updates from a game server for a bubble it does not hold here, or under another epoch
     /// than the bubble's lease here: refused (fencing).
     pub stale_updates_refused: AtomicU64,
+    /// `Positions` reports from a game server for a region it does not run here under that
+    /// lease: refused (placement takes positions only from whoever simulates the players).
+    pub positions_refused: AtomicU64,
     /// Items dropped at a full outbound stream queue (items or bytes).
     pub stream_items_dropped: AtomicU64,
     /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were

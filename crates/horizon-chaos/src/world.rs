@@ -247,8 +247,10 @@ struct Player {
     live_from: u64,
     playing: bool,
     reported: bool,
-
+    /// Travels so far.
     moves: u32,
+    /// Its next input is a move to `pos` (entering the world, or a travel), not a velocity.
+    move_next: bool,
 }
 
 /// Counts of one run, for the report.
@@ -420,8 +422,8 @@ impl World {
                     live_from: 0,
                     playing: false,
                     reported: false,
-
                     moves: 0,
+                    move_next: true,
                 });
                 let at = 2_000_000 + self.rng.below(6_000_000);
                 self.schedule_at(at, Event::PlayerJoin(idx));

@@ -159,6 +159,28 @@ impl Horizon {
             .ok_or_else(|| format!("the sidecar named state {handle}, which does not exist"))
     }
 
+    /// `positions()`'s `[[player, x, y, z, vx, vy, vz], ...]` as the link's reply: `u32 n`, then
+    /// n × (u64 player, 6 × f64), little-endian.
+    fn positions_of(v: &Variant) -> Result<Vec<u8>, String> {
+        const BAD: &str = "positions() gave an entry that is not [player, x, y, z, vx, vy, vz]";
+        let list =
+            v.try_to::<VarArray>().map_err(|_| "positions() returned no Array".to_owned())?;
+        let mut out = (list.len() as u32).to_le_bytes().to_vec();
+        for entry in list.iter_shared() {
+            let e = entry.try_to::<VarArray>().map_err(|_| BAD.to_owned())?;
+            if e.len() != 7 {
+                return Err(BAD.into());
+            }
+            let player = e.get(0).and_then(|p| p.try_to::<i64>().ok()).ok_or(BAD)?;
+            out.extend_from_slice(&player.to_le_bytes());
+            for i in 1..7 {
+                let x = e.get(i).and_then(|x| x.try_to::<f64>().ok()).ok_or(BAD)?;
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        Ok(out)
+    }
+
     fn bytes_of(v: &Variant, method: &str) -> Result<Vec<u8>, String> {
         v.try_to::<PackedByteArray>()
             .map(|b| b.to_vec())
@@ -273,6 +295,17 @@ impl Horizon {
                 let state = self.state(handle)?;
                 self.call_optional("lease_lost", std::slice::from_ref(&state));
                 self.base_mut().emit_signal("lease_lost", &[state]);
+            }
+            Call::Positions { handle } => {
+                let state = self.state(handle)?;
+                let has = self.game.as_ref().is_some_and(|g| g.has_method("positions"));
+                let list = if has {
+                    self.call_game("positions", &[state])
+                } else {
+                    VarArray::new().to_variant()
+                };
+                let bytes = Self::positions_of(&list)?;
+                self.reply(op, Status::Ok, &bytes)?;
             }
         }
         Ok(())

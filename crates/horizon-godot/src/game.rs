@@ -4,7 +4,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
+use horizon_proto::server::{MAX_POSITIONS, PlayerPosition};
+use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick, Vec3};
 use horizon_sdk::Game;
 
 use crate::link::{Frame, Link, LinkError, Op, Status};
@@ -155,4 +156,41 @@ impl Game for GodotGame {
     fn stopped(&self, state: &mut GodotState) {
         self.send(Frame::new(Op::Lapse, state.handle));
     }
+
+    fn positions(&self, state: &GodotState) -> Vec<PlayerPosition> {
+        let bytes = self.bytes(Op::Positions, Frame::new(Op::Positions, state.handle));
+        match decode_positions(&bytes) {
+            Ok(positions) => positions,
+            Err(why) => {
+                self.broken.report(&LinkError::Protocol(why));
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// A `Positions` reply: `u32 n`, then n × (u64 player, 6 × f64), little-endian. Entries that are
+/// not finite are left out (placement refuses them anyway). Empty bytes: a broken link's.
+fn decode_positions(bytes: &[u8]) -> Result<Vec<PlayerPosition>, String> {
+    const ENTRY: usize = 8 + 6 * 8;
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = bytes.get(..4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) as usize;
+    if bytes.len() < 4 || bytes.len() != 4 + n.saturating_mul(ENTRY) {
+        return Err(format!(
+            "a positions reply of {} bytes does not hold {n} entries",
+            bytes.len()
+        ));
+    }
+    let f = |b: &[u8], i: usize| {
+        f64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().unwrap_or([0; 8]))
+    };
+    let entries = bytes[4..].chunks_exact(ENTRY).map(|b| {
+        let player = PlayerId(u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])));
+        let pos = Vec3 { x: f(b, 0), y: f(b, 1), z: f(b, 2) };
+        let vel = Vec3 { x: f(b, 3), y: f(b, 4), z: f(b, 5) };
+        PlayerPosition { player, pos, vel }
+    });
+    Ok(entries.filter(|p| p.pos.is_finite() && p.vel.is_finite()).take(MAX_POSITIONS).collect())
 }

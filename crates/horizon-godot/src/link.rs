@@ -23,6 +23,7 @@
 //! | `Ping` 10 | — | nothing (`Ok`) |
 //! | `Lease` 11 | u64 bubble, u64 epoch | — (the region may be written from now on) |
 //! | `Lapse` 12 | — | — (the region may no longer be written) |
+//! | `Positions` 13 | — | u32 n, then n × (u64 player, 6 × f64: position m, velocity m/s) |
 //!
 //! `bytes` is `u32 n | n bytes`. A reply's status is `Ok` 0, `Refused` 1 (a `Decode` that
 //! failed: the game said no) or `Broken` 2 (the script broke a rule of the API, the bytes say
@@ -33,7 +34,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The link protocol this sidecar speaks (the addon refuses any other).
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// The longest reply accepted: a region's whole state, with room. A longer length is a broken
 /// Godot side, not a big game.
@@ -58,6 +59,7 @@ pub enum Op {
     Ping = 10,
     Lease = 11,
     Lapse = 12,
+    Positions = 13,
 }
 
 /// A reply's status.
@@ -267,6 +269,7 @@ pub enum Call {
     Ping,
     Lease { handle: u32, bubble: u64, epoch: u64 },
     Lapse { handle: u32 },
+    Positions { handle: u32 },
 }
 
 impl Call {
@@ -286,6 +289,7 @@ impl Call {
             Call::Ping => Op::Ping,
             Call::Lease { .. } => Op::Lease,
             Call::Lapse { .. } => Op::Lapse,
+            Call::Positions { .. } => Op::Positions,
         }
     }
 
@@ -319,6 +323,7 @@ impl Call {
             10 => Call::Ping,
             11 => Call::Lease { handle, bubble: r.u64()?, epoch: r.u64()? },
             12 => Call::Lapse { handle },
+            13 => Call::Positions { handle },
             op => return Err(format!("unknown link op {op}")),
         };
         if r.at != body.len() {
@@ -437,6 +442,7 @@ mod tests {
                 Call::Lease { handle: 3, bubble: 7, epoch: 1 << 32 | 5 },
             ),
             (Frame::new(Op::Lapse, 3), Call::Lapse { handle: 3 }),
+            (Frame::new(Op::Positions, 3), Call::Positions { handle: 3 }),
         ];
         for (frame, call) in cases {
             assert_eq!(Call::decode(&body(frame)), Ok(call));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use horizon_godot::{Broken, GodotOptions, host};
 use horizon_proto::{Aabb, BubbleId, PlayerId, Region, Seq, Tick, Vec3, WorldId};
 use horizon_sdk::Game;
-use horizon_sdk::reference::{Reference, View, encode_input};
+use horizon_sdk::reference::{Reference, View, encode_input, encode_move_to};
 
 const GODOT: &str = "godot3-server";
 
@@ -84,6 +84,22 @@ fn the_gdscript_reference_game_gives_the_rust_one_s_bytes_call_by_call() {
             // Not a velocity: counted, nothing else.
             godot.input(&mut g, PlayerId(u64::MAX - 5), Seq(2), b"jump");
             rust.input(&mut r, PlayerId(u64::MAX - 5), Seq(2), b"jump");
+        }
+        if tick == 11 {
+            // A move: where the player stands from now on, velocity zero.
+            let to = encode_move_to([-5_000_000_123, 42, i64::MAX / 4]);
+            godot.input(&mut g, PlayerId(u64::MAX - 5), Seq(3), &to);
+            rust.input(&mut r, PlayerId(u64::MAX - 5), Seq(3), &to);
+        }
+        if tick == 1 || tick == 40 {
+            // The places placement uses: players entered once an input of theirs was applied.
+            let by_player = |mut p: Vec<horizon_proto::server::PlayerPosition>| {
+                p.sort_by_key(|p| p.player);
+                p
+            };
+            let (gp, rp) = (by_player(godot.positions(&g)), by_player(rust.positions(&r)));
+            assert_eq!(gp, rp, "positions at tick {tick}");
+            assert_eq!(rp.len(), if tick == 1 { 1 } else { 2 }, "{rp:?}");
         }
         godot.step(&mut g, Tick(tick));
         rust.step(&mut r, Tick(tick));

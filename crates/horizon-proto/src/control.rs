@@ -149,6 +149,20 @@ pub enum Request {
     /// listed player joins with the copy's state, and the bubble keeps, of two states of one
     /// player, the one that applied more inputs.
     Adopt { lease: LeaseRef, players: Vec<PlayerId>, copy: Blob },
+    /// agent → core (simulating site), with each `Report`: where the game servers of this site
+    /// put the players of the regions they run, under the lease each region runs under. The
+    /// only positions placement uses (the brain never reads a client's claim); the core takes
+    /// a region's list only from the site holding that region under that epoch, and only for
+    /// its members. At most [`crate::server::MAX_POSITIONS`] players per request: an agent
+    /// with more sends several.
+    Positions { regions: Vec<RegionPositions> },
+}
+
+/// The players of one region where its game server put them (see `Request::Positions`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegionPositions {
+    pub lease: LeaseRef,
+    pub players: Vec<crate::server::PlayerPosition>,
 }
 
 kinds!(Request {
@@ -178,6 +192,7 @@ kinds!(Request {
     RestoreParts => "restore_parts",
     Recover => "recover",
     Adopt => "adopt",
+    Positions => "positions",
 });
 
 /// A reply on the control channel.

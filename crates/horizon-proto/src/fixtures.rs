@@ -115,6 +115,7 @@ pub fn all() -> Vec<Fixture> {
     let lref = LeaseRef { bubble, epoch };
     let pos = Vec3 { x: 1500.0, y: -20.5, z: 3.25 };
     let vel = Vec3 { x: 0.0, y: 0.0, z: 120.0 };
+    let position = server::PlayerPosition { player: PlayerId(4097), pos, vel };
     let region = Region {
         world: WorldId(1),
         bounds: Some(Aabb { min: Vec3 { x: -100.0, y: -100.0, z: -100.0 }, max: pos }),
@@ -309,6 +310,9 @@ pub fn all() -> Vec<Fixture> {
                 players: vec![PlayerId(4097)],
                 copy: blob.clone(),
             },
+            control::Request::Positions {
+                regions: vec![control::RegionPositions { lease: lref, players: vec![position] }],
+            },
         ],
         vec![
             control::Reply::Done,
@@ -404,6 +408,7 @@ pub fn all() -> Vec<Fixture> {
             server::Request::Leave { lease: lref, player: PlayerId(5) },
             server::Request::Copy { lease: lref, deltas: true },
             server::Request::Regrant { old: lref, lease },
+            server::Request::Positions { lease: lref, players: vec![position] },
         ],
         vec![
             server::Reply::Done,

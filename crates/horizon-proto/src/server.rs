@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{Channel, Never, kinds};
 use crate::frame::ChannelId;
 use crate::state::StateItem;
-use crate::types::{Blob, BubbleId, Epoch, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick};
+use crate::types::{
+    Blob, BubbleId, Epoch, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick, Vec3,
+};
 
 /// The server channel's types.
 #[derive(Debug)]
@@ -54,6 +56,24 @@ pub enum Request {
     /// `lease` (same bubble, newer epoch), valid `lease.ttl_ms` from receipt; `old` is no longer
     /// renewed. Refused for a sealed region.
     Regrant { old: LeaseRef, lease: Lease },
+    /// server → agent, at most once per `Load` period for each region running under `lease`:
+    /// where the game put each of its players (the authoritative positions placement uses;
+    /// what clients claim is never used). A player the game has not entered into the world yet
+    /// is left out. At most [`MAX_POSITIONS`] players; the agent refuses a larger report.
+    Positions { lease: LeaseRef, players: Vec<PlayerPosition> },
+}
+
+/// The most players one `Positions` report may list (a region holds far fewer).
+pub const MAX_POSITIONS: usize = 8192;
+
+/// One player's place in their region's world, as the game server computed it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlayerPosition {
+    pub player: PlayerId,
+    /// Metres, in the world's frame.
+    pub pos: Vec3,
+    /// Metres per second.
+    pub vel: Vec3,
 }
 
 kinds!(Request {
@@ -69,6 +89,7 @@ kinds!(Request {
     Leave => "leave",
     Copy => "copy",
     Regrant => "regrant",
+    Positions => "positions",
 });
 
 /// A reply between an agent and a game server.

@@ -207,11 +207,14 @@ impl<G: Game> GameServer<G> {
     }
 
     fn second(&mut self) {
-        let load = self.machine.load();
+        let mut reports = vec![self.machine.load()];
+        reports.extend(self.machine.positions(Instant::now()));
         let link = self.link.clone();
         if link.current().is_some() {
             tokio::spawn(async move {
-                let _ = link.request(&load).await;
+                for report in reports {
+                    let _ = link.request(&report).await;
+                }
             });
         }
     }

@@ -1,5 +1,6 @@
 //! What a game implements: a deterministic simulation of one region.
 
+use horizon_proto::server::PlayerPosition;
 use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
 
 /// A game's simulation, as the SDK drives it. Every method must be deterministic: a target
@@ -38,6 +39,16 @@ pub trait Game: Send + Sync + 'static {
     /// an engine running its own loop stops simulating the region. Replayed deltas on a
     /// standby come between a `stopped` (or nothing) and the next `started`.
     fn stopped(&self, _state: &mut Self::State) {}
+
+    /// Where the game put each of the region's players: metres and metres per second, in the
+    /// world's frame. The SDK reports them to the agent once a second, and placement (grouping,
+    /// borders, which site simulates a group) uses these and never a client's claim. A player
+    /// the game has not entered into the world yet is left out (until then Horizon keeps the
+    /// place they joined at). The default reports nobody: such a game's players stay where they
+    /// joined, as far as placement knows.
+    fn positions(&self, _state: &Self::State) -> Vec<PlayerPosition> {
+        Vec::new()
+    }
 
     /// What an engine running its own loop reports of itself, for the load report; `None`
     /// (the default): the SDK counts its own ticks and holds no chunk loading.

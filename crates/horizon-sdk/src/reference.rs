@@ -2,7 +2,11 @@
 //! transfer is real and checkable. `horizon gameserver` runs it.
 //!
 //! Each player is an entity with a position and a velocity in integer millimetres. An input
-//! is a new velocity ([`encode_input`]); a step moves every entity. Two counters make
+//! is a new velocity ([`encode_input`]) or a place to stand at, velocity zero
+//! ([`encode_move_to`]: how a player enters the world where they asked to, and how a test
+//! player travels far at once); a step moves every entity. A player has entered the world once
+//! an input of theirs was applied: only those are in [`Game::positions`], the places
+//! placement uses. Two counters make
 //! "applied once" observable from outside: `inputs` (how many inputs this entity ever had
 //! applied, carried across regions and handovers) and `last_seq`. Since inputs are applied
 //! once and in order from seq 1, `inputs == last_seq` always; a double application shows as
@@ -12,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use horizon_proto::{BubbleId, PlayerId, Region, Seq, Tick};
+use horizon_proto::server::PlayerPosition;
+use horizon_proto::{BubbleId, PlayerId, Region, Seq, Tick, Vec3};
 use serde::{Deserialize, Serialize};
 
 use crate::game::Game;
@@ -74,12 +79,29 @@ pub fn encode_input(vel_mm_s: [i32; 3]) -> Vec<u8> {
     vel_mm_s.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-fn decode_input(bytes: &[u8]) -> Option<[i32; 3]> {
-    if bytes.len() != 12 {
-        return None;
+/// An input's bytes: stand at `pos_mm` (millimetres), velocity zero.
+pub fn encode_move_to(pos_mm: [i64; 3]) -> Vec<u8> {
+    pos_mm.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// What an input asks for; anything else is applied as nothing (it still counts).
+enum Command {
+    Velocity([i32; 3]),
+    MoveTo([i64; 3]),
+}
+
+fn decode_input(bytes: &[u8]) -> Option<Command> {
+    match bytes.len() {
+        12 => {
+            let v = |i: usize| i32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or([0; 4]));
+            Some(Command::Velocity([v(0), v(4), v(8)]))
+        }
+        24 => {
+            let v = |i: usize| i64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+            Some(Command::MoveTo([v(0), v(8), v(16)]))
+        }
+        _ => None,
     }
-    let v = |i: usize| i32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    Some([v(0), v(4), v(8)])
 }
 
 /// FNV-1a, 64 bits: tiny, stable across builds and platforms.
@@ -141,8 +163,10 @@ impl Game for Reference {
 
     fn input(&self, state: &mut State, player: PlayerId, seq: Seq, bytes: &[u8]) {
         let Some(entity) = state.entities.get_mut(&player) else { return };
-        if let Some(vel) = decode_input(bytes) {
-            entity.vel = vel;
+        match decode_input(bytes) {
+            Some(Command::Velocity(vel)) => entity.vel = vel,
+            Some(Command::MoveTo(pos)) => (entity.pos, entity.vel) = (pos, [0; 3]),
+            None => {}
         }
         entity.inputs += 1;
         entity.last_seq = seq.0;
@@ -160,6 +184,19 @@ impl Game for Reference {
         state.chain = fnv(state.chain ^ tick.0, &bytes);
     }
 
+    fn positions(&self, state: &State) -> Vec<PlayerPosition> {
+        let m =
+            |v: [i64; 3]| Vec3 { x: v[0] as f64 / 1e3, y: v[1] as f64 / 1e3, z: v[2] as f64 / 1e3 };
+        let entered = state.entities.iter().filter(|(_, e)| e.inputs > 0);
+        entered
+            .map(|(&player, e)| PlayerPosition {
+                player,
+                pos: m(e.pos),
+                vel: m(e.vel.map(i64::from)),
+            })
+            .collect()
+    }
+
     fn view(&self, state: &State, tick: Tick) -> Vec<u8> {
         let wall_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -173,5 +210,34 @@ impl Game for Reference {
             entities: state.entities.iter().map(|(&p, &e)| (p, e)).collect(),
         };
         postcard::to_stdvec(&view).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use horizon_proto::{Aabb, WorldId};
+
+    use super::*;
+
+    #[test]
+    fn a_player_enters_the_world_where_their_first_input_puts_them_and_only_then_has_a_position() {
+        let game = Reference { tick_ms: 100 };
+        let bounds =
+            Aabb { min: Vec3 { x: 0.0, y: 0.0, z: 0.0 }, max: Vec3 { x: 100.0, y: 0.0, z: 0.0 } };
+        let mut state =
+            game.empty(BubbleId(1), &Region { world: WorldId(0), bounds: Some(bounds) });
+        game.join(&mut state, PlayerId(7), &[]);
+        assert!(game.positions(&state).is_empty(), "spawned at the region's middle, not entered");
+
+        game.input(&mut state, PlayerId(7), Seq(1), &encode_move_to([20_000, 5_000, 0]));
+        game.input(&mut state, PlayerId(7), Seq(2), &encode_input([1_000, 0, 0]));
+        game.step(&mut state, Tick(1));
+        let at = game.positions(&state);
+        assert_eq!(at.len(), 1);
+        assert_eq!(at[0].player, PlayerId(7));
+        assert_eq!(at[0].pos, Vec3 { x: 20.1, y: 5.0, z: 0.0 }, "moved 1 m/s for one 100 ms tick");
+        assert_eq!(at[0].vel, Vec3 { x: 1.0, y: 0.0, z: 0.0 });
+        let e = state.entities[&PlayerId(7)];
+        assert_eq!((e.inputs, e.last_seq), (2, 2), "a move is an input like any other");
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use horizon_proto::server::PlayerPosition;
 use horizon_proto::{
     Blob, BubbleId, Delta, Epoch, Input, LeaseRef, PlayerId, Region, Seal, Seq, Snapshot, Tick,
     Update,
@@ -217,6 +218,15 @@ impl<G: Game> Held<G> {
 
     pub(crate) fn players(&self) -> usize {
         self.last_applied.len()
+    }
+
+    /// Where the game put this region's players, while it runs (`None` otherwise: a standby's
+    /// or a sealed region's players are placed by whoever runs them).
+    pub(crate) fn positions(&self, game: &G, now: Instant) -> Option<Vec<PlayerPosition>> {
+        let state = self.state.as_ref().filter(|_| self.writable(now))?;
+        let mut players = game.positions(state);
+        players.truncate(horizon_proto::server::MAX_POSITIONS);
+        Some(players)
     }
 
     /// Takes a player in with their state and last applied seq. A player already here is left

@@ -178,7 +178,10 @@ impl<G: Game> ServerMachine<G> {
                 tracing::info!(bubble = lease.bubble.0, epoch = lease.epoch.0, "regranted");
                 Ok(Reply::Done)
             }
-            Request::Register { .. } | Request::Ready | Request::Load { .. } => {
+            Request::Register { .. }
+            | Request::Ready
+            | Request::Load { .. }
+            | Request::Positions { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "a server request, sent by the agent"))
             }
         }
@@ -264,6 +267,17 @@ impl<G: Game> ServerMachine<G> {
         let engine = self.game.engine_load();
         let tps = engine.map_or(counted, |e| e.tps);
         Request::Load { tps, players, chunks_loading: engine.map_or(0, |e| e.chunks_loading) }
+    }
+
+    /// One `Positions` report per region running now, sent after each load report.
+    pub fn positions(&self, now: Instant) -> Vec<Request> {
+        self.regions
+            .values()
+            .filter_map(|held| {
+                let players = held.positions(&self.game, now)?;
+                Some(Request::Positions { lease: held.lease, players })
+            })
+            .collect()
     }
 
     fn count_regions(&self) {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::{Blob, ChannelId, Name, PlayerId, Role, Seq, Vec3, WorldId};
-use horizon_sdk::reference::{View, encode_input};
+use horizon_sdk::reference::{View, encode_input, encode_move_to};
 use horizon_transport::tls::{self, Roots};
 use horizon_transport::{Dial, HelloParams, Inbound, Limits, Link, client_endpoint};
 use tokio::sync::{mpsc, watch};
@@ -391,8 +391,15 @@ async fn run(
                     continue;
                 }
                 seq += 1;
-                let v = [(vel.x * 1000.0) as i32, (vel.y * 1000.0) as i32, (vel.z * 1000.0) as i32];
-                let bytes = Blob(encode_input(v));
+                // The first input enters the world where the bot joined (the game server puts it
+                // there: placement knows only what the servers say); then velocities.
+                let bytes = if seq == 1 {
+                    let mm = |m: f64| (m * 1000.0).round() as i64;
+                    Blob(encode_move_to([mm(pos.x), mm(pos.y), mm(pos.z)]))
+                } else {
+                    let v = [(vel.x * 1000.0) as i32, (vel.y * 1000.0) as i32, (vel.z * 1000.0) as i32];
+                    Blob(encode_input(v))
+                };
                 let item = gateway::Item::Input { seq: Seq(seq), bytes: bytes.clone() };
                 pending.insert(seq, (Instant::now(), wall_us(), bytes));
                 lock(&report).inputs_sent = seq;

@@ -169,6 +169,33 @@ impl AgentMachine {
             servers: self.server_loads(),
         };
         self.ask_core(Then::Nothing("report"), report);
+        self.report_positions();
+    }
+
+    /// Where this site's game servers put their players since the last report (the only
+    /// positions placement uses), in requests of at most `MAX_POSITIONS` players. A region
+    /// that ended since is left out.
+    fn report_positions(&mut self) {
+        let mut batch: Vec<control::RegionPositions> = Vec::new();
+        let mut in_batch = 0;
+        for ((bubble, _), region) in std::mem::take(&mut self.positions) {
+            if self.bubbles.get(&bubble).is_none_or(|b| b.lease.epoch != region.lease.epoch) {
+                continue;
+            }
+            if in_batch + region.players.len() > server::MAX_POSITIONS && !batch.is_empty() {
+                let regions = std::mem::take(&mut batch);
+                self.ask_core(Then::Nothing("positions"), control::Request::Positions { regions });
+                in_batch = 0;
+            }
+            in_batch += region.players.len();
+            batch.push(region);
+        }
+        if !batch.is_empty() {
+            self.ask_core(
+                Then::Nothing("positions"),
+                control::Request::Positions { regions: batch },
+            );
+        }
     }
 
     /// The players who joined (and left) since the last report, at once: the core gives a
@@ -372,6 +399,7 @@ impl AgentMachine {
             | R::Players { .. }
             | R::PlayerIds { .. }
             | R::Admin { .. }
+            | R::Positions { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

@@ -482,6 +482,9 @@ pub struct AgentMachine {
     waiting: VecDeque<Waiting>,
     joins: Vec<control::PlayerSample>,
     leaves: Vec<PlayerId>,
+    /// The newest `Positions` report of each region's server (one per part of a spread
+    /// bubble), for the next report to the core: at most one list per server and region.
+    positions: BTreeMap<(BubbleId, Name), control::RegionPositions>,
 }
 
 impl std::fmt::Debug for AgentMachine {
@@ -538,6 +541,7 @@ impl AgentMachine {
             regroups: BTreeMap::new(),
             waiting: VecDeque::new(),
             joins: Vec::new(),
+            positions: BTreeMap::new(),
             leaves: Vec::new(),
         };
         machine.top_up_pool(now);

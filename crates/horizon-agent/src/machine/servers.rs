@@ -64,9 +64,42 @@ impl AgentMachine {
                 srv.players = players;
                 Ok(server::Reply::Done)
             }
+            server::Request::Positions { lease, players } => {
+                self.server_positions(server, lease, players)
+            }
             _ => Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by a server")),
         };
         self.effects.push_back(Effect::AnswerServer { token, result });
+    }
+
+    /// Where a server's game put the players of a region it runs: kept for the next report to
+    /// the core, only from a server that runs that region under that very lease.
+    fn server_positions(
+        &mut self,
+        server: Name,
+        lease: LeaseRef,
+        players: Vec<server::PlayerPosition>,
+    ) -> Result<server::Reply, Fault> {
+        if players.len() > server::MAX_POSITIONS {
+            let why =
+                format!("{} positions: over the limit of {}", players.len(), server::MAX_POSITIONS);
+            return Err(Fault::new(ErrorCode::TooLarge, why));
+        }
+        let runs = self.bubbles.get(&lease.bubble).is_some_and(|b| {
+            b.lease.epoch == lease.epoch
+                && matches!(b.phase, Phase::Running | Phase::Leaving { .. })
+                && b.servers().any(|s| *s == server)
+        });
+        if !runs {
+            self.stats.positions_refused.fetch_add(1, Ordering::Relaxed);
+            let why =
+                format!("bubble {} does not run on this server under that lease", lease.bubble.0);
+            return Err(Fault::new(ErrorCode::StaleEpoch, why));
+        }
+        let players =
+            players.into_iter().filter(|p| p.pos.is_finite() && p.vel.is_finite()).collect();
+        self.positions.insert((lease.bubble, server), control::RegionPositions { lease, players });
+        Ok(server::Reply::Done)
     }
 
     /// A server answered a request of this machine.

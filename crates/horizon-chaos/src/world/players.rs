@@ -1,6 +1,8 @@
 //! Simulated players: each joins its home agent, acts every 250 ms once its world is on
-//! screen (an input, `seq` from 1), and watches what it is shown: its entity's counters and
-//! the acknowledgements.
+//! screen (an input, `seq` from 1: the first puts it where it joined, as a game server would,
+//! then velocities; a traveler's move is an input too), and watches what it is shown: its
+//! entity's counters and the acknowledgements. Placement sees only where the game servers put
+//! them: a player never claims a position.
 
 use super::*;
 
@@ -16,6 +18,7 @@ impl World {
         player.conn = conn;
         player.id = None;
         player.seq = 0;
+        player.move_next = true;
         player.told = 0;
         player.entity = None;
         player.playing = false;
@@ -75,11 +78,13 @@ impl World {
         }
         player.seq += 1;
         let (seq, conn, home) = (player.seq, player.conn, player.home);
-        let vel = [(seq % 7) as i32 * 100 - 300, 0, 0];
-        let item = gateway::Item::Input {
-            seq: Seq(seq),
-            bytes: horizon_proto::Blob(reference::encode_input(vel)),
+        let bytes = if std::mem::take(&mut player.move_next) {
+            let mm = |m: f64| (m * 1000.0).round() as i64;
+            reference::encode_move_to([mm(player.pos.x), mm(player.pos.y), mm(player.pos.z)])
+        } else {
+            reference::encode_input([(seq % 7) as i32 * 100 - 300, 0, 0])
         };
+        let item = gateway::Item::Input { seq: Seq(seq), bytes: horizon_proto::Blob(bytes) };
         self.stats.inputs_sent += 1;
         let input = agent::Input::PlayerItem { conn, item };
         let at = self.in_order((7, home, 0, conn), self.now + ACCESS_US);
@@ -95,28 +100,19 @@ impl World {
         self.schedule(INPUT_EVERY_US, Event::PlayerTick(p));
     }
 
-    /// A traveler moves to another group's place and says so (a position datagram).
+    /// A traveler moves to another group's place: its next input takes it there.
     pub(super) fn player_move(&mut self, p: usize) {
         self.schedule(TRAVEL_EVERY_US, Event::PlayerMove(p));
         let group = self.rng.below(4) as f64;
         let player = &mut self.players[p];
         player.pos = Vec3 { x: group * 20_000.0 + 30.0 + p as f64, y: 5.0, z: 0.0 };
         player.moves += 1;
-        let (conn, home) = (player.conn, player.home);
-        if conn == 0 || player.id.is_none() {
+        player.move_next = true;
+        if player.conn == 0 || player.id.is_none() {
             return;
         }
-        let datagram = gateway::Datagram::Position {
-            seq: player.moves,
-            world: WorldId(0),
-            pos: player.pos,
-            vel: Vec3::default(),
-        };
         let id = player.id.map_or(0, |i| i.0);
-        let input = agent::Input::PlayerDatagram { conn, datagram, rtt_ms: 20.0 };
         self.note(format!("player {id} moves to group {group}"));
-        let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
-        self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
     }
 
     /// A player outside any partition gets an update at least every [`LIVENESS_S`].

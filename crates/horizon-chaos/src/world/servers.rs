@@ -129,19 +129,24 @@ impl World {
         self.schedule_at(next, Event::ServerTick(site, server.to_owned(), inc));
     }
 
+    /// The load report, then where the game put the players of each region it runs.
     pub(super) fn server_second(&mut self, site: usize, server: &str, inc: u64) {
+        let now = self.instant(site);
         let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
-        let request = s.machine.load();
-        self.next_token += 1;
-        let input = agent::Input::ServerRequest {
-            server: name(server),
-            conn: inc,
-            token: self.next_token,
-            request,
-        };
-        let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
-        let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
-        self.schedule_at(at, Event::Deliver(Box::new(d)));
+        let mut requests = vec![s.machine.load()];
+        requests.extend(s.machine.positions(now));
+        for request in requests {
+            self.next_token += 1;
+            let input = agent::Input::ServerRequest {
+                server: name(server),
+                conn: inc,
+                token: self.next_token,
+                request,
+            };
+            let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+            let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
+            self.schedule_at(at, Event::Deliver(Box::new(d)));
+        }
         self.schedule(1_000_000, Event::ServerSecond(site, server.to_owned(), inc));
     }
 

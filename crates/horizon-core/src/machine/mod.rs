@@ -482,6 +482,10 @@ impl CoreMachine {
                 self.report(site, &joins, &leaves, &players, &backbone, &servers, now);
                 Ok(control::Reply::Done)
             }
+            R::Positions { regions } => {
+                self.positions(site, &regions);
+                Ok(control::Reply::Done)
+            }
             R::Renew { leases } => Ok(self.renew(site, &leases, now)),
             R::Started { handover, bubble, epoch, .. } => {
                 self.started(site, handover, bubble, epoch, now)

@@ -1,12 +1,13 @@
 //! What agents report, checked against what each site owns: a site speaks only for the players
-//! it is home to (their moves, their leaves), joins only player ids handed to it, and feeds the
-//! brain the load of only the bubbles it holds. Anything else is refused, counted in
+//! it is home to (their RTTs and roles, their leaves), joins only player ids handed to it, and
+//! feeds the brain the load and the players' positions of only the regions it holds. Anything else is refused, counted in
 //! `horizon_core_refused_total{site, reason}` and logged; the rest of the report goes on.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use horizon_mesh::{PlayerUpdate, SiteId, Time};
 use horizon_proto::control;
+use horizon_proto::server::MAX_POSITIONS;
 use horizon_proto::{BubbleId, PlayerId};
 
 use super::{CoreMachine, MAX_ID_BLOCK, registry};
@@ -124,6 +125,40 @@ impl CoreMachine {
         }
     }
 
+    /// Where the game servers of `site` put the players of the regions they run: the only
+    /// positions placement uses (a player's join gives the place they enter at; after that,
+    /// nothing a client says moves them). A region's list counts only from its holder, under the
+    /// epoch in force, and only for its members: a player who crossed on since is placed by
+    /// their new region's server.
+    pub(super) fn positions(&mut self, site: SiteId, regions: &[control::RegionPositions]) {
+        for region in regions {
+            let holder = self
+                .registry
+                .get(&region.lease.bubble)
+                .filter(|r| r.site == site && r.epoch == region.lease.epoch.0 && !r.restoring);
+            let Some(r) = holder else {
+                self.metrics.refused(site, "positions_not_its_region");
+                continue;
+            };
+            if region.players.len() > MAX_POSITIONS {
+                self.metrics.refused(site, "too_many_positions");
+                continue;
+            }
+            let world = Some(horizon_mesh::WorldId(r.world));
+            for p in region.players.iter().filter(|p| r.members.contains_key(&p.player)) {
+                let update = PlayerUpdate {
+                    world,
+                    position: Some(p.pos),
+                    velocity: Some(p.vel),
+                    ..PlayerUpdate::default()
+                };
+                if let Err(e) = self.mesh.handle_update(p.player, &update) {
+                    tracing::debug!(player = p.player.0, error = %e, "a server's position refused");
+                }
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn report(
         &mut self,
@@ -157,12 +192,12 @@ impl CoreMachine {
                 self.metrics.refused(site, "not_its_player");
                 continue;
             }
+            // What a client claims of its place (`pos`, `vel`, `world`) is never read: players
+            // are placed where the game server simulating them puts them (`positions`).
             let update = PlayerUpdate {
                 access_rtt_ms: Some(f64::from(p.access_rtt_ms)),
                 role: Some(p.role),
-                world: Some(p.world),
-                position: Some(p.pos),
-                velocity: Some(p.vel),
+                ..PlayerUpdate::default()
             };
             let _ = self.mesh.handle_update(p.player, &update);
         }

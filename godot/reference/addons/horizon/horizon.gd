@@ -13,12 +13,16 @@ extends Node
 #   step(state, tick: int)                            # advance the region to `tick`
 #   view(state, tick: int) -> PoolByteArray           # what the region's players see
 #
-# and, if the game has them (both optional):
+# and, if the game has them (each optional):
 #
 #   lease_granted(state, bubble: int, epoch: int)     # the region may be written from now on
 #   lease_lost(state)                                 # ... and no longer: stop changing what
 #                                                     # players see (lease lapsed, sealed for a
 #                                                     # handover, released, agent lost)
+#   positions(state) -> Array                         # [[player, x, y, z, vx, vy, vz], ...]:
+#                                                     # where the game put its players (metres,
+#                                                     # m/s), once a second; placement uses only
+#                                                     # these, never what clients claim
 #
 # A state is a Dictionary or an Object (join, input and step change it in place). The sidecar
 # calls step only while the region's lease is valid by the server's own clock, each input
@@ -45,10 +49,10 @@ signal stepped(state, tick)
 signal lease_granted(state, bubble, epoch)
 signal lease_lost(state)
 
-const PROTOCOL = 2
+const PROTOCOL = 3
 const CONNECT_WITHIN_MS = 10000
 
-enum Op { HELLO = 0, EMPTY, ENCODE, DECODE, JOIN, LEAVE, INPUT, STEP, VIEW, DROP, PING, LEASE, LAPSE }
+enum Op { HELLO = 0, EMPTY, ENCODE, DECODE, JOIN, LEAVE, INPUT, STEP, VIEW, DROP, PING, LEASE, LAPSE, POSITIONS }
 enum Status { OK = 0, REFUSED = 1, BROKEN = 2 }
 
 # Exit codes (also the sidecar's, docs/godot.md).
@@ -132,7 +136,7 @@ func _handle(f):
 	var handle = f.get_u32()
 	if not _said_hello and op != Op.HELLO:
 		return _fail(EXIT_GAME_BROKEN, "the sidecar spoke before its hello")
-	if op in [Op.ENCODE, Op.JOIN, Op.LEAVE, Op.INPUT, Op.STEP, Op.VIEW, Op.LEASE, Op.LAPSE] and not _states.has(handle):
+	if op in [Op.ENCODE, Op.JOIN, Op.LEAVE, Op.INPUT, Op.STEP, Op.VIEW, Op.LEASE, Op.LAPSE, Op.POSITIONS] and not _states.has(handle):
 		return _fail(EXIT_GAME_BROKEN, "the sidecar named state %d, which does not exist" % handle)
 	var held = _states.get(handle)
 	match op:
@@ -216,6 +220,22 @@ func _handle(f):
 			if _game.has_method("lease_lost"):
 				_game.lease_lost(held)
 			emit_signal("lease_lost", held)
+		Op.POSITIONS:
+			# u32 count, then per player: u64 id, six f64 (position, velocity), little-endian.
+			var w = StreamPeerBuffer.new()
+			var list = []
+			if _game.has_method("positions"):
+				list = _game.positions(held)
+			if typeof(list) != TYPE_ARRAY:
+				return _fail(EXIT_GAME_BROKEN, "positions() returned no Array")
+			w.put_u32(list.size())
+			for p in list:
+				if typeof(p) != TYPE_ARRAY or p.size() != 7:
+					return _fail(EXIT_GAME_BROKEN, "positions() gave an entry that is not [player, x, y, z, vx, vy, vz]")
+				w.put_u64(p[0])
+				for i in range(1, 7):
+					w.put_double(p[i])
+			_reply(op, Status.OK, w.data_array)
 		_:
 			return _fail(EXIT_GAME_BROKEN, "unknown link op %d" % op)
 	return true

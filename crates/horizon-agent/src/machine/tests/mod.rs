@@ -780,4 +780,59 @@ fn an_update_under_an_old_epoch_or_from_a_server_not_holding_the_bubble_reaches_
     assert_eq!(h.m.stats.stale_updates_refused.load(Ordering::Relaxed), 3);
 }
 
+#[test]
+fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_lease() {
+    let mut h = running(30_000);
+    h.server_ready("mtl-gs-1");
+    let at = |x: f64| server::PlayerPosition {
+        player: PlayerId(7),
+        pos: Vec3 { x, y: 0.0, z: 0.0 },
+        vel: Vec3::default(),
+    };
+    let mut report = |h: &mut Harness,
+                      server: &str,
+                      epoch: u64,
+                      players: Vec<server::PlayerPosition>| {
+        let conn = h.m.servers[&n(server)].conn;
+        let token = h.token();
+        let lease = LeaseRef { bubble: BubbleId(1), epoch: Epoch(epoch) };
+        let request = server::Request::Positions { lease, players };
+        let out = h.feed(Input::ServerRequest { server: n(server), conn, token, request });
+        out.iter()
+            .find_map(|e| match e {
+                Effect::AnswerServer { result, .. } => Some(result.as_ref().map_err(|f| f.code)),
+                _ => None,
+            })
+            .expect("answered")
+            .cloned()
+    };
+    assert_eq!(report(&mut h, "mtl-gs-0", 1, vec![at(1.0)]), Ok(server::Reply::Done));
+    // Another server, another epoch, too many players: refused, nothing kept.
+    assert_eq!(report(&mut h, "mtl-gs-1", 1, vec![at(2.0)]), Err(ErrorCode::StaleEpoch));
+    assert_eq!(report(&mut h, "mtl-gs-0", 2, vec![at(3.0)]), Err(ErrorCode::StaleEpoch));
+    let flood = vec![at(4.0); server::MAX_POSITIONS + 1];
+    assert_eq!(report(&mut h, "mtl-gs-0", 1, flood), Err(ErrorCode::TooLarge));
+    assert_eq!(h.m.stats.positions_refused.load(Ordering::Relaxed), 2);
+    // The holder's newest list goes to the core with the next report, once.
+    assert_eq!(report(&mut h, "mtl-gs-0", 1, vec![at(5.0)]), Ok(server::Reply::Done));
+    let sent = |h: &mut Harness| -> Vec<control::RegionPositions> {
+        h.m.report();
+        h.effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::ToCore { request: control::Request::Positions { regions }, .. } => {
+                    Some(regions)
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let regions = sent(&mut h);
+    assert_eq!(regions.len(), 1);
+    assert_eq!(regions[0].lease, LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) });
+    assert_eq!(regions[0].players, vec![at(5.0)]);
+    assert!(sent(&mut h).is_empty(), "sent once");
+}
+
 mod crossings;

@@ -26,7 +26,7 @@ fn three_bubbles(h: &mut Harness) -> (BubbleId, BubbleId, BubbleId) {
 
 /// Walks player 3 (of HKG) to `x` and lets the brain place them.
 fn walk_hongkonger(h: &mut Harness, x: f64, until_ms: u64) {
-    h.moved("HKG", 3, x);
+    h.moved(3, x);
     let start = h.now.as_ms();
     for t in 1..=(until_ms / 1_000) {
         h.run_until(start + t * 1_000);

@@ -186,6 +186,20 @@ fn sample(player: u64, x: f64) -> control::PlayerSample {
     }
 }
 
+/// A site's `Positions` for `region` under `epoch`: each player at `x` m.
+fn positions(region: BubbleId, epoch: u64, players: &[(u64, f64)]) -> control::Request {
+    let lease = LeaseRef { bubble: region, epoch: Epoch(epoch) };
+    let players = players
+        .iter()
+        .map(|&(player, x)| horizon_proto::server::PlayerPosition {
+            player: PlayerId(player),
+            pos: Vec3 { x, y: 0.0, z: 0.0 },
+            vel: Vec3::default(),
+        })
+        .collect();
+    control::Request::Positions { regions: vec![control::RegionPositions { lease, players }] }
+}
+
 /// An agent's `Register`, with its servers and the leases it holds.
 fn register(site: &str, servers: Vec<control::ServerLoad>, held: &[LeaseRef]) -> control::Request {
     control::Request::Register {
@@ -580,22 +594,11 @@ fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_
     let mtl = h.site("MTL");
     let conn = 4242;
     h.core.handle(Input::AgentConnected { site: mtl, conn }, h.now);
-    let walked = control::PlayerSample {
-        player: PlayerId(1),
-        access_rtt_ms: 10.0,
-        role: Role::Player,
-        world: WorldId(1),
-        pos: Vec3 { x: 10_000.0, y: 0.0, z: 0.0 },
-        vel: Vec3::default(),
+    let walked = horizon_mesh::PlayerUpdate {
+        position: Some(Vec3 { x: 10_000.0, y: 0.0, z: 0.0 }),
+        ..Default::default()
     };
-    let report = control::Request::Report {
-        joins: Vec::new(),
-        leaves: Vec::new(),
-        players: vec![walked],
-        backbone: Vec::new(),
-        servers: Vec::new(),
-    };
-    h.request("MTL", report).unwrap();
+    h.core.mesh.handle_update(PlayerId(1), &walked).unwrap();
     h.log.clear();
     h.run_until(quiet - 1);
     assert_eq!(h.hosted(1).0, paris, "the Montrealer plays with the Parisian now");
@@ -648,7 +651,7 @@ fn an_ended_bubble_whose_server_is_lost_is_drained_at_once() {
     }
     h.run_until(h.now.as_ms() + 5_000);
     h.settle();
-    h.moved("MTL", 1, 10_000.0);
+    h.moved(1, 10_000.0);
     for _ in 0..3 {
         h.run_until(h.now.as_ms() + 5_000);
         h.settle();
@@ -678,8 +681,12 @@ impl Harness {
     }
 
     /// `player`, of `home`, is now at `x` (the home agent's report).
-    fn moved(&mut self, home: &str, player: u64, x: f64) {
-        self.report(home, Vec::new(), vec![sample(player, x)], Vec::new());
+    /// The game server simulating `player` puts them at `x` m: the site holding their region
+    /// reports it under the region's lease (the only positions placement uses).
+    fn moved(&mut self, player: u64, x: f64) {
+        let (region, site, epoch) = self.hosted(player);
+        let request = positions(region, epoch, &[(player, x)]);
+        assert_eq!(self.request(&site, request).unwrap(), control::Reply::Done);
     }
 
     /// Acknowledges every order and renews every lease, as healthy agents do.
@@ -724,14 +731,24 @@ fn refused(h: &Harness, site: &str, reason: &str) -> u64 {
 fn a_site_speaks_only_for_its_own_players() {
     let mut h = Harness::new();
     montrealer_in_a_bubble(&mut h);
-    // PAR moves MTL's player to the other side of the world, and has them leave; the rest of
-    // its report goes on.
+    // PAR claims MTL's player is on the other side of the world and has them leave; the rest
+    // of its report goes on.
     h.report("PAR", Vec::new(), vec![sample(1, 9e6)], vec![PlayerId(1)]);
     let p = h.core.mesh.player(horizon_mesh::PlayerId(1)).expect("still there");
     assert_eq!(p.position.x, 0.0, "not moved by another site");
     assert_eq!(refused(&h, "PAR", "not_its_player"), 2);
-    // Its home moves it.
-    h.moved("MTL", 1, 5.0);
+    // Its home's samples give its RTT and role, never a place: what a client claims is never read.
+    h.report("MTL", Vec::new(), vec![sample(1, 9e6)], Vec::new());
+    assert_eq!(h.core.mesh.player(horizon_mesh::PlayerId(1)).unwrap().position.x, 0.0);
+    // Positions come from the site holding the player's region, under its epoch in force.
+    let (region, holder, epoch) = h.hosted(1);
+    let other = if holder == "PAR" { "HKG" } else { "PAR" };
+    h.request(other, positions(region, epoch, &[(1, 7.0)])).unwrap();
+    h.request(&holder, positions(region, epoch + 1, &[(1, 7.0)])).unwrap();
+    assert_eq!(h.core.mesh.player(horizon_mesh::PlayerId(1)).unwrap().position.x, 0.0);
+    assert_eq!(refused(&h, other, "positions_not_its_region"), 1);
+    assert_eq!(refused(&h, &holder, "positions_not_its_region"), 1, "another epoch");
+    h.moved(1, 5.0);
     let p = h.core.mesh.player(horizon_mesh::PlayerId(1)).expect("still there");
     assert_eq!(p.position.x, 5.0);
     assert_eq!(refused(&h, "MTL", "not_its_player"), 0);
@@ -800,6 +817,7 @@ fn the_status_names_no_player_to_an_unauthenticated_reader() {
 }
 
 mod crossings;
+mod positions;
 
 #[test]
 fn a_player_alone_at_their_spawn_gets_a_bubble_when_the_join_is_reported_not_at_the_tick() {
