@@ -152,6 +152,12 @@ async fn a_zone_lives_on_today_s_server_only_under_a_valid_lease() {
     let [x, _, _] = position(last, 1).expect("player 1 reported");
     assert!((2.0..5.0).contains(&x), "walked ~2 m/s for ~1.5 s: x = {x}");
     assert_eq!(position(last, 2), Some([0.0, 0.0, 0.0]), "player 2 stood still");
+    // Where the server says its players are is what placement gets (not what clients claim).
+    let reports = m.positions(Instant::now());
+    let [Request::Positions { lease, players }] = &reports[..] else { panic!("{reports:?}") };
+    assert_eq!(*lease, lref(3));
+    let walked = players.iter().find(|p| p.player == PlayerId(1)).expect("player 1 placed");
+    assert_eq!(walked.pos.x, x, "the server's newest report");
     assert!(server_holds(&hosted, 2).await, "the server holds both players");
     assert_eq!(m.game().moves_refused(), 1);
 

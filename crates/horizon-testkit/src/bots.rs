@@ -67,6 +67,9 @@ pub struct BotSpec {
     /// Drop the connection this long after joining (a mobile blip) and reconnect from the same
     /// client: the gateway must resume the same player.
     pub reconnect_after: Option<Duration>,
+    /// A cheating client: every `Position` datagram claims it stands here, wherever its game
+    /// server put it. Placement must not follow.
+    pub claim: Option<[f64; 3]>,
 }
 
 /// What a bot measured.
@@ -413,7 +416,8 @@ async fn run(
                 pos = p;
                 vel = v;
                 position_seq += 1;
-                let _ = conn.send_datagram(&gateway::Datagram::Position { seq: position_seq, world, pos, vel });
+                let said = spec.claim.map_or(pos, |[x, y, z]| Vec3 { x, y, z });
+                let _ = conn.send_datagram(&gateway::Datagram::Position { seq: position_seq, world, pos: said, vel });
             }
             Some((at, item)) = updates.recv() => {
                 let (bubble, tick, acked, bytes) = match item {

@@ -58,6 +58,7 @@ async fn through_the_gateway() -> (f64, f64, f64) {
                 afk: None,
                 leave_after: None,
                 reconnect_after: None,
+                claim: None,
             };
             bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
         })

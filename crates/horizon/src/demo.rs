@@ -173,6 +173,7 @@ pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec
                 motion,
                 leave_after: leave,
                 reconnect_after: None,
+                claim: None,
                 // Hosts first; guests once the host's bubble exists.
                 join_after: Duration::from_millis(if i == 0 {
                     200 * g as u64 % 2000

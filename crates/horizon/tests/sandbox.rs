@@ -66,6 +66,14 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         specs.push(bot(&format!("par-{i}"), "PAR", &sandbox, 200_000.0 + i as f64, 0));
     }
     specs.push(bot("mtl-at-par", "MTL", &sandbox, 200_010.0, 3_000));
+    // Three cheating Montrealers, 200 km away, claim to stand with them: were claims believed,
+    // 4 MTL to 3 PAR would pull that group to Montreal.
+    for i in 0..3 {
+        specs.push(BotSpec {
+            claim: Some([200_005.0 + i as f64, 0.0, 0.0]),
+            ..bot(&format!("mtl-cheat-{i}"), "MTL", &sandbox, 400_000.0 + i as f64, 0)
+        });
+    }
     // Two players alone, 9 km apart, each with a bubble; then the Parisian flies to the
     // Montrealer: a preventive merge moves one of them into the other's bubble, with its state.
     specs.push(BotSpec { motion: Motion::Still, ..bot("mtl-met", "MTL", &sandbox, 300_000.0, 0) });
@@ -145,6 +153,12 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
         "a lone Montrealer is simulated in Montreal"
     );
     assert_eq!(site_of(&status, player("mtl-at-par")).as_deref(), Some("PAR"));
+    let bubble_of = |name: &str| status.placement(player(name)).map(|b| b.bubble);
+    for i in 0..3 {
+        let cheat = format!("mtl-cheat-{i}");
+        assert_ne!(bubble_of(&cheat), bubble_of("par-0"), "{cheat} placed where it claimed");
+        assert_eq!(site_of(&status, player(&cheat)).as_deref(), Some("MTL"), "{cheat}");
+    }
     for name in ["par-host", "mtl-guest-0", "mtl-guest-1", "mtl-guest-2"] {
         assert_eq!(
             site_of(&status, player(name)).as_deref(),

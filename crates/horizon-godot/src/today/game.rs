@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
+use horizon_proto::server::PlayerPosition;
+use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick, Vec3};
 use horizon_sdk::{EngineLoad, Game};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -155,6 +156,19 @@ impl Game for TodayGame {
             }
         }
         state.seen = report;
+    }
+
+    /// Where today's server last said the zone's players are (its `players/position` report;
+    /// it reports no velocity). A player it did not list yet is left out.
+    fn positions(&self, state: &ZoneState) -> Vec<PlayerPosition> {
+        let members = state.seen.iter().filter(|r| state.mirror.players.contains_key(&r.id));
+        members
+            .map(|r| {
+                let [x, y, z] = r.position;
+                PlayerPosition { player: r.id, pos: Vec3 { x, y, z }, vel: Vec3::default() }
+            })
+            .filter(|p| p.pos.is_finite())
+            .collect()
     }
 
     /// What the players of a zone see: the server's newest report, as JSON

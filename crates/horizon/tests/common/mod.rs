@@ -28,6 +28,7 @@ pub(crate) fn bot(
         afk: None,
         leave_after: None,
         reconnect_after: None,
+        claim: None,
     }
 }
 
