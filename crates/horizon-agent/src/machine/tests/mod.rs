@@ -789,7 +789,7 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
         pos: Vec3 { x, y: 0.0, z: 0.0 },
         vel: Vec3::default(),
     };
-    let mut report = |h: &mut Harness,
+    let report = |h: &mut Harness,
                       server: &str,
                       epoch: u64,
                       players: Vec<server::PlayerPosition>| {
