@@ -100,6 +100,16 @@ impl AgentMachine {
                 return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
             }
             self.join(&server, lease, *player, *last_applied, state.clone());
+            // A player homed here follows their state at once: the core's `Route` says the same
+            // but comes a round trip behind the member lists, and until then their gateway
+            // would drop the new bubble's updates. (Safe: a route elsewhere comes from the core
+            // after the list that takes them out of this bubble, so none was taken yet.)
+            let site = self.cfg.site.clone();
+            if let Some(p) = self.players.get_mut(player)
+                && p.session.set_route(*to, site)
+            {
+                self.resend(*player, true, now);
+            }
             Ok(true)
         } else if self.crossings.len() < MAX_CROSSINGS
             || self.crossings.contains_key(&(*player, *to))

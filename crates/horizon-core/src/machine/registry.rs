@@ -168,7 +168,13 @@ impl CoreMachine {
                 self.effects.push_back(super::Effect::UnpinBackup { at });
             }
         }
-        for bubble in touched {
+        // The bubbles players enter hear of them before the bubbles they leave. Orders to one
+        // site go one at a time, a round trip each: on a site holding both, the player's state
+        // then crosses to a bubble that expects them and they play on within a tick or two,
+        // instead of waiting, unseen, for the next order (a whole round trip to the core).
+        let (leaving, entering): (Vec<BubbleId>, Vec<BubbleId>) =
+            touched.into_iter().partition(|b| departures.contains_key(b));
+        for bubble in entering.into_iter().chain(leaving) {
             let Some(reg) = self.registry.get(&bubble) else { continue };
             let players = self.member_list(reg, &crossing);
             let departed = departures

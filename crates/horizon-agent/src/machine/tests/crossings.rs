@@ -260,3 +260,66 @@ fn a_crossing_between_two_bubbles_of_this_site_is_timed_against_one_tick() {
     assert!(gap >= Duration::from_millis(120), "{gap:?}");
     assert_eq!(floor, Some(Duration::from_millis(33)), "one server tick");
 }
+
+#[test]
+fn a_player_homed_here_crossing_between_two_bubbles_here_is_shown_the_new_one_without_waiting_for_the_route()
+ {
+    let mut h = running(10_000);
+    with_ids(&mut h);
+    let (player, conn) = join_player(&mut h);
+    let (_, out) = h.order(control::Request::Create {
+        bubble: BubbleId(2),
+        region: region(),
+        lease: lease(2, 1, 10_000),
+    });
+    h.answer_servers(out, done);
+    let member =
+        |crossing| control::Member { player, home: n(SITE), pos: Vec3::default(), crossing };
+    let (one, two) = (
+        LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) },
+        LeaseRef { bubble: BubbleId(2), epoch: Epoch(1) },
+    );
+    let (_, out) = h.order(control::Request::Members {
+        lease: one,
+        players: vec![member(false)],
+        departed: vec![],
+    });
+    h.answer_servers(out, done);
+    let gs = || n("mtl-gs-0");
+    h.feed(Input::ServerItem { server: gs(), item: update(1, 1, 5, &[(player.0, 0)]) });
+    // The core's lists, entered bubble first: 2 expects the player, 1 lets them go.
+    let (_, out) = h.order(control::Request::Members {
+        lease: two,
+        players: vec![member(true)],
+        departed: vec![],
+    });
+    h.answer_servers(out, done);
+    let departure = control::Departure { player, to: two, site: n(SITE) };
+    let (_, out) = h.order(control::Request::Members {
+        lease: one,
+        players: vec![],
+        departed: vec![departure],
+    });
+    let joined = std::cell::Cell::new(false);
+    h.answer_servers(out, |r| match r {
+        server::Request::Leave { .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(0), state: Blob(vec![4]) })
+        }
+        server::Request::Join { lease, state, .. } => {
+            joined.set(*lease == two && state.0 == [4]);
+            Ok(server::Reply::Done)
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    let joined = joined.get();
+    assert!(joined, "the state joined bubble 2 at once");
+    // No `Route` from the core yet: bubble 2's next update reaches the player all the same.
+    h.advance(Duration::from_millis(40));
+    let out = h.feed(Input::ServerItem { server: gs(), item: update(2, 1, 1, &[(player.0, 0)]) });
+    assert!(player_items(&out).iter().any(|(c, _)| *c == conn), "shown bubble 2: {out:?}");
+    let gap = out.iter().find_map(|e| match e {
+        Effect::Crossed { gap, .. } => Some(*gap),
+        _ => None,
+    });
+    assert!(gap.is_some_and(|g| g < Duration::from_millis(100)), "{gap:?}");
+}

@@ -790,9 +790,9 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
         vel: Vec3::default(),
     };
     let report = |h: &mut Harness,
-                      server: &str,
-                      epoch: u64,
-                      players: Vec<server::PlayerPosition>| {
+                  server: &str,
+                  epoch: u64,
+                  players: Vec<server::PlayerPosition>| {
         let conn = h.m.servers[&n(server)].conn;
         let token = h.token();
         let lease = LeaseRef { bubble: BubbleId(1), epoch: Epoch(epoch) };

@@ -176,3 +176,39 @@ fn a_member_a_copy_shows_behind_its_kept_copy_adopts_it() {
     copy_of(&mut h, "PAR", at_par, par_epoch, 60, &[(3, 7), (4, 3)]);
     assert!(!h.log.iter().any(|e| matches!(e, Effect::ReadPinned { .. })));
 }
+
+#[test]
+fn a_site_holding_both_bubbles_of_a_crossing_hears_of_the_one_entered_first() {
+    let mut h = Harness::new();
+    for (player, x) in [(1, 0.0), (2, 1.0)] {
+        h.join("MTL", player, x);
+    }
+    h.run_until(3_000);
+    h.settle();
+    h.join("MTL", 3, 50_000.0);
+    for t in 2..=4 {
+        h.run_until(t * 3_000);
+        h.settle();
+    }
+    let (left, site, _) = h.hosted(2);
+    let (entered, other, _) = h.hosted(3);
+    assert_eq!((site.as_str(), other.as_str()), ("MTL", "MTL"));
+    assert!(left < entered, "the bubble left is the older: ids alone would order it first");
+    h.log.clear();
+    h.moved(2, 50_001.0);
+    h.run_until(h.now.as_ms() + 6_000);
+    assert_eq!(h.hosted(2).0, entered, "crossed");
+    let members: Vec<(BubbleId, bool)> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(site, _, request)| match request {
+            control::Request::Members { lease, players, departed } if site == "MTL" => {
+                let has = players.iter().any(|m| m.player == PlayerId(2));
+                let gone = departed.iter().any(|d| d.player == PlayerId(2));
+                (has || gone).then_some((lease.bubble, gone))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(members, [(entered, false), (left, true)], "entered first, then left");
+}
