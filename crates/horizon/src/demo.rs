@@ -472,12 +472,14 @@ async fn run(args: DemoArgs) -> ExitCode {
     });
     let per_server = cost.peak_players as f64 / cost.peak_servers.max(1) as f64;
     doc["players_per_server_at_peak"] = ((per_server * 10.0).round() / 10.0).into();
-    let (freeze, excess) = freeze_report(&freezes);
+    let (freeze, excess, by_pair) = freeze_report(&freezes);
     doc["freeze_ms"] = freeze;
     doc["freeze_excess_ms"] = excess;
-    let (crossing, crossing_excess) = freeze_report(&crossings);
+    doc["freeze_excess_ms_by_pair"] = by_pair;
+    let (crossing, crossing_excess, by_pair) = freeze_report(&crossings);
     doc["crossing_freeze_ms"] = crossing;
     doc["crossing_freeze_excess_ms"] = crossing_excess;
+    doc["crossing_freeze_excess_ms_by_pair"] = by_pair;
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
     doc["game_server"] = match args.game_server {
         GameServer::Rust => "rust",
@@ -597,12 +599,12 @@ fn summary_line(
 }
 
 /// The freezes players saw when their bubble moved, as their gateways measured them:
-/// `freeze_ms` per "FROM-TO" pair {p50, p99, max, samples}, and `freeze_excess_ms` {p50, p99,
-/// max, samples} beyond the physical floor, over the moves whose floor is known (the player's
-/// home is one end).
+/// `freeze_ms` per "FROM-TO" pair {p50, p99, max, samples}, and the excess beyond the physical
+/// floor {p50, p99, max, samples}, over the moves whose floor is known (the player's home is one
+/// end, or both ends are one site): over all of them, and per pair.
 fn freeze_report(
     samples: &[horizon_agent::FreezeSample],
-) -> (serde_json::Value, serde_json::Value) {
+) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
     let stats = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
@@ -615,14 +617,19 @@ fn freeze_report(
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut excess_per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for s in samples {
-        per.entry(format!("{}-{}", s.from, s.to)).or_default().push(ms(s.gap));
+        let pair = format!("{}-{}", s.from, s.to);
+        if let Some(floor) = s.floor {
+            excess_per.entry(pair.clone()).or_default().push(ms(s.gap.saturating_sub(floor)));
+        }
+        per.entry(pair).or_default().push(ms(s.gap));
     }
-    let freeze: serde_json::Map<String, serde_json::Value> =
-        per.into_iter().map(|(pair, v)| (pair, stats(v))).collect();
-    let excess: Vec<f64> =
-        samples.iter().filter_map(|s| s.floor.map(|f| ms(s.gap.saturating_sub(f)))).collect();
-    (freeze.into(), stats(excess))
+    let by_pair = |m: BTreeMap<String, Vec<f64>>| -> serde_json::Value {
+        m.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>().into()
+    };
+    let all: Vec<f64> = excess_per.values().flatten().copied().collect();
+    (by_pair(per), stats(all), by_pair(excess_per))
 }
 
 /// The final document. Inputs: `inputs_applied` is what the game counted on each player's
