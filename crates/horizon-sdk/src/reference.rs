@@ -6,13 +6,13 @@
 //! ([`encode_move_to`]: how a player enters the world where they asked to, and how a test
 //! player travels far at once); a step moves every entity. A player has entered the world once
 //! an input of theirs was applied: only those are in [`Game::positions`], the places
-//! placement uses. Two counters make
-//! "applied once" observable from outside: `inputs` (how many inputs this entity ever had
-//! applied, carried across regions and handovers) and `last_seq`. Since inputs are applied
-//! once and in order from seq 1, `inputs == last_seq` always; a double application shows as
-//! `inputs > last_seq` in every later view. The region's `chain` hashes every step onto the
-//! previous one, so a view's `prev_chain` proves the state it came from: a handover that lost
-//! or replayed anything breaks the chain players see.
+//! placement uses. Two counters make "applied once" observable from outside: `inputs` (how
+//! many inputs this entity ever had applied, carried across regions and handovers) and
+//! `last_seq`. Since inputs are applied once and in order from seq 1, `inputs == last_seq`
+//! always; a double application shows as `inputs > last_seq` in every later view. The
+//! region's `chain` hashes every step onto the previous one, so a view's `prev_chain` proves
+//! the state it came from: a handover that lost or replayed anything breaks the chain players
+//! see.
 
 use std::collections::BTreeMap;
 

@@ -400,8 +400,8 @@ async fn run(
                     let mm = |m: f64| (m * 1000.0).round() as i64;
                     Blob(encode_move_to([mm(pos.x), mm(pos.y), mm(pos.z)]))
                 } else {
-                    let v = [(vel.x * 1000.0) as i32, (vel.y * 1000.0) as i32, (vel.z * 1000.0) as i32];
-                    Blob(encode_input(v))
+                    let mm_s = |v: f64| (v * 1000.0) as i32;
+                    Blob(encode_input([mm_s(vel.x), mm_s(vel.y), mm_s(vel.z)]))
                 };
                 let item = gateway::Item::Input { seq: Seq(seq), bytes: bytes.clone() };
                 pending.insert(seq, (Instant::now(), wall_us(), bytes));
@@ -417,7 +417,8 @@ async fn run(
                 vel = v;
                 position_seq += 1;
                 let said = spec.claim.map_or(pos, |[x, y, z]| Vec3 { x, y, z });
-                let _ = conn.send_datagram(&gateway::Datagram::Position { seq: position_seq, world, pos: said, vel });
+                let datagram = gateway::Datagram::Position { seq: position_seq, world, pos: said, vel };
+                let _ = conn.send_datagram(&datagram);
             }
             Some((at, item)) = updates.recv() => {
                 let (bubble, tick, acked, bytes) = match item {

@@ -1,7 +1,8 @@
 //! What agents report, checked against what each site owns: a site speaks only for the players
 //! it is home to (their RTTs and roles, their leaves), joins only player ids handed to it, and
-//! feeds the brain the load and the players' positions of only the regions it holds. Anything else is refused, counted in
-//! `horizon_core_refused_total{site, reason}` and logged; the rest of the report goes on.
+//! feeds the brain the load and the players' positions of only the regions it holds. Anything
+//! else is refused, counted in `horizon_core_refused_total{site, reason}` and logged; the rest
+//! of the report goes on.
 
 use std::collections::{BTreeMap, VecDeque};
 
