@@ -304,6 +304,14 @@ impl AgentMachine {
             let stashed = self.crossings.remove(&(m.player, lease.bubble));
             match stashed {
                 Some(c) => self.join(&server, held, m.player, c.last_applied, c.state),
+                // Its state is on its way out of here, never taken: the bubble it was sent to
+                // never heard the player comes (a core restarted before saying so, and put them
+                // back here). They play here now, and so does that state, not a fresh one.
+                None if self.outbound.contains_key(&m.player) => {
+                    let site = self.cfg.site.clone();
+                    let d = control::Departure { player: m.player, to: held, site };
+                    self.redirect_crossing(m.player, d, now);
+                }
                 None if m.crossing => {
                     self.awaiting.insert(m.player, (lease.bubble, now));
                 }

@@ -323,3 +323,37 @@ fn a_player_homed_here_crossing_between_two_bubbles_here_is_shown_the_new_one_wi
     });
     assert!(gap.is_some_and(|g| g < Duration::from_millis(100)), "{gap:?}");
 }
+
+#[test]
+fn a_player_put_back_in_a_bubble_here_while_its_state_waits_to_cross_out_gets_that_state() {
+    // Chaos seed 9410322: the core died just after saying player 7 left for PAR's bubble 2;
+    // the restarted core put them back here, and the bubble joined them fresh (seq 0) while
+    // their state (seq 12) was sent to PAR again and again, never taken.
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let back = control::Request::Members { lease: lref, players: vec![member], departed: vec![] };
+    let (_, out) = h.order(back.clone());
+    h.answer_servers(out, done);
+    let (_, out) = h.order(leaves_for_par(lref));
+    h.answer_servers(out, |_| {
+        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
+    });
+    assert!(h.m.outbound.contains_key(&PlayerId(7)), "on its way to PAR");
+    let joined = std::cell::Cell::new(None);
+    let (_, out) = h.order(back);
+    h.answer_servers(out, |r| {
+        if let server::Request::Join { lease, last_applied, state, .. } = r {
+            joined.set(Some((*lease, *last_applied, state.0.clone())));
+        }
+        Ok(server::Reply::Done)
+    });
+    assert_eq!(joined.take(), Some((lref, Seq(12), vec![1, 2, 3])), "its state, not a fresh one");
+    assert!(!h.m.outbound.contains_key(&PlayerId(7)), "no longer sent to PAR");
+}
