@@ -25,13 +25,14 @@ assert sum(v["samples"] for v in d["crossing_freeze_ms"].values()) >= 1, "no cha
 # crossings p99 15 ms; docs/performance.md), with 3x headroom over the worst run measured
 # (a handover pair's p99 ranged 0-23 ms over four demos: the floor rests on measured RTTs). A
 # pair's p99 is held only over 5 samples or more. A crossing used to wait a round trip to the
-# core (66 ms over its floor at MTL, 165 at HKG); now it is within a tick of it.
+# core (66 ms over its floor at MTL, 165 at HKG); now it is within a tick of it (one extra tick,
+# 33.5 ms, the worst seen, with Godot servers): 100 ms is 3x that.
 print("excess by pair", d["freeze_excess_ms_by_pair"], d["crossing_freeze_excess_ms_by_pair"])
 for kind in ("freeze_excess_ms_by_pair", "crossing_freeze_excess_ms_by_pair"):
     for pair, v in d[kind].items():
         assert v["samples"] < 5 or v["p99"] <= 75, f"{kind} {pair}: p99 {v['p99']} ms over 75"
 for pair, v in d["crossing_freeze_excess_ms_by_pair"].items():
-    assert v["max"] <= 60, f"a crossing {pair} froze {v['max']} ms beyond its floor"
+    assert v["max"] <= 100, f"a crossing {pair} froze {v['max']} ms beyond its floor"
 for site in ("MTL", "HKG"):
     assert abs(c[site]["p50"] - c["PAR"]["p50"]) <= 15, f"{site} p50 not within 15 ms of PAR"
 # Several regions share a game server (one server per bubble seated 1.6 players each).
