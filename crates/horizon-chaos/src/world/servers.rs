@@ -17,21 +17,11 @@ impl World {
         );
         let n = name(&server);
         self.agent_input(site, agent::Input::ServerUp { server: n.clone(), conn: inc });
-        for request in [
-            server::Request::Register { server: n.clone(), build: name("chaos"), max_players: 100 },
+        let hello = vec![
+            server::Request::Register { server: n, build: name("chaos"), max_players: 100 },
             server::Request::Ready,
-        ] {
-            self.next_token += 1;
-            let input = agent::Input::ServerRequest {
-                server: n.clone(),
-                conn: inc,
-                token: self.next_token,
-                request,
-            };
-            let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
-            let d = Delivery::ServerToAgent { site, server: server.clone(), inc, input };
-            self.schedule_at(at, Event::Deliver(Box::new(d)));
-        }
+        ];
+        self.server_requests(site, &server, inc, hello);
         let tick = u64::from(TICK_MS) * 1000;
         self.schedule(tick, Event::ServerTick(site, server.clone(), inc));
         self.schedule(1_000_000, Event::ServerSecond(site, server, inc));
@@ -135,6 +125,18 @@ impl World {
         let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
         let mut requests = vec![s.machine.load()];
         requests.extend(s.machine.positions(now));
+        self.server_requests(site, server, inc, requests);
+        self.schedule(1_000_000, Event::ServerSecond(site, server.to_owned(), inc));
+    }
+
+    /// Requests of a server to its agent, delivered in order over the local hop.
+    fn server_requests(
+        &mut self,
+        site: usize,
+        server: &str,
+        inc: u64,
+        requests: Vec<server::Request>,
+    ) {
         for request in requests {
             self.next_token += 1;
             let input = agent::Input::ServerRequest {
@@ -147,7 +149,6 @@ impl World {
             let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
             self.schedule_at(at, Event::Deliver(Box::new(d)));
         }
-        self.schedule(1_000_000, Event::ServerSecond(site, server.to_owned(), inc));
     }
 
     /// SIGKILL: the server is gone at once; its agent's driver notices the exit shortly, its
