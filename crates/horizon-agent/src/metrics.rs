@@ -47,6 +47,16 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.positions_refused,
     ),
     (
+        "horizon_agent_orders_refused_total",
+        "Orders of the core's ordered lane refused: one that came twice, or more than 64 ahead of the next to serve (a correct core sends neither).",
+        |s| &s.orders_refused,
+    ),
+    (
+        "horizon_agent_orders_overtaken_total",
+        "Orders of the core's ordered lane still unanswered after 5 s (a server slow to load): the next ones were served without waiting for them.",
+        |s| &s.orders_overtaken,
+    ),
+    (
         "horizon_agent_stale_updates_refused_total",
         "Updates from a game server for a bubble it does not hold here, or under another epoch than the bubble's lease here: refused, nobody sees them.",
         |s| &s.stale_updates_refused,

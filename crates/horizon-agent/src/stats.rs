@@ -29,6 +29,10 @@ pub struct AgentStats {
     /// `Positions` reports from a game server for a region it does not run here under that
     /// lease: refused (placement takes positions only from whoever simulates the players).
     pub positions_refused: AtomicU64,
+    /// Orders of the core's ordered lane refused: one that came twice, or too far ahead.
+    pub orders_refused: AtomicU64,
+    /// Orders of the core's ordered lane unanswered for 5 s: the next ones went without them.
+    pub orders_overtaken: AtomicU64,
     /// Items dropped at a full outbound stream queue (items or bytes).
     pub stream_items_dropped: AtomicU64,
     /// Applied inputs forgotten before a stored copy covered them (a player's kept inputs were

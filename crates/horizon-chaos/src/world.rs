@@ -201,10 +201,9 @@ struct Control {
     loss: f64,
     /// Messages waiting for a heal, by direction (true: to the core).
     held: Vec<(bool, Delivery)>,
-    /// The core's ordered lane: orders not yet sent, and whether one is out.
-    ordered: VecDeque<(OrderId, control::Request)>,
-    /// The ordered order out, until its answer reaches the core.
-    ordered_out: Option<OrderId>,
+    /// The core's ordered lane on this connection: the `seq` of its next order (the core
+    /// sends them at once, numbered; the agent serves them in order).
+    next_in_order: u64,
 }
 
 /// A transfer link between two agents (the lower index dials).
@@ -290,8 +289,7 @@ pub(crate) struct World {
     next_token: u64,
     /// Agent requests at the core: core token → (site, conn, what waits).
     core_calls: BTreeMap<u64, CoreCall>,
-    /// Core orders at an agent: agent token → (site, conn, order). (An ordered order's answer
-    /// frees its lane when it reaches the core: see `Control::ordered_out`.)
+    /// Core orders at an agent: agent token → (site, conn, order).
     orders: BTreeMap<u64, (usize, u64, OrderId)>,
     /// Peer requests at their receiver: token → (caller, callee, conn, what waits).
     peer_calls: BTreeMap<u64, (usize, usize, u64, PeerWait)>,
@@ -696,22 +694,15 @@ impl World {
         }
         match lane {
             Lane::Ordered => {
-                self.controls[site].ordered.push_back((order, request));
-                self.next_ordered(site, at);
+                let seq = self.controls[site].next_in_order;
+                self.controls[site].next_in_order += 1;
+                // The lane is named by the connection (the core draws it at random).
+                let request =
+                    control::Request::InOrder { lane: conn, seq, order: Box::new(request) };
+                self.deliver_order(site, conn, order, request, at);
             }
             Lane::Direct => self.deliver_order(site, conn, order, request, at),
         }
-    }
-
-    fn next_ordered(&mut self, site: usize, at: u64) {
-        let c = &mut self.controls[site];
-        if c.ordered_out.is_some() {
-            return;
-        }
-        let Some((order, request)) = c.ordered.pop_front() else { return };
-        c.ordered_out = Some(order);
-        let conn = c.conn;
-        self.deliver_order(site, conn, order, request, at);
     }
 
     fn deliver_order(

@@ -1,8 +1,9 @@
 //! The core's shell: sockets, the store, the clock. Everything it decides is in
 //! [`CoreMachine`](crate::machine::CoreMachine); this loop feeds it what happened and carries
-//! out its effects. Each agent connection has an ordered queue served by its own task, so
-//! orders to one site arrive in the order they were decided; direct orders (handover steps)
-//! run as tasks of their own. Every result comes back to the loop as an event.
+//! out its effects. Each agent connection has an ordered lane served by its own task: orders
+//! to one site leave in the order they were decided, without waiting for each answer, and
+//! the agent serves them in that order; direct orders (handover steps) run as tasks of their
+//! own. Every result comes back to the loop as an event.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -358,22 +359,9 @@ impl Shell {
             }
             let _ = events.send(Event::AgentGone(site, id)).await;
         });
-        let (ordered, mut orders) = mpsc::channel::<(OrderId, control::Request)>(AGENT_QUEUE);
-        let conn = peer.conn.clone();
-        let events = self.events.clone();
+        let (ordered, orders) = mpsc::channel::<(OrderId, control::Request)>(AGENT_QUEUE);
         let site_name = self.sites.name(site).to_string();
-        tokio::spawn(async move {
-            while let Some((order, request)) = orders.recv().await {
-                let result = conn.request(&request).await.map_err(|e| {
-                    let kind = horizon_proto::Message::kind(&request);
-                    tracing::warn!(site = %site_name, order = kind, error = %e, "order failed");
-                    e.to_string()
-                });
-                if events.send(Event::OrderDone(order, result)).await.is_err() {
-                    return;
-                }
-            }
-        });
+        tokio::spawn(ordered_lane(peer.conn.clone(), orders, self.events.clone(), site_name));
         self.conns.insert(id, AgentConn { conn: peer.conn, ordered });
         Some(Input::AgentConnected { site, conn: id })
     }
@@ -463,5 +451,56 @@ impl Shell {
                 let _ = tx.send(self.machine.status(self.now(), page));
             }
         }
+    }
+}
+
+/// Sends one agent's ordered orders as `InOrder` requests numbered from 0 under a lane id of
+/// this connection, in the order they were decided, without waiting for each answer (at most
+/// [`control::MAX_IN_ORDER`] unanswered): a queue of orders costs one trip to the site, not
+/// one round trip each. The agent serves them one at a time, so each answer is awaited for at
+/// most the request timeout counted from the previous order's answer, and answers reach the
+/// loop in order.
+async fn ordered_lane(
+    conn: Conn<Control>,
+    mut orders: mpsc::Receiver<(OrderId, control::Request)>,
+    events: mpsc::Sender<Event>,
+    site: String,
+) {
+    let lane = fastrand::u64(..);
+    let limit = conn.limits().request_timeout;
+    let window = Arc::new(tokio::sync::Semaphore::new(control::MAX_IN_ORDER as usize));
+    let mut previous: Option<oneshot::Receiver<()>> = None;
+    let mut seq = 0;
+    while let Some((order, request)) = orders.recv().await {
+        let Ok(permit) = window.clone().acquire_owned().await else { return };
+        let kind = horizon_proto::Message::kind(&request);
+        let request = control::Request::InOrder { lane, seq, order: Box::new(request) };
+        seq += 1;
+        // Opened and written here, one after the other: the streams leave in order.
+        let sent = conn.send_request(conn.next_id(), &request).await;
+        let (done, next) = oneshot::channel::<()>();
+        let before = previous.replace(next);
+        let (events, site) = (events.clone(), site.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            let result = match sent {
+                Ok(sent) => match tokio::time::timeout(limit, sent.reply()).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        Err(horizon_transport::Error::Timeout { ms: limit.as_millis() as u64 })
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            let result = result.map_err(|e| {
+                tracing::warn!(%site, order = kind, error = %e, "order failed");
+                e.to_string()
+            });
+            let _ = events.send(Event::OrderDone(order, result)).await;
+            let _ = done.send(());
+        });
     }
 }

@@ -156,7 +156,18 @@ pub enum Request {
     /// its members. At most [`crate::server::MAX_POSITIONS`] players per request: an agent
     /// with more sends several.
     Positions { regions: Vec<RegionPositions> },
+    /// core → agent: one order of the core's ordered lane to this agent, `seq` counting from 0
+    /// on each connection (`lane` names the connection: a new value starts a new count). The
+    /// core sends them without waiting for each answer; the agent serves them one at a time in
+    /// `seq` order, each once the one before is answered (or has run for 5 s, the time the
+    /// core waits for an answer), and answers this request with `order`'s answer. `order` is
+    /// never itself an `InOrder`.
+    InOrder { lane: u64, seq: u64, order: Box<Request> },
 }
+
+/// How many orders of one lane may be on their way at once: the core sends no more, an agent
+/// refuses (`busy`) an order further than this ahead of the one it serves next.
+pub const MAX_IN_ORDER: u64 = 64;
 
 /// The players of one region where its game server put them (see `Request::Positions`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -193,6 +204,7 @@ kinds!(Request {
     Recover => "recover",
     Adopt => "adopt",
     Positions => "positions",
+    InOrder => "in_order",
 });
 
 /// A reply on the control channel.

@@ -313,6 +313,11 @@ pub fn all() -> Vec<Fixture> {
             control::Request::Positions {
                 regions: vec![control::RegionPositions { lease: lref, players: vec![position] }],
             },
+            control::Request::InOrder {
+                lane: 0x5eed,
+                seq: 2,
+                order: Box::new(control::Request::Revoke { leases: vec![lref] }),
+            },
         ],
         vec![
             control::Reply::Done,

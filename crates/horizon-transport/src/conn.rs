@@ -128,6 +128,11 @@ impl<C: Channel> Conn<C> {
         self.quic.remote_address()
     }
 
+    /// The bounds this connection runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Identifies this connection among every connection of the process (never reused).
     pub fn id(&self) -> u64 {
         self.serial
@@ -169,6 +174,17 @@ impl<C: Channel> Conn<C> {
     /// Sends a request under `id` on a new stream and reads its reply. No timeout: callers
     /// wrap it (a [`crate::Link`] retries the same id on the next connection).
     pub async fn call(&self, id: RequestId, body: &C::Request) -> Result<C::Reply, Error> {
+        self.send_request(id, body).await?.reply().await
+    }
+
+    /// Sends a request under `id` on a new stream, without waiting for its reply: requests
+    /// sent one after the other leave in that order (their replies may not). Read the reply
+    /// with [`SentRequest::reply`]; no timeout.
+    pub async fn send_request(
+        &self,
+        id: RequestId,
+        body: &C::Request,
+    ) -> Result<SentRequest<C>, Error> {
         let mut frame = Vec::new();
         let request = RequestFrame { id, body };
         horizon_proto::frame::encode(
@@ -178,23 +194,11 @@ impl<C: Channel> Conn<C> {
             self.limits.max_frame_bytes,
             &mut frame,
         )?;
-        let (mut send, mut recv) = self.quic.open_bi().await?;
+        let (mut send, recv) = self.quic.open_bi().await?;
         send.write_all(&frame).await?;
-        // Finishing only fails if the stream was reset, which read_frame reports next.
+        // Finishing only fails if the stream was reset, which the reply's read reports next.
         let _ = send.finish();
-        let Some(payload) = self.read_frame(&mut recv).await? else {
-            return Err(Error::Lost(format!(
-                "{} closed the request stream without a reply",
-                self.peer
-            )));
-        };
-        let reply: ReplyFrame<C::Reply> = self.decoded(decode_payload(&payload))?;
-        if reply.id != id {
-            let why = format!("reply for request {} on the stream of request {}", reply.id.0, id.0);
-            self.close(ErrorCode::Malformed, &why);
-            return Err(Error::Closed { code: ErrorCode::Malformed, reason: why });
-        }
-        reply.result.map_err(Error::Fault)
+        Ok(SentRequest { conn: self.clone(), id, recv })
     }
 
     /// Sends an unreliable datagram. Fails if it is over the limit or the peer disabled them.
@@ -272,6 +276,39 @@ pub(crate) async fn read_payload(
 ) -> Result<Option<Vec<u8>>, ReadFailure> {
     let mut payload = Vec::new();
     Ok(Gulps::default().frame(recv, check, &mut payload).await?.then_some(payload))
+}
+
+/// A request sent, its reply still to read (see [`Conn::send_request`]).
+pub struct SentRequest<C: Channel> {
+    conn: Conn<C>,
+    id: RequestId,
+    recv: quinn::RecvStream,
+}
+
+impl<C: Channel> std::fmt::Debug for SentRequest<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentRequest").field("peer", &self.conn.peer).field("id", &self.id).finish()
+    }
+}
+
+impl<C: Channel> SentRequest<C> {
+    /// Waits for the reply (no timeout: wrap it).
+    pub async fn reply(mut self) -> Result<C::Reply, Error> {
+        let (conn, id) = (&self.conn, self.id);
+        let Some(payload) = conn.read_frame(&mut self.recv).await? else {
+            return Err(Error::Lost(format!(
+                "{} closed the request stream without a reply",
+                conn.peer
+            )));
+        };
+        let reply: ReplyFrame<C::Reply> = conn.decoded(decode_payload(&payload))?;
+        if reply.id != id {
+            let why = format!("reply for request {} on the stream of request {}", reply.id.0, id.0);
+            conn.close(ErrorCode::Malformed, &why);
+            return Err(Error::Closed { code: ErrorCode::Malformed, reason: why });
+        }
+        reply.result.map_err(Error::Fault)
+    }
 }
 
 /// The sending end of a long-lived stream. Sending waits while the peer's flow-control window

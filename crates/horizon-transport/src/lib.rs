@@ -25,7 +25,9 @@ pub mod reload;
 mod target;
 pub mod tls;
 
-pub use conn::{Conn, Counters, Inbound, InboundRequest, LinkStats, StreamReceiver, StreamSender};
+pub use conn::{
+    Conn, Counters, Inbound, InboundRequest, LinkStats, SentRequest, StreamReceiver, StreamSender,
+};
 pub use credential::{Keyring, SharedKeyring, SignedToken};
 pub use error::Error;
 pub use handshake::{Authenticator, HelloParams, SharedToken, SiteCertificate};

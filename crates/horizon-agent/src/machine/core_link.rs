@@ -271,8 +271,14 @@ impl AgentMachine {
 
     /// One order of the core, received at `received` (earlier than now if it waited for a
     /// server: leases it grants count from then).
+    /// Numbered orders of the ordered lane are served in their order (see `lane`).
     pub(super) fn core_order(&mut self, token: Token, order: control::Request, received: Instant) {
-        self.serve_order(Waiting { received, token, order }, received);
+        match order {
+            control::Request::InOrder { lane, seq, order } => {
+                self.in_order(token, lane, seq, *order, received)
+            }
+            order => self.serve_order(Waiting { received, token, order }, received),
+        }
     }
 
     pub(super) fn serve_order(&mut self, w: Waiting, now: Instant) {
@@ -402,6 +408,9 @@ impl AgentMachine {
             | R::Positions { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
+            }
+            R::InOrder { .. } => {
+                Err(Fault::new(ErrorCode::Malformed, "an InOrder order inside an InOrder"))
             }
         };
         self.answer(token, result);

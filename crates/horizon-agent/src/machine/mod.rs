@@ -33,6 +33,7 @@ mod bubbles;
 mod core_link;
 mod crossings;
 mod interface;
+mod lane;
 mod parts;
 mod peers;
 mod periodic;
@@ -480,6 +481,8 @@ pub struct AgentMachine {
     regroups: BTreeMap<BubbleId, parts::Regroup>,
     /// Orders waiting for a ready server, oldest first.
     waiting: VecDeque<Waiting>,
+    /// The core's ordered lane.
+    lane: lane::OrderLane,
     joins: Vec<control::PlayerSample>,
     leaves: Vec<PlayerId>,
     /// The newest `Positions` report of each region's server (one per part of a spread
@@ -540,6 +543,7 @@ impl AgentMachine {
             regrants: BTreeMap::new(),
             regroups: BTreeMap::new(),
             waiting: VecDeque::new(),
+            lane: lane::OrderLane::default(),
             joins: Vec::new(),
             positions: BTreeMap::new(),
             leaves: Vec::new(),
@@ -588,6 +592,8 @@ impl AgentMachine {
         }
         if next(&mut self.timers.housekeeping, HOUSEKEEPING_EVERY) {
             self.housekeeping(now);
+            self.lane_housekeeping(now);
+            self.serve_lane(now);
         }
         if next(&mut self.timers.probe, PROBE_EVERY) {
             self.probe(now);
@@ -604,6 +610,7 @@ impl AgentMachine {
             Input::CoreDown { error } => {
                 tracing::warn!(site = %self.cfg.site, %error, "lost the core");
                 self.registered = false;
+                self.drop_lane("the core connection ended");
             }
             Input::CoreOrder { token, order } => self.core_order(token, order, now),
             Input::CoreReplied { pending, result } => self.core_replied(pending.0, result, now),
@@ -668,6 +675,7 @@ impl AgentMachine {
             }
             Input::MirrorOpened { handover, result } => self.mirror_opened(handover, result),
         }
+        self.serve_lane(now);
     }
 
     fn ask_core(&mut self, then: Then, request: control::Request) {
@@ -675,6 +683,7 @@ impl AgentMachine {
     }
 
     fn answer(&mut self, token: Token, result: Result<control::Reply, Fault>) {
+        self.lane_answered(token);
         self.effects.push_back(Effect::AnswerCore { token, result });
     }
 

@@ -310,18 +310,7 @@ impl World {
                 if site != usize::MAX && self.controls[site].conn != conn {
                     return;
                 }
-                let lane_done = match &input {
-                    core::Input::OrderDone { order, .. } => {
-                        site != usize::MAX && self.controls[site].ordered_out == Some(*order)
-                    }
-                    _ => false,
-                };
                 self.core_input(input);
-                if lane_done {
-                    // The ordered lane's answer arrived: the next order may leave.
-                    self.controls[site].ordered_out = None;
-                    self.next_ordered(site, self.now);
-                }
             }
             Delivery::CoreToAgent { site, conn, input } => {
                 if conn != 0 && self.controls[site].conn != conn {
@@ -377,6 +366,8 @@ impl World {
         use control::Request as R;
         let local = self.local_us(site);
         let (what, lease) = match order {
+            // Served in its turn; its lease counts from its receipt all the same.
+            R::InOrder { order, .. } => return self.order_received(site, order),
             R::Create { lease, .. } => ("create", *lease),
             R::Restore { lease, copy, tick, .. } => {
                 self.stats.restores += 1;
@@ -453,8 +444,7 @@ impl World {
         self.next_conn += 1;
         let conn = self.next_conn;
         self.controls[site].conn = conn;
-        self.controls[site].ordered.clear();
-        self.controls[site].ordered_out = None;
+        self.controls[site].next_in_order = 0;
         self.note(format!("{} connected to the core (conn {conn})", SITES[site]));
         self.core_input(core::Input::AgentConnected { site: self.site_ids[site], conn });
         self.agent_input(site, agent::Input::CoreUp);
@@ -470,9 +460,8 @@ impl World {
         let c = &mut self.controls[site];
         c.conn = 0;
         c.held.clear();
-        let orders: Vec<OrderId> = c.ordered.drain(..).map(|(o, _)| o).collect();
-        c.ordered_out = None;
-        let mut failed_orders: Vec<OrderId> = orders;
+        c.next_in_order = 0;
+        let mut failed_orders: Vec<OrderId> = Vec::new();
         let tokens: Vec<u64> =
             self.orders.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
         for t in tokens {

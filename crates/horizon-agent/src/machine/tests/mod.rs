@@ -836,3 +836,4 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
 }
 
 mod crossings;
+mod lane;
