@@ -20,8 +20,8 @@ pub(super) struct OrderLane {
     early: BTreeMap<u64, Waiting>,
     /// Orders whose turn came, not served yet.
     ready: VecDeque<Waiting>,
-    /// The order being served, and since when.
-    serving: Option<(Token, Instant)>,
+    /// The order being served (its token and kind), and since when.
+    serving: Option<(Token, &'static str, Instant)>,
 }
 
 impl AgentMachine {
@@ -66,24 +66,25 @@ impl AgentMachine {
     pub(super) fn serve_lane(&mut self, now: Instant) {
         while self.lane.serving.is_none() {
             let Some(w) = self.lane.ready.pop_front() else { return };
-            self.lane.serving = Some((w.token, now));
+            let kind = horizon_proto::Message::kind(&w.order);
+            self.lane.serving = Some((w.token, kind, now));
             self.serve_order(w, now);
         }
     }
 
     /// `token` was answered: if the lane was waiting on it, its next order may go.
     pub(super) fn lane_answered(&mut self, token: Token) {
-        if self.lane.serving.is_some_and(|(t, _)| t == token) {
+        if self.lane.serving.is_some_and(|(t, ..)| t == token) {
             self.lane.serving = None;
         }
     }
 
     /// An order served for longer than [`HEAD_WAIT`] lets the next ones go.
     pub(super) fn lane_housekeeping(&mut self, now: Instant) {
-        if let Some((token, since)) = self.lane.serving
+        if let Some((_, order, since)) = self.lane.serving
             && now >= since + HEAD_WAIT
         {
-            tracing::warn!(site = %self.cfg.site, token, "an order unanswered for 5 s: the next ones go");
+            tracing::warn!(site = %self.cfg.site, order, "an order unanswered for 5 s: the next ones go");
             self.stats.orders_overtaken.fetch_add(1, Ordering::Relaxed);
             self.lane.serving = None;
         }

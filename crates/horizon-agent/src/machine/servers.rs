@@ -205,14 +205,12 @@ impl AgentMachine {
             self.stats.writes_after_lease.fetch_add(1, Ordering::Relaxed);
         }
         let mut deferred = None;
+        let mut restored = None;
         if local.phase == Phase::Restoring {
             local.phase = Phase::Running;
             deferred = local.deferred.take().map(|d| (local.lease_ref(), d));
             tracing::info!(site = %self.cfg.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
-            if let Some((_, token)) = self.pending_restore.remove(&update.bubble) {
-                self.effects
-                    .push_back(Effect::AnswerCore { token, result: Ok(control::Reply::Done) });
-            }
+            restored = self.pending_restore.remove(&update.bubble).map(|(_, token)| token);
         }
         if let Phase::Standby { handover } = local.phase {
             // The first update under the new epoch: the target runs. Tell the core.
@@ -228,6 +226,9 @@ impl AgentMachine {
                 pending: Pending(Then::Nothing("started")),
                 request: started,
             });
+        }
+        if let Some(token) = restored {
+            self.answer(token, Ok(control::Reply::Done));
         }
         if let Some((lease, (players, departed))) = deferred {
             // The copy is in: the member changes that waited for it.

@@ -109,11 +109,28 @@ impl CoreMachine {
         epoch: u64,
         now: Time,
     ) {
-        self.registry.insert(bubble, Hosted::new(site, epoch, world.0, bounds, now));
+        let mut hosted = Hosted::new(site, epoch, world.0, bounds, now);
+        hosted.creating = true;
+        self.registry.insert(bubble, hosted);
         self.persist_lease(bubble);
         let region = Region { world, bounds: Some(bounds) };
         let lease = self.lease(bubble, epoch, now);
-        self.order(site, control::Request::Create { bubble, region, lease });
+        match self.order(site, control::Request::Create { bubble, region, lease }) {
+            Some(order) => {
+                self.awaiting.insert(order, super::Awaiting::Create(bubble));
+            }
+            None => self.created(bubble),
+        }
+    }
+
+    /// A region's `Create` was answered (or failed: it is not waited for any longer): the
+    /// players crossing into it go now.
+    pub(crate) fn created(&mut self, bubble: BubbleId) {
+        if let Some(reg) = self.registry.get_mut(&bubble)
+            && std::mem::take(&mut reg.creating)
+        {
+            self.reconcile();
+        }
     }
 
     /// A region's box changed: its holder is told once it runs there (a region in a handover

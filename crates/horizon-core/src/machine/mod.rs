@@ -50,8 +50,8 @@ pub struct OrderId(pub u64);
 /// How an order travels to its agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
-    /// After every earlier ordered request to the same agent has been answered: orders to
-    /// one site arrive in the order they were decided.
+    /// In the order decided: the shell numbers each order of an agent's lane and sends it at
+    /// once; the agent serves each after every earlier one has been answered (`InOrder`).
     Ordered,
     /// At once, next to the ordered ones (the steps of a handover, which wait on other sites).
     Direct,
@@ -185,6 +185,8 @@ enum Awaiting {
     Restore(BubbleId, u64),
     /// An ended bubble's restore for its drain (`drain.rs`).
     Drain(BubbleId, u64),
+    /// A new region's `Create`.
+    Create(BubbleId),
 }
 
 /// The core. See the module documentation.
@@ -579,6 +581,13 @@ impl CoreMachine {
             Some(Awaiting::Handover(h, phase)) => self.handover_step(h, phase, result, now),
             Some(Awaiting::Restore(bubble, epoch)) => self.restored(bubble, epoch, result, now),
             Some(Awaiting::Drain(bubble, epoch)) => self.drain_restored(bubble, epoch, result, now),
+            Some(Awaiting::Create(bubble)) => {
+                if let Err(why) = result {
+                    tracing::debug!(bubble = bubble.0, %why, "create failed");
+                    self.metrics.order_failures.inc(0);
+                }
+                self.created(bubble);
+            }
             None => {
                 if let Err(why) = result {
                     // The shell logs which order; the count is per core (the site is in the log).

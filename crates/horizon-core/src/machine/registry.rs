@@ -34,6 +34,10 @@ pub(crate) struct Hosted {
     pub(crate) moving: Option<HandoverId>,
     /// A failover is restoring this bubble on `site` from its latest copy; not running yet.
     pub(crate) restoring: bool,
+    /// Its `Create` is not answered yet: players cross into it only once it runs (their
+    /// region keeps simulating them meanwhile), while new players join it at once (their
+    /// members list follows the `Create` on the site's ordered lane).
+    pub(crate) creating: bool,
     /// The parts last sent to the holder (`Parts`) and each member's part; empty while the
     /// bubble is on one server.
     pub(crate) parts: Vec<Aabb>,
@@ -62,6 +66,7 @@ impl Hosted {
             members: BTreeMap::new(),
             moving: None,
             restoring: false,
+            creating: false,
             parts: Vec::new(),
             part_of: BTreeMap::new(),
             lease_until,
@@ -109,7 +114,13 @@ impl CoreMachine {
             present.insert(player);
             let want = self.mesh.region_of(p.id).filter(|b| self.registry.contains_key(b));
             let have = self.placed.get(&player).copied();
-            if want == have || unsettled(&self.registry, want) || unsettled(&self.registry, have) {
+            let creating = have.is_some()
+                && want.and_then(|w| self.registry.get(&w)).is_some_and(|r| r.creating);
+            if want == have
+                || creating
+                || unsettled(&self.registry, want)
+                || unsettled(&self.registry, have)
+            {
                 continue;
             }
             let left =
@@ -168,10 +179,10 @@ impl CoreMachine {
                 self.effects.push_back(super::Effect::UnpinBackup { at });
             }
         }
-        // The bubbles players enter hear of them before the bubbles they leave. Orders to one
-        // site go one at a time, a round trip each: on a site holding both, the player's state
-        // then crosses to a bubble that expects them and they play on within a tick or two,
-        // instead of waiting, unseen, for the next order (a whole round trip to the core).
+        // The bubbles players enter hear of them before the bubbles they leave. A site serves
+        // its orders one at a time, in order: on a site holding both, the player's state then
+        // crosses to a bubble that expects them and they play on within a tick or two, instead
+        // of waiting, unseen, for the next order.
         let (leaving, entering): (Vec<BubbleId>, Vec<BubbleId>) =
             touched.into_iter().partition(|b| departures.contains_key(b));
         for bubble in entering.into_iter().chain(leaving) {

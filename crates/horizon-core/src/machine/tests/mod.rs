@@ -876,11 +876,22 @@ fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bub
     assert!(
         h.core.metrics_text().contains("horizon_core_players_unsimulated{home_site=\"MTL\"} 0")
     );
-    // The tick gives the group a bubble: both leave the zone with their state.
+    // The tick gives the group a bubble; the zone simulates them until it runs...
     h.log.clear();
     h.run_until(5_000);
-    let (bubble, _, _) = h.hosted(1);
-    assert!(!bubble.is_zone());
+    let (site, bubble) = h
+        .sent()
+        .into_iter()
+        .find_map(|(s, _, r)| match r {
+            control::Request::Create { bubble, .. } if !bubble.is_zone() => Some((s, bubble)),
+            _ => None,
+        })
+        .expect("a bubble for the group");
+    assert_eq!(h.hosted(1).0, zone, "in the zone while their bubble starts");
+    assert!(h.sent().iter().all(|(_, _, r)| !matches!(r, control::Request::Members { .. })));
+    // ... then both leave the zone with their state.
+    h.ack_all(&site);
+    assert_eq!(h.hosted(1).0, bubble);
     let departed: Vec<u64> = h
         .sent()
         .into_iter()
