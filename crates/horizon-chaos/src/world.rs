@@ -733,13 +733,19 @@ impl World {
 
     fn send_to_agent(&mut self, site: usize, conn: u64, input: agent::Input, at: u64) {
         let delay = self.control_delay(site);
-        let stream = matches!(input, agent::Input::CoreReplied { .. });
+        // Replies, and the ordered lane's numbered orders (each on a stream of its own, with
+        // loss and jitter), may overtake each other: the agent puts the orders back in order.
+        let overtakes = matches!(
+            input,
+            agent::Input::CoreReplied { .. }
+                | agent::Input::CoreOrder { order: control::Request::InOrder { .. }, .. }
+        );
         let d = Delivery::CoreToAgent { site, conn, input };
         if self.controls[site].cut_from_core {
             self.controls[site].held.push((false, d));
             return;
         }
-        let at = if stream { at + delay } else { self.in_order((1, site, 0, conn), at + delay) };
+        let at = if overtakes { at + delay } else { self.in_order((1, site, 0, conn), at + delay) };
         self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 
