@@ -291,6 +291,9 @@ pub(crate) struct World {
     core_calls: BTreeMap<u64, CoreCall>,
     /// Core orders at an agent: agent token → (site, conn, order).
     orders: BTreeMap<u64, (usize, u64, OrderId)>,
+    /// Answers on their way to the core (or held by a cut): order → connection. A connection
+    /// that dies before one arrives fails that order at the core, as a QUIC request does.
+    answers: BTreeMap<OrderId, u64>,
     /// Peer requests at their receiver: token → (caller, callee, conn, what waits).
     peer_calls: BTreeMap<u64, (usize, usize, u64, PeerWait)>,
     /// Handover streams: handover → (source, target).
@@ -366,6 +369,7 @@ impl World {
             next_token: 0,
             core_calls: BTreeMap::new(),
             orders: BTreeMap::new(),
+            answers: BTreeMap::new(),
             peer_calls: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             player_calls: BTreeMap::new(),
@@ -688,7 +692,8 @@ impl World {
         at: u64,
     ) {
         if self.controls[site].conn != conn || conn == 0 {
-            let result = Err("agent connection gone".into());
+            // Never sent.
+            let result = Err(core::OrderError::Failed("agent connection gone".into()));
             self.core_input_later(core::Input::OrderDone { order, result }, at);
             return;
         }

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::admin::{AdminQuery, CoreSource, PAGE};
 use crate::config::CoreConfig;
 use crate::machine::{
-    ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken,
+    ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderError, OrderId, RequestToken,
 };
 use crate::store::{Durable, Store, StoreError};
 use crate::writer::{Barrier, Done, Step, Writer};
@@ -222,7 +222,7 @@ enum Event {
     AgentInbound(SiteId, ConnId, Inbound<Control>),
     AgentGone(SiteId, ConnId),
     Backup(SiteId, ConnId, control::Backup),
-    OrderDone(OrderId, Result<control::Reply, String>),
+    OrderDone(OrderId, Result<control::Reply, OrderError>),
     /// The store thread finished a job.
     Stored(Done),
 }
@@ -418,7 +418,10 @@ impl Shell {
     fn send(&mut self, conn: ConnId, lane: Lane, order: OrderId, request: control::Request) {
         let Some(agent) = self.conns.get(&conn) else {
             self.machine.handle(
-                Input::OrderDone { order, result: Err("agent connection gone".into()) },
+                Input::OrderDone {
+                    order,
+                    result: Err(OrderError::Failed("agent connection gone".into())),
+                },
                 self.now(),
             );
             return;
@@ -427,7 +430,7 @@ impl Shell {
             Lane::Ordered => {
                 if agent.ordered.try_send((order, request)).is_err() {
                     tracing::error!("agent order queue full");
-                    let result = Err("agent order queue full".into());
+                    let result = Err(OrderError::Failed("agent order queue full".into()));
                     self.machine.handle(Input::OrderDone { order, result }, self.now());
                 }
             }
@@ -435,7 +438,7 @@ impl Shell {
                 let conn = agent.conn.clone();
                 let events = self.events.clone();
                 tokio::spawn(async move {
-                    let result = conn.request(&request).await.map_err(|e| e.to_string());
+                    let result = conn.request(&request).await.map_err(order_error);
                     let _ = events.send(Event::OrderDone(order, result)).await;
                 });
             }
@@ -497,10 +500,19 @@ async fn ordered_lane(
             };
             let result = result.map_err(|e| {
                 tracing::warn!(%site, order = kind, error = %e, "order failed");
-                e.to_string()
+                order_error(e)
             });
             let _ = events.send(Event::OrderDone(order, result)).await;
             let _ = done.send(());
         });
+    }
+}
+
+/// An agent's refusal is a failure; anything else (the connection ended, the time ran out)
+/// leaves the order's fate unknown.
+fn order_error(e: horizon_transport::Error) -> OrderError {
+    match e {
+        horizon_transport::Error::Fault(fault) => OrderError::Failed(fault.to_string()),
+        other => OrderError::Unanswered(other.to_string()),
     }
 }

@@ -94,6 +94,10 @@ pub struct StoreState {
     /// The first player id never handed out (ids are given to agents in blocks).
     #[serde(default)]
     pub next_player: u64,
+    /// Handovers whose freeze was sent and whose outcome is not stored yet: the target and
+    /// the epoch it was pre-authorised under (it may run the bubble from the seal on).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub handovers: BTreeMap<u64, StoredLease>,
 }
 
 /// One change, as a line of the log.
@@ -131,6 +135,13 @@ pub enum Record {
     PlayerIds {
         next: u64,
     },
+    /// A handover's freeze is about to be sent: its target `site` may run `bubble` under
+    /// `epoch` from the seal on. Superseded by the bubble's next lease of that epoch or newer.
+    Handover {
+        bubble: u64,
+        epoch: u64,
+        site: String,
+    },
 }
 
 impl StoreState {
@@ -140,10 +151,18 @@ impl StoreState {
             Record::Lease { bubble, epoch, site, region } => {
                 let lease = StoredLease { epoch: *epoch, site: site.clone(), region: *region };
                 self.leases.insert(*bubble, lease);
+                if self.handovers.get(bubble).is_some_and(|h| h.epoch <= *epoch) {
+                    self.handovers.remove(bubble);
+                }
+            }
+            Record::Handover { bubble, epoch, site } => {
+                let lease = StoredLease { epoch: *epoch, site: site.clone(), region: None };
+                self.handovers.insert(*bubble, lease);
             }
             Record::PlayerIds { next } => self.next_player = self.next_player.max(*next),
             Record::Gone { bubble } => {
                 self.leases.remove(bubble);
+                self.handovers.remove(bubble);
             }
             Record::Backup { bubble, epoch, tick, bytes } => {
                 let b = StoredBackup { epoch: *epoch, tick: *tick, bytes: *bytes, parts: vec![] };

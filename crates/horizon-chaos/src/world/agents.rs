@@ -66,8 +66,9 @@ impl World {
                 if conn != self.controls[site].conn {
                     return;
                 }
-                let result = result.map_err(|f| f.to_string());
+                let result = result.map_err(|f| core::OrderError::Failed(f.to_string()));
                 let input = core::Input::OrderDone { order, result };
+                self.answers.insert(order, conn);
                 self.send_to_core(site, conn, input, false);
             }
             E::Backup(item) => {
@@ -310,6 +311,13 @@ impl World {
                 if site != usize::MAX && self.controls[site].conn != conn {
                     return;
                 }
+                if let core::Input::OrderDone { order, .. } = &input
+                    && self.answers.remove(order).is_none()
+                    && site != usize::MAX
+                {
+                    // Its connection died on the way: the core learnt it failed then.
+                    return;
+                }
                 self.core_input(input);
             }
             Delivery::CoreToAgent { site, conn, input } => {
@@ -461,7 +469,12 @@ impl World {
         c.conn = 0;
         c.held.clear();
         c.next_in_order = 0;
-        let mut failed_orders: Vec<OrderId> = Vec::new();
+        // Answers on their way die with the connection: their orders fail at the core.
+        let mut failed_orders: Vec<OrderId> =
+            self.answers.iter().filter(|(_, c)| **c == conn).map(|(o, _)| *o).collect();
+        for order in &failed_orders {
+            self.answers.remove(order);
+        }
         let tokens: Vec<u64> =
             self.orders.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
         for t in tokens {
@@ -470,7 +483,7 @@ impl World {
             }
         }
         for order in failed_orders {
-            let result = Err("agent connection gone".into());
+            let result = Err(core::OrderError::Unanswered("agent connection gone".into()));
             self.core_input(core::Input::OrderDone { order, result });
         }
         self.core_input(core::Input::AgentDisconnected { site: self.site_ids[site], conn });

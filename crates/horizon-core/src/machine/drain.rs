@@ -321,7 +321,7 @@ impl CoreMachine {
         &mut self,
         bubble: BubbleId,
         epoch: u64,
-        result: Result<control::Reply, String>,
+        result: Result<control::Reply, super::OrderError>,
         now: Time,
     ) {
         let Some(d) = self.drains.drains.get(&bubble) else { return };

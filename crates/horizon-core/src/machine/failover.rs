@@ -88,7 +88,7 @@ impl CoreMachine {
         &mut self,
         bubble: BubbleId,
         epoch: u64,
-        result: Result<control::Reply, String>,
+        result: Result<control::Reply, super::OrderError>,
         now: Time,
     ) {
         if self.registry.get(&bubble).is_none_or(|r| !r.restoring || r.epoch != epoch) {
@@ -110,7 +110,15 @@ impl CoreMachine {
                 self.reconcile();
             }
             Ok(other) => self.restore_failed(bubble, epoch, &format!("replied {other:?}"), now),
-            Err(why) => self.restore_failed(bubble, epoch, &why, now),
+            Err(super::OrderError::Unanswered(why)) => {
+                // The site may run it under this epoch's lease: it is its holder until it
+                // registers without it, or the lease runs out (then it fails over).
+                tracing::warn!(bubble = bubble.0, epoch, %why, "restore unanswered: its site holds it until it says otherwise or its lease runs out");
+                if let Some(reg) = self.registry.get_mut(&bubble) {
+                    reg.restoring = false;
+                }
+            }
+            Err(super::OrderError::Failed(why)) => self.restore_failed(bubble, epoch, &why, now),
         }
     }
 

@@ -204,7 +204,17 @@ impl CoreMachine {
                 };
                 (h.to, members)
             }
-            HandoverPhase::Freezing => (h.from, control::Request::Freeze { handover: id }),
+            HandoverPhase::Freezing => {
+                // From the freeze on, the target may run the bubble: a core restarted before
+                // the outcome is stored must know (see `Hosted::fallback`). Stored before the
+                // freeze leaves.
+                self.persist(crate::store::Record::Handover {
+                    bubble: h.bubble.0,
+                    epoch: h.epoch,
+                    site: self.site_name(h.to).to_string(),
+                });
+                (h.from, control::Request::Freeze { handover: id })
+            }
             HandoverPhase::Frozen { .. } => return,
         };
         let order = self.send(site, Lane::Direct, request);
@@ -219,11 +229,11 @@ impl CoreMachine {
         &mut self,
         id: HandoverId,
         phase: HandoverPhase,
-        result: Result<control::Reply, String>,
+        result: Result<control::Reply, super::OrderError>,
         now: Time,
     ) {
         let Some(h) = self.handovers.get_mut(&id) else { return };
-        match h.on_reply(phase, result.as_ref().map_err(String::as_str), now) {
+        match h.on_reply(phase, result.as_ref().map_err(super::OrderError::as_str), now) {
             Step::Next(_) => self.send_step(id, now),
             Step::Frozen(tick) => {
                 tracing::info!(handover = id.0, bubble = h.bubble.0, tick, "source frozen");
@@ -315,7 +325,7 @@ impl CoreMachine {
 
     /// The brain placed `bubble` at a new site under `epoch`, but the handover did not happen:
     /// put it back on `source`, which still simulates it, under a fresh epoch (`Regrant`).
-    fn abandon_move(&mut self, bubble: BubbleId, source: SiteId, epoch: u64, now: Time) {
+    pub(crate) fn abandon_move(&mut self, bubble: BubbleId, source: SiteId, epoch: u64, now: Time) {
         let Some(reg) = self.registry.get_mut(&bubble) else { return };
         reg.moving = None;
         // The source brought a spread bubble back onto one server for the snapshot.

@@ -57,6 +57,33 @@ pub enum Lane {
     Direct,
 }
 
+/// Why an order has no answer to act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrderError {
+    /// It was not carried out: the agent refused it, or it never left.
+    Failed(String),
+    /// No answer came (its connection ended, or its time ran out): the agent may have
+    /// carried it out.
+    Unanswered(String),
+}
+
+impl OrderError {
+    pub fn as_str(&self) -> &str {
+        match self {
+            OrderError::Failed(why) | OrderError::Unanswered(why) => why,
+        }
+    }
+}
+
+impl std::fmt::Display for OrderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OrderError::Failed(why) => f.write_str(why),
+            OrderError::Unanswered(why) => write!(f, "no answer: {why}"),
+        }
+    }
+}
+
 /// What happened, as the shell saw it.
 #[derive(Debug)]
 pub enum Input {
@@ -69,7 +96,7 @@ pub enum Input {
     /// One item of an agent's universe backup stream.
     Backup { site: SiteId, conn: ConnId, item: control::Backup },
     /// The result of an order sent with [`Effect::Send`].
-    OrderDone { order: OrderId, result: Result<control::Reply, String> },
+    OrderDone { order: OrderId, result: Result<control::Reply, OrderError> },
     /// The latest stored copy of a bubble, asked for with [`Effect::ReadBackup`].
     BackupRead { bubble: BubbleId, copy: Option<StoredCopy> },
     /// A copy kept for players, asked for with [`Effect::ReadPinned`] (`None`: not found).
@@ -302,8 +329,22 @@ impl CoreMachine {
     /// from its copy. A lease recorded without its region (an older build) cannot be taken
     /// back: the bubble is ended.
     fn take_back(&mut self, store: &StoreState, now: Time) {
-        for (&id, lease) in &store.leases {
+        for (&id, stored) in &store.leases {
             let bubble = BubbleId(id);
+            // A handover's freeze was sent and its outcome not stored: its target is taken as
+            // the holder, and its source kept as the fallback until it registers.
+            let pending = store.handovers.get(&id).filter(|h| h.epoch > stored.epoch);
+            let target = pending.and_then(|h| self.cfg.sites.id(&h.site));
+            let fallback = match (target, self.cfg.sites.id(&stored.site)) {
+                (Some(_), Some(source)) => Some((source, stored.epoch)),
+                _ => None,
+            };
+            let lease = match (pending, fallback) {
+                (Some(h), Some(_)) => {
+                    &crate::store::StoredLease { region: stored.region, ..h.clone() }
+                }
+                _ => stored,
+            };
             let site = self.cfg.sites.id(&lease.site);
             let (Some(site), Some(region)) = (site, lease.region) else {
                 tracing::warn!(bubble = id, site = %lease.site, "stored lease cannot be taken back: ended");
@@ -327,7 +368,11 @@ impl CoreMachine {
             };
             match taken {
                 Ok(()) => {
-                    let hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
+                    let mut hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
+                    hosted.fallback = fallback;
+                    if let Some((source, epoch)) = fallback {
+                        tracing::warn!(bubble = id, source = %self.cfg.sites.name(source), source_epoch = epoch, target = %lease.site, epoch = lease.epoch, "taken back in the middle of a handover's freeze: the target holds it unless its source never froze");
+                    }
                     self.registry.insert(bubble, hosted);
                     // Active again for a full lease from now (its holder may still run it).
                     self.leased_until(bubble, now);
@@ -469,6 +514,7 @@ impl CoreMachine {
                     .filter(|(b, r)| {
                         r.site == site
                             && r.settled()
+                            && r.fallback.is_none()
                             && !held
                                 .iter()
                                 .any(|h| h.lease.bubble == **b && h.lease.epoch.0 == r.epoch)
@@ -576,7 +622,12 @@ impl CoreMachine {
         Some(order)
     }
 
-    fn order_done(&mut self, order: OrderId, result: Result<control::Reply, String>, now: Time) {
+    fn order_done(
+        &mut self,
+        order: OrderId,
+        result: Result<control::Reply, OrderError>,
+        now: Time,
+    ) {
         match self.awaiting.remove(&order) {
             Some(Awaiting::Handover(h, phase)) => self.handover_step(h, phase, result, now),
             Some(Awaiting::Restore(bubble, epoch)) => self.restored(bubble, epoch, result, now),
@@ -631,6 +682,36 @@ impl CoreMachine {
         let mut keep = Vec::new();
         let mut stop = Vec::new();
         let mut hand_over = Vec::new();
+        // A handover's source that never froze before the core restarted: it holds the
+        // bubble still, and the target never ran it. The bubble goes back to it (kept, then
+        // re-granted under a new epoch that fences the target's off).
+        let mut taken_back = Vec::new();
+        for h in held {
+            if let Some(r) = self.registry.get_mut(&h.lease.bubble)
+                && r.fallback == Some((site, h.lease.epoch.0))
+            {
+                taken_back.push((h.lease.bubble, r.epoch));
+                (r.site, r.epoch, r.fallback) = (site, h.lease.epoch.0, None);
+            }
+        }
+        // The other end of such a handover registered: a target holding it is its holder; a
+        // source without it never writes it again (a target registered without it too: the
+        // bubble fails over now).
+        let mut failed_over = Vec::new();
+        let mut confirmed = Vec::new();
+        for (&bubble, r) in self.registry.iter_mut() {
+            let Some((source, _)) = r.fallback else { continue };
+            let holds = held.iter().any(|h| h.lease.bubble == bubble && h.lease.epoch.0 == r.epoch);
+            if r.site == site && holds {
+                r.fallback = None;
+                confirmed.push(bubble);
+            } else if source == site {
+                r.fallback = None;
+                if self.agents.get(&r.site).is_some_and(|a| a.registered) {
+                    failed_over.push((r.site, LeaseRef { bubble, epoch: Epoch(r.epoch) }));
+                }
+            }
+        }
         for h in held {
             let current = self
                 .registry
@@ -673,6 +754,15 @@ impl CoreMachine {
             agent.registered = true;
         }
         self.update_capacity(site);
+        for bubble in confirmed {
+            self.persist_lease(bubble);
+        }
+        for (bubble, epoch) in taken_back {
+            self.abandon_move(bubble, site, epoch, now);
+        }
+        for (holder, lease) in failed_over {
+            self.lost(holder, &[lease], FailoverReason::NotHeld, now);
+        }
         self.drain_registered(site, held, now);
         // A reconnected agent lost the orders sent while it was away: tell it again who is in
         // its bubbles and where its players are simulated.

@@ -38,6 +38,11 @@ pub(crate) struct Hosted {
     /// region keeps simulating them meanwhile), while new players join it at once (their
     /// members list follows the `Create` on the site's ordered lane).
     pub(crate) creating: bool,
+    /// Taken back after a restart during a handover's freeze, at the target under the epoch it
+    /// was pre-authorised for: the source and the epoch it held the bubble under, until that
+    /// source registers. Until then either may be running it (the source if it never froze,
+    /// the target if the seal reached it): it fails over only once both have said they do not.
+    pub(crate) fallback: Option<(SiteId, u64)>,
     /// The parts last sent to the holder (`Parts`) and each member's part; empty while the
     /// bubble is on one server.
     pub(crate) parts: Vec<Aabb>,
@@ -67,6 +72,7 @@ impl Hosted {
             moving: None,
             restoring: false,
             creating: false,
+            fallback: None,
             parts: Vec::new(),
             part_of: BTreeMap::new(),
             lease_until,

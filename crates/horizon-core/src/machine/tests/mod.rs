@@ -377,7 +377,7 @@ fn a_restore_that_fails_is_failed_over_again_elsewhere() {
     h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
     h.drain(|_| {});
     let (_, order, _) = h.sent().into_iter().find(|(s, ..)| s == "MTL").expect("restore to MTL");
-    let result = Err("no game server ready at MTL in time".into());
+    let result = Err(OrderError::Failed("no game server ready at MTL in time".into()));
     h.core.handle(Input::OrderDone { order, result }, h.now);
     h.drain(|_| {});
     let (_, site, _) = h.hosted(1);
