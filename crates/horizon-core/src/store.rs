@@ -145,7 +145,7 @@ pub enum Record {
 }
 
 impl StoreState {
-    fn apply(&mut self, r: &Record) {
+    pub(crate) fn apply(&mut self, r: &Record) {
         match r {
             Record::Generation { generation } => self.generation = self.generation.max(*generation),
             Record::Lease { bubble, epoch, site, region } => {

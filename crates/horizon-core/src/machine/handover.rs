@@ -284,6 +284,9 @@ impl CoreMachine {
         self.order(ho.from, control::Request::Commit { handover: h });
         self.order(site, control::Request::Resize { lease: LeaseRef { bubble, epoch }, region });
         self.send_routes(players);
+        // The snapshot lacks a player whose state was still crossing into the source (seed
+        // 9505303: a transfer link cut): the site it crossed from sends it to the new holder.
+        self.redirect_arrivals(bubble);
         let total = now.since(ho.started).as_secs_f64();
         let freeze = match ho.phase {
             HandoverPhase::Frozen { at } => Some(now.since(at).as_secs_f64() * 1000.0),

@@ -515,9 +515,13 @@ impl CoreMachine {
                         r.site == site
                             && r.settled()
                             && r.fallback.is_none()
-                            && !held
-                                .iter()
-                                .any(|h| h.lease.bubble == **b && h.lease.epoch.0 == r.epoch)
+                            && !held.iter().any(|h| {
+                                // Held under its epoch, or the one a regrant on its way
+                                // replaces (a handover's source taken back just now).
+                                let e = h.lease.epoch.0;
+                                h.lease.bubble == **b
+                                    && (e == r.epoch || r.regrant == Some((e, r.epoch)))
+                            })
                     })
                     .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch) })
                     .collect();
@@ -709,6 +713,9 @@ impl CoreMachine {
                 r.fallback = None;
                 if self.agents.get(&r.site).is_some_and(|a| a.registered) {
                     failed_over.push((r.site, LeaseRef { bubble, epoch: Epoch(r.epoch) }));
+                } else {
+                    // The target alone may run it: the lease says so from now on.
+                    confirmed.push(bubble);
                 }
             }
         }

@@ -28,6 +28,8 @@ struct Harness {
     next_token: RequestToken,
     /// Every effect carried out so far, in order.
     log: Vec<Effect>,
+    /// What the core persisted, folded as its store would (the log may be cleared).
+    stored: StoreState,
 }
 
 const TTL_MS: u64 = 10_000;
@@ -46,7 +48,13 @@ impl Harness {
         // (the tests name their players 1, 2, ...).
         let store = StoreState { next_player: 1_000, ..StoreState::default() };
         let core = CoreMachine::new(cfg, 1, &store, Time::ZERO).unwrap();
-        let mut h = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
+        let mut h = Harness {
+            core,
+            now: Time::ZERO,
+            next_token: 1,
+            log: Vec::new(),
+            stored: StoreState::default(),
+        };
         for site in ["PAR", "MTL", "HKG"] {
             h.connect(site);
         }
@@ -87,6 +95,9 @@ impl Harness {
     fn drain(&mut self, mut each: impl FnMut(&Effect)) {
         while let Some(e) = self.core.poll_effect() {
             each(&e);
+            if let Effect::Persist(record) = &e {
+                self.stored.apply(record);
+            }
             self.log.push(e);
         }
     }
@@ -385,11 +396,25 @@ fn a_restore_that_fails_is_failed_over_again_elsewhere() {
     assert!(h.log.contains(&Effect::ReadBackup { bubble }));
 }
 
-#[test]
-fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused() {
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
-    let (bubble, _) = montrealer_in_a_bubble(&mut h);
-    // Three Parisians join the Montrealer: the brain moves the bubble to PAR.
+/// Answers the handover's latest step.
+fn reply_step(h: &mut Harness, reply: control::Reply) {
+    let step = |r: &control::Request| {
+        matches!(
+            r,
+            control::Request::Prepare { .. }
+                | control::Request::Members { .. }
+                | control::Request::Freeze { .. }
+        )
+    };
+    let (_, order, _) = h.sent().into_iter().rev().find(|(_, _, r)| step(r)).unwrap();
+    h.core.handle(Input::OrderDone { order, result: Ok(reply) }, h.now);
+    h.drain(|_| {});
+}
+
+/// A Montrealer's bubble, joined by three Parisians, moving MTL → PAR up to its `Freeze`
+/// (sent, not answered). Returns the bubble and the source's epoch (the target's is one more).
+fn handover_at_its_freeze(h: &mut Harness) -> (BubbleId, u64) {
+    let (bubble, _) = montrealer_in_a_bubble(h);
     for p in 2..5 {
         h.join("PAR", p, 1.0 + p as f64);
     }
@@ -414,27 +439,21 @@ fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused(
         prepare.unwrap_or_else(|| panic!("a handover to PAR starts: {:?}", h.core.decisions));
     let epoch = lease.epoch.0 - 1;
     assert!(epoch >= 1);
-    // Answers the handover's latest step.
-    let reply = |h: &mut Harness, reply: control::Reply| {
-        let step = |r: &control::Request| {
-            matches!(
-                r,
-                control::Request::Prepare { .. }
-                    | control::Request::Members { .. }
-                    | control::Request::Freeze { .. }
-            )
-        };
-        let (_, order, _) = h.sent().into_iter().rev().find(|(_, _, r)| step(r)).unwrap();
-        h.core.handle(Input::OrderDone { order, result: Ok(reply) }, h.now);
-        h.drain(|_| {});
-    };
-    reply(&mut h, control::Reply::Prepared { handover: HandoverId(1) });
-    reply(&mut h, control::Reply::Done);
-    reply(&mut h, control::Reply::Done);
+    reply_step(h, control::Reply::Prepared { handover: HandoverId(1) });
+    reply_step(h, control::Reply::Done);
+    reply_step(h, control::Reply::Done);
     let sent = h.sent();
     assert!(
         sent.iter().any(|(s, _, r)| s == "MTL" && matches!(r, control::Request::Freeze { .. }))
     );
+    (bubble, epoch)
+}
+
+#[test]
+fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = handover_at_its_freeze(&mut h);
+    let reply = reply_step;
     reply(&mut h, control::Reply::Frozen { handover: HandoverId(1), tick: Tick(5) });
     let target = LeaseRef { bubble, epoch: Epoch(epoch + 1) };
     let renew = |h: &mut Harness| {
@@ -454,6 +473,129 @@ fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused(
         tick: Tick(6),
     };
     assert!(h.request("PAR", started).is_err(), "too late to commit");
+}
+
+/// The core dies with a handover's `Freeze` sent and its outcome unknown, and starts again
+/// on its store (generation 2), its agents connected again, none registered yet.
+fn restarted_at_the_freeze(h: &Harness) -> Harness {
+    let mut state = h.stored.clone();
+    state.next_player = state.next_player.max(1_000);
+    let core = CoreMachine::new(h.core.cfg.clone(), 2, &state, h.now).unwrap();
+    let mut h2 =
+        Harness { core, now: h.now, next_token: 1, log: Vec::new(), stored: StoreState::default() };
+    h2.drain(|_| {});
+    for site in ["PAR", "MTL", "HKG"] {
+        let id = h2.site(site);
+        h2.core.handle(Input::AgentConnected { site: id, conn: 500 + id.index() as u64 }, h2.now);
+    }
+    h2.drain(|_| {});
+    h2
+}
+
+fn failed_over(h: &Harness, bubble: BubbleId) -> bool {
+    h.log.iter().any(|e| matches!(e, Effect::ReadBackup { bubble: b } if *b == bubble))
+}
+
+#[test]
+fn a_core_restarted_after_a_handover_froze_finds_its_target_running_it_and_never_restores_it() {
+    // Seed 9201977: the restarted core restored the bubble on its sealed source's site while
+    // the target, started from the seal, still ran it (two writers).
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = handover_at_its_freeze(&mut h);
+    let persisted = h.log.iter().position(|e| {
+        matches!(e, Effect::Persist(Record::Handover { bubble: b, epoch: e, site })
+            if *b == bubble.0 && *e == epoch + 1 && site == "PAR")
+    });
+    let freeze = h
+        .log
+        .iter()
+        .position(|e| matches!(e, Effect::Send { request: control::Request::Freeze { .. }, .. }));
+    assert!(persisted.is_some() && persisted < freeze, "the target's epoch is stored first");
+    let mut h2 = restarted_at_the_freeze(&h);
+    // The sealed source no longer holds it: nothing fails over while the target may run it.
+    let servers = vec![server("MTL-0", &[])];
+    h2.request("MTL", register("MTL", servers, &[])).unwrap();
+    assert!(!failed_over(&h2, bubble), "{:?}", h2.log);
+    // The target started from the seal: it is the holder.
+    let held = [LeaseRef { bubble, epoch: Epoch(epoch + 1) }];
+    let again = register("PAR", vec![server("PAR-0", &[bubble])], &held);
+    let control::Reply::Registered { keep, stop, .. } = h2.request("PAR", again).unwrap() else {
+        panic!()
+    };
+    assert_eq!((keep.len(), stop.len()), (1, 0));
+    assert_eq!((keep[0].bubble, keep[0].epoch.0), (bubble, epoch + 1));
+    let renew = control::Request::Renew { leases: vec![held[0]] };
+    let control::Reply::Renewed { granted, .. } = h2.request("PAR", renew).unwrap() else {
+        panic!()
+    };
+    assert_eq!(granted, held);
+    assert!(!failed_over(&h2, bubble));
+    // Stored as its lease now.
+    assert_eq!(h2.stored.leases[&bubble.0].epoch, epoch + 1);
+    assert!(h2.stored.handovers.is_empty());
+}
+
+#[test]
+fn a_core_restarted_after_sending_a_freeze_its_source_never_got_gives_the_bubble_back_to_it() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = handover_at_its_freeze(&mut h);
+    let mut h2 = restarted_at_the_freeze(&h);
+    // The target never ran it (no seal): it registers without it, and nothing fails over yet.
+    h2.request("PAR", register("PAR", vec![server("PAR-0", &[])], &[])).unwrap();
+    assert!(!failed_over(&h2, bubble));
+    // The source still runs it under its old epoch: kept, then re-granted under a new one.
+    let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
+    let again = register("MTL", vec![server("MTL-0", &[bubble])], &held);
+    let control::Reply::Registered { keep, stop, .. } = h2.request("MTL", again).unwrap() else {
+        panic!()
+    };
+    assert_eq!((keep.len(), stop.len()), (1, 0));
+    let regrant = h2.sent().into_iter().find_map(|(s, _, r)| match r {
+        control::Request::Regrant { old, lease } if s == "MTL" => Some((old, lease)),
+        _ => None,
+    });
+    let (old, lease) = regrant.expect("a regrant to the source");
+    assert_eq!(old, held[0]);
+    assert!(lease.epoch.0 > epoch + 1, "the target's epoch is fenced off");
+    assert!(!failed_over(&h2, bubble));
+    let holder = h2.core.registry[&bubble].site;
+    assert_eq!(h2.core.cfg.sites.name(holder).to_string(), "MTL");
+}
+
+#[test]
+fn a_core_restarted_mid_freeze_fails_the_bubble_over_once_neither_end_holds_it() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, _) = handover_at_its_freeze(&mut h);
+    let mut h2 = restarted_at_the_freeze(&h);
+    h2.request("PAR", register("PAR", vec![server("PAR-0", &[])], &[])).unwrap();
+    assert!(!failed_over(&h2, bubble), "the source may still run it");
+    h2.request("MTL", register("MTL", vec![server("MTL-0", &[])], &[])).unwrap();
+    assert!(failed_over(&h2, bubble), "neither runs it: restored from its copy");
+}
+
+#[test]
+fn a_restore_left_unanswered_is_held_by_its_site_not_failed_over_at_once() {
+    let mut h = Harness::new();
+    let (bubble, _) = montrealer_in_a_bubble(&mut h);
+    let lost = control::Request::Lost {
+        leases: vec![h.core.registry[&bubble].lease_ref(bubble)],
+        reason: "server_lost".into(),
+    };
+    h.request("MTL", lost).unwrap();
+    h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
+    h.drain(|_| {});
+    let (site, order) = h
+        .sent()
+        .into_iter()
+        .find_map(|(s, o, r)| matches!(r, control::Request::Restore { .. }).then_some((s, o)))
+        .expect("a restore");
+    h.log.clear();
+    let result = Err(OrderError::Unanswered("connection lost".into()));
+    h.core.handle(Input::OrderDone { order, result }, h.now);
+    h.drain(|_| {});
+    assert!(!failed_over(&h, bubble), "its site may run it under the restore's lease");
+    assert_eq!(h.hosted(1).1, site);
+    assert!(!h.core.registry[&bubble].restoring);
 }
 
 #[test]
@@ -498,7 +640,13 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     assert_eq!(core.registry[&zone].epoch, zone_epoch);
     assert!(core.mesh.bubble_by_id(zone).is_none());
     assert!(matches!(core.poll_effect(), Some(Effect::Persist(Record::Gone { bubble: 99 }))));
-    let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
+    let mut h2 = Harness {
+        core,
+        now: Time::ZERO,
+        next_token: 1,
+        log: Vec::new(),
+        stored: StoreState::default(),
+    };
     let mtl = h2.site("MTL");
     h2.core.handle(Input::AgentConnected { site: mtl, conn: 7 }, h2.now);
     let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
@@ -569,7 +717,13 @@ fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
     assert!(persisted_before_reply);
     let cfg = h.core.cfg.clone();
     let core = CoreMachine::new(cfg, 2, &state, Time::ZERO).unwrap();
-    let mut h2 = Harness { core, now: Time::ZERO, next_token: 1, log: Vec::new() };
+    let mut h2 = Harness {
+        core,
+        now: Time::ZERO,
+        next_token: 1,
+        log: Vec::new(),
+        stored: StoreState::default(),
+    };
     h2.connect("MTL");
     let c = ids(&mut h2, "MTL", 10);
     assert_eq!(c.start, 1_201 + u64::from(MAX_ID_BLOCK), "after every id given before");
