@@ -26,7 +26,10 @@ assert sum(v["samples"] for v in d["crossing_freeze_ms"].values()) >= 1, "no cha
 # (a handover pair's p99 ranged 0-23 ms over four demos: the floor rests on measured RTTs). A
 # pair's p99 is held only over 5 samples or more. A crossing used to wait a round trip to the
 # core (66 ms over its floor at MTL, 165 at HKG); now it is within a tick of it (one extra tick,
-# 33.5 ms, the worst seen, with Godot servers): 100 ms is 3x that.
+# 33.5 ms, the worst seen, with Godot servers): 100 ms is 3x that. A crossing from a zone into a
+# bubble just created on another site once froze 184 ms over its floor (it waited for the
+# bubble's server, and for orders queued one round trip each): players now wait in the zone
+# until the bubble runs, and the site's orders travel together (docs/performance.md).
 print("excess by pair", d["freeze_excess_ms_by_pair"], d["crossing_freeze_excess_ms_by_pair"])
 for kind in ("freeze_excess_ms_by_pair", "crossing_freeze_excess_ms_by_pair"):
     for pair, v in d[kind].items():
