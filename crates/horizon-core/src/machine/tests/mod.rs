@@ -36,6 +36,11 @@ const TTL_MS: u64 = 10_000;
 const MARGIN_MS: u64 = 2_000;
 
 impl Harness {
+    /// A harness around a core already built (a restarted one, say).
+    fn around(core: CoreMachine, now: Time) -> Self {
+        Harness { core, now, next_token: 1, log: Vec::new(), stored: StoreState::default() }
+    }
+
     fn new() -> Self {
         Harness::with(Thresholds::default())
     }
@@ -48,13 +53,7 @@ impl Harness {
         // (the tests name their players 1, 2, ...).
         let store = StoreState { next_player: 1_000, ..StoreState::default() };
         let core = CoreMachine::new(cfg, 1, &store, Time::ZERO).unwrap();
-        let mut h = Harness {
-            core,
-            now: Time::ZERO,
-            next_token: 1,
-            log: Vec::new(),
-            stored: StoreState::default(),
-        };
+        let mut h = Harness::around(core, Time::ZERO);
         for site in ["PAR", "MTL", "HKG"] {
             h.connect(site);
         }
@@ -481,8 +480,7 @@ fn restarted_at_the_freeze(h: &Harness) -> Harness {
     let mut state = h.stored.clone();
     state.next_player = state.next_player.max(1_000);
     let core = CoreMachine::new(h.core.cfg.clone(), 2, &state, h.now).unwrap();
-    let mut h2 =
-        Harness { core, now: h.now, next_token: 1, log: Vec::new(), stored: StoreState::default() };
+    let mut h2 = Harness::around(core, h.now);
     h2.drain(|_| {});
     for site in ["PAR", "MTL", "HKG"] {
         let id = h2.site(site);
@@ -535,14 +533,20 @@ fn a_core_restarted_after_a_handover_froze_finds_its_target_running_it_and_never
     assert!(h2.stored.handovers.is_empty());
 }
 
-#[test]
-fn a_core_restarted_after_sending_a_freeze_its_source_never_got_gives_the_bubble_back_to_it() {
+/// A handover MTL → PAR at its freeze, the core restarted, and the target registered
+/// without the bubble (the seal never reached it).
+fn restarted_and_the_target_without_it() -> (Harness, BubbleId, u64) {
     let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
     let (bubble, epoch) = handover_at_its_freeze(&mut h);
     let mut h2 = restarted_at_the_freeze(&h);
-    // The target never ran it (no seal): it registers without it, and nothing fails over yet.
     h2.request("PAR", register("PAR", vec![server("PAR-0", &[])], &[])).unwrap();
-    assert!(!failed_over(&h2, bubble));
+    assert!(!failed_over(&h2, bubble), "the source may still run it");
+    (h2, bubble, epoch)
+}
+
+#[test]
+fn a_core_restarted_after_sending_a_freeze_its_source_never_got_gives_the_bubble_back_to_it() {
+    let (mut h2, bubble, epoch) = restarted_and_the_target_without_it();
     // The source still runs it under its old epoch: kept, then re-granted under a new one.
     let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
     let again = register("MTL", vec![server("MTL-0", &[bubble])], &held);
@@ -564,11 +568,7 @@ fn a_core_restarted_after_sending_a_freeze_its_source_never_got_gives_the_bubble
 
 #[test]
 fn a_core_restarted_mid_freeze_fails_the_bubble_over_once_neither_end_holds_it() {
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
-    let (bubble, _) = handover_at_its_freeze(&mut h);
-    let mut h2 = restarted_at_the_freeze(&h);
-    h2.request("PAR", register("PAR", vec![server("PAR-0", &[])], &[])).unwrap();
-    assert!(!failed_over(&h2, bubble), "the source may still run it");
+    let (mut h2, bubble, _) = restarted_and_the_target_without_it();
     h2.request("MTL", register("MTL", vec![server("MTL-0", &[])], &[])).unwrap();
     assert!(failed_over(&h2, bubble), "neither runs it: restored from its copy");
 }
@@ -640,13 +640,7 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     assert_eq!(core.registry[&zone].epoch, zone_epoch);
     assert!(core.mesh.bubble_by_id(zone).is_none());
     assert!(matches!(core.poll_effect(), Some(Effect::Persist(Record::Gone { bubble: 99 }))));
-    let mut h2 = Harness {
-        core,
-        now: Time::ZERO,
-        next_token: 1,
-        log: Vec::new(),
-        stored: StoreState::default(),
-    };
+    let mut h2 = Harness::around(core, Time::ZERO);
     let mtl = h2.site("MTL");
     h2.core.handle(Input::AgentConnected { site: mtl, conn: 7 }, h2.now);
     let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
@@ -717,13 +711,7 @@ fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
     assert!(persisted_before_reply);
     let cfg = h.core.cfg.clone();
     let core = CoreMachine::new(cfg, 2, &state, Time::ZERO).unwrap();
-    let mut h2 = Harness {
-        core,
-        now: Time::ZERO,
-        next_token: 1,
-        log: Vec::new(),
-        stored: StoreState::default(),
-    };
+    let mut h2 = Harness::around(core, Time::ZERO);
     h2.connect("MTL");
     let c = ids(&mut h2, "MTL", 10);
     assert_eq!(c.start, 1_201 + u64::from(MAX_ID_BLOCK), "after every id given before");
