@@ -41,13 +41,14 @@ impl AgentMachine {
             self.lane.lane = Some(lane);
         }
         let next = self.lane.next;
+        // The first order not served yet: the lane keeps at most MAX_IN_ORDER from it on.
+        let first = next - self.lane.ready.len() as u64;
         let refused = if seq < next || self.lane.early.contains_key(&seq) {
             Some(Fault::new(ErrorCode::Conflict, format!("order {seq} of this lane came twice")))
-        } else if seq - next >= control::MAX_IN_ORDER {
-            Some(Fault::new(
-                ErrorCode::Busy,
-                format!("order {seq} is more than {} ahead of {next}", control::MAX_IN_ORDER),
-            ))
+        } else if seq - first >= control::MAX_IN_ORDER {
+            let max = control::MAX_IN_ORDER;
+            let why = format!("order {seq} is {max} or more ahead of {first}, the next to serve");
+            Some(Fault::new(ErrorCode::Busy, why))
         } else {
             None
         };

@@ -89,6 +89,19 @@ fn an_order_twice_or_too_far_ahead_is_refused_and_a_new_lane_starts_its_own_coun
 }
 
 #[test]
+fn orders_kept_behind_one_being_served_are_bounded() {
+    let mut h = ready_harness();
+    // The first one's server never answers: the ones after it wait, in their turn.
+    h.order(in_order(0, create(1)));
+    for seq in 1..=control::MAX_IN_ORDER {
+        let (_, out) = h.order(in_order(seq, members(1)));
+        assert!(answers(&out).is_empty(), "order {seq}: {out:?}");
+    }
+    let (over, out) = h.order(in_order(control::MAX_IN_ORDER + 1, members(1)));
+    assert_eq!(answers(&out), [(over, Err(ErrorCode::Busy))]);
+}
+
+#[test]
 fn an_in_order_inside_an_in_order_is_refused_in_its_turn() {
     let mut h = ready_harness();
     let (token, out) = h.order(in_order(0, in_order(1, members(1))));
