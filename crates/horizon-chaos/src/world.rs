@@ -23,7 +23,7 @@
 //! Not modelled: bandwidth and message sizes, QUIC flow control, TLS, the admin API.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,8 +202,12 @@ struct Control {
     /// Messages waiting for a heal, by direction (true: to the core).
     held: Vec<(bool, Delivery)>,
     /// The core's ordered lane on this connection: the `seq` of its next order (the core
-    /// sends them at once, numbered; the agent serves them in order).
+    /// sends them at once, numbered; the agent serves them in order), the orders sent and not
+    /// answered yet (at most `control::MAX_IN_ORDER`, as the core's shell keeps), and those
+    /// waiting for room.
     next_in_order: u64,
+    unanswered: BTreeSet<OrderId>,
+    waiting: VecDeque<(OrderId, control::Request)>,
 }
 
 /// A transfer link between two agents (the lower index dials).
@@ -699,14 +703,26 @@ impl World {
         }
         match lane {
             Lane::Ordered => {
-                let seq = self.controls[site].next_in_order;
-                self.controls[site].next_in_order += 1;
-                // The lane is named by the connection (the core draws it at random).
-                let request =
-                    control::Request::InOrder { lane: conn, seq, order: Box::new(request) };
-                self.deliver_order(site, conn, order, request, at);
+                self.controls[site].waiting.push_back((order, request));
+                self.send_in_order(site, at);
             }
             Lane::Direct => self.deliver_order(site, conn, order, request, at),
+        }
+    }
+
+    /// Sends the ordered lane's waiting orders, numbered, while fewer than
+    /// `control::MAX_IN_ORDER` are unanswered.
+    pub(super) fn send_in_order(&mut self, site: usize, at: u64) {
+        let conn = self.controls[site].conn;
+        while self.controls[site].unanswered.len() < control::MAX_IN_ORDER as usize {
+            let c = &mut self.controls[site];
+            let Some((order, request)) = c.waiting.pop_front() else { return };
+            let seq = c.next_in_order;
+            c.next_in_order += 1;
+            c.unanswered.insert(order);
+            // The lane is named by the connection (the core draws it at random).
+            let request = control::Request::InOrder { lane: conn, seq, order: Box::new(request) };
+            self.deliver_order(site, conn, order, request, at);
         }
     }
 

@@ -311,14 +311,20 @@ impl World {
                 if site != usize::MAX && self.controls[site].conn != conn {
                     return;
                 }
+                let mut lane_room = false;
                 if let core::Input::OrderDone { order, .. } = &input
-                    && self.answers.remove(order).is_none()
                     && site != usize::MAX
                 {
-                    // Its connection died on the way: the core learnt it failed then.
-                    return;
+                    if self.answers.remove(order).is_none() {
+                        // Its connection died on the way: the core learnt it failed then.
+                        return;
+                    }
+                    lane_room = self.controls[site].unanswered.remove(order);
                 }
                 self.core_input(input);
+                if lane_room {
+                    self.send_in_order(site, self.now);
+                }
             }
             Delivery::CoreToAgent { site, conn, input } => {
                 if conn != 0 && self.controls[site].conn != conn {
@@ -453,6 +459,8 @@ impl World {
         let conn = self.next_conn;
         self.controls[site].conn = conn;
         self.controls[site].next_in_order = 0;
+        self.controls[site].unanswered.clear();
+        self.controls[site].waiting.clear();
         self.note(format!("{} connected to the core (conn {conn})", SITES[site]));
         self.core_input(core::Input::AgentConnected { site: self.site_ids[site], conn });
         self.agent_input(site, agent::Input::CoreUp);
@@ -469,7 +477,10 @@ impl World {
         c.conn = 0;
         c.held.clear();
         c.next_in_order = 0;
-        // Answers on their way die with the connection: their orders fail at the core.
+        c.unanswered.clear();
+        let never_sent: Vec<OrderId> = c.waiting.drain(..).map(|(o, _)| o).collect();
+        // Answers on their way die with the connection: their orders fail at the core, with
+        // those never answered; then those never sent.
         let mut failed_orders: Vec<OrderId> =
             self.answers.iter().filter(|(_, c)| **c == conn).map(|(o, _)| *o).collect();
         for order in &failed_orders {
@@ -484,6 +495,10 @@ impl World {
         }
         for order in failed_orders {
             let result = Err(core::OrderError::Unanswered("agent connection gone".into()));
+            self.core_input(core::Input::OrderDone { order, result });
+        }
+        for order in never_sent {
+            let result = Err(core::OrderError::Failed("agent connection gone".into()));
             self.core_input(core::Input::OrderDone { order, result });
         }
         self.core_input(core::Input::AgentDisconnected { site: self.site_ids[site], conn });
