@@ -109,17 +109,15 @@ impl CoreMachine {
         epoch: u64,
         now: Time,
     ) {
-        let mut hosted = Hosted::new(site, epoch, world.0, bounds, now);
-        hosted.creating = true;
-        self.registry.insert(bubble, hosted);
+        self.registry.insert(bubble, Hosted::new(site, epoch, world.0, bounds, now));
         self.persist_lease(bubble);
         let region = Region { world, bounds: Some(bounds) };
         let lease = self.lease(bubble, epoch, now);
-        match self.order(site, control::Request::Create { bubble, region, lease }) {
-            Some(order) => {
-                self.awaiting.insert(order, super::Awaiting::Create(bubble));
-            }
-            None => self.created(bubble),
+        if let Some(order) = self.order(site, control::Request::Create { bubble, region, lease })
+            && let Some(reg) = self.registry.get_mut(&bubble)
+        {
+            reg.creating = true;
+            self.awaiting.insert(order, super::Awaiting::Create(bubble));
         }
     }
 
