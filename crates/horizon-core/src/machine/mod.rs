@@ -18,6 +18,7 @@ pub(crate) mod failover;
 pub(crate) mod handover;
 pub(crate) mod keep;
 pub(crate) mod registry;
+mod rejoin;
 mod reports;
 pub(crate) mod status;
 
@@ -322,76 +323,6 @@ impl CoreMachine {
         Ok(machine)
     }
 
-    /// After a restart: every bubble the store says was granted is taken back, under its id
-    /// and epoch, on the site that held it (SPEC section 6: a relay within its lease keeps
-    /// playing). Its holder re-registers holding it and its players' agents say who plays in
-    /// it; a holder that does not come back lets the lease run out and the bubble fails over
-    /// from its copy. A lease recorded without its region (an older build) cannot be taken
-    /// back: the bubble is ended.
-    fn take_back(&mut self, store: &StoreState, now: Time) {
-        for (&id, stored) in &store.leases {
-            let bubble = BubbleId(id);
-            // A handover's freeze was sent and its outcome not stored: its target is taken as
-            // the holder, and its source kept as the fallback until it registers.
-            let pending = store.handovers.get(&id).filter(|h| h.epoch > stored.epoch);
-            let target = pending.and_then(|h| self.cfg.sites.id(&h.site));
-            let fallback = match (target, self.cfg.sites.id(&stored.site)) {
-                (Some(_), Some(source)) => Some((source, stored.epoch)),
-                _ => None,
-            };
-            let lease = match (pending, fallback) {
-                (Some(h), Some(_)) => {
-                    &crate::store::StoredLease { region: stored.region, ..h.clone() }
-                }
-                _ => stored,
-            };
-            let site = self.cfg.sites.id(&lease.site);
-            let (Some(site), Some(region)) = (site, lease.region) else {
-                tracing::warn!(bubble = id, site = %lease.site, "stored lease cannot be taken back: ended");
-                self.persist(Record::Gone { bubble: id });
-                continue;
-            };
-            let v = |p: [f64; 3]| horizon_proto::Vec3 { x: p[0], y: p[1], z: p[2] };
-            let bounds = horizon_proto::Aabb { min: v(region.min), max: v(region.max) };
-            let restored = horizon_mesh::RestoredBubble {
-                id: horizon_mesh::BubbleId(id),
-                site,
-                world: horizon_mesh::WorldId(region.world),
-                bounds,
-                epoch: horizon_mesh::Epoch(lease.epoch),
-            };
-            // Zones come back as zones (the layout persists), bubbles as bubbles.
-            let taken = if bubble.is_zone() {
-                self.mesh.handle_restore_zone(restored, now)
-            } else {
-                self.mesh.handle_restore_bubble(restored, now)
-            };
-            match taken {
-                Ok(()) => {
-                    let mut hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
-                    hosted.fallback = fallback;
-                    if let Some((source, epoch)) = fallback {
-                        tracing::warn!(bubble = id, source = %self.cfg.sites.name(source), source_epoch = epoch, target = %lease.site, epoch = lease.epoch, "taken back in the middle of a handover's freeze: the target holds it unless its source never froze");
-                    }
-                    self.registry.insert(bubble, hosted);
-                    // Active again for a full lease from now (its holder may still run it).
-                    self.leased_until(bubble, now);
-                }
-                Err(e) => {
-                    tracing::warn!(bubble = id, error = %e, "stored lease not taken back: ended");
-                    self.persist(Record::Gone { bubble: id });
-                }
-            }
-        }
-        if !self.registry.is_empty() {
-            tracing::info!(
-                bubbles = self.registry.len(),
-                generation = self.generation,
-                "bubbles taken back from the store"
-            );
-        }
-    }
-
     /// The next thing to do, in order.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
@@ -672,122 +603,6 @@ impl CoreMachine {
             site: self.cfg.sites.name(reg.site).to_string(),
             region: Some(region),
         });
-    }
-
-    fn register(
-        &mut self,
-        site: SiteId,
-        transfer_addr: String,
-        servers: Vec<control::ServerLoad>,
-        held: &[control::Held],
-        now: Time,
-    ) -> control::Reply {
-        self.mesh.handle_site_link(site, true);
-        let mut keep = Vec::new();
-        let mut stop = Vec::new();
-        let mut hand_over = Vec::new();
-        // A handover's source that never froze before the core restarted: it holds the
-        // bubble still, and the target never ran it. The bubble goes back to it (kept, then
-        // re-granted under a new epoch that fences the target's off).
-        let mut taken_back = Vec::new();
-        for h in held {
-            if let Some(r) = self.registry.get_mut(&h.lease.bubble)
-                && r.fallback == Some((site, h.lease.epoch.0))
-            {
-                taken_back.push((h.lease.bubble, r.epoch));
-                (r.site, r.epoch, r.fallback) = (site, h.lease.epoch.0, None);
-            }
-        }
-        // The other end of such a handover registered: a target holding it is its holder; a
-        // source without it never writes it again (a target registered without it too: the
-        // bubble fails over now).
-        let mut failed_over = Vec::new();
-        let mut confirmed = Vec::new();
-        for (&bubble, r) in self.registry.iter_mut() {
-            let Some((source, _)) = r.fallback else { continue };
-            let holds = held.iter().any(|h| h.lease.bubble == bubble && h.lease.epoch.0 == r.epoch);
-            if r.site == site && holds {
-                r.fallback = None;
-                confirmed.push(bubble);
-            } else if source == site {
-                r.fallback = None;
-                if self.agents.get(&r.site).is_some_and(|a| a.registered) {
-                    failed_over.push((r.site, LeaseRef { bubble, epoch: Epoch(r.epoch) }));
-                } else {
-                    // The target alone may run it: the lease says so from now on.
-                    confirmed.push(bubble);
-                }
-            }
-        }
-        for h in held {
-            let current = self
-                .registry
-                .get(&h.lease.bubble)
-                .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring);
-            if current {
-                keep.push(self.lease(h.lease.bubble, h.lease.epoch.0, now));
-            } else if self.departed.get(&h.lease.bubble).is_some_and(|d| d.site == site) {
-                // Players left it while this site was away: their state crosses on first.
-                hand_over.push(h.lease);
-            } else {
-                stop.push(h.lease);
-            }
-        }
-        for lease in hand_over {
-            let departed = self.remembered_departures(lease.bubble);
-            self.order(site, control::Request::Members { lease, players: Vec::new(), departed });
-            self.order(site, control::Request::Revoke { leases: vec![lease] });
-        }
-        let others: Vec<SiteId> = self
-            .agents
-            .iter()
-            .filter(|(s, a)| **s != site && a.registered)
-            .map(|(s, _)| *s)
-            .collect();
-        let peers: Vec<control::Peer> = others
-            .iter()
-            .map(|&s| control::Peer {
-                site: self.site_name(s),
-                transfer_addr: self.agents[&s].transfer_addr.clone(),
-            })
-            .collect();
-        let me = control::Peer { site: self.site_name(site), transfer_addr: transfer_addr.clone() };
-        for other in others {
-            self.order(other, control::Request::Peers { peers: vec![me.clone()] });
-        }
-        if let Some(agent) = self.agents.get_mut(&site) {
-            agent.transfer_addr = transfer_addr;
-            agent.servers = servers;
-            agent.registered = true;
-        }
-        self.update_capacity(site);
-        for bubble in confirmed {
-            self.persist_lease(bubble);
-        }
-        for (bubble, epoch) in taken_back {
-            self.abandon_move(bubble, site, epoch, now);
-        }
-        for (holder, lease) in failed_over {
-            self.lost(holder, &[lease], FailoverReason::NotHeld, now);
-        }
-        self.drain_registered(site, held, now);
-        // A reconnected agent lost the orders sent while it was away: tell it again who is in
-        // its bubbles and where its players are simulated.
-        self.resync(site);
-        tracing::info!(site = %self.cfg.sites.name(site), kept = keep.len(), stopped = stop.len(), "agent registered");
-        control::Reply::Registered {
-            generation: self.generation,
-            tick_ms: self.cfg.thresholds.period_ms as u32,
-            keep,
-            stop,
-            peers,
-        }
-    }
-
-    fn update_capacity(&mut self, site: SiteId) {
-        let Some(agent) = self.agents.get(&site) else { return };
-        let ready = agent.servers.iter().filter(|s| s.ready || !s.bubbles.is_empty()).count();
-        self.mesh.handle_site_capacity(site, Some(ready as u32));
     }
 
     /// One batched renewal. Neither granted nor refused: a handover source's superseded

@@ -1,0 +1,110 @@
+//! The agent–core link: the core's orders to an agent (its ordered lane: numbered, at most
+//! `control::MAX_IN_ORDER` unanswered; and direct ones), and what each side sends the other.
+
+use super::*;
+
+impl World {
+    pub(super) fn core_send(
+        &mut self,
+        site: usize,
+        conn: u64,
+        lane: Lane,
+        order: OrderId,
+        request: control::Request,
+        at: u64,
+    ) {
+        if self.controls[site].conn != conn || conn == 0 {
+            // Never sent.
+            let result = Err(core::OrderError::Failed("agent connection gone".into()));
+            self.core_input_later(core::Input::OrderDone { order, result }, at);
+            return;
+        }
+        match lane {
+            Lane::Ordered => {
+                self.controls[site].waiting.push_back((order, request));
+                self.send_in_order(site, at);
+            }
+            Lane::Direct => self.deliver_order(site, conn, order, request, at),
+        }
+    }
+
+    /// Sends the ordered lane's waiting orders, numbered, while fewer than
+    /// `control::MAX_IN_ORDER` are unanswered.
+    pub(super) fn send_in_order(&mut self, site: usize, at: u64) {
+        let conn = self.controls[site].conn;
+        while self.controls[site].unanswered.len() < control::MAX_IN_ORDER as usize {
+            let c = &mut self.controls[site];
+            let Some((order, request)) = c.waiting.pop_front() else { return };
+            let seq = c.next_in_order;
+            c.next_in_order += 1;
+            c.unanswered.insert(order);
+            // The lane is named by the connection (the core draws it at random).
+            let request = control::Request::InOrder { lane: conn, seq, order: Box::new(request) };
+            self.deliver_order(site, conn, order, request, at);
+        }
+    }
+
+    pub(super) fn deliver_order(
+        &mut self,
+        site: usize,
+        conn: u64,
+        order: OrderId,
+        request: control::Request,
+        at: u64,
+    ) {
+        self.next_token += 1;
+        let token = self.next_token;
+        self.orders.insert(token, (site, conn, order));
+        let input = agent::Input::CoreOrder { token, order: request };
+        self.send_to_agent(site, conn, input, at);
+    }
+
+    pub(super) fn core_input_later(&mut self, input: core::Input, at: u64) {
+        // Results the core's own shell produces at once (no connection to carry them).
+        self.next_seq += 1;
+        let d = Delivery::ToCore { site: usize::MAX, conn: 0, input };
+        self.queue.push(Reverse(Scheduled {
+            at: at.max(self.now),
+            seq: self.next_seq,
+            event: Event::Deliver(Box::new(d)),
+        }));
+    }
+
+    pub(super) fn send_to_agent(&mut self, site: usize, conn: u64, input: agent::Input, at: u64) {
+        let delay = self.control_delay(site);
+        // Replies, and the ordered lane's numbered orders (each on a stream of its own, with
+        // loss and jitter), may overtake each other: the agent puts the orders back in order.
+        let overtakes = matches!(
+            input,
+            agent::Input::CoreReplied { .. }
+                | agent::Input::CoreOrder { order: control::Request::InOrder { .. }, .. }
+        );
+        let d = Delivery::CoreToAgent { site, conn, input };
+        if self.controls[site].cut_from_core {
+            self.controls[site].held.push((false, d));
+            return;
+        }
+        let at = if overtakes { at + delay } else { self.in_order((1, site, 0, conn), at + delay) };
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
+    }
+
+    pub(super) fn send_to_core(
+        &mut self,
+        site: usize,
+        conn: u64,
+        input: core::Input,
+        ordered_stream: bool,
+    ) {
+        let delay = self.control_delay(site);
+        let d = Delivery::ToCore { site, conn, input };
+        if self.controls[site].cut_to_core {
+            self.controls[site].held.push((true, d));
+            return;
+        }
+        let mut at = self.now + delay;
+        if ordered_stream {
+            at = self.in_order((2, site, 0, conn), at);
+        }
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
+    }
+}
