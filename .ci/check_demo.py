@@ -38,6 +38,15 @@ for pair, v in d["crossing_freeze_excess_ms_by_pair"].items():
     assert v["max"] <= 100, f"a crossing {pair} froze {v['max']} ms beyond its floor"
 for site in ("MTL", "HKG"):
     assert abs(c[site]["p50"] - c["PAR"]["p50"]) <= 15, f"{site} p50 not within 15 ms of PAR"
+# Own state first: players see their input the moment it is applied, ahead of the tick's update
+# (click_to_update_ms is the update alone, measured in the same run).
+u = d["click_to_update_ms"]
+print("own_state", d["own_state"], "own_states_received", d["own_states_received"],
+      "click_to_update p50", {site: v["p50"] for site, v in u.items()})
+if d["own_state"] == "early":
+    assert d["own_states_received"] > 0, "no own state reached a player"
+    for site, v in c.items():
+        assert v["p50"] <= u[site]["p50"], f"{site}: own states showed inputs later than updates"
 # Several regions share a game server (one server per bubble seated 1.6 players each).
 print("max_servers_by_site", d["max_servers_by_site"], "players_per_server_at_peak",
       d["players_per_server_at_peak"])

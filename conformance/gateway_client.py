@@ -118,6 +118,17 @@ def input_bytes(vx, vy, vz):
     return struct.pack("<iii", vx, vy, vz)
 
 
+def own_view(data):
+    """The reference game's own state (7.5, Own): the server's clock, then the player's entity."""
+    r = Reader(data)
+    wall_us = r.varint()
+    pos = [r.zigzag() for _ in range(3)]
+    vel = [r.zigzag() for _ in range(3)]
+    o = {"wall_us": wall_us, "pos": pos, "vel": vel, "inputs": r.varint(), "last_seq": r.varint()}
+    assert r.done(), "trailing bytes in an own state"
+    return o
+
+
 def view(data):
     r = Reader(data)
     v = {"tick": r.varint(), "wall_us": r.varint(), "origin": r.varint(),
@@ -230,7 +241,7 @@ async def play(args, report):
         p.transmit()
         # Inputs on one unidirectional stream, seq 1.., every 50 ms; updates on the gateway's.
         seq, sent, inputs = joined["joined"]["resume_after"], 0, None
-        views, chain_breaks, acked, seen_bad = [], 0, 0, []
+        views, chain_breaks, acked, seen_bad, own_states = [], 0, 0, [], 0
         # Play at least `--seconds` and 40 updates (the player's bubble comes at the brain's
         # next tick, within 5 s), then wait for the last acknowledgements; 20 s at most.
         start = time.monotonic()
@@ -251,6 +262,14 @@ async def play(args, report):
                 for payload in frames(buffer):
                     r = Reader(payload)
                     kind = r.varint()
+                    if kind == 3:  # Own { bubble, tick, seq, bytes }: ahead of the update (7.3)
+                        _bubble, _tick, seq_shown, data = r.varint(), r.varint(), r.varint(), r.bytes()
+                        assert r.done()
+                        o = own_view(data)
+                        own_states += 1
+                        if o["inputs"] != o["last_seq"] or o["last_seq"] != seq_shown:
+                            seen_bad.append(o)
+                        continue
                     if kind != 1:
                         continue  # Reconnecting
                     bubble, tick, ack, data = r.varint(), r.varint(), r.varint(), r.bytes()
@@ -273,7 +292,7 @@ async def play(args, report):
                 pongs.append({"nonce": r.varint(), "sent_us": r.varint()})
         last = next((v["me"] for v in reversed(views) if v["me"]), None)
         report.update({"player": me, "inputs_sent": sent, "acked": acked, "updates": len(views),
-                       "chain_breaks": chain_breaks, "entity": last, "applied_not_once": seen_bad,
+                       "chain_breaks": chain_breaks, "entity": last, "own_states": own_states, "applied_not_once": seen_bad,
                        "pong": any(x["nonce"] == nonce for x in pongs), "closed": p.closed})
         # An input over 16 KiB: this connection alone is closed with too_large (section 6).
         if inputs is not None:
@@ -305,6 +324,7 @@ def checks(report):
     need(e.get("inputs") == e.get("last_seq") == report.get("acked"), "the game applied each input once, in order")
     need(not report.get("applied_not_once"), "no view shows an input applied twice")
     need(report.get("chain_breaks") == 0, "views chain (prev_chain = the previous view's chain)")
+    need(report.get("own_states", 0) >= 1, "own states arrive ahead of updates, showing the input they name")
     need(report.get("pong"), "a Ping datagram is answered by a Pong echoing it")
     need((report.get("oversized") or {}).get("code") == TOO_LARGE, "an input over 16 KiB closes with too_large (3)")
     bad = report.get("bad_token", {})

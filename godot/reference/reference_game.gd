@@ -128,6 +128,17 @@ func positions(state):
 	return list
 
 
+# The player's own entity right after an input of theirs was applied, sent to them ahead of
+# the tick's view: the Rust game's `OwnView` {wall_us, entity}.
+func own(state, player):
+	if not state.entities.has(player):
+		return PoolByteArray()
+	var p = Postcard.new().writer()
+	p.put_varint(OS.get_system_time_msecs() * 1000)
+	_put_entity(p, state.entities[player])
+	return p.bytes()
+
+
 func view(state, tick):
 	var p = Postcard.new().writer()
 	p.put_varint(tick)

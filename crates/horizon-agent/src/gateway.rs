@@ -162,6 +162,17 @@ impl PlayerSession {
         true
     }
 
+    /// Whether a state of `bubble` under `epoch` from `site` is what the player is shown now:
+    /// their route's bubble, under the epoch its updates already came with, from the site they
+    /// came from. An own state ([`horizon_proto::Own`]) is delivered only then: it never moves
+    /// a route or acknowledges anything, so it waits for an update to have done so.
+    pub(crate) fn shows(&self, bubble: BubbleId, epoch: Epoch, site: &Name) -> bool {
+        self.route.as_ref().is_some_and(|(b, _)| *b == bubble)
+            && self.last_bubble == Some(bubble)
+            && self.route_epoch == epoch
+            && self.last_site.as_ref() == Some(site)
+    }
+
     /// An update of `bubble` under `epoch`, acknowledging `acked`, from `site`.
     pub(crate) fn on_update(
         &mut self,

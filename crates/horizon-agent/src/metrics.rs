@@ -85,6 +85,16 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         &s.updates_delivered
     }),
     (
+        "horizon_agent_own_states_total",
+        "Players' own states delivered to this site's players the moment their input was applied, ahead of the tick's update.",
+        |s| &s.own_delivered,
+    ),
+    (
+        "horizon_agent_own_states_refused_total",
+        "Own states a game server sent for a bubble it does not hold here under its lease, or over 16 KiB: refused, nobody sees them.",
+        |s| &s.own_refused,
+    ),
+    (
         "horizon_agent_crossings_total",
         "Players' states sent across a border to another bubble.",
         |s| &s.crossings,

@@ -45,6 +45,11 @@ pub struct AgentStats {
     /// Players who reconnected from the same client and resumed as themselves.
     pub resumes: AtomicU64,
     pub updates_delivered: AtomicU64,
+    /// Players' own states delivered to this site's players ahead of their tick's update.
+    pub own_delivered: AtomicU64,
+    /// Own states refused: from a server not holding the bubble here under its lease (fencing,
+    /// as for updates), or over `MAX_OWN_BYTES`.
+    pub own_refused: AtomicU64,
     pub crossings: AtomicU64,
     /// Crossings to another site given up: not taken within their deadline.
     pub crossings_lost: AtomicU64,

@@ -40,7 +40,7 @@ use horizon_proto::server;
 use horizon_proto::transfer;
 use horizon_proto::{Epoch, HandoverId, Name, PlayerId, Role, Seq, StateItem, Vec3, WorldId};
 use horizon_sdk::reference::{self, Reference, View};
-use horizon_sdk::{Counters, ServerMachine};
+use horizon_sdk::{Counters, OwnState, ServerMachine};
 use tokio::time::Instant;
 
 use crate::checks::{Checker, LIVENESS_S, update_of};

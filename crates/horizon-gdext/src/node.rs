@@ -307,6 +307,17 @@ impl Horizon {
                 let bytes = Self::positions_of(&list)?;
                 self.reply(op, Status::Ok, &bytes)?;
             }
+            Call::Own { handle, player } => {
+                let state = self.state(handle)?;
+                let has = self.game.as_ref().is_some_and(|g| g.has_method("own"));
+                let bytes = if has {
+                    let out = self.call_game("own", &[state, (player as i64).to_variant()]);
+                    Self::bytes_of(&out, "own")?
+                } else {
+                    Vec::new()
+                };
+                self.reply(op, Status::Ok, &bytes)?;
+            }
         }
         Ok(())
     }

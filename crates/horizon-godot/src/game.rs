@@ -157,6 +157,11 @@ impl Game for GodotGame {
         self.send(Frame::new(Op::Lapse, state.handle));
     }
 
+    fn own(&self, state: &GodotState, player: PlayerId) -> Option<Vec<u8>> {
+        let bytes = self.bytes(Op::Own, Frame::new(Op::Own, state.handle).u64(player.0));
+        (!bytes.is_empty()).then_some(bytes)
+    }
+
     fn positions(&self, state: &GodotState) -> Vec<PlayerPosition> {
         let bytes = self.bytes(Op::Positions, Frame::new(Op::Positions, state.handle));
         match decode_positions(&bytes) {

@@ -24,6 +24,7 @@
 //! | `Lease` 11 | u64 bubble, u64 epoch | — (the region may be written from now on) |
 //! | `Lapse` 12 | — | — (the region may no longer be written) |
 //! | `Positions` 13 | — | u32 n, then n × (u64 player, 6 × f64: position m, velocity m/s) |
+//! | `Own` 14 | u64 player | the player's own state's bytes, sent to them ahead of the tick's view (empty: none) |
 //!
 //! `bytes` is `u32 n | n bytes`. A reply's status is `Ok` 0, `Refused` 1 (a `Decode` that
 //! failed: the game said no) or `Broken` 2 (the script broke a rule of the API, the bytes say
@@ -34,7 +35,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The link protocol this sidecar speaks (the addon refuses any other).
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// The longest reply accepted: a region's whole state, with room. A longer length is a broken
 /// Godot side, not a big game.
@@ -60,6 +61,7 @@ pub enum Op {
     Lease = 11,
     Lapse = 12,
     Positions = 13,
+    Own = 14,
 }
 
 /// A reply's status.
@@ -270,6 +272,7 @@ pub enum Call {
     Lease { handle: u32, bubble: u64, epoch: u64 },
     Lapse { handle: u32 },
     Positions { handle: u32 },
+    Own { handle: u32, player: u64 },
 }
 
 impl Call {
@@ -290,6 +293,7 @@ impl Call {
             Call::Lease { .. } => Op::Lease,
             Call::Lapse { .. } => Op::Lapse,
             Call::Positions { .. } => Op::Positions,
+            Call::Own { .. } => Op::Own,
         }
     }
 
@@ -324,6 +328,7 @@ impl Call {
             11 => Call::Lease { handle, bubble: r.u64()?, epoch: r.u64()? },
             12 => Call::Lapse { handle },
             13 => Call::Positions { handle },
+            14 => Call::Own { handle, player: r.u64()? },
             op => return Err(format!("unknown link op {op}")),
         };
         if r.at != body.len() {
@@ -443,6 +448,7 @@ mod tests {
             ),
             (Frame::new(Op::Lapse, 3), Call::Lapse { handle: 3 }),
             (Frame::new(Op::Positions, 3), Call::Positions { handle: 3 }),
+            (Frame::new(Op::Own, 3).u64(5), Call::Own { handle: 3, player: 5 }),
         ];
         for (frame, call) in cases {
             assert_eq!(Call::decode(&body(frame)), Ok(call));

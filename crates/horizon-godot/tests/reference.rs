@@ -10,7 +10,7 @@ use std::time::Duration;
 use horizon_godot::{Broken, GodotOptions, host};
 use horizon_proto::{Aabb, BubbleId, PlayerId, Region, Seq, Tick, Vec3, WorldId};
 use horizon_sdk::Game;
-use horizon_sdk::reference::{Reference, View, encode_input, encode_move_to};
+use horizon_sdk::reference::{OwnView, Reference, View, encode_input, encode_move_to};
 
 const GODOT: &str = "godot3-server";
 
@@ -45,6 +45,12 @@ fn recording() -> (Broken, Reports) {
 /// A view without its wall clock (the one field that is not state).
 fn view(bytes: &[u8]) -> View {
     let mut v = View::decode(bytes).expect("a reference view");
+    v.wall_us = 0;
+    v
+}
+
+fn own(bytes: &[u8]) -> OwnView {
+    let mut v = OwnView::decode(bytes).expect("a reference own state");
     v.wall_us = 0;
     v
 }
@@ -91,6 +97,15 @@ fn the_gdscript_reference_game_gives_the_rust_one_s_bytes_call_by_call() {
             godot.input(&mut g, PlayerId(u64::MAX - 5), Seq(3), &to);
             rust.input(&mut r, PlayerId(u64::MAX - 5), Seq(3), &to);
         }
+        if tick % 3 == 0 || tick == 11 {
+            // What a player sees of themselves the moment their input is applied.
+            for p in [PlayerId(1), PlayerId(u64::MAX - 5)] {
+                let (go, ro) =
+                    (godot.own(&g, p).map(|b| own(&b)), rust.own(&r, p).map(|b| own(&b)));
+                assert_eq!(go, ro, "player {}'s own state at tick {tick}", p.0);
+                assert!(ro.is_some());
+            }
+        }
         if tick == 1 || tick == 40 {
             // The places placement uses: players entered once an input of theirs was applied.
             let by_player = |mut p: Vec<horizon_proto::server::PlayerPosition>| {
@@ -118,6 +133,7 @@ fn the_gdscript_reference_game_gives_the_rust_one_s_bytes_call_by_call() {
     assert_eq!(godot.encode(&g2), rust.encode(&r), "after a takeover");
     assert_eq!(godot.leave(&mut g2, PlayerId(1)), rust.leave(&mut r, PlayerId(1)), "a leave");
     assert_eq!(godot.leave(&mut g2, PlayerId(77)), Vec::<u8>::new(), "nobody");
+    assert_eq!(godot.own(&g2, PlayerId(77)), None, "nobody's own state");
     assert_eq!(godot.encode(&g2), rust.encode(&r), "after the leave");
     let refused = godot.decode(b"\xff\xff").expect_err("garbage is refused");
     assert!(refused.contains("not a reference game state"), "{refused}");

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::channel::{Channel, Hello, Message, ReplyFrame, RequestFrame, Welcome};
 use crate::error::{ErrorCode, Fault};
 use crate::frame::{ChannelId, MAX_DATAGRAM_BYTES, MAX_FRAME_BYTES, PROTOCOL_VERSION, to_frame};
-use crate::state::{Adopt, Delta, Input, Inputs, Seal, Snapshot, StateItem, Update};
+use crate::state::{Adopt, Delta, Input, Inputs, Own, Seal, Snapshot, StateItem, Update};
 use crate::types::{
     Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, RequestId,
     Role, Seq, Tick, Vec3, WorldId,
@@ -141,6 +141,14 @@ pub fn all() -> Vec<Fixture> {
         epoch,
         tick: Tick(1003),
         acked: vec![(PlayerId(5), Seq(78))],
+        bytes: blob.clone(),
+    };
+    let own = Own {
+        bubble,
+        epoch,
+        tick: Tick(1003),
+        player: PlayerId(5),
+        seq: Seq(79),
         bytes: blob.clone(),
     };
 
@@ -383,6 +391,7 @@ pub fn all() -> Vec<Fixture> {
             StateItem::Update(update.clone()),
             StateItem::PartSnapshot(snapshot.clone()),
             StateItem::Adopt(Adopt { chunk: snapshot.clone(), players: vec![PlayerId(5)] }),
+            StateItem::Own(own.clone()),
         ],
         vec![
             transfer::Probe::Ping { seq: 1, sent_us: 1_000_000 },
@@ -431,6 +440,7 @@ pub fn all() -> Vec<Fixture> {
             StateItem::Update(update),
             StateItem::PartSnapshot(snapshot.clone()),
             StateItem::Adopt(Adopt { chunk: snapshot, players: vec![PlayerId(5)] }),
+            StateItem::Own(own),
         ],
         vec![],
     );
@@ -447,8 +457,9 @@ pub fn all() -> Vec<Fixture> {
         ],
         vec![
             gateway::Item::Input { seq: Seq(78), bytes: blob.clone() },
-            gateway::Item::Update { bubble, tick: Tick(1003), acked: Seq(78), bytes: blob },
+            gateway::Item::Update { bubble, tick: Tick(1003), acked: Seq(78), bytes: blob.clone() },
             gateway::Item::Reconnecting { reason: "site lost the core".to_owned() },
+            gateway::Item::Own { bubble, tick: Tick(1003), seq: Seq(79), bytes: blob },
         ],
         vec![
             gateway::Datagram::Position { seq: 3, world: WorldId(1), pos, vel },

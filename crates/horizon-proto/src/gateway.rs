@@ -67,13 +67,19 @@ pub enum Item {
     /// gateway → player: the simulation is unreachable for now (a relay lost the core); keep the
     /// connection, resume when updates come back.
     Reconnecting { reason: String },
+    /// gateway → player: the player's own state right after the game applied input `seq`,
+    /// ahead of the next `Update` (sent only by games that compute it). Show it at once; it
+    /// acknowledges nothing: inputs are kept until an `Update` acknowledges them.
+    Own { bubble: BubbleId, tick: Tick, seq: Seq, bytes: Blob },
 }
 
 impl crate::channel::Weigh for Item {
     fn weight(&self) -> usize {
         crate::channel::FIELDS_WEIGHT
             + match self {
-                Item::Input { bytes, .. } | Item::Update { bytes, .. } => bytes.0.len(),
+                Item::Input { bytes, .. }
+                | Item::Update { bytes, .. }
+                | Item::Own { bytes, .. } => bytes.0.len(),
                 Item::Reconnecting { reason } => reason.len(),
             }
     }
@@ -83,6 +89,7 @@ kinds!(Item {
     Input => "input",
     Update => "update",
     Reconnecting => "reconnecting",
+    Own => "own",
 });
 
 /// Unreliable traffic between a player and the gateway.

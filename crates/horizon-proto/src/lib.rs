@@ -28,7 +28,9 @@ pub use frame::{
     ChannelId, DecodeError, EncodeError, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, MAX_DATAGRAM_BYTES,
     MAX_FRAME_BYTES, MAX_HELLO_BYTES, MAX_NAME_BYTES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
-pub use state::{Adopt, Delta, Input, Inputs, Seal, Snapshot, StateItem, Update};
+pub use state::{
+    Adopt, Delta, Input, Inputs, MAX_OWN_BYTES, Own, Seal, Snapshot, StateItem, Update,
+};
 pub use types::{
     Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, NameTooLong, PlayerId, Region,
     RequestId, Role, Seq, Tick, Vec3, WorldId,

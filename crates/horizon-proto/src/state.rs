@@ -91,6 +91,28 @@ pub enum StateItem {
     /// least as many of theirs. `chunk.bubble` and `chunk.epoch` name the bubble that adopts
     /// (under its current epoch: fenced like any write); `chunk.tick` is the copy's.
     Adopt(Adopt),
+    /// server → agent → the player's home gateway: one player's own state the moment an input
+    /// of theirs was applied, ahead of the tick's [`StateItem::Update`] (SPEC section 7, "own
+    /// state first"). A display hint only: it acknowledges nothing, and the batched update
+    /// that follows stays the truth.
+    Own(Own),
+}
+
+/// The largest [`Own`] state: one player's entity, not a region's. A game whose own states
+/// are larger sends none early (the update carries them); an agent refuses larger ones.
+pub const MAX_OWN_BYTES: usize = 16 << 10;
+
+/// See [`StateItem::Own`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Own {
+    pub bubble: BubbleId,
+    pub epoch: Epoch,
+    /// The last tick stepped: the state is that tick's plus the inputs applied since.
+    pub tick: Tick,
+    pub player: PlayerId,
+    /// The player's last input applied, which this state reflects.
+    pub seq: Seq,
+    pub bytes: Blob,
 }
 
 /// See [`StateItem::Adopt`].
@@ -113,6 +135,7 @@ impl crate::channel::Weigh for StateItem {
                     i.inputs.iter().map(|i| i.bytes.0.len() + ENTRY_WEIGHT).sum::<usize>()
                 }
                 StateItem::Update(u) => u.bytes.0.len() + u.acked.len() * ENTRY_WEIGHT,
+                StateItem::Own(o) => o.bytes.0.len(),
             }
     }
 }
@@ -125,4 +148,5 @@ kinds!(StateItem {
     Update => "update",
     PartSnapshot => "part_snapshot",
     Adopt => "adopt",
+    Own => "own",
 });

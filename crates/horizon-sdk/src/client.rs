@@ -40,6 +40,9 @@ pub struct ServerOptions {
     /// game server never outlives its agent unsupervised (SPEC section 6). Its leases ended
     /// long before (they last 30 s). `None`: wait for the agent forever.
     pub orphan_after: Option<Duration>,
+    /// When players see their own inputs' effect: at once (a game implementing
+    /// [`Game::own`](crate::Game::own)) or with the tick's update.
+    pub own_state: crate::OwnState,
 }
 
 /// What the server did, for tests and its own logs.
@@ -52,6 +55,8 @@ pub struct Counters {
     /// Inputs dropped because the pending queue was full (the gateway re-sends them).
     pub inputs_dropped: AtomicU64,
     pub regions: AtomicU64,
+    /// Own states sent ahead of the tick's update ([`crate::OwnState::Early`]).
+    pub own_sent: AtomicU64,
 }
 
 /// Runs a game server until `stop` turns true. Reconnects to the agent on its own; regions are
@@ -86,10 +91,11 @@ pub async fn run<G: Game>(
         limits,
     });
     let (items_tx, items_rx) = mpsc::channel(ITEM_QUEUE);
+    let own_state = opts.own_state;
     let mut server = GameServer {
         opts,
         link: parts.link,
-        machine: ServerMachine::new(game, counters),
+        machine: ServerMachine::new(game, counters).with_own_state(own_state),
         out: None,
         items_tx,
         load_every: Duration::from_secs(1),
@@ -145,7 +151,7 @@ pub async fn run<G: Game>(
                 }
                 Inbound::Datagram(never) => match never {},
             },
-            Some(item) = items_rx.recv() => server.item(item),
+            Some(item) = items_rx.recv() => server.item(item).await,
             _ = tick.tick() => server.tick().await,
             _ = second.tick() => server.second(),
         }
@@ -197,8 +203,10 @@ impl<G: Game> GameServer<G> {
         let _ = req.reply(reply).await;
     }
 
-    fn item(&mut self, item: StateItem) {
+    async fn item(&mut self, item: StateItem) {
         self.machine.item(item, Instant::now());
+        // Players' own states, when inputs were applied (`OwnState::Early`).
+        self.flush().await;
     }
 
     async fn tick(&mut self) {

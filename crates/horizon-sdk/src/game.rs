@@ -50,6 +50,15 @@ pub trait Game: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// One player's own state right after an input of theirs was applied, sent to them at once
+    /// ahead of the tick's batched [`Game::view`] (SPEC section 7, "own state first": the
+    /// player sees the effect of their click without waiting for the end of the tick). Read
+    /// only: it must not change the state. `None` (the default) sends nothing early. At most
+    /// [`horizon_proto::MAX_OWN_BYTES`]; a larger one is not sent.
+    fn own(&self, _state: &Self::State, _player: PlayerId) -> Option<Vec<u8>> {
+        None
+    }
+
     /// What an engine running its own loop reports of itself, for the load report; `None`
     /// (the default): the SDK counts its own ticks and holds no chunk loading.
     fn engine_load(&self) -> Option<EngineLoad> {
@@ -64,4 +73,36 @@ pub struct EngineLoad {
     pub tps: f32,
     /// World chunks still loading: a server is ready only with none.
     pub chunks_loading: u32,
+}
+
+/// When a player sees the effect of their own input (SPEC section 7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OwnState {
+    /// As soon as it is applied: the game's [`Game::own`] state goes to the player at once,
+    /// ahead of the tick's update. The default.
+    #[default]
+    Early,
+    /// With everyone else's, in the tick's update only (nothing is sent early).
+    Batched,
+}
+
+impl std::str::FromStr for OwnState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<OwnState, String> {
+        match s {
+            "early" => Ok(OwnState::Early),
+            "batched" => Ok(OwnState::Batched),
+            other => Err(format!("{other:?} is neither \"early\" nor \"batched\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for OwnState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OwnState::Early => "early",
+            OwnState::Batched => "batched",
+        })
+    }
 }

@@ -17,6 +17,10 @@
 //! own (an engine with its own loop, today's servers) acts only between [`Game::started`] and
 //! [`Game::stopped`], which the SDK calls when a region may be written and when no longer.
 //!
+//! A game that implements [`Game::own`] has each player's own new state sent to them the moment
+//! an input of theirs is applied, ahead of the tick's batched update ([`OwnState::Early`], the
+//! default): the player sees their click without waiting for the end of the tick.
+//!
 //! Deltas are the SDK's own event log of a tick (joins, leaves, inputs, the step), replayed on
 //! the target through the same [`Game`] methods: any deterministic game gets state transfer
 //! without writing a diff. [`reference`] is the reference game server (`horizon gameserver`).
@@ -28,6 +32,6 @@ mod region;
 mod server;
 
 pub use client::{Counters, ServerOptions, run};
-pub use game::{EngineLoad, Game};
+pub use game::{EngineLoad, Game, OwnState};
 pub use region::{Phase, RegionError};
 pub use server::ServerMachine;

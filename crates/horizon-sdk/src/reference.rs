@@ -74,6 +74,27 @@ impl View {
     }
 }
 
+/// What a player receives of their own entity the moment an input of theirs is applied, ahead
+/// of the tick's [`View`] ([`Game::own`]; the tick it follows is in the message around it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnView {
+    /// The server's wall clock when the input was applied, microseconds since the Unix epoch.
+    pub wall_us: u64,
+    pub entity: Entity,
+}
+
+impl OwnView {
+    pub fn decode(bytes: &[u8]) -> Option<OwnView> {
+        postcard::from_bytes(bytes).ok()
+    }
+}
+
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// An input's bytes: the new velocity, millimetres per second.
 pub fn encode_input(vel_mm_s: [i32; 3]) -> Vec<u8> {
     vel_mm_s.iter().flat_map(|v| v.to_le_bytes()).collect()
@@ -197,13 +218,15 @@ impl Game for Reference {
             .collect()
     }
 
+    fn own(&self, state: &State, player: PlayerId) -> Option<Vec<u8>> {
+        let entity = *state.entities.get(&player)?;
+        postcard::to_stdvec(&OwnView { wall_us: wall_us(), entity }).ok()
+    }
+
     fn view(&self, state: &State, tick: Tick) -> Vec<u8> {
-        let wall_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
         let view = View {
             tick,
-            wall_us,
+            wall_us: wall_us(),
             origin: state.origin,
             prev_chain: state.prev_chain,
             chain: state.chain,

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use horizon_proto::server::PlayerPosition;
 use horizon_proto::{
-    Blob, BubbleId, Delta, Epoch, Input, LeaseRef, PlayerId, Region, Seal, Seq, Snapshot, Tick,
-    Update,
+    Blob, BubbleId, Delta, Epoch, Input, LeaseRef, MAX_OWN_BYTES, Own, PlayerId, Region, Seal, Seq,
+    Snapshot, Tick, Update,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -99,11 +99,13 @@ struct SnapshotBody {
 }
 
 /// What applying inputs did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Applied {
     pub(crate) applied: u64,
     pub(crate) duplicates: u64,
     pub(crate) dropped: u64,
+    /// The players who had an input applied, each once, in id order.
+    pub(crate) players: Vec<PlayerId>,
 }
 
 pub(crate) struct Held<G: Game> {
@@ -280,15 +282,16 @@ impl<G: Game> Held<G> {
             }
         }
         if self.refresh(game, now) {
-            out.applied += self.drain(game);
+            (out.applied, out.players) = self.drain(game);
         }
         out
     }
 
-    /// Applies every held input whose turn has come.
-    fn drain(&mut self, game: &G) -> u64 {
-        let Some(state) = self.state.as_mut() else { return 0 };
+    /// Applies every held input whose turn has come: how many, and whose.
+    fn drain(&mut self, game: &G) -> (u64, Vec<PlayerId>) {
+        let Some(state) = self.state.as_mut() else { return (0, Vec::new()) };
         let mut applied = 0;
+        let mut players = Vec::new();
         let ready = self.pending.keys();
         for (player, seq) in ready {
             let Some(last) = self.last_applied.get_mut(&player) else { continue };
@@ -299,10 +302,24 @@ impl<G: Game> Held<G> {
                 game.input(state, player, seq, &bytes.0);
                 *last = seq;
                 applied += 1;
+                if players.last() != Some(&player) {
+                    players.push(player);
+                }
                 self.log.push(Event::Input { player, seq, bytes: bytes.0 });
             }
         }
-        applied
+        (applied, players)
+    }
+
+    /// `player`'s own state now, with the last input of theirs it reflects (see
+    /// [`Game::own`]); `None` when the game computes none, or one over
+    /// [`horizon_proto::MAX_OWN_BYTES`].
+    pub(crate) fn own(&self, game: &G, player: PlayerId) -> Option<Own> {
+        let state = self.state.as_ref()?;
+        let seq = *self.last_applied.get(&player)?;
+        let bytes = game.own(state, player).filter(|b| b.len() <= MAX_OWN_BYTES)?;
+        let (bubble, epoch, tick) = (self.lease.bubble, self.lease.epoch, self.tick);
+        Some(Own { bubble, epoch, tick, player, seq, bytes: Blob(bytes) })
     }
 
     /// One tick: step, then the update for players and (when mirroring) the delta.
@@ -310,7 +327,7 @@ impl<G: Game> Held<G> {
         if !self.refresh(game, now) {
             return None;
         }
-        let applied = self.drain(game);
+        let (applied, _) = self.drain(game);
         let state = self.state.as_mut()?;
         self.tick = Tick(self.tick.0 + 1);
         game.step(state, self.tick);

@@ -18,7 +18,7 @@ use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, MAX_CHUNK_BYTES
 use tokio::time::Instant;
 
 use crate::client::Counters;
-use crate::game::Game;
+use crate::game::{Game, OwnState};
 use crate::region::{Held, Phase};
 
 /// One game server's regions. See the module documentation.
@@ -30,6 +30,7 @@ pub struct ServerMachine<G: Game> {
     newest: BTreeMap<BubbleId, Epoch>,
     out: VecDeque<StateItem>,
     ticks_this_second: u32,
+    own_state: OwnState,
 }
 
 impl<G: Game> std::fmt::Debug for ServerMachine<G> {
@@ -47,7 +48,14 @@ impl<G: Game> ServerMachine<G> {
             newest: BTreeMap::new(),
             out: VecDeque::new(),
             ticks_this_second: 0,
+            own_state: OwnState::default(),
         }
+    }
+
+    /// When players see their own inputs' effect (early by default).
+    pub fn with_own_state(mut self, own_state: OwnState) -> Self {
+        self.own_state = own_state;
+        self
     }
 
     /// A new connection to the agent: the regions held are dropped (the agent assigns them
@@ -198,6 +206,13 @@ impl<G: Game> ServerMachine<G> {
                 c.inputs_applied.fetch_add(done.applied, Ordering::Relaxed);
                 c.inputs_duplicate.fetch_add(done.duplicates, Ordering::Relaxed);
                 c.inputs_dropped.fetch_add(done.dropped, Ordering::Relaxed);
+                if self.own_state == OwnState::Early {
+                    // Each player whose input was just applied sees it now, not at the tick.
+                    let own: Vec<_> =
+                        done.players.iter().filter_map(|&p| held.own(game, p)).collect();
+                    c.own_sent.fetch_add(own.len() as u64, Ordering::Relaxed);
+                    self.out.extend(own.into_iter().map(StateItem::Own));
+                }
                 Ok(())
             }
             StateItem::Snapshot(s) => match self.regions.get_mut(&s.bubble) {
@@ -239,7 +254,7 @@ impl<G: Game> ServerMachine<G> {
                 }),
                 None => return,
             },
-            StateItem::Update(_) => return,
+            StateItem::Update(_) | StateItem::Own(_) => return,
         };
         if let Err(e) = result {
             tracing::warn!(error = %e, "state item refused");
@@ -295,4 +310,90 @@ fn held<G: Game>(
 
 fn unknown(bubble: BubbleId) -> Fault {
     Fault::new(ErrorCode::UnknownBubble, format!("bubble {} is not held here", bubble.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use horizon_proto::{Blob, Input, Inputs, Lease, PlayerId, Region, Seq, Tick, WorldId};
+
+    use super::*;
+    use crate::reference::{OwnView, Reference, View, encode_input};
+
+    const LEASE: Lease = Lease { bubble: BubbleId(7), epoch: Epoch(3), ttl_ms: 30_000 };
+    const LREF: LeaseRef = LeaseRef { bubble: BubbleId(7), epoch: Epoch(3) };
+
+    /// A server running bubble 7 with player 1 in it.
+    fn running(own_state: OwnState, now: Instant) -> ServerMachine<Reference> {
+        let counters = Arc::new(Counters::default());
+        let mut m =
+            ServerMachine::new(Reference { tick_ms: 50 }, counters).with_own_state(own_state);
+        let region = Region { world: WorldId(1), bounds: None };
+        let assign = Request::Assign { lease: LEASE, region, from_snapshot: false };
+        assert_eq!(m.serve(&assign, now), Ok(Reply::Done));
+        let join = Request::Join {
+            lease: LREF,
+            player: PlayerId(1),
+            last_applied: Seq(0),
+            state: Blob::default(),
+        };
+        assert_eq!(m.serve(&join, now), Ok(Reply::Done));
+        m.tick(now);
+        while m.poll_item().is_some() {}
+        m
+    }
+
+    fn inputs(seqs: &[u64]) -> StateItem {
+        let input = |seq| Input {
+            player: PlayerId(1),
+            seq: Seq(seq),
+            bytes: Blob(encode_input([1000, 0, 0])),
+        };
+        StateItem::Inputs(Inputs {
+            bubble: BubbleId(7),
+            inputs: seqs.iter().map(|&s| input(s)).collect(),
+        })
+    }
+
+    fn drain(m: &mut ServerMachine<Reference>) -> Vec<StateItem> {
+        std::iter::from_fn(|| m.poll_item()).collect()
+    }
+
+    #[test]
+    fn an_applied_input_sends_its_player_their_own_state_before_the_tick() {
+        let now = Instant::now();
+        let mut m = running(OwnState::Early, now);
+        m.item(inputs(&[1, 2]), now);
+        let items = drain(&mut m);
+        let [StateItem::Own(own)] = items.as_slice() else { panic!("one own state: {items:?}") };
+        assert_eq!((own.bubble, own.epoch, own.tick), (BubbleId(7), Epoch(3), Tick(1)));
+        assert_eq!((own.player, own.seq), (PlayerId(1), Seq(2)), "both inputs, in one");
+        let entity = OwnView::decode(&own.bytes.0).expect("an own view").entity;
+        assert_eq!((entity.inputs, entity.last_seq, entity.vel), (2, 2, [1000, 0, 0]));
+        assert_eq!(m.counters.own_sent.load(Ordering::Relaxed), 1);
+
+        // Nothing for a re-send, or for an input still waiting for its turn.
+        m.item(inputs(&[2, 4]), now);
+        assert!(drain(&mut m).is_empty());
+        // The tick's update acknowledges what the own state showed: nothing else changed.
+        m.tick(now);
+        let items = drain(&mut m);
+        let [StateItem::Update(update)] = items.as_slice() else { panic!("{items:?}") };
+        assert_eq!(update.acked, vec![(PlayerId(1), Seq(2))]);
+        let view = View::decode(&update.bytes.0).expect("a view");
+        assert_eq!(view.entity(PlayerId(1)).map(|e| (e.inputs, e.last_seq)), Some((2, 2)));
+    }
+
+    #[test]
+    fn batched_or_without_a_valid_lease_no_own_state_leaves() {
+        let now = Instant::now();
+        let mut batched = running(OwnState::Batched, now);
+        batched.item(inputs(&[1]), now);
+        assert!(drain(&mut batched).is_empty(), "batched: the update alone shows it");
+        assert_eq!(batched.counters.inputs_applied.load(Ordering::Relaxed), 1);
+
+        let mut early = running(OwnState::Early, now);
+        let lapsed = now + Duration::from_secs(31);
+        early.item(inputs(&[1]), lapsed);
+        assert!(drain(&mut early).is_empty(), "a lapsed lease applies nothing and shows nothing");
+    }
 }

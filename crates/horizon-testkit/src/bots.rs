@@ -1,8 +1,11 @@
 //! Simulated players: they connect to their home agent's gateway (through the emulated access
 //! link), join, move, send inputs `(player, seq)` and measure what a player sees.
 //!
-//! - **click-to-screen**: from sending input `seq` to the first update whose `acked ≥ seq`
-//!   (inputs start with the first update, as a client acts once the world is on screen);
+//! - **click-to-screen**: from sending input `seq` to the first state showing it: the player's
+//!   own state sent the moment the input was applied (`Own`, when the game server sends it
+//!   early) or the first update whose `acked ≥ seq`, whichever comes first (inputs start with
+//!   the first update, as a client acts once the world is on screen); and, beside it, to the
+//!   update alone (the batched path), so one run compares both;
 //! - **applied once**: the reference game counts the inputs applied to each entity; a view
 //!   with `inputs > last_seq` means an input was applied twice;
 //! - **continuity**: every view carries the region's hash chain before and after its step;
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::{Blob, ChannelId, Name, PlayerId, Role, Seq, Vec3, WorldId};
-use horizon_sdk::reference::{View, encode_input, encode_move_to};
+use horizon_sdk::reference::{OwnView, View, encode_input, encode_move_to};
 use horizon_transport::tls::{self, Roots};
 use horizon_transport::{Dial, HelloParams, Inbound, Limits, Link, client_endpoint};
 use tokio::sync::{mpsc, watch};
@@ -121,8 +124,13 @@ pub struct BotReport {
     /// Simulations (game servers' regions) the player's views came from: more than the
     /// bubbles seen when a bubble spread over several servers moved the player between them.
     pub simulations_seen: u64,
+    /// Own states received (sent by the game server ahead of the tick's update).
+    pub own_states: u64,
     #[serde(skip)]
     pub click_ms: Vec<f64>,
+    /// Click-to-screen by the batched update alone, whatever came before it.
+    #[serde(skip)]
+    pub update_click_ms: Vec<f64>,
     #[serde(skip)]
     pub delivery_ms: Vec<f64>,
     pub error: Option<String>,
@@ -301,7 +309,7 @@ async fn run(
     let mut move_timer = tokio::time::interval(Duration::from_millis(100));
     let mut seq = 0u64;
     // Inputs not acknowledged yet: when sent (monotonic, wall µs) and their bytes.
-    let mut pending: BTreeMap<u64, (Instant, u64, Blob)> = BTreeMap::new();
+    let mut sent = Sent::default();
     // (bubble, origin, tick, chain, at) of the last view followed.
     let mut last: Option<(u64, u64, u64, u64, Instant)> = None;
     // The last update of a session that ended, until the new session's first.
@@ -341,7 +349,7 @@ async fn run(
                 lock(&report).resumed += 1;
                 inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
                 // As a client does: send again from `resume_after` what is not acknowledged.
-                for (&s, (_, _, bytes)) in pending.range(resume_after.0..) {
+                for (&s, (_, _, bytes)) in sent.pending.range(resume_after.0..) {
                     let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
                     inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
                 }
@@ -356,7 +364,7 @@ async fn run(
                 inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
                 if again == player {
                     lock(&report).resumed += 1;
-                    for (&s, (_, _, bytes)) in pending.range(resume_after.0..) {
+                    for (&s, (_, _, bytes)) in sent.pending.range(resume_after.0..) {
                         let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
                         inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
                     }
@@ -372,7 +380,7 @@ async fn run(
                     r.player = Some(again.0);
                     player = again;
                     seq = 0;
-                    pending.clear();
+                    sent = Sent::default();
                     silent_since = last.map(|(.., at)| at);
                     last = None;
                 }
@@ -404,7 +412,7 @@ async fn run(
                     Blob(encode_input([mm_s(vel.x), mm_s(vel.y), mm_s(vel.z)]))
                 };
                 let item = gateway::Item::Input { seq: Seq(seq), bytes: bytes.clone() };
-                pending.insert(seq, (Instant::now(), wall_us(), bytes));
+                sent.pending.insert(seq, (Instant::now(), wall_us(), bytes));
                 lock(&report).inputs_sent = seq;
                 // A connection going fails this: its `closed` arm dials again, and the input,
                 // kept, is sent again from `resume_after` if the player resumes.
@@ -423,6 +431,20 @@ async fn run(
             Some((at, item)) = updates.recv() => {
                 let (bubble, tick, acked, bytes) = match item {
                     gateway::Item::Update { bubble, tick, acked, bytes } => (bubble, tick, acked, bytes),
+                    gateway::Item::Own { seq: applied, bytes, .. } => {
+                        // Only this session's (a session that ended may still have some queued).
+                        if applied.0 > seq {
+                            continue;
+                        }
+                        let mut r = lock(&report);
+                        r.own_states += 1;
+                        r.click_ms.extend(sent.own(applied.0, at));
+                        if let Some(own) = OwnView::decode(&bytes.0) {
+                            let e = own.entity;
+                            r.applied_twice = r.applied_twice.max(e.inputs.saturating_sub(e.last_seq));
+                        }
+                        continue;
+                    }
                     gateway::Item::Reconnecting { .. } => {
                         let mut r = lock(&report);
                         r.reconnecting_seen += 1;
@@ -444,15 +466,14 @@ async fn run(
                 }
                 r.updates += 1;
                 r.last_update_at = wall_us() as f64 / 1e6 - at.elapsed().as_secs_f64();
-                let later = pending.split_off(&(acked.0 + 1));
-                let done = std::mem::replace(&mut pending, later);
                 r.acked = r.acked.max(acked.0);
                 let view = View::decode(&bytes.0);
-                for (sent, sent_wall, _) in done.into_values() {
-                    r.click_ms.push(at.duration_since(sent).as_secs_f64() * 1000.0);
-                    if let Some(v) = &view {
-                        r.delivery_ms.push(v.wall_us.saturating_sub(sent_wall) as f64 / 1000.0);
-                    }
+                let done = sent.update(acked.0, at);
+                r.click_ms.extend(done.first_shown_ms);
+                r.update_click_ms.extend(done.update_ms);
+                if let Some(v) = &view {
+                    let delivered = done.sent_wall_us.iter().map(|w| v.wall_us.saturating_sub(*w) as f64 / 1000.0);
+                    r.delivery_ms.extend(delivered);
                 }
                 let Some(view) = view else { continue };
                 if let Some(e) = view.entity(player) {
@@ -503,6 +524,63 @@ async fn run(
     }
     let _ = conn.request(&gateway::Request::Leave).await;
     Ok(())
+}
+
+/// A session's inputs sent and not yet acknowledged by an update, and how far the player's
+/// screen shows them: click-to-screen is measured here.
+#[derive(Debug, Default)]
+struct Sent {
+    /// Per seq: when it was sent (monotonic, and wall µs) and its bytes, for a re-send.
+    pending: BTreeMap<u64, (Instant, u64, Blob)>,
+    /// The highest seq on screen already, by an own state or an update.
+    shown: u64,
+}
+
+/// What an update acknowledged (see [`Sent::update`]).
+#[derive(Debug, Default)]
+struct Acknowledged {
+    /// Click-to-screen of the inputs it showed first (no own state had).
+    first_shown_ms: Vec<f64>,
+    /// Click-to-update of every input it acknowledged.
+    update_ms: Vec<f64>,
+    /// When each was sent, wall µs (for the input delivery time).
+    sent_wall_us: Vec<u64>,
+}
+
+impl Sent {
+    /// An own state showing the inputs up to `applied` reached the player at `at`: the
+    /// click-to-screen of those not on screen yet. They stay kept: only an update acknowledges.
+    fn own(&mut self, applied: u64, at: Instant) -> Vec<f64> {
+        if applied <= self.shown {
+            return Vec::new();
+        }
+        let news = self.pending.range(self.shown + 1..=applied);
+        let ms = news.map(|(_, (sent, _, _))| ms_between(*sent, at)).collect();
+        self.shown = applied;
+        ms
+    }
+
+    /// An update acknowledging the inputs up to `acked` reached the player at `at`: they are
+    /// no longer kept.
+    fn update(&mut self, acked: u64, at: Instant) -> Acknowledged {
+        let later = self.pending.split_off(&(acked + 1));
+        let done = std::mem::replace(&mut self.pending, later);
+        let mut out = Acknowledged::default();
+        for (seq, (sent, wall, _)) in done {
+            let ms = ms_between(sent, at);
+            out.update_ms.push(ms);
+            if seq > self.shown {
+                out.first_shown_ms.push(ms);
+            }
+            out.sent_wall_us.push(wall);
+        }
+        self.shown = self.shown.max(acked);
+        out
+    }
+}
+
+fn ms_between(from: Instant, to: Instant) -> f64 {
+    to.duration_since(from).as_secs_f64() * 1000.0
 }
 
 /// Silences between updates longer than this are recorded in [`BotReport::gaps`].
@@ -575,4 +653,45 @@ pub fn percentiles(
             (site, doc)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(seqs: std::ops::RangeInclusive<u64>, at: Instant) -> Sent {
+        let mut s = Sent::default();
+        for seq in seqs {
+            s.pending.insert(seq, (at, 0, Blob::default()));
+        }
+        s
+    }
+
+    #[test]
+    fn batched_an_update_puts_inputs_on_screen_and_is_timed_both_ways() {
+        let t0 = Instant::now();
+        let mut s = sent(1..=3, t0);
+        let done = s.update(2, t0 + Duration::from_millis(30));
+        assert_eq!(done.first_shown_ms, [30.0, 30.0]);
+        assert_eq!(done.update_ms, [30.0, 30.0]);
+        assert_eq!(s.pending.keys().copied().collect::<Vec<_>>(), [3], "3 is still kept");
+        let done = s.update(3, t0 + Duration::from_millis(45));
+        assert_eq!((done.first_shown_ms, done.update_ms), (vec![45.0], vec![45.0]));
+    }
+
+    #[test]
+    fn an_own_state_shows_inputs_first_and_the_update_only_acknowledges_them() {
+        let t0 = Instant::now();
+        let mut s = sent(1..=3, t0);
+        assert_eq!(s.own(2, t0 + Duration::from_millis(10)), [10.0, 10.0]);
+        assert_eq!(s.pending.len(), 3, "an own state acknowledges nothing: inputs stay kept");
+        assert!(
+            s.own(1, t0 + Duration::from_millis(12)).is_empty(),
+            "an older one shows nothing new"
+        );
+        let done = s.update(3, t0 + Duration::from_millis(30));
+        assert_eq!(done.first_shown_ms, [30.0], "only 3 was not on screen yet");
+        assert_eq!(done.update_ms, [30.0, 30.0, 30.0], "the batched path, for every input");
+        assert!(s.pending.is_empty());
+    }
 }

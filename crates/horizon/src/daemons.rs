@@ -45,6 +45,11 @@ pub(crate) struct GameServerArgs {
     /// process driver's game servers never outlive their agent.
     #[arg(long)]
     exit_with_parent: bool,
+    /// When a player sees their own input's effect: `early`, their own state sent the moment
+    /// the input is applied, ahead of the tick's update (for a game that computes it: the
+    /// reference games do); `batched`, with everyone's in the tick's update only.
+    #[arg(long, env = "HORIZON_OWN_STATE", default_value_t = horizon_sdk::OwnState::Early)]
+    own_state: horizon_sdk::OwnState,
 }
 
 /// Waits for SIGINT (Ctrl-C) or SIGTERM (what a supervisor or the kubelet sends); returns
@@ -266,6 +271,7 @@ pub(crate) fn prepare_server(
         max_players: args.max_players,
         orphan_after: (args.orphan_exit_s > 0)
             .then(|| std::time::Duration::from_secs(args.orphan_exit_s)),
+        own_state: args.own_state,
     };
     Ok((opts, roots))
 }

@@ -46,6 +46,13 @@ pub(crate) struct DemoArgs {
     /// The headless Godot binary, for `--game-server godot`.
     #[arg(long, env = "HORIZON_GODOT", default_value = "godot3-server")]
     godot: std::path::PathBuf,
+    /// When players see their own input's effect: `early` (the game server sends each player
+    /// their own state the moment their input is applied, ahead of the tick's update) or
+    /// `batched` (in the tick's update only). The JSON reports click-to-screen both ways:
+    /// `click_to_screen_ms` (the first state showing the input) and `click_to_update_ms` (the
+    /// update alone).
+    #[arg(long, default_value_t = horizon_sdk::OwnState::Early)]
+    own_state: horizon_sdk::OwnState,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -227,6 +234,7 @@ async fn run(args: DemoArgs) -> ExitCode {
             vec!["godot-server".into(), "--project".into(), project.display().to_string()];
         opts.server_args.extend(["--godot".into(), args.godot.display().to_string()]);
     }
+    opts.server_args.extend(["--own-state".into(), args.own_state.to_string()]);
     let kube = match args.driver {
         Driver::Process => None,
         Driver::Kube => match crate::kube_demo::KubeDemo::start().await {
@@ -480,6 +488,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     doc["crossing_freeze_ms"] = crossing;
     doc["crossing_freeze_excess_ms"] = crossing_excess;
     doc["crossing_freeze_excess_ms_by_pair"] = by_pair;
+    doc["own_state"] = args.own_state.to_string().into();
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
     doc["game_server"] = match args.game_server {
         GameServer::Rust => "rust",
@@ -660,6 +669,8 @@ fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde_json::Valu
         "state_chain_breaks": sum(|r| r.chain_breaks),
         "longest_update_gap_ms": finals.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max),
         "click_to_screen_ms": bots::percentiles(finals, |r| &r.click_ms),
+        "click_to_update_ms": bots::percentiles(finals, |r| &r.update_click_ms),
+        "own_states_received": sum(|r| r.own_states),
         "input_delivery_ms": bots::percentiles(finals, |r| &r.delivery_ms),
         "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
         "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},

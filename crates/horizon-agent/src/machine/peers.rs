@@ -135,6 +135,7 @@ impl AgentMachine {
         match item {
             StateItem::Inputs(inputs) => self.inputs_to_servers(inputs),
             StateItem::Update(update) => self.deliver(&update, site, now),
+            StateItem::Own(own) => self.deliver_own(&own, site),
             StateItem::Snapshot(ref s) => {
                 let bubble = s.bubble;
                 self.feed_standby(site, bubble, item)

@@ -137,6 +137,7 @@ impl AgentMachine {
     pub(super) fn server_item(&mut self, server: &Name, item: StateItem, now: Instant) {
         match item {
             StateItem::Update(update) => self.fan_out(server, update, now),
+            StateItem::Own(own) => self.own_out(server, own),
             StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
                 let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
                 let (tick, index, total, bytes) = (s.tick, s.index, s.total, s.bytes);
@@ -252,6 +253,47 @@ impl AgentMachine {
         }
         let here = self.cfg.site.clone();
         self.deliver(&update, &here, now);
+    }
+
+    /// A player's own state, sent by the server that applied their input ahead of the tick's
+    /// update: to their home gateway, fenced like an update (only the bubble's holder under its
+    /// current epoch is heard).
+    fn own_out(&mut self, server: &Name, own: Own) {
+        let holds = self.bubbles.get(&own.bubble).is_some_and(|local| {
+            own.epoch == local.lease.epoch && local.servers().any(|s| s == server)
+        });
+        if !holds || own.bytes.0.len() > MAX_OWN_BYTES {
+            self.stats.own_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(site = %self.cfg.site, %server, bubble = own.bubble.0, epoch = own.epoch.0, bytes = own.bytes.0.len(), "own state refused: not the bubble's holder under its current epoch, or too large");
+            return;
+        }
+        if self.players.contains_key(&own.player) {
+            let here = self.cfg.site.clone();
+            self.deliver_own(&own, &here);
+            return;
+        }
+        // Another site's player: one copy to their home gateway.
+        let home = self.bubbles.get(&own.bubble).and_then(|local| local.members.get(&own.player));
+        if let Some(site) = home.filter(|h| self.peers.contains_key(*h)).cloned() {
+            self.effects.push_back(Effect::PeerStream { site, item: StateItem::Own(own) });
+        }
+    }
+
+    /// Hands a player's own state from `site` to them, if the bubble and epoch are those of
+    /// their updates now (an own state never moves a route: the next update does).
+    pub(super) fn deliver_own(&mut self, own: &Own, site: &Name) {
+        let Some(p) = self.players.get(&own.player) else { return };
+        if !p.session.shows(own.bubble, own.epoch, site) {
+            return;
+        }
+        let item = gateway::Item::Own {
+            bubble: own.bubble,
+            tick: own.tick,
+            seq: own.seq,
+            bytes: own.bytes.clone(),
+        };
+        self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+        self.stats.own_delivered.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Hands an update from `site` to this site's players it concerns. An update of the

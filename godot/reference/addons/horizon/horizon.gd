@@ -49,10 +49,10 @@ signal stepped(state, tick)
 signal lease_granted(state, bubble, epoch)
 signal lease_lost(state)
 
-const PROTOCOL = 3
+const PROTOCOL = 4
 const CONNECT_WITHIN_MS = 10000
 
-enum Op { HELLO = 0, EMPTY, ENCODE, DECODE, JOIN, LEAVE, INPUT, STEP, VIEW, DROP, PING, LEASE, LAPSE, POSITIONS }
+enum Op { HELLO = 0, EMPTY, ENCODE, DECODE, JOIN, LEAVE, INPUT, STEP, VIEW, DROP, PING, LEASE, LAPSE, POSITIONS, OWN }
 enum Status { OK = 0, REFUSED = 1, BROKEN = 2 }
 
 # Exit codes (also the sidecar's, docs/godot.md).
@@ -136,7 +136,7 @@ func _handle(f):
 	var handle = f.get_u32()
 	if not _said_hello and op != Op.HELLO:
 		return _fail(EXIT_GAME_BROKEN, "the sidecar spoke before its hello")
-	if op in [Op.ENCODE, Op.JOIN, Op.LEAVE, Op.INPUT, Op.STEP, Op.VIEW, Op.LEASE, Op.LAPSE, Op.POSITIONS] and not _states.has(handle):
+	if op in [Op.ENCODE, Op.JOIN, Op.LEAVE, Op.INPUT, Op.STEP, Op.VIEW, Op.LEASE, Op.LAPSE, Op.POSITIONS, Op.OWN] and not _states.has(handle):
 		return _fail(EXIT_GAME_BROKEN, "the sidecar named state %d, which does not exist" % handle)
 	var held = _states.get(handle)
 	match op:
@@ -236,6 +236,16 @@ func _handle(f):
 				for i in range(1, 7):
 					w.put_double(p[i])
 			_reply(op, Status.OK, w.data_array)
+		Op.OWN:
+			# The player's own state right after an input of theirs, sent to them ahead of the
+			# tick's view; a game without own() sends nothing early.
+			var player = f.get_u64()
+			var bytes = PoolByteArray()
+			if _game.has_method("own"):
+				bytes = _game.own(held, player)
+			if typeof(bytes) != TYPE_RAW_ARRAY:
+				return _fail(EXIT_GAME_BROKEN, "own() returned no PoolByteArray")
+			_reply(op, Status.OK, bytes)
 		_:
 			return _fail(EXIT_GAME_BROKEN, "unknown link op %d" % op)
 	return true

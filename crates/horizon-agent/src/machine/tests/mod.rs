@@ -781,6 +781,49 @@ fn an_update_under_an_old_epoch_or_from_a_server_not_holding_the_bubble_reaches_
 }
 
 #[test]
+fn an_own_state_reaches_its_player_only_from_the_holder_and_once_an_update_confirmed_the_epoch() {
+    let mut h = running(30_000);
+    with_ids(&mut h);
+    let (player, conn) = join_player(&mut h);
+    let own = |server: &str, epoch: u64, seq: u64, len: usize| Input::ServerItem {
+        server: n(server),
+        item: StateItem::Own(Own {
+            bubble: BubbleId(1),
+            epoch: Epoch(epoch),
+            tick: Tick(5),
+            player,
+            seq: Seq(seq),
+            bytes: Blob(vec![7; len]),
+        }),
+    };
+    let shown = |out: &[Effect]| -> Vec<u64> {
+        player_items(out)
+            .into_iter()
+            .filter(|(c, _)| *c == conn)
+            .filter_map(|(_, i)| match i {
+                gateway::Item::Own { bubble, seq, .. } if *bubble == BubbleId(1) => Some(seq.0),
+                _ => None,
+            })
+            .collect()
+    };
+    // Before any update of the bubble, the route's epoch is unconfirmed: the update comes first.
+    assert!(shown(&h.feed(own("mtl-gs-0", 1, 1, 40))).is_empty());
+    h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 5, &[(player.0, 1)]) });
+    assert_eq!(shown(&h.feed(own("mtl-gs-0", 1, 2, 40))), [2], "the holder's own state, at once");
+    // An older epoch, one nobody granted here, another server, too many bytes: refused.
+    for (server, epoch, len) in
+        [("mtl-gs-0", 0, 40), ("mtl-gs-0", 2, 40), ("mtl-gs-9", 1, 40), ("mtl-gs-0", 1, 17 << 10)]
+    {
+        let out = h.feed(own(server, epoch, 3, len));
+        assert!(shown(&out).is_empty(), "{server} under epoch {epoch}, {len} bytes, was shown");
+    }
+    assert_eq!(h.m.stats.own_refused.load(Ordering::Relaxed), 4);
+    assert_eq!(h.m.stats.own_delivered.load(Ordering::Relaxed), 1);
+    // An own state acknowledges nothing: the player's inputs stay kept until an update.
+    assert_eq!(h.m.players[&player].session.acked(), Seq(1));
+}
+
+#[test]
 fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_lease() {
     let mut h = running(30_000);
     h.server_ready("mtl-gs-1");
