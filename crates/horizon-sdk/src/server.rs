@@ -237,6 +237,14 @@ impl<G: Game> ServerMachine<G> {
                             tick = tick.0 + 1,
                             "running from the seal"
                         );
+                        // The region's players have seen nothing since the source's last tick:
+                        // the next one runs now, not at this server's next tick (up to a whole
+                        // tick later, which a handover's players would see as a longer freeze).
+                        if let Some((update, delta, applied)) = held.step(game, now) {
+                            self.counters.inputs_applied.fetch_add(applied, Ordering::Relaxed);
+                            self.out.push_back(StateItem::Update(update));
+                            self.out.extend(delta.map(StateItem::Delta));
+                        }
                     }
                     r
                 }
@@ -381,6 +389,43 @@ mod tests {
         assert_eq!(update.acked, vec![(PlayerId(1), Seq(2))]);
         let view = View::decode(&update.bytes.0).expect("a view");
         assert_eq!(view.entity(PlayerId(1)).map(|e| (e.inputs, e.last_seq)), Some((2, 2)));
+    }
+
+    #[test]
+    fn a_handover_target_runs_its_first_tick_as_the_seal_lands_not_at_its_next_timer_tick() {
+        let now = Instant::now();
+        let mut source = running(OwnState::Batched, now);
+        source.item(inputs(&[1]), now);
+        source.tick(now);
+        let copy = Request::Copy { lease: LREF, deltas: true };
+        assert_eq!(source.serve(&copy, now), Ok(Reply::Done));
+        assert_eq!(
+            source.serve(&Request::Freeze { lease: LREF }, now),
+            Ok(Reply::Frozen { tick: Tick(2) })
+        );
+        let mut target =
+            ServerMachine::new(Reference { tick_ms: 50 }, Arc::new(Counters::default()));
+        let next = Lease { epoch: Epoch(4), ..LEASE };
+        let region = Region { world: WorldId(1), bounds: None };
+        let assign = Request::Assign { lease: next, region, from_snapshot: true };
+        assert_eq!(target.serve(&assign, now), Ok(Reply::Done));
+        for item in drain(&mut source) {
+            if let StateItem::Seal(_) = item {
+                assert!(drain(&mut target).is_empty(), "a standby writes nothing before its seal");
+            }
+            target.item(item, now);
+        }
+        let items = drain(&mut target);
+        let [StateItem::Update(update)] = items.as_slice() else { panic!("{items:?}") };
+        assert_eq!((update.epoch, update.tick), (Epoch(4), Tick(3)), "the tick after the seal's");
+        assert_eq!(update.acked, vec![(PlayerId(1), Seq(1))]);
+        // The timer's next tick is the one after.
+        target.tick(now);
+        let items = drain(&mut target);
+        assert!(
+            matches!(items.as_slice(), [StateItem::Update(u)] if u.tick == Tick(4)),
+            "{items:?}"
+        );
     }
 
     #[test]

@@ -50,6 +50,33 @@ pub enum Motion {
     },
 }
 
+/// When a bot is away from keyboard: role AFK (which weighs little in placement, and is not
+/// held to the fairness cap), no inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Away {
+    #[default]
+    Never,
+    /// From `.0` after joining, for `.1`.
+    Once(Duration, Duration),
+    /// Away and back every `period` from joining, away first if `first`: a group whose
+    /// majority swaps sides on this beat moves between sites (the handover bench).
+    Alternating { period: Duration, first: bool },
+}
+
+impl Away {
+    /// Whether the bot is away `since` after joining.
+    pub fn at(self, since: Duration) -> bool {
+        match self {
+            Away::Never => false,
+            Away::Once(from, len) => since >= from && since < from + len,
+            Away::Alternating { period, first } => {
+                let beats = since.as_nanos() / period.as_nanos().max(1);
+                beats.is_multiple_of(2) == first
+            }
+        }
+    }
+}
+
 /// One simulated player.
 #[derive(Clone, Debug)]
 pub struct BotSpec {
@@ -63,8 +90,8 @@ pub struct BotSpec {
     pub motion: Motion,
     pub join_after: Duration,
     pub input_every: Duration,
-    /// Goes AFK (no inputs, role AFK) from `.0` after joining, for `.1`.
-    pub afk: Option<(Duration, Duration)>,
+    /// When the bot is away from keyboard (role AFK, no inputs).
+    pub afk: Away,
     /// Leaves the universe this long after joining (before the end of the run).
     pub leave_after: Option<Duration>,
     /// Drop the connection this long after joining (a mobile blip) and reconnect from the same
@@ -391,7 +418,7 @@ async fn run(
             }
             _ = input_timer.tick() => {
                 let since = joined_at.elapsed();
-                let want_afk = spec.afk.is_some_and(|(from, len)| since >= from && since < from + len);
+                let want_afk = spec.afk.at(since);
                 if want_afk != afk {
                     afk = want_afk;
                     let role = if afk { Role::Afk } else { spec.role };

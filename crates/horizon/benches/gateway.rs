@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use horizon_proto::Role;
-use horizon_testkit::bots::{self, BotSpec, Motion};
+use horizon_testkit::bots::{self, Away, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 use tokio::net::UdpSocket;
 
@@ -55,7 +55,7 @@ async fn through_the_gateway() -> (f64, f64, f64) {
                 motion: Motion::Still,
                 join_after: Duration::from_millis(20 * i as u64),
                 input_every: INPUT_EVERY,
-                afk: None,
+                afk: Away::Never,
                 leave_after: None,
                 reconnect_after: None,
                 claim: None,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use horizon_core::CoreStatus;
 use horizon_proto::Role;
-use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
+use horizon_testkit::bots::{self, Away, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
 use crate::faults::{self, Fault, FaultKind, Running};
@@ -188,8 +188,11 @@ pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec
                     7000 + 150 * i as u64
                 }),
                 input_every: Duration::from_millis(100),
-                afk: (g % 4 == 1 && i == 1)
-                    .then_some((Duration::from_secs(30), Duration::from_secs(15))),
+                afk: if g % 4 == 1 && i == 1 {
+                    Away::Once(Duration::from_secs(30), Duration::from_secs(15))
+                } else {
+                    Away::Never
+                },
             });
         }
     }

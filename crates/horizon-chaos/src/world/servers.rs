@@ -69,7 +69,11 @@ impl World {
         let now = self.instant(site);
         let Some(s) = self.servers[site].get_mut(&server) else { return };
         match what {
-            ToServer::Item(item) => s.machine.item(item, now),
+            ToServer::Item(item) => {
+                s.machine.item(item, now);
+                // What it wrote at once (a target's first tick after its seal) goes out now.
+                self.server_items(site, &server, inc);
+            }
             ToServer::Request { pending, request } => {
                 let result = s.machine.serve(&request, now);
                 let accepted = match (&request, &result) {

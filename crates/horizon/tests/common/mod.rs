@@ -5,7 +5,7 @@ use std::time::Duration;
 use horizon_core::CoreStatus;
 use horizon_proto::Role;
 use horizon_testkit::Sandbox;
-use horizon_testkit::bots::{BotSpec, Motion};
+use horizon_testkit::bots::{Away, BotSpec, Motion};
 
 /// A player of `site` at `x` m, wandering, an input every 50 ms, joining after `join_after_ms`.
 pub(crate) fn bot(
@@ -25,7 +25,7 @@ pub(crate) fn bot(
         motion: Motion::Wander { radius_m: 20.0, speed_mps: 1.5 },
         join_after: Duration::from_millis(join_after_ms),
         input_every: Duration::from_millis(50),
-        afk: None,
+        afk: Away::Never,
         leave_after: None,
         reconnect_after: None,
         claim: None,
