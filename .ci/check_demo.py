@@ -22,18 +22,21 @@ assert d["freeze_excess_ms"]["samples"] >= 1, "no freeze with a known floor"
 print("crossing_freeze_ms", d["crossing_freeze_ms"], "excess", d["crossing_freeze_excess_ms"])
 assert sum(v["samples"] for v in d["crossing_freeze_ms"].values()) >= 1, "no change of bubble timed"
 # Regression guards on those freezes beyond their physical floor (goals: handovers p99 10 ms,
-# crossings p99 15 ms; docs/performance.md), with 3x headroom over the worst run measured
-# (a handover pair's p99 ranged 0-23 ms over four demos: the floor rests on measured RTTs). A
-# pair's p99 is held only over 5 samples or more. A crossing used to wait a round trip to the
-# core (66 ms over its floor at MTL, 165 at HKG); now it is within a tick of it (one extra tick,
-# 33.5 ms, the worst seen, with Godot servers): 100 ms is 3x that. A crossing from a zone into a
-# bubble just created on another site once froze 184 ms over its floor (it waited for the
-# bubble's server, and for orders queued one round trip each): players now wait in the zone
-# until the bubble runs, and the site's orders travel together (docs/performance.md).
+# crossings p99 15 ms; docs/performance.md), with 3x headroom or more over the worst measured;
+# a pair's p99 is held only over 5 samples or more.
+# - Handovers, 25 ms per pair: a target used to wait for its own next tick after the seal (a
+#   pair's p99 ranged 0-31 ms over the demos). It now runs that tick as the seal lands: the
+#   handover bench's worst of 720 handovers was 2.3 ms over the floor (p99 per direction at
+#   most 0.8), the demos' 0.
+# - Crossings, 75 ms per pair and 100 ms each: a crossing within a site waits for the target
+#   server's next tick (one extra tick, 33.5 ms, the worst seen, with Godot servers). A
+#   crossing from a zone into a bubble just created on another site once froze 184 ms over its
+#   floor (it waited for the bubble's server, and for orders queued one round trip each):
+#   players now wait in the zone until the bubble runs, and the site's orders travel together.
 print("excess by pair", d["freeze_excess_ms_by_pair"], d["crossing_freeze_excess_ms_by_pair"])
-for kind in ("freeze_excess_ms_by_pair", "crossing_freeze_excess_ms_by_pair"):
+for kind, guard in (("freeze_excess_ms_by_pair", 25), ("crossing_freeze_excess_ms_by_pair", 75)):
     for pair, v in d[kind].items():
-        assert v["samples"] < 5 or v["p99"] <= 75, f"{kind} {pair}: p99 {v['p99']} ms over 75"
+        assert v["samples"] < 5 or v["p99"] <= guard, f"{kind} {pair}: p99 {v['p99']} ms over {guard}"
 for pair, v in d["crossing_freeze_excess_ms_by_pair"].items():
     assert v["max"] <= 100, f"a crossing {pair} froze {v['max']} ms beyond its floor"
 for site in ("MTL", "HKG"):
