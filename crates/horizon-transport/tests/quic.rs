@@ -459,8 +459,10 @@ async fn rtt_through_the_emulator_is_the_configured_rtt() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let stats = conn.stats();
+    // Never under the emulator's delay; above it by the machine's scheduling only: 93.1 ms was
+    // seen under `stress-ng --cpu 2` (tests/flake-sweep), 3x that excess is 25 ms.
     let rtt_ms = stats.min_rtt.as_secs_f64() * 1e3;
-    assert!((85.0..=91.0).contains(&rtt_ms), "min RTT {rtt_ms:.1} ms through an 85 ms emulator");
+    assert!((85.0..=110.0).contains(&rtt_ms), "min RTT {rtt_ms:.1} ms through an 85 ms emulator");
     // The smoothed estimate carries the handshake's first samples and this machine's load
     // (other tests run next to this one): only roughly the emulator's.
     let smoothed = stats.rtt.as_secs_f64() * 1e3;
