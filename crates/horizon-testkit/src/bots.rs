@@ -50,8 +50,8 @@ pub enum Motion {
     },
 }
 
-/// When a bot is away from keyboard: role AFK (which weighs little in placement, and is not
-/// held to the fairness cap), no inputs.
+/// When a bot is away from keyboard: role AFK (which weighs 0.05 in placement where a player
+/// weighs 1), no inputs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Away {
     #[default]
