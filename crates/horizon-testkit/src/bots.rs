@@ -335,7 +335,7 @@ async fn run(
     let mut input_timer = tokio::time::interval(spec.input_every);
     let mut move_timer = tokio::time::interval(Duration::from_millis(100));
     let mut seq = 0u64;
-    // Inputs not acknowledged yet: when sent (monotonic, wall µs) and their bytes.
+    // The inputs not acknowledged yet, and how far the screen shows them.
     let mut sent = Sent::default();
     // (bubble, origin, tick, chain, at) of the last view followed.
     let mut last: Option<(u64, u64, u64, u64, Instant)> = None;
