@@ -10,8 +10,9 @@ impl World {
             return;
         }
         let counters = Arc::new(Counters::default());
-        // Own states ahead of the update write nothing and acknowledge nothing (the agent's
-        // machine tests their fencing); leaving them out keeps every seed's run as it was.
+        // Own states ahead of the update write nothing and acknowledge nothing, so they cannot
+        // break an invariant, and would double the messages a run draws delays for (the
+        // agent's machine tests their fencing).
         let machine = ServerMachine::new(Reference { tick_ms: TICK_MS }, counters)
             .with_own_state(OwnState::Batched);
         self.servers[site].insert(
