@@ -240,11 +240,7 @@ impl<G: Game> ServerMachine<G> {
                         // The region's players have seen nothing since the source's last tick:
                         // the next one runs now, not at this server's next tick (up to a whole
                         // tick later, which a handover's players would see as a longer freeze).
-                        if let Some((update, delta, applied)) = held.step(game, now) {
-                            self.counters.inputs_applied.fetch_add(applied, Ordering::Relaxed);
-                            self.out.push_back(StateItem::Update(update));
-                            self.out.extend(delta.map(StateItem::Delta));
-                        }
+                        step(game, &self.counters, &mut self.out, held, now);
                     }
                     r
                 }
@@ -272,11 +268,7 @@ impl<G: Game> ServerMachine<G> {
     /// One tick of every region with a valid lease: its update (and delta while mirroring).
     pub fn tick(&mut self, now: Instant) {
         for held in self.regions.values_mut() {
-            if let Some((update, delta, applied)) = held.step(&self.game, now) {
-                self.counters.inputs_applied.fetch_add(applied, Ordering::Relaxed);
-                self.out.push_back(StateItem::Update(update));
-                self.out.extend(delta.map(StateItem::Delta));
-            }
+            step(&self.game, &self.counters, &mut self.out, held, now);
         }
         self.ticks_this_second += 1;
         self.counters.ticks.fetch_add(1, Ordering::Relaxed);
@@ -305,6 +297,22 @@ impl<G: Game> ServerMachine<G> {
 
     fn count_regions(&self) {
         self.counters.regions.store(self.regions.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// One tick of `held`, if its lease is valid: its update (and delta while mirroring) go out.
+/// A free function, as [`held`].
+fn step<G: Game>(
+    game: &G,
+    counters: &Counters,
+    out: &mut VecDeque<StateItem>,
+    held: &mut Held<G>,
+    now: Instant,
+) {
+    if let Some((update, delta, applied)) = held.step(game, now) {
+        counters.inputs_applied.fetch_add(applied, Ordering::Relaxed);
+        out.push_back(StateItem::Update(update));
+        out.extend(delta.map(StateItem::Delta));
     }
 }
 

@@ -662,6 +662,29 @@ pub fn quantile(sorted: &[f64], p: f64) -> Option<f64> {
     sorted.get((last as f64 * p.clamp(0.0, 1.0)).round() as usize).copied()
 }
 
+/// Freezes timed at the players' gateways, per `"FROM-TO"` pair of sites, in ms: every gap,
+/// and the gap beyond its physical floor for those whose floor is known (the player's home is
+/// one end, or both ends are one site), 0 when under it.
+#[derive(Debug, Default)]
+pub struct FreezesByPair {
+    pub gaps_ms: BTreeMap<String, Vec<f64>>,
+    pub excess_ms: BTreeMap<String, Vec<f64>>,
+}
+
+/// Groups `samples` (see [`FreezesByPair`]).
+pub fn freezes_by_pair(samples: &[horizon_agent::FreezeSample]) -> FreezesByPair {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut out = FreezesByPair::default();
+    for s in samples {
+        let pair = format!("{}-{}", s.from, s.to);
+        if let Some(floor) = s.floor {
+            out.excess_ms.entry(pair.clone()).or_default().push(ms(s.gap.saturating_sub(floor)));
+        }
+        out.gaps_ms.entry(pair).or_default().push(ms(s.gap));
+    }
+    out
+}
+
 /// Percentiles per home site of one of the bots' samples (`|r| &r.click_ms`).
 pub fn percentiles(
     reports: &[BotReport],

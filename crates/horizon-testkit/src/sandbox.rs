@@ -351,6 +351,16 @@ impl Sandbox {
         self.agents.iter().map(|a| &*a.stats).chain(self.retired.iter().map(|s| &**s))
     }
 
+    /// The freezes every agent's gateway timed when its players' bubbles moved (`crossings`:
+    /// when they changed bubble instead).
+    pub fn freezes(&self, crossings: bool) -> Vec<horizon_agent::FreezeSample> {
+        let kept = |a: &horizon_agent::AgentStats| {
+            let samples = if crossings { &a.crossing_freezes } else { &a.freezes };
+            samples.lock().map(|f| f.clone()).unwrap_or_default()
+        };
+        self.every_agent_stats().flat_map(kept).collect()
+    }
+
     /// The sites, core first.
     pub fn core_site(&self) -> &str {
         self.core_config.sites.name(self.core_config.sites.core()).as_str()

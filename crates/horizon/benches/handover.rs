@@ -13,7 +13,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_types)]
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -87,32 +86,20 @@ async fn run(play: Duration) {
     let started = tokio::time::Instant::now();
     while started.elapsed() < play {
         tokio::time::sleep(Duration::from_secs(30).min(play)).await;
-        let samples: usize =
-            sandbox.every_agent_stats().map(|a| a.freezes.lock().map_or(0, |f| f.len())).sum();
-        eprintln!("t={:>4} s  freezes timed: {samples}", started.elapsed().as_secs());
+        let timed = sandbox.freezes(false).len();
+        eprintln!("t={:>4} s  freezes timed: {timed}", started.elapsed().as_secs());
     }
     stop.send(true).unwrap();
     for (_, task) in running {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
     let status = sandbox.core.status().await.unwrap_or_default();
-    let samples: Vec<horizon_agent::FreezeSample> = sandbox
-        .every_agent_stats()
-        .flat_map(|a| a.freezes.lock().map(|f| f.clone()).unwrap_or_default())
-        .collect();
+    let samples = sandbox.freezes(false);
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let mut gaps: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut excess: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for s in &samples {
-        let pair = format!("{}-{}", s.from, s.to);
-        gaps.entry(pair.clone()).or_default().push(ms(s.gap));
-        if let Some(floor) = s.floor {
-            excess.entry(pair).or_default().push(ms(s.gap.saturating_sub(floor)));
-        }
-    }
+    let bots::FreezesByPair { gaps_ms: gaps, excess_ms: mut excess } =
+        bots::freezes_by_pair(&samples);
     let committed = status.handovers.committed;
     println!(
         "handovers committed: {committed} ({players} players, {} s); one freeze timed per player per move",

@@ -429,14 +429,8 @@ async fn run(args: DemoArgs) -> ExitCode {
         .every_agent_stats()
         .map(|a| a.writes_after_lease.load(std::sync::atomic::Ordering::Relaxed))
         .sum();
-    let freezes: Vec<horizon_agent::FreezeSample> = sandbox
-        .every_agent_stats()
-        .flat_map(|a| a.freezes.lock().map(|f| f.clone()).unwrap_or_default())
-        .collect();
-    let crossings: Vec<horizon_agent::FreezeSample> = sandbox
-        .every_agent_stats()
-        .flat_map(|a| a.crossing_freezes.lock().map(|f| f.clone()).unwrap_or_default())
-        .collect();
+    let freezes = sandbox.freezes(false);
+    let crossings = sandbox.freezes(true);
     let core_site = sandbox.core_site().to_owned();
     let engines: usize = sandbox
         .gateways
@@ -627,16 +621,8 @@ fn freeze_report(
             "samples": v.len(),
         })
     };
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut excess_per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for s in samples {
-        let pair = format!("{}-{}", s.from, s.to);
-        if let Some(floor) = s.floor {
-            excess_per.entry(pair.clone()).or_default().push(ms(s.gap.saturating_sub(floor)));
-        }
-        per.entry(pair).or_default().push(ms(s.gap));
-    }
+    let bots::FreezesByPair { gaps_ms: per, excess_ms: excess_per } =
+        bots::freezes_by_pair(samples);
     let by_pair = |m: BTreeMap<String, Vec<f64>>| -> serde_json::Value {
         m.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>().into()
     };

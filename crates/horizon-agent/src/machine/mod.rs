@@ -331,6 +331,12 @@ impl Local {
     fn lease_ref(&self) -> LeaseRef {
         LeaseRef { bubble: self.lease.bubble, epoch: self.lease.epoch }
     }
+
+    /// Whether `server` writing the bubble under `epoch` is its holder here (fencing, SPEC
+    /// section 6): one of its servers, under the lease's epoch.
+    fn written_by(&self, server: &Name, epoch: Epoch) -> bool {
+        self.lease.epoch == epoch && self.servers().any(|s| s == server)
+    }
 }
 
 /// A player this site is the home of.

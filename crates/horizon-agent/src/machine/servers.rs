@@ -86,9 +86,8 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::TooLarge, why));
         }
         let runs = self.bubbles.get(&lease.bubble).is_some_and(|b| {
-            b.lease.epoch == lease.epoch
+            b.written_by(&server, lease.epoch)
                 && matches!(b.phase, Phase::Running | Phase::Leaving { .. })
-                && b.servers().any(|s| *s == server)
         });
         if !runs {
             self.stats.positions_refused.fetch_add(1, Ordering::Relaxed);
@@ -192,7 +191,7 @@ impl AgentMachine {
     /// players, one copy per other home site.
     pub(super) fn fan_out(&mut self, server: &Name, update: Update, now: Instant) {
         let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
-        if !local.servers().any(|s| s == server) || update.epoch != local.lease.epoch {
+        if !local.written_by(server, update.epoch) {
             // A server writing a bubble it does not hold, or under another epoch than the
             // lease here (fencing, SPEC section 6): nobody sees it.
             self.stats.stale_updates_refused.fetch_add(1, Ordering::Relaxed);
@@ -259,9 +258,8 @@ impl AgentMachine {
     /// update: to their home gateway, fenced like an update (only the bubble's holder under its
     /// current epoch is heard).
     fn own_out(&mut self, server: &Name, own: Own) {
-        let holds = self.bubbles.get(&own.bubble).is_some_and(|local| {
-            own.epoch == local.lease.epoch && local.servers().any(|s| s == server)
-        });
+        let holds =
+            self.bubbles.get(&own.bubble).is_some_and(|local| local.written_by(server, own.epoch));
         if !holds || own.bytes.0.len() > MAX_OWN_BYTES {
             self.stats.own_refused.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(site = %self.cfg.site, %server, bubble = own.bubble.0, epoch = own.epoch.0, bytes = own.bytes.0.len(), "own state refused: not the bubble's holder under its current epoch, or too large");

@@ -11,8 +11,8 @@ impl World {
         }
         let counters = Arc::new(Counters::default());
         // Own states ahead of the update write nothing and acknowledge nothing, so they cannot
-        // break an invariant, and would double the messages a run draws delays for (the
-        // agent's machine tests their fencing).
+        // break an invariant, and would add a message per input applied, each with a delay
+        // drawn from the run's generator (the agent's machine tests their fencing).
         let machine = ServerMachine::new(Reference { tick_ms: TICK_MS }, counters)
             .with_own_state(OwnState::Batched);
         self.servers[site].insert(
