@@ -19,6 +19,8 @@ mod world;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use horizon_mesh::rng::Rng;
+
+pub use horizon_core::Stage;
 use serde::Serialize;
 
 pub use checks::{LIVENESS_S, Violation};
@@ -42,13 +44,21 @@ pub struct ChaosOptions {
     pub seconds: f64,
     /// A second fault strikes during each (see `faults::overlap`).
     pub overlapping: bool,
+    /// The core's rollout stage. Under [`Stage::Relay`] every player is in a core-site zone
+    /// and a server holds [`RELAY_PLAYERS_PER_SERVER`] players, so zones split and merge
+    /// under the faults.
+    pub stage: Stage,
 }
 
 impl Default for ChaosOptions {
     fn default() -> Self {
-        ChaosOptions { seconds: 300.0, overlapping: false }
+        ChaosOptions { seconds: 300.0, overlapping: false, stage: Stage::Dynamic }
     }
 }
+
+/// `players_per_server` under [`Stage::Relay`]: small enough that the world's groups (four to
+/// five players each) cut their zone, and a crowd gathering or leaving cuts or joins zones.
+pub const RELAY_PLAYERS_PER_SERVER: u32 = 3;
 
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
 /// mode.
@@ -85,7 +95,7 @@ pub fn schedule_of(seed: u64, opts: &ChaosOptions) -> Vec<Timed> {
 /// Runs one seed.
 pub fn run_seed(seed: u64, opts: &ChaosOptions) -> Run {
     let (faults, rng) = draw(seed, opts);
-    let mut world = world::World::new(seed, opts.seconds, faults.clone(), rng);
+    let mut world = world::World::new(seed, opts, faults.clone(), rng);
     world.run();
     Run {
         seed,
@@ -152,6 +162,8 @@ impl Summary {
             totals.updates_to_players += s.updates_to_players;
             totals.handovers_started += s.handovers_started;
             totals.restores += s.restores;
+            totals.zone_splits += s.zone_splits;
+            totals.zone_merges += s.zone_merges;
             totals.core_generations = totals.core_generations.max(s.core_generations);
         }
         Summary {
@@ -173,8 +185,15 @@ pub fn render_run(run: &Run, full: bool) -> String {
     }
     let s = &run.stats;
     out.push_str(&format!(
-        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, generation {}\n",
-        s.events, s.ticks_checked, s.inputs_sent, s.updates_to_players, s.restores, s.core_generations
+        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, generation {}\n",
+        s.events,
+        s.ticks_checked,
+        s.inputs_sent,
+        s.updates_to_players,
+        s.restores,
+        s.zone_splits,
+        s.zone_merges,
+        s.core_generations
     ));
     if full {
         out.push_str("trace:\n");

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use horizon_agent::AgentStats;
 use horizon_agent::machine::{self as agent, AgentMachine, MachineConfig, Pending};
+use horizon_core::Stage;
 use horizon_core::machine::{self as core, CoreMachine, Lane, OrderId};
 use horizon_core::store::{Durable, MemoryStore};
 use horizon_mesh::rng::Rng;
@@ -266,6 +267,9 @@ pub struct RunStats {
     pub handovers_started: u64,
     pub restores: u64,
     pub core_generations: u32,
+    /// Zones cut and joined again, over every core generation (relay stage).
+    pub zone_splits: u64,
+    pub zone_merges: u64,
 }
 
 /// One run.
@@ -273,6 +277,9 @@ pub(crate) struct World {
     rng: Rng,
     now: u64,
     end: u64,
+    stage: Stage,
+    /// The core's thresholds; the agents seat `seats_per_server` of them per server.
+    thresholds: Thresholds,
     next_seq: u64,
     queue: BinaryHeap<Reverse<Scheduled>>,
     origin: Instant,
@@ -325,7 +332,12 @@ enum PeerWait {
 }
 
 impl World {
-    pub(crate) fn new(seed: u64, seconds: f64, faults: Vec<Timed>, rng: Rng) -> World {
+    pub(crate) fn new(
+        seed: u64,
+        opts: &crate::ChaosOptions,
+        faults: Vec<Timed>,
+        rng: Rng,
+    ) -> World {
         let mut rng = rng;
         let names: Vec<SiteName> = SITES
             .iter()
@@ -352,7 +364,15 @@ impl World {
         let mut world = World {
             rng,
             now: 0,
-            end: (seconds * 1e6) as u64,
+            end: (opts.seconds * 1e6) as u64,
+            stage: opts.stage,
+            thresholds: match opts.stage {
+                Stage::Relay => Thresholds {
+                    players_per_server: crate::RELAY_PLAYERS_PER_SERVER,
+                    ..Thresholds::default()
+                },
+                Stage::Dynamic => Thresholds::default(),
+            },
             next_seq: 0,
             queue: BinaryHeap::new(),
             origin,
@@ -447,7 +467,7 @@ impl World {
             advertise_transfer: transfer_addr(site).to_string(),
             peers: BTreeMap::new(),
             warm_pool: WARM_POOL,
-            seats_per_server: Thresholds::default().seats_per_server(),
+            seats_per_server: self.thresholds.seats_per_server(),
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
             server_tick: Duration::from_millis(100),
@@ -457,14 +477,24 @@ impl World {
         AgentMachine::new(cfg, Arc::new(AgentStats::default()), now)
     }
 
+    /// Adds the running core's zone splits and merges to the run's (before it stops).
+    pub(super) fn count_zone_changes(&mut self) {
+        if let Some(core) = &self.core {
+            let (splits, merges) = core.zone_changes();
+            self.stats.zone_splits += splits;
+            self.stats.zone_merges += merges;
+        }
+    }
+
     fn start_core(&mut self) {
         let generation = self.store.next_generation();
         self.checker.generation(self.now, generation);
         self.stats.core_generations = generation;
         let cfg = core::MachineConfig {
             sites: self.sites.clone(),
-            thresholds: Thresholds::default(),
+            thresholds: self.thresholds.clone(),
             zones: Vec::new(),
+            stage: self.stage,
         };
         match CoreMachine::new(cfg, generation, self.store.state(), self.core_now()) {
             Ok(mut machine) => {
@@ -547,6 +577,7 @@ impl World {
             self.event(next.event);
         }
         self.now = self.end;
+        self.count_zone_changes();
         self.final_checks();
         self.stats.ticks_checked = self.checker.ticks_checked;
     }

@@ -59,3 +59,26 @@ fn overlapping_faults_add_one_during_each_and_keep_the_first_ones() {
         }
     }
 }
+
+#[test]
+fn the_relay_stage_runs_every_player_in_zones_that_split_and_merge_under_faults() {
+    let opts = ChaosOptions { stage: horizon_chaos::Stage::Relay, ..Default::default() };
+    let (mut splits, mut merges, mut restores) = (0, 0, 0);
+    // Seed 7 kills a zone's server (PAR) at 198 s, among zones cut and joined all along.
+    for seed in [0, 7] {
+        let run = run_seed(seed, &opts);
+        assert!(run.violations.is_empty(), "{}", render_run(&run, false));
+        for line in run.trace.iter().filter(|l| l.contains("gets create of bubble")) {
+            let id: u64 = line.split_whitespace().nth(7).and_then(|w| w.parse().ok()).unwrap();
+            assert!(id >= horizon_mesh::ZONE_IDS_FROM, "only zones under relay: {line}");
+        }
+        assert!(run.stats.updates_to_players > 10_000, "{:?}", run.stats);
+        (splits, merges, restores) = (
+            splits + run.stats.zone_splits,
+            merges + run.stats.zone_merges,
+            restores + run.stats.restores,
+        );
+    }
+    assert!(splits >= 10 && merges >= 5, "zones split {splits} and merged {merges} times");
+    assert!(restores >= 1, "a zone restored from its copy after its server was killed");
+}

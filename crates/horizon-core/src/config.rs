@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use horizon_mesh::{Aabb, Sites, Thresholds, Vec3, WorldId, ZoneSpec};
+use horizon_mesh::{Aabb, Placement, Sites, Thresholds, Vec3, WorldId, ZoneSpec};
 use serde::Deserialize;
 
 /// Everything the core runs with.
@@ -24,6 +24,43 @@ pub struct CoreConfig {
     /// `[[zones]]`: the core site's zone boxes at the first start (a world with none is one
     /// zone). Once the store holds zones, the layout it holds is taken back instead.
     pub zones: Vec<ZoneSpec>,
+    /// `[placement] stage`: how far the rollout has gone (docs/running.md, "Rolling out").
+    pub stage: Stage,
+}
+
+/// A stage of the rollout: what the core may delegate. Parsed once, here; the brain is told
+/// what it may decide through [`Stage::placement`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stage {
+    /// Players enter at their home site's gateway; everything is simulated in core-site zones,
+    /// handover-free. Their inputs and updates travel the backbone.
+    Relay,
+    /// SMD-G: bubbles carved out of the zones and placed on the best site.
+    #[default]
+    Dynamic,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 2] = [Stage::Relay, Stage::Dynamic];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Relay => "relay",
+            Stage::Dynamic => "dynamic",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|stage| stage.as_str() == s)
+    }
+
+    /// What the brain may decide at this stage.
+    pub fn placement(self) -> Placement {
+        match self {
+            Stage::Relay => Placement::AllCore,
+            Stage::Dynamic => Placement::Smdg,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -37,6 +74,13 @@ struct RawConfig {
     store: RawStore,
     #[serde(default)]
     zones: Vec<RawZone>,
+    placement: Option<RawPlacement>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlacement {
+    stage: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,6 +147,17 @@ impl CoreConfig {
         };
         let listen_control = addr("listen.control", &raw.listen.control);
         let listen_admin = addr("listen.admin", &raw.listen.admin);
+        let stage = match raw.placement.and_then(|p| p.stage) {
+            None => Stage::default(),
+            Some(name) => Stage::parse(&name).unwrap_or_else(|| {
+                let known: Vec<&str> = Stage::ALL.iter().map(|s| s.as_str()).collect();
+                errors.push(format!(
+                    "placement.stage = {name:?}: not a stage this core runs (one of {})",
+                    known.join(", ")
+                ));
+                Stage::default()
+            }),
+        };
         let (sites, thresholds) = match parsed {
             Ok(p) => p,
             Err(problems) => {
@@ -136,6 +191,7 @@ impl CoreConfig {
             key: base.join(raw.tls.key),
             store: base.join(raw.store.path),
             zones,
+            stage,
         })
     }
 }
@@ -172,6 +228,18 @@ mod tests {
         assert_eq!(c.thresholds.dwell_ms, 10_000);
         assert_eq!(c.thresholds.period_ms, 5_000);
         assert_eq!(c.store, Path::new("/etc/horizon/state"));
+        assert_eq!(c.stage, Stage::Dynamic);
+    }
+
+    #[test]
+    fn the_stage_is_read_and_an_unknown_one_named() {
+        let relay = format!("{GOOD}\n[placement]\nstage = \"relay\"\n");
+        let c = CoreConfig::parse(&relay, Path::new(".")).unwrap();
+        assert_eq!((c.stage, c.stage.placement()), (Stage::Relay, Placement::AllCore));
+        let bad = relay.replace("\"relay\"", "\"everywhere\"");
+        let errors = CoreConfig::parse(&bad, Path::new(".")).unwrap_err().join("\n");
+        assert!(errors.contains("placement.stage = \"everywhere\""), "{errors}");
+        assert!(errors.contains("relay, dynamic"), "{errors}");
     }
 
     #[test]

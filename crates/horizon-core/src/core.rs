@@ -153,6 +153,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         sites: cfg.sites.clone(),
         thresholds: cfg.thresholds.clone(),
         zones: cfg.zones.clone(),
+        stage: cfg.stage,
     };
     let mut machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
         .map_err(CoreError::Config)?;
@@ -199,7 +200,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         // The port is free again once the core has stopped (a restart binds it anew).
         listener.close("core stopping");
     });
-    tracing::info!(site = %core_name, %control_addr, %admin_addr, generation, "core serving");
+    tracing::info!(site = %core_name, %control_addr, %admin_addr, generation, stage = cfg.stage.as_str(), "core serving");
     let writer = Writer::start(Box::new(store), events_tx.clone(), Event::Stored)
         .map_err(|e| CoreError::Config(format!("cannot start the store thread: {e}")))?;
     let shell = Shell {

@@ -12,6 +12,9 @@ pub struct CoreStatus {
     pub core: String,
     /// The core's generation (+1 at every start on its store).
     pub generation: u32,
+    /// The rollout stage it runs (`[placement] stage`): `relay` or `dynamic`.
+    #[serde(default)]
+    pub stage: String,
     pub uptime_s: f64,
     /// The brain's last tick.
     pub tick: horizon_mesh::TickStats,

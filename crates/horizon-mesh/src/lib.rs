@@ -37,7 +37,7 @@ pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
     BorderReason, Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig,
-    Placement, RestoredBubble, TickStats, ZONE_IDS_FROM, ZoneReason,
+    Placement, RestoredBubble, TickStats, ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Tally, Verdict};

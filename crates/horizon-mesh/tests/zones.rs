@@ -290,3 +290,93 @@ fn a_zone_whose_server_ticks_too_slowly_is_split_though_it_holds_few_players() {
     // Each half's server has not reported yet: no more splits on the old rate.
     assert!(splits(&ticks(&mut m, 15, 60)).is_empty());
 }
+
+#[test]
+fn a_core_restarted_into_the_relay_stage_ends_the_bubbles_it_takes_back_and_zones_take_their_players()
+ {
+    // A dynamic core put two Montrealers in a bubble on MTL.
+    let mut before = mesh_placing(Thresholds::default(), Placement::Smdg);
+    for id in [1, 2] {
+        before.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64))).unwrap();
+    }
+    ticks(&mut before, 0, 5);
+    let b = before.bubble_of(PlayerId(1)).unwrap().clone();
+    assert_eq!(b.site, site(MTL));
+    // The core restarts with `[placement] stage = "relay"`: it takes the bubble back, and the
+    // agents report its players in it.
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(2),
+        placement: Placement::AllCore,
+        zones: Vec::new(),
+    };
+    let mut after = Mesh::new(config, Time::ZERO).unwrap();
+    let restored = horizon_mesh::RestoredBubble {
+        id: b.id,
+        site: b.site,
+        world: b.world,
+        bounds: b.bounds,
+        epoch: b.epoch,
+    };
+    after.handle_restore_bubble(restored, Time::ZERO).unwrap();
+    for id in [1, 2] {
+        after.handle_join_in(join(id, MTL, 10.0, Role::Player, at(id as f64)), b.id).unwrap();
+    }
+    let cmds = ticks(&mut after, 0, 0);
+    let deleted: Vec<_> = cmds
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Command::Delete { bubble, reason, .. } => Some((*bubble, *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, [(b.id, horizon_mesh::DeleteReason::Stage)]);
+    assert!(after.bubbles().next().is_none(), "no bubble under SMD");
+    for id in [1, 2] {
+        assert!(after.bubble_of(PlayerId(id)).is_none());
+        assert!(after.zone_of(PlayerId(id)).is_some(), "in a zone of the core site");
+    }
+    // ... and none is carved out again, whoever comes.
+    after.handle_join(join(3, HKG, 10.0, Role::Player, at(5e4))).unwrap();
+    let later = ticks(&mut after, 5, 60);
+    assert!(!later.iter().any(|(_, c)| matches!(c, Command::Create { .. })), "{later:?}");
+    assert!(after.bubbles().next().is_none());
+}
+
+#[test]
+fn a_player_crosses_into_the_next_zone_only_once_past_the_edge_by_smds_margin() {
+    let b =
+        |x0: f64, x1: f64| Aabb { min: Vec3::new(x0, -1e3, -1e3), max: Vec3::new(x1, 1e3, 1e3) };
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(1),
+        placement: Placement::AllCore,
+        zones: vec![
+            ZoneSpec { world: WorldId(0), bounds: b(0.0, 1e3) },
+            ZoneSpec { world: WorldId(0), bounds: b(1e3, 2e3) },
+        ],
+    };
+    let mut m = Mesh::new(config, Time::ZERO).unwrap();
+    let ids: Vec<_> = std::iter::from_fn(|| m.poll_command())
+        .filter_map(|c| match c {
+            Command::ZoneCreate { zone, .. } => Some(zone),
+            _ => None,
+        })
+        .collect();
+    let (low, high) = (ids[0], ids[1]);
+    let inside = horizon_mesh::ZONE_EXIT_MARGIN_M / 2.0;
+    let past = horizon_mesh::ZONE_EXIT_MARGIN_M * 2.0;
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(1e3 + inside))).unwrap();
+    m.handle_join(join(2, PAR, 10.0, Role::Player, at(1e3 + past))).unwrap();
+    ticks(&mut m, 0, 0);
+    // Newcomers (in no zone yet) go to the zone whose box holds them.
+    assert_eq!(m.region_of(PlayerId(1), None), Some(high));
+    // One who was in the low zone stays there until the margin is behind them...
+    assert_eq!(m.region_of(PlayerId(1), Some(low)), Some(low));
+    // ... and crosses beyond it.
+    assert_eq!(m.region_of(PlayerId(2), Some(low)), Some(high));
+    // A zone that no longer exists keeps nobody.
+    assert_eq!(m.region_of(PlayerId(1), Some(horizon_mesh::BubbleId(7))), Some(high));
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use horizon_agent::{AgentConfig, AgentHandle, ProcessDriver, ProcessOptions, ServerDriver};
-use horizon_core::{CoreConfig, CoreHandle};
+use horizon_core::{CoreConfig, CoreHandle, Stage};
 use horizon_mesh::{SiteName, Sites, Thresholds};
 use horizon_transport::netem::{Netem, NetemConfig};
 use horizon_transport::tls::DevCa;
@@ -34,6 +34,8 @@ pub struct SandboxOptions {
     /// RTT between players and their home agent.
     pub access_ms: f64,
     pub thresholds: Thresholds,
+    /// The core's rollout stage (`[placement] stage`).
+    pub stage: Stage,
     pub warm_pool: usize,
     /// Players a game server takes regions up to (several bubbles share a server).
     pub seats_per_server: u32,
@@ -78,6 +80,7 @@ impl SandboxOptions {
             backbone_ms,
             access_ms: 10.0,
             thresholds: Thresholds::default(),
+            stage: Stage::Dynamic,
             warm_pool: 2,
             seats_per_server: 60,
             server_tick_ms: 33,
@@ -170,6 +173,7 @@ impl Sandbox {
             key: ca.core_key(),
             store: opts.dir.join("store"),
             zones: Vec::new(),
+            stage: opts.stage,
         };
         let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         // A restarted core comes back on the same ports.
@@ -374,6 +378,17 @@ impl Sandbox {
         self.core =
             horizon_core::start(self.core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         Ok(())
+    }
+
+    /// [`Sandbox::restart_core`] with the core configured for `stage` from then on (agents and
+    /// game servers stay up): a rollout moving on, or back.
+    pub async fn restart_core_at(
+        &mut self,
+        stage: Stage,
+        down_for: Duration,
+    ) -> Result<(), SandboxError> {
+        self.core_config.stage = stage;
+        self.restart_core(down_for).await
     }
 
     /// Kills (SIGKILL) the game-server process named `server` of `site`'s agent in this

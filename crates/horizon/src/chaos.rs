@@ -5,7 +5,13 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use horizon_chaos::{ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, Run, Summary};
+use horizon_chaos::{
+    ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, Run, Stage, Summary,
+};
+
+fn parse_stage(s: &str) -> Result<Stage, String> {
+    Stage::parse(s).ok_or_else(|| format!("{s:?} is not a stage (relay, dynamic)"))
+}
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -27,6 +33,10 @@ pub(crate) struct Args {
     /// on a site cut off, ... (docs/chaos.md).
     #[arg(long)]
     overlapping: bool,
+    /// The core's rollout stage: `dynamic` (SMD-G, bubbles on the best site) or `relay`
+    /// (every player in core-site zones of 3 players a server, so zones split and merge).
+    #[arg(long, default_value = "dynamic", value_parser = parse_stage)]
+    stage: Stage,
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
@@ -40,7 +50,8 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         eprintln!("error: --seconds must be at least 60 (a fault and its recovery)");
         return ExitCode::from(64);
     }
-    let opts = ChaosOptions { seconds: args.seconds, overlapping: args.overlapping };
+    let opts =
+        ChaosOptions { seconds: args.seconds, overlapping: args.overlapping, stage: args.stage };
     if let Some(seed) = args.seed {
         // The daemons' own logs, to stderr, when asked for (`RUST_LOG=horizon_agent=debug`).
         crate::daemons::init_logs("off", logs);
@@ -76,7 +87,10 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         let bad: Vec<&Run> = runs.iter().filter(|r| !r.violations.is_empty()).collect();
         for run in &bad {
             print!("{}", horizon_chaos::render_run(run, false));
-            let mode = if args.overlapping { " --overlapping" } else { "" };
+            let mut mode = if args.overlapping { " --overlapping" } else { "" }.to_owned();
+            if args.stage != Stage::default() {
+                mode.push_str(&format!(" --stage {}", args.stage.as_str()));
+            }
             println!(
                 "  replay: horizon sim chaos --seed {} --seconds {}{mode}",
                 run.seed, args.seconds
@@ -84,14 +98,16 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         }
         let s = Summary::of(&runs, &opts, args.first_seed);
         println!(
-            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores",
+            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges",
             s.runs,
             s.seconds,
             s.violations.len(),
             bad.len(),
             s.totals.ticks_checked,
             s.totals.inputs_sent,
-            s.totals.restores
+            s.totals.restores,
+            s.totals.zone_splits,
+            s.totals.zone_merges
         );
     }
     verdict(&runs)

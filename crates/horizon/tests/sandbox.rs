@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use horizon_core::CoreStatus;
+use horizon_core::{CoreStatus, Stage};
 use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
@@ -631,6 +631,37 @@ async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_it
     assert_eq!(r.restores_seen, 0, "the relay's bubble never stopped: {r:?}");
     played_through_a_failover(r, 1_000.0);
     eprintln!("core restart: bubble taken back {back_after:?} after the core was back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_restarted_into_the_relay_stage_hands_the_relays_bubble_back_to_a_core_zone() {
+    let m = lone_montrealer("restage", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
+    let updates = || running[0].0.lock().unwrap().updates;
+    sandbox.restart_core_at(Stage::Relay, Duration::from_secs(2)).await.expect("the core restarts");
+    // The bubble is taken back, then ended: its player crosses into the core site's zone with
+    // their state, as a player walking out of a bubble does.
+    let zoned = wait_for(&sandbox, 30, |s| {
+        let in_zone = s.zones.iter().any(|z| z.members == 1 && !z.restoring);
+        (s.bubbles.is_empty() && in_zone && site_of(s, player).is_none()).then(|| s.clone())
+    })
+    .await;
+    let updates_then = updates();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let updates_after = updates();
+    let last = sandbox.core.status().await;
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let status = zoned.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!("the player plays in a zone: bubbles {:?} zones {:?}", l.bubbles, l.zones)
+    });
+    assert_eq!(status.stage, "relay");
+    assert!(status.bubble(bubble).is_none(), "the relay's bubble ended");
+    assert!(updates_after > updates_then + 20, "playing on: {updates_then} → {updates_after}");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "a crossing, not a restore: {r:?}");
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("relay stage: longest update gap {:.0} ms across the restart", r.max_gap_ms);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,6 +138,7 @@ impl World {
 
     /// The core dies; its store stays. Agents see their connections refused within a second.
     fn kill_core(&mut self) {
+        self.count_zone_changes();
         self.core = None;
         self.core_timer_at = u64::MAX;
         self.core_busy_until = 0;

@@ -24,7 +24,7 @@ pub(crate) mod status;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use horizon_mesh::{Generation, Mesh, MeshConfig, Placement, SiteId, Sites, Thresholds, Time};
+use horizon_mesh::{Generation, Mesh, MeshConfig, SiteId, Sites, Thresholds, Time};
 use horizon_proto::control;
 use horizon_proto::{
     BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId,
@@ -190,6 +190,8 @@ pub struct MachineConfig {
     pub thresholds: Thresholds,
     /// The configured zone boxes, opened at the first start (see [`CoreMachine::new`]).
     pub zones: Vec<horizon_mesh::ZoneSpec>,
+    /// The rollout stage: what the brain may decide ([`Stage::placement`]).
+    pub stage: crate::Stage,
 }
 
 /// An agent connection.
@@ -285,7 +287,7 @@ impl CoreMachine {
                 sites: cfg.sites.clone(),
                 thresholds: cfg.thresholds.clone(),
                 generation: Generation(generation),
-                placement: Placement::Smdg,
+                placement: cfg.stage.placement(),
                 zones: if zones_stored { Vec::new() } else { cfg.zones.clone() },
             },
             now,

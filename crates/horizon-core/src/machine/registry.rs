@@ -118,8 +118,8 @@ impl CoreMachine {
         for p in self.mesh.players() {
             let player = PlayerId(p.id.0);
             present.insert(player);
-            let want = self.mesh.region_of(p.id).filter(|b| self.registry.contains_key(b));
             let have = self.placed.get(&player).copied();
+            let want = self.mesh.region_of(p.id, have).filter(|b| self.registry.contains_key(b));
             let creating = have.is_some()
                 && want.and_then(|w| self.registry.get(&w)).is_some_and(|r| r.creating);
             if want == have

@@ -29,6 +29,11 @@ impl CoreMachine {
         self.metrics.registry.clone()
     }
 
+    /// Zone splits and merges this core carried out: `(splits, merges)`.
+    pub fn zone_changes(&self) -> (u64, u64) {
+        self.metrics.zone_changes()
+    }
+
     /// Sets the gauges from the registry and the agents' reports (after every step of the
     /// shell's loop).
     pub fn refresh_gauges(&mut self) {
@@ -185,6 +190,7 @@ impl CoreMachine {
         CoreStatus {
             core: name(self.cfg.sites.core()),
             generation: self.generation,
+            stage: self.cfg.stage.as_str().to_owned(),
             uptime_s: now.as_secs_f64(),
             tick: self.mesh.last_stats(),
             handovers: HandoverCounts {

@@ -40,6 +40,9 @@ impl CreateReason {
 pub enum DeleteReason {
     /// Its last counted player left.
     Empty,
+    /// The placement allows no bubble (SMD: the relay stage, after a core of another stage):
+    /// its players went back into the zones around them.
+    Stage,
 }
 
 /// Why a bubble's server count changed within its site.

@@ -189,7 +189,7 @@ mod tick;
 mod units;
 mod zones;
 
-pub use zones::{MIN_GAP_M, ZONE_IDS_FROM, ZoneReason};
+pub use zones::{MIN_GAP_M, ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason};
 
 /// Per-tick buffers, kept to avoid reallocating a million-entry vector every 5 s.
 #[derive(Debug, Default)]

@@ -58,10 +58,13 @@ impl Mesh {
         sc.absorbed_into.clear();
         sc.absorbed_into.resize(nslots, NONE);
 
-        // Each bubble goes to the unit holding most of its weight.
+        // Each bubble goes to the unit holding most of its weight. Under SMD (the relay stage)
+        // nobody owns one: bubbles a core of another stage left (taken back after a restart)
+        // end, and their players walk back into the zones around them.
         sc.owner.clear();
         sc.owner.resize(nslots, None);
-        for c in 0..nc {
+        let zones_only = self.placement == Placement::AllCore;
+        for c in (0..nc).filter(|_| !zones_only) {
             for e in claims_of(c) {
                 let better = sc.owner[e.slot as usize]
                     .is_none_or(|(_, ow, oid)| e.weight > ow || (e.weight == ow && e.min_id < oid));
@@ -88,6 +91,7 @@ impl Mesh {
                     .map(|e| e.slot),
             );
             let slot = match owned.len() {
+                _ if zones_only => NONE,
                 0 if claim.is_empty() => self.create_new(c, &units, sc, now, stats),
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
@@ -136,11 +140,12 @@ impl Mesh {
                 .and_then(|b| b.kept_empty_until)
                 .is_some_and(|until| now < until);
             if was_live
-                && !kept
+                && (!kept || zones_only)
                 && sc.owner[slot as usize].is_none()
                 && self.bubbles[slot as usize].is_some()
             {
-                self.delete(slot, DeleteReason::Empty);
+                let reason = if zones_only { DeleteReason::Stage } else { DeleteReason::Empty };
+                self.delete(slot, reason);
                 stats.deleted += 1;
             }
         }

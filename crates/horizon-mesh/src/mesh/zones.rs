@@ -26,6 +26,9 @@ use crate::zones::{Zone, ZoneSpec, validate_specs};
 /// A gap between two players narrower than this is no place for a cut (SMD's rule).
 pub const MIN_GAP_M: f64 = 20.0;
 
+/// How far past its zone's edge a player walks before crossing into the next (SMD's rule).
+pub const ZONE_EXIT_MARGIN_M: f64 = 0.4;
+
 pub use crate::ids::ZONE_IDS_FROM;
 
 /// One load sample (a game server's `serverinfo` comes once a second).
@@ -288,9 +291,24 @@ impl Mesh {
 
     // ---- reading ------------------------------------------------------------------------------
 
-    /// The region simulating a counted player: their bubble, else the zone around them.
-    pub fn region_of(&self, id: PlayerId) -> Option<BubbleId> {
-        self.bubble_of(id).map(|b| b.id).or_else(|| self.zone_of(id).map(|z| z.id))
+    /// The region simulating a counted player: their bubble, else the zone around them. A
+    /// player in zone `current` stays in it until [`ZONE_EXIT_MARGIN_M`] past its edge (SMD's
+    /// `out_of_zone`), so one standing on a cut — a median cut runs through a player — does not
+    /// cross back and forth with every step.
+    pub fn region_of(&self, id: PlayerId, current: Option<BubbleId>) -> Option<BubbleId> {
+        if let Some(b) = self.bubble_of(id) {
+            return Some(b.id);
+        }
+        let zone = self.zone_of(id)?;
+        let &i = self.player_index.get(&id)?;
+        let item = &self.items[self.place_of[i as usize] as usize];
+        let near = |z: &Zone| {
+            z.world == item.world && z.bounds.expand(ZONE_EXIT_MARGIN_M).contains(item.pos)
+        };
+        match current.and_then(|c| self.zone_by_id(c)) {
+            Some(c) if near(c) => Some(c.id),
+            _ => Some(zone.id),
+        }
     }
 
     /// The leases a site's agent holds and renews: its running bubbles and (the core site) its

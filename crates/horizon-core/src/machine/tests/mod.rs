@@ -48,7 +48,12 @@ impl Harness {
     fn with(thresholds: Thresholds) -> Self {
         let thresholds =
             Thresholds { lease_ttl_ms: TTL_MS, lease_drift_margin_ms: MARGIN_MS, ..thresholds };
-        let cfg = MachineConfig { sites: sites(), thresholds, zones: Vec::new() };
+        let cfg = MachineConfig {
+            sites: sites(),
+            thresholds,
+            zones: Vec::new(),
+            stage: crate::Stage::Dynamic,
+        };
         // Player ids below 1000 were handed out by an earlier core: any site may join them
         // (the tests name their players 1, 2, ...).
         let store = StoreState { next_player: 1_000, ..StoreState::default() };
@@ -1060,7 +1065,12 @@ fn configured_zones_open_at_the_first_start_and_a_restart_takes_back_the_stored_
         horizon_mesh::ZoneSpec { world: WorldId(1), bounds: b(0.0, 1e3) },
         horizon_mesh::ZoneSpec { world: WorldId(1), bounds: b(1e3, 2e3) },
     ];
-    let cfg = MachineConfig { sites: sites(), thresholds: Thresholds::default(), zones };
+    let cfg = MachineConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        zones,
+        stage: crate::Stage::Dynamic,
+    };
     let store = StoreState { next_player: 1_000, ..StoreState::default() };
     let mut core = CoreMachine::new(cfg.clone(), 1, &store, Time::ZERO).unwrap();
     core.carry_out_commands(Time::ZERO);
