@@ -221,6 +221,7 @@ def check_refusals():
         (("agent", "servers"), {"podTemplate": {"spec": {"containers": []}}}, "podTemplate"),
         (("agent", "servers"), {"podTemplate": {"spec": {"restartPolicy": "Always", "containers": [{"name": "g"}]}}}, "podTemplate"),
         (("agent", "servers"), {"driver": "docker"}, "driver"),
+        (("core", "stage"), "everywhere", "stage"),
     ]
     for path, value, key in bad:
         try:

@@ -23,6 +23,9 @@ key = "/etc/horizon/certs/core.key"
 
 [store]
 path = "/var/lib/horizon/store"
+
+[placement]
+stage = {{ .Values.core.stage | quote }}
 {{- range .Values.core.zones }}
 
 [[zones]]

@@ -9,7 +9,7 @@ use horizon_chaos::{
     ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, Run, Stage, Summary,
 };
 
-fn parse_stage(s: &str) -> Result<Stage, String> {
+pub(crate) fn parse_stage(s: &str) -> Result<Stage, String> {
     Stage::parse(s).ok_or_else(|| format!("{s:?} is not a stage (relay, dynamic)"))
 }
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use horizon_core::CoreStatus;
+use horizon_core::{CoreStatus, Stage};
 use horizon_proto::Role;
 use horizon_testkit::bots::{self, Away, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
@@ -53,7 +53,17 @@ pub(crate) struct DemoArgs {
     /// update alone).
     #[arg(long, default_value_t = horizon_sdk::OwnState::Early)]
     own_state: horizon_sdk::OwnState,
+    /// The core's rollout stage (docs/running.md, "Rolling out"): `dynamic` (SMD-G: bubbles on
+    /// the best site) or `relay` (players enter at their home site, everything is simulated in
+    /// the core site's zones; the demo's servers then hold 20 players, so the zone splits).
+    #[arg(long, default_value = "dynamic", value_parser = crate::chaos::parse_stage)]
+    stage: Stage,
 }
+
+/// `players_per_server` of the relay stage's demo: its 60 players cut the world's zone.
+const RELAY_PLAYERS_PER_SERVER: u32 = 20;
+/// `merge_after_samples` of the relay stage's demo, so that zones are joined within a minute.
+const RELAY_MERGE_AFTER_SAMPLES: u32 = 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum GameServer {
@@ -145,12 +155,24 @@ const LEAVERS: &[(usize, u64)] = &[(13, 45), (16, 50)];
 const DASH_FROM_M: f64 = 9_000.0;
 const DASH_MPS: f64 = 200.0;
 
+/// Under the relay stage, the groups before this one leave after this many seconds: the crowd
+/// that cut the world's zone disperses, and the zones are joined again, the latest cut first.
+const RELAY_DISPERSE: (usize, u64) = (12, 35);
+
 /// The demo's players, deterministic.
-pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>) -> Vec<BotSpec> {
+pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>, stage: Stage) -> Vec<BotSpec> {
     let mut bots = Vec::new();
     for (g, group) in GROUPS.iter().enumerate() {
         let dash = DASHERS.iter().find(|d| d.0 == g);
-        let leave = LEAVERS.iter().find(|l| l.0 == g).map(|l| Duration::from_secs(l.1));
+        let disperse = (stage == Stage::Relay && g < RELAY_DISPERSE.0).then_some(RELAY_DISPERSE.1);
+        let leave = LEAVERS
+            .iter()
+            .find(|l| l.0 == g)
+            .map(|l| l.1)
+            .into_iter()
+            .chain(disperse)
+            .min()
+            .map(Duration::from_secs);
         let centre = match dash {
             Some(&(_, to, _)) => [to as f64 * GROUP_SPACING_M + DASH_FROM_M, 0.0, 0.0],
             None => [g as f64 * GROUP_SPACING_M, 0.0, 0.0],
@@ -227,6 +249,14 @@ async fn run(args: DemoArgs) -> ExitCode {
     opts.thresholds.hold_ms = 20_000;
     opts.warm_pool = 4;
     opts.admin = args.admin;
+    opts.stage = args.stage;
+    if args.stage == Stage::Relay {
+        opts.thresholds.players_per_server = RELAY_PLAYERS_PER_SERVER;
+        opts.thresholds.merge_after_samples = RELAY_MERGE_AFTER_SAMPLES;
+        opts.seats_per_server = opts.thresholds.seats_per_server();
+    }
+    let players_per_server = opts.thresholds.players_per_server;
+    let merge_after_samples = opts.thresholds.merge_after_samples;
     if args.game_server == GameServer::Godot {
         let project = dir.join("godot-reference");
         if let Err(e) = horizon_godot::reference::write_project(&project) {
@@ -273,6 +303,14 @@ async fn run(args: DemoArgs) -> ExitCode {
     say("horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s; \
          demo settings: dwell 10 s (SPEC 30 s), hold 20 s (SPEC 180 s) so that moves happen within a minute"
         .to_owned());
+    if args.stage == Stage::Relay {
+        say(format!(
+            "stage relay: every player is simulated in the core site's zones (no bubble); \
+             demo settings: {RELAY_PLAYERS_PER_SERVER} players per server (SPEC 75) so that the zone splits, \
+             most players leave at {} s and zones merge after {RELAY_MERGE_AFTER_SAMPLES} quiet samples (SPEC 30)",
+            RELAY_DISPERSE.1
+        ));
+    }
     let mut sandbox = match Sandbox::start(opts).await {
         Ok(s) => s,
         Err(e) => {
@@ -313,7 +351,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     let (stop_bots, stop_rx) = tokio::sync::watch::channel(false);
     let mut reports: Vec<Arc<Mutex<BotReport>>> = Vec::new();
     let mut tasks = Vec::new();
-    for spec in population(&sandbox.gateways) {
+    for spec in population(&sandbox.gateways, args.stage) {
         let (report, task) =
             bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone());
         reports.push(report);
@@ -486,6 +524,10 @@ async fn run(args: DemoArgs) -> ExitCode {
     doc["crossing_freeze_excess_ms"] = crossing_excess;
     doc["crossing_freeze_excess_ms_by_pair"] = by_pair;
     doc["own_state"] = args.own_state.to_string().into();
+    doc["stage"] = args.stage.as_str().into();
+    doc["settings"]["players_per_server"] = players_per_server.into();
+    doc["settings"]["merge_after_samples"] = merge_after_samples.into();
+    doc["bubbles_max"] = cost.bubbles_max.into();
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
     doc["game_server"] = match args.game_server {
         GameServer::Rust => "rust",
@@ -535,6 +577,8 @@ struct Cost {
     unsimulated_max: u64,
     /// The most zones at one sample.
     zones_max: u64,
+    /// The most bubbles at one sample, on any site.
+    bubbles_max: u64,
 }
 
 impl Cost {
@@ -551,6 +595,7 @@ impl Cost {
         self.unsimulated_max = self.unsimulated_max.max(unsimulated as u64);
         self.peak_servers = self.peak_servers.max(total);
         self.zones_max = self.zones_max.max(status.zones.len() as u64);
+        self.bubbles_max = self.bubbles_max.max(status.bubbles.len() as u64);
     }
 }
 
