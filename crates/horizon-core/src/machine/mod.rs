@@ -438,30 +438,7 @@ impl CoreMachine {
         use control::Request as R;
         match request {
             R::Register { transfer_addr, servers, held, .. } => {
-                let reply = self.register(site, transfer_addr, servers, &held, now);
-                // What this site ran and no longer holds (its agent restarted, or a server
-                // died while it was away) fails over now, not at its lease's end.
-                let missing: Vec<LeaseRef> = self
-                    .registry
-                    .iter()
-                    .filter(|(b, r)| {
-                        r.site == site
-                            && r.settled()
-                            && r.fallback.is_none()
-                            && !held.iter().any(|h| {
-                                // Held under its epoch, or the one a regrant on its way
-                                // replaces (a handover's source taken back just now).
-                                let e = h.lease.epoch.0;
-                                h.lease.bubble == **b
-                                    && (e == r.epoch || r.regrant == Some((e, r.epoch)))
-                            })
-                    })
-                    .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch) })
-                    .collect();
-                if !missing.is_empty() {
-                    self.lost(site, &missing, FailoverReason::NotHeld, now);
-                }
-                Ok(reply)
+                Ok(self.register(site, transfer_addr, servers, &held, now))
             }
             R::Report { joins, leaves, players, backbone, servers } => {
                 self.report(site, &joins, &leaves, &players, &backbone, &servers, now);

@@ -171,11 +171,35 @@ impl CoreMachine {
         for bubble in confirmed {
             self.persist_lease(bubble);
         }
+        let regranted_now: Vec<BubbleId> = taken_back.iter().map(|(b, _)| *b).collect();
         for (bubble, epoch) in taken_back {
             self.abandon_move(bubble, site, epoch, now);
         }
         for (holder, lease) in failed_over {
             self.lost(holder, &[lease], FailoverReason::NotHeld, now);
+        }
+        // What this site ran and no longer holds (its agent restarted, or a server died while
+        // it was away) fails over now, not at its lease's end. Held under the epoch a `Regrant`
+        // replaces counts only when that regrant goes out now, on this connection: one sent on
+        // the connection that died is lost, and the bubble is in `stop` above.
+        let missing: Vec<LeaseRef> = self
+            .registry
+            .iter()
+            .filter(|(b, r)| {
+                r.site == site
+                    && r.settled()
+                    && r.fallback.is_none()
+                    && !held.iter().any(|h| {
+                        let e = h.lease.epoch.0;
+                        h.lease.bubble == **b
+                            && (e == r.epoch
+                                || (r.regrant == Some((e, r.epoch)) && regranted_now.contains(b)))
+                    })
+            })
+            .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch) })
+            .collect();
+        if !missing.is_empty() {
+            self.lost(site, &missing, FailoverReason::NotHeld, now);
         }
         self.drain_registered(site, held, now);
         // A reconnected agent lost the orders sent while it was away: tell it again who is in

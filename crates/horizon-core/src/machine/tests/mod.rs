@@ -479,6 +479,45 @@ fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused(
     assert!(h.request("PAR", started).is_err(), "too late to commit");
 }
 
+#[test]
+fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_registers_again() {
+    // Seed 1883: a handover MTL → PAR was given up before its freeze while the core could not
+    // reach MTL, so its `Regrant` (the bubble back to MTL under a new epoch) was dropped. MTL
+    // came back holding the old epoch: it was told to stop the bubble, while the core counted
+    // it as held (a regrant "on its way") and waited for the lease to run out: its players
+    // saw nothing for a minute.
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, _) = montrealer_in_a_bubble(&mut h);
+    for p in 2..5 {
+        h.join("PAR", p, 1.0 + p as f64);
+    }
+    let old = h.core.registry[&bubble].lease_ref(bubble);
+    let mtl = h.site("MTL");
+    // MTL's connection dies; the brain moves the bubble to PAR at its next tick. The handover
+    // needs both agents: it is given up at once, and the regrant to MTL dropped.
+    let conn = h.conn("MTL");
+    h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
+    h.drain(|_| {});
+    for _ in 0..4 {
+        if h.core.registry[&bubble].regrant.is_some() {
+            break;
+        }
+        h.run_until(h.now.as_ms() + 5_000);
+    }
+    let reg = &h.core.registry[&bubble];
+    assert_eq!(reg.site, mtl);
+    assert_eq!(reg.regrant, Some((old.epoch.0, reg.epoch)), "regranted to MTL, not delivered");
+    h.log.clear();
+    h.core.handle(Input::AgentConnected { site: mtl, conn: conn + 1000 }, h.now);
+    let again = register("MTL", vec![server("MTL-0", &[bubble])], &[old]);
+    let control::Reply::Registered { keep, stop, .. } = h.request("MTL", again).unwrap() else {
+        panic!()
+    };
+    assert!(keep.is_empty());
+    assert_eq!(stop, vec![old], "the old epoch stops");
+    assert!(failed_over(&h, bubble), "and the bubble fails over now: {:?}", h.log);
+}
+
 /// The core dies with a handover's `Freeze` sent and its outcome unknown, and starts again
 /// on its store (generation 2), its agents connected again, none registered yet.
 fn restarted_at_the_freeze(h: &Harness) -> Harness {
