@@ -127,6 +127,12 @@ pub struct ZoneLayout {
     seq: u64,
 }
 
+/// How a box is cut into zones: the tree `ZoneLayout::regroup` rebuilds.
+enum Plan {
+    Leaf(u32),
+    Cut { axis: usize, at: f64, bounds: Aabb, low: Box<Plan>, high: Box<Plan> },
+}
+
 /// A split made: the zone that kept its id and the new one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Split {
@@ -272,6 +278,85 @@ impl ZoneLayout {
         self.leaf_of.insert(kept.id, low);
         self.leaf_of.insert(new_id, high);
         Split { kept: low, new: high }
+    }
+
+    /// After a restart, when every zone comes back as a root of its own: the world's zones
+    /// lying inside `root` (a configured box, or the whole world) joined again under one tree
+    /// of cuts, so that SMD's merges can fold them back. The store keeps each zone's box, not
+    /// the order of the cuts: the tree rebuilt is one that cuts `root` into exactly those
+    /// boxes (the first plane found that no zone straddles, on each side), a deeper cut
+    /// counting as a more recent one. Returns false, changing nothing, when fewer than two
+    /// zones lie inside or they do not tile `root` that way.
+    pub(crate) fn regroup(&mut self, world: WorldId, root: Aabb) -> bool {
+        let Some(roots) = self.roots.get(&world) else { return false };
+        let inside: Vec<u32> = roots
+            .iter()
+            .copied()
+            .filter(|&r| matches!(self.slot(r).node, Node::Leaf(_)))
+            .filter(|&r| {
+                let b = self.slot(r).bounds;
+                (0..3)
+                    .all(|a| root.min.axis(a) <= b.min.axis(a) && b.max.axis(a) <= root.max.axis(a))
+            })
+            .collect();
+        if inside.len() < 2 {
+            return false;
+        }
+        let Some(plan) = self.plan(root, &inside) else { return false };
+        let top = self.build(plan);
+        let roots = self.roots.entry(world).or_default();
+        roots.retain(|r| !inside.contains(r));
+        roots.push(top);
+        true
+    }
+
+    fn plan(&self, bounds: Aabb, leaves: &[u32]) -> Option<Plan> {
+        if let [leaf] = leaves {
+            return (self.slot(*leaf).bounds == bounds).then_some(Plan::Leaf(*leaf));
+        }
+        for axis in 0..3 {
+            let mut planes: Vec<f64> = leaves
+                .iter()
+                .map(|&l| self.slot(l).bounds.min.axis(axis))
+                .filter(|&p| p > bounds.min.axis(axis))
+                .collect();
+            planes.sort_by(f64::total_cmp);
+            planes.dedup();
+            for at in planes {
+                let (low, high): (Vec<u32>, Vec<u32>) =
+                    leaves.iter().partition(|&&l| self.slot(l).bounds.max.axis(axis) <= at);
+                if high.iter().any(|&l| self.slot(l).bounds.min.axis(axis) < at) {
+                    continue;
+                }
+                // Zones cut from `bounds` by successive cuts are still so cut on each side of
+                // any plane none of them straddles: the first such plane is as good as any,
+                // and a side that cannot be planned means they were not (no other is tried).
+                let (low_box, high_box) = bounds.cut(axis, at);
+                let (low, high) = (self.plan(low_box, &low)?, self.plan(high_box, &high)?);
+                return Some(Plan::Cut {
+                    axis,
+                    at,
+                    bounds,
+                    low: Box::new(low),
+                    high: Box::new(high),
+                });
+            }
+        }
+        None
+    }
+
+    fn build(&mut self, plan: Plan) -> u32 {
+        match plan {
+            Plan::Leaf(leaf) => leaf,
+            Plan::Cut { axis, at, bounds, low, high } => {
+                // A cut is numbered before its halves: theirs are the more recent.
+                self.seq += 1;
+                let seq = self.seq;
+                let (low, high) = (self.build(*low), self.build(*high));
+                let cut = Node::Cut { axis: axis as u8, at, low, high, seq, low_samples: 0.0 };
+                self.alloc(Slot { bounds, node: cut })
+            }
+        }
     }
 
     /// Cuts whose two halves are both zones, most recent split first: `(cut, low, high)`.

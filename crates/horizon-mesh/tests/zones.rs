@@ -380,3 +380,76 @@ fn a_player_crosses_into_the_next_zone_only_once_past_the_edge_by_smds_margin() 
     // A zone that no longer exists keeps nobody.
     assert_eq!(m.region_of(PlayerId(1), Some(horizon_mesh::BubbleId(7))), Some(high));
 }
+
+#[test]
+fn zones_taken_back_after_a_restart_are_joined_under_their_cuts_again_and_merge_once_quiet() {
+    // Three crowds 5 km apart cut the world's zone twice.
+    let x = |id: u64| (id - 1) / 50 * 5_000 + id % 50;
+    let mut before = smd();
+    crowd(&mut before, 1..=150, |id| x(id) as f64);
+    ticks(&mut before, 0, 60);
+    let kept: Vec<_> = before.zones().map(|z| (z.id, z.world, z.bounds, z.epoch)).collect();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    // The core restarts: every zone comes back on its own, then the cuts between them.
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(2),
+        placement: Placement::AllCore,
+        zones: Vec::new(),
+    };
+    let mut after = Mesh::new(config, Time::ZERO).unwrap();
+    for &(id, world, bounds, epoch) in &kept {
+        let z = horizon_mesh::RestoredBubble { id, site: site(PAR), world, bounds, epoch };
+        after.handle_restore_zone(z, Time::ZERO).unwrap();
+    }
+    assert_eq!(after.regroup_restored_zones(&[]), 1, "one tree over the whole world");
+    assert_eq!(after.regroup_restored_zones(&[]), 0, "done once");
+    let ids: Vec<_> = after.zones().map(|z| z.id).collect();
+    assert_eq!(ids.len(), 3, "the same zones, ids kept");
+    // Ten players are left, one crowd each side of the world: every cut goes quiet.
+    crowd(&mut after, 1..=10, |id| if id <= 5 { id as f64 } else { 10_000.0 + id as f64 });
+    let cmds = ticks(&mut after, 0, 120);
+    let merges: Vec<_> = cmds
+        .iter()
+        .filter_map(|(t, c)| match c {
+            Command::ZoneMerge { into, from, .. } => Some((*t, *into, *from)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(merges.len(), 2, "{merges:?}");
+    assert!(merges[0].0 < merges[1].0, "the deeper cut first, the settle window between");
+    let whole = Aabb::point(Vec3::ZERO).expand(Thresholds::default().position_limit_m());
+    let left: Vec<_> = after.zones().map(|z| (z.id, z.bounds, z.players)).collect();
+    assert_eq!(left, [(ids[0].min(ids[1]).min(ids[2]), whole, 10)]);
+}
+
+#[test]
+fn zones_that_do_not_tile_a_box_are_left_as_they_were() {
+    // Two zones with a hole between them (a configured layout changed since): no tree.
+    let b =
+        |x0: f64, x1: f64| Aabb { min: Vec3::new(x0, -1e3, -1e3), max: Vec3::new(x1, 1e3, 1e3) };
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(2),
+        placement: Placement::AllCore,
+        zones: Vec::new(),
+    };
+    let mut m = Mesh::new(config, Time::ZERO).unwrap();
+    let zone = |id: u64, bounds: Aabb| horizon_mesh::RestoredBubble {
+        id: horizon_mesh::BubbleId(horizon_mesh::ZONE_IDS_FROM + id),
+        site: site(PAR),
+        world: WorldId(0),
+        bounds,
+        epoch: horizon_mesh::Epoch(1 << 32),
+    };
+    m.handle_restore_zone(zone(0, b(0.0, 1e3)), Time::ZERO).unwrap();
+    m.handle_restore_zone(zone(1, b(2e3, 3e3)), Time::ZERO).unwrap();
+    let spec = |x0, x1| ZoneSpec { world: WorldId(0), bounds: b(x0, x1) };
+    assert_eq!(m.regroup_restored_zones(&[spec(0.0, 3e3)]), 0);
+    // Inside a configured box they tile, they are joined.
+    m.handle_restore_zone(zone(2, b(1e3, 2e3)), Time::ZERO).unwrap();
+    assert_eq!(m.regroup_restored_zones(&[spec(0.0, 3e3)]), 1);
+    assert_eq!(m.zones().count(), 3);
+}

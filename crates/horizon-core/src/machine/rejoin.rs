@@ -79,6 +79,12 @@ impl CoreMachine {
                 "bubbles taken back from the store"
             );
         }
+        // The store keeps each zone's box: the cuts between them are rebuilt, so that zones
+        // split before the restart merge again after it.
+        let trees = self.mesh.regroup_restored_zones(&self.cfg.zones);
+        if trees > 0 {
+            tracing::info!(trees, zones = self.mesh.zones().count(), "zone layout taken back");
+        }
     }
 
     pub(super) fn register(

@@ -100,6 +100,25 @@ impl Mesh {
         Ok(())
     }
 
+    /// After the zones of a restart are taken back ([`Mesh::handle_restore_zone`]): each
+    /// world's zones inside one of its configured boxes (`configured`, the core's `[[zones]]`),
+    /// or inside the whole world when it has none, are joined again under a tree of cuts, so
+    /// that two neighbours that go quiet merge again. Returns how many trees were rebuilt.
+    pub fn regroup_restored_zones(&mut self, configured: &[ZoneSpec]) -> usize {
+        let whole = Aabb::point(Vec3::ZERO).expand(self.th.position_limit_m());
+        let mut worlds: Vec<WorldId> = self.zones.zones().map(|z| z.world).collect();
+        worlds.sort_unstable();
+        worlds.dedup();
+        let mut rebuilt = 0;
+        for world in worlds {
+            let boxes: Vec<Aabb> =
+                configured.iter().filter(|z| z.world == world).map(|z| z.bounds).collect();
+            let boxes = if boxes.is_empty() { vec![whole] } else { boxes };
+            rebuilt += boxes.into_iter().filter(|&b| self.zones.regroup(world, b)).count();
+        }
+        rebuilt
+    }
+
     /// A zone's lease expired: it waits to be granted again on the core site.
     pub(super) fn stall_zone(&mut self, id: BubbleId, since: Time) -> bool {
         let Some(leaf) = self.zones.leaf(id) else { return false };
