@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use horizon_mesh::{
-    Aabb, Command, ConfigError, Generation, Mesh, MeshConfig, MoveReason, Placement, PlayerId,
-    Role, Thresholds, Time, Vec3, WorldId, ZoneReason, ZoneSpec,
+    Aabb, BubbleId, Command, ConfigError, Epoch, Generation, Mesh, MeshConfig, MoveReason,
+    Placement, PlayerId, Role, Thresholds, Time, Vec3, WorldId, ZoneReason, ZoneSpec,
 };
 
 /// SMD (no bubbles): every player plays in a zone.
@@ -33,6 +33,29 @@ fn ticks(m: &mut Mesh, from_s: u64, to_s: u64) -> Vec<(Time, Command)> {
         out.extend(std::iter::from_fn(|| m.poll_command()).map(|c| (now, c)));
     }
     out
+}
+
+/// The same core restarted (generation 2), under SMD, before anything is taken back.
+fn restarted_smd() -> Mesh {
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(2),
+        placement: Placement::AllCore,
+        zones: Vec::new(),
+    };
+    Mesh::new(config, Time::ZERO).unwrap()
+}
+
+/// A zone as a core's store keeps it: id, world, box, epoch.
+type KeptZone = (BubbleId, WorldId, Aabb, Epoch);
+
+/// Takes back `kept` zones on the core site, as a restarted core does from its store.
+fn take_back_zones(m: &mut Mesh, kept: &[KeptZone]) {
+    for &(id, world, bounds, epoch) in kept {
+        let z = horizon_mesh::RestoredBubble { id, site: site(PAR), world, bounds, epoch };
+        m.handle_restore_zone(z, Time::ZERO).unwrap();
+    }
 }
 
 fn splits(cmds: &[(Time, Command)]) -> Vec<(Time, &Command)> {
@@ -242,21 +265,10 @@ fn after_a_restart_zones_are_taken_back_with_their_ids_and_epochs_and_none_is_op
     let mut before = smd();
     crowd(&mut before, 1..=100, |id| if id <= 50 { id as f64 } else { 5_000.0 + id as f64 });
     ticks(&mut before, 0, 5);
-    let kept: Vec<(horizon_mesh::BubbleId, WorldId, Aabb, horizon_mesh::Epoch)> =
-        before.zones().map(|z| (z.id, z.world, z.bounds, z.epoch)).collect();
+    let kept: Vec<KeptZone> = before.zones().map(|z| (z.id, z.world, z.bounds, z.epoch)).collect();
     assert_eq!(kept.len(), 2);
-    let config = MeshConfig {
-        sites: sites(),
-        thresholds: Thresholds::default(),
-        generation: Generation(2),
-        placement: Placement::AllCore,
-        zones: Vec::new(),
-    };
-    let mut after = Mesh::new(config, Time::ZERO).unwrap();
-    for &(id, world, bounds, epoch) in &kept {
-        let z = horizon_mesh::RestoredBubble { id, site: site(PAR), world, bounds, epoch };
-        after.handle_restore_zone(z, Time::ZERO).unwrap();
-    }
+    let mut after = restarted_smd();
+    take_back_zones(&mut after, &kept);
     // A zone restored elsewhere than the core site is refused.
     let (id, world, bounds, epoch) = kept[0];
     let elsewhere = horizon_mesh::RestoredBubble { id, site: site(MTL), world, bounds, epoch };
@@ -304,14 +316,7 @@ fn a_core_restarted_into_the_relay_stage_ends_the_bubbles_it_takes_back_and_zone
     assert_eq!(b.site, site(MTL));
     // The core restarts with `[placement] stage = "relay"`: it takes the bubble back, and the
     // agents report its players in it.
-    let config = MeshConfig {
-        sites: sites(),
-        thresholds: Thresholds::default(),
-        generation: Generation(2),
-        placement: Placement::AllCore,
-        zones: Vec::new(),
-    };
-    let mut after = Mesh::new(config, Time::ZERO).unwrap();
+    let mut after = restarted_smd();
     let restored = horizon_mesh::RestoredBubble {
         id: b.id,
         site: b.site,
@@ -388,21 +393,11 @@ fn zones_taken_back_after_a_restart_are_joined_under_their_cuts_again_and_merge_
     let mut before = smd();
     crowd(&mut before, 1..=150, |id| x(id) as f64);
     ticks(&mut before, 0, 60);
-    let kept: Vec<_> = before.zones().map(|z| (z.id, z.world, z.bounds, z.epoch)).collect();
+    let kept: Vec<KeptZone> = before.zones().map(|z| (z.id, z.world, z.bounds, z.epoch)).collect();
     assert_eq!(kept.len(), 3, "{kept:?}");
     // The core restarts: every zone comes back on its own, then the cuts between them.
-    let config = MeshConfig {
-        sites: sites(),
-        thresholds: Thresholds::default(),
-        generation: Generation(2),
-        placement: Placement::AllCore,
-        zones: Vec::new(),
-    };
-    let mut after = Mesh::new(config, Time::ZERO).unwrap();
-    for &(id, world, bounds, epoch) in &kept {
-        let z = horizon_mesh::RestoredBubble { id, site: site(PAR), world, bounds, epoch };
-        after.handle_restore_zone(z, Time::ZERO).unwrap();
-    }
+    let mut after = restarted_smd();
+    take_back_zones(&mut after, &kept);
     assert_eq!(after.regroup_restored_zones(&[]), 1, "one tree over the whole world");
     assert_eq!(after.regroup_restored_zones(&[]), 0, "done once");
     let ids: Vec<_> = after.zones().map(|z| z.id).collect();
@@ -429,14 +424,7 @@ fn zones_that_do_not_tile_a_box_are_left_as_they_were() {
     // Two zones with a hole between them (a configured layout changed since): no tree.
     let b =
         |x0: f64, x1: f64| Aabb { min: Vec3::new(x0, -1e3, -1e3), max: Vec3::new(x1, 1e3, 1e3) };
-    let config = MeshConfig {
-        sites: sites(),
-        thresholds: Thresholds::default(),
-        generation: Generation(2),
-        placement: Placement::AllCore,
-        zones: Vec::new(),
-    };
-    let mut m = Mesh::new(config, Time::ZERO).unwrap();
+    let mut m = restarted_smd();
     let zone = |id: u64, bounds: Aabb| horizon_mesh::RestoredBubble {
         id: horizon_mesh::BubbleId(horizon_mesh::ZONE_IDS_FROM + id),
         site: site(PAR),
