@@ -212,7 +212,15 @@ enum Sim {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A bad option or value exits 64 (EX_USAGE), as bad configuration does; `--help` and
+    // `--version` print to stdout and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS };
+        }
+    };
     let logs = cli.log_format;
     match cli.command {
         Command::Demo(args) => {
