@@ -9,10 +9,6 @@ use horizon_chaos::{
     ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, Run, Stage, Summary,
 };
 
-pub(crate) fn parse_stage(s: &str) -> Result<Stage, String> {
-    Stage::parse(s).ok_or_else(|| format!("{s:?} is not a stage (relay, dynamic)"))
-}
-
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// How many seeds to run, from --first-seed.
@@ -35,7 +31,7 @@ pub(crate) struct Args {
     overlapping: bool,
     /// The core's rollout stage: `dynamic` (SMD-G, bubbles on the best site) or `relay`
     /// (every player in core-site zones of 3 players a server, so zones split and merge).
-    #[arg(long, default_value = "dynamic", value_parser = parse_stage)]
+    #[arg(long, default_value = "dynamic", value_parser = crate::parse_stage)]
     stage: Stage,
     /// Worker threads (default: every core).
     #[arg(long)]

@@ -56,7 +56,7 @@ pub(crate) struct DemoArgs {
     /// The core's rollout stage (docs/running.md, "Rolling out"): `dynamic` (SMD-G: bubbles on
     /// the best site) or `relay` (players enter at their home site, everything is simulated in
     /// the core site's zones; the demo's servers then hold 20 players, so the zone splits).
-    #[arg(long, default_value = "dynamic", value_parser = crate::chaos::parse_stage)]
+    #[arg(long, default_value = "dynamic", value_parser = crate::parse_stage)]
     stage: Stage,
 }
 

@@ -211,6 +211,13 @@ enum Sim {
     Chaos(chaos::Args),
 }
 
+/// `--stage` of `demo` and `sim chaos`: a rollout stage the core runs.
+pub(crate) fn parse_stage(s: &str) -> Result<horizon_core::Stage, String> {
+    let known: Vec<&str> = horizon_core::Stage::ALL.iter().map(|s| s.as_str()).collect();
+    horizon_core::Stage::parse(s)
+        .ok_or_else(|| format!("{s:?} is not a stage ({})", known.join(", ")))
+}
+
 fn main() -> ExitCode {
     // A bad option or value exits 64 (EX_USAGE), as bad configuration does; `--help` and
     // `--version` print to stdout and exit 0.
