@@ -60,6 +60,10 @@ impl Default for ChaosOptions {
 /// five players each) cut their zone, and a crowd gathering or leaving cuts or joins zones.
 pub const RELAY_PLAYERS_PER_SERVER: u32 = 3;
 
+/// Seeds that once broke an invariant under [`Stage::Relay`], replayed by `--regressions`
+/// under it.
+pub const RELAY_REGRESSION_SEEDS: &[u64] = &[30002318];
+
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
 /// mode.
 pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] =

@@ -441,3 +441,27 @@ fn zones_that_do_not_tile_a_box_are_left_as_they_were() {
     assert_eq!(m.regroup_restored_zones(&[spec(0.0, 3e3)]), 1);
     assert_eq!(m.zones().count(), 3);
 }
+
+#[test]
+fn a_zone_its_holder_lost_is_granted_again_at_once_not_at_its_leases_end() {
+    let mut m = smd();
+    crowd(&mut m, 1..=3, |id| id as f64 * 10.0);
+    let cmds = ticks(&mut m, 0, 0);
+    let Some(Command::ZoneCreate { zone, epoch, .. }) =
+        cmds.iter().map(|(_, c)| c.clone()).find(|c| matches!(c, Command::ZoneCreate { .. }))
+    else {
+        panic!("{cmds:?}")
+    };
+    // Its server crashed at 2 s (or its agent registered without it).
+    m.handle_bubble_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
+    let Some(Command::Move { bubble, from, to, epoch: new, players, reason }) = m.poll_command()
+    else {
+        panic!("a failover at once")
+    };
+    assert_eq!((bubble, from, to, reason), (zone, site(PAR), site(PAR), MoveReason::Failover));
+    assert!(new > epoch && m.leases().is_current(zone, new));
+    assert_eq!(players, [PlayerId(1), PlayerId(2), PlayerId(3)]);
+    assert_eq!(m.zone_by_id(zone).unwrap().epoch, new);
+    // A stale epoch is refused: only the holder's current one fails it over.
+    assert!(m.handle_bubble_lost(zone, epoch, true, Time::from_secs(3)).is_err());
+}

@@ -6,7 +6,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use horizon_chaos::{
-    ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, Run, Stage, Summary,
+    ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run,
+    Stage, Summary,
 };
 
 #[derive(Debug, clap::Args)]
@@ -22,7 +23,7 @@ pub(crate) struct Args {
     /// Simulated seconds per seed.
     #[arg(long, default_value_t = 300.0)]
     seconds: f64,
-    /// Also run the regression seeds (seeds that once failed).
+    /// Also run the regression seeds (seeds that once failed, in this mode and stage).
     #[arg(long)]
     regressions: bool,
     /// A second fault strikes during each: a transfer cut during a partition, a server killed
@@ -70,7 +71,12 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     };
     let mut runs = horizon_chaos::run_seeds(args.first_seed, args.seeds, &opts, threads, &progress);
     if args.regressions {
-        let seeds = if opts.overlapping { OVERLAPPING_REGRESSION_SEEDS } else { REGRESSION_SEEDS };
+        let seeds = match (opts.stage, opts.overlapping) {
+            (Stage::Relay, false) => RELAY_REGRESSION_SEEDS,
+            (Stage::Relay, true) => &[],
+            (Stage::Dynamic, true) => OVERLAPPING_REGRESSION_SEEDS,
+            (Stage::Dynamic, false) => REGRESSION_SEEDS,
+        };
         for &seed in seeds {
             if !(args.first_seed..args.first_seed + args.seeds).contains(&seed) {
                 runs.push(horizon_chaos::run_seed(seed, &opts));

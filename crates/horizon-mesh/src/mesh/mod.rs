@@ -444,6 +444,9 @@ impl Mesh {
         same_site: bool,
         now: Time,
     ) -> Result<(), InputError> {
+        if self.zones.leaf(bubble).is_some() {
+            return self.zone_lost(bubble, epoch, now);
+        }
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let (site, seats) = {
             let b = self.bubble(slot);

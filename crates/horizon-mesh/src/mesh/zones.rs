@@ -119,6 +119,33 @@ impl Mesh {
         rebuilt
     }
 
+    /// A zone its holder lost (its server crashed, or its agent registered without it): granted
+    /// again on the core site at once, under a new epoch, and restored there from its copy (a
+    /// [`Command::Move`] with reason `Failover` from the core site to itself), as a lost bubble
+    /// is — not at its lease's end.
+    pub(super) fn zone_lost(
+        &mut self,
+        id: BubbleId,
+        epoch: Epoch,
+        now: Time,
+    ) -> Result<(), InputError> {
+        let leaf = self.zones.leaf(id).ok_or(InputError::UnknownBubble(id))?;
+        let core = self.sites.core();
+        let lease = self.leases.transfer(id, epoch, core, now)?;
+        let z = self.zones.zone_mut(leaf);
+        (z.epoch, z.stalled_since) = (lease.epoch, None);
+        let players = self.zone_players(&self.zone_members, leaf);
+        self.commands.push_back(Command::Move {
+            bubble: id,
+            from: core,
+            to: core,
+            epoch: lease.epoch,
+            players,
+            reason: MoveReason::Failover,
+        });
+        Ok(())
+    }
+
     /// A zone's lease expired: it waits to be granted again on the core site.
     pub(super) fn stall_zone(&mut self, id: BubbleId, since: Time) -> bool {
         let Some(leaf) = self.zones.leaf(id) else { return false };
