@@ -58,6 +58,19 @@ fn take_back_zones(m: &mut Mesh, kept: &[KeptZone]) {
     }
 }
 
+/// SMD with three Parisians in the world's one zone: the mesh, the zone and its epoch.
+fn three_players_in_their_zone() -> (Mesh, BubbleId, Epoch) {
+    let mut m = smd();
+    crowd(&mut m, 1..=3, |id| id as f64 * 10.0);
+    let cmds = ticks(&mut m, 0, 0);
+    let Some(Command::ZoneCreate { zone, epoch, .. }) =
+        cmds.iter().map(|(_, c)| c.clone()).find(|c| matches!(c, Command::ZoneCreate { .. }))
+    else {
+        panic!("{cmds:?}")
+    };
+    (m, zone, epoch)
+}
+
 fn splits(cmds: &[(Time, Command)]) -> Vec<(Time, &Command)> {
     cmds.iter()
         .filter(|(_, c)| matches!(c, Command::ZoneSplit { .. }))
@@ -230,14 +243,7 @@ fn configured_zones_open_at_start_and_bad_boxes_are_refused_by_index() {
 
 #[test]
 fn a_zone_whose_lease_runs_out_is_granted_again_on_the_core_site_and_restored_there() {
-    let mut m = smd();
-    crowd(&mut m, 1..=3, |id| id as f64 * 10.0);
-    let cmds = ticks(&mut m, 0, 0);
-    let Some(Command::ZoneCreate { zone, epoch, .. }) =
-        cmds.iter().map(|(_, c)| c.clone()).find(|c| matches!(c, Command::ZoneCreate { .. }))
-    else {
-        panic!("{cmds:?}")
-    };
+    let (mut m, zone, epoch) = three_players_in_their_zone();
     // The core site stops renewing (its agent cut off, or the zone's server lost).
     let mut out = Vec::new();
     for t in 5..=40 {
@@ -444,14 +450,7 @@ fn zones_that_do_not_tile_a_box_are_left_as_they_were() {
 
 #[test]
 fn a_zone_its_holder_lost_is_granted_again_at_once_not_at_its_leases_end() {
-    let mut m = smd();
-    crowd(&mut m, 1..=3, |id| id as f64 * 10.0);
-    let cmds = ticks(&mut m, 0, 0);
-    let Some(Command::ZoneCreate { zone, epoch, .. }) =
-        cmds.iter().map(|(_, c)| c.clone()).find(|c| matches!(c, Command::ZoneCreate { .. }))
-    else {
-        panic!("{cmds:?}")
-    };
+    let (mut m, zone, epoch) = three_players_in_their_zone();
     // Its server crashed at 2 s (or its agent registered without it).
     m.handle_bubble_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
     let Some(Command::Move { bubble, from, to, epoch: new, players, reason }) = m.poll_command()

@@ -132,18 +132,20 @@ impl Mesh {
         let leaf = self.zones.leaf(id).ok_or(InputError::UnknownBubble(id))?;
         let core = self.sites.core();
         let lease = self.leases.transfer(id, epoch, core, now)?;
-        let z = self.zones.zone_mut(leaf);
-        (z.epoch, z.stalled_since) = (lease.epoch, None);
         let players = self.zone_players(&self.zone_members, leaf);
-        self.commands.push_back(Command::Move {
-            bubble: id,
-            from: core,
-            to: core,
-            epoch: lease.epoch,
-            players,
-            reason: MoveReason::Failover,
-        });
+        self.restore_zone(leaf, lease.epoch, players);
         Ok(())
+    }
+
+    /// Zone `leaf`, granted again on the core site under `epoch`, is restored there from its
+    /// copy with `players` (a failover from the core site to itself).
+    fn restore_zone(&mut self, leaf: u32, epoch: Epoch, players: Vec<PlayerId>) {
+        let z = self.zones.zone_mut(leaf);
+        (z.epoch, z.stalled_since) = (epoch, None);
+        let (bubble, core) = (z.id, self.sites.core());
+        let reason = MoveReason::Failover;
+        let cmd = Command::Move { bubble, from: core, to: core, epoch, players, reason };
+        self.commands.push_back(cmd);
     }
 
     /// A zone's lease expired: it waits to be granted again on the core site.
@@ -197,17 +199,8 @@ impl Mesh {
         for leaf in stalled {
             let id = self.zones.zone(leaf).id;
             let Ok(lease) = self.leases.grant(id, core, now) else { continue };
-            let z = self.zones.zone_mut(leaf);
-            (z.epoch, z.stalled_since) = (lease.epoch, None);
             let players = self.zone_players(&members, leaf);
-            self.commands.push_back(Command::Move {
-                bubble: id,
-                from: core,
-                to: core,
-                epoch: lease.epoch,
-                players,
-                reason: MoveReason::Failover,
-            });
+            self.restore_zone(leaf, lease.epoch, players);
             stats.moved += 1;
         }
 
