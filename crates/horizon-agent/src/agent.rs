@@ -176,6 +176,7 @@ pub async fn start(
         peers: cfg.peers.clone(),
         warm_pool: cfg.warm_pool,
         seats_per_server: cfg.seats_per_server,
+        players_per_server: cfg.players_per_server,
         report_every: Duration::from_millis(cfg.report_ms),
         renew_every: Duration::from_millis(cfg.renew_ms),
         server_tick: Duration::from_millis(u64::from(cfg.server_tick_ms)),

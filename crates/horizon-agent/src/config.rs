@@ -38,6 +38,9 @@ pub struct AgentConfig {
     /// Players a game server takes new regions up to (`servers.players_per_server ×
     /// servers.pack_fill_ratio`): several bubbles share a server (docs/running.md).
     pub seats_per_server: u32,
+    /// Players a game server simulates at most (`servers.players_per_server`): a server over
+    /// it gives whole regions away to another server of the site (docs/running.md).
+    pub players_per_server: u32,
     pub server_tick_ms: u32,
     /// The program the process driver runs for each game server: the `horizon` binary by
     /// default, or a studio's own.
@@ -288,6 +291,7 @@ impl AgentConfig {
             warm_pool,
             max_servers,
             seats_per_server,
+            players_per_server,
             server_tick_ms,
             server_program,
             server_args: raw.servers.args.unwrap_or_else(|| vec!["gameserver".to_owned()]),

@@ -42,6 +42,11 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.servers_stopped_idle,
     ),
     (
+        "horizon_agent_regions_moved_total",
+        "Regions moved whole from a game server over servers.players_per_server for 10 s to another server of this site (SMD's rule: heaviest first, to the lighter side).",
+        |s| &s.regions_moved,
+    ),
+    (
         "horizon_agent_positions_refused_total",
         "Positions a game server reported for a region it does not run here under that lease: refused.",
         |s| &s.positions_refused,

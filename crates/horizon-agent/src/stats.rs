@@ -14,6 +14,8 @@ pub struct AgentStats {
     pub servers_ready: AtomicU64,
     /// Idle game servers stopped because the warm pool was full.
     pub servers_stopped_idle: AtomicU64,
+    /// Regions moved whole from an overfull game server to another of this site.
+    pub regions_moved: AtomicU64,
     /// 1 while registered with the core.
     pub registered: AtomicU64,
     /// Inputs kept by the gateway until a stored copy covers them, every player together.

@@ -74,6 +74,7 @@ fn config(dir: &std::path::Path) -> AgentConfig {
         warm_pool: 2,
         max_servers: 8,
         seats_per_server: 60,
+        players_per_server: 75,
         server_tick_ms: 33,
         server_program: "/bin/false".into(),
         server_args: vec!["gameserver".into()],

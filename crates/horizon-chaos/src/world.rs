@@ -468,6 +468,7 @@ impl World {
             peers: BTreeMap::new(),
             warm_pool: WARM_POOL,
             seats_per_server: self.thresholds.seats_per_server(),
+            players_per_server: self.thresholds.players_per_server,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
             server_tick: Duration::from_millis(100),

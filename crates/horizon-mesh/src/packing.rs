@@ -10,6 +10,10 @@
 //! new region's players; else an empty server; else none (start one). Filling the fullest
 //! server first keeps the others empty, so they go back to the warm pool; the headroom above
 //! the seats absorbs the regions that grow after they were placed.
+//!
+//! When the headroom is not enough (a server's regions grew past `players_per_server`), the
+//! server gives whole regions away as today's SMD does ([`give_away`]), each to the server
+//! [`pick`] names: a within-site move, a region never cut by it.
 
 /// One candidate server, as its owner sees it now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +42,31 @@ pub fn pick<S>(servers: impl IntoIterator<Item = Seat<S>>, players: u32, seats: 
         }
     }
     best.map(|s| s.server).or(empty)
+}
+
+/// The regions an overfull server gives away, SMD's plan (`regions`: each with its players):
+/// heaviest first, each to the lighter of the two sides, the heaviest staying, so the server
+/// keeps at least one region and about half of its players. Nothing when it holds fewer than
+/// two regions (one region too large for a server is cut by the brain, not moved) or when its
+/// players fit in `capacity`. Ties between equal regions keep their given order.
+pub fn give_away<R: Copy>(regions: &[(R, u32)], capacity: u32) -> Vec<R> {
+    let total: u64 = regions.iter().map(|&(_, p)| u64::from(p)).sum();
+    if regions.len() < 2 || total <= u64::from(capacity) {
+        return Vec::new();
+    }
+    let mut order: Vec<&(R, u32)> = regions.iter().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1));
+    let (mut stay, mut go) = (u64::from(order[0].1), 0u64);
+    let mut away = Vec::new();
+    for &&(region, players) in &order[1..] {
+        if go < stay {
+            go += u64::from(players);
+            away.push(region);
+        } else {
+            stay += u64::from(players);
+        }
+    }
+    away
 }
 
 #[cfg(test)]
@@ -73,5 +102,23 @@ mod tests {
     fn a_holding_server_with_no_players_yet_still_counts_as_holding() {
         // A region placed a moment ago has no players yet: the next one shares its server.
         assert_eq!(pick([seat("a", 0, 1), seat("b", 0, 0)], 1, 60), Some("a"));
+    }
+
+    #[test]
+    fn an_overfull_server_gives_away_whole_regions_heaviest_first_to_the_lighter_side() {
+        // 70 + 10 over 75: the 10 go, the 70 stay.
+        assert_eq!(give_away(&[("a", 70), ("b", 10)], 75), ["b"]);
+        // 30, 30, 20: the first 30 stays, the second goes, the 20 joins the lighter side
+        // (equal: it stays).
+        assert_eq!(give_away(&[("c", 20), ("a", 30), ("b", 30)], 75), ["b"]);
+        // 40, 20, 20, 10: 40 stays; 20 goes; 20 goes (20 < 40); 10 stays (40 = 40).
+        assert_eq!(give_away(&[("a", 40), ("b", 20), ("c", 20), ("d", 10)], 75), ["b", "c"]);
+    }
+
+    #[test]
+    fn a_server_within_capacity_or_with_one_region_gives_nothing_away() {
+        assert!(give_away(&[("a", 40), ("b", 35)], 75).is_empty(), "75 fit in 75");
+        assert!(give_away(&[("a", 200)], 75).is_empty(), "one region: the brain cuts it");
+        assert!(give_away::<&str>(&[], 75).is_empty());
     }
 }

@@ -242,6 +242,7 @@ impl Sandbox {
                 warm_pool: opts.warm_pool,
                 max_servers: 64,
                 seats_per_server: opts.seats_per_server,
+                players_per_server: opts.thresholds.players_per_server,
                 server_tick_ms: opts.server_tick_ms,
                 server_program: opts.server_program.clone(),
                 server_args: opts.server_args.clone(),

@@ -20,19 +20,20 @@ impl AgentMachine {
     /// on it since (a report lags by up to a second); a region takes at least one seat (its
     /// players follow it), as in the brain.
     pub(super) fn seated(&self, name: &Name, s: &GameServer) -> u32 {
-        let given: usize = s
-            .bubbles
-            .iter()
-            .map(|b| match self.bubbles.get(b) {
-                Some(l) => {
-                    let on = |p: &PlayerId| l.holder.get(p).unwrap_or(&l.server) == name;
-                    l.members.keys().filter(|p| on(p)).count().max(1)
-                }
-                // Given to the server, not answered yet.
-                None => 1,
-            })
-            .sum();
-        s.players.max(given as u32)
+        let given: u32 = s.bubbles.iter().map(|&b| self.players_on(name, b)).sum();
+        s.players.max(given)
+    }
+
+    /// The members of `bubble` that `server` simulates, at least one (a region takes a seat).
+    pub(super) fn players_on(&self, server: &Name, bubble: BubbleId) -> u32 {
+        match self.bubbles.get(&bubble) {
+            Some(l) => {
+                let on = |p: &&PlayerId| l.server_of(**p) == server;
+                (l.members.keys().filter(on).count() as u32).max(1)
+            }
+            // Given to the server, not answered yet.
+            None => 1,
+        }
     }
 
     pub(super) fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {
@@ -272,9 +273,11 @@ impl AgentMachine {
         departed: Vec<control::Departure>,
         now: Instant,
     ) -> Result<control::Reply, Fault> {
+        let moving = self.regroups.get(&lease.bubble).is_some_and(|r| r.relocates());
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
-        if b.phase == Phase::Restoring {
-            // Its server is still taking the copy: the changes wait for it to run.
+        if b.phase == Phase::Restoring || moving {
+            // Its server is still taking the copy, or its players are moving to another
+            // server: the changes wait for it to run there.
             let (_, gone) = b.deferred.get_or_insert_with(Default::default);
             let mut all: Vec<control::Departure> = std::mem::take(gone);
             all.retain(|d| !departed.iter().any(|n| n.player == d.player));

@@ -108,6 +108,14 @@ const IDLE_STOP_AFTER: Duration = Duration::from_secs(30);
 const JOIN_BATCH: Duration = Duration::from_millis(50);
 /// Orders waiting for a ready server, at most.
 const MAX_WAITING: usize = 1024;
+/// A server simulating more than `players_per_server` for this long gives whole regions away
+/// to other servers of the site (today's SMD: 10 load samples, one a second).
+const RELIEVE_AFTER: Duration = Duration::from_secs(10);
+/// After a server gave regions away, it gives none again for this long (SMD's settle window).
+const RELIEVE_SETTLE: Duration = Duration::from_secs(15);
+/// Rounds of moves a region's move to another server makes for players that joined its old
+/// server meanwhile, at most.
+const RELOCATE_ROUNDS: u32 = 4;
 
 /// Identifies one connection (the transport's connection id).
 pub type ConnId = u64;
@@ -131,6 +139,9 @@ pub struct MachineConfig {
     pub warm_pool: usize,
     /// Players a game server takes new regions up to (several regions share a server).
     pub seats_per_server: u32,
+    /// Players a game server simulates at most: past it for [`RELIEVE_AFTER`], a server holding
+    /// several regions gives whole ones away to other servers of the site (`parts.rs`).
+    pub players_per_server: u32,
     pub report_every: Duration,
     pub renew_every: Duration,
     /// The game servers' tick (part of the physical floor of a handover's freeze).
@@ -250,6 +261,11 @@ struct GameServer {
     bubbles: Vec<BubbleId>,
     /// Ready and holding nothing since (seen at housekeeping); `None` while it holds a region.
     idle_since: Option<Instant>,
+    /// Simulating more than `players_per_server` with several regions since (seen at
+    /// housekeeping).
+    over_since: Option<Instant>,
+    /// It gave regions away at this time: no other move before [`RELIEVE_SETTLE`].
+    relieved_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

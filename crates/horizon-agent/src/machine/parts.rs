@@ -1,8 +1,17 @@
 //! A bubble spread over several servers of this site, or brought back onto one (SPEC section
-//! 4, within a site). A regroup is a few steps, each waiting on servers: take a ready server
-//! for each new part (one at a time), move each member whose part changed (`Leave` from its
-//! server, `Join` on the new one with its state), then release the surplus and give every
-//! server its box.
+//! 4, within a site), or a whole region moved off an overfull server. A regroup is a few
+//! steps, each waiting on servers: take a ready server for each new part (one at a time), move
+//! each member whose part changed (`Leave` from its server, `Join` on the new one with its
+//! state), then release the surplus and give every server its box.
+//!
+//! A server simulating more than `players_per_server` for [`RELIEVE_AFTER`] with several
+//! regions gives whole ones away as today's SMD does ([`give_away`]: heaviest first, to the
+//! lighter side): each moves to the server [`pick`](horizon_mesh::packing::pick) names, by a
+//! regroup whose one part is on a new server. While a region moves, the core's member changes
+//! for it wait (a departure must find its player where it is), and its copies for the
+//! universe backup are skipped (a copy would miss the players in flight).
+
+use horizon_mesh::packing::give_away;
 
 use super::*;
 
@@ -27,13 +36,25 @@ pub(super) enum AfterRegroup {
     Answer { token: Token },
     /// A handover source's `Prepare`: the snapshot comes from one server.
     PrepareSource { token: Token, handover: HandoverId, target: Name, lease: Lease },
+    /// The whole region moves off `from`, an overfull server; `rounds` of moves so far.
+    Relieve { from: Name, rounds: u32 },
 }
 
 impl AfterRegroup {
-    fn token(&self) -> Token {
+    fn token(&self) -> Option<Token> {
         match self {
-            AfterRegroup::Answer { token } | AfterRegroup::PrepareSource { token, .. } => *token,
+            AfterRegroup::Answer { token } | AfterRegroup::PrepareSource { token, .. } => {
+                Some(*token)
+            }
+            AfterRegroup::Relieve { .. } => None,
         }
+    }
+}
+
+impl Regroup {
+    /// A whole region moving to another server (its servers all change).
+    pub(super) fn relocates(&self) -> bool {
+        matches!(self.then, AfterRegroup::Relieve { .. })
     }
 }
 
@@ -81,7 +102,7 @@ impl AgentMachine {
     ) -> Result<(), Fault> {
         let local = self.bubbles.get(&bubble).ok_or_else(|| unknown(bubble))?;
         if local.extra.is_empty() {
-            self.regrouped(then);
+            self.regrouped(bubble, then);
             return Ok(());
         }
         let region = local.region;
@@ -101,7 +122,11 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::Conflict, "the bubble's parts are changing already"));
         }
         let local = self.bubbles.get(&bubble).ok_or_else(|| unknown(bubble))?;
-        let servers = local.servers().cloned().collect();
+        let servers = match then {
+            // Every part on a server taken now.
+            AfterRegroup::Relieve { .. } => Vec::new(),
+            _ => local.servers().cloned().collect(),
+        };
         let lease = local.lease_ref();
         self.regroups.insert(bubble, Regroup { regions, place, servers, moving: 0, lease, then });
         self.advance_regroup(bubble, now);
@@ -119,7 +144,10 @@ impl AgentMachine {
             let (lease, region) = (local.lease, regroup.regions[part]);
             let players = regroup.place.values().filter(|&&p| p == part).count() as u32;
             let job = AssignJob::Part { lease: local.lease_ref() };
-            if let Err(fault) = self.assign(lease, region, players, false, job, now, now) {
+            // The new server's lease ends when this site's does, not `ttl_ms` from now.
+            let ttl = Duration::from_millis(u64::from(lease.ttl_ms));
+            let granted = local.valid_until.checked_sub(ttl).unwrap_or(now);
+            if let Err(fault) = self.assign(lease, region, players, false, job, granted, now) {
                 self.regroup_failed(bubble, fault);
             }
             return;
@@ -183,12 +211,36 @@ impl AgentMachine {
     fn finish_regroup(&mut self, bubble: BubbleId, now: Instant) {
         let Some(mut regroup) = self.regroups.remove(&bubble) else { return };
         let Some(local) = self.bubbles.get(&bubble) else {
-            self.answer(regroup.then.token(), Err(unknown(bubble)));
+            if let Some(token) = regroup.then.token() {
+                self.answer(token, Err(unknown(bubble)));
+            }
             return;
         };
+        let parts = regroup.regions.len();
+        let keep: Vec<Name> = regroup.servers[..parts].to_vec();
+        // A region moving whole: players who joined its old server meanwhile (a crossing that
+        // came, a fresh start) move too, in another round.
+        if let AfterRegroup::Relieve { rounds, .. } = &mut regroup.then {
+            let behind = local.members.keys().any(|p| !keep.contains(local.server_of(*p)));
+            if behind && *rounds < RELOCATE_ROUNDS {
+                *rounds += 1;
+                self.regroups.insert(bubble, regroup);
+                self.advance_regroup(bubble, now);
+                return;
+            }
+        }
         let lease = local.lease_ref();
-        let surplus: Vec<Name> = regroup.servers.drain(regroup.regions.len()..).collect();
-        for name in surplus {
+        let old: Vec<Name> = local.servers().cloned().collect();
+        // The surplus taken or kept, and the old servers a move left.
+        let left = old.iter().filter(|s| !regroup.servers.contains(s));
+        let released: Vec<Name> = regroup.servers[parts..].iter().chain(left).cloned().collect();
+        // Servers taken now hold the lease as it was when they were: brought up to date (a
+        // renewal or a regrant may have come meanwhile, and went only to the old servers).
+        let taken: Vec<Name> = keep.iter().filter(|s| !old.contains(s)).cloned().collect();
+        let ttl_ms = local.valid_until.saturating_duration_since(now).as_millis();
+        let ttl_ms = ttl_ms.min(u128::from(local.lease.ttl_ms)) as u32;
+        let current = Lease { ttl_ms, ..local.lease };
+        for name in released {
             if self.release(&name, bubble) {
                 self.ask_server(
                     &name,
@@ -197,35 +249,65 @@ impl AgentMachine {
                 );
             }
         }
-        for (name, region) in regroup.servers.iter().zip(&regroup.regions) {
+        for name in taken {
+            if regroup.lease.epoch != lease.epoch {
+                let request = server::Request::Regrant { old: regroup.lease, lease: current };
+                self.ask_server(&name, Then::Nothing("regrant"), request);
+            }
+            let request = server::Request::Renew { leases: vec![lease], ttl_ms, sent_ago_ms: 0 };
+            self.ask_server(&name, Then::Nothing("renew"), request);
+        }
+        for (name, region) in keep.iter().zip(&regroup.regions) {
             let request = server::Request::Resize { lease, region: *region };
             self.ask_server(name, Then::Nothing("resize"), request);
         }
         if let Some(local) = self.bubbles.get_mut(&bubble) {
-            local.extra = regroup.servers[1..].to_vec();
+            local.server = keep[0].clone();
+            local.extra = keep[1..].to_vec();
             let main = local.server.clone();
             let extra = &local.extra;
             local.holder.retain(|_, s| *s != main && extra.contains(s));
-            tracing::debug!(site = %self.cfg.site, bubble = bubble.0, parts = regroup.regions.len(), "bubble parts changed");
+            tracing::debug!(site = %self.cfg.site, bubble = bubble.0, parts, server = %main, "bubble parts changed");
         }
+        self.apply_deferred(bubble, now);
         self.top_up_pool(now);
-        self.regrouped(regroup.then);
+        self.regrouped(bubble, regroup.then);
     }
 
-    fn regrouped(&mut self, then: AfterRegroup) {
+    fn regrouped(&mut self, bubble: BubbleId, then: AfterRegroup) {
         match then {
             AfterRegroup::Answer { token } => self.answer(token, Ok(control::Reply::Done)),
             AfterRegroup::PrepareSource { token, handover, target, lease } => {
                 self.prepare_source(token, handover, lease.bubble, target, lease)
             }
+            AfterRegroup::Relieve { from, rounds } => {
+                self.stats.regions_moved.fetch_add(1, Ordering::Relaxed);
+                let to = self.bubbles.get(&bubble).map(|b| b.server.clone());
+                tracing::info!(site = %self.cfg.site, bubble = bubble.0, %from, to = ?to, rounds, "region moved off an overfull server");
+            }
+        }
+    }
+
+    /// The member changes that waited for a region's move (see the module), now.
+    fn apply_deferred(&mut self, bubble: BubbleId, now: Instant) {
+        let Some(local) = self.bubbles.get_mut(&bubble).filter(|b| b.phase == Phase::Running)
+        else {
+            return;
+        };
+        if let Some((players, departed)) = local.deferred.take() {
+            let lease = local.lease_ref();
+            let _ = self.members(lease, players, departed, now);
         }
     }
 
     /// A step failed: servers taken for new parts go back, and the order is refused.
     pub(super) fn regroup_failed(&mut self, bubble: BubbleId, fault: Fault) {
         let token = self.abandon_regroup(bubble);
-        if let Some(token) = token {
-            self.answer(token, Err(fault));
+        match token {
+            Some(token) => self.answer(token, Err(fault)),
+            None => {
+                tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "region not moved off its server");
+            }
         }
     }
 
@@ -242,6 +324,79 @@ impl AgentMachine {
                 self.ask_server(name, Then::Nothing("release"), request);
             }
         }
-        Some(regroup.then.token())
+        regroup.then.token()
+    }
+
+    /// Servers over `players_per_server` with several regions, for [`RELIEVE_AFTER`] and not
+    /// within [`RELIEVE_SETTLE`] of their last move, give whole regions away (see the module).
+    pub(super) fn relieve_servers(&mut self, now: Instant) {
+        let cap = self.cfg.players_per_server;
+        let over: Vec<(Name, bool)> = self
+            .servers
+            .iter()
+            .map(|(n, s)| (n.clone(), s.ready && s.bubbles.len() >= 2 && self.seated(n, s) > cap))
+            .collect();
+        let mut due = Vec::new();
+        for (name, over) in over {
+            let Some(s) = self.servers.get_mut(&name) else { continue };
+            if !over {
+                s.over_since = None;
+                continue;
+            }
+            let since = *s.over_since.get_or_insert(now);
+            let settled = s.relieved_at.is_none_or(|t| now >= t + RELIEVE_SETTLE);
+            if settled && now >= since + RELIEVE_AFTER {
+                due.push(name);
+            }
+        }
+        for name in due {
+            self.relieve(&name, now);
+        }
+    }
+
+    fn relieve(&mut self, server: &Name, now: Instant) {
+        let Some(s) = self.servers.get(server) else { return };
+        let regions: Vec<(BubbleId, u32)> =
+            s.bubbles.iter().map(|&b| (b, self.players_on(server, b))).collect();
+        let away: Vec<BubbleId> = give_away(&regions, self.cfg.players_per_server)
+            .into_iter()
+            .filter(|&b| self.movable(b, server))
+            .collect();
+        if away.is_empty() {
+            // What it would give is busy (a handover, a regrant): tried again next time.
+            return;
+        }
+        if let Some(s) = self.servers.get_mut(server) {
+            s.relieved_at = Some(now);
+            s.over_since = None;
+        }
+        let players: u32 = regions.iter().map(|(_, p)| p).sum();
+        tracing::info!(site = %self.cfg.site, %server, players, regions = regions.len(), moving = away.len(), "overfull game server gives regions away");
+        for bubble in away {
+            let Some(local) = self.bubbles.get(&bubble) else { continue };
+            let region = local.region;
+            let place = local.members.keys().map(|&p| (p, 0)).collect();
+            let then = AfterRegroup::Relieve { from: server.clone(), rounds: 0 };
+            if let Err(fault) = self.start_regroup(bubble, vec![region], place, then, now) {
+                tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "region not moved off its server");
+            }
+        }
+    }
+
+    /// Whether `bubble` may move whole off `server` now: it runs there alone (not spread), and
+    /// nothing else is changing it.
+    fn movable(&self, bubble: BubbleId, server: &Name) -> bool {
+        let busy = self.regroups.contains_key(&bubble)
+            || self.regrants.contains_key(&bubble)
+            || self.mirrors.contains_key(&bubble)
+            || self.pending_restore.contains_key(&bubble);
+        !busy
+            && self.bubbles.get(&bubble).is_some_and(|l| {
+                l.phase == Phase::Running
+                    && l.extra.is_empty()
+                    && l.server == *server
+                    && l.refused_at.is_none()
+                    && !l.told_reconnecting
+            })
     }
 }

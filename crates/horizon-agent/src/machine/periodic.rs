@@ -9,7 +9,13 @@ impl AgentMachine {
             return;
         }
         let mut copies = Vec::new();
-        for local in self.bubbles.values().filter(|b| b.phase == Phase::Running) {
+        let running = self
+            .bubbles
+            .iter()
+            .filter(|(id, b)| b.phase == Phase::Running && !self.regroups.contains_key(id));
+        // A bubble whose players are changing servers is copied next time (a copy now would
+        // miss the players in flight).
+        for (_, local) in running {
             // A spread bubble: every part's server copies its own state.
             for name in local.servers().filter(|n| self.servers.contains_key(*n)) {
                 copies.push((name.clone(), local.lease_ref()));
@@ -86,6 +92,7 @@ impl AgentMachine {
 
     pub(super) fn housekeeping(&mut self, now: Instant) {
         self.stop_idle_servers(now);
+        self.relieve_servers(now);
         let ready = self.servers.values().filter(|s| s.ready).count() as u64;
         self.stats.servers_ready.store(ready, Ordering::Relaxed);
         self.stats.registered.store(u64::from(self.registered), Ordering::Relaxed);

@@ -27,6 +27,8 @@ impl AgentMachine {
             players: 0,
             bubbles: Vec::new(),
             idle_since: None,
+            over_since: None,
+            relieved_at: None,
         };
         self.servers.insert(server, srv);
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);

@@ -39,12 +39,17 @@ impl Harness {
     }
 
     fn with_seats(warm_pool: usize, seats_per_server: u32) -> Self {
+        Self::with_limits(warm_pool, seats_per_server, 75)
+    }
+
+    fn with_limits(warm_pool: usize, seats_per_server: u32, players_per_server: u32) -> Self {
         let cfg = MachineConfig {
             site: n(SITE),
             advertise_transfer: "127.0.0.1:1".into(),
             peers: BTreeMap::new(),
             warm_pool,
             seats_per_server,
+            players_per_server,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(2),
             server_tick: Duration::from_millis(33),
@@ -129,18 +134,30 @@ impl Harness {
         effects: Vec<Effect>,
         reply: impl Fn(&server::Request) -> Result<server::Reply, String>,
     ) -> Vec<Effect> {
+        self.answer_servers_seen(effects, reply).1
+    }
+
+    /// [`Harness::answer_servers`], also returning every request answered (server, request),
+    /// in order.
+    fn answer_servers_seen(
+        &mut self,
+        effects: Vec<Effect>,
+        reply: impl Fn(&server::Request) -> Result<server::Reply, String>,
+    ) -> (Vec<(String, server::Request)>, Vec<Effect>) {
         let mut rest = Vec::new();
+        let mut seen = Vec::new();
         let mut queue: VecDeque<Effect> = effects.into();
         while let Some(e) = queue.pop_front() {
             match e {
                 Effect::ToServer { server, pending, request } => {
                     let result = reply(&request);
+                    seen.push((server.to_string(), request));
                     queue.extend(self.feed(Input::ServerReplied { server, pending, result }));
                 }
                 other => rest.push(other),
             }
         }
-        rest
+        (seen, rest)
     }
 }
 
@@ -727,6 +744,124 @@ fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
     assert_eq!(local.extra, [n("mtl-gs-1")]);
     assert_eq!(local.server_of(PlayerId(2)), &n("mtl-gs-1"));
     assert_eq!(local.server_of(PlayerId(1)), &n("mtl-gs-0"));
+}
+
+#[test]
+fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_players_state() {
+    // Seats for 4, at most 4: two bubbles placed on one server grow to 3 + 2 players.
+    let mut h = Harness::with_limits(1, 4, 4);
+    h.effects();
+    h.register();
+    h.server_ready("mtl-gs-0");
+    h.server_ready("mtl-gs-1");
+    for b in 1..=2 {
+        let (_, out) = h.order(control::Request::Create {
+            bubble: BubbleId(b),
+            region: region(),
+            lease: lease(b, 1, 60_000),
+        });
+        assert!(
+            matches!(to_servers(&out)[..], [(ref s, server::Request::Assign { .. })] if s == "mtl-gs-0")
+        );
+        h.answer_servers(out, done);
+    }
+    let member = |p| control::Member {
+        player: PlayerId(p),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let lref = |b| LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
+    for (b, players) in [(1, vec![1, 2, 3]), (2, vec![4, 5])] {
+        let players = players.into_iter().map(member).collect();
+        let (_, out) =
+            h.order(control::Request::Members { lease: lref(b), players, departed: Vec::new() });
+        h.answer_servers(out, done);
+    }
+    // Over its 4 players for less than 10 s: nothing moves.
+    let out = h.advance(Duration::from_secs(9));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Assign { .. })));
+    // Past 10 s: the lighter bubble (2, of 2 players) goes to the other server.
+    let out = h.advance(Duration::from_secs(2));
+    let sent: Vec<String> = to_servers(&out)
+        .iter()
+        .filter(|(_, r)| !matches!(r, server::Request::Renew { .. } | server::Request::Copy { .. }))
+        .map(|(s, r)| format!("{s}:{}", kind(r)))
+        .collect();
+    assert_eq!(sent, ["mtl-gs-1:assign"]);
+    // A member list that comes meanwhile waits for the move: player 6 joins where the bubble
+    // runs once it moved.
+    let players = [4, 5, 6].into_iter().map(member).collect();
+    let (_, waiting) =
+        h.order(control::Request::Members { lease: lref(2), players, departed: Vec::new() });
+    assert!(to_servers(&waiting).is_empty(), "{waiting:?}");
+    let (seen, _) = h.answer_servers_seen(out, |r| match r {
+        server::Request::Leave { player, .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(7), state: Blob(vec![player.0 as u8]) })
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    let mut sent: Vec<String> = Vec::new();
+    let mut joined = Vec::new();
+    for (s, r) in &seen {
+        sent.push(format!("{s}:{}", kind(r)));
+        if let server::Request::Join { player, last_applied, state, .. } = r {
+            joined.push((s.clone(), player.0, last_applied.0, state.0.clone()));
+        }
+    }
+    // 4 and 5 left with their state and joined with it; the old server let the region go; the
+    // new one got the lease as it stands and its box; then 6 joined afresh on the new server.
+    assert_eq!(
+        joined,
+        [
+            ("mtl-gs-1".to_owned(), 4, 7, vec![4]),
+            ("mtl-gs-1".to_owned(), 5, 7, vec![5]),
+            ("mtl-gs-1".to_owned(), 6, 0, vec![]),
+        ]
+    );
+    assert!(sent.contains(&"mtl-gs-0:release".to_owned()), "{sent:?}");
+    assert!(sent.contains(&"mtl-gs-1:resize".to_owned()), "{sent:?}");
+    assert!(seen.iter().any(|(s, r)| s == "mtl-gs-1"
+        && matches!(r, server::Request::Renew { leases, .. } if leases == &[lref(2)])));
+    let local = &h.m.bubbles[&BubbleId(2)];
+    assert_eq!(local.server, n("mtl-gs-1"));
+    assert!(local.holder.is_empty() && local.extra.is_empty());
+    assert_eq!(h.m.bubbles[&BubbleId(1)].server, n("mtl-gs-0"), "the heavier stays");
+    assert_eq!(h.m.servers[&n("mtl-gs-0")].bubbles, [BubbleId(1)]);
+    assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 1);
+    // Within its settle window, and then under its 4 players, the server gives nothing more.
+    let out = h.advance(Duration::from_secs(30));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Assign { .. })));
+}
+
+#[test]
+fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
+    let mut h = Harness::with_limits(1, 4, 4);
+    h.effects();
+    h.register();
+    h.server_ready("mtl-gs-0");
+    h.server_ready("mtl-gs-1");
+    let (_, out) = h.order(control::Request::Create {
+        bubble: BubbleId(1),
+        region: region(),
+        lease: lease(1, 1, 60_000),
+    });
+    h.answer_servers(out, done);
+    let players = (1..=9)
+        .map(|p| control::Member {
+            player: PlayerId(p),
+            home: n(SITE),
+            pos: Vec3::default(),
+            crossing: false,
+        })
+        .collect();
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let (_, out) =
+        h.order(control::Request::Members { lease: lref, players, departed: Vec::new() });
+    h.answer_servers(out, done);
+    let out = h.advance(Duration::from_secs(30));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Assign { .. })));
+    assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
 }
 
 fn kind(r: &server::Request) -> &'static str {
