@@ -124,7 +124,7 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
     }
     let mut run = Run {
         sc,
-        servers: Servers::new(sc.sites.len(), &sc.thresholds),
+        servers: Servers::new(sc.sites.len(), &sc.thresholds, sc.tick_ms as f64 / 1000.0),
         mesh,
         names: sc.players.iter().map(|p| p.name.clone()).collect(),
         site_of: BTreeMap::new(),

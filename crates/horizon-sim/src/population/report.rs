@@ -56,8 +56,10 @@ pub struct PolicyReport {
     /// sample, every site together (the cost: SMD at one site seats 60 of 75).
     pub players_per_server_at_peak: f64,
     /// The most servers simulating more than `players_per_server` at one sample (regions grew
-    /// after they were seated; nothing moves them to another server yet).
+    /// after they were seated; a server over it for 10 s gives whole regions away).
     pub max_overfull_servers: u32,
+    /// Regions moved whole off overfull servers to another server of their site.
+    pub region_moves: u64,
     /// The most counted players in one bubble, and the widest side of one bubble (sampled).
     pub largest_bubble_players: u32,
     pub widest_bubble_km: f64,
@@ -270,7 +272,8 @@ impl PopulationReport {
              players, seated by the agents' own rule; the core site's zones are regions \
              too (under `all_core`, today's SMD, they are all there is). *Players per server* is the most players \
              simulated at one sample over the most servers running at one sample. SMD at one \
-             site, full to 80 % of 75, seats 60.\n\n",
+             site, full to 80 % of 75, seats 60. A server over 75 for 10 s gives whole regions \
+             away to another server of its site (*region moves*), as the agents do.\n\n",
         );
         table_header(
             &mut md,
@@ -278,6 +281,7 @@ impl PopulationReport {
                 "servers at peak (all sites)".to_owned(),
                 "players per server at peak".to_owned(),
                 "overfull servers (max)".to_owned(),
+                "region moves".to_owned(),
                 "zones (max)".to_owned(),
                 "zone splits / merges".to_owned(),
             ],
@@ -285,10 +289,11 @@ impl PopulationReport {
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = writeln!(
                 md,
-                "| `{name}` | {} | {:.1} | {} | {} | {} / {} |",
+                "| `{name}` | {} | {:.1} | {} | {} | {} | {} / {} |",
                 r.max_servers,
                 r.players_per_server_at_peak,
                 r.max_overfull_servers,
+                r.region_moves,
                 r.max_zones,
                 r.zone_splits,
                 r.zone_merges

@@ -187,7 +187,7 @@ impl Tracker {
             simulated: vec![Vec::new(); n],
             max_bubbles: vec![0; n],
             max_servers: vec![0; n],
-            pool: Servers::new(n, &cfg.thresholds),
+            pool: Servers::new(n, &cfg.thresholds, cfg.tick_ms as f64 / 1000.0),
             peak_players: 0,
             peak_servers: 0,
             max_overfull: 0,
@@ -630,6 +630,7 @@ fn build_report(
                 players_per_server_at_peak: f64::from(t.peak_players)
                     / f64::from(t.peak_servers.max(1)),
                 max_overfull_servers: t.max_overfull,
+                region_moves: t.pool.moved(),
                 largest_bubble_players: t.largest_bubble,
                 widest_bubble_km: (t.widest_bubble_m / 100.0).round() / 10.0,
                 wall_s: t.wall_s,

@@ -3,14 +3,17 @@
 //! [`horizon_mesh::packing::pick`].
 //!
 //! Called every tick with the regions on each site: a part of a bubble is seated when first
-//! seen (with the players it has then), keeps its server while it stays on the site (as an
-//! agent keeps it: nothing moves a running region between servers), and leaves it when the
-//! bubble ends or moves away. A server holding nothing is given back. A bubble spread over
-//! several servers counts as that many regions, its players shared evenly between them.
-//! The core site's zones are regions too, seated alike: a zone that splits keeps its server
-//! and its new half is seated as a new region, as SMD gives it to another server.
+//! seen (with the players it has then), keeps its server while it stays on the site, and
+//! leaves it when the bubble ends or moves away. A server holding nothing is given back. A
+//! bubble spread over several servers counts as that many regions, its players shared evenly
+//! between them. The core site's zones are regions too, seated alike: a zone that splits keeps
+//! its server and its new half is seated as a new region, as SMD gives it to another server.
+//!
+//! A server over `players_per_server` with several regions for 10 s gives whole regions away
+//! by the agents' rule too ([`give_away`], then [`pick`] for each, never the same server), and
+//! not again within 15 s: the agents' `RELIEVE_AFTER` and `RELIEVE_SETTLE`, in ticks.
 
-use horizon_mesh::packing::{Seat, pick};
+use horizon_mesh::packing::{Seat, give_away, pick};
 use horizon_mesh::{BubbleId, Mesh, Thresholds};
 use rustc_hash::FxHashMap;
 
@@ -25,6 +28,19 @@ struct SitePool {
 struct Server {
     players: u32,
     regions: u32,
+    /// Ticks in a row over `players_per_server` with several regions.
+    over_ticks: u32,
+    /// The tick it last gave regions away.
+    relieved: Option<u64>,
+}
+
+/// When an overfull server gives regions away, in ticks.
+#[derive(Clone, Copy, Debug)]
+struct Relief {
+    capacity: u32,
+    seats: u32,
+    after_ticks: u32,
+    settle_ticks: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +72,55 @@ impl SitePool {
         s.players += players;
         s.regions += 1;
         self.placed.insert(key, Placed { server, players, seen: tick });
+    }
+
+    /// Servers over capacity with several regions for long enough give whole regions away,
+    /// each to the server [`pick`] names among the others. Returns the regions moved.
+    fn relieve(&mut self, tick: u64, r: Relief) -> u64 {
+        let mut moved = 0;
+        for i in 0..self.servers.len() {
+            let s = &mut self.servers[i];
+            if s.players <= r.capacity || s.regions < 2 {
+                s.over_ticks = 0;
+                continue;
+            }
+            s.over_ticks += 1;
+            let settled = s.relieved.is_none_or(|t| tick >= t + r.settle_ticks);
+            if s.over_ticks < r.after_ticks || !settled {
+                continue;
+            }
+            s.over_ticks = 0;
+            s.relieved = Some(tick);
+            let mut regions: Vec<((BubbleId, u32), u32)> = self
+                .placed
+                .iter()
+                .filter(|(_, p)| p.server as usize == i)
+                .map(|(k, p)| (*k, p.players))
+                .collect();
+            regions.sort_unstable_by_key(|&((b, part), _)| (b.0, part));
+            for key in give_away(&regions, r.capacity) {
+                let Some(p) = self.placed.get(&key).copied() else { continue };
+                let from = &mut self.servers[i];
+                from.players -= p.players;
+                from.regions -= 1;
+                let offered =
+                    self.servers.iter().enumerate().filter(|&(j, _)| j != i).map(|(j, s)| Seat {
+                        server: j as u32,
+                        players: s.players,
+                        regions: s.regions,
+                    });
+                let to = pick(offered, p.players, r.seats).unwrap_or_else(|| {
+                    self.servers.push(Server::default());
+                    self.servers.len() as u32 - 1
+                });
+                let s = &mut self.servers[to as usize];
+                s.players += p.players;
+                s.regions += 1;
+                self.placed.insert(key, Placed { server: to, ..p });
+                moved += 1;
+            }
+        }
+        moved
     }
 
     /// Regions not seen at `tick` leave their servers.
@@ -94,16 +159,37 @@ pub(crate) struct Servers {
     tick: u64,
     seats: u32,
     players_per_server: u32,
+    relief: Relief,
+    /// Regions moved whole off overfull servers so far.
+    moved: u64,
 }
 
+/// The agents' `RELIEVE_AFTER` and `RELIEVE_SETTLE` (`horizon-agent` `machine/mod.rs`).
+const RELIEVE_AFTER_S: f64 = 10.0;
+const RELIEVE_SETTLE_S: f64 = 15.0;
+
 impl Servers {
-    pub(crate) fn new(sites: usize, th: &Thresholds) -> Self {
+    /// `tick_s`: the seconds between two calls of [`Servers::update`].
+    pub(crate) fn new(sites: usize, th: &Thresholds, tick_s: f64) -> Self {
+        let ticks = |s: f64| (s / tick_s).ceil().max(1.0);
         Servers {
             sites: (0..sites).map(|_| SitePool::default()).collect(),
             tick: 0,
             seats: th.seats_per_server(),
             players_per_server: th.players_per_server,
+            relief: Relief {
+                capacity: th.players_per_server,
+                seats: th.seats_per_server(),
+                after_ticks: ticks(RELIEVE_AFTER_S) as u32,
+                settle_ticks: ticks(RELIEVE_SETTLE_S) as u64,
+            },
+            moved: 0,
         }
+    }
+
+    /// Regions moved whole off overfull servers so far.
+    pub(crate) fn moved(&self) -> u64 {
+        self.moved
     }
 
     /// Seats what `mesh` runs now.
@@ -126,6 +212,7 @@ impl Servers {
         }
         for pool in &mut self.sites {
             pool.sweep(tick);
+            self.moved += pool.relieve(tick, self.relief);
         }
     }
 
@@ -168,5 +255,33 @@ mod tests {
         // A new one takes the given-back server only when the first is full.
         pool.seat(b(5), 1, 60, 4);
         assert_eq!(pool.hosting().count(), 2, "60 + 1 exceeds the seats");
+    }
+
+    #[test]
+    fn an_overfull_server_gives_whole_regions_away_after_two_ticks_then_settles() {
+        // 10 s of overload is two 5 s ticks; the settle window of 15 s is three.
+        let r = Relief { capacity: 75, seats: 60, after_ticks: 2, settle_ticks: 3 };
+        let mut pool = SitePool::default();
+        pool.seat(b(1), 30, 60, 1);
+        pool.seat(b(2), 25, 60, 1);
+        assert_eq!(pool.hosting().count(), 1);
+        // Both grow: 50 + 40 = 90 over 75.
+        pool.seat(b(1), 50, 60, 2);
+        pool.seat(b(2), 40, 60, 2);
+        assert_eq!(pool.relieve(2, r), 0, "one tick over: not yet");
+        assert_eq!(pool.relieve(3, r), 1, "two ticks over: the lighter side goes");
+        let on = |pool: &SitePool, id| pool.placed[&b(id)].server;
+        assert_ne!(on(&pool, 1), on(&pool, 2));
+        assert_eq!(pool.hosting().map(|s| s.players).collect::<Vec<_>>(), [50, 40]);
+        // The server keeping bubble 1 fills again with a third region: it waits its settle
+        // window before it gives anything away.
+        pool.seat(b(3), 1, 60, 4);
+        pool.seat(b(3), 30, 60, 4);
+        let first = on(&pool, 1);
+        assert_eq!(on(&pool, 3), first, "placed on the fullest that fitted");
+        assert_eq!(pool.relieve(4, r), 0);
+        assert_eq!(pool.relieve(5, r), 0, "within 3 ticks of its last move");
+        assert_eq!(pool.relieve(6, r), 1);
+        assert_eq!(pool.servers.iter().filter(|s| s.players > 75).count(), 0);
     }
 }
