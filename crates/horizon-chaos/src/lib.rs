@@ -168,6 +168,7 @@ impl Summary {
             totals.restores += s.restores;
             totals.zone_splits += s.zone_splits;
             totals.zone_merges += s.zone_merges;
+            totals.region_moves += s.region_moves;
             totals.core_generations = totals.core_generations.max(s.core_generations);
         }
         Summary {
@@ -189,7 +190,7 @@ pub fn render_run(run: &Run, full: bool) -> String {
     }
     let s = &run.stats;
     out.push_str(&format!(
-        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, generation {}\n",
+        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} region moves, generation {}\n",
         s.events,
         s.ticks_checked,
         s.inputs_sent,
@@ -197,6 +198,7 @@ pub fn render_run(run: &Run, full: bool) -> String {
         s.restores,
         s.zone_splits,
         s.zone_merges,
+        s.region_moves,
         s.core_generations
     ));
     if full {

@@ -270,6 +270,8 @@ pub struct RunStats {
     /// Zones cut and joined again, over every core generation (relay stage).
     pub zone_splits: u64,
     pub zone_merges: u64,
+    /// Regions the agents moved whole off an overfull game server to another of their site.
+    pub region_moves: u64,
 }
 
 /// One run.
@@ -318,6 +320,8 @@ pub(crate) struct World {
     isolated_until: Vec<u64>,
     pub(crate) checker: Checker,
     pub(crate) stats: RunStats,
+    /// Shared by every agent machine of the run, restarted ones too (only counters are read).
+    agent_stats: Arc<AgentStats>,
     pub(crate) trace: Vec<String>,
 }
 
@@ -402,6 +406,7 @@ impl World {
             isolated_until: vec![0; SITES.len()],
             checker: Checker::new(seed),
             stats: RunStats::default(),
+            agent_stats: Arc::new(AgentStats::default()),
             trace: Vec::new(),
         };
         world.start_core();
@@ -475,7 +480,7 @@ impl World {
             advertise_admin: None,
         };
         let now = self.instant(site);
-        AgentMachine::new(cfg, Arc::new(AgentStats::default()), now)
+        AgentMachine::new(cfg, self.agent_stats.clone(), now)
     }
 
     /// Adds the running core's zone splits and merges to the run's (before it stops).
@@ -579,6 +584,7 @@ impl World {
         }
         self.now = self.end;
         self.count_zone_changes();
+        self.stats.region_moves = self.agent_stats.regions_moved.load(std::sync::atomic::Ordering::Relaxed);
         self.final_checks();
         self.stats.ticks_checked = self.checker.ticks_checked;
     }

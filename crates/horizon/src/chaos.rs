@@ -100,7 +100,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         }
         let s = Summary::of(&runs, &opts, args.first_seed);
         println!(
-            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges",
+            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges, {} region moves",
             s.runs,
             s.seconds,
             s.violations.len(),
@@ -109,7 +109,8 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
             s.totals.inputs_sent,
             s.totals.restores,
             s.totals.zone_splits,
-            s.totals.zone_merges
+            s.totals.zone_merges,
+            s.totals.region_moves
         );
     }
     verdict(&runs)
