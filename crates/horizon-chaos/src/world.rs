@@ -584,7 +584,8 @@ impl World {
         }
         self.now = self.end;
         self.count_zone_changes();
-        self.stats.region_moves = self.agent_stats.regions_moved.load(std::sync::atomic::Ordering::Relaxed);
+        self.stats.region_moves =
+            self.agent_stats.regions_moved.load(std::sync::atomic::Ordering::Relaxed);
         self.final_checks();
         self.stats.ticks_checked = self.checker.ticks_checked;
     }

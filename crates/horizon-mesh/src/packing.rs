@@ -48,18 +48,19 @@ pub fn pick<S>(servers: impl IntoIterator<Item = Seat<S>>, players: u32, seats: 
 /// heaviest first, each to the lighter of the two sides, the heaviest staying, so the server
 /// keeps at least one region and about half of its players. Nothing when it holds fewer than
 /// two regions (one region too large for a server is cut by the brain, not moved) or when its
-/// players fit in `capacity`. Ties between equal regions keep their given order.
+/// players fit in `capacity`. A region with no players stays (moving it relieves nothing).
+/// Ties between equal regions keep their given order.
 pub fn give_away<R: Copy>(regions: &[(R, u32)], capacity: u32) -> Vec<R> {
     let total: u64 = regions.iter().map(|&(_, p)| u64::from(p)).sum();
     if regions.len() < 2 || total <= u64::from(capacity) {
         return Vec::new();
     }
     let mut order: Vec<&(R, u32)> = regions.iter().collect();
-    order.sort_by(|a, b| b.1.cmp(&a.1));
+    order.sort_by_key(|r| std::cmp::Reverse(r.1));
     let (mut stay, mut go) = (u64::from(order[0].1), 0u64);
     let mut away = Vec::new();
     for &&(region, players) in &order[1..] {
-        if go < stay {
+        if players > 0 && go < stay {
             go += u64::from(players);
             away.push(region);
         } else {
@@ -120,5 +121,11 @@ mod tests {
         assert!(give_away(&[("a", 40), ("b", 35)], 75).is_empty(), "75 fit in 75");
         assert!(give_away(&[("a", 200)], 75).is_empty(), "one region: the brain cuts it");
         assert!(give_away::<&str>(&[], 75).is_empty());
+    }
+
+    #[test]
+    fn a_region_with_no_players_never_moves() {
+        assert_eq!(give_away(&[("a", 4), ("z", 0), ("b", 3)], 6), ["b"]);
+        assert!(give_away(&[("a", 7), ("z", 0)], 6).is_empty());
     }
 }

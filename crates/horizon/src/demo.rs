@@ -467,6 +467,10 @@ async fn run(args: DemoArgs) -> ExitCode {
         .every_agent_stats()
         .map(|a| a.writes_after_lease.load(std::sync::atomic::Ordering::Relaxed))
         .sum();
+    let region_moves: u64 = sandbox
+        .every_agent_stats()
+        .map(|a| a.regions_moved.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
     let freezes = sandbox.freezes(false);
     let crossings = sandbox.freezes(true);
     let core_site = sandbox.core_site().to_owned();
@@ -513,6 +517,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         "splits": status.zone_changes.splits,
         "merges": status.zone_changes.merges,
     });
+    doc["region_moves"] = region_moves.into();
     let per_server = cost.peak_players as f64 / cost.peak_servers.max(1) as f64;
     doc["players_per_server_at_peak"] = ((per_server * 10.0).round() / 10.0).into();
     let (freeze, excess, by_pair) = freeze_report(&freezes);

@@ -473,6 +473,77 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
     assert!(moved >= 6, "players carried to another part's server, state and seqs: {moved}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobody_loses_an_input() {
+    let dir = std::env::temp_dir().join(format!("horizon-relieve-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 1_000;
+    // Servers of 6 players, new regions seated up to 4 of them.
+    opts.thresholds.players_per_server = 6;
+    opts.seats_per_server = opts.thresholds.seats_per_server();
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spawn = |name: &str, x: f64| {
+        let spec = bot(name, "PAR", &sandbox, x, 0);
+        bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
+    };
+    // Two Parisians 5 km apart: two bubbles, both seated on one server.
+    let mut running = vec![spawn("a-0", 0.0), spawn("b-0", 5_000.0)];
+    let player = |r: &(Arc<std::sync::Mutex<BotReport>>, _)| r.0.lock().expect("report").player;
+    let shared = wait_for(&sandbox, 30, |s| {
+        let (a, b) = (player(&running[0])?, player(&running[1])?);
+        let (a, b) = (holder_of(s, a)?, holder_of(s, b)?);
+        (a.0 != b.0 && a.2 == b.2).then_some((a, b))
+    })
+    .await
+    .expect("two bubbles on one server");
+    // Their groups grow to 4 and 3: 7 players on a server of 6.
+    for (name, x) in [("a-1", 3.0), ("a-2", 6.0), ("a-3", 9.0), ("b-1", 5_003.0), ("b-2", 5_006.0)]
+    {
+        running.push(spawn(name, x));
+    }
+    let grown = wait_for(&sandbox, 30, |s| {
+        let n = |b: u64| s.bubble(b).map(|b| b.players);
+        (n(shared.0.0)? == 4 && n(shared.1.0)? == 3).then_some(())
+    })
+    .await;
+    // 10 s over its 6 players: the server gives the lighter bubble, b's, to another server.
+    let moved = wait_for(&sandbox, 40, |s| {
+        let b =
+            s.site("PAR")?.servers.iter().flatten().find(|x| x.bubbles.contains(&shared.1.0))?;
+        (b.server != shared.1.2).then(|| b.server.clone())
+    })
+    .await;
+    // Play on there for a while.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let status = sandbox.core.status().await.expect("status");
+    let moves: u64 = sandbox
+        .every_agent_stats()
+        .map(|a| a.regions_moved.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    let reports = finish(sandbox, &dir, stop, running).await;
+
+    grown.expect("the two bubbles grew to 4 and 3 players");
+    let to = moved.expect("bubble b moved to another server");
+    assert_eq!(moves, 1, "one region moved");
+    let par = status.site("PAR").expect("PAR");
+    let holds = |b: u64| par.servers.iter().flatten().find(|x| x.bubbles.contains(&b));
+    assert_eq!(holds(shared.0.0).map(|x| &x.server), Some(&shared.0.2), "the heavier stays");
+    assert_eq!(holds(shared.1.0).map(|x| &x.server), Some(&to));
+    assert_eq!(status.players.len(), 7, "{:?}", status.players);
+    for r in &reports {
+        played_cleanly(r);
+        assert!(r.inputs_sent > 50, "{} played: {r:?}", r.name);
+        // Carried to the other server with their state and seqs: the bubble's timeline starts
+        // again there (the same bubble and box, ticks from the new server's first).
+        let moved = if r.name.starts_with('b') { 1 } else { 0 };
+        assert_eq!(r.restores_seen, moved, "{}: {r:?}", r.name);
+    }
+}
+
 /// The bubble simulating `player` and the server holding it, from the core's status.
 fn holder_of(status: &CoreStatus, player: u64) -> Option<(u64, String, String)> {
     let bubble = status.players.iter().find(|p| p.player == player)?.bubble?;

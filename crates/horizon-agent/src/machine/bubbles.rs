@@ -27,13 +27,17 @@ impl AgentMachine {
     /// The members of `bubble` that `server` simulates, at least one (a region takes a seat).
     pub(super) fn players_on(&self, server: &Name, bubble: BubbleId) -> u32 {
         match self.bubbles.get(&bubble) {
-            Some(l) => {
-                let on = |p: &&PlayerId| l.server_of(**p) == server;
-                (l.members.keys().filter(on).count() as u32).max(1)
-            }
+            Some(_) => self.members_on(server, bubble).max(1),
             // Given to the server, not answered yet.
             None => 1,
         }
+    }
+
+    /// The members of `bubble` that `server` simulates.
+    pub(super) fn members_on(&self, server: &Name, bubble: BubbleId) -> u32 {
+        self.bubbles
+            .get(&bubble)
+            .map_or(0, |l| l.members.keys().filter(|p| l.server_of(**p) == server).count() as u32)
     }
 
     pub(super) fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {

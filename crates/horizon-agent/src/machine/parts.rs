@@ -357,7 +357,7 @@ impl AgentMachine {
     fn relieve(&mut self, server: &Name, now: Instant) {
         let Some(s) = self.servers.get(server) else { return };
         let regions: Vec<(BubbleId, u32)> =
-            s.bubbles.iter().map(|&b| (b, self.players_on(server, b))).collect();
+            s.bubbles.iter().map(|&b| (b, self.members_on(server, b))).collect();
         let away: Vec<BubbleId> = give_away(&regions, self.cfg.players_per_server)
             .into_iter()
             .filter(|&b| self.movable(b, server))
