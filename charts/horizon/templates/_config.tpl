@@ -50,6 +50,7 @@ players = "0.0.0.0:{{ .Values.agent.ports.players }}"
 transfer = "0.0.0.0:{{ .Values.agent.ports.transfer }}"
 advertise_transfer = {{ required "agent.advertiseTransfer (how other sites reach this agent) is required" .Values.agent.advertiseTransfer | quote }}
 admin = "0.0.0.0:{{ .Values.agent.ports.admin }}"
+beacon = "0.0.0.0:{{ .Values.agent.ports.beacon }}"
 advertise_admin = "{{ include "horizon.fullname" . }}-agent-admin.{{ .Release.Namespace }}.svc:{{ .Values.agent.ports.admin }}"
 
 [tls]

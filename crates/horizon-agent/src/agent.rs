@@ -61,6 +61,8 @@ pub enum AgentError {
     Name(String, horizon_proto::NameTooLong),
     #[error("admin API on {0}: {1}")]
     Admin(SocketAddr, std::io::Error),
+    #[error("probe beacon (listen.beacon) on {0}: {1}")]
+    Beacon(SocketAddr, std::io::Error),
     #[error("player keys: {0}")]
     Keys(#[from] credential::CredentialError),
     #[error("{}: not a certificate for site {site}: {why}", cert.display())]
@@ -76,6 +78,8 @@ pub struct AgentHandle {
     pub transfer_addr: SocketAddr,
     /// The admin API's address, if configured.
     pub admin_addr: Option<SocketAddr>,
+    /// The probe beacon's address, if configured.
+    pub beacon_addr: Option<SocketAddr>,
     pub stats: Arc<AgentStats>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -97,7 +101,10 @@ impl AgentHandle {
         self.task.abort();
         let _ = self.task.await;
         drop(self.stop);
-        let addrs = [self.servers_addr, self.players_addr, self.transfer_addr];
+        let addrs: Vec<SocketAddr> = [self.servers_addr, self.players_addr, self.transfer_addr]
+            .into_iter()
+            .chain(self.beacon_addr)
+            .collect();
         let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until && addrs.iter().any(|a| std::net::UdpSocket::bind(a).is_err())
         {
@@ -156,6 +163,17 @@ pub async fn start(
     let metrics = crate::metrics::AgentMetrics::new(&cfg.site, stats.clone());
     let admin_addr = match cfg.listen_admin {
         Some(addr) => Some(serve_admin(addr, &cfg.site, metrics.clone(), stop_rx.clone()).await?),
+        None => None,
+    };
+    let beacon_addr = match cfg.listen_beacon {
+        Some(addr) => {
+            let socket =
+                tokio::net::UdpSocket::bind(addr).await.map_err(|e| AgentError::Beacon(addr, e))?;
+            let local = socket.local_addr().map_err(|e| AgentError::Beacon(addr, e))?;
+            tokio::spawn(crate::beacon::serve(socket, stats.clone(), stop_rx.clone()));
+            tracing::info!(site = %cfg.site, addr = %local, "probe beacon listening");
+            Some(local)
+        }
         None => None,
     };
     let listener_tls = [
@@ -226,6 +244,7 @@ pub async fn start(
         players_addr,
         transfer_addr,
         admin_addr,
+        beacon_addr,
         stats,
         stop,
         task,

@@ -21,6 +21,9 @@ pub struct AgentConfig {
     pub listen_transfer: SocketAddr,
     /// The admin HTTP API (`/livez`, `/readyz`, `/metrics`, `/status`); none if absent.
     pub listen_admin: Option<SocketAddr>,
+    /// Where the probe beacon answers clients' pings (UDP), if anywhere (docs/protocol.md,
+    /// "Beacons").
+    pub listen_beacon: Option<SocketAddr>,
     /// Where operators reach the admin API (`host:port`), told to the core for its status
     /// page. Default: `listen.admin` unless it is a wildcard address.
     pub advertise_admin: Option<String>,
@@ -116,6 +119,7 @@ struct RawListen {
     advertise_transfer: Option<String>,
     admin: Option<String>,
     advertise_admin: Option<String>,
+    beacon: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,6 +198,7 @@ impl AgentConfig {
         let listen_players = addr("listen.players", &raw.listen.players);
         let listen_transfer = addr("listen.transfer", &raw.listen.transfer);
         let listen_admin = raw.listen.admin.as_deref().map(|a| addr("listen.admin", a));
+        let listen_beacon = raw.listen.beacon.as_deref().map(|a| addr("listen.beacon", a));
         let warm_pool = raw.servers.warm_pool.unwrap_or(2);
         let max_servers = raw.servers.max.unwrap_or(64);
         if max_servers == 0 || warm_pool > max_servers {
@@ -283,6 +288,7 @@ impl AgentConfig {
             listen_players,
             listen_transfer,
             listen_admin,
+            listen_beacon,
             advertise_admin: raw.listen.advertise_admin,
             ca: base.join(raw.tls.ca),
             cert: base.join(raw.tls.cert),

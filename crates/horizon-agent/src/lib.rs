@@ -22,6 +22,8 @@
 //!   back. A player's session logic is sans-IO (`gateway.rs`). A dropped connection resumes as
 //!   the same player when its client comes back within 30 s. Access RTT is QUIC's, measured
 //!   here, and the minimum of the session is what the core scores with.
+//! - **Beacon** (`listen.beacon`, optional): answers clients' UDP probes so they measure their
+//!   round trip to this site before joining ([`beacon`]).
 //! - **Transfer**: one connection per pair of sites (the site whose name sorts first dials):
 //!   handover state (snapshot, deltas, seal), border crossings, forwarded inputs and updates,
 //!   and RTT probes.
@@ -33,6 +35,7 @@
 //!   the core follows its players' bubble to its new holder.
 
 mod agent;
+pub mod beacon;
 mod config;
 mod credentials;
 mod driver;

@@ -47,6 +47,21 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.regions_moved,
     ),
     (
+        "horizon_agent_beacon_pongs_total",
+        "Probe beacon pings answered (listen.beacon): clients measuring their round trip to this site.",
+        |s| &s.beacon_pongs,
+    ),
+    (
+        "horizon_agent_beacon_malformed_total",
+        "Datagrams on the probe beacon port that were no beacon ping (wrong length, magic, version or kind): not answered.",
+        |s| &s.beacon_malformed,
+    ),
+    (
+        "horizon_agent_beacon_limited_total",
+        "Probe beacon pings over their source's rate (20 a second after a burst of 10): not answered.",
+        |s| &s.beacon_limited,
+    ),
+    (
         "horizon_agent_positions_refused_total",
         "Positions a game server reported for a region it does not run here under that lease: refused.",
         |s| &s.positions_refused,

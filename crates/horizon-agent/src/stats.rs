@@ -16,6 +16,10 @@ pub struct AgentStats {
     pub servers_stopped_idle: AtomicU64,
     /// Regions moved whole from an overfull game server to another of this site.
     pub regions_moved: AtomicU64,
+    /// Probe beacon: pings answered, packets that were no ping, pings over a source's rate.
+    pub beacon_pongs: AtomicU64,
+    pub beacon_malformed: AtomicU64,
+    pub beacon_limited: AtomicU64,
     /// 1 while registered with the core.
     pub registered: AtomicU64,
     /// Inputs kept by the gateway until a stored copy covers them, every player together.

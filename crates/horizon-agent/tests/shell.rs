@@ -60,6 +60,7 @@ fn config(dir: &std::path::Path) -> AgentConfig {
         listen_players: any,
         listen_transfer: any,
         listen_admin: None,
+        listen_beacon: Some(any),
         advertise_admin: None,
         advertise_transfer: "127.0.0.1:1".into(),
         ca: ca.ca_cert(),
@@ -108,4 +109,28 @@ async fn servers_that_never_register_are_stopped_and_replaced_and_an_exit_is_see
     assert!(calls().iter().any(|c| c == "start mtl-gs-4"), "{:?}", calls());
     agent.shutdown().await;
     assert_eq!(calls().last().map(String::as_str), Some("stop all"));
+}
+
+#[tokio::test]
+async fn the_probe_beacon_answers_pings_even_while_the_core_is_unreachable() {
+    use horizon_proto::beacon::{Ping, Pong};
+    let dir = tempfile::tempdir().unwrap();
+    let agent = horizon_agent::start(config(dir.path()), Box::new(Fake::default())).await.unwrap();
+    let beacon = agent.beacon_addr.expect("listen.beacon is configured");
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.connect(beacon).await.unwrap();
+    let mut answered = Vec::new();
+    for nonce in 0..3 {
+        client.send(&Ping { nonce, client_ns: 7 }.encode()).await.unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), client.recv(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        answered.push(Pong::decode(&buf[..n]).expect("a pong").nonce);
+    }
+    assert_eq!(answered, [0, 1, 2]);
+    let pongs = agent.stats.beacon_pongs.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(pongs, 3);
+    agent.shutdown().await;
 }

@@ -11,6 +11,7 @@
 //! bytes never panics. `docs/protocol.md` describes the bytes for implementers in other
 //! languages, and `tests/golden.txt` freezes them.
 
+pub mod beacon;
 mod channel;
 pub mod control;
 mod error;

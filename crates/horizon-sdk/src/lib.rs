@@ -24,9 +24,13 @@
 //! Deltas are the SDK's own event log of a tick (joins, leaves, inputs, the step), replayed on
 //! the target through the same [`Game`] methods: any deterministic game gets state transfer
 //! without writing a diff. [`reference`] is the reference game server (`horizon gameserver`).
+//!
+//! One piece is for game clients instead: [`probe`] measures the round trip to every site's
+//! probe beacon, so a client joins the site nearest to it.
 
 mod client;
 mod game;
+pub mod probe;
 pub mod reference;
 mod region;
 mod server;

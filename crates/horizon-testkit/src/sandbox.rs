@@ -108,6 +108,8 @@ pub struct Sandbox {
     pub agents: Vec<AgentHandle>,
     /// Where players of each site connect (through the access link).
     pub gateways: BTreeMap<String, SocketAddr>,
+    /// Each site's probe beacon (UDP, direct: no emulated access link in front of it).
+    pub beacons: BTreeMap<String, SocketAddr>,
     pub ca: PathBuf,
     /// Signs players' tokens (the mesh's player keys, as the studio's auth service holds them).
     pub player_tokens: crate::bots::PlayerTokens,
@@ -201,6 +203,7 @@ impl Sandbox {
         let mut agents: Vec<AgentHandle> = Vec::new();
         let mut transfer: BTreeMap<String, SocketAddr> = BTreeMap::new();
         let mut gateways = BTreeMap::new();
+        let mut beacons = BTreeMap::new();
         let mut transfer_links = BTreeMap::new();
         let mut core_links = BTreeMap::new();
         let mut agent_setups = BTreeMap::new();
@@ -233,6 +236,7 @@ impl Sandbox {
                 listen_players: any,
                 listen_transfer: any,
                 listen_admin: Some(any),
+                listen_beacon: Some(any),
                 advertise_admin: None,
                 advertise_transfer: String::new(),
                 ca: ca.ca_cert(),
@@ -268,6 +272,7 @@ impl Sandbox {
                 listen_players: handle.players_addr,
                 listen_transfer: handle.transfer_addr,
                 listen_admin: handle.admin_addr,
+                listen_beacon: handle.beacon_addr,
                 ..cfg
             };
             agent_setups.insert(site.clone(), (fixed, process));
@@ -275,6 +280,7 @@ impl Sandbox {
             let n =
                 proxy(handle.players_addr, opts.access_ms).await.map_err(|e| setup("netem")(&e))?;
             gateways.insert(site.clone(), n.local_addr());
+            beacons.extend(handle.beacon_addr.map(|a| (site.clone(), a)));
             netems.push(n);
             agents.push(handle);
         }
@@ -282,6 +288,7 @@ impl Sandbox {
             core,
             agents,
             gateways,
+            beacons,
             ca: ca.ca_cert(),
             player_tokens,
             netems,

@@ -66,6 +66,28 @@ enum Command {
     /// A WAN emulator: a UDP proxy adding delay, jitter, loss and partitions, changed at run time
     /// by commands on stdin (`delay 100`, `loss 0.01 forward`, `partition on`, `stats`, `help`).
     Netem(NetemArgs),
+    /// Measure the round trip to sites' probe beacons (their agents' `listen.beacon`), as a
+    /// game client does before it joins: median and loss per site, and the nearest.
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ProbeArgs {
+    /// A site's beacon, as SITE=HOST:PORT (repeat for every site).
+    #[arg(required = true, value_name = "SITE=HOST:PORT")]
+    beacons: Vec<String>,
+    /// Pings per site.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    samples: u32,
+    /// How long a ping waits for its answer, in ms.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    timeout_ms: u64,
+    /// At most one ping per site this often, in ms (the beacon answers 20 a second per client).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    every_ms: u64,
+    /// Print one JSON document (`{sites: [{site, median_ms, loss, samples_ms}], nearest}`).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -267,6 +289,7 @@ fn main() -> ExitCode {
         Command::Certs(certs) => certs_command(certs),
         Command::Keys(keys) => keys_command(keys),
         Command::Netem(args) => netem_command(args),
+        Command::Probe(args) => probe_command(args),
     }
 }
 
@@ -367,6 +390,51 @@ fn keys_command(keys: Keys) -> ExitCode {
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
+}
+
+/// `horizon probe`: exit 0 when some site answered, 1 when none did, 64 for a bad argument.
+fn probe_command(args: ProbeArgs) -> ExitCode {
+    use horizon_sdk::probe::{ProbeOptions, lowest, measure};
+    let mut beacons: Vec<(String, std::net::SocketAddr)> = Vec::new();
+    for b in &args.beacons {
+        let parsed = b.split_once('=').and_then(|(site, addr)| {
+            use std::net::ToSocketAddrs;
+            let addr = addr.to_socket_addrs().ok()?.next()?;
+            Some((site.trim().to_owned(), addr))
+        });
+        match parsed {
+            Some((site, addr)) if !site.is_empty() => beacons.push((site, addr)),
+            _ => {
+                eprintln!("error: {b:?}: expected SITE=HOST:PORT, a host that resolves");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    let opts = ProbeOptions {
+        samples: args.samples,
+        timeout: std::time::Duration::from_millis(args.timeout_ms),
+        every: std::time::Duration::from_millis(args.every_ms),
+    };
+    let runtime = match daemons::runtime(false) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let measured = runtime.block_on(measure(&beacons, opts));
+    let nearest = lowest(&measured).map(|m| m.site.clone());
+    if args.json {
+        let doc = serde_json::json!({ "sites": measured, "nearest": nearest });
+        println!("{doc}");
+    } else {
+        for m in &measured {
+            let median = m.median_ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms"));
+            println!("{:<8} median {median:>10}  loss {:>3.0} %", m.site, m.loss * 100.0);
+        }
+        match &nearest {
+            Some(site) => println!("nearest: {site}"),
+            None => println!("nearest: none answered at least half its pings"),
+        }
+    }
+    if nearest.is_some() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 fn netem_command(args: NetemArgs) -> ExitCode {

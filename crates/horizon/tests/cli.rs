@@ -620,3 +620,63 @@ fn a_bad_option_or_value_exits_64_and_help_exits_0() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--stage"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_measures_each_sites_beacon_and_names_the_nearest() {
+    use horizon_transport::netem::{Netem, NetemConfig};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let beacon = || async {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let stats = Arc::new(horizon_agent::AgentStats::default());
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(horizon_agent::beacon::serve(socket, stats.clone(), rx));
+        (addr, stats, stop)
+    };
+    let (near, _, _stop_near) = beacon().await;
+    let (far, far_stats, _stop_far) = beacon().await;
+    // 80 ms of round trip in front of the far site's beacon.
+    let wan = Netem::start(NetemConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        far,
+        Duration::from_millis(80),
+    ))
+    .await
+    .unwrap();
+    // Nothing answers there.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let args = [
+        "probe".to_owned(),
+        format!("PAR={}", wan.local_addr()),
+        format!("MTL={near}"),
+        format!("HKG={}", silent.local_addr().unwrap()),
+        "--samples".into(),
+        "5".into(),
+        "--timeout-ms".into(),
+        "1000".into(),
+        "--json".into(),
+    ];
+    let out =
+        tokio::task::spawn_blocking(move || horizon().args(args).output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nearest"], "MTL", "{v}");
+    let site = |i: usize| &v["sites"][i];
+    assert_eq!(site(0)["site"], "PAR");
+    let par = site(0)["median_ms"].as_f64().expect("PAR answered");
+    let mtl = site(1)["median_ms"].as_f64().expect("MTL answered");
+    // The emulated round trip is a floor: nothing arrives sooner.
+    assert!(par >= 80.0 && mtl < par, "PAR {par} ms, MTL {mtl} ms");
+    assert_eq!(site(0)["loss"], 0.0);
+    assert_eq!(site(2)["loss"], 1.0, "HKG never answered: {v}");
+    assert!(site(2)["median_ms"].is_null());
+    assert_eq!(far_stats.beacon_pongs.load(std::sync::atomic::Ordering::Relaxed), 5);
+}
+
+#[test]
+fn probe_refuses_a_beacon_that_is_not_site_equals_address() {
+    let out = horizon().args(["probe", "PAR"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SITE=HOST:PORT"));
+}
