@@ -4,7 +4,9 @@ aioquic: it checks that the daemons do what the document says, byte for byte and
 
     gateway_client.py --gateway 127.0.0.1:7412 --site MTL --ca certs/ca.pem --token hz1.player...
 
-It dials the gateway, says hello, joins, sends inputs on one stream while reading updates and
+With `--beacon SITE=HOST:PORT` (section 7.6) it first measures each site's probe beacon, as a
+client does before it joins, and checks the pongs' bytes, and that a packet that is no ping gets
+no answer. It dials the gateway, says hello, joins, sends inputs on one stream while reading updates and
 pinging, then checks: every input acknowledged, applied once and in order (the reference game's
 `inputs == last_seq`), views chained, the pong echoing the ping; and that a bad token and an
 oversized input get their documented codes. Prints one JSON object; exits 0 when every check
@@ -15,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import struct
 import sys
 import time
@@ -309,6 +312,49 @@ async def bad_token(args, report):
         report["bad_token"] = await p.hello("hz1.player.mallory.4102444800.k1.AAAA")
 
 
+# -- section 7.6: probe beacons (plain UDP, 40 bytes, little-endian) ---------------------------
+
+BEACON = struct.Struct("<4sBBHQQQQ")  # magic, version, kind, zero, nonce, client_ns, rx_ns, tx_ns
+
+
+def probe(name, addr, samples=5, timeout=1.0):
+    """Measures one beacon: each ping's round trip with the agent's hold time taken out."""
+    host, port = addr.rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(timeout)
+    sock.connect((host, int(port)))
+    rtts, bad = [], []
+    origin = time.monotonic_ns()
+    for nonce in range(samples):
+        sent = time.monotonic_ns() - origin
+        sock.send(BEACON.pack(b"HZBC", 1, 1, 0, 1000 + nonce, sent, 0, 0))
+        try:
+            data = sock.recv(64)
+        except socket.timeout:
+            continue
+        received = time.monotonic_ns() - origin
+        if len(data) != BEACON.size:
+            bad.append(f"a pong of {len(data)} bytes")
+            continue
+        magic, version, kind, zero, echoed, client_ns, rx, tx = BEACON.unpack(data)
+        if (magic, version, kind, zero, echoed, client_ns) != (b"HZBC", 1, 2, 0, 1000 + nonce, sent) or tx < rx:
+            bad.append(f"pong {data.hex()} for nonce {1000 + nonce}")
+            continue
+        rtts.append(((received - client_ns) - (tx - rx)) / 1e6)
+        time.sleep(0.05)
+    # Anything but a ping gets no answer.
+    sock.send(b"HZBC" + bytes(35))
+    sock.settimeout(0.3)
+    try:
+        silent = not sock.recv(64)
+    except socket.timeout:
+        silent = True
+    sock.close()
+    rtts.sort()
+    median = rtts[len(rtts) // 2] if rtts else None
+    return {"median_ms": median, "loss": 1 - len(rtts) / samples, "bad": bad, "silent_to_junk": silent}
+
+
 def checks(report):
     failed = []
     def need(ok, what):
@@ -330,6 +376,11 @@ def checks(report):
     bad = report.get("bad_token", {})
     need(not bad.get("accepted") and bad.get("fault", {}).get("code") == UNAUTHORIZED,
          "a forged token is refused with unauthorized (4)")
+    for site, b in report.get("beacons", {}).items():
+        need(b["loss"] == 0 and b["median_ms"] is not None and b["median_ms"] >= 0,
+             f"{site}'s beacon answered every ping, round trip measured")
+        need(not b["bad"], f"{site}'s pongs are the documented bytes: {b['bad']}")
+        need(b["silent_to_junk"], f"{site}'s beacon does not answer a packet that is no ping")
     return failed
 
 
@@ -340,9 +391,14 @@ def main():
     parser.add_argument("--ca", required=True, help="the site CA (PEM)")
     parser.add_argument("--token", required=True, help="a player token (docs/security.md)")
     parser.add_argument("--seconds", type=float, default=4.0, help="how long to play")
+    parser.add_argument("--beacon", action="append", default=[], metavar="SITE=HOST:PORT",
+                        help="a site's probe beacon, measured before joining (repeat)")
     args = parser.parse_args()
     report = {}
     try:
+        for b in args.beacon:
+            site, addr = b.split("=", 1)
+            report.setdefault("beacons", {})[site] = probe(site, addr)
         asyncio.run(play(args, report))
         asyncio.run(bad_token(args, report))
     except Exception as e:  # noqa: BLE001 - reported, then a failure

@@ -26,11 +26,15 @@ async fn a_player_written_from_the_protocol_document_plays_on_the_real_daemons()
     assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
     let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
     let token = sandbox.player_tokens.mint("py-conformance");
+    let beacons: Vec<String> =
+        sandbox.beacons.iter().map(|(site, addr)| format!("--beacon={site}={addr}")).collect();
+    assert_eq!(beacons.len(), 3, "every site's agent has a beacon");
     let run = tokio::process::Command::new("python3")
         .arg(root.join("conformance/gateway_client.py"))
         .args(["--gateway", &mtl.players_addr.to_string(), "--site", "MTL", "--token", &token])
         .arg("--ca")
         .arg(&sandbox.ca)
+        .args(&beacons)
         .output();
     let out =
         tokio::time::timeout(Duration::from_secs(60), run).await.expect("in time").expect("runs");
@@ -41,4 +45,5 @@ async fn a_player_written_from_the_protocol_document_plays_on_the_real_daemons()
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert!(out.status.success(), "failed checks: {}", report["failed"]);
     assert_eq!(report["failed"], serde_json::json!([]));
+    assert_eq!(report["beacons"].as_object().map(|b| b.len()), Some(3), "{report}");
 }
