@@ -64,6 +64,13 @@ pub const RELAY_PLAYERS_PER_SERVER: u32 = 3;
 /// under it.
 pub const RELAY_REGRESSION_SEEDS: &[u64] = &[30002318];
 
+/// Seeds that once broke an invariant under [`Stage::Relay`] with `overlapping`, replayed by
+/// `--regressions` in that mode. 50000396: a region moved to another server of its site ran
+/// there from tick 0 under the same epoch, so a copy of it carried the (epoch, tick) of an
+/// older copy the core kept, and the core took what the new one covered for the old one's:
+/// acknowledged inputs lost at the restore that followed.
+pub const RELAY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[50000396];
+
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
 /// mode.
 pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] =

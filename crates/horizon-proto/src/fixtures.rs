@@ -423,6 +423,7 @@ pub fn all() -> Vec<Fixture> {
             server::Request::Copy { lease: lref, deltas: true },
             server::Request::Regrant { old: lref, lease },
             server::Request::Positions { lease: lref, players: vec![position] },
+            server::Request::Continue { lease, region, tick: Tick(100_123) },
         ],
         vec![
             server::Reply::Done,

@@ -61,6 +61,12 @@ pub enum Request {
     /// what clients claim is never used). A player the game has not entered into the world yet
     /// is left out. At most [`MAX_POSITIONS`] players; the agent refuses a larger report.
     Positions { lease: LeaseRef, players: Vec<PlayerPosition> },
+    /// agent → server: simulate `region` as bubble `lease.bubble` under `lease` from an empty
+    /// state, as `Assign` without a snapshot does, but counting ticks on from `tick` (its
+    /// first step is `tick + 1`): a region moved whole from another server of the site, whose
+    /// players follow by `Join`. Its ticks stay after the old server's, so that (epoch, tick)
+    /// still names one state of the region.
+    Continue { lease: Lease, region: Region, tick: Tick },
 }
 
 /// The most players one `Positions` report may list (a region holds far fewer).
@@ -90,6 +96,7 @@ kinds!(Request {
     Copy => "copy",
     Regrant => "regrant",
     Positions => "positions",
+    Continue => "continue",
 });
 
 /// A reply between an agent and a game server.

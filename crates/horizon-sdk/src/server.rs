@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use horizon_proto::server::{Reply, Request};
-use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, MAX_CHUNK_BYTES, StateItem};
+use horizon_proto::{
+    BubbleId, Epoch, ErrorCode, Fault, Lease, LeaseRef, MAX_CHUNK_BYTES, Region, StateItem, Tick,
+};
 use tokio::time::Instant;
 
 use crate::client::Counters;
@@ -89,28 +91,47 @@ impl<G: Game> ServerMachine<G> {
         self.regions.get(&bubble).map(|h| h.lease.epoch)
     }
 
+    /// `Assign` (and `Continue`, counting ticks on from `tick`).
+    fn assign(
+        &mut self,
+        lease: &Lease,
+        region: &Region,
+        from_snapshot: bool,
+        tick: Option<Tick>,
+        now: Instant,
+    ) -> Result<Reply, Fault> {
+        let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
+        if lease.epoch < *newest {
+            return Ok(Reply::Stale { newest: *newest });
+        }
+        *newest = lease.epoch;
+        let lref = LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
+        let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
+        let mut held = Held::new(&self.game, lref, *region, until, from_snapshot);
+        if let Some(tick) = tick {
+            held.tick = tick;
+        }
+        if let Some(mut replaced) = self.regions.insert(lease.bubble, held) {
+            replaced.retire(&self.game);
+        }
+        self.count_regions();
+        tracing::info!(
+            bubble = lease.bubble.0,
+            epoch = lease.epoch.0,
+            standby = from_snapshot,
+            from_tick = tick.map(|t| t.0),
+            "assigned"
+        );
+        Ok(Reply::Done)
+    }
+
     pub fn serve(&mut self, body: &Request, now: Instant) -> Result<Reply, Fault> {
         match body {
             Request::Assign { lease, region, from_snapshot } => {
-                let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
-                if lease.epoch < *newest {
-                    return Ok(Reply::Stale { newest: *newest });
-                }
-                *newest = lease.epoch;
-                let lref = LeaseRef { bubble: lease.bubble, epoch: lease.epoch };
-                let until = now + Duration::from_millis(u64::from(lease.ttl_ms));
-                let held = Held::new(&self.game, lref, *region, until, *from_snapshot);
-                if let Some(mut replaced) = self.regions.insert(lease.bubble, held) {
-                    replaced.retire(&self.game);
-                }
-                self.count_regions();
-                tracing::info!(
-                    bubble = lease.bubble.0,
-                    epoch = lease.epoch.0,
-                    standby = from_snapshot,
-                    "assigned"
-                );
-                Ok(Reply::Done)
+                self.assign(lease, region, *from_snapshot, None, now)
+            }
+            Request::Continue { lease, region, tick } => {
+                self.assign(lease, region, false, Some(*tick), now)
             }
             Request::Renew { leases, ttl_ms, sent_ago_ms } => {
                 let sent =
@@ -372,6 +393,25 @@ mod tests {
 
     fn drain(m: &mut ServerMachine<Reference>) -> Vec<StateItem> {
         std::iter::from_fn(|| m.poll_item()).collect()
+    }
+
+    #[test]
+    fn a_region_continued_from_a_tick_steps_on_after_it_and_its_copy_says_so() {
+        let now = Instant::now();
+        let counters = Arc::new(Counters::default());
+        let mut m = ServerMachine::new(Reference { tick_ms: 50 }, counters);
+        let region = Region { world: WorldId(1), bounds: None };
+        let go_on = Request::Continue { lease: LEASE, region, tick: Tick(100_041) };
+        assert_eq!(m.serve(&go_on, now), Ok(Reply::Done));
+        m.tick(now);
+        let items = drain(&mut m);
+        let [StateItem::Update(update)] = items.as_slice() else { panic!("{items:?}") };
+        assert_eq!(update.tick, Tick(100_042));
+        let copy = Request::Copy { lease: LREF, deltas: false };
+        assert_eq!(m.serve(&copy, now), Ok(Reply::Done));
+        let items = drain(&mut m);
+        let [StateItem::Snapshot(s)] = items.as_slice() else { panic!("{items:?}") };
+        assert_eq!(s.tick, Tick(100_042));
     }
 
     #[test]

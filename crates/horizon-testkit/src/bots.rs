@@ -122,9 +122,7 @@ pub struct BotReport {
     pub chain_checked: u64,
     pub chain_breaks: u64,
     /// Times the player's simulation went back in time to a copy of the universe backup (a
-    /// failover restore), or started again on another server of its site (its region moved
-    /// off an overfull server: the same bubble and box, ticks from the new server's first):
-    /// its chain restarts there, which is not a break.
+    /// failover restore): its chain restarts from the copy, which is not a break.
     pub restores_seen: u64,
     /// Times the player reconnected and the gateway resumed them as the same player.
     pub resumed: u64,

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use horizon_chaos::{
-    ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run,
-    Stage, Summary,
+    ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS,
+    RELAY_OVERLAPPING_REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run, Stage, Summary,
 };
 
 #[derive(Debug, clap::Args)]
@@ -73,7 +73,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     if args.regressions {
         let seeds = match (opts.stage, opts.overlapping) {
             (Stage::Relay, false) => RELAY_REGRESSION_SEEDS,
-            (Stage::Relay, true) => &[],
+            (Stage::Relay, true) => RELAY_OVERLAPPING_REGRESSION_SEEDS,
             (Stage::Dynamic, true) => OVERLAPPING_REGRESSION_SEEDS,
             (Stage::Dynamic, false) => REGRESSION_SEEDS,
         };

@@ -80,7 +80,13 @@ impl AgentMachine {
             s.bubbles.push(lease.bubble);
         }
         let lease = remaining(lease, received, now);
-        let request = server::Request::Assign { lease, region, from_snapshot: standby };
+        let request = match job {
+            // A region moving whole to this server: its ticks go on after the old server's.
+            AssignJob::Part { from_tick: Some(tick), .. } => {
+                server::Request::Continue { lease, region, tick }
+            }
+            _ => server::Request::Assign { lease, region, from_snapshot: standby },
+        };
         self.ask_server(&server, Then::Assigned { server: server.clone(), job }, request);
         self.top_up_pool(now);
         Ok(())
@@ -106,14 +112,14 @@ impl AgentMachine {
                 AssignJob::Create { lease, .. }
                 | AssignJob::Restore(RestoreJob { lease, .. })
                 | AssignJob::Standby { lease, .. } => lease.bubble,
-                AssignJob::Part { lease } => lease.bubble,
+                AssignJob::Part { lease, .. } => lease.bubble,
             };
             self.release(&server, bubble);
             match job {
                 AssignJob::Create { token, .. }
                 | AssignJob::Restore(RestoreJob { token, .. })
                 | AssignJob::Standby { token, .. } => self.answer(token, Err(fault)),
-                AssignJob::Part { lease } => self.regroup_failed(lease.bubble, fault),
+                AssignJob::Part { lease, .. } => self.regroup_failed(lease.bubble, fault),
             }
             return;
         }
@@ -136,7 +142,7 @@ impl AgentMachine {
                 self.stats.handovers_in.fetch_add(1, Ordering::Relaxed);
                 self.answer(token, Ok(control::Reply::Prepared { handover }));
             }
-            AssignJob::Part { lease } => self.part_assigned(lease, server, now),
+            AssignJob::Part { lease, .. } => self.part_assigned(lease, server, now),
         }
     }
 

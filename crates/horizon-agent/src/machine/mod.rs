@@ -116,6 +116,10 @@ const RELIEVE_SETTLE: Duration = Duration::from_secs(15);
 /// Rounds of moves a region's move to another server makes for players that joined its old
 /// server meanwhile, at most.
 const RELOCATE_ROUNDS: u32 = 4;
+/// A region moved whole runs on its new server from this many ticks after the old server's
+/// last update: the old one goes on ticking until its players have left it, never this far,
+/// so no two states of the region share an (epoch, tick), which names its copies at the core.
+const RELOCATE_TICK_GAP: u64 = 100_000;
 
 /// Identifies one connection (the transport's connection id).
 pub type ConnId = u64;
@@ -216,9 +220,11 @@ enum AssignJob {
         lease: Lease,
         received: Instant,
     },
-    /// A new part of a bubble being spread.
+    /// A new part of a bubble being spread, or the new server of a region moved whole (its
+    /// ticks go on from `from_tick`: `server::Request::Continue`).
     Part {
         lease: LeaseRef,
+        from_tick: Option<Tick>,
     },
 }
 

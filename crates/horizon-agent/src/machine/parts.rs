@@ -143,7 +143,11 @@ impl AgentMachine {
             let part = regroup.servers.len();
             let (lease, region) = (local.lease, regroup.regions[part]);
             let players = regroup.place.values().filter(|&&p| p == part).count() as u32;
-            let job = AssignJob::Part { lease: local.lease_ref() };
+            let from_tick = regroup.relocates().then(|| {
+                let last = local.acked_at.as_ref().map_or(0, |(t, _)| t.0);
+                Tick(last + RELOCATE_TICK_GAP)
+            });
+            let job = AssignJob::Part { lease: local.lease_ref(), from_tick };
             // The new server's lease ends when this site's does, not `ttl_ms` from now.
             let ttl = Duration::from_millis(u64::from(lease.ttl_ms));
             let granted = local.valid_until.checked_sub(ttl).unwrap_or(now);

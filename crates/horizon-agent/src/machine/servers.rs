@@ -142,6 +142,13 @@ impl AgentMachine {
             StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
                 let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
                 let (tick, index, total, bytes) = (s.tick, s.index, s.total, s.bytes);
+                let local = self.bubbles.get(&s.bubble);
+                if local.is_some_and(|b| !b.servers().any(|n| n == server)) {
+                    // A copy from a server the bubble has left (moved off it meanwhile): its
+                    // state is older than the bubble's.
+                    return;
+                }
+
                 // After a whole copy's last chunk: the inputs it includes (those acknowledged
                 // by the update of its tick), so the players' gateways may forget them.
                 let covers = self

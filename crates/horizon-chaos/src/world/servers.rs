@@ -79,6 +79,7 @@ impl World {
                 let result = s.machine.serve(&request, now);
                 let accepted = match (&request, &result) {
                     (server::Request::Assign { lease, .. }, Ok(server::Reply::Done))
+                    | (server::Request::Continue { lease, .. }, Ok(server::Reply::Done))
                     | (server::Request::Regrant { lease, .. }, Ok(server::Reply::Done)) => {
                         Some((lease.bubble, lease.epoch))
                     }

@@ -780,15 +780,20 @@ fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_play
     }
     // Over its 4 players for less than 10 s: nothing moves.
     let out = h.advance(Duration::from_secs(9));
-    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Assign { .. })));
-    // Past 10 s: the lighter bubble (2, of 2 players) goes to the other server.
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Continue { .. })));
+    // Past 10 s: the lighter bubble (2, of 2 players) goes to the other server, which counts
+    // its ticks on from far past the old server's last update (tick 0 here: none came).
     let out = h.advance(Duration::from_secs(2));
     let sent: Vec<String> = to_servers(&out)
         .iter()
         .filter(|(_, r)| !matches!(r, server::Request::Renew { .. } | server::Request::Copy { .. }))
         .map(|(s, r)| format!("{s}:{}", kind(r)))
         .collect();
-    assert_eq!(sent, ["mtl-gs-1:assign"]);
+    assert_eq!(sent, ["mtl-gs-1:continue"]);
+    assert!(to_servers(&out).iter().any(|(_, r)| matches!(
+        r,
+        server::Request::Continue { tick, .. } if tick.0 == RELOCATE_TICK_GAP
+    )));
     // A member list that comes meanwhile waits for the move: player 6 joins where the bubble
     // runs once it moved.
     let players = [4, 5, 6].into_iter().map(member).collect();
@@ -831,7 +836,7 @@ fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_play
     assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 1);
     // Within its settle window, and then under its 4 players, the server gives nothing more.
     let out = h.advance(Duration::from_secs(30));
-    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Assign { .. })));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Continue { .. })));
 }
 
 #[test]
@@ -860,13 +865,17 @@ fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
         h.order(control::Request::Members { lease: lref, players, departed: Vec::new() });
     h.answer_servers(out, done);
     let out = h.advance(Duration::from_secs(30));
-    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Assign { .. })));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(
+        r,
+        server::Request::Assign { .. } | server::Request::Continue { .. }
+    )));
     assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
 }
 
 fn kind(r: &server::Request) -> &'static str {
     match r {
         server::Request::Assign { .. } => "assign",
+        server::Request::Continue { .. } => "continue",
         server::Request::Leave { .. } => "leave",
         server::Request::Join { .. } => "join",
         server::Request::Release { .. } => "release",
