@@ -119,7 +119,7 @@ impl AgentMachine {
                 AssignJob::Create { token, .. }
                 | AssignJob::Restore(RestoreJob { token, .. })
                 | AssignJob::Standby { token, .. } => self.answer(token, Err(fault)),
-                AssignJob::Part { lease, .. } => self.regroup_failed(lease.bubble, fault),
+                AssignJob::Part { lease, .. } => self.regroup_failed(lease.bubble, fault, now),
             }
             return;
         }

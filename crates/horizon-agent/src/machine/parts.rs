@@ -152,7 +152,7 @@ impl AgentMachine {
             let ttl = Duration::from_millis(u64::from(lease.ttl_ms));
             let granted = local.valid_until.checked_sub(ttl).unwrap_or(now);
             if let Err(fault) = self.assign(lease, region, players, false, job, granted, now) {
-                self.regroup_failed(bubble, fault);
+                self.regroup_failed(bubble, fault, now);
             }
             return;
         }
@@ -304,13 +304,15 @@ impl AgentMachine {
         }
     }
 
-    /// A step failed: servers taken for new parts go back, and the order is refused.
-    pub(super) fn regroup_failed(&mut self, bubble: BubbleId, fault: Fault) {
+    /// A step failed: servers taken for new parts go back, and the order is refused (a move
+    /// off an overfull server is given up: the member changes that waited for it apply now).
+    pub(super) fn regroup_failed(&mut self, bubble: BubbleId, fault: Fault, now: Instant) {
         let token = self.abandon_regroup(bubble);
         match token {
             Some(token) => self.answer(token, Err(fault)),
             None => {
                 tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "region not moved off its server");
+                self.apply_deferred(bubble, now);
             }
         }
     }

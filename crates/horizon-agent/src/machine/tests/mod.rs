@@ -705,13 +705,7 @@ fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
         lease: lease(1, 1, 10_000),
     });
     h.answer_servers(out, done);
-    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
-    let member = |p| control::Member {
-        player: PlayerId(p),
-        home: n(SITE),
-        pos: Vec3::default(),
-        crossing: false,
-    };
+    let lref = lref(1);
     let (_, out) = h.order(control::Request::Members {
         lease: lref,
         players: vec![member(1), member(2)],
@@ -746,9 +740,19 @@ fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
     assert_eq!(local.server_of(PlayerId(1)), &n("mtl-gs-0"));
 }
 
-#[test]
-fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_players_state() {
-    // Seats for 4, at most 4: two bubbles placed on one server grow to 3 + 2 players.
+/// A member of this site, at the origin, not crossing.
+fn member(p: u64) -> control::Member {
+    control::Member { player: PlayerId(p), home: n(SITE), pos: Vec3::default(), crossing: false }
+}
+
+/// Bubble `b`'s lease under epoch 1.
+fn lref(b: u64) -> LeaseRef {
+    LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) }
+}
+
+/// Servers of at most 4 players, seating 4: `mtl-gs-0` holds bubbles 1 (players 1 to 3) and 2
+/// (players 4 and 5), placed when they were empty; `mtl-gs-1` holds nothing.
+fn overfull_server() -> Harness {
     let mut h = Harness::with_limits(1, 4, 4);
     h.effects();
     h.register();
@@ -765,19 +769,18 @@ fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_play
         );
         h.answer_servers(out, done);
     }
-    let member = |p| control::Member {
-        player: PlayerId(p),
-        home: n(SITE),
-        pos: Vec3::default(),
-        crossing: false,
-    };
-    let lref = |b| LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
     for (b, players) in [(1, vec![1, 2, 3]), (2, vec![4, 5])] {
         let players = players.into_iter().map(member).collect();
         let (_, out) =
             h.order(control::Request::Members { lease: lref(b), players, departed: Vec::new() });
         h.answer_servers(out, done);
     }
+    h
+}
+
+#[test]
+fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_players_state() {
+    let mut h = overfull_server();
     // Over its 4 players for less than 10 s: nothing moves.
     let out = h.advance(Duration::from_secs(9));
     assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Continue { .. })));
@@ -840,6 +843,34 @@ fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_play
 }
 
 #[test]
+fn a_move_the_new_server_refuses_is_given_up_and_the_member_list_that_waited_applies() {
+    let mut h = overfull_server();
+    let out = h.advance(Duration::from_secs(11));
+    assert!(to_servers(&out).iter().any(|(s, r)| s == "mtl-gs-1" && kind(r) == "continue"));
+    // A member list waits for the move...
+    let players = [4, 5, 6].into_iter().map(member).collect();
+    let (_, waiting) =
+        h.order(control::Request::Members { lease: lref(2), players, departed: Vec::new() });
+    assert!(to_servers(&waiting).is_empty());
+    // ... which the new server refuses: the bubble stays, and player 6 joins it where it runs.
+    let (seen, _) = h.answer_servers_seen(out, |r| match r {
+        server::Request::Continue { .. } => Err("refused".into()),
+        _ => Ok(server::Reply::Done),
+    });
+    let joined: Vec<(String, u64)> = seen
+        .iter()
+        .filter_map(|(s, r)| match r {
+            server::Request::Join { player, .. } => Some((s.clone(), player.0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joined, [("mtl-gs-0".to_owned(), 6)]);
+    assert_eq!(h.m.bubbles[&BubbleId(2)].server, n("mtl-gs-0"));
+    assert!(h.m.regroups.is_empty());
+    assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
     let mut h = Harness::with_limits(1, 4, 4);
     h.effects();
@@ -852,17 +883,9 @@ fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
         lease: lease(1, 1, 60_000),
     });
     h.answer_servers(out, done);
-    let players = (1..=9)
-        .map(|p| control::Member {
-            player: PlayerId(p),
-            home: n(SITE),
-            pos: Vec3::default(),
-            crossing: false,
-        })
-        .collect();
-    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let players = (1..=9).map(member).collect();
     let (_, out) =
-        h.order(control::Request::Members { lease: lref, players, departed: Vec::new() });
+        h.order(control::Request::Members { lease: lref(1), players, departed: Vec::new() });
     h.answer_servers(out, done);
     let out = h.advance(Duration::from_secs(30));
     assert!(!to_servers(&out).iter().any(|(_, r)| matches!(
