@@ -69,7 +69,9 @@ pub const RELAY_REGRESSION_SEEDS: &[u64] = &[30002318];
 /// there from tick 0 under the same epoch, so a copy of it carried the (epoch, tick) of an
 /// older copy the core kept, and the core took what the new one covered for the old one's:
 /// acknowledged inputs lost at the restore that followed.
-pub const RELAY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[50000396];
+/// 50001526: a zone lost between ticks was restored with the players of the last tick's count,
+/// read by places that players leaving had changed since: the brain indexed past the end.
+pub const RELAY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[50000396, 50001526];
 
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
 /// mode.
@@ -117,8 +119,31 @@ pub fn run_seed(seed: u64, opts: &ChaosOptions) -> Run {
     }
 }
 
+/// [`run_seed`], with a panic of the code under test (the brain, a machine) reported as a
+/// violation of the seed (`panic`), not lost with its worker's other runs.
+fn run_seed_or_panic(seed: u64, opts: &ChaosOptions) -> Run {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed, opts)));
+    run.unwrap_or_else(|payload| {
+        let detail = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic".to_owned());
+        let (faults, _) = draw(seed, opts);
+        let violation = Violation { seed, invariant: "panic", at_s: f64::NAN, detail };
+        Run {
+            seed,
+            faults,
+            violations: vec![violation],
+            stats: RunStats::default(),
+            trace: Vec::new(),
+        }
+    })
+}
+
 /// Runs `count` seeds from `first` on `threads` threads; `progress` is called after each run
-/// with the number done. Runs come back in seed order.
+/// with the number done. Runs come back in seed order, every one of them (a seed whose run
+/// panicked carries a `panic` violation).
 pub fn run_seeds(
     first: u64,
     count: u64,
@@ -138,7 +163,7 @@ pub fn run_seeds(
                         if i >= count {
                             break;
                         }
-                        mine.push(run_seed(first + i, opts));
+                        mine.push(run_seed_or_panic(first + i, opts));
                         progress(done.fetch_add(1, Ordering::Relaxed) + 1);
                     }
                     mine

@@ -449,6 +449,17 @@ fn zones_that_do_not_tile_a_box_are_left_as_they_were() {
 }
 
 #[test]
+fn a_zone_lost_between_ticks_is_restored_with_the_players_it_holds_then() {
+    let (mut m, zone, epoch) = three_players_in_their_zone();
+    // Players 1 and 2 leave after the tick counted the zone: the last places are gone.
+    m.handle_leave(PlayerId(1)).unwrap();
+    m.handle_leave(PlayerId(2)).unwrap();
+    m.handle_bubble_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
+    let Some(Command::Move { players, .. }) = m.poll_command() else { panic!("a failover") };
+    assert_eq!(players, [PlayerId(3)]);
+}
+
+#[test]
 fn a_zone_its_holder_lost_is_granted_again_at_once_not_at_its_leases_end() {
     let (mut m, zone, epoch) = three_players_in_their_zone();
     // Its server crashed at 2 s (or its agent registered without it).

@@ -132,7 +132,10 @@ impl Mesh {
         let leaf = self.zones.leaf(id).ok_or(InputError::UnknownBubble(id))?;
         let core = self.sites.core();
         let lease = self.leases.transfer(id, epoch, core, now)?;
-        let players = self.zone_players(&self.zone_members, leaf);
+        // Counted now: the places of the last tick's count are stale between ticks (players
+        // left since, and took other places: seed 50001526 of `--stage relay --overlapping`
+        // indexed past the end, and the core panicked).
+        let players = self.players_in_zone(leaf);
         self.restore_zone(leaf, lease.epoch, players);
         Ok(())
     }
@@ -320,6 +323,18 @@ impl Mesh {
         };
         // Players at `at` or beyond go to the high half: both halves must keep someone.
         (v[0] < at && at <= v[n - 1]).then_some((axis, at))
+    }
+
+    /// The ids of the counted players in no bubble whose position is in zone `leaf` now, sorted.
+    fn players_in_zone(&self, leaf: u32) -> Vec<PlayerId> {
+        let ids = (0..self.items.len()).filter_map(|place| {
+            let item = &self.items[place];
+            let here = !self.npc[place]
+                && self.player_bubble[place] == NONE
+                && self.zones.locate(item.world, item.pos) == Some(leaf);
+            here.then(|| self.members[place].id)
+        });
+        sorted(ids.collect())
     }
 
     /// The ids of the counted players a zone held at this tick's count, sorted.
