@@ -148,7 +148,6 @@ impl AgentMachine {
                     // state is older than the bubble's.
                     return;
                 }
-
                 // After a whole copy's last chunk: the inputs it includes (those acknowledged
                 // by the update of its tick), so the players' gateways may forget them.
                 let covers = self
