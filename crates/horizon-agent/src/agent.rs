@@ -167,10 +167,8 @@ pub async fn start(
     };
     let beacon_addr = match cfg.listen_beacon {
         Some(addr) => {
-            let socket =
-                tokio::net::UdpSocket::bind(addr).await.map_err(|e| AgentError::Beacon(addr, e))?;
-            let local = socket.local_addr().map_err(|e| AgentError::Beacon(addr, e))?;
-            tokio::spawn(crate::beacon::serve(socket, stats.clone(), stop_rx.clone()));
+            let beacon = crate::beacon::start(addr, stats.clone(), stop_rx.clone());
+            let local = beacon.await.map_err(|e| AgentError::Beacon(addr, e))?;
             tracing::info!(site = %cfg.site, addr = %local, "probe beacon listening");
             Some(local)
         }

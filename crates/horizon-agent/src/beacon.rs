@@ -9,7 +9,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -70,6 +70,18 @@ impl Limiter {
             false
         }
     }
+}
+
+/// Binds the beacon on `addr` and answers there until `stop` says so; returns the address.
+pub(crate) async fn start(
+    addr: SocketAddr,
+    stats: Arc<AgentStats>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<SocketAddr> {
+    let socket = UdpSocket::bind(addr).await?;
+    let local = socket.local_addr()?;
+    tokio::spawn(serve(socket, stats, stop));
+    Ok(local)
 }
 
 /// Answers pings on `socket` until `stop` says so (or its sender is gone).

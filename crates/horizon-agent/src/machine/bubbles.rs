@@ -24,16 +24,13 @@ impl AgentMachine {
         s.players.max(given)
     }
 
-    /// The members of `bubble` that `server` simulates, at least one (a region takes a seat).
+    /// The members of `bubble` that `server` simulates, at least one: a region takes a seat,
+    /// one given to the server and not answered yet too.
     pub(super) fn players_on(&self, server: &Name, bubble: BubbleId) -> u32 {
-        match self.bubbles.get(&bubble) {
-            Some(_) => self.members_on(server, bubble).max(1),
-            // Given to the server, not answered yet.
-            None => 1,
-        }
+        self.members_on(server, bubble).max(1)
     }
 
-    /// The members of `bubble` that `server` simulates.
+    /// The members of `bubble` that `server` simulates (none for a bubble not known here).
     pub(super) fn members_on(&self, server: &Name, bubble: BubbleId) -> u32 {
         self.bubbles
             .get(&bubble)

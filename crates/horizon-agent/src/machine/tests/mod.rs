@@ -692,9 +692,9 @@ fn a_restore_whose_server_never_runs_is_refused_at_its_deadline() {
     assert!(to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Release { .. })));
 }
 
-#[test]
-fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
-    let mut h = Harness::new(2);
+/// `h` registered with `mtl-gs-0` and `mtl-gs-1` ready, and bubble 1 (epoch 1, a lease of
+/// `ttl_ms`) running on `mtl-gs-0`.
+fn one_bubble_two_servers(mut h: Harness, ttl_ms: u32) -> Harness {
     h.effects();
     h.register();
     h.server_ready("mtl-gs-0");
@@ -702,9 +702,15 @@ fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
     let (_, out) = h.order(control::Request::Create {
         bubble: BubbleId(1),
         region: region(),
-        lease: lease(1, 1, 10_000),
+        lease: lease(1, 1, ttl_ms),
     });
     h.answer_servers(out, done);
+    h
+}
+
+#[test]
+fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
+    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
     let lref = lref(1);
     let (_, out) = h.order(control::Request::Members {
         lease: lref,
@@ -872,17 +878,7 @@ fn a_move_the_new_server_refuses_is_given_up_and_the_member_list_that_waited_app
 
 #[test]
 fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
-    let mut h = Harness::with_limits(1, 4, 4);
-    h.effects();
-    h.register();
-    h.server_ready("mtl-gs-0");
-    h.server_ready("mtl-gs-1");
-    let (_, out) = h.order(control::Request::Create {
-        bubble: BubbleId(1),
-        region: region(),
-        lease: lease(1, 1, 60_000),
-    });
-    h.answer_servers(out, done);
+    let mut h = one_bubble_two_servers(Harness::with_limits(1, 4, 4), 60_000);
     let players = (1..=9).map(member).collect();
     let (_, out) =
         h.order(control::Request::Members { lease: lref(1), players, departed: Vec::new() });
