@@ -71,6 +71,9 @@ if d["own_state"] == "early":
 print("max_servers_by_site", d["max_servers_by_site"], "players_per_server_at_peak",
       d["players_per_server_at_peak"])
 assert d["players_per_server_at_peak"] >= 5, "servers are not shared"
+# Regions moved whole off overfull servers (agents' horizon_agent_regions_moved_total).
+print("region_moves", d["region_moves"])
+assert isinstance(d["region_moves"], int) and d["region_moves"] >= 0
 # A player alone at their spawn, or spawning inside a bubble, plays at once (not at the tick).
 j = d["join_to_first_update_ms"]
 print("join_to_first_update_ms", j, "players_unsimulated_max", d["players_unsimulated_max"])
