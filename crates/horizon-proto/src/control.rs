@@ -163,6 +163,25 @@ pub enum Request {
     /// core waits for an answer), and answers this request with `order`'s answer. `order` is
     /// never itself an `InOrder`.
     InOrder { lane: u64, seq: u64, order: Box<Request> },
+    /// agent → core, after the `Report` with their joins: the probe tables of players who
+    /// joined with one (`gateway::Request::JoinMeasured`) and passed this gateway's check, for
+    /// stage 1's figures (`horizon_core_players_would_gain`, `/measure.csv`). Never read by
+    /// placement. At most [`MAX_MEASURED`] players per request.
+    Measured { players: Vec<MeasuredPlayer> },
+}
+
+/// Players in one `Measured` request, at most.
+pub const MAX_MEASURED: usize = 256;
+
+/// A player's probe table as their gateway accepted it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredPlayer {
+    pub player: PlayerId,
+    /// The RTT the gateway measured itself (QUIC), milliseconds: it stands for the client's
+    /// claim about the gateway's own site.
+    pub access_rtt_ms: f32,
+    /// The client's claims about every site it probed, this gateway's site included.
+    pub probes: Vec<crate::gateway::SiteProbe>,
 }
 
 /// How many orders of one lane may be on their way at once: the core sends no more, an agent
@@ -205,6 +224,7 @@ kinds!(Request {
     Adopt => "adopt",
     Positions => "positions",
     InOrder => "in_order",
+    Measured => "measured",
 });
 
 /// A reply on the control channel.

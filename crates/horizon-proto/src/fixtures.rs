@@ -116,6 +116,10 @@ pub fn all() -> Vec<Fixture> {
     let pos = Vec3 { x: 1500.0, y: -20.5, z: 3.25 };
     let vel = Vec3 { x: 0.0, y: 0.0, z: 120.0 };
     let position = server::PlayerPosition { player: PlayerId(4097), pos, vel };
+    let probes = vec![
+        gateway::SiteProbe { site: name("PAR"), sent: 10, answered: 10, median_us: 12_480 },
+        gateway::SiteProbe { site: name("HKG"), sent: 10, answered: 0, median_us: 0 },
+    ];
     let region = Region {
         world: WorldId(1),
         bounds: Some(Aabb { min: Vec3 { x: -100.0, y: -100.0, z: -100.0 }, max: pos }),
@@ -326,6 +330,13 @@ pub fn all() -> Vec<Fixture> {
                 seq: 2,
                 order: Box::new(control::Request::Revoke { leases: vec![lref] }),
             },
+            control::Request::Measured {
+                players: vec![control::MeasuredPlayer {
+                    player: PlayerId(5),
+                    access_rtt_ms: 12.5,
+                    probes: probes.clone(),
+                }],
+            },
         ],
         vec![
             control::Reply::Done,
@@ -451,6 +462,7 @@ pub fn all() -> Vec<Fixture> {
             gateway::Request::Join { role: Role::Player, world: WorldId(1), pos },
             gateway::Request::SetRole { role: Role::Pilot },
             gateway::Request::Leave,
+            gateway::Request::JoinMeasured { role: Role::Player, world: WorldId(1), pos, probes },
         ],
         vec![
             gateway::Reply::Done,

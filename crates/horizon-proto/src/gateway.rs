@@ -29,13 +29,32 @@ pub enum Request {
     SetRole { role: Role },
     /// Leave the universe; the connection may close after the reply.
     Leave,
+    /// `Join`, with the round trips the client measured to every site's beacon before it
+    /// chose this gateway (section 7.6), at most [`MAX_PROBED_SITES`]. The gateway checks the
+    /// table against the RTT it measures itself; placement never reads it (SPEC section 2).
+    JoinMeasured { role: Role, world: WorldId, pos: Vec3, probes: Vec<SiteProbe> },
 }
 
 kinds!(Request {
     Join => "join",
     SetRole => "set_role",
     Leave => "leave",
+    JoinMeasured => "join_measured",
 });
+
+/// Sites in one probe table, at most: a longer table is refused as malformed.
+pub const MAX_PROBED_SITES: usize = 32;
+
+/// One site's round trip as a client measured it on the site's probe beacon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteProbe {
+    pub site: Name,
+    /// Pings sent to the site's beacon, and pongs back within their timeout.
+    pub sent: u8,
+    pub answered: u8,
+    /// The median of the answered round trips, in microseconds (0 when none answered).
+    pub median_us: u32,
+}
 
 /// The gateway's reply to a player.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use horizon_proto::Name;
 use horizon_proto::beacon::{BEACON_BYTES, Ping, Pong};
+use horizon_proto::gateway::{MAX_PROBED_SITES, SiteProbe};
 use tokio::net::UdpSocket;
 
 /// How a site is measured.
@@ -72,6 +74,25 @@ pub fn lowest(measured: &[SiteRtt]) -> Option<&SiteRtt> {
         .filter_map(|m| m.median_ms.map(|ms| (ms, m)))
         .min_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, m)| m)
+}
+
+/// The table a client sends with its join (`gateway::Request::JoinMeasured`): every measured
+/// site, `sent` pings each, at most `MAX_PROBED_SITES` (the first ones). A site name too
+/// long for the wire is left out.
+pub fn table(measured: &[SiteRtt], sent: u32) -> Vec<SiteProbe> {
+    let sent = sent.min(u32::from(u8::MAX));
+    measured
+        .iter()
+        .filter_map(|m| {
+            let site = Name::new(m.site.clone()).ok()?;
+            let answered = (m.samples_ms.len() as u32).min(sent);
+            let median_us = m
+                .median_ms
+                .map_or(0, |ms| (ms * 1000.0).round().clamp(0.0, u32::MAX as f64) as u32);
+            Some(SiteProbe { site, sent: sent as u8, answered: answered as u8, median_us })
+        })
+        .take(MAX_PROBED_SITES)
+        .collect()
 }
 
 fn all_lost(site: String) -> SiteRtt {
@@ -136,6 +157,23 @@ mod tests {
 
     fn rtt(site: &str, median: Option<f64>, loss: f64) -> SiteRtt {
         SiteRtt { site: site.into(), median_ms: median, loss, samples_ms: Vec::new() }
+    }
+
+    #[test]
+    fn the_join_table_says_what_was_sent_answered_and_the_median() {
+        let near = SiteRtt {
+            site: "PAR".into(),
+            median_ms: Some(12.3456),
+            loss: 0.2,
+            samples_ms: vec![12.0; 8],
+        };
+        let t = table(&[near, rtt("HKG", None, 1.0)], 10);
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t[0].site.as_str(), t[0].sent, t[0].answered, t[0].median_us),
+            ("PAR", 10, 8, 12_346)
+        );
+        assert_eq!((t[1].site.as_str(), t[1].answered, t[1].median_us), ("HKG", 0, 0));
     }
 
     #[test]
