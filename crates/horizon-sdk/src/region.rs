@@ -27,13 +27,25 @@ struct Waiting {
 }
 
 impl Waiting {
-    /// Holds an input; `false` (and dropped) past either budget.
-    fn insert(&mut self, key: (PlayerId, Seq), input: Blob) -> bool {
+    /// Holds an input; `false` (and dropped) past either budget. An input that is its
+    /// player's next to apply (`next`) is never dropped for later ones: the waiting inputs
+    /// with the highest seqs make room for it (the gateway re-sends them). Without that, a
+    /// budget filled with a player's later inputs would refuse the one they all wait for, and
+    /// nothing of theirs would ever be applied again.
+    fn insert(&mut self, key: (PlayerId, Seq), input: Blob, next: bool) -> bool {
         let size = input.0.len();
         if self.inputs.contains_key(&key) {
             return true;
         }
-        if self.inputs.len() >= MAX_PENDING_INPUTS || self.bytes + size > MAX_PENDING_BYTES {
+        let full =
+            |w: &Self| w.inputs.len() >= MAX_PENDING_INPUTS || w.bytes + size > MAX_PENDING_BYTES;
+        while next && full(self) {
+            let Some(&latest) = self.inputs.keys().max_by_key(|(p, seq)| (seq.0, p.0)) else {
+                break;
+            };
+            self.remove(&latest);
+        }
+        if full(self) {
             return false;
         }
         self.bytes += size;
@@ -277,7 +289,11 @@ impl<G: Game> Held<G> {
             let last = self.last_applied.get(&input.player).copied();
             if last.is_some_and(|l| input.seq <= l) {
                 out.duplicates += 1;
-            } else if !self.pending.insert((input.player, input.seq), input.bytes) {
+            } else if !self.pending.insert(
+                (input.player, input.seq),
+                input.bytes,
+                last.is_some_and(|l| input.seq.0 == l.0 + 1),
+            ) {
                 out.dropped += 1;
             }
         }
