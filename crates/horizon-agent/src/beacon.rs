@@ -9,7 +9,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -31,7 +31,9 @@ const SLOTS: usize = 4096;
 
 /// Token buckets per source address, in a table of fixed size: an address hashes (with keys
 /// drawn at start, so nobody picks collisions) to one slot; another address found there starts
-/// a full bucket of its own.
+/// a full bucket of its own. A loopback source is a process of this machine (nothing remote
+/// can send from loopback): its bucket is per socket, address and port, so that local players
+/// (a sandbox's, all on 127.0.0.1) each get their own.
 #[derive(Debug)]
 pub struct Limiter {
     slots: Vec<Slot>,
@@ -42,7 +44,7 @@ pub struct Limiter {
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {
-    source: Option<IpAddr>,
+    source: Option<SocketAddr>,
     tokens: f64,
     at: Instant,
 }
@@ -53,8 +55,9 @@ impl Limiter {
         Limiter { slots: vec![empty; SLOTS], keys: RandomState::new(), rate_per_s, burst }
     }
 
-    /// Whether a ping from `source` at `now` is answered (and takes its token).
-    pub fn allow(&mut self, source: IpAddr, now: Instant) -> bool {
+    /// Whether a ping from `from` at `now` is answered (and takes its token).
+    pub fn allow(&mut self, from: SocketAddr, now: Instant) -> bool {
+        let source = if from.ip().is_loopback() { from } else { SocketAddr::new(from.ip(), 0) };
         let i = (self.keys.hash_one(source) % SLOTS as u64) as usize;
         let s = &mut self.slots[i];
         if s.source != Some(source) {
@@ -109,7 +112,7 @@ pub async fn serve(socket: UdpSocket, stats: Arc<AgentStats>, mut stop: watch::R
             stats.beacon_malformed.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        if !limiter.allow(from.ip(), received) {
+        if !limiter.allow(from, received) {
             stats.beacon_limited.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -131,8 +134,8 @@ mod tests {
     fn a_source_gets_its_burst_then_the_rate_and_another_source_its_own_burst() {
         let t0 = Instant::now();
         let mut l = Limiter::new(20.0, 10.0, t0);
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let a: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let b: SocketAddr = "192.0.2.2:4000".parse().unwrap();
         let answered = (0..30).filter(|_| l.allow(a, t0)).count();
         assert_eq!(answered, 10, "the burst, then nothing at the same instant");
         assert_eq!((0..30).filter(|_| l.allow(b, t0)).count(), 10, "b has a burst of its own");
@@ -142,6 +145,18 @@ mod tests {
         // After a quiet second the burst is back, never more.
         let later = t0 + Duration::from_secs(5);
         assert_eq!((0..30).filter(|_| l.allow(a, later)).count(), 10);
+    }
+
+    #[test]
+    fn a_remote_address_has_one_bucket_whatever_its_port_and_a_local_socket_one_of_its_own() {
+        let t0 = Instant::now();
+        let mut l = Limiter::new(20.0, 10.0, t0);
+        let remote = |port| SocketAddr::from(([192, 0, 2, 1], port));
+        assert_eq!((0..10).filter(|i| l.allow(remote(4000 + i), t0)).count(), 10);
+        assert!(!l.allow(remote(5000), t0), "another port of the same address shares the bucket");
+        let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!((0..30).filter(|_| l.allow(local(4000), t0)).count(), 10);
+        assert_eq!((0..30).filter(|_| l.allow(local(4001), t0)).count(), 10, "a bucket per socket");
     }
 
     #[tokio::test]

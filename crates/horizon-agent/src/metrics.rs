@@ -62,6 +62,21 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.beacon_limited,
     ),
     (
+        "horizon_agent_probe_tables_accepted_total",
+        "Joins whose probe table (the client's RTT to every site's beacon) agrees with the RTT this gateway measures and with the backbone: kept for stage 1's figures.",
+        |s| &s.probe_tables_accepted,
+    ),
+    (
+        "horizon_agent_probe_tables_contradicted_total",
+        "Joins whose probe table contradicts this gateway's own RTT measure or the backbone (a client misreporting its round trips): the table is dropped, the player still plays.",
+        |s| &s.probe_tables_contradicted,
+    ),
+    (
+        "horizon_agent_joins_not_nearest_total",
+        "Joins with a believed probe table naming another site nearer than this one (expected under the measure stage, where everyone enters at the core site).",
+        |s| &s.joins_not_nearest,
+    ),
+    (
         "horizon_agent_positions_refused_total",
         "Positions a game server reported for a region it does not run here under that lease: refused.",
         |s| &s.positions_refused,

@@ -20,6 +20,11 @@ pub struct AgentStats {
     pub beacon_pongs: AtomicU64,
     pub beacon_malformed: AtomicU64,
     pub beacon_limited: AtomicU64,
+    /// Joins with a probe table: believed, contradicted by the gateway's own RTT or the
+    /// backbone; believed tables naming another site nearer than this one.
+    pub probe_tables_accepted: AtomicU64,
+    pub probe_tables_contradicted: AtomicU64,
+    pub joins_not_nearest: AtomicU64,
     /// 1 while registered with the core.
     pub registered: AtomicU64,
     /// Inputs kept by the gateway until a stored copy covers them, every player together.

@@ -109,6 +109,9 @@ impl AgentMachine {
             })
             .collect();
         self.joins.clear();
+        // A restarted core has no probe table: each is sent again with the next report.
+        self.measured =
+            self.players.iter().filter(|(_, p)| p.probes.is_some()).map(|(&id, _)| id).collect();
         self.ask_core(
             Then::Nothing("player resync (sent again at the next registration)"),
             control::Request::Players { players },
@@ -169,7 +172,32 @@ impl AgentMachine {
             servers: self.server_loads(),
         };
         self.ask_core(Then::Nothing("report"), report);
+        self.report_measured();
         self.report_positions();
+    }
+
+    /// The believed probe tables of players who joined since the last report (or of every
+    /// player, after a registration), in requests of at most `MAX_MEASURED` players. Players
+    /// gone since are left out.
+    fn report_measured(&mut self) {
+        let mut pending = std::mem::take(&mut self.measured);
+        pending.sort_unstable();
+        pending.dedup();
+        let players: Vec<control::MeasuredPlayer> = pending
+            .into_iter()
+            .filter_map(|id| {
+                let p = self.players.get(&id)?;
+                Some(control::MeasuredPlayer {
+                    player: id,
+                    access_rtt_ms: p.min_rtt_ms,
+                    probes: p.probes.clone()?,
+                })
+            })
+            .collect();
+        for chunk in players.chunks(control::MAX_MEASURED) {
+            let request = control::Request::Measured { players: chunk.to_vec() };
+            self.ask_core(Then::Nothing("probe tables"), request);
+        }
     }
 
     /// Where this site's game servers put their players since the last report (the only
@@ -213,6 +241,7 @@ impl AgentMachine {
             servers: self.server_loads(),
         };
         self.ask_core(Then::Nothing("report"), report);
+        self.report_measured();
     }
 
     /// One batched renewal for every lease this site runs or stands by for. A handover source
@@ -406,6 +435,7 @@ impl AgentMachine {
             | R::PlayerIds { .. }
             | R::Admin { .. }
             | R::Positions { .. }
+            | R::Measured { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

@@ -39,6 +39,7 @@ mod parts;
 mod peers;
 mod periodic;
 mod players;
+mod probes;
 mod servers;
 #[cfg(test)]
 mod tests;
@@ -378,6 +379,9 @@ struct Player {
     /// Its connection ended at this time; the player is kept [`RESUME_GRACE`] for the same
     /// client to reconnect.
     gone_since: Option<Instant>,
+    /// The probe table it joined with, if it sent one and this gateway believed it (stage 1's
+    /// figures; never placement).
+    probes: Option<Vec<gateway::SiteProbe>>,
 }
 
 struct PeerLink {
@@ -514,6 +518,8 @@ pub struct AgentMachine {
     lane: lane::OrderLane,
     joins: Vec<control::PlayerSample>,
     leaves: Vec<PlayerId>,
+    /// Players whose believed probe table the core has not been sent yet.
+    measured: Vec<PlayerId>,
     /// The newest `Positions` report of each region's server (one per part of a spread
     /// bubble), for the next report to the core: at most one list per server and region.
     positions: BTreeMap<(BubbleId, Name), control::RegionPositions>,
@@ -574,6 +580,7 @@ impl AgentMachine {
             waiting: VecDeque::new(),
             lane: lane::OrderLane::default(),
             joins: Vec::new(),
+            measured: Vec::new(),
             positions: BTreeMap::new(),
             leaves: Vec::new(),
         };

@@ -10,65 +10,15 @@ impl AgentMachine {
         rtt_ms: f32,
         now: Instant,
     ) -> Result<gateway::Reply, Fault> {
-        let home = self.cfg.site.clone();
         match request {
             gateway::Request::Join { role, world, pos } => {
-                if !finite(*pos) {
-                    let why = "a position must be finite (docs/protocol.md, Vec3)";
+                self.player_join(conn, *role, *world, *pos, None, rtt_ms, now)
+            }
+            gateway::Request::JoinMeasured { role, world, pos, probes } => {
+                if let Some(why) = probes::malformed(probes) {
                     return Err(Fault::new(ErrorCode::Malformed, why));
                 }
-                if let Some(&player) = self.sessions.get(&conn) {
-                    let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
-                    return Ok(gateway::Reply::Joined {
-                        player,
-                        home,
-                        resume_after: Seq(acked.0 + 1),
-                    });
-                }
-                let client = self.conn_clients.get(&conn).cloned();
-                let known = client.as_ref().and_then(|c| self.clients.get(c)).copied();
-                if let Some(player) = known
-                    && let Some(p) = self.players.get_mut(&player)
-                {
-                    // The same client reconnected (a mobile blip): the same player resumes,
-                    // its kept inputs and place untouched.
-                    p.conn = conn;
-                    p.gone_since = None;
-                    let resume_after = Seq(p.session.acked().0 + 1);
-                    self.sessions.retain(|_, p| *p != player);
-                    self.sessions.insert(conn, player);
-                    self.stats.resumes.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");
-                    return Ok(gateway::Reply::Joined { player, home, resume_after });
-                }
-                let player = self.next_player_id().ok_or_else(|| {
-                    Fault::new(
-                        ErrorCode::NotReady,
-                        "no player id to give yet: the core is unreachable",
-                    )
-                })?;
-                let p = Player {
-                    conn,
-                    role: *role,
-                    world: *world,
-                    pos: *pos,
-                    vel: Vec3::default(),
-                    position_seq: 0,
-                    min_rtt_ms: rtt_ms,
-                    session: PlayerSession::new(now),
-                    client: client.clone(),
-                    gone_since: None,
-                };
-                if let Some(c) = client {
-                    self.clients.insert(c, player);
-                }
-                self.joins.push(core_link::sample(player, &p));
-                self.timers.joins.get_or_insert(now + JOIN_BATCH);
-                self.players.insert(player, p);
-                self.sessions.insert(conn, player);
-                self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
-                tracing::debug!(site = %home, player = player.0, rtt_ms, "player joined");
-                Ok(gateway::Reply::Joined { player, home, resume_after: Seq(1) })
+                self.player_join(conn, *role, *world, *pos, Some(probes), rtt_ms, now)
             }
             gateway::Request::SetRole { role } => {
                 let p = self.session_player(conn)?;
@@ -80,6 +30,99 @@ impl AgentMachine {
                     self.remove_player(player);
                 }
                 Ok(gateway::Reply::Done)
+            }
+        }
+    }
+
+    /// A join, with the client's probe table if it sent one (checked here: see `probes.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn player_join(
+        &mut self,
+        conn: ConnId,
+        role: Role,
+        world: WorldId,
+        pos: Vec3,
+        probes: Option<&Vec<gateway::SiteProbe>>,
+        rtt_ms: f32,
+        now: Instant,
+    ) -> Result<gateway::Reply, Fault> {
+        let home = self.cfg.site.clone();
+        if !finite(pos) {
+            let why = "a position must be finite (docs/protocol.md, Vec3)";
+            return Err(Fault::new(ErrorCode::Malformed, why));
+        }
+        if let Some(&player) = self.sessions.get(&conn) {
+            let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
+            return Ok(gateway::Reply::Joined { player, home, resume_after: Seq(acked.0 + 1) });
+        }
+        let client = self.conn_clients.get(&conn).cloned();
+        let known = client.as_ref().and_then(|c| self.clients.get(c)).copied();
+        if let Some(player) = known
+            && let Some(p) = self.players.get_mut(&player)
+        {
+            // The same client reconnected (a mobile blip): the same player resumes,
+            // its kept inputs and place untouched.
+            p.conn = conn;
+            p.gone_since = None;
+            let resume_after = Seq(p.session.acked().0 + 1);
+            self.sessions.retain(|_, p| *p != player);
+            self.sessions.insert(conn, player);
+            self.stats.resumes.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");
+            return Ok(gateway::Reply::Joined { player, home, resume_after });
+        }
+        let player = self.next_player_id().ok_or_else(|| {
+            Fault::new(ErrorCode::NotReady, "no player id to give yet: the core is unreachable")
+        })?;
+        let p = Player {
+            conn,
+            role,
+            world,
+            pos,
+            vel: Vec3::default(),
+            position_seq: 0,
+            min_rtt_ms: rtt_ms,
+            session: PlayerSession::new(now),
+            client: client.clone(),
+            gone_since: None,
+            probes: None,
+        };
+        if let Some(c) = client {
+            self.clients.insert(c, player);
+        }
+        self.joins.push(core_link::sample(player, &p));
+        self.timers.joins.get_or_insert(now + JOIN_BATCH);
+        self.players.insert(player, p);
+        self.sessions.insert(conn, player);
+        self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
+        tracing::debug!(site = %home, player = player.0, rtt_ms, "player joined");
+        if let Some(probes) = probes {
+            self.probe_table(player, probes, rtt_ms);
+        }
+        Ok(gateway::Reply::Joined { player, home, resume_after: Seq(1) })
+    }
+
+    /// A new player's probe table: believed (kept for stage 1's figures, sent to the core with
+    /// the next report) or contradicted by what this gateway measures (dropped, counted).
+    fn probe_table(&mut self, player: PlayerId, probes: &[gateway::SiteProbe], rtt_ms: f32) {
+        let site = self.cfg.site.as_str();
+        let verdict = probes::check(probes, site, rtt_ms, |s| {
+            self.peers.iter().find(|(name, _)| name.as_str() == s).and_then(|(_, l)| l.rtt_ms)
+        });
+        match verdict {
+            Ok(nearest) => {
+                self.stats.probe_tables_accepted.fetch_add(1, Ordering::Relaxed);
+                if nearest != site {
+                    self.stats.joins_not_nearest.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some(p) = self.players.get_mut(&player) {
+                    p.probes = Some(probes.to_vec());
+                    self.measured.push(player);
+                }
+            }
+            Err(why) => {
+                self.stats.probe_tables_contradicted.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(site = %self.cfg.site, player = player.0, rtt_ms, %why, "probe table not believed");
             }
         }
     }
