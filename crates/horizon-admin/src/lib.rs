@@ -9,6 +9,7 @@
 //! | `GET /readyz` | `200 ready`, or `503` with the reason (core: its loop answers; agent: registered with the core and a ready game server) |
 //! | `GET /metrics` | the daemon's Prometheus registry, text format 0.0.4 (docs/metrics.md) |
 //! | `GET /status` | the daemon's status document (JSON); `?players=N&after=ID` pages its player list |
+//! | `GET /measure.csv` | core only: the probe tables of the players online, `player,site,rtt_ms` (stage 1; `horizon sim measure --csv` reads it). Authenticated readers only: `403` without the token |
 //! | `GET /` | the daemon's status page, if it has one |
 //!
 //! **Who reads what** ([`Access`]): probes and metrics are open (they name no player: metric
@@ -150,6 +151,10 @@ pub trait Source: Send + Sync + 'static {
     /// Called before `/metrics` renders the registry: bring values kept elsewhere (atomics)
     /// into it. Must not wait on the daemon's loop.
     fn refresh(&self) {}
+    /// `/measure.csv`, for a daemon that keeps probe tables (`Ok(None)`: it keeps none, 404).
+    fn measure_csv(&self) -> BoxFuture<Result<Option<String>, String>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// A daemon's registry: every metric name starts with `horizon_`; `horizon_build_info` and
@@ -220,9 +225,13 @@ pub fn router(
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/status", get(status))
+        .route("/measure.csv", get(measure_csv))
         .route("/", get(index))
         .fallback(|| async {
-            (StatusCode::NOT_FOUND, "not found: try /, /livez, /readyz, /metrics, /status\n")
+            (
+                StatusCode::NOT_FOUND,
+                "not found: try /, /livez, /readyz, /metrics, /status, /measure.csv\n",
+            )
         })
         .with_state(app)
 }
@@ -273,6 +282,32 @@ async fn status(
             doc.to_string(),
         )
             .into_response(),
+        Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the loop does not answer\n").into_response(),
+    }
+}
+
+async fn measure_csv(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Response {
+    match app.access.private(&headers) {
+        Err(()) => return (StatusCode::UNAUTHORIZED, "wrong admin token\n").into_response(),
+        Ok(false) => {
+            let why = "player ids: send the admin token (Authorization: Bearer)\n";
+            return (StatusCode::FORBIDDEN, why).into_response();
+        }
+        Ok(true) => {}
+    }
+    match tokio::time::timeout(LOOP_TIMEOUT, app.source.measure_csv()).await {
+        Ok(Ok(Some(csv))) => (
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            csv,
+        )
+            .into_response(),
+        Ok(Ok(None)) => {
+            (StatusCode::NOT_FOUND, "this daemon keeps no probe tables\n").into_response()
+        }
         Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the loop does not answer\n").into_response(),
     }

@@ -1,5 +1,5 @@
 //! The core's admin API (`horizon-admin`, axum): `/livez`, `/readyz` (the core's loop
-//! answers), `/metrics` (the registry, rendered without asking the loop), `/status` (paged), and
+//! answers), `/metrics` (the registry, rendered without asking the loop), `/status` (paged), `/measure.csv` (stage 1's probe tables), and
 //! `/` (the status page: a live map of regions coloured by site). Read-only; bind it to an
 //! operator network.
 
@@ -12,6 +12,8 @@ pub(crate) enum AdminQuery {
     /// Answered at once by a loop that serves.
     Ping(oneshot::Sender<()>),
     Status(Page, oneshot::Sender<crate::CoreStatus>),
+    /// `/measure.csv`.
+    MeasureCsv(oneshot::Sender<String>),
 }
 
 /// The core loop as the admin API sees it.
@@ -39,6 +41,17 @@ impl Source for CoreSource {
                 .map_err(|_| "the core loop is busy or gone")?;
             let status = rx.await.map_err(|_| "the core loop is gone".to_owned())?;
             serde_json::to_value(status).map_err(|e| e.to_string())
+        })
+    }
+
+    fn measure_csv(&self) -> BoxFuture<Result<Option<String>, String>> {
+        let queries = self.queries.clone();
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            queries
+                .try_send(AdminQuery::MeasureCsv(tx))
+                .map_err(|_| "the core loop is busy or gone")?;
+            rx.await.map(Some).map_err(|_| "the core loop is gone".to_owned())
         })
     }
 }

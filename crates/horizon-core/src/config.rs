@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use horizon_mesh::{Aabb, Placement, Sites, Thresholds, Vec3, WorldId, ZoneSpec};
+use horizon_mesh::{Aabb, Delegation, Placement, Sites, Thresholds, Vec3, WorldId, ZoneSpec};
 use serde::Deserialize;
 
 /// Everything the core runs with.
@@ -26,26 +26,37 @@ pub struct CoreConfig {
     pub zones: Vec<ZoneSpec>,
     /// `[placement] stage`: how far the rollout has gone (docs/running.md, "Rolling out").
     pub stage: Stage,
+    /// `[[delegations]]`: what `fixed` delegates to which relay site.
+    pub delegations: Vec<Delegation>,
 }
 
 /// A stage of the rollout: what the core may delegate. Parsed once, here; the brain is told
 /// what it may decide through [`Stage::placement`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Stage {
+    /// Stage 1: players enter at the core site's gateway, everything is simulated in core-site
+    /// zones (as today), and their probe tables say who would gain from a relay site
+    /// (`horizon_core_players_would_gain`, `/measure.csv`).
+    Measure,
     /// Players enter at their home site's gateway; everything is simulated in core-site zones,
     /// handover-free. Their inputs and updates travel the backbone.
     Relay,
+    /// Stage 3: each `[[delegations]]` region is simulated on its relay site, whatever the
+    /// scoring says; everything else in core-site zones, as under `relay`.
+    Fixed,
     /// SMD-G: bubbles carved out of the zones and placed on the best site.
     #[default]
     Dynamic,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 2] = [Stage::Relay, Stage::Dynamic];
+    pub const ALL: [Stage; 4] = [Stage::Measure, Stage::Relay, Stage::Fixed, Stage::Dynamic];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Stage::Measure => "measure",
             Stage::Relay => "relay",
+            Stage::Fixed => "fixed",
             Stage::Dynamic => "dynamic",
         }
     }
@@ -57,7 +68,8 @@ impl Stage {
     /// What the brain may decide at this stage.
     pub fn placement(self) -> Placement {
         match self {
-            Stage::Relay => Placement::AllCore,
+            Stage::Measure | Stage::Relay => Placement::AllCore,
+            Stage::Fixed => Placement::Fixed,
             Stage::Dynamic => Placement::Smdg,
         }
     }
@@ -74,6 +86,8 @@ struct RawConfig {
     store: RawStore,
     #[serde(default)]
     zones: Vec<RawZone>,
+    #[serde(default)]
+    delegations: Vec<horizon_mesh::file::DelegationTable>,
     placement: Option<RawPlacement>,
 }
 
@@ -178,6 +192,24 @@ impl CoreConfig {
         {
             errors.extend(bad.into_iter().map(|e| e.to_string()));
         }
+        let mut problems = Vec::new();
+        let delegations = horizon_mesh::file::delegations(
+            &raw.delegations,
+            &sites,
+            thresholds.position_limit_m(),
+            &mut problems,
+        );
+        errors.extend(problems.into_iter().map(|p| format!("{}: {}", p.key, p.why)));
+        match (stage, raw.delegations.is_empty()) {
+            (Stage::Fixed, true) => errors.push(
+                "placement.stage = \"fixed\": needs at least one [[delegations]] (world, site, optional min and max)".to_owned(),
+            ),
+            (Stage::Fixed, false) | (_, true) => {}
+            (_, false) => errors.push(format!(
+                "[[delegations]]: read only under placement.stage = \"fixed\" (this core runs {:?})",
+                stage.as_str()
+            )),
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -191,6 +223,7 @@ impl CoreConfig {
             key: base.join(raw.tls.key),
             store: base.join(raw.store.path),
             zones,
+            delegations,
             stage,
         })
     }
@@ -236,10 +269,39 @@ mod tests {
         let relay = format!("{GOOD}\n[placement]\nstage = \"relay\"\n");
         let c = CoreConfig::parse(&relay, Path::new(".")).unwrap();
         assert_eq!((c.stage, c.stage.placement()), (Stage::Relay, Placement::AllCore));
+        let measure = relay.replace("\"relay\"", "\"measure\"");
+        let c = CoreConfig::parse(&measure, Path::new(".")).unwrap();
+        assert_eq!((c.stage, c.stage.placement()), (Stage::Measure, Placement::AllCore));
         let bad = relay.replace("\"relay\"", "\"everywhere\"");
         let errors = CoreConfig::parse(&bad, Path::new(".")).unwrap_err().join("\n");
         assert!(errors.contains("placement.stage = \"everywhere\""), "{errors}");
-        assert!(errors.contains("relay, dynamic"), "{errors}");
+        assert!(errors.contains("measure, relay, fixed, dynamic"), "{errors}");
+    }
+
+    #[test]
+    fn delegations_are_read_under_the_fixed_stage_and_bad_ones_named() {
+        let fixed = format!("{GOOD}\n[placement]\nstage = \"fixed\"\n");
+        let planet = "[[delegations]]\nworld = 2\nmin = [0.0, -10.0, -10.0]\nmax = [100.0, 10.0, 10.0]\nsite = \"MTL\"\n";
+        let whole = "[[delegations]]\nworld = 3\nsite = \"HKG\"\n";
+        let c = CoreConfig::parse(&format!("{fixed}{planet}{whole}"), Path::new(".")).unwrap();
+        assert_eq!((c.stage, c.stage.placement()), (Stage::Fixed, Placement::Fixed));
+        assert_eq!(c.delegations.len(), 2);
+        assert_eq!(c.sites.name(c.delegations[0].site).as_str(), "MTL");
+        assert!(c.delegations[0].bounds.is_some() && c.delegations[1].bounds.is_none());
+        let errors =
+            |text: String| CoreConfig::parse(&text, Path::new(".")).unwrap_err().join("\n");
+        let e = errors(fixed.clone());
+        assert!(e.contains("needs at least one [[delegations]]"), "{e}");
+        let e = errors(format!("{fixed}{}", planet.replace("\"MTL\"", "\"SYD\"")));
+        assert!(e.contains("delegations[0].site: \"SYD\" is not a site of [sites]"), "{e}");
+        let e = errors(format!("{fixed}{}", planet.replace("max = [100.0, 10.0, 10.0]\n", "")));
+        assert!(e.contains("delegations[0]: give both min and max"), "{e}");
+        let e = errors(format!("{fixed}{planet}{}", planet.replace("\"MTL\"", "\"HKG\"")));
+        assert!(e.contains("delegations[1]: it overlaps delegations[0]"), "{e}");
+        let e = errors(format!("{fixed}{}", whole.replace("\"HKG\"", "\"PAR\"")));
+        assert!(e.contains("delegations[0]: it delegates to the core site"), "{e}");
+        let e = errors(format!("{GOOD}\n{planet}"));
+        assert!(e.contains("[[delegations]]: read only under placement.stage = \"fixed\""), "{e}");
     }
 
     #[test]

@@ -154,6 +154,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         thresholds: cfg.thresholds.clone(),
         zones: cfg.zones.clone(),
         stage: cfg.stage,
+        delegations: cfg.delegations.clone(),
     };
     let mut machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
         .map_err(CoreError::Config)?;
@@ -453,6 +454,9 @@ impl Shell {
             }
             AdminQuery::Status(page, tx) => {
                 let _ = tx.send(self.machine.status(self.now(), page));
+            }
+            AdminQuery::MeasureCsv(tx) => {
+                let _ = tx.send(self.machine.measure_csv());
             }
         }
     }

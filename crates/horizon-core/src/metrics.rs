@@ -117,11 +117,14 @@ pub(crate) struct Metrics {
     pub tick_seconds: prometheus::Histogram,
     pub players: PerSite<prometheus::IntGauge>,
     pub unsimulated: PerSite<prometheus::IntGauge>,
+    pub players_measured: PerSite<prometheus::IntGauge>,
+    pub players_would_gain: PerSite<prometheus::IntGauge>,
     pub bubbles: PerSite<prometheus::IntGauge>,
     servers: IntGaugeVec,
     pub agent_connected: PerSite<prometheus::IntGauge>,
     pub bubbles_created: PerSite<prometheus::IntCounter>,
     pub zones: prometheus::IntGauge,
+    pub delegations_waiting: prometheus::IntGauge,
     zone_changes: IntCounterVec,
     handovers: IntCounterVec,
     handover_seconds: HistogramVec,
@@ -246,6 +249,16 @@ impl Metrics {
                 "Counted players (not NPCs) in no running region, by home site: in no bubble and not routed to their core-site zone (the zone not hosted yet, or being restored). 0 in steady state.",
                 "home_site",
             ),
+            players_measured: g(
+                "horizon_core_players_measured",
+                "Players online whose gateway believed their probe table (stage 1), by the site of their lowest measured RTT.",
+                "home",
+            ),
+            players_would_gain: g(
+                "horizon_core_players_would_gain",
+                "Of horizon_core_players_measured, those who would gain at least 25 ms if a relay site simulated them (stage 1's question), by the site of their lowest measured RTT.",
+                "home",
+            ),
             bubbles: g("horizon_bubbles", "Bubbles by the site that simulates them.", "site"),
             servers,
             agent_connected: g(
@@ -254,6 +267,15 @@ impl Metrics {
                 "site",
             ),
             bubbles_created: c("horizon_bubbles_created_total", "Bubbles created, by site."),
+            delegations_waiting: {
+                let g = prometheus::IntGauge::new(
+                    "horizon_core_delegations_waiting",
+                    "Under the fixed stage: groups inside a delegation playing in a core-site zone at the last tick, because the delegation's site has no server ready for them or is cut from the core. 0 in steady state.",
+                )
+                .unwrap_or_else(unreachable_metric);
+                horizon_admin::register(&reg, Box::new(g.clone()));
+                g
+            },
             zones: {
                 let z = prometheus::IntGauge::new(
                     "horizon_core_zones",

@@ -42,6 +42,9 @@ pub struct CoreStatus {
     pub players_total: usize,
     /// The `after` of the next page, if any.
     pub players_next: Option<u64>,
+    /// Stage 1's figures from the probe tables of the players online (any stage).
+    #[serde(default)]
+    pub measure: crate::machine::measure::MeasureStatus,
     /// The brain's latest decisions (free-form, newest first).
     pub recent_decisions: Vec<serde_json::Value>,
 }

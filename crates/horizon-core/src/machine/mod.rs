@@ -17,6 +17,7 @@ mod drain;
 pub(crate) mod failover;
 pub(crate) mod handover;
 pub(crate) mod keep;
+pub mod measure;
 pub(crate) mod registry;
 mod rejoin;
 mod reports;
@@ -192,6 +193,8 @@ pub struct MachineConfig {
     pub zones: Vec<horizon_mesh::ZoneSpec>,
     /// The rollout stage: what the brain may decide ([`Stage::placement`]).
     pub stage: crate::Stage,
+    /// Under `fixed`: what is delegated to which relay site.
+    pub delegations: Vec<horizon_mesh::Delegation>,
 }
 
 /// An agent connection.
@@ -260,6 +263,13 @@ pub struct CoreMachine {
     next_player: u64,
     /// Who was handed which player ids (see `reports.rs`).
     pub(crate) ids: reports::IdBlocks,
+    /// Stage 1's probe tables of the players online (`measure.rs`), tables refused since
+    /// start, and when the figures are next counted.
+    pub(crate) measure: measure::Measurements,
+    pub(crate) measure_refused: u64,
+    next_measure_count: Time,
+    /// Groups inside a fixed delegation waiting in a zone at the last tick.
+    delegations_waiting: u32,
     effects: VecDeque<Effect>,
 }
 
@@ -293,6 +303,10 @@ impl CoreMachine {
             now,
         )
         .map_err(|e| format!("{e:?}"))?;
+        let mut mesh = mesh;
+        mesh.set_delegations(cfg.delegations.clone()).map_err(|errors| {
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        })?;
         let mut machine = CoreMachine {
             metrics: Metrics::new(&cfg.sites),
             cfg,
@@ -319,6 +333,10 @@ impl CoreMachine {
             stored: store.backups.clone(),
             next_player: store.next_player.max(1),
             ids: reports::IdBlocks::new(store.next_player.max(1)),
+            measure: measure::Measurements::default(),
+            measure_refused: 0,
+            next_measure_count: now,
+            delegations_waiting: 0,
             effects: VecDeque::new(),
         };
         machine.take_back(store, now);
@@ -343,6 +361,49 @@ impl CoreMachine {
         self.handover_deadlines(now);
         self.drain_due(now);
         self.forget_absent_players(now);
+        self.count_measured(now);
+        self.watch_delegations();
+    }
+
+    /// Under `fixed`: groups inside a delegation whose site cannot host them (no server ready,
+    /// cut from the core) play in the zone around them meanwhile; a gauge and a log line say so.
+    fn watch_delegations(&mut self) {
+        let waiting = self.mesh.last_stats().delegations_waiting;
+        if waiting != self.delegations_waiting {
+            if waiting > 0 {
+                tracing::warn!(
+                    groups = waiting,
+                    "groups inside a delegation play in a core-site zone: the delegation's site has no server ready for them or is cut from the core"
+                );
+            } else {
+                tracing::info!("every group inside a delegation plays on its site");
+            }
+            self.delegations_waiting = waiting;
+            self.metrics.delegations_waiting.set(i64::from(waiting));
+        }
+    }
+
+    /// `/measure.csv`: the probe tables of the players online (`measure.rs`).
+    pub fn measure_csv(&self) -> String {
+        self.measure.csv(self.mesh.sites())
+    }
+
+    /// Every 5 s: forgets the probe tables of players gone, and counts stage 1's figures into
+    /// the metrics.
+    fn count_measured(&mut self, now: Time) {
+        if now < self.next_measure_count {
+            return;
+        }
+        self.next_measure_count = now + horizon_mesh::Span::from_ms(ABSENT_SWEEP_EVERY_MS);
+        let mesh = &self.mesh;
+        self.measure.sweep(|p| mesh.player(p).is_some(), now);
+        let status = self.measure.status(self.mesh.sites(), self.measure_refused);
+        for s in self.cfg.sites.ids() {
+            let home =
+                status.by_home.get(self.cfg.sites.name(s).as_str()).copied().unwrap_or_default();
+            self.metrics.players_measured.set(s.index(), home.players);
+            self.metrics.players_would_gain.set(s.index(), home.would_gain);
+        }
     }
 
     /// The copies an earlier core kept for players (from its store), before anything else.
@@ -480,6 +541,21 @@ impl CoreMachine {
             }
             R::Players { players } => {
                 self.players(site, &players);
+                Ok(control::Reply::Done)
+            }
+            R::Measured { players } => {
+                let ids = &self.ids;
+                let refused = self.measure.record(
+                    self.mesh.sites(),
+                    site,
+                    &players,
+                    |p| ids.owns(site, p),
+                    now,
+                );
+                self.measure_refused += refused;
+                for _ in 0..refused {
+                    self.metrics.refused(site, "probe_table");
+                }
                 Ok(control::Reply::Done)
             }
             R::Lost { leases, reason } => {

@@ -208,6 +208,7 @@ impl CoreMachine {
                 continue;
             }
             let _ = self.mesh.handle_leave(*l);
+            self.measure.forget(*l);
         }
         for b in backbone {
             if let (Some(other), Some(rtt)) = (self.cfg.sites.id(b.site.as_str()), b.rtt_ms)

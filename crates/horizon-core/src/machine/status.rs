@@ -191,6 +191,7 @@ impl CoreMachine {
             core: name(self.cfg.sites.core()),
             generation: self.generation,
             stage: self.cfg.stage.as_str().to_owned(),
+            measure: self.measure.status(self.mesh.sites(), self.measure_refused),
             uptime_s: now.as_secs_f64(),
             tick: self.mesh.last_stats(),
             handovers: HandoverCounts {

@@ -53,6 +53,7 @@ impl Harness {
             thresholds,
             zones: Vec::new(),
             stage: crate::Stage::Dynamic,
+            delegations: Vec::new(),
         };
         // Player ids below 1000 were handed out by an earlier core: any site may join them
         // (the tests name their players 1, 2, ...).
@@ -1109,6 +1110,7 @@ fn configured_zones_open_at_the_first_start_and_a_restart_takes_back_the_stored_
         thresholds: Thresholds::default(),
         zones,
         stage: crate::Stage::Dynamic,
+        delegations: Vec::new(),
     };
     let store = StoreState { next_player: 1_000, ..StoreState::default() };
     let mut core = CoreMachine::new(cfg.clone(), 1, &store, Time::ZERO).unwrap();
