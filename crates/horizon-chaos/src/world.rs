@@ -371,7 +371,7 @@ impl World {
             end: (opts.seconds * 1e6) as u64,
             stage: opts.stage,
             thresholds: match opts.stage {
-                Stage::Relay => Thresholds {
+                Stage::Measure | Stage::Relay | Stage::Fixed => Thresholds {
                     players_per_server: crate::RELAY_PLAYERS_PER_SERVER,
                     ..Thresholds::default()
                 },
@@ -501,6 +501,7 @@ impl World {
             thresholds: self.thresholds.clone(),
             zones: Vec::new(),
             stage: self.stage,
+            delegations: Vec::new(),
         };
         match CoreMachine::new(cfg, generation, self.store.state(), self.core_now()) {
             Ok(mut machine) => {

@@ -28,6 +28,8 @@ pub enum ConfigError {
     BadThreshold { key: &'static str, value: f64, why: &'static str },
     #[error("zones[{index}]: {why}")]
     BadZone { index: usize, why: String },
+    #[error("delegations[{index}]: {why}")]
+    BadDelegation { index: usize, why: String },
 }
 
 /// The most load samples a zone rule may wait for (about a day of one-second samples).

@@ -215,3 +215,54 @@ mod tests {
         assert!(unknown[0].why.contains("unknown field `dwel_s`"), "{unknown:?}");
     }
 }
+
+/// One `[[delegations]]` entry (the `fixed` stage): a world, whole or a box of it, and the
+/// relay site it is delegated to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelegationTable {
+    /// The world's id (default 0).
+    #[serde(default)]
+    pub world: u32,
+    /// The delegated box, in the world's local coordinates (metres); neither: the whole world.
+    pub min: Option<[f64; 3]>,
+    pub max: Option<[f64; 3]>,
+    pub site: String,
+}
+
+/// `[[delegations]]`, checked against the sites and the world's range `±limit` m: the
+/// delegations, and every problem with its key (`delegations[i].site`, `delegations[i]`).
+pub fn delegations(
+    raw: &[DelegationTable],
+    sites: &Sites,
+    limit: f64,
+    problems: &mut Vec<Problem>,
+) -> Vec<crate::Delegation> {
+    let mut out = Vec::new();
+    for (i, d) in raw.iter().enumerate() {
+        let Some(site) = sites.id(&d.site) else {
+            let known: Vec<String> = sites.ids().map(|s| sites.name(s).to_string()).collect();
+            let why = format!("{:?} is not a site of [sites] ({})", d.site, known.join(", "));
+            problems.push(Problem::new(format!("delegations[{i}].site"), why));
+            continue;
+        };
+        let v = |p: [f64; 3]| crate::Vec3::new(p[0], p[1], p[2]);
+        let bounds = match (d.min, d.max) {
+            (None, None) => None,
+            (Some(min), Some(max)) => Some(crate::Aabb { min: v(min), max: v(max) }),
+            _ => {
+                let why = "give both min and max, or neither (the whole world)";
+                problems.push(Problem::new(format!("delegations[{i}]"), why));
+                continue;
+            }
+        };
+        out.push(crate::Delegation { world: crate::WorldId(d.world), bounds, site });
+    }
+    if let Err(errors) = crate::validate_delegations(&out, sites.core(), limit) {
+        for e in errors {
+            let crate::ConfigError::BadDelegation { index, why } = e else { continue };
+            problems.push(Problem::new(format!("delegations[{index}]"), why));
+        }
+    }
+    out
+}

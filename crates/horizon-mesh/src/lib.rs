@@ -17,6 +17,7 @@
 
 pub mod bubble;
 pub mod config;
+pub mod delegation;
 pub mod file;
 pub mod geom;
 pub mod grouping;
@@ -32,6 +33,7 @@ pub mod zones;
 
 pub use bubble::{Bubble, Cut};
 pub use config::{ConfigError, Sites, Thresholds, Weights};
+pub use delegation::{Delegation, validate_delegations};
 pub use geom::{Aabb, Vec3};
 pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};

@@ -196,6 +196,8 @@ pub enum MoveReason {
     Cap,
     /// The site lost its lease (link loss, no server): hold and dwell are ignored.
     Failover,
+    /// A fixed delegation's bubble goes back to its configured site (after a failover).
+    Delegation,
 }
 
 impl MoveReason {
@@ -205,6 +207,7 @@ impl MoveReason {
             MoveReason::Gain => "gain",
             MoveReason::Cap => "cap",
             MoveReason::Failover => "failover",
+            MoveReason::Delegation => "delegation",
         }
     }
 }

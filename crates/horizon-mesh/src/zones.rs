@@ -34,19 +34,9 @@ pub fn validate_specs(specs: &[ZoneSpec], limit: f64) -> Result<(), Vec<ConfigEr
     let bad = |index: usize, why: String| ConfigError::BadZone { index, why };
     for (i, z) in specs.iter().enumerate() {
         let b = z.bounds;
-        if !(b.min.is_finite() && b.max.is_finite()) {
-            errors.push(bad(i, "its corners must be finite numbers".into()));
+        if let Some(why) = box_problem(&b, limit) {
+            errors.push(bad(i, why));
             continue;
-        }
-        if (0..3).any(|a| b.min.axis(a) >= b.max.axis(a)) {
-            errors.push(bad(i, "its box is empty: min must be below max on every axis".into()));
-            continue;
-        }
-        if (0..3).any(|a| b.min.axis(a) < -limit || b.max.axis(a) > limit) {
-            errors.push(bad(
-                i,
-                format!("its box leaves the world: every coordinate must be within ±{limit} m"),
-            ));
         }
         if let Some(j) = specs[..i].iter().position(|o| o.world == z.world && o.bounds.overlaps(&b))
         {
@@ -54,6 +44,22 @@ pub fn validate_specs(specs: &[ZoneSpec], limit: f64) -> Result<(), Vec<ConfigEr
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// What is wrong with a configured box in a world of range `±limit` m, if anything.
+pub(crate) fn box_problem(b: &Aabb, limit: f64) -> Option<String> {
+    if !(b.min.is_finite() && b.max.is_finite()) {
+        return Some("its corners must be finite numbers".into());
+    }
+    if (0..3).any(|a| b.min.axis(a) >= b.max.axis(a)) {
+        return Some("its box is empty: min must be below max on every axis".into());
+    }
+    if (0..3).any(|a| b.min.axis(a) < -limit || b.max.axis(a) > limit) {
+        return Some(format!(
+            "its box leaves the world: every coordinate must be within ±{limit} m"
+        ));
+    }
+    None
 }
 
 /// A zone: a box of a world simulated on the core site.

@@ -381,15 +381,7 @@ fn a_silent_relay_fails_over_to_the_core_only_after_lease_and_margin() {
     run(&mut m, 0, 60);
     let old = m.bubble_of(PlayerId(1)).unwrap().epoch;
     m.handle_site_link(site(MTL), false);
-    let mut seen = Vec::new();
-    for t in 61..=100 {
-        let now = Time::from_secs(t);
-        renew_all(&mut m, now, &[site(MTL)]);
-        m.handle_timeout(now);
-        while let Some(c) = poll(&mut m) {
-            seen.push((t, c));
-        }
-    }
+    let seen = run_silent(&mut m, 61, 100, site(MTL));
     let stalled = seen.iter().find(|(_, c)| matches!(c, Command::Stalled { .. })).map(|x| x.0);
     assert_eq!(stalled, Some(90), "lease runs 30 s from the last renewal at 60 s");
     let failover = seen
@@ -731,4 +723,80 @@ fn after_a_core_restart_restored_bubbles_keep_their_ids_epochs_and_players_and_i
     let renew =
         m2.handle_renewal(before[0].site, &[(before[0].id, before[0].epoch)], Time::from_secs(111));
     assert!(renew[0].is_ok(), "{renew:?}");
+}
+
+/// Fixed delegations (stage 3): a box of world 0 delegated to MTL, everything else in zones.
+fn delegated_to_mtl() -> Mesh {
+    let mut m = mesh_placing(th(), Placement::Fixed);
+    let bounds = horizon_mesh::Aabb {
+        min: Vec3::new(-1_000.0, -1e3, -1e3),
+        max: Vec3::new(1_000.0, 1e3, 1e3),
+    };
+    let delegation =
+        horizon_mesh::Delegation { world: WorldId(0), bounds: Some(bounds), site: site(MTL) };
+    m.set_delegations(vec![delegation]).unwrap();
+    m
+}
+
+#[test]
+fn a_fixed_delegation_simulates_its_players_on_its_site_whatever_their_homes_and_nobody_else() {
+    let mut m = delegated_to_mtl();
+    // Parisians inside the delegated box (scoring would pick PAR), and one far outside it.
+    for id in 1..=3 {
+        m.handle_join(join(id, PAR, 10.0, Role::Player, at(id as f64 * 10.0))).unwrap();
+    }
+    m.handle_join(join(9, PAR, 10.0, Role::Player, at(50_000.0))).unwrap();
+    run(&mut m, 0, 60);
+    let b = m.bubble_of(PlayerId(1)).expect("the delegation's players have a bubble").clone();
+    assert_eq!(b.site, site(MTL), "on the delegation's site, not the scoring's");
+    assert_eq!(m.bubble_of(PlayerId(3)).map(|x| x.id), Some(b.id));
+    assert!(m.bubble_of(PlayerId(9)).is_none(), "outside any delegation: the zone");
+    assert_eq!(m.bubbles().count(), 1);
+    // The group walks out of the box: its bubble ends and they play in the zone around them.
+    for id in 1..=3 {
+        let update =
+            PlayerUpdate { position: Some(at(20_000.0 + id as f64)), ..PlayerUpdate::default() };
+        m.handle_update(PlayerId(id), &update).unwrap();
+    }
+    let cmds = run(&mut m, 65, 70);
+    assert!(
+        cmds.iter().any(|(_, c)| matches!(c, Command::Delete { bubble, .. } if *bubble == b.id)),
+        "{cmds:?}"
+    );
+    assert_eq!(m.bubbles().count(), 0);
+}
+
+#[test]
+fn a_delegations_bubble_fails_over_to_the_core_and_goes_back_to_its_site_when_it_can_host() {
+    let mut m = delegated_to_mtl();
+    m.handle_join(join(1, HKG, 10.0, Role::Player, at(0.0))).unwrap();
+    run(&mut m, 0, 60);
+    assert_eq!(m.bubble_of(PlayerId(1)).unwrap().site, site(MTL));
+    // MTL cut from the core: its lease runs out, the bubble fails over to the core site (not
+    // HKG, the player's home and the scoring's choice).
+    m.handle_site_link(site(MTL), false);
+    let seen = run_silent(&mut m, 61, 100, site(MTL));
+    let failover = seen.iter().find_map(|(_, c)| match c {
+        Command::Move { to, reason: MoveReason::Failover, .. } => Some(*to),
+        _ => None,
+    });
+    assert_eq!(failover, Some(site(PAR)), "{seen:?}");
+    assert_eq!(m.bubble_of(PlayerId(1)).unwrap().site, site(PAR));
+    // MTL back: the bubble goes home at the next tick, by a handover.
+    m.handle_site_link(site(MTL), true);
+    let cmds = run(&mut m, 105, 110);
+    let back = cmds.iter().find_map(|(_, c)| match c {
+        Command::Move { to, reason: MoveReason::Delegation, .. } => Some(*to),
+        _ => None,
+    });
+    assert_eq!(back, Some(site(MTL)), "{cmds:?}");
+    assert_eq!(m.bubble_of(PlayerId(1)).unwrap().site, site(MTL));
+}
+
+#[test]
+fn a_delegation_is_checked_against_the_sites() {
+    let mut m = mesh_placing(th(), Placement::Fixed);
+    let d = horizon_mesh::Delegation { world: WorldId(0), bounds: None, site: site(PAR) };
+    let errors = m.set_delegations(vec![d]).unwrap_err();
+    assert!(errors[0].to_string().contains("core site"), "{errors:?}");
 }

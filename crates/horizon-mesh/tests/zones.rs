@@ -47,6 +47,17 @@ fn restarted_smd() -> Mesh {
     Mesh::new(config, Time::ZERO).unwrap()
 }
 
+/// A bubble as a restarted core takes it back from its store.
+fn restored(b: &horizon_mesh::Bubble) -> horizon_mesh::RestoredBubble {
+    horizon_mesh::RestoredBubble {
+        id: b.id,
+        site: b.site,
+        world: b.world,
+        bounds: b.bounds,
+        epoch: b.epoch,
+    }
+}
+
 /// A zone as a core's store keeps it: id, world, box, epoch.
 type KeptZone = (BubbleId, WorldId, Aabb, Epoch);
 
@@ -323,14 +334,7 @@ fn a_core_restarted_into_the_relay_stage_ends_the_bubbles_it_takes_back_and_zone
     // The core restarts with `[placement] stage = "relay"`: it takes the bubble back, and the
     // agents report its players in it.
     let mut after = restarted_smd();
-    let restored = horizon_mesh::RestoredBubble {
-        id: b.id,
-        site: b.site,
-        world: b.world,
-        bounds: b.bounds,
-        epoch: b.epoch,
-    };
-    after.handle_restore_bubble(restored, Time::ZERO).unwrap();
+    after.handle_restore_bubble(restored(&b), Time::ZERO).unwrap();
     for id in [1, 2] {
         after.handle_join_in(join(id, MTL, 10.0, Role::Player, at(id as f64)), b.id).unwrap();
     }
@@ -474,4 +478,64 @@ fn a_zone_its_holder_lost_is_granted_again_at_once_not_at_its_leases_end() {
     assert_eq!(m.zone_by_id(zone).unwrap().epoch, new);
     // A stale epoch is refused: only the holder's current one fails it over.
     assert!(m.handle_bubble_lost(zone, epoch, true, Time::from_secs(3)).is_err());
+}
+
+#[test]
+fn a_core_restarted_into_the_fixed_stage_sends_a_delegated_bubble_to_its_site_and_ends_the_others()
+{
+    // A dynamic core put two Montrealers in a bubble on MTL at x = 0, and two Hong Kongers in
+    // one on HKG at x = 50 km.
+    let mut before = mesh_placing(Thresholds::default(), Placement::Smdg);
+    for id in [1, 2] {
+        before.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64))).unwrap();
+    }
+    for id in [3, 4] {
+        before.handle_join(join(id, HKG, 10.0, Role::Player, at(5e4 + id as f64))).unwrap();
+    }
+    ticks(&mut before, 0, 5);
+    let (near, far) = (
+        before.bubble_of(PlayerId(1)).unwrap().clone(),
+        before.bubble_of(PlayerId(3)).unwrap().clone(),
+    );
+    assert_eq!((near.site, far.site), (site(MTL), site(HKG)));
+    // The core restarts under `fixed`, the box around x = 0 delegated to HKG: it takes both
+    // bubbles back, and the agents report their players in them.
+    let config = MeshConfig {
+        sites: sites(),
+        thresholds: Thresholds::default(),
+        generation: Generation(2),
+        placement: Placement::Fixed,
+        zones: Vec::new(),
+    };
+    let mut after = Mesh::new(config, Time::ZERO).unwrap();
+    let bounds = Aabb { min: Vec3::new(-1e3, -1e3, -1e3), max: Vec3::new(1e3, 1e3, 1e3) };
+    let delegation =
+        horizon_mesh::Delegation { world: WorldId(0), bounds: Some(bounds), site: site(HKG) };
+    after.set_delegations(vec![delegation]).unwrap();
+    for (b, players, home) in [(&near, [1, 2], MTL), (&far, [3, 4], HKG)] {
+        after.handle_restore_bubble(restored(b), Time::ZERO).unwrap();
+        for id in players {
+            let x = if id < 3 { id as f64 } else { 5e4 + id as f64 };
+            after.handle_join_in(join(id, home, 10.0, Role::Player, at(x)), b.id).unwrap();
+        }
+    }
+    let cmds = ticks(&mut after, 0, 60);
+    // The delegated one goes to HKG by a handover at the first tick; the other ends once a
+    // restored bubble is no longer kept for members still coming, its players in a zone.
+    let moved = cmds.iter().find_map(|(_, c)| match c {
+        Command::Move { bubble, to, reason: horizon_mesh::MoveReason::Delegation, .. } => {
+            Some((*bubble, *to))
+        }
+        _ => None,
+    });
+    assert_eq!(moved, Some((near.id, site(HKG))), "{cmds:?}");
+    assert!(
+        cmds.iter().any(|(_, c)| matches!(c, Command::Delete { bubble, .. } if *bubble == far.id)),
+        "{cmds:?}"
+    );
+    for id in [3, 4] {
+        assert!(after.bubble_of(PlayerId(id)).is_none());
+        assert!(after.zone_of(PlayerId(id)).is_some(), "in a zone of the core site");
+    }
+    assert_eq!(after.bubble_of(PlayerId(1)).map(|b| b.site), Some(site(HKG)));
 }

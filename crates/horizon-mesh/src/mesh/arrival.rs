@@ -14,7 +14,8 @@ impl Mesh {
     ///   links players), no bubble's box meeting the box they would claim — and with a seat on
     ///   their home site: a bubble around them there now (a [`Command::Create`] with reason
     ///   `Join` and no previous site); under [`Placement::AllCore`] (SMD) they play in their
-    ///   zone instead;
+    ///   zone instead, and under [`Placement::Fixed`] the bubble is on the site of the
+    ///   delegation they spawn in (none: their zone);
     /// - otherwise (someone near, a stalled bubble, no seat, already placed, unknown) the next
     ///   tick places them, as after [`Mesh::handle_join`] alone.
     pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
@@ -62,11 +63,17 @@ impl Mesh {
         if self.bubbles().any(|b| b.world == item.world && b.bounds.overlaps(&bounds)) {
             return;
         }
-        if self.placement == Placement::AllCore {
+        let site = match self.placement {
             // SMD: they play in the zone around them.
-            return;
-        }
-        let site = home;
+            Placement::AllCore => return,
+            // Fixed delegations: on the delegation's site if they spawn in one, else in the
+            // zone around them.
+            Placement::Fixed => match self.delegated_site(item.world, &bounds) {
+                Some(site) => site,
+                None => return,
+            },
+            _ => home,
+        };
         if !self.can_host(site, 1) {
             return;
         }

@@ -166,6 +166,10 @@ pub struct TickStats {
     pub deleted: u32,
     pub borders: u32,
     pub load_changes: u32,
+    /// Groups inside a fixed delegation left in the zone around them this tick because its
+    /// site had no server ready for them (or was cut from the core).
+    #[serde(default)]
+    pub delegations_waiting: u32,
     /// Players and bubbles were stored again in unit order at the end of this tick (new
     /// places and slots: scattered in memory, they make every pass over them slow; this tick
     /// took longer to fix it).

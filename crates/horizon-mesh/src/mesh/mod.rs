@@ -74,6 +74,11 @@ pub enum Placement {
     /// from its bubble — (lowest cost within the fairness cap), never re-placed afterwards
     /// (session placement by a managed-hosting queue).
     OneShot,
+    /// The rollout's stage 3: players inside a configured delegation's box play in bubbles
+    /// on its site, kept there whatever the scoring says; everyone else in the core site's
+    /// zones (`delegation.rs`, [`Mesh::set_delegations`]). Not a policy the population
+    /// simulator compares (it needs delegations), so not in [`Placement::ALL`].
+    Fixed,
 }
 
 impl Placement {
@@ -86,6 +91,7 @@ impl Placement {
             Placement::AllCore => "all_core",
             Placement::Creator => "creator",
             Placement::OneShot => "one_shot",
+            Placement::Fixed => "fixed",
         }
     }
 
@@ -168,6 +174,8 @@ pub struct Mesh {
     renumber_min_players: usize,
     /// The core site's zones (`mesh/zones.rs`).
     zones: ZoneLayout,
+    /// Under [`Placement::Fixed`]: the configured delegations.
+    delegations: Vec<crate::Delegation>,
     next_zone: u64,
     /// When zone load was last sampled (each sample weighs the time since the previous one).
     zone_sampled_at: Option<Time>,
@@ -283,6 +291,7 @@ impl Mesh {
             scratch: Scratch::default(),
             renumber_min_players: order::RENUMBER_MIN_PLAYERS,
             zones: ZoneLayout::default(),
+            delegations: Vec::new(),
             next_zone: ZONE_IDS_FROM,
             zone_sampled_at: None,
             zone_members: Vec::new(),
@@ -290,6 +299,31 @@ impl Mesh {
         };
         mesh.open_configured_zones(&config.zones, now)?;
         Ok(mesh)
+    }
+
+    /// The delegations [`Placement::Fixed`] places by (`[[delegations]]`), checked: every
+    /// problem is returned and nothing is changed.
+    pub fn set_delegations(
+        &mut self,
+        delegations: Vec<crate::Delegation>,
+    ) -> Result<(), Vec<ConfigError>> {
+        let limit = self.th.position_limit_m();
+        crate::validate_delegations(&delegations, self.sites.core(), limit)?;
+        if let Some(i) = delegations.iter().position(|d| d.site.index() >= self.sites.len()) {
+            let why = "it names a site the mesh does not have".to_owned();
+            return Err(vec![ConfigError::BadDelegation { index: i, why }]);
+        }
+        self.delegations = delegations;
+        Ok(())
+    }
+
+    /// The site of the delegation a group whose box is `bounds` in `world` plays under, if
+    /// the mesh places by delegations.
+    fn delegated_site(&self, world: WorldId, bounds: &Aabb) -> Option<SiteId> {
+        if self.placement != Placement::Fixed {
+            return None;
+        }
+        self.delegations.iter().find(|d| d.holds(world, bounds)).map(|d| d.site)
     }
 
     // ---- inputs -------------------------------------------------------------------------------

@@ -64,7 +64,19 @@ impl Mesh {
         sc.owner.clear();
         sc.owner.resize(nslots, None);
         let zones_only = self.placement == Placement::AllCore;
-        for c in (0..nc).filter(|_| !zones_only) {
+        // Which units may have a bubble: none under SMD; under fixed delegations, those inside
+        // a delegation (the others play in zones).
+        let bubbly: Vec<bool> = match self.placement {
+            Placement::AllCore => vec![false; nc],
+            Placement::Fixed => (0..nc)
+                .map(|c| {
+                    let e = &sc.extents[c];
+                    self.delegated_site(e.world, &e.bounds).is_some()
+                })
+                .collect(),
+            _ => vec![true; nc],
+        };
+        for c in (0..nc).filter(|&c| bubbly[c]) {
             for e in claims_of(c) {
                 let better = sc.owner[e.slot as usize]
                     .is_none_or(|(_, ow, oid)| e.weight > ow || (e.weight == ow && e.min_id < oid));
@@ -81,7 +93,7 @@ impl Mesh {
         sc.cluster_bubble.clear();
         sc.cluster_bubble.resize(nc, NONE);
         let mut owned: Vec<u32> = Vec::new();
-        for c in 0..nc {
+        for (c, &may_own) in bubbly.iter().enumerate() {
             let claim = claims_of(c);
             owned.clear();
             owned.extend(
@@ -91,7 +103,7 @@ impl Mesh {
                     .map(|e| e.slot),
             );
             let slot = match owned.len() {
-                _ if zones_only => NONE,
+                _ if !may_own => NONE,
                 0 if claim.is_empty() => self.create_new(c, &units, sc, now, stats),
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
@@ -196,6 +208,23 @@ impl Mesh {
                 }
                 continue;
             }
+            if self.placement == Placement::Fixed {
+                // A delegation's bubble goes back to its site as soon as the site can host it
+                // (after a failover to the core site), whatever the scoring says.
+                let unit = sc.slot_unit.get(slot as usize).copied().unwrap_or(NONE);
+                let Some(e) = sc.extents.get(unit as usize) else { continue };
+                let Some(home) = self.delegated_site(e.world, &e.bounds) else { continue };
+                let epoch = self.bubble(slot).epoch;
+                if home != site
+                    && self.can_host(home, seats)
+                    && let Ok(lease) = self.leases.transfer(id, epoch, home, now)
+                {
+                    let players = member_ids(&self.members, sc.members(slot));
+                    self.relocate(slot, home, lease.epoch, MoveReason::Delegation, now, players);
+                    stats.moved += 1;
+                }
+                continue;
+            }
             if self.placement != Placement::Smdg {
                 // The baselines never re-place a running bubble.
                 continue;
@@ -282,6 +311,12 @@ impl Mesh {
     }
 
     pub(super) fn failover_target(&self, tally: &Tally, failed: SiteId, seats: u32) -> SiteId {
+        // A delegation's bubble fails over to the core site, and comes back when its site can
+        // host it again.
+        let core = self.sites.core();
+        if self.placement == Placement::Fixed && failed != core && self.can_host(core, seats) {
+            return core;
+        }
         best_site(tally, &self.sites, self.th.cap_ms, None, |s| {
             s != failed && self.can_host(s, seats)
         })
@@ -370,9 +405,20 @@ impl Mesh {
         let best = |mesh: &Self| {
             best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
+        let delegated = self.delegated_site(sc.extents[c].world, &sc.extents[c].bounds);
         let site = match (self.placement, home) {
             // SMD: the players play in the zone around them.
             (Placement::AllCore, _) => return NONE,
+            // A delegation's players on its site, once it has a server for them; until then
+            // in the zone around them (`delegations_waiting`).
+            (Placement::Fixed, _) => match delegated {
+                Some(site) if self.can_host(site, need) => site,
+                Some(_) => {
+                    stats.delegations_waiting += 1;
+                    return NONE;
+                }
+                None => return NONE,
+            },
             (Placement::Creator, _) => match self.first_arrival(members) {
                 Some(p) if self.can_host(p.home, need) => p.home,
                 Some(_) if travelled_from.is_none() => return NONE,
@@ -425,6 +471,16 @@ impl Mesh {
                 Some(p) if self.can_host(p.home, need) => p.home,
                 _ => best(self),
             },
+            // Within a delegation the bubble is created only where a unit has a bubble at all
+            // (`bubbly`): on the parent's site if it still can, else the delegation's.
+            Placement::Fixed => {
+                let e = &sc.extents[c];
+                match self.delegated_site(e.world, &e.bounds) {
+                    _ if self.can_host(parent_site, 0) => parent_site,
+                    Some(site) => site,
+                    None => self.sites.core(),
+                }
+            }
             _ => best(self),
         };
         let origin = Origin {

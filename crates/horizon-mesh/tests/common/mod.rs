@@ -83,6 +83,19 @@ pub fn run(mesh: &mut Mesh, from_s: u64, to_s: u64) -> Vec<(Time, Command)> {
     out
 }
 
+/// Every second from `from_s` to `to_s` inclusive: every lease renewed but those of `silent`,
+/// then the timeouts; every command with its second, but zones opening (see [`poll`]).
+pub fn run_silent(mesh: &mut Mesh, from_s: u64, to_s: u64, silent: SiteId) -> Vec<(u64, Command)> {
+    let mut seen = Vec::new();
+    for t in from_s..=to_s {
+        let now = Time::from_secs(t);
+        renew_all(mesh, now, &[silent]);
+        mesh.handle_timeout(now);
+        seen.extend(std::iter::from_fn(|| poll(mesh)).map(|c| (t, c)));
+    }
+    seen
+}
+
 /// Renews every lease (bubbles and zones) except those of the `silent` sites.
 pub fn renew_all(mesh: &mut Mesh, now: Time, silent: &[SiteId]) {
     let sites: Vec<SiteId> = mesh.sites().ids().collect();
