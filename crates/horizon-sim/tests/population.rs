@@ -60,10 +60,19 @@ fn each_policy_keeps_its_defining_property() {
     assert_eq!(all_core.max_bubbles_by_site["MTL"] + all_core.max_bubbles_by_site["HKG"], 0);
     assert!(all_core.click_to_screen_ms["MTL"].p50 >= 12.0 + 85.0 + 35.0 - 10.0);
     assert!(all_core.click_to_screen_ms["HKG"].p50 >= 185.0 + 35.0);
+    // fixed: the bundled population delegates world 0 to MTL, and 600 players fill one world:
+    // everyone plays on MTL (Montrealers near, Parisians a backbone away), nobody moves but
+    // back to MTL.
+    let fixed = p("fixed");
+    assert_eq!(fixed.max_bubbles_by_site["PAR"] + fixed.max_bubbles_by_site["HKG"], 0);
+    assert!(fixed.max_bubbles_by_site["MTL"] > 0);
+    assert!(fixed.click_to_screen_ms["MTL"].p50 < all_core.click_to_screen_ms["MTL"].p50 - 50.0);
+    assert!(fixed.click_to_screen_ms["PAR"].p50 >= 12.0 + 85.0 + 35.0 - 10.0);
+    assert_eq!(fixed.moves, 0);
     // nearest: access RTT only, the lower bound of every other policy at every percentile.
     let nearest = p("nearest");
     assert_eq!(nearest.over_cap_share, 0.0);
-    for name in ["smdg", "all_core", "creator", "one_shot"] {
+    for name in ["smdg", "all_core", "fixed", "creator", "one_shot"] {
         for s in sites {
             let (n, o) = (&nearest.click_to_screen_ms[s], &p(name).click_to_screen_ms[s]);
             assert!(n.p50 <= o.p50 && n.p95 <= o.p95, "{name} beats the lower bound on {s}");
@@ -116,7 +125,12 @@ fn the_report_files_are_produced_and_well_formed() {
     ] {
         assert!(smdg.get(key).is_some(), "smdg lacks {key}");
     }
-    assert_eq!(json["policies"].as_object().unwrap().len(), 5);
+    assert_eq!(json["policies"].as_object().unwrap().len(), 6);
+    assert!(md.contains("## The rollout, stage by stage"), "{md}");
+    for stage in ["1 `measure`", "2 `relay`", "3 `fixed`", "4–5 `dynamic`"] {
+        assert!(md.contains(&format!("| {stage} |")), "report.md lacks stage {stage}");
+    }
+    assert!(md.contains("world 0 → MTL"), "the delegation is named");
 }
 
 #[test]
@@ -125,10 +139,11 @@ fn bad_population_files_name_every_problem() {
         .replace("players = 10000", "players = 0")
         .replace("share = 0.2", "share = 0.7")
         .replace("fly_mps = [30, 250]", "fly_mps = [250, 30]")
-        .replace("[homes.HKG]", "[homes.SYD]");
+        .replace("[homes.HKG]", "[homes.SYD]")
+        .replace("site = \"MTL\"", "site = \"SYD\"");
     let problems = PopulationConfig::parse(&text).unwrap_err();
     let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
-    for key in ["players", "behaviour.fly_mps", "homes.SYD"] {
+    for key in ["players", "behaviour.fly_mps", "homes.SYD", "delegations[0].site"] {
         assert!(keys.contains(&key), "{key} not reported in {problems:?}");
     }
     let syntax = PopulationConfig::parse("name = ").unwrap_err();

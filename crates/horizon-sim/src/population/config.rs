@@ -34,6 +34,9 @@ struct RawPopulation {
     behaviour: RawBehaviour,
     world: RawWorld,
     events: RawEvents,
+    /// The `fixed` policy's delegations (the rollout's stage 3).
+    #[serde(default)]
+    delegations: Vec<horizon_mesh::file::DelegationTable>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +175,9 @@ pub struct PopulationConfig {
     pub behaviour: Behaviour,
     pub world: World,
     pub events: Events,
+    /// What the `fixed` policy (the rollout's stage 3) delegates to which relay site; none:
+    /// `fixed` places as `all_core`.
+    pub delegations: Vec<horizon_mesh::Delegation>,
 }
 
 /// The population bundled with Horizon (`simulations/population/default.toml`).
@@ -370,6 +376,12 @@ fn build(raw: RawPopulation) -> Result<PopulationConfig, Vec<Problem>> {
     let Some(sites) = sites else {
         return Err(b.problems);
     };
+    let delegations = horizon_mesh::file::delegations(
+        &raw.delegations,
+        &sites,
+        thresholds.position_limit_m(),
+        &mut b.problems,
+    );
     if !b.problems.is_empty() {
         return Err(b.problems);
     }
@@ -390,5 +402,6 @@ fn build(raw: RawPopulation) -> Result<PopulationConfig, Vec<Problem>> {
         behaviour,
         world,
         events,
+        delegations,
     })
 }

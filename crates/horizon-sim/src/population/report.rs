@@ -117,6 +117,8 @@ pub struct PopulationReport {
     pub tick_s: f64,
     pub frame_ms: f64,
     pub cap_ms: f64,
+    /// What the `fixed` policy delegates (`[[delegations]]`), e.g. `world 0 → MTL`.
+    pub delegations: Vec<String>,
     /// Simulated time over the wall time of the whole run (every policy, in parallel).
     pub sim_seconds_per_wall_second: f64,
     pub wall_s: f64,
@@ -200,6 +202,7 @@ impl PopulationReport {
                      cuts groups apart, so it is not playable; it is the lower bound.\n\n",
         );
         md.push_str("![click-to-screen distributions](latency.svg)\n\n");
+        self.stages(&mut md, &sites);
 
         md.push_str("## A player alone in their bubble (ms, p50)\n\n");
         md.push_str(
@@ -304,6 +307,69 @@ impl PopulationReport {
         md
     }
 
+    /// The rollout plan (SPEC section 8's stages), each stage read off the policy it places
+    /// as: click-to-screen p50 / p95 per home site and the servers it needs.
+    fn stages(&self, md: &mut String, sites: &[String]) {
+        md.push_str(
+            "## The rollout, stage by stage
+
+",
+        );
+        let delegated = if self.delegations.is_empty() {
+            "no delegation configured: placed as `all_core`".to_owned()
+        } else {
+            self.delegations.join(", ")
+        };
+        let stages: [(&str, &str, String); 4] = [
+            (
+                "1 `measure`",
+                "all_core",
+                "everyone enters at the core site and plays as today; the core counts who \
+                 would gain ≥ 25 ms from a relay site (last column of the table above, from \
+                 the players' probe tables on a real mesh)"
+                    .to_owned(),
+            ),
+            (
+                "2 `relay`",
+                "all_core",
+                "players enter at their home site and ride the backbone to the core: the \
+                 same latency in this model (real paths often gain on the public internet), \
+                 the agents and links proven, no handover"
+                    .to_owned(),
+            ),
+            (
+                "3 `fixed`",
+                "fixed",
+                format!(
+                    "delegated regions run on their relay site ({delegated}): handovers and \
+                     failures rehearsed on one region; its own players gain, its visitors pay"
+                ),
+            ),
+            (
+                "4–5 `dynamic`",
+                "smdg",
+                "every group simulated on its best site, re-placed as it moves".to_owned(),
+            ),
+        ];
+        let mut columns: Vec<String> = sites.iter().map(|s| format!("{s} p50 / p95")).collect();
+        columns.push("servers at peak".to_owned());
+        table_header_with(md, &["stage", "placed as", "what it buys"], &columns);
+        for (stage, policy, buys) in &stages {
+            let Some(r) = self.policies.get(*policy) else { continue };
+            let _ = write!(md, "| {stage} | `{policy}` | {buys} |");
+            for s in sites {
+                match r.click_to_screen_ms.get(s) {
+                    Some(x) => {
+                        let _ = write!(md, " {:.0} / {:.0} |", x.p50, x.p95);
+                    }
+                    None => md.push_str(" – |"),
+                }
+            }
+            let _ = writeln!(md, " {} |", r.max_servers);
+        }
+        md.push('\n');
+    }
+
     /// Cumulative distributions of click-to-screen, one panel per home site, one line per policy.
     pub fn latency_svg(&self) -> String {
         let sites = self.sites();
@@ -398,11 +464,23 @@ impl PopulationReport {
 
 /// `| policy | a | b |` and its alignment row (figures right-aligned).
 fn table_header(md: &mut String, columns: &[String]) {
-    md.push_str("| policy |");
+    table_header_with(md, &["policy"], columns);
+}
+
+/// `| t1 | t2 | a | b |` and its alignment row: the `text` columns left-aligned, the figures'
+/// right-aligned.
+fn table_header_with(md: &mut String, text: &[&str], columns: &[String]) {
+    md.push('|');
+    for t in text {
+        let _ = write!(md, " {t} |");
+    }
     for c in columns {
         let _ = write!(md, " {c} |");
     }
-    md.push_str("\n|---|");
+    md.push_str("\n|");
+    for _ in text {
+        md.push_str("---|");
+    }
     for _ in columns {
         md.push_str("---:|");
     }

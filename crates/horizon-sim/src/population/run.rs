@@ -39,9 +39,10 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 6] = [
         Policy::Brain(Placement::Smdg),
         Policy::Brain(Placement::AllCore),
+        Policy::Brain(Placement::Fixed),
         Policy::Brain(Placement::Creator),
         Policy::Brain(Placement::OneShot),
         Policy::Nearest,
@@ -55,7 +56,7 @@ impl Policy {
     }
 
     /// The names of every policy, in the order reports show them.
-    pub fn names() -> [&'static str; 5] {
+    pub fn names() -> [&'static str; 6] {
         Policy::ALL.map(Policy::as_str)
     }
 }
@@ -315,6 +316,9 @@ fn run_brain(
         zones: Vec::new(),
     };
     let mut mesh = Mesh::new(config, Time::ZERO).map_err(RunError::Config)?;
+    if placement == Placement::Fixed {
+        mesh.set_delegations(cfg.delegations.clone()).map_err(RunError::Config)?;
+    }
     let broken = |t_ms: u64, what: String| RunError::Invariant {
         seed: cfg.seed,
         t_s: t_ms as f64 / 1000.0,
@@ -657,6 +661,20 @@ fn build_report(
         tick_s: cfg.tick_ms as f64 / 1000.0,
         frame_ms: cfg.frame_ms,
         cap_ms: cfg.thresholds.cap_ms,
+        delegations: cfg
+            .delegations
+            .iter()
+            .map(|d| {
+                let site = cfg.sites.name(d.site);
+                match d.bounds {
+                    None => format!("world {} → {site}", d.world.0),
+                    Some(b) => format!(
+                        "a box of world {} ({:.0}..{:.0} m on x) → {site}",
+                        d.world.0, b.min.x, b.max.x
+                    ),
+                }
+            })
+            .collect(),
         sim_seconds_per_wall_second: hours * 3600.0 / wall_s.max(1e-9),
         wall_s,
         population: PopulationFigures {
