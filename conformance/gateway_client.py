@@ -6,7 +6,8 @@ aioquic: it checks that the daemons do what the document says, byte for byte and
 
 With `--beacon SITE=HOST:PORT` (section 7.6) it first measures each site's probe beacon, as a
 client does before it joins, and checks the pongs' bytes, and that a packet that is no ping gets
-no answer. It dials the gateway, says hello, joins, sends inputs on one stream while reading updates and
+no answer; it then joins with the table it measured (`JoinMeasured`), and, given every site's
+gateway (`--gateway-of SITE=HOST:PORT`), at the site it measured lowest. It dials the gateway, says hello, joins, sends inputs on one stream while reading updates and
 pinging, then checks: every input acknowledged, applied once and in order (the reference game's
 `inputs == last_seq`), views chained, the pong echoing the ping; and that a bad token and an
 oversized input get their documented codes. Prints one JSON object; exits 0 when every check
@@ -232,8 +233,20 @@ async def play(args, report):
         if not welcome["accepted"]:
             return
         request_id = int.from_bytes(os.urandom(4), "little")
-        # Join { role: Player (1), world: 1, pos }.
-        joined = await p.request(request_id, varint(0) + varint(1) + varint(1) + vec3(0.0, 0.0, 0.0))
+        # Join { role: Player (1), world: 1, pos }, or, having measured the beacons,
+        # JoinMeasured (3) with the same fields and the table: per site, its name, pings sent
+        # and answered (u8 each, one byte) and the median in microseconds (varint).
+        join = varint(1) + varint(1) + vec3(0.0, 0.0, 0.0)
+        beacons = report.get("beacons", {})
+        if beacons:
+            table = varint(len(beacons))
+            for site, b in beacons.items():
+                answered = b["samples"] - round(b["loss"] * b["samples"])
+                median_us = round(b["median_ms"] * 1000) if b["median_ms"] is not None else 0
+                table += string(site) + bytes([b["samples"], answered]) + varint(median_us)
+            joined = await p.request(request_id, varint(3) + join + table)
+        else:
+            joined = await p.request(request_id, varint(0) + join)
         report["join"] = joined
         if "joined" not in joined:
             return
@@ -317,7 +330,7 @@ async def bad_token(args, report):
 BEACON = struct.Struct("<4sBBHQQQQ")  # magic, version, kind, zero, nonce, client_ns, rx_ns, tx_ns
 
 
-def probe(name, addr, samples=5, timeout=1.0):
+def probe(name, addr, samples=10, timeout=1.0):
     """Measures one beacon: each ping's round trip with the agent's hold time taken out."""
     host, port = addr.rsplit(":", 1)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -352,7 +365,8 @@ def probe(name, addr, samples=5, timeout=1.0):
     sock.close()
     rtts.sort()
     median = rtts[len(rtts) // 2] if rtts else None
-    return {"median_ms": median, "loss": 1 - len(rtts) / samples, "bad": bad, "silent_to_junk": silent}
+    return {"median_ms": median, "loss": 1 - len(rtts) / samples, "samples": samples, "bad": bad,
+            "silent_to_junk": silent}
 
 
 def checks(report):
@@ -362,7 +376,7 @@ def checks(report):
             failed.append(what)
     need(report.get("welcome", {}).get("accepted"), "the hello was accepted")
     need(report.get("welcome", {}).get("version") == VERSION, "version 1 negotiated")
-    need("joined" in report.get("join", {}), "Join answered Joined")
+    need("joined" in report.get("join", {}), "Join (JoinMeasured after measuring) answered Joined")
     need(report.get("inputs_sent", 0) >= 20, "inputs were sent")
     need(report.get("updates", 0) >= 40, "updates came every tick (40 at least)")
     need(report.get("acked") == report.get("inputs_sent"), "every input acknowledged (acked = last seq sent)")
@@ -376,6 +390,9 @@ def checks(report):
     bad = report.get("bad_token", {})
     need(not bad.get("accepted") and bad.get("fault", {}).get("code") == UNAUTHORIZED,
          "a forged token is refused with unauthorized (4)")
+    if "lowest" in report:
+        need(report["lowest"] is not None and report.get("joined_site") == report["lowest"],
+             f"joined the gateway of the site measured lowest ({report['lowest']})")
     for site, b in report.get("beacons", {}).items():
         need(b["loss"] == 0 and b["median_ms"] is not None and b["median_ms"] >= 0,
              f"{site}'s beacon answered every ping, round trip measured")
@@ -386,8 +403,11 @@ def checks(report):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gateway", required=True, help="host:port of an agent's gateway")
-    parser.add_argument("--site", required=True, help="the agent's site (its certificate's name)")
+    parser.add_argument("--gateway", help="host:port of an agent's gateway")
+    parser.add_argument("--site", help="the agent's site (its certificate's name)")
+    parser.add_argument("--gateway-of", action="append", default=[], metavar="SITE=HOST:PORT",
+                        help="a site's gateway (repeat): with --beacon, the player joins the one "
+                             "of the site it measured lowest (SPEC section 2)")
     parser.add_argument("--ca", required=True, help="the site CA (PEM)")
     parser.add_argument("--token", required=True, help="a player token (docs/security.md)")
     parser.add_argument("--seconds", type=float, default=4.0, help="how long to play")
@@ -399,6 +419,17 @@ def main():
         for b in args.beacon:
             site, addr = b.split("=", 1)
             report.setdefault("beacons", {})[site] = probe(site, addr)
+        gateways = dict(g.split("=", 1) for g in args.gateway_of)
+        if gateways:
+            # The lowest median among the sites that answered at least half their pings.
+            answered = {s: b["median_ms"] for s, b in report.get("beacons", {}).items()
+                        if b["median_ms"] is not None and b["loss"] <= 0.5}
+            report["lowest"] = min(answered, key=answered.get) if answered else None
+            if report["lowest"] in gateways:
+                args.site, args.gateway = report["lowest"], gateways[report["lowest"]]
+        if not args.gateway or not args.site:
+            parser.error("give --gateway and --site, or --gateway-of with --beacon")
+        report["joined_site"] = args.site
         asyncio.run(play(args, report))
         asyncio.run(bad_token(args, report))
     except Exception as e:  # noqa: BLE001 - reported, then a failure

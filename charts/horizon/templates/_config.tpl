@@ -33,6 +33,16 @@ world = {{ .world | default 0 | int64 }}
 min = [{{ range $i, $v := .min }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $v) }}{{ end }}]
 max = [{{ range $i, $v := .max }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $v) }}{{ end }}]
 {{- end }}
+{{- range .Values.core.delegations }}
+
+[[delegations]]
+world = {{ .world | default 0 | int64 }}
+site = {{ .site | quote }}
+{{- if .min }}
+min = [{{ range $i, $v := .min }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $v) }}{{ end }}]
+max = [{{ range $i, $v := .max }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $v) }}{{ end }}]
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "horizon.agentToml" -}}

@@ -1,5 +1,5 @@
 //! The GDScript reference game (godot/reference) against the Rust one, call by call, on a real
-//! headless Godot 3.2.3 (`godot3-server`, which .ci/run installs): the same bytes for every
+//! headless Godot 3.2.3 (`godot3-server`, which tests/run installs): the same bytes for every
 //! state, player and view, so the simulated players' checks apply unchanged and a region can
 //! move between a Rust and a Godot server. And the sidecar's watchdog on broken projects.
 

@@ -1,5 +1,5 @@
 //! The adapter for today's servers against the GDScript stand-in (godot/today-standin) on a
-//! real headless Godot 3.2.3 (`godot3-server`, which .ci/run installs), driven as the agent
+//! real headless Godot 3.2.3 (`godot3-server`, which tests/run installs), driven as the agent
 //! drives a game server: horizon-sdk's `ServerMachine` over the adapter's `TodayGame`. Today's
 //! server simulates on its own; what is checked is the fence the adapter adds: a zone is on
 //! the server only while its lease is valid, moves are forwarded once and only then, orders

@@ -100,6 +100,23 @@ pub struct BotSpec {
     /// A cheating client: every `Position` datagram claims it stands here, wherever its game
     /// server put it. Placement must not follow.
     pub claim: Option<[f64; 3]>,
+    /// The site whose gateway `gateway` is (its certificate's name); `None`: `site`. Under the
+    /// measure stage everyone enters at the core site.
+    pub enters_at: Option<String>,
+    /// Measure these sites' beacons before joining, and join with the table.
+    pub measure: Option<Measure>,
+}
+
+/// What a measuring bot probes, and how it lies.
+#[derive(Clone, Debug, Default)]
+pub struct Measure {
+    /// Each site's beacon, as this bot reaches it.
+    pub beacons: Vec<(String, SocketAddr)>,
+    /// A lying client: claims this round trip (ms) to this site, whatever it measured.
+    pub lie: Option<(String, f64)>,
+    /// Each site's gateway, as this bot reaches it: the bot joins the one of the site it
+    /// measured lowest (SPEC section 2), instead of [`BotSpec::gateway`]. Empty: `gateway`.
+    pub gateways: BTreeMap<String, SocketAddr>,
 }
 
 /// What a bot measured.
@@ -108,6 +125,10 @@ pub struct BotReport {
     pub name: String,
     pub site: String,
     pub player: Option<u64>,
+    /// The site whose beacon answered fastest, for a bot that measured them.
+    pub nearest_measured: Option<String>,
+    /// The site whose gateway it joined.
+    pub entered_at: Option<String>,
     pub joined: bool,
     /// Left before the end (`leave_after`).
     pub left_early: bool,
@@ -282,6 +303,34 @@ async fn run(
         _ = tokio::time::sleep(spec.join_after) => {}
         _ = stop.changed() => return Ok(()),
     }
+    let mut pos = Vec3 { x: spec.start[0], y: spec.start[1], z: spec.start[2] };
+    let world = WorldId(spec.world);
+    // A measuring client measures every site before it dials its gateway.
+    let mut gateway_addr = spec.gateway;
+    let mut enters_at = spec.enters_at.clone().unwrap_or_else(|| spec.site.clone());
+    let first_join = match &spec.measure {
+        None => gateway::Request::Join { role: spec.role, world, pos },
+        Some(m) => {
+            let opts = horizon_sdk::probe::ProbeOptions::default();
+            let measured = horizon_sdk::probe::measure(&m.beacons, opts).await;
+            let lowest = horizon_sdk::probe::lowest(&measured).map(|s| s.site.clone());
+            if let Some(site) = &lowest
+                && let Some(&addr) = m.gateways.get(site)
+            {
+                gateway_addr = addr;
+                enters_at = site.clone();
+            }
+            lock(&report).nearest_measured = lowest;
+            let mut probes = horizon_sdk::probe::table(&measured, opts.samples);
+            if let Some((site, ms)) = &m.lie {
+                for p in probes.iter_mut().filter(|p| p.site.as_str() == site) {
+                    p.answered = p.sent;
+                    p.median_us = (ms * 1000.0) as u32;
+                }
+            }
+            gateway::Request::JoinMeasured { role: spec.role, world, pos, probes }
+        }
+    };
     let limits = Limits::default();
     let endpoint =
         client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).map_err(|e| e.to_string())?;
@@ -290,21 +339,16 @@ async fn run(
     let name = Name::new(spec.name.clone()).map_err(|e| e.to_string())?;
     let parts = Link::<Gateway>::connect(Dial {
         endpoint,
-        addr: spec.gateway.into(),
-        server_name: horizon_transport::site_dns_name(&spec.site),
+        addr: gateway_addr.into(),
+        server_name: horizon_transport::site_dns_name(&enters_at),
         config,
         hello: HelloParams::new(name).with_token(token),
         limits,
     });
     let mut conn =
         parts.link.connected(Duration::from_secs(15)).await.map_err(|e| format!("connect: {e}"))?;
-    let mut pos = Vec3 { x: spec.start[0], y: spec.start[1], z: spec.start[2] };
-    let world = WorldId(spec.world);
     let join_sent = Instant::now();
-    let joined = conn
-        .request(&gateway::Request::Join { role: spec.role, world, pos })
-        .await
-        .map_err(|e| format!("join: {e}"))?;
+    let joined = conn.request(&first_join).await.map_err(|e| format!("join: {e}"))?;
     let gateway::Reply::Joined { mut player, .. } = joined else {
         return Err(format!("join: unexpected reply {joined:?}"));
     };
@@ -312,6 +356,7 @@ async fn run(
         let mut r = lock(&report);
         r.player = Some(player.0);
         r.joined = true;
+        r.entered_at = Some(enters_at.clone());
     }
     let mut inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
     let mut reconnect_at = spec.reconnect_after.map(|d| Instant::now() + d);

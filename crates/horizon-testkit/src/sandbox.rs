@@ -36,6 +36,8 @@ pub struct SandboxOptions {
     pub thresholds: Thresholds,
     /// The core's rollout stage (`[placement] stage`).
     pub stage: Stage,
+    /// Under [`Stage::Fixed`]: each delegation's world, box (`None`: the whole world) and site.
+    pub delegations: Vec<(u32, Option<horizon_mesh::Aabb>, String)>,
     pub warm_pool: usize,
     /// Players a game server takes regions up to (several bubbles share a server).
     pub seats_per_server: u32,
@@ -81,6 +83,7 @@ impl SandboxOptions {
             access_ms: 10.0,
             thresholds: Thresholds::default(),
             stage: Stage::Dynamic,
+            delegations: Vec::new(),
             warm_pool: 2,
             seats_per_server: 60,
             server_tick_ms: 33,
@@ -114,6 +117,8 @@ pub struct Sandbox {
     /// Signs players' tokens (the mesh's player keys, as the studio's auth service holds them).
     pub player_tokens: crate::bots::PlayerTokens,
     netems: Vec<Netem>,
+    /// The RTT between players and their home agent.
+    access_ms: f64,
     /// Index in `netems` of the transfer link between two sites (names in sorted order).
     transfer_links: BTreeMap<(String, String), usize>,
     /// Relay site → index of the emulator between its agent and the core.
@@ -137,6 +142,13 @@ fn make_driver(
         Some(factory) => (factory.0)(process).map_err(|e| setup("driver")(&e)),
         None => Ok(Box::new(ProcessDriver::new(process.clone()))),
     }
+}
+
+/// A user-space emulator on loopback in front of `upstream`, adding `rtt_ms` of round trip.
+async fn emulate(upstream: SocketAddr, rtt_ms: f64) -> Result<Netem, SandboxError> {
+    let delay = Duration::from_secs_f64(rtt_ms / 1000.0);
+    let config = NetemConfig::new(SocketAddr::from((LOCALHOST, 0)), upstream, delay);
+    Netem::start(config).await.map_err(|e| setup("netem")(&e))
 }
 
 fn pair(a: &str, b: &str) -> (String, String) {
@@ -165,6 +177,17 @@ impl Sandbox {
         let core_name = SiteName::new(&core_site).map_err(|e| setup("core site")(&e))?;
         let sites = Sites::new(site_names.clone(), &core_name, &pairs)
             .map_err(|e| SandboxError::Setup(format!("sites: {e:?}")))?;
+        let mut delegations = Vec::new();
+        for (world, bounds, site) in &opts.delegations {
+            let site = sites
+                .id(site)
+                .ok_or_else(|| SandboxError::Setup(format!("delegation to unknown site {site}")))?;
+            delegations.push(horizon_mesh::Delegation {
+                world: horizon_mesh::WorldId(*world),
+                bounds: *bounds,
+                site,
+            });
+        }
         let mut core_config = CoreConfig {
             sites,
             thresholds: opts.thresholds.clone(),
@@ -176,20 +199,13 @@ impl Sandbox {
             store: opts.dir.join("store"),
             zones: Vec::new(),
             stage: opts.stage,
+            delegations,
         };
         let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         // A restarted core comes back on the same ports.
         core_config.listen_control = core.control_addr;
         core_config.listen_admin = core.admin_addr;
         let mut netems = Vec::new();
-        let proxy = |upstream: SocketAddr, rtt_ms: f64| {
-            let config = NetemConfig::new(
-                SocketAddr::from((LOCALHOST, 0)),
-                upstream,
-                Duration::from_secs_f64(rtt_ms / 1000.0),
-            );
-            async move { Netem::start(config).await }
-        };
         let player_keys = ca.ca_cert().with_file_name("player.keys");
         std::fs::write(&player_keys, horizon_transport::Keyring::generate_file("k1"))
             .map_err(|e| setup("player keys")(&e))?;
@@ -211,9 +227,7 @@ impl Sandbox {
             let core_addr = if *site == core_site {
                 core.control_addr
             } else {
-                let n = proxy(core.control_addr, opts.rtt(&core_site, site))
-                    .await
-                    .map_err(|e| setup("netem")(&e))?;
+                let n = emulate(core.control_addr, opts.rtt(&core_site, site)).await?;
                 let a = n.local_addr();
                 core_links.insert(site.clone(), netems.len());
                 netems.push(n);
@@ -221,8 +235,7 @@ impl Sandbox {
             };
             let mut peers = BTreeMap::new();
             for (other, addr) in &transfer {
-                let n =
-                    proxy(*addr, opts.rtt(site, other)).await.map_err(|e| setup("netem")(&e))?;
+                let n = emulate(*addr, opts.rtt(site, other)).await?;
                 peers.insert(other.clone(), n.local_addr().into());
                 transfer_links.insert(pair(site, other), netems.len());
                 netems.push(n);
@@ -277,8 +290,7 @@ impl Sandbox {
             };
             agent_setups.insert(site.clone(), (fixed, process));
             transfer.insert(site.clone(), handle.transfer_addr);
-            let n =
-                proxy(handle.players_addr, opts.access_ms).await.map_err(|e| setup("netem")(&e))?;
+            let n = emulate(handle.players_addr, opts.access_ms).await?;
             gateways.insert(site.clone(), n.local_addr());
             beacons.extend(handle.beacon_addr.map(|a| (site.clone(), a)));
             netems.push(n);
@@ -292,6 +304,7 @@ impl Sandbox {
             ca: ca.ca_cert(),
             player_tokens,
             netems,
+            access_ms: opts.access_ms,
             transfer_links,
             core_links,
             core_config,
@@ -299,6 +312,36 @@ impl Sandbox {
             drivers: opts.drivers,
             retired: Vec::new(),
         })
+    }
+
+    /// Where a player living near `home` reaches `site`: its gateway and its probe beacon, each
+    /// `access + backbone(home, site)` away (new emulators in front of them, kept for the
+    /// sandbox's life). For the player's own home: the plain gateway, and the beacon behind
+    /// the access link. `None` for a site this sandbox does not run.
+    pub async fn reach(
+        &mut self,
+        home: &str,
+        site: &str,
+    ) -> Result<Option<(SocketAddr, SocketAddr)>, SandboxError> {
+        let sites = &self.core_config.sites;
+        let (Some(h), Some(s)) = (sites.id(home), sites.id(site)) else { return Ok(None) };
+        let (Some(&gateway), Some(&beacon)) = (self.gateways.get(site), self.beacons.get(site))
+        else {
+            return Ok(None);
+        };
+        let backbone = if h == s { 0.0 } else { sites.backbone_ms(h, s) };
+        let gateway = if backbone > 0.0 {
+            let n = emulate(gateway, backbone).await?;
+            let a = n.local_addr();
+            self.netems.push(n);
+            a
+        } else {
+            gateway
+        };
+        let n = emulate(beacon, self.access_ms + backbone).await?;
+        let beacon = n.local_addr();
+        self.netems.push(n);
+        Ok(Some((gateway, beacon)))
     }
 
     /// Kills a site's agent as a crash would ([`AgentHandle::kill`]: its game servers with it,

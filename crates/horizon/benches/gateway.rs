@@ -59,6 +59,8 @@ async fn through_the_gateway() -> (f64, f64, f64) {
                 leave_after: None,
                 reconnect_after: None,
                 claim: None,
+                enters_at: None,
+                measure: None,
             };
             bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
         })

@@ -71,6 +71,8 @@ async fn run(play: Duration) {
                     leave_after: None,
                     reconnect_after: None,
                     claim: None,
+                    enters_at: None,
+                    measure: None,
                 });
             }
         }

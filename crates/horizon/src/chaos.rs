@@ -32,6 +32,8 @@ pub(crate) struct Args {
     overlapping: bool,
     /// The core's rollout stage: `dynamic` (SMD-G, bubbles on the best site) or `relay`
     /// (every player in core-site zones of 3 players a server, so zones split and merge).
+    /// `measure` (placed as `relay`, its simulated players do not probe) and `fixed` (no
+    /// delegations here) are refused.
     #[arg(long, default_value = "dynamic", value_parser = crate::parse_stage)]
     stage: Stage,
     /// Worker threads (default: every core).
@@ -45,6 +47,12 @@ pub(crate) struct Args {
 pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     if !(args.seconds.is_finite() && args.seconds >= 60.0) {
         eprintln!("error: --seconds must be at least 60 (a fault and its recovery)");
+        return ExitCode::from(64);
+    }
+    if args.stage == Stage::Measure {
+        eprintln!(
+            "error: --stage measure places as relay does and its players do not probe here: run --stage relay"
+        );
         return ExitCode::from(64);
     }
     let opts =
@@ -72,8 +80,10 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     let mut runs = horizon_chaos::run_seeds(args.first_seed, args.seeds, &opts, threads, &progress);
     if args.regressions {
         let seeds = match (opts.stage, opts.overlapping) {
-            (Stage::Relay, false) => RELAY_REGRESSION_SEEDS,
-            (Stage::Relay, true) => RELAY_OVERLAPPING_REGRESSION_SEEDS,
+            (Stage::Measure | Stage::Relay | Stage::Fixed, false) => RELAY_REGRESSION_SEEDS,
+            (Stage::Measure | Stage::Relay | Stage::Fixed, true) => {
+                RELAY_OVERLAPPING_REGRESSION_SEEDS
+            }
             (Stage::Dynamic, true) => OVERLAPPING_REGRESSION_SEEDS,
             (Stage::Dynamic, false) => REGRESSION_SEEDS,
         };

@@ -186,7 +186,8 @@ enum Sim {
         verbose: bool,
     },
     /// Run a day of players from several continents through SMD-G and the placement policies a
-    /// studio would otherwise use (all_core, creator, one_shot, nearest), on the same seed.
+    /// studio would otherwise use (all_core, fixed delegations, creator, one_shot, nearest), on
+    /// the same seed; the report reads the rollout stage by stage.
     Population {
         /// The population file (TOML); the bundled one by default. See docs/simulations.md.
         file: Option<PathBuf>,
@@ -578,7 +579,13 @@ fn sim_population(
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    eprintln!("{source}: seed {}, {} players, {} h, 5 policies", cfg.seed, cfg.players, cfg.hours);
+    eprintln!(
+        "{source}: seed {}, {} players, {} h, {} policies",
+        cfg.seed,
+        cfg.players,
+        cfg.hours,
+        horizon_sim::population::Policy::ALL.len()
+    );
     let report = match run_population(&cfg, |p| {
         eprintln!(
             "  {:>5.1} / {} h simulated, {} online, {:.0} s wall ({:.0} sim-s per wall-s)",

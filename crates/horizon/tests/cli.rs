@@ -610,10 +610,16 @@ fn an_agent_reloads_its_credentials_on_sighup_and_keeps_the_old_ones_when_the_ne
 
 #[test]
 fn a_bad_option_or_value_exits_64_and_help_exits_0() {
-    let out = horizon().args(["sim", "chaos", "--stage", "measure"]).output().unwrap();
+    let out = horizon().args(["sim", "chaos", "--stage", "everywhere"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("\"measure\" is not a stage (relay, dynamic)"), "{err}");
+    assert!(
+        err.contains("\"everywhere\" is not a stage (measure, relay, fixed, dynamic)"),
+        "{err}"
+    );
+    let out = horizon().args(["sim", "chaos", "--stage", "measure"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run --stage relay"));
     let out = horizon().args(["demo", "--no-such-option"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     let out = horizon().args(["sim", "chaos", "--help"]).output().unwrap();

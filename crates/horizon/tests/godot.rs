@@ -1,4 +1,4 @@
-//! The mesh with every game server a real headless Godot 3.2.3 (`godot3-server`, which .ci/run
+//! The mesh with every game server a real headless Godot 3.2.3 (`godot3-server`, which tests/run
 //! installs) running the GDScript reference game (godot/reference) behind `horizon
 //! godot-server`: a group handed over from a Godot server in Paris to one in Montreal, a crowd
 //! spread over several Godot servers, and a Godot engine killed under its players — each

@@ -29,6 +29,8 @@ pub(crate) fn bot(
         leave_after: None,
         reconnect_after: None,
         claim: None,
+        enters_at: None,
+        measure: None,
     }
 }
 

@@ -1,10 +1,16 @@
-"""The plain demo's checks on a `horizon demo --json` document (.ci/run runs it after each demo
-that must pass them: the process driver's, the Kubernetes driver's, Godot's, and the relay
-stage's, which moves nothing between sites and checks what that stage promises instead)."""
+"""The plain demo's checks on a `horizon demo --json` document: `python3 tests/checks/demo.py
+FILE`. `.ci/run` runs it after each demo that must pass them: the process driver's, the
+Kubernetes driver's, Godot's, and the relay, measure and fixed stages', which check what those
+stages promise instead of the moves between sites that they do not make."""
 import json, sys
 d = json.load(open(sys.argv[1]))
 c = d["click_to_screen_ms"]
-relay = d.get("stage") == "relay"
+# Under measure, as under relay, everyone plays in the core site's zones; players also enter at
+# the core site's gateway, having measured every site first.
+measure = d.get("stage") == "measure"
+relay = d.get("stage") in ("relay", "measure")
+# Under fixed, the demo's world is delegated whole to MTL: everyone plays there.
+fixed = d.get("stage") == "fixed"
 print(json.dumps({k: d[k] for k in ("players", "bubbles_by_site", "handovers", "inputs_sent",
       "inputs_applied", "inputs_in_flight", "inputs_applied_twice", "state_chain_breaks")}))
 print({site: (v["p50"], v["p95"]) for site, v in c.items()})
@@ -17,8 +23,25 @@ if relay:
     assert d["max_servers_by_site"]["MTL"] == 0 and d["max_servers_by_site"]["HKG"] == 0
     assert d["zones"]["splits"] >= 1, "the crowd never cut the zone"
     assert d["zones"]["merges"] >= 1, "no zones joined after the crowd left"
+elif fixed:
+    print("bubbles_by_site", d["bubbles_by_site"], "max_servers_by_site", d["max_servers_by_site"])
+    assert d["bubbles_by_site"]["MTL"] >= 1, "no bubble on the delegation's site"
+    assert d["bubbles_by_site"]["PAR"] == 0 and d["bubbles_by_site"]["HKG"] == 0, "a bubble off the delegation"
+    assert d["max_servers_by_site"]["HKG"] == 0, "HKG hosted something"
 else:
     assert d["handovers"] >= 1, "no handover happened"
+if measure:
+    # Every player measured every site's beacon and found their own home nearest; the core
+    # believed every table and counts the players online under their home, the relay sites'
+    # players all gaining from a relay site (85 and 185 ms of backbone), Paris's none.
+    m = d["measure"]
+    print("measure", m)
+    assert m["players_measured"] == 60 and m["players_measured_nearest_their_home"] == 60, m
+    assert m["players"] >= 1 and sum(h["players"] for h in m["by_home"].values()) == m["players"], m
+    for home, share in m["would_gain_share_by_home"].items():
+        assert share == (0.0 if home == "PAR" else 1.0), f"{home}: would gain {share}"
+    par = m["by_home"].get("PAR", {"players": 0})["players"]
+    assert abs(m["home_matches_lowest_rtt_share"] - par / m["players"]) < 1e-9, m
 assert d["inputs_applied_twice"] == 0 and d["state_chain_breaks"] == 0
 # A restarted agent ends its players' sessions: what they had sent unacknowledged is counted apart.
 ended = d.get("inputs_unacked_in_ended_sessions", 0)
@@ -27,7 +50,7 @@ assert d["inputs_applied"] + d["inputs_in_flight"] + ended == d["inputs_sent"], 
 assert d["inputs_in_flight_max_per_player"] <= 30, "a player's inputs were stuck"
 # Every handover froze its players for a while, measured at their gateways.
 print("freeze_ms", d["freeze_ms"], "excess", d["freeze_excess_ms"])
-if not relay:
+if not relay and not fixed:
     assert sum(v["samples"] for v in d["freeze_ms"].values()) >= 1, "no freeze measured"
     assert d["freeze_excess_ms"]["samples"] >= 1, "no freeze with a known floor"
 # Players fly into other groups and change bubble (or zone, when a zone is cut or joined): each
@@ -54,7 +77,9 @@ for pair, v in d["crossing_freeze_excess_ms_by_pair"].items():
     assert v["max"] <= 100, f"a crossing {pair} froze {v['max']} ms beyond its floor"
 # SMD-G simulates each group near its players; the relay stage simulates everyone at the core,
 # so a relay site's players see their input a backbone round trip later than Paris does.
-backbone = {"MTL": 85, "HKG": 185} if relay else {"MTL": 0, "HKG": 0}
+# Under fixed, everyone plays at MTL: Paris's players are 85 ms behind, Hong Kong's 225.
+backbone = ({"MTL": 85, "HKG": 185} if relay else {"MTL": -85, "HKG": 140} if fixed
+            else {"MTL": 0, "HKG": 0})
 for site in ("MTL", "HKG"):
     behind = c[site]["p50"] - c["PAR"]["p50"]
     assert abs(behind - backbone[site]) <= 15, f"{site} p50 {behind} ms behind PAR's"

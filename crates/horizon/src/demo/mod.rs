@@ -8,12 +8,17 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use horizon_core::{CoreStatus, Stage};
-use horizon_proto::Role;
-use horizon_testkit::bots::{self, Away, BotReport, BotSpec, Motion};
+use horizon_core::Stage;
+use horizon_testkit::bots::{self, BotReport};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
 use crate::faults::{self, Fault, FaultKind, Running};
+
+mod players;
+mod report;
+
+use players::{FIXED_SITE, FIXED_WORLD, RELAY_DISPERSE, enter_at_the_core, population, zoned};
+use report::{Cost, final_document, freeze_report, summary_line};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
@@ -54,8 +59,10 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value_t = horizon_sdk::OwnState::Early)]
     own_state: horizon_sdk::OwnState,
     /// The core's rollout stage (docs/running.md, "Rolling out"): `dynamic` (SMD-G: bubbles on
-    /// the best site) or `relay` (players enter at their home site, everything is simulated in
-    /// the core site's zones; the demo's servers then hold 20 players, so the zone splits).
+    /// the best site), `relay` (players enter at their home site, everything is simulated in
+    /// the core site's zones; the demo's servers then hold 20 players, so the zone splits), or
+    /// `measure` (as `relay`, but players enter at the core site after measuring every site),
+    /// or `fixed` (the players' world is delegated to MTL by configuration).
     #[arg(long, default_value = "dynamic", value_parser = crate::parse_stage)]
     stage: Stage,
 }
@@ -75,150 +82,6 @@ enum GameServer {
 enum Driver {
     Process,
     Kube,
-}
-
-/// A group of players around one point: the first is the host (joins first).
-struct Group {
-    host: &'static str,
-    guests: &'static [(&'static str, usize)],
-    motion: Motion,
-}
-
-const GROUPS: &[Group] = &[
-    // A Parisian hosting Montrealers: starts on PAR, moves to MTL after the dwell.
-    Group {
-        host: "PAR",
-        guests: &[("MTL", 3)],
-        motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
-    },
-    Group {
-        host: "PAR",
-        guests: &[("MTL", 3)],
-        motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
-    },
-    Group { host: "PAR", guests: &[("MTL", 3)], motion: Motion::Still },
-    // A Parisian with four Hong Kong players: HKG wins (no site keeps everyone under the cap).
-    Group {
-        host: "PAR",
-        guests: &[("HKG", 4)],
-        motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
-    },
-    // One from each continent: Paris is in the middle, it stays.
-    Group { host: "PAR", guests: &[("MTL", 1), ("HKG", 1)], motion: Motion::Still },
-    Group {
-        host: "PAR",
-        guests: &[("PAR", 4)],
-        motion: Motion::Wander { radius_m: 60.0, speed_mps: 1.5 },
-    },
-    Group { host: "PAR", guests: &[("PAR", 5)], motion: Motion::Still },
-    Group {
-        host: "PAR",
-        guests: &[("PAR", 4)],
-        motion: Motion::Circle { radius_m: 2000.0, speed_mps: 120.0 },
-    },
-    Group {
-        host: "MTL",
-        guests: &[("MTL", 3)],
-        motion: Motion::Wander { radius_m: 60.0, speed_mps: 1.5 },
-    },
-    Group {
-        host: "MTL",
-        guests: &[("MTL", 3)],
-        motion: Motion::Circle { radius_m: 2000.0, speed_mps: 120.0 },
-    },
-    Group {
-        host: "HKG",
-        guests: &[("HKG", 3)],
-        motion: Motion::Wander { radius_m: 60.0, speed_mps: 1.5 },
-    },
-    Group { host: "HKG", guests: &[("HKG", 3)], motion: Motion::Still },
-    // Lone players, each on their own site.
-    Group { host: "MTL", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
-    Group { host: "MTL", guests: &[], motion: Motion::Still }, // leaves (LEAVERS)
-    Group { host: "MTL", guests: &[], motion: Motion::Still }, // flies to group 12 (DASHERS)
-    Group { host: "HKG", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
-    Group { host: "HKG", guests: &[], motion: Motion::Still }, // leaves (LEAVERS)
-    Group { host: "HKG", guests: &[], motion: Motion::Still }, // flies to group 10 (DASHERS)
-    Group { host: "PAR", guests: &[], motion: Motion::Still },
-    Group { host: "PAR", guests: &[], motion: Motion::Wander { radius_m: 200.0, speed_mps: 1.5 } },
-];
-
-/// Groups this far apart never meet.
-const GROUP_SPACING_M: f64 = 40_000.0;
-
-/// Lone players who fly to another group (group, target group, after s): a preventive merge
-/// folds one bubble into the other, and a player's state crosses to the new holder.
-const DASHERS: &[(usize, usize, u64)] = &[(14, 12, 30), (17, 10, 40)];
-/// Lone players who leave before the end (group, after s).
-const LEAVERS: &[(usize, u64)] = &[(13, 45), (16, 50)];
-/// A dasher starts this far from its target, and flies this fast.
-const DASH_FROM_M: f64 = 9_000.0;
-const DASH_MPS: f64 = 200.0;
-
-/// Under the relay stage, the groups before this one leave after this many seconds: the crowd
-/// that cut the world's zone disperses, and the zones are joined again, the latest cut first.
-const RELAY_DISPERSE: (usize, u64) = (12, 35);
-
-/// The demo's players, deterministic.
-pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>, stage: Stage) -> Vec<BotSpec> {
-    let mut bots = Vec::new();
-    for (g, group) in GROUPS.iter().enumerate() {
-        let dash = DASHERS.iter().find(|d| d.0 == g);
-        let disperse = (stage == Stage::Relay && g < RELAY_DISPERSE.0).then_some(RELAY_DISPERSE.1);
-        let leave = LEAVERS
-            .iter()
-            .find(|l| l.0 == g)
-            .map(|l| l.1)
-            .into_iter()
-            .chain(disperse)
-            .min()
-            .map(Duration::from_secs);
-        let centre = match dash {
-            Some(&(_, to, _)) => [to as f64 * GROUP_SPACING_M + DASH_FROM_M, 0.0, 0.0],
-            None => [g as f64 * GROUP_SPACING_M, 0.0, 0.0],
-        };
-        let motion = match dash {
-            Some(&(_, to, after)) => Motion::Dash {
-                after_s: after as f64,
-                to_x: to as f64 * GROUP_SPACING_M + 20.0,
-                speed_mps: DASH_MPS,
-            },
-            None => group.motion,
-        };
-        let pilots = matches!(group.motion, Motion::Circle { .. });
-        let mut members: Vec<&str> = vec![group.host];
-        for (site, n) in group.guests {
-            members.extend(std::iter::repeat_n(*site, *n));
-        }
-        for (i, site) in members.iter().enumerate() {
-            let Some(&gateway) = gateways.get(*site) else { continue };
-            bots.push(BotSpec {
-                name: format!("{}-g{g}-{i}", site.to_ascii_lowercase()),
-                site: (*site).to_owned(),
-                gateway,
-                role: if pilots && i == 0 { Role::Pilot } else { Role::Player },
-                world: 1,
-                start: [centre[0] + 5.0 * i as f64, 0.0, centre[2] + 3.0 * i as f64],
-                motion,
-                leave_after: leave,
-                reconnect_after: None,
-                claim: None,
-                // Hosts first; guests once the host's bubble exists.
-                join_after: Duration::from_millis(if i == 0 {
-                    200 * g as u64 % 2000
-                } else {
-                    7000 + 150 * i as u64
-                }),
-                input_every: Duration::from_millis(100),
-                afk: if g % 4 == 1 && i == 1 {
-                    Away::Once(Duration::from_secs(30), Duration::from_secs(15))
-                } else {
-                    Away::Never
-                },
-            });
-        }
-    }
-    bots
 }
 
 pub(crate) fn demo(args: DemoArgs) -> ExitCode {
@@ -250,10 +113,13 @@ async fn run(args: DemoArgs) -> ExitCode {
     opts.warm_pool = 4;
     opts.admin = args.admin;
     opts.stage = args.stage;
-    if args.stage == Stage::Relay {
+    if zoned(args.stage) {
         opts.thresholds.players_per_server = RELAY_PLAYERS_PER_SERVER;
         opts.thresholds.merge_after_samples = RELAY_MERGE_AFTER_SAMPLES;
         opts.seats_per_server = opts.thresholds.seats_per_server();
+    }
+    if args.stage == Stage::Fixed {
+        opts.delegations = vec![(FIXED_WORLD, None, FIXED_SITE.to_owned())];
     }
     let players_per_server = opts.thresholds.players_per_server;
     let merge_after_samples = opts.thresholds.merge_after_samples;
@@ -303,11 +169,23 @@ async fn run(args: DemoArgs) -> ExitCode {
     say("horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s; \
          demo settings: dwell 10 s (SPEC 30 s), hold 20 s (SPEC 180 s) so that moves happen within a minute"
         .to_owned());
-    if args.stage == Stage::Relay {
+    if args.stage == Stage::Fixed {
         say(format!(
-            "stage relay: every player is simulated in the core site's zones (no bubble); \
+            "stage fixed: world {FIXED_WORLD}, where every player plays, is delegated to {FIXED_SITE} by configuration \
+             ([[delegations]]): its players play there whatever the scoring says"
+        ));
+    }
+    if args.stage == Stage::Measure {
+        say("stage measure: every player enters at PAR's gateway from where they live, having measured \
+             every site's probe beacon, and joins with the table; the core counts who would gain from a relay site"
+            .to_owned());
+    }
+    if zoned(args.stage) {
+        say(format!(
+            "stage {}: every player is simulated in the core site's zones (no bubble); \
              demo settings: {RELAY_PLAYERS_PER_SERVER} players per server (SPEC 75) so that the zone splits, \
              most players leave at {} s and zones merge after {RELAY_MERGE_AFTER_SAMPLES} quiet samples (SPEC 30)",
+            args.stage.as_str(),
             RELAY_DISPERSE.1
         ));
     }
@@ -351,7 +229,15 @@ async fn run(args: DemoArgs) -> ExitCode {
     let (stop_bots, stop_rx) = tokio::sync::watch::channel(false);
     let mut reports: Vec<Arc<Mutex<BotReport>>> = Vec::new();
     let mut tasks = Vec::new();
-    for spec in population(&sandbox.gateways, args.stage) {
+    let mut specs = population(&sandbox.gateways, args.stage);
+    if args.stage == Stage::Measure
+        && let Err(e) = enter_at_the_core(&mut sandbox, &mut specs).await
+    {
+        eprintln!("error: {e}");
+        sandbox.shutdown().await;
+        return ExitCode::FAILURE;
+    }
+    for spec in specs {
         let (report, task) =
             bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone());
         reports.push(report);
@@ -530,6 +416,26 @@ async fn run(args: DemoArgs) -> ExitCode {
     doc["crossing_freeze_excess_ms_by_pair"] = by_pair;
     doc["own_state"] = args.own_state.to_string().into();
     doc["stage"] = args.stage.as_str().into();
+    if args.stage == Stage::Measure {
+        // Stage 1's figures as the core counted them (players still online at the end), and
+        // each player's home by their own measure.
+        let m = &status.measure;
+        let share = |h: &horizon_core::machine::measure::HomeMeasure| {
+            if h.players == 0 { 0.0 } else { h.would_gain as f64 / h.players as f64 }
+        };
+        let nearest: Vec<(&str, &str)> = finals
+            .iter()
+            .filter_map(|r| Some((r.site.as_str(), r.nearest_measured.as_deref()?)))
+            .collect();
+        doc["measure"] = serde_json::json!({
+            "players": m.players,
+            "by_home": m.by_home,
+            "would_gain_share_by_home": m.by_home.iter().map(|(s, h)| (s.clone(), share(h))).collect::<BTreeMap<_, _>>(),
+            "home_matches_lowest_rtt_share": m.home_matches_lowest_rtt_share,
+            "players_measured_nearest_their_home": nearest.iter().filter(|(home, near)| home == near).count(),
+            "players_measured": nearest.len(),
+        });
+    }
     doc["settings"]["players_per_server"] = players_per_server.into();
     doc["settings"]["merge_after_samples"] = merge_after_samples.into();
     doc["bubbles_max"] = cost.bubbles_max.into();
@@ -569,149 +475,4 @@ enum Step {
     End,
     /// Look at where the fault left its players.
     Observe,
-}
-
-/// The game servers holding at least one region, per site, as the core's status shows them
-/// every 5 s: the most seen, and the players and servers of the busiest moment.
-#[derive(Debug, Default)]
-struct Cost {
-    max_by_site: BTreeMap<String, u64>,
-    peak_players: u64,
-    peak_servers: u64,
-    /// The most players in no bubble at one sample.
-    unsimulated_max: u64,
-    /// The most zones at one sample.
-    zones_max: u64,
-    /// The most bubbles at one sample, on any site.
-    bubbles_max: u64,
-}
-
-impl Cost {
-    fn sample(&mut self, status: &CoreStatus) {
-        let mut total = 0;
-        for s in &status.sites {
-            let n = hosting(s) as u64;
-            let max = self.max_by_site.entry(s.site.clone()).or_default();
-            *max = (*max).max(n);
-            total += n;
-        }
-        self.peak_players = self.peak_players.max(status.players_total as u64);
-        let unsimulated = status.players.iter().filter(|p| p.bubble.is_none()).count();
-        self.unsimulated_max = self.unsimulated_max.max(unsimulated as u64);
-        self.peak_servers = self.peak_servers.max(total);
-        self.zones_max = self.zones_max.max(status.zones.len() as u64);
-        self.bubbles_max = self.bubbles_max.max(status.bubbles.len() as u64);
-    }
-}
-
-/// A site's game servers holding at least one region.
-fn hosting(site: &horizon_core::status::SiteStatus) -> usize {
-    site.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count()
-}
-
-fn by_site(
-    status: &CoreStatus,
-    count: fn(&horizon_core::status::SiteStatus) -> usize,
-) -> BTreeMap<String, u64> {
-    status.sites.iter().map(|s| (s.site.clone(), count(s) as u64)).collect()
-}
-
-fn summary_line(
-    t: u64,
-    status: &CoreStatus,
-    reports: &[Arc<Mutex<BotReport>>],
-    seen: &mut [usize],
-) -> String {
-    let mut window: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for (r, seen) in reports.iter().zip(seen.iter_mut()) {
-        let Ok(r) = r.lock() else { continue };
-        window.entry(r.site.clone()).or_default().extend(&r.click_ms[*seen..]);
-        *seen = r.click_ms.len();
-    }
-    let players = by_site(status, |s| s.players);
-    let bubbles = by_site(status, |s| s.bubbles);
-    let servers = by_site(status, hosting);
-    let fmt = |m: &BTreeMap<String, u64>| {
-        m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" ")
-    };
-    let clicks = window
-        .into_iter()
-        .map(|(site, mut v)| {
-            v.sort_by(f64::total_cmp);
-            let q = |p: f64| bots::quantile(&v, p).map_or("-".into(), |x| format!("{x:.0}"));
-            format!("{site} {}/{}", q(0.5), q(0.95))
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    let in_zones: usize = status.zones.iter().map(|z| z.members).sum();
-    format!(
-        "t={t:>3}s  players {}  |  bubbles {} + zones {} ({in_zones} players) on servers {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
-        fmt(&players),
-        fmt(&bubbles),
-        status.zones.len(),
-        fmt(&servers),
-        status.handovers.committed,
-    )
-}
-
-/// The freezes players saw when their bubble moved, as their gateways measured them:
-/// `freeze_ms` per "FROM-TO" pair {p50, p99, max, samples}, and the excess beyond the physical
-/// floor {p50, p99, max, samples}, over the moves whose floor is known (the player's home is one
-/// end, or both ends are one site): over all of them, and per pair.
-fn freeze_report(
-    samples: &[horizon_agent::FreezeSample],
-) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
-    let stats = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
-        serde_json::json!({
-            "p50": r(bots::quantile(&v, 0.5)),
-            "p99": r(bots::quantile(&v, 0.99)),
-            "max": r(v.last().copied()),
-            "samples": v.len(),
-        })
-    };
-    let bots::FreezesByPair { gaps_ms: per, excess_ms: excess_per } =
-        bots::freezes_by_pair(samples);
-    let by_pair = |m: BTreeMap<String, Vec<f64>>| -> serde_json::Value {
-        m.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>().into()
-    };
-    let all: Vec<f64> = excess_per.values().flatten().copied().collect();
-    (by_pair(per), stats(all), by_pair(excess_per))
-}
-
-/// The final document. Inputs: `inputs_applied` is what the game counted on each player's
-/// entity (its `inputs` counter in the last update the player saw); `inputs_in_flight` are
-/// inputs sent but not yet acknowledged when the players stopped; `inputs_unacked_in_ended_sessions`
-/// those of sessions a restarted agent ended (never acknowledged, their player gone with the
-/// session); so `inputs_applied + inputs_in_flight + inputs_unacked_in_ended_sessions =
-/// inputs_sent` when nothing is lost. Each sums every session of each player.
-fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde_json::Value {
-    let sum = |f: fn(&BotReport) -> u64| finals.iter().map(f).sum::<u64>();
-    let sent = sum(BotReport::total_sent);
-    let acked = sum(BotReport::total_acked);
-    let ended = sum(BotReport::unacked_in_ended_sessions);
-    serde_json::json!({
-        "players": finals.iter().filter(|r| r.joined).count(),
-        "bubbles_by_site": by_site(status, |s| s.bubbles),
-        "handovers": status.handovers.committed,
-        "handovers_failed": status.handovers.failed,
-        "inputs_sent": sent,
-        "inputs_applied": sum(BotReport::total_applied),
-        "inputs_acked": acked,
-        "inputs_in_flight": sent - (acked + ended).min(sent),
-        "inputs_in_flight_max_per_player": finals.iter().map(|r| r.inputs_sent - r.acked.min(r.inputs_sent)).max().unwrap_or(0),
-        "inputs_unacked_in_ended_sessions": ended,
-        "sessions_ended": sum(|r| r.sessions_ended),
-        "inputs_applied_twice": sum(|r| r.applied_twice),
-        "state_chain_checked": sum(|r| r.chain_checked),
-        "state_chain_breaks": sum(|r| r.chain_breaks),
-        "longest_update_gap_ms": finals.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max),
-        "click_to_screen_ms": bots::percentiles(finals, |r| &r.click_ms),
-        "click_to_update_ms": bots::percentiles(finals, |r| &r.update_click_ms),
-        "own_states_received": sum(|r| r.own_states),
-        "input_delivery_ms": bots::percentiles(finals, |r| &r.delivery_ms),
-        "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
-        "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},
-    })
 }

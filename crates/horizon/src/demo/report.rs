@@ -1,0 +1,153 @@
+//! What `horizon demo` reports: the line every 5 s, the servers it took, and the final JSON
+//! document (figures of the players, freezes per pair of sites).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use horizon_core::CoreStatus;
+use horizon_testkit::bots::{self, BotReport};
+
+/// The game servers holding at least one region, per site, as the core's status shows them
+/// every 5 s: the most seen, and the players and servers of the busiest moment.
+#[derive(Debug, Default)]
+pub(super) struct Cost {
+    pub(super) max_by_site: BTreeMap<String, u64>,
+    pub(super) peak_players: u64,
+    pub(super) peak_servers: u64,
+    /// The most players in no bubble at one sample.
+    pub(super) unsimulated_max: u64,
+    /// The most zones at one sample.
+    pub(super) zones_max: u64,
+    /// The most bubbles at one sample, on any site.
+    pub(super) bubbles_max: u64,
+}
+
+impl Cost {
+    pub(super) fn sample(&mut self, status: &CoreStatus) {
+        let mut total = 0;
+        for s in &status.sites {
+            let n = hosting(s) as u64;
+            let max = self.max_by_site.entry(s.site.clone()).or_default();
+            *max = (*max).max(n);
+            total += n;
+        }
+        self.peak_players = self.peak_players.max(status.players_total as u64);
+        let unsimulated = status.players.iter().filter(|p| p.bubble.is_none()).count();
+        self.unsimulated_max = self.unsimulated_max.max(unsimulated as u64);
+        self.peak_servers = self.peak_servers.max(total);
+        self.zones_max = self.zones_max.max(status.zones.len() as u64);
+        self.bubbles_max = self.bubbles_max.max(status.bubbles.len() as u64);
+    }
+}
+
+/// A site's game servers holding at least one region.
+pub(super) fn hosting(site: &horizon_core::status::SiteStatus) -> usize {
+    site.servers.iter().flatten().filter(|x| !x.bubbles.is_empty()).count()
+}
+
+pub(super) fn by_site(
+    status: &CoreStatus,
+    count: fn(&horizon_core::status::SiteStatus) -> usize,
+) -> BTreeMap<String, u64> {
+    status.sites.iter().map(|s| (s.site.clone(), count(s) as u64)).collect()
+}
+
+pub(super) fn summary_line(
+    t: u64,
+    status: &CoreStatus,
+    reports: &[Arc<Mutex<BotReport>>],
+    seen: &mut [usize],
+) -> String {
+    let mut window: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (r, seen) in reports.iter().zip(seen.iter_mut()) {
+        let Ok(r) = r.lock() else { continue };
+        window.entry(r.site.clone()).or_default().extend(&r.click_ms[*seen..]);
+        *seen = r.click_ms.len();
+    }
+    let players = by_site(status, |s| s.players);
+    let bubbles = by_site(status, |s| s.bubbles);
+    let servers = by_site(status, hosting);
+    let fmt = |m: &BTreeMap<String, u64>| {
+        m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" ")
+    };
+    let clicks = window
+        .into_iter()
+        .map(|(site, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let q = |p: f64| bots::quantile(&v, p).map_or("-".into(), |x| format!("{x:.0}"));
+            format!("{site} {}/{}", q(0.5), q(0.95))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let in_zones: usize = status.zones.iter().map(|z| z.members).sum();
+    format!(
+        "t={t:>3}s  players {}  |  bubbles {} + zones {} ({in_zones} players) on servers {}  |  handovers {}  |  click-to-screen p50/p95 ms (last 5 s): {clicks}",
+        fmt(&players),
+        fmt(&bubbles),
+        status.zones.len(),
+        fmt(&servers),
+        status.handovers.committed,
+    )
+}
+
+/// The freezes players saw when their bubble moved, as their gateways measured them:
+/// `freeze_ms` per "FROM-TO" pair {p50, p99, max, samples}, and the excess beyond the physical
+/// floor {p50, p99, max, samples}, over the moves whose floor is known (the player's home is one
+/// end, or both ends are one site): over all of them, and per pair.
+pub(super) fn freeze_report(
+    samples: &[horizon_agent::FreezeSample],
+) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
+    let stats = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
+        serde_json::json!({
+            "p50": r(bots::quantile(&v, 0.5)),
+            "p99": r(bots::quantile(&v, 0.99)),
+            "max": r(v.last().copied()),
+            "samples": v.len(),
+        })
+    };
+    let bots::FreezesByPair { gaps_ms: per, excess_ms: excess_per } =
+        bots::freezes_by_pair(samples);
+    let by_pair = |m: BTreeMap<String, Vec<f64>>| -> serde_json::Value {
+        m.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>().into()
+    };
+    let all: Vec<f64> = excess_per.values().flatten().copied().collect();
+    (by_pair(per), stats(all), by_pair(excess_per))
+}
+
+/// The final document. Inputs: `inputs_applied` is what the game counted on each player's
+/// entity (its `inputs` counter in the last update the player saw); `inputs_in_flight` are
+/// inputs sent but not yet acknowledged when the players stopped; `inputs_unacked_in_ended_sessions`
+/// those of sessions a restarted agent ended (never acknowledged, their player gone with the
+/// session); so `inputs_applied + inputs_in_flight + inputs_unacked_in_ended_sessions =
+/// inputs_sent` when nothing is lost. Each sums every session of each player.
+pub(super) fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde_json::Value {
+    let sum = |f: fn(&BotReport) -> u64| finals.iter().map(f).sum::<u64>();
+    let sent = sum(BotReport::total_sent);
+    let acked = sum(BotReport::total_acked);
+    let ended = sum(BotReport::unacked_in_ended_sessions);
+    serde_json::json!({
+        "players": finals.iter().filter(|r| r.joined).count(),
+        "bubbles_by_site": by_site(status, |s| s.bubbles),
+        "handovers": status.handovers.committed,
+        "handovers_failed": status.handovers.failed,
+        "inputs_sent": sent,
+        "inputs_applied": sum(BotReport::total_applied),
+        "inputs_acked": acked,
+        "inputs_in_flight": sent - (acked + ended).min(sent),
+        "inputs_in_flight_max_per_player": finals.iter().map(|r| r.inputs_sent - r.acked.min(r.inputs_sent)).max().unwrap_or(0),
+        "inputs_unacked_in_ended_sessions": ended,
+        "sessions_ended": sum(|r| r.sessions_ended),
+        "inputs_applied_twice": sum(|r| r.applied_twice),
+        "state_chain_checked": sum(|r| r.chain_checked),
+        "state_chain_breaks": sum(|r| r.chain_breaks),
+        "longest_update_gap_ms": finals.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max),
+        "click_to_screen_ms": bots::percentiles(finals, |r| &r.click_ms),
+        "click_to_update_ms": bots::percentiles(finals, |r| &r.update_click_ms),
+        "own_states_received": sum(|r| r.own_states),
+        "input_delivery_ms": bots::percentiles(finals, |r| &r.delivery_ms),
+        "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
+        "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},
+    })
+}

@@ -1,0 +1,24 @@
+"""The drill (simulations/drills/failures.toml) on a `horizon demo --faults ... --json` document:
+each failure path of SPEC section 6 within its bound, nothing lost."""
+import sys
+
+import drills
+
+d, faults = drills.load(sys.argv[1], ("stale_writes_refused",))
+k = faults["kill_server"]
+assert k["resumed_after_s"]["max"] <= 3, k
+assert set(k["resumed_on"]) == {k["site"]}, k
+p = faults["partition"]
+assert p["stopped_after_fault_s"] is not None and p["stopped_after_fault_s"] <= 31, p
+assert p["reconnecting_shown"] == sum(p["resumed_on"].values()) + p["resumed_unplaced"], p
+assert p["resumed_after_s"]["max"] <= 40, p
+assert set(p["resumed_on"]) == {d["core_site"]}, p
+r = faults["restart_core"]
+assert r["generation"]["after"] == r["generation"]["before"] + 1, r
+assert r["bubbles_kept"]["kept"] >= r["bubbles_kept"]["before"] - 2, r
+assert r["resumed_after_s"]["max"] <= r["for_s"] + 15, r
+l = faults["loss"]
+assert l["resumed_after_s"]["max"] <= 3, l
+a = faults["restart_agent"]
+assert a["sessions_ended"] >= 1, a
+assert a["resumed_after_s"]["max"] <= a["for_s"] + 15, a
