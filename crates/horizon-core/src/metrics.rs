@@ -270,7 +270,7 @@ impl Metrics {
             delegations_waiting: {
                 let g = prometheus::IntGauge::new(
                     "horizon_core_delegations_waiting",
-                    "Under the fixed stage: groups inside a delegation playing in a core-site zone at the last tick, because the delegation's site has no server ready for them or is cut from the core. 0 in steady state.",
+                    "Under the fixed stage: delegations whose region is not on their site at the last tick (no server ready there yet, or failed over to the core site while the site is cut from it). 0 in steady state.",
                 )
                 .unwrap_or_else(unreachable_metric);
                 horizon_admin::register(&reg, Box::new(g.clone()));

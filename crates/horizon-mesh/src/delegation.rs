@@ -2,10 +2,13 @@
 //! — a planet, say, or the whole world — delegated to one relay site by configuration, to
 //! rehearse handovers and failures before scoring decides anything.
 //!
-//! Under [`crate::Placement::Fixed`] the players inside a delegation's box play in bubbles on
-//! its site, whatever the scoring says; everyone else plays in the core site's zones. A
-//! delegation's bubbles fail over like any bubble (their site cut from the core: to the core
-//! site), and go back to their site by a handover as soon as it can host them again.
+//! Under [`crate::Placement::Fixed`] each delegation is one region of its own: a bubble whose
+//! box is the delegation's, created on its site as soon as the site has a server for it (with
+//! nobody in it, if nobody is there yet), kept there whatever the scoring says and never ended
+//! for being empty. Players entering its box cross into it; leaving it, they cross into the
+//! core site's zone around them. It fails over like any bubble (its site cut from the core: to
+//! the core site; its server lost: another server of its site) and goes back to its site by a
+//! handover as soon as the site can host it again.
 
 use crate::config::ConfigError;
 use crate::geom::{Aabb, Vec3};
@@ -21,6 +24,15 @@ pub struct Delegation {
 }
 
 impl Delegation {
+    /// The delegation's region: its box, or the whole world's (`±limit` m, the range positions
+    /// are checked against) when it delegates the whole world. Its bubble has exactly this box.
+    pub fn region(&self, limit: f64) -> Aabb {
+        self.bounds.unwrap_or(Aabb {
+            min: Vec3 { x: -limit, y: -limit, z: -limit },
+            max: Vec3 { x: limit, y: limit, z: limit },
+        })
+    }
+
     /// Whether a group whose box is `bounds` in `world` plays under this delegation: the
     /// box's centre is inside it.
     pub fn holds(&self, world: WorldId, bounds: &Aabb) -> bool {

@@ -365,18 +365,19 @@ impl CoreMachine {
         self.watch_delegations();
     }
 
-    /// Under `fixed`: groups inside a delegation whose site cannot host them (no server ready,
-    /// cut from the core) play in the zone around them meanwhile; a gauge and a log line say so.
+    /// Under `fixed`: a delegation whose region is not on its site (not created yet for want
+    /// of a server there, or failed over to the core site while its site is cut from it) has
+    /// its players in the zones or at the core meanwhile; a gauge and a log line say so.
     fn watch_delegations(&mut self) {
         let waiting = self.mesh.last_stats().delegations_waiting;
         if waiting != self.delegations_waiting {
             if waiting > 0 {
                 tracing::warn!(
-                    groups = waiting,
-                    "groups inside a delegation play in a core-site zone: the delegation's site has no server ready for them or is cut from the core"
+                    delegations = waiting,
+                    "delegations not on their site: the site has no server ready for the region, or is cut from the core (the core site simulates it meanwhile)"
                 );
             } else {
-                tracing::info!("every group inside a delegation plays on its site");
+                tracing::info!("every delegation's region runs on its site");
             }
             self.delegations_waiting = waiting;
             self.metrics.delegations_waiting.set(i64::from(waiting));

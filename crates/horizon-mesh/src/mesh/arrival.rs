@@ -13,9 +13,9 @@ impl Mesh {
     /// - else alone — nobody counted within the larger of the two grouping radii (as grouping
     ///   links players), no bubble's box meeting the box they would claim — and with a seat on
     ///   their home site: a bubble around them there now (a [`Command::Create`] with reason
-    ///   `Join` and no previous site); under [`Placement::AllCore`] (SMD) they play in their
-    ///   zone instead, and under [`Placement::Fixed`] the bubble is on the site of the
-    ///   delegation they spawn in (none: their zone);
+    ///   `Join` and no previous site); under [`Placement::AllCore`] (SMD) and
+    ///   [`Placement::Fixed`] (where a delegation's region is entered as any bubble) they play
+    ///   in their zone instead;
     /// - otherwise (someone near, a stalled bubble, no seat, already placed, unknown) the next
     ///   tick places them, as after [`Mesh::handle_join`] alone.
     pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
@@ -66,12 +66,9 @@ impl Mesh {
         let site = match self.placement {
             // SMD: they play in the zone around them.
             Placement::AllCore => return,
-            // Fixed delegations: on the delegation's site if they spawn in one, else in the
-            // zone around them.
-            Placement::Fixed => match self.delegated_site(item.world, &bounds) {
-                Some(site) => site,
-                None => return,
-            },
+            // Fixed delegations: a delegation's region is a bubble of its own, entered above
+            // when it runs; outside one (or before it runs), the zone around them.
+            Placement::Fixed => return,
             _ => home,
         };
         if !self.can_host(site, 1) {

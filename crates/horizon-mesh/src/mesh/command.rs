@@ -20,6 +20,8 @@ pub enum CreateReason {
     Split,
     /// The players arrived from a bubble of another world (a planet, open space).
     Travel,
+    /// A fixed delegation's region, created on its site as soon as it has a server for it.
+    Delegation,
 }
 
 impl CreateReason {
@@ -30,6 +32,7 @@ impl CreateReason {
             CreateReason::ServerReady => "server_ready",
             CreateReason::Split => "split",
             CreateReason::Travel => "travel",
+            CreateReason::Delegation => "delegation",
         }
     }
 }
@@ -166,8 +169,9 @@ pub struct TickStats {
     pub deleted: u32,
     pub borders: u32,
     pub load_changes: u32,
-    /// Groups inside a fixed delegation left in the zone around them this tick because its
-    /// site had no server ready for them (or was cut from the core).
+    /// Fixed delegations whose region is not on their site after this tick: not created yet
+    /// because the site has no server ready for it, or failed over to the core site while
+    /// the site is cut from it or full (their players play in the zones, or at the core).
     #[serde(default)]
     pub delegations_waiting: u32,
     /// Players and bubbles were stored again in unit order at the end of this tick (new

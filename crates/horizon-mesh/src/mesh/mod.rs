@@ -215,6 +215,9 @@ struct Scratch {
     claims: Vec<units::Claim>,
     claim_start: Vec<u32>,
     cluster_bubble: Vec<u32>,
+    /// Per unit, under [`Placement::Fixed`]: the index of the delegation it plays under
+    /// (`NONE`: none, it plays in a zone). Every unit of a delegation is joined into one.
+    unit_delegation: Vec<u32>,
     /// Per bubble slot: the unit it holds this tick.
     slot_unit: Vec<u32>,
     /// Per bubble slot: created, moved or merged this tick (no scoring until the next one).
@@ -317,13 +320,26 @@ impl Mesh {
         Ok(())
     }
 
-    /// The site of the delegation a group whose box is `bounds` in `world` plays under, if
-    /// the mesh places by delegations.
-    fn delegated_site(&self, world: WorldId, bounds: &Aabb) -> Option<SiteId> {
+    /// The delegation whose region bubble `slot` is, under [`Placement::Fixed`]: the one whose
+    /// world and box it has.
+    fn delegation_of_slot(&self, slot: u32) -> Option<usize> {
         if self.placement != Placement::Fixed {
             return None;
         }
-        self.delegations.iter().find(|d| d.holds(world, bounds)).map(|d| d.site)
+        let b = self.bubbles.get(slot as usize)?.as_ref()?;
+        let limit = self.th.position_limit_m();
+        self.delegations.iter().position(|d| d.world == b.world && d.region(limit) == b.bounds)
+    }
+
+    /// Per delegation, the slot of its bubble (`NONE`: it has none now).
+    fn delegation_slots(&self) -> Vec<u32> {
+        let mut slots = vec![NONE; self.delegations.len()];
+        for slot in 0..self.bubbles.len() as u32 {
+            if let Some(d) = self.delegation_of_slot(slot) {
+                slots[d] = slot;
+            }
+        }
+        slots
     }
 
     // ---- inputs -------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ impl Mesh {
         stats.clusters = sc.units.len() as u32;
         // 2. Continuity with the bubbles of the previous tick.
         self.place_units(&mut sc, now, &mut stats);
-        // 3. Moving borders, and no two regions overlapping.
+        // 3. Moving borders, and no two regions overlapping; fixed delegations' regions.
         self.settle_bounds(&mut sc, &mut stats);
+        self.open_delegations(&mut sc, now, &mut stats);
         // 4. Scoring, hysteresis and failover.
         self.score_bubbles(&mut sc, now, &mut stats);
         // 5. Load: split across more servers of the site, or undo the latest split.
@@ -64,16 +65,11 @@ impl Mesh {
         sc.owner.clear();
         sc.owner.resize(nslots, None);
         let zones_only = self.placement == Placement::AllCore;
-        // Which units may have a bubble: none under SMD; under fixed delegations, those inside
-        // a delegation (the others play in zones).
+        // Which units may have a bubble: none under SMD; under fixed delegations, each
+        // delegation's unit (the others play in zones).
         let bubbly: Vec<bool> = match self.placement {
             Placement::AllCore => vec![false; nc],
-            Placement::Fixed => (0..nc)
-                .map(|c| {
-                    let e = &sc.extents[c];
-                    self.delegated_site(e.world, &e.bounds).is_some()
-                })
-                .collect(),
+            Placement::Fixed => sc.unit_delegation.iter().map(|&d| d != NONE).collect(),
             _ => vec![true; nc],
         };
         for c in (0..nc).filter(|&c| bubbly[c]) {
@@ -144,7 +140,7 @@ impl Mesh {
         }
 
         // Bubbles nobody owns any more are deleted (only those live at the start: a slot freed
-        // earlier may hold a bubble created just now).
+        // earlier may hold a bubble created just now), except a delegation's region.
         for slot in 0..nslots as u32 {
             let was_live = sc.prior[slot as usize].is_some();
             let kept = self.bubbles[slot as usize]
@@ -155,6 +151,7 @@ impl Mesh {
                 && (!kept || zones_only)
                 && sc.owner[slot as usize].is_none()
                 && self.bubbles[slot as usize].is_some()
+                && self.delegation_of_slot(slot).is_none()
             {
                 let reason = if zones_only { DeleteReason::Stage } else { DeleteReason::Empty };
                 self.delete(slot, reason);
@@ -192,11 +189,20 @@ impl Mesh {
             if self.bubbles[slot as usize].is_none() || sc.touched[slot as usize] {
                 continue;
             }
+            // A bubble holds one unit; only a delegation's region may hold nobody.
             let ti = sc.slot_unit[slot as usize];
-            if ti == NONE {
+            let delegation = self.delegation_of_slot(slot);
+            if ti == NONE && delegation.is_none() {
                 continue;
             }
-            let tally = &sc.tallies[ti as usize];
+            let nobody;
+            let tally = match ti {
+                NONE => {
+                    nobody = Tally::new(self.sites.len());
+                    &nobody
+                }
+                _ => &sc.tallies[ti as usize],
+            };
             let b = self.bubble(slot);
             let (id, site, seats) = (b.id, b.site, b.seats());
             if b.stalled_since.is_some() {
@@ -211,10 +217,8 @@ impl Mesh {
             if self.placement == Placement::Fixed {
                 // A delegation's bubble goes back to its site as soon as the site can host it
                 // (after a failover to the core site), whatever the scoring says.
-                let unit = sc.slot_unit.get(slot as usize).copied().unwrap_or(NONE);
-                let Some(e) = sc.extents.get(unit as usize) else { continue };
-                let Some(home) = self.delegated_site(e.world, &e.bounds) else { continue };
-                let epoch = self.bubble(slot).epoch;
+                let Some(d) = delegation else { continue };
+                let (home, epoch) = (self.delegations[d].site, self.bubble(slot).epoch);
                 if home != site
                     && self.can_host(home, seats)
                     && let Ok(lease) = self.leases.transfer(id, epoch, home, now)
@@ -405,19 +409,14 @@ impl Mesh {
         let best = |mesh: &Self| {
             best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
-        let delegated = self.delegated_site(sc.extents[c].world, &sc.extents[c].bounds);
         let site = match (self.placement, home) {
             // SMD: the players play in the zone around them.
             (Placement::AllCore, _) => return NONE,
-            // A delegation's players on its site, once it has a server for them; until then
-            // in the zone around them (`delegations_waiting`).
-            (Placement::Fixed, _) => match delegated {
+            // A delegation's region on its site, once it has a server for it; until then its
+            // players play in the zone around them (`open_delegations` counts it waiting).
+            (Placement::Fixed, _) => match self.unit_site(sc, c) {
                 Some(site) if self.can_host(site, need) => site,
-                Some(_) => {
-                    stats.delegations_waiting += 1;
-                    return NONE;
-                }
-                None => return NONE,
+                _ => return NONE,
             },
             (Placement::Creator, _) => match self.first_arrival(members) {
                 Some(p) if self.can_host(p.home, need) => p.home,
@@ -437,6 +436,54 @@ impl Mesh {
         };
         let origin = Origin { previous_site, reason, hysteresis: Hysteresis::default() };
         self.create_bubble(c, clusters, sc, site, origin, now, stats)
+    }
+
+    /// The site of the delegation unit `c` plays under, if it plays under one.
+    fn unit_site(&self, sc: &Scratch, c: usize) -> Option<SiteId> {
+        match sc.unit_delegation.get(c).copied().unwrap_or(NONE) {
+            NONE => None,
+            d => Some(self.delegations[d as usize].site),
+        }
+    }
+
+    /// Under fixed delegations: each delegation with no bubble gets its region on its site as
+    /// soon as the site has a server for it, with nobody in it yet (players inside its box
+    /// enter it at the next tick); a delegation with no bubble on its site is counted waiting.
+    fn open_delegations(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
+        if self.placement != Placement::Fixed {
+            return;
+        }
+        let limit = self.th.position_limit_m();
+        for (d, slot) in self.delegation_slots().into_iter().enumerate() {
+            let delegation = self.delegations[d];
+            if slot != NONE {
+                stats.delegations_waiting += u32::from(self.bubble(slot).site != delegation.site);
+                continue;
+            }
+            let (site, world, bounds) =
+                (delegation.site, delegation.world, delegation.region(limit));
+            let created = match self.can_host(site, 1) {
+                true => self.insert_bubble(site, world, bounds, 0, now, Hysteresis::default()),
+                false => None,
+            };
+            let Some((slot, epoch)) = created else {
+                stats.delegations_waiting += 1;
+                continue;
+            };
+            let bubble = self.bubble(slot).id;
+            self.commands.push_back(Command::Create {
+                bubble,
+                site,
+                previous_site: None,
+                world,
+                bounds,
+                epoch,
+                players: Vec::new(),
+                reason: CreateReason::Delegation,
+            });
+            Self::mark_touched(sc, slot);
+            stats.created += 1;
+        }
     }
 
     /// The member who arrived first (ids are handed out in arrival order).
@@ -471,16 +518,12 @@ impl Mesh {
                 Some(p) if self.can_host(p.home, need) => p.home,
                 _ => best(self),
             },
-            // Within a delegation the bubble is created only where a unit has a bubble at all
-            // (`bubbly`): on the parent's site if it still can, else the delegation's.
-            Placement::Fixed => {
-                let e = &sc.extents[c];
-                match self.delegated_site(e.world, &e.bounds) {
-                    _ if self.can_host(parent_site, 0) => parent_site,
-                    Some(site) => site,
-                    None => self.sites.core(),
-                }
-            }
+            // A delegation's region (its players were in another delegation's): on its site,
+            // once it has a server for it.
+            Placement::Fixed => match self.unit_site(sc, c) {
+                Some(site) if self.can_host(site, need) => site,
+                _ => return NONE,
+            },
             _ => best(self),
         };
         let origin = Origin {
@@ -544,6 +587,9 @@ impl Mesh {
         let survivor = if self.placement == Placement::Creator {
             // Rooms: everyone joins the oldest room, where it is.
             slots.iter().copied().min_by_key(|&s| self.bubble(s).id).unwrap_or(slots[0])
+        } else if self.placement == Placement::Fixed {
+            // A delegation's region absorbs the others (it is the heaviest claim).
+            slots[0]
         } else {
             let sites_of: Vec<SiteId> = slots.iter().map(|&s| self.bubble(s).site).collect();
             let best = best_site(tally, &self.sites, self.th.cap_ms, Some(sites_of[0]), |s| {

@@ -37,6 +37,81 @@ impl Mesh {
             None => sc.units = clusters,
         }
         cut_claims(&mut sc.extents, &sc.pairs);
+        sc.unit_delegation.clear();
+        sc.unit_delegation.resize(sc.units.len(), NONE);
+        if self.placement == Placement::Fixed && !self.delegations.is_empty() {
+            self.join_delegated(sc);
+        }
+    }
+
+    /// Under fixed delegations: joins every unit playing under a delegation (its box's centre
+    /// in the delegation's region) into one unit, which claims the delegation's region and,
+    /// above any other claim, the delegation's bubble (so it keeps it, and absorbs whatever
+    /// other bubbles its players were in). Leaves each unit's delegation in
+    /// `sc.unit_delegation`, and the units' claims swept again for [`Mesh::settle_bounds`].
+    fn join_delegated(&self, sc: &mut Scratch) {
+        let n = sc.units.len();
+        let of: Vec<u32> = (0..n)
+            .map(|u| {
+                let e = &sc.extents[u];
+                let d = self.delegations.iter().position(|d| d.holds(e.world, &e.bounds));
+                d.map_or(NONE, |d| d as u32)
+            })
+            .collect();
+        let mut first = vec![NONE; self.delegations.len()];
+        let root: Vec<u32> = (0..n as u32)
+            .map(|u| match of[u as usize] {
+                NONE => u,
+                d => {
+                    let f = &mut first[d as usize];
+                    if *f == NONE {
+                        *f = u;
+                    }
+                    *f
+                }
+            })
+            .collect();
+        let units = std::mem::take(&mut sc.units);
+        let unit_of;
+        (sc.units, unit_of) = self.join_clusters(&units, &root, sc);
+        sc.unit_delegation.clear();
+        sc.unit_delegation.resize(sc.units.len(), NONE);
+        for (u, &d) in of.iter().enumerate() {
+            sc.unit_delegation[unit_of[u] as usize] = d;
+        }
+        // Each delegation's unit claims its region, and its bubble above anything else.
+        let (limit, slots) = (self.th.position_limit_m(), self.delegation_slots());
+        let mut claims: Vec<Claim> = Vec::with_capacity(sc.claims.len() + first.len());
+        let mut claim_start = Vec::with_capacity(sc.units.len() + 1);
+        for u in 0..sc.units.len() {
+            let first_claim = claims.len();
+            claim_start.push(first_claim as u32);
+            claims.extend_from_slice(
+                &sc.claims[sc.claim_start[u] as usize..sc.claim_start[u + 1] as usize],
+            );
+            let d = sc.unit_delegation[u];
+            if d == NONE {
+                continue;
+            }
+            let region = self.delegations[d as usize].region(limit);
+            let e = &mut sc.extents[u];
+            // A box that is not the region is reset to it (`settle_bounds` reads the alert box).
+            (e.claim, e.alert) = (region, region);
+            let slot = slots[d as usize];
+            if slot == NONE {
+                continue;
+            }
+            let above = Claim { slot, weight: f64::INFINITY, min_id: PlayerId(0), count: 0 };
+            match claims[first_claim..].iter_mut().find(|c| c.slot == slot) {
+                Some(c) => c.weight = f64::INFINITY,
+                None => claims.push(above),
+            }
+        }
+        claim_start.push(claims.len() as u32);
+        (sc.claims, sc.claim_start) = (claims, claim_start);
+        sc.claims_order.clear();
+        sc.claims_order.extend(sc.sweep.sorted_ids().map(|c| unit_of[c as usize]));
+        sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs, &sc.claims_order);
     }
 
     /// Leaves in `sc.claims_order` the `nc` clusters in the order of the bubbles they claim

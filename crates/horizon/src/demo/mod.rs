@@ -17,7 +17,9 @@ use crate::faults::{self, Fault, FaultKind, Running};
 mod players;
 mod report;
 
-use players::{FIXED_SITE, FIXED_WORLD, RELAY_DISPERSE, enter_at_the_core, population, zoned};
+use players::{
+    FIXED_BOX, FIXED_SITE, FIXED_WORLD, RELAY_DISPERSE, enter_at_the_core, population, zoned,
+};
 use report::{Cost, final_document, freeze_report, summary_line};
 
 #[derive(Debug, clap::Args)]
@@ -119,7 +121,10 @@ async fn run(args: DemoArgs) -> ExitCode {
         opts.seats_per_server = opts.thresholds.seats_per_server();
     }
     if args.stage == Stage::Fixed {
-        opts.delegations = vec![(FIXED_WORLD, None, FIXED_SITE.to_owned())];
+        let (min, max) = FIXED_BOX;
+        let v = |[x, y, z]: [f64; 3]| horizon_mesh::Vec3 { x, y, z };
+        let bounds = horizon_mesh::Aabb { min: v(min), max: v(max) };
+        opts.delegations = vec![(FIXED_WORLD, Some(bounds), FIXED_SITE.to_owned())];
     }
     let players_per_server = opts.thresholds.players_per_server;
     let merge_after_samples = opts.thresholds.merge_after_samples;
@@ -171,8 +176,8 @@ async fn run(args: DemoArgs) -> ExitCode {
         .to_owned());
     if args.stage == Stage::Fixed {
         say(format!(
-            "stage fixed: world {FIXED_WORLD}, where every player plays, is delegated to {FIXED_SITE} by configuration \
-             ([[delegations]]): its players play there whatever the scoring says"
+            "stage fixed: x ≤ 487 km of world {FIXED_WORLD}, where groups 0-12 play, is delegated to {FIXED_SITE} by configuration \
+             ([[delegations]]): one region there whatever the scoring says; the others play in PAR's zone, and one flies into the region at 40 s"
         ));
     }
     if args.stage == Stage::Measure {

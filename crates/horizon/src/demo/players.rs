@@ -92,9 +92,13 @@ const DASH_MPS: f64 = 200.0;
 /// that cut the world's zone disperses, and the zones are joined again, the latest cut first.
 pub(super) const RELAY_DISPERSE: (usize, u64) = (12, 35);
 
-/// Under the fixed stage, the demo delegates its players' world, whole, to this site.
+/// Under the fixed stage, the demo delegates this box of its players' world to this site: the
+/// groups up to 487 km along x (groups 0 to 12) play in its one region; the others in the core
+/// site's zone, and the dasher of group 14 flies into the region at 40 s, crossing from the zone.
 pub(super) const FIXED_WORLD: u32 = 1;
 pub(super) const FIXED_SITE: &str = "MTL";
+pub(super) const FIXED_BOX: ([f64; 3], [f64; 3]) =
+    ([-10_000.0; 3], [487_000.0, 10_000.0, 10_000.0]);
 
 /// Stages that simulate everyone in the core site's zones: the demo's crowd cuts a zone and
 /// leaves, as under `relay`.
