@@ -15,6 +15,7 @@ pub(crate) struct Args {
     /// How many seeds to run, from --first-seed.
     #[arg(long, default_value_t = 20, conflicts_with = "seed")]
     seeds: u64,
+    /// The first seed of the run (seeds are run from it up, --seeds of them).
     #[arg(long, default_value_t = 0)]
     first_seed: u64,
     /// Replay one seed and print its trace.

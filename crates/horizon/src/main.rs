@@ -96,18 +96,23 @@ enum Certs {
     /// `ca.key`, `horizon-core.pem`, `horizon-core.key`, `<SITE>.pem`, `<SITE>.key`). Refuses to
     /// replace an existing CA without --force.
     Init {
+        /// The directory to write them in (created if missing).
         #[arg(long)]
         dir: PathBuf,
         /// Comma-separated site names, e.g. PAR,MTL,HKG.
         #[arg(long, value_delimiter = ',', required = true)]
         sites: Vec<String>,
+        /// Replace a CA already in DIR (every certificate it signed stops being trusted).
         #[arg(long)]
         force: bool,
     },
     /// Sign a certificate for one more site with the CA already in DIR.
     Add {
+        /// The directory holding the CA (`ca.pem`, `ca.key`), where `<SITE>.pem` and
+        /// `<SITE>.key` are written.
         #[arg(long)]
         dir: PathBuf,
+        /// The new site's name, e.g. SYD.
         #[arg(long)]
         site: String,
     },
@@ -117,17 +122,20 @@ enum Certs {
 enum Keys {
     /// Write a new key file with one random key. Refuses to replace a file without --force.
     Init {
+        /// The key file to write (one `<key id> <base64url secret>` line per key; the first signs).
         #[arg(long)]
         file: PathBuf,
         /// The key's id (1 to 32 of A-Z a-z 0-9 _ -).
         #[arg(long, default_value = "k1")]
         id: String,
+        /// Replace FILE if it exists (tokens signed with its keys stop verifying).
         #[arg(long)]
         force: bool,
     },
     /// Put a new random key at the top of FILE: it signs from now on, the others still verify
     /// (remove an old one once the tokens it signed have expired). Agents reload the file.
     Rotate {
+        /// The key file to add the new signing key to.
         #[arg(long)]
         file: PathBuf,
         /// The new key's id.
@@ -136,6 +144,7 @@ enum Keys {
     },
     /// Print a player token for ACCOUNT signed with FILE's signing key.
     PlayerToken {
+        /// The key file whose first key signs the token.
         #[arg(long)]
         file: PathBuf,
         /// The player's account (1 to 64 of A-Z a-z 0-9 _ - @ :).
@@ -686,4 +695,35 @@ fn sim_measure(
     }
     print!("{}", report.text());
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand and every option an operator can type says what it does in `--help`.
+    #[test]
+    fn every_command_and_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            if cmd.get_about().is_none() && cmd.get_long_about().is_none() {
+                missing.push(format!("{path}: the command"));
+            }
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path}: {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 }
