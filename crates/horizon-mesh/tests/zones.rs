@@ -512,15 +512,22 @@ fn a_core_restarted_into_the_fixed_stage_sends_a_delegated_bubble_to_its_site_an
     let delegation =
         horizon_mesh::Delegation { world: WorldId(0), bounds: Some(bounds), site: site(HKG) };
     after.set_delegations(vec![delegation]).unwrap();
-    for (b, players, home) in [(&near, [1, 2], MTL), (&far, [3, 4], HKG)] {
+    for b in [&near, &far] {
         after.handle_restore_bubble(restored(b), Time::ZERO).unwrap();
+    }
+    // A tick before the agents report their players: the bubble taken back lies inside the
+    // delegation's box, so no region is created over it.
+    let early = ticks(&mut after, 0, 0);
+    assert!(!early.iter().any(|(_, c)| matches!(c, Command::Create { .. })), "{early:?}");
+    assert_eq!(after.last_stats().delegations_waiting, 1);
+    for (b, players, home) in [(&near, [1, 2], MTL), (&far, [3, 4], HKG)] {
         for id in players {
             let x = if id < 3 { id as f64 } else { 5e4 + id as f64 };
             after.handle_join_in(join(id, home, 10.0, Role::Player, at(x)), b.id).unwrap();
         }
     }
-    let cmds = ticks(&mut after, 0, 60);
-    // The delegated one goes to HKG by a handover at the first tick; the other ends once a
+    let cmds = ticks(&mut after, 1, 60);
+    // The delegated one goes to HKG by a handover at the next tick; the other ends once a
     // restored bubble is no longer kept for members still coming, its players in a zone.
     let moved = cmds.iter().find_map(|(_, c)| match c {
         Command::Move { bubble, to, reason: horizon_mesh::MoveReason::Delegation, .. } => {
@@ -538,4 +545,11 @@ fn a_core_restarted_into_the_fixed_stage_sends_a_delegated_bubble_to_its_site_an
         assert!(after.zone_of(PlayerId(id)).is_some(), "in a zone of the core site");
     }
     assert_eq!(after.bubble_of(PlayerId(1)).map(|b| b.site), Some(site(HKG)));
+    // The bubble taken back became the delegation's region: its box, and no second region
+    // was created over it.
+    assert_eq!(after.bubble_of(PlayerId(1)).map(|b| (b.id, b.bounds)), Some((near.id, bounds)));
+    assert!(
+        !cmds.iter().any(|(_, c)| matches!(c, Command::Create { .. })),
+        "no region created over the one taken back: {cmds:?}"
+    );
 }

@@ -417,6 +417,11 @@ impl Sandbox {
     }
 
     /// The sites, core first.
+    /// The core's configuration, as it runs now.
+    pub fn core_config(&self) -> &CoreConfig {
+        &self.core_config
+    }
+
     pub fn core_site(&self) -> &str {
         self.core_config.sites.name(self.core_config.sites.core()).as_str()
     }
@@ -438,7 +443,17 @@ impl Sandbox {
         stage: Stage,
         down_for: Duration,
     ) -> Result<(), SandboxError> {
-        self.core_config.stage = stage;
+        self.restart_core_with(|config| config.stage = stage, down_for).await
+    }
+
+    /// [`Sandbox::restart_core`] with the core's configuration changed by `change` from then
+    /// on (a stage and its delegations, say).
+    pub async fn restart_core_with(
+        &mut self,
+        change: impl FnOnce(&mut CoreConfig),
+        down_for: Duration,
+    ) -> Result<(), SandboxError> {
+        change(&mut self.core_config);
         self.restart_core(down_for).await
     }
 

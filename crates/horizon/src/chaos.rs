@@ -48,13 +48,13 @@ pub(crate) struct Args {
 pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     if !(args.seconds.is_finite() && args.seconds >= 60.0) {
         eprintln!("error: --seconds must be at least 60 (a fault and its recovery)");
-        return ExitCode::from(64);
+        return ExitCode::from(crate::EXIT_BAD_INPUT);
     }
     if args.stage == Stage::Measure {
         eprintln!(
             "error: --stage measure places as relay does and its players do not probe here: run --stage relay"
         );
-        return ExitCode::from(64);
+        return ExitCode::from(crate::EXIT_BAD_INPUT);
     }
     let opts =
         ChaosOptions { seconds: args.seconds, overlapping: args.overlapping, stage: args.stage };
@@ -135,5 +135,10 @@ fn print_json(summary: &Summary) {
 
 /// Success when every run kept every invariant.
 fn verdict(runs: &[Run]) -> ExitCode {
-    if runs.iter().all(|r| r.violations.is_empty()) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    // A violation is a bug, reproducible from its seed (docs/running.md, "Exit codes").
+    if runs.iter().all(|r| r.violations.is_empty()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::EXIT_BUG)
+    }
 }

@@ -111,15 +111,50 @@ fn prepare<C>(
 fn checked<C>(
     loaded: Result<C, Vec<String>>,
     path: &std::path::Path,
-    files: impl FnOnce(&C) -> Result<(), String>,
+    files: impl FnOnce(&C) -> Result<(), Vec<String>>,
 ) -> ExitCode {
-    match loaded.and_then(|cfg| files(&cfg).map_err(|e| vec![e])) {
+    match loaded.and_then(|cfg| files(&cfg)) {
         Ok(()) => {
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
         }
         Err(errors) => bad_config(errors),
     }
+}
+
+/// The files a configuration names, each opened on its own: every one that cannot be read,
+/// under its key. Then, if all can, `parse` reads them (certificates, keys).
+fn read_files(
+    files: &[(&str, &std::path::Path)],
+    parse: impl FnOnce() -> Result<(), String>,
+) -> Result<(), Vec<String>> {
+    let unreadable: Vec<String> = files
+        .iter()
+        .filter_map(|(key, path)| {
+            std::fs::File::open(path).err().map(|e| format!("{key} = {}: {e}", path.display()))
+        })
+        .collect();
+    if !unreadable.is_empty() {
+        return Err(unreadable);
+    }
+    parse().map_err(|e| vec![e])
+}
+
+fn core_files(cfg: &horizon_core::CoreConfig) -> Result<(), Vec<String>> {
+    let files = [("tls.ca", cfg.ca.as_path()), ("tls.cert", &cfg.cert), ("tls.key", &cfg.key)];
+    read_files(&files, || {
+        horizon_core::load_tls(&cfg.ca, &cfg.cert, &cfg.key).map(drop).map_err(|e| e.to_string())
+    })
+}
+
+fn agent_files(cfg: &horizon_agent::AgentConfig) -> Result<(), Vec<String>> {
+    let files = [
+        ("tls.ca", cfg.ca.as_path()),
+        ("tls.cert", &cfg.cert),
+        ("tls.key", &cfg.key),
+        ("tls.player_keys", &cfg.player_keys),
+    ];
+    read_files(&files, || horizon_agent::load_files(cfg).map(drop).map_err(|e| e.to_string()))
 }
 
 fn bad_config(errors: Vec<String>) -> ExitCode {
@@ -131,13 +166,15 @@ fn bad_config(errors: Vec<String>) -> ExitCode {
 
 pub(crate) fn core(args: ConfigArgs) -> ExitCode {
     if args.check {
-        return checked(horizon_core::CoreConfig::load(&args.config), &args.config, |cfg| {
-            horizon_core::load_tls(&cfg.ca, &cfg.cert, &cfg.key)
-                .map(drop)
-                .map_err(|e| e.to_string())
-        });
+        return checked(horizon_core::CoreConfig::load(&args.config), &args.config, core_files);
     }
-    let (cfg, rt) = match prepare(|| horizon_core::CoreConfig::load(&args.config)) {
+    // Bad files are bad configuration too (exit 64), found before anything starts.
+    let load = || {
+        let cfg = horizon_core::CoreConfig::load(&args.config)?;
+        core_files(&cfg)?;
+        Ok(cfg)
+    };
+    let (cfg, rt) = match prepare(load) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
@@ -174,11 +211,14 @@ fn load_agent(
 
 pub(crate) fn agent(args: ConfigArgs) -> ExitCode {
     if args.check {
-        return checked(load_agent(&args.config), &args.config, |(cfg, _)| {
-            horizon_agent::load_files(cfg).map(drop).map_err(|e| e.to_string())
-        });
+        return checked(load_agent(&args.config), &args.config, |(cfg, _)| agent_files(cfg));
     }
-    let ((cfg, kube), rt) = match prepare(|| load_agent(&args.config)) {
+    let load = || {
+        let loaded = load_agent(&args.config)?;
+        agent_files(&loaded.0)?;
+        Ok(loaded)
+    };
+    let ((cfg, kube), rt) = match prepare(load) {
         Ok(ready) => ready,
         Err(code) => return code,
     };

@@ -42,6 +42,23 @@ pub(crate) enum FaultKind {
     Loss { site: String, rate: f64 },
 }
 
+/// The fault in words, for the demo's lines: "MTL cut from the core", "a game server of MTL
+/// killed".
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FaultKind::Partition { site } => write!(f, "{site} cut from the core"),
+            FaultKind::KillServer { site } => write!(f, "a game server of {site} killed"),
+            FaultKind::RestartCore => write!(f, "the core restarted"),
+            FaultKind::RestartAgent { site } => write!(f, "{site}'s agent restarted"),
+            FaultKind::CutTransfer { a, b } => write!(f, "the {a}-{b} transfer link cut"),
+            FaultKind::Loss { site, rate } => {
+                write!(f, "{:.0} % of packets lost between {site} and the core", rate * 100.0)
+            }
+        }
+    }
+}
+
 impl FaultKind {
     fn name(&self) -> &'static str {
         match self {
@@ -493,6 +510,26 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn faults_are_said_in_words() {
+        use super::FaultKind;
+        let said = [
+            FaultKind::Partition { site: "MTL".into() }.to_string(),
+            FaultKind::KillServer { site: "HKG".into() }.to_string(),
+            FaultKind::CutTransfer { a: "PAR".into(), b: "MTL".into() }.to_string(),
+            FaultKind::Loss { site: "HKG".into(), rate: 0.2 }.to_string(),
+        ];
+        assert_eq!(
+            said,
+            [
+                "MTL cut from the core",
+                "a game server of HKG killed",
+                "the PAR-MTL transfer link cut",
+                "20 % of packets lost between HKG and the core",
+            ]
+        );
+    }
+
     use super::*;
 
     fn sites() -> Vec<String> {

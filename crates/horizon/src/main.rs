@@ -16,7 +16,7 @@ mod kube_demo;
 /// Exit code for bad input files or configuration (EX_USAGE).
 pub(crate) const EXIT_BAD_INPUT: u8 = 64;
 /// Exit code for a broken invariant: a bug, reproducible from the seed (EX_SOFTWARE).
-const EXIT_BUG: u8 = 70;
+pub(crate) const EXIT_BUG: u8 = 70;
 
 #[derive(Debug, Parser)]
 #[command(name = "horizon", version, about = "Horizon, the SMD-G orchestrator")]

@@ -435,7 +435,13 @@ fn check_reads_the_certificates_and_keys_a_configuration_names() {
         &["PAR.pem", "for site MTL", "not valid for name"],
     );
     refused("agent", mtl, "certs/MTL.key", "certs/PAR.key", &["MTL.pem", "certificate and key"]);
-    refused("agent", mtl, "certs/player.keys", "certs/none.keys", &["player keys", "none.keys"]);
+    refused(
+        "agent",
+        mtl,
+        "certs/player.keys",
+        "certs/none.keys",
+        &["tls.player_keys", "none.keys"],
+    );
     refused(
         "core",
         "core.toml",
@@ -456,6 +462,29 @@ fn check_reads_the_certificates_and_keys_a_configuration_names() {
         .output();
     assert!(other.unwrap().status.success());
     refused("agent", mtl, "certs/MTL.", "other/MTL.", &["MTL.pem", "invalid peer certificate"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_daemon_whose_files_are_missing_names_every_one_and_exits_64_with_or_without_check() {
+    let dir = examples_with_their_files("missing-files");
+    let text = std::fs::read_to_string(dir.join("core.toml")).unwrap();
+    let edited = text
+        .replace("certs/ca.pem", "certs/gone-ca.pem")
+        .replace("certs/horizon-core.key", "certs/gone.key");
+    std::fs::write(dir.join("gone.toml"), edited).unwrap();
+    for check in [true, false] {
+        let mut cmd = horizon();
+        cmd.arg("core");
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd.arg("--config").arg(dir.join("gone.toml")).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "--check {check}: {err}");
+        assert!(err.contains("tls.ca = ") && err.contains("gone-ca.pem"), "{err}");
+        assert!(err.contains("tls.key = ") && err.contains("gone.key"), "{err}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -735,6 +735,60 @@ async fn a_core_restarted_into_the_relay_stage_hands_the_relays_bubble_back_to_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_restarted_into_the_fixed_stage_makes_the_bubble_in_a_delegation_its_region_and_hands_it_to_its_site()
+ {
+    let m = lone_montrealer("refix", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
+    let updates = || running[0].0.lock().unwrap().updates;
+    // The box around the Montrealer (world 1, x = 0) delegated to HKG from the restart on.
+    let region = horizon_mesh::Aabb {
+        min: horizon_mesh::Vec3 { x: -5_000.0, y: -5_000.0, z: -5_000.0 },
+        max: horizon_mesh::Vec3 { x: 5_000.0, y: 5_000.0, z: 5_000.0 },
+    };
+    let hkg = sandbox.core_config().sites.id("HKG").expect("HKG is a site");
+    sandbox
+        .restart_core_with(
+            |config| {
+                config.stage = Stage::Fixed;
+                config.delegations = vec![horizon_mesh::Delegation {
+                    world: horizon_mesh::WorldId(1),
+                    bounds: Some(region),
+                    site: hkg,
+                }];
+            },
+            Duration::from_secs(2),
+        )
+        .await
+        .expect("the core restarts");
+    // The bubble taken back becomes the delegation's region (its box) and goes to HKG by a
+    // handover: the player keeps their bubble, nothing restored, nothing lost.
+    let placed = wait_for(&sandbox, 40, |s| {
+        let b = s.bubble(bubble)?;
+        let handed = b.site == "HKG" && b.moving.is_none() && !b.restoring;
+        (handed && site_of(s, player).as_deref() == Some("HKG")).then(|| s.clone())
+    })
+    .await;
+    let updates_then = updates();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let updates_after = updates();
+    let last = sandbox.core.status().await;
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let status = placed.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!("the region on HKG: bubbles {:?} decisions {:?}", l.bubbles, l.recent_decisions)
+    });
+    assert_eq!(status.stage, "fixed");
+    assert_eq!(status.bubbles.len(), 1, "one region: {:?}", status.bubbles);
+    let b = status.bubble(bubble).expect("the region");
+    assert_eq!(b.bounds, [[-5_000.0; 3], [5_000.0; 3]], "the delegation's box");
+    assert!(updates_after > updates_then + 20, "playing on: {updates_then} → {updates_after}");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "a handover, not a restore: {r:?}");
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("fixed stage: longest update gap {:.0} ms across the restart", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing_lost() {
     let dir = std::env::temp_dir().join(format!("horizon-blip-{}", std::process::id()));
     let mut opts =

@@ -307,6 +307,11 @@ impl CoreMachine {
         mesh.set_delegations(cfg.delegations.clone()).map_err(|errors| {
             errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
         })?;
+        // A relay site hosts nothing new until its agent has registered (`register` brings its
+        // link up): a fixed delegation's region is not created on a site nobody runs yet.
+        for site in cfg.sites.ids().filter(|&s| s != cfg.sites.core()) {
+            mesh.handle_site_link(site, false);
+        }
         let mut machine = CoreMachine {
             metrics: Metrics::new(&cfg.sites),
             cfg,

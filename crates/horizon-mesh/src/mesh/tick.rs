@@ -462,7 +462,8 @@ impl Mesh {
             }
             let (site, world, bounds) =
                 (delegation.site, delegation.world, delegation.region(limit));
-            let created = match self.can_host(site, 1) {
+            let clear = !self.bubbles().any(|b| b.world == world && b.bounds.overlaps(&bounds));
+            let created = match clear && self.can_host(site, 1) {
                 true => self.insert_bubble(site, world, bounds, 0, now, Hysteresis::default()),
                 false => None,
             };

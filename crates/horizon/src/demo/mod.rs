@@ -303,7 +303,7 @@ async fn run(args: DemoArgs) -> ExitCode {
                 match step {
                     Step::Start => {}
                     Step::End => {
-                        say(format!("drill: fault {} ({:?}) ends", i + 1, fault.kind));
+                        say(format!("drill: fault {} ({}) ends", i + 1, fault.kind));
                         faults::end(fault, &sandbox);
                         continue;
                     }
@@ -316,7 +316,7 @@ async fn run(args: DemoArgs) -> ExitCode {
                         continue;
                     }
                 }
-                say(format!("drill: fault {} ({:?}) for {} s", i + 1, fault.kind, fault.for_s));
+                say(format!("drill: fault {} ({}) for {} s", i + 1, fault.kind, fault.for_s));
                 let status = sandbox.core.status().await.unwrap_or_default();
                 let r = faults::start(fault, &sandbox, &status, &snapshot(&reports));
                 if let Some(problem) = &r.problem {
@@ -468,7 +468,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
-        say(format!("final: {doc}"));
+        report::readable(&doc).into_iter().for_each(&say);
     }
     ExitCode::SUCCESS
 }

@@ -151,3 +151,114 @@ pub(super) fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde
         "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},
     })
 }
+
+/// The end of a run without `--json`: the report's main figures in a few lines of words (the
+/// whole document is `--json`'s).
+pub(super) fn readable(doc: &serde_json::Value) -> Vec<String> {
+    let n = |key: &str| doc[key].as_u64().unwrap_or(0);
+    let by_site = |key: &str, fmt: &dyn Fn(&serde_json::Value) -> String| {
+        let Some(m) = doc[key].as_object() else { return "-".to_owned() };
+        m.iter().map(|(site, v)| format!("{site} {}", fmt(v))).collect::<Vec<_>>().join(", ")
+    };
+    let ms = |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.0}"));
+    let quantiles = |v: &serde_json::Value| format!("{}/{}", ms(&v["p50"]), ms(&v["p95"]));
+    let freezes = |key: &str| {
+        let Some(m) = doc[key].as_object() else { return "none".to_owned() };
+        if m.is_empty() {
+            return "none".to_owned();
+        }
+        let pair = |(p, v): (&String, &serde_json::Value)| {
+            format!("{p} {} (p99 {} ms)", v["samples"], ms(&v["p99"]))
+        };
+        m.iter().map(pair).collect::<Vec<_>>().join(", ")
+    };
+    let lost = n("inputs_sent")
+        .saturating_sub(n("inputs_applied") + n("inputs_in_flight"))
+        .saturating_sub(n("inputs_unacked_in_ended_sessions"));
+    let join = &doc["join_to_first_update_ms"];
+    let zones = &doc["zones"];
+    let mut lines = vec![
+        format!(
+            "final: {} players; inputs {} sent, {} applied, {} in flight, {lost} lost, {} applied twice",
+            n("players"),
+            n("inputs_sent"),
+            n("inputs_applied"),
+            n("inputs_in_flight"),
+            n("inputs_applied_twice"),
+        ),
+        format!(
+            "click-to-screen p50/p95 ms by home: {}",
+            by_site("click_to_screen_ms", &quantiles)
+        ),
+        format!(
+            "handovers {} ({} failed), by pair: {}; crossings by pair: {}",
+            n("handovers"),
+            n("handovers_failed"),
+            freezes("freeze_ms"),
+            freezes("crossing_freeze_ms"),
+        ),
+        format!(
+            "servers at most: {}; {} players per server at peak; bubbles at most {}; zones {} ({} splits, {} merges)",
+            by_site("max_servers_by_site", &|v| v.to_string()),
+            ms(&doc["players_per_server_at_peak"]),
+            n("bubbles_max"),
+            zones["count"],
+            zones["splits"],
+            zones["merges"],
+        ),
+        format!(
+            "joins: first update after p50 {} ms, p99 {} ms; players in no running region at most {}",
+            ms(&join["p50"]),
+            ms(&join["p99"]),
+            n("players_unsimulated_max"),
+        ),
+    ];
+    if let Some(faults) = doc["faults"].as_array() {
+        for f in faults {
+            lines.push(format!(
+                "fault {} at {} s: {} players affected, resumed after at most {} s, {} never resumed",
+                f["kind"].as_str().unwrap_or("?"),
+                ms(&f["at_s"]),
+                f["players_affected"],
+                f["resumed_after_s"]["max"].as_f64().map_or("-".to_owned(), |x| format!("{x:.1}")),
+                f["never_resumed"],
+            ));
+        }
+    }
+    lines.push("(the whole report: --json)".to_owned());
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_end_of_a_run_reads_as_words_not_json() {
+        let doc = serde_json::json!({
+            "players": 60, "inputs_sent": 100, "inputs_applied": 90, "inputs_in_flight": 8,
+            "inputs_unacked_in_ended_sessions": 0, "inputs_applied_twice": 0,
+            "click_to_screen_ms": {"MTL": {"p50": 12.6, "p95": 13.9}},
+            "handovers": 2, "handovers_failed": 0,
+            "freeze_ms": {"PAR-MTL": {"p99": 21.9, "samples": 2}}, "crossing_freeze_ms": {},
+            "max_servers_by_site": {"MTL": 1}, "players_per_server_at_peak": 30.0,
+            "bubbles_max": 1, "zones": {"count": 1, "splits": 0, "merges": 0},
+            "join_to_first_update_ms": {"p50": 177.0, "p99": 346.0},
+            "players_unsimulated_max": 0,
+            "faults": [{"kind": "partition", "at_s": 45.0, "players_affected": 5,
+                        "resumed_after_s": {"max": 31.14}, "never_resumed": 0}],
+        });
+        let lines = super::readable(&doc);
+        assert_eq!(
+            lines[0],
+            "final: 60 players; inputs 100 sent, 90 applied, 8 in flight, 2 lost, 0 applied twice"
+        );
+        assert_eq!(lines[1], "click-to-screen p50/p95 ms by home: MTL 13/14");
+        assert!(
+            lines[2].contains("PAR-MTL 2 (p99 22 ms)")
+                && lines[2].ends_with("crossings by pair: none")
+        );
+        assert!(lines[5].starts_with(
+            "fault partition at 45 s: 5 players affected, resumed after at most 31.1 s"
+        ));
+        assert!(lines.iter().all(|l| !l.contains('{')), "{lines:#?}");
+    }
+}
