@@ -232,7 +232,29 @@ def check_refusals():
                 fail(f"values {'.'.join(path)} = {value!r}: refused without naming {key}: {e}")
             else:
                 print(f"  refused as it should: {'.'.join(path)} = {value!r}")
-    for path, key in [(("agent", "coreAddress"), "agent.coreAddress"), (("tls", "existingSecret"), "tls.existingSecret"), (("core", "tls", "existingSecret"), "core.tls.existingSecret")]:
+    # The core site's agent finds the release's own core when agent.coreAddress is empty; any
+    # other site must name it.
+    agent_toml = next(doc["data"]["agent.toml"]
+                      for template, text in render(base_values()).items()
+                      if not template.endswith("NOTES.txt")
+                      for doc in yaml.safe_load_all(text)
+                      if doc and doc["kind"] == "ConfigMap" and "agent.toml" in doc.get("data", {}))
+    if 'core = "site-horizon-core:7400"' not in agent_toml:
+        fail(f"the core site's agent does not default to the release's core:\n{agent_toml}")
+    else:
+        print("  the core site's agent dials the release's own core by default")
+    with open(os.path.join(CHART, "ci", "relay-site.yaml")) as f:
+        relay = yaml.safe_load(f)
+    relay["agent"]["coreAddress"] = ""
+    try:
+        render(relay)
+        fail("agent.coreAddress missing on a relay site was accepted")
+    except Exception as e:
+        if "agent.coreAddress" not in str(e):
+            fail(f"agent.coreAddress missing on a relay site: refused without naming it: {e}")
+        else:
+            print("  required as it should: agent.coreAddress, on a relay site")
+    for path, key in [(("tls", "existingSecret"), "tls.existingSecret"), (("core", "tls", "existingSecret"), "core.tls.existingSecret")]:
         try:
             render(with_change(path, ""))
             fail(f"{key} missing was accepted")

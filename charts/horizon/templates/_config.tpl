@@ -47,7 +47,12 @@ max = [{{ range $i, $v := .max }}{{ if $i }}, {{ end }}{{ printf "%f" (float64 $
 
 {{- define "horizon.agentToml" -}}
 site = {{ .Values.site | quote }}
-core = {{ required "agent.coreAddress (host:port of the core) is required" .Values.agent.coreAddress | quote }}
+{{- $core := .Values.agent.coreAddress }}
+{{- if and (not $core) .Values.core.enabled }}
+{{- /* The core site: this release's own core, through its Service. */}}
+{{- $core = printf "%s-core:%v" (include "horizon.fullname" .) .Values.core.controlPort }}
+{{- end }}
+core = {{ required "agent.coreAddress (host:port of the core) is required where core.enabled is false" $core | quote }}
 core_site = {{ .Values.agent.coreSite | quote }}
 
 [listen]

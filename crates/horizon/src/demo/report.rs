@@ -168,7 +168,7 @@ pub(super) fn readable(doc: &serde_json::Value) -> Vec<String> {
             return "none".to_owned();
         }
         let pair = |(p, v): (&String, &serde_json::Value)| {
-            format!("{p} {} (p99 {} ms)", v["samples"], ms(&v["p99"]))
+            format!("{p} {} (freeze p99 {} ms)", v["samples"], ms(&v["p99"]))
         };
         m.iter().map(pair).collect::<Vec<_>>().join(", ")
     };
@@ -191,7 +191,7 @@ pub(super) fn readable(doc: &serde_json::Value) -> Vec<String> {
             by_site("click_to_screen_ms", &quantiles)
         ),
         format!(
-            "handovers {} ({} failed), by pair: {}; crossings by pair: {}",
+            "handovers {} ({} failed); players frozen by a handover, by pair: {}; by a crossing: {}",
             n("handovers"),
             n("handovers_failed"),
             freezes("freeze_ms"),
@@ -252,10 +252,8 @@ mod tests {
             "final: 60 players; inputs 100 sent, 90 applied, 8 in flight, 2 lost, 0 applied twice"
         );
         assert_eq!(lines[1], "click-to-screen p50/p95 ms by home: MTL 13/14");
-        assert!(
-            lines[2].contains("PAR-MTL 2 (p99 22 ms)")
-                && lines[2].ends_with("crossings by pair: none")
-        );
+        assert!(lines[2].contains("PAR-MTL 2 (freeze p99 22 ms)"), "{}", lines[2]);
+        assert!(lines[2].ends_with("by a crossing: none"), "{}", lines[2]);
         assert!(lines[5].starts_with(
             "fault partition at 45 s: 5 players affected, resumed after at most 31.1 s"
         ));
