@@ -163,7 +163,7 @@ pub async fn start(
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let stats = Arc::new(AgentStats::default());
     let (stop, stop_rx) = watch::channel(false);
-    let metrics = crate::metrics::AgentMetrics::new(&cfg.site, stats.clone());
+    let metrics = crate::metrics::AgentMetrics::new(&cfg.site, &cfg.core_site, stats.clone());
     let admin_addr = match cfg.listen_admin {
         Some(addr) => Some(serve_admin(addr, &cfg.site, metrics.clone(), stop_rx.clone()).await?),
         None => None,

@@ -188,6 +188,9 @@ pub(crate) struct AgentMetrics {
     crossing_freeze_excess: HistogramVec,
     input_delay: Histogram,
     click_to_screen: Histogram,
+    /// The sites this agent knows of (its own, the core's, the peers the core named): every
+    /// ordered pair of them has its freeze series from the start ([`AgentMetrics::know_site`]).
+    known_sites: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 fn valid<T>(r: prometheus::Result<T>) -> T {
@@ -195,7 +198,8 @@ fn valid<T>(r: prometheus::Result<T>) -> T {
 }
 
 impl AgentMetrics {
-    pub(crate) fn new(site: &str, stats: Arc<AgentStats>) -> Self {
+    /// The agent's metrics; `core_site` is known from the start, like this `site`.
+    pub(crate) fn new(site: &str, core_site: &str, stats: Arc<AgentStats>) -> Self {
         let registry = horizon_admin::registry("agent");
         for collector in horizon_transport::metrics::collectors() {
             horizon_admin::register(&registry, collector);
@@ -259,7 +263,7 @@ impl AgentMetrics {
             "horizon_agent_click_to_screen_seconds",
             "The input delay plus the player's access round trip (its smallest measured): a player's click to their screen, estimated at their home gateway, by home site.",
         );
-        AgentMetrics {
+        let metrics = AgentMetrics {
             registry,
             stats,
             counters,
@@ -270,6 +274,33 @@ impl AgentMetrics {
             crossing_freeze_excess,
             input_delay,
             click_to_screen,
+            known_sites: Arc::default(),
+        };
+        metrics.know_site(site);
+        metrics.know_site(core_site);
+        metrics
+    }
+
+    /// A site this agent learned of (a peer the core named): its freeze series with every
+    /// known site, both ways and with itself, exist from now on, at zero (a dashboard shows 0
+    /// freezes, not "No data").
+    pub(crate) fn know_site(&self, site: &str) {
+        let Ok(mut known) = self.known_sites.lock() else { return };
+        if known.iter().any(|k| k == site) {
+            return;
+        }
+        known.push(site.to_owned());
+        let histograms = [
+            &self.freeze,
+            &self.freeze_excess,
+            &self.crossing_freeze,
+            &self.crossing_freeze_excess,
+        ];
+        for other in known.iter() {
+            for h in histograms {
+                h.with_label_values(&[site, other]);
+                h.with_label_values(&[other, site]);
+            }
         }
     }
 
@@ -398,7 +429,7 @@ mod tests {
         let stats = Arc::new(AgentStats::default());
         stats.inputs_received.store(41, Ordering::Relaxed);
         stats.players.store(3, Ordering::Relaxed);
-        let m = AgentMetrics::new("MTL", stats.clone());
+        let m = AgentMetrics::new("MTL", "PAR", stats.clone());
         m.refresh();
         stats.inputs_received.fetch_add(1, Ordering::Relaxed);
         m.refresh();
@@ -410,7 +441,7 @@ mod tests {
 
     #[test]
     fn every_metric_an_agent_exports_is_documented() {
-        let m = AgentMetrics::new("MTL", Arc::new(AgentStats::default()));
+        let m = AgentMetrics::new("MTL", "PAR", Arc::new(AgentStats::default()));
         m.inputs_served(&[Duration::from_millis(40)], Duration::from_millis(10));
         m.crossed(crate::FreezeSample {
             from: "MTL".into(),
@@ -448,5 +479,19 @@ mod tests {
         assert!(AgentStatus::of("MTL", &stats).ready().unwrap_err().contains("no game server"));
         stats.servers_ready.store(1, Ordering::Relaxed);
         assert_eq!(AgentStatus::of("MTL", &stats).ready(), Ok(()));
+    }
+
+    #[test]
+    fn freeze_series_exist_for_every_known_pair_before_their_first_event() {
+        let m = AgentMetrics::new("MTL", "PAR", Arc::new(AgentStats::default()));
+        let series = |m: &AgentMetrics| {
+            let families = m.registry.gather();
+            let f = families.iter().find(|f| f.name() == "horizon_agent_freeze_seconds");
+            f.map_or(0, |f| f.get_metric().len())
+        };
+        assert_eq!(series(&m), 4, "MTL-MTL, MTL-PAR, PAR-MTL, PAR-PAR");
+        m.know_site("HKG");
+        m.know_site("HKG");
+        assert_eq!(series(&m), 9, "every ordered pair of three sites, each once");
     }
 }

@@ -72,6 +72,9 @@ pub(crate) enum HandoverOutcome {
 }
 
 impl HandoverOutcome {
+    const ALL: [HandoverOutcome; 3] =
+        [HandoverOutcome::Committed, HandoverOutcome::Abandoned, HandoverOutcome::GivenUp];
+
     fn as_str(self) -> &'static str {
         match self {
             HandoverOutcome::Committed => "committed",
@@ -83,6 +86,20 @@ impl HandoverOutcome {
 
 /// The kinds of copy a bubble is restored from (label `copy` of `horizon_restores_total`).
 pub(crate) const RESTORE_COPIES: [&str; 3] = ["whole", "parts", "none"];
+
+/// Why a part of an agent's request is refused (label `reason` of
+/// `horizon_core_refused_total`).
+pub(crate) const REFUSED_REASONS: [&str; 6] = [
+    "player_id_not_its_own",
+    "not_its_player",
+    "handover_not_its_own",
+    "positions_not_its_region",
+    "too_many_positions",
+    "probe_table",
+];
+
+/// A game server's state as agents report it (label `state` of `horizon_servers`).
+const SERVER_STATES: [&str; 2] = ["ready", "busy"];
 
 /// Why a bubble failed over (label `reason` of `horizon_failovers_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +115,13 @@ pub(crate) enum FailoverReason {
 }
 
 impl FailoverReason {
+    const ALL: [FailoverReason; 4] = [
+        FailoverReason::LeaseExpired,
+        FailoverReason::ServerLost,
+        FailoverReason::NotHeld,
+        FailoverReason::RestoreFailed,
+    ];
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             FailoverReason::LeaseExpired => "lease_expired",
@@ -212,7 +236,7 @@ impl Metrics {
         let refused = IntCounterVec::new(
             Opts::new(
                 "horizon_core_refused_total",
-                "Parts of agents' requests refused because the site does not own what they name, by site and reason: player_id_not_its_own (a join of an id handed to another site), not_its_player (a move or leave of a player homed elsewhere), handover_not_its_own (a Failed for a handover the site takes no part in).",
+                "Parts of agents' requests refused, by site and reason: player_id_not_its_own (a join of an id handed to another site), not_its_player (a move or leave of a player homed elsewhere), handover_not_its_own (a Failed for a handover the site takes no part in), positions_not_its_region (positions reported for a region the site does not hold), too_many_positions (more positions than a report may carry), probe_table (a probe table the core could not take).",
             ),
             &["site", "reason"],
         )
@@ -239,6 +263,31 @@ impl Metrics {
         )
         .unwrap_or_else(unreachable_metric);
         horizon_admin::register(&reg, Box::new(backbone_rtt.clone()));
+        // Every series whose labels the configuration already names exists from the start, at
+        // zero (a dashboard shows 0, not "No data", until the first event): per site, per
+        // ordered pair of sites, per reason and outcome. Backbone round trips appear when
+        // first measured: a round trip of 0 would be a lie.
+        let names: Vec<&str> = sites.ids().map(|s| sites.name(s).as_str()).collect();
+        for &site in &names {
+            for state in SERVER_STATES {
+                servers.with_label_values(&[site, state]);
+            }
+            for reason in FailoverReason::ALL {
+                failovers.with_label_values(&[site, reason.as_str()]);
+            }
+            for copy in RESTORE_COPIES {
+                restores.with_label_values(&[site, copy]);
+            }
+            for reason in REFUSED_REASONS {
+                refused.with_label_values(&[site, reason]);
+            }
+            for &to in names.iter().filter(|&&to| to != site) {
+                handover_seconds.with_label_values(&[site, to]);
+                for outcome in HandoverOutcome::ALL {
+                    handovers.with_label_values(&[site, to, outcome.as_str()]);
+                }
+            }
+        }
         Metrics {
             site_names: sites.ids().map(|s| sites.name(s).to_string()).collect(),
             ticks: plain("horizon_core_ticks_total", "Scoring ticks run."),
@@ -371,6 +420,7 @@ impl Metrics {
 
     /// A part of `site`'s request refused: it does not own what it names (`reports.rs`).
     pub(crate) fn refused(&self, site: SiteId, reason: &'static str) {
+        debug_assert!(REFUSED_REASONS.contains(&reason), "an unlisted reason: {reason}");
         self.refused.with_label_values(&[self.name(site), reason]).inc();
     }
 
@@ -405,20 +455,15 @@ impl Metrics {
 
     /// Failovers to `site`, every reason together.
     pub(crate) fn failovers_to(&self, site: SiteId) -> u64 {
-        [
-            FailoverReason::LeaseExpired,
-            FailoverReason::ServerLost,
-            FailoverReason::NotHeld,
-            FailoverReason::RestoreFailed,
-        ]
-        .iter()
-        .map(|r| self.failovers.with_label_values(&[self.name(site), r.as_str()]).get())
-        .sum()
+        FailoverReason::ALL
+            .iter()
+            .map(|r| self.failovers.with_label_values(&[self.name(site), r.as_str()]).get())
+            .sum()
     }
 
     pub(crate) fn servers(&self, site: SiteId, ready: u64, busy: u64) {
         let name = self.name(site).to_owned();
-        for (state, n) in [("ready", ready), ("busy", busy)] {
+        for (state, n) in SERVER_STATES.into_iter().zip([ready, busy]) {
             self.servers.with_label_values(&[&name, state]).set(i64::try_from(n).unwrap_or(0));
         }
     }
@@ -448,5 +493,31 @@ mod tests {
         for name in names {
             assert!(docs.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
         }
+    }
+}
+
+#[cfg(test)]
+mod series_tests {
+    use super::*;
+
+    /// A new dashboard shows zeros, not "No data": every labelled series the configuration
+    /// names exists before its first event.
+    #[test]
+    fn labelled_series_exist_at_zero_before_their_first_event() {
+        let sites = crate::machine::tests::sites();
+        let m = Metrics::new(&sites);
+        let families = m.registry.gather();
+        let series = |name: &str| {
+            families.iter().find(|f| f.name() == name).map_or(0, |f| f.get_metric().len())
+        };
+        let n = sites.len();
+        assert_eq!(series("horizon_handovers_total"), n * (n - 1) * 3, "pairs × outcomes");
+        assert_eq!(series("horizon_handover_seconds"), n * (n - 1), "ordered pairs");
+        assert_eq!(series("horizon_failovers_total"), n * 4, "sites × reasons");
+        assert_eq!(series("horizon_restores_total"), n * RESTORE_COPIES.len());
+        assert_eq!(series("horizon_core_refused_total"), n * REFUSED_REASONS.len());
+        assert_eq!(series("horizon_servers"), n * 2, "sites × states");
+        assert_eq!(series("horizon_core_zone_changes_total"), 2);
+        assert_eq!(series("horizon_backbone_rtt_seconds"), 0, "absent until measured");
     }
 }

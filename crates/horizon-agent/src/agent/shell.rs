@@ -346,7 +346,10 @@ impl Shell {
                     tokio::spawn(req.reply(result));
                 }
             }
-            Effect::DialPeer { site, addr } => self.dial_peer(site, addr),
+            Effect::DialPeer { site, addr } => {
+                self.metrics.know_site(site.as_str());
+                self.dial_peer(site, addr)
+            }
             Effect::ToPeer { site, pending, request } => match self.peers.get(&site) {
                 Some(peer) => {
                     let conn = peer.conn.clone();

@@ -331,6 +331,13 @@ impl Mesh {
         self.delegations.iter().position(|d| d.world == b.world && d.region(limit) == b.bounds)
     }
 
+    /// The fixed delegation whose region `bubble` is, if it is one (under
+    /// [`Placement::Fixed`]): its box is the delegation's, not one grown around players.
+    pub fn delegation_of(&self, bubble: BubbleId) -> Option<&crate::Delegation> {
+        let slot = *self.bubble_index.get(&bubble)?;
+        self.delegation_of_slot(slot).map(|d| &self.delegations[d])
+    }
+
     /// Per delegation, the slot of its bubble (`NONE`: it has none now).
     fn delegation_slots(&self) -> Vec<u32> {
         let mut slots = vec![NONE; self.delegations.len()];

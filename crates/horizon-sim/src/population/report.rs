@@ -60,7 +60,8 @@ pub struct PolicyReport {
     pub max_overfull_servers: u32,
     /// Regions moved whole off overfull servers to another server of their site.
     pub region_moves: u64,
-    /// The most counted players in one bubble, and the widest side of one bubble (sampled).
+    /// The most counted players in one bubble, and the widest side of one bubble grown around
+    /// players (a fixed delegation's region, its configured box, left out) (sampled).
     pub largest_bubble_players: u32,
     pub widest_bubble_km: f64,
     /// Wall time this policy's worker took.
@@ -258,7 +259,10 @@ impl PopulationReport {
         md.push_str("## Bubbles and servers per site (maximum over the run)\n\n");
         let mut columns: Vec<String> =
             sites.iter().flat_map(|s| [format!("{s} bubbles"), format!("{s} servers")]).collect();
-        columns.extend(["largest bubble (players)".to_owned(), "widest bubble (km)".to_owned()]);
+        columns.extend([
+            "largest bubble (players)".to_owned(),
+            "widest bubble around players (km)".to_owned(),
+        ]);
         table_header(&mut md, &columns);
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = write!(md, "| `{name}` |");

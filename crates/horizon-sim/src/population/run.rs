@@ -402,8 +402,12 @@ fn snapshot(t: &mut Tracker, mesh: &Mesh, cfg: &PopulationConfig) -> Result<(), 
     for b in mesh.bubbles() {
         bubbles[b.site.index()] += 1;
         t.largest_bubble = t.largest_bubble.max(b.players);
-        let side = (b.bounds.max.x - b.bounds.min.x).max(b.bounds.max.y - b.bounds.min.y);
-        t.widest_bubble_m = t.widest_bubble_m.max(side);
+        // A delegation's region has the configured box (a whole world, say), not one grown
+        // around its players: left out of the widest.
+        if mesh.delegation_of(b.id).is_none() {
+            let side = (b.bounds.max.x - b.bounds.min.x).max(b.bounds.max.y - b.bounds.min.y);
+            t.widest_bubble_m = t.widest_bubble_m.max(side);
+        }
         if !mesh.leases().is_current(b.id, b.epoch) {
             return Err(format!("{} runs without the current epoch", b.id));
         }
