@@ -420,11 +420,7 @@ async fn run(
                 }
                 lock(&report).resumed += 1;
                 inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
-                // As a client does: send again from `resume_after` what is not acknowledged.
-                for (&s, (_, _, bytes)) in sent.pending.range(resume_after.0..) {
-                    let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
-                    inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
-                }
+                sent.resend(&mut inputs, resume_after).await?;
             }
             why = conn.closed() => {
                 // Lost without the client wanting it (the agent died): dial again, join again.
@@ -436,10 +432,7 @@ async fn run(
                 inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
                 if again == player {
                     lock(&report).resumed += 1;
-                    for (&s, (_, _, bytes)) in sent.pending.range(resume_after.0..) {
-                        let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
-                        inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
-                    }
+                    sent.resend(&mut inputs, resume_after).await?;
                 } else {
                     // A new session (the restarted agent knew nobody): a new player, its
                     // inputs counted from 1; the world is on screen again with its first update.
@@ -620,6 +613,21 @@ struct Acknowledged {
 }
 
 impl Sent {
+    /// As a client does after its session resumed: sends again, on the new connection's input
+    /// stream, every input from `resume_after` (what the gateway says it has not applied) not
+    /// acknowledged yet, in order.
+    async fn resend(
+        &self,
+        inputs: &mut horizon_transport::StreamSender<Gateway>,
+        resume_after: Seq,
+    ) -> Result<(), String> {
+        for (&s, (_, _, bytes)) in self.pending.range(resume_after.0..) {
+            let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
+            inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// An own state showing the inputs up to `applied` reached the player at `at`: the
     /// click-to-screen of those not on screen yet. They stay kept: only an update acknowledges.
     fn own(&mut self, applied: u64, at: Instant) -> Vec<f64> {
