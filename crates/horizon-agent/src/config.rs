@@ -14,7 +14,10 @@ pub struct AgentConfig {
     pub site: String,
     /// The core's control endpoint: `host:port`, a name resolved at each (re)connection.
     pub core: Target,
-    /// The core's site (the core presents its own certificate, naming `core.horizon`).
+    /// The site the core runs at, whose zones simulate the players no bubble holds (the first
+    /// of the core's `[sites]`). Only named here: the core presents its own certificate,
+    /// naming `core.horizon`, whatever its site. The agent's metrics for moves to and from it
+    /// exist from the start.
     pub core_site: String,
     pub listen_servers: SocketAddr,
     pub listen_players: SocketAddr,

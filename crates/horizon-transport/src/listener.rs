@@ -151,37 +151,33 @@ async fn accept_loop<C: Channel>(
         let (name, auth, limits, peers, book, ids) =
             (name.clone(), auth.clone(), limits.clone(), peers.clone(), book.clone(), ids.clone());
         tokio::spawn(async move {
-            let handshake = async {
-                let quic = incoming.await.map_err(|e| (e.to_string(), "handshake_failed"))?;
-                let hello = handshake::server::<C>(
-                    quic.clone(),
-                    &name,
-                    session,
-                    auth.as_ref(),
-                    limits.clone(),
-                    ids,
-                )
-                .await
-                .map_err(|e| (e.to_string(), "hello_refused"))?;
-                Ok::<_, (String, &'static str)>((quic, hello))
+            // The QUIC handshake and the hello share one deadline.
+            let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
+            let refused = |reason: &'static str, why: &dyn std::fmt::Display| {
+                crate::metrics::refused(C::ID, reason);
+                tracing::info!(channel = C::ID.as_str(), %remote, error = %why, "connection refused");
             };
-            let (quic, (conn, hello, identity)) = match tokio::time::timeout(
-                limits.handshake_timeout,
-                handshake,
-            )
-            .await
-            {
+            let quic = match tokio::time::timeout_at(deadline, incoming).await {
+                Ok(Ok(quic)) => quic,
+                Ok(Err(e)) => return refused("handshake_failed", &e),
+                // No QUIC connection to close with a code: dropping the attempt ends it.
+                Err(_) => return refused("handshake_timeout", &"QUIC handshake not done in time"),
+            };
+            let hello = handshake::server::<C>(
+                quic.clone(),
+                &name,
+                session,
+                auth.as_ref(),
+                limits.clone(),
+                ids,
+            );
+            let (conn, hello, identity) = match tokio::time::timeout_at(deadline, hello).await {
                 Ok(Ok(done)) => done,
-                Ok(Err((why, reason))) => {
-                    crate::metrics::refused(C::ID, reason);
-                    tracing::info!(channel = C::ID.as_str(), %remote, error = %why, "connection refused");
-                    return;
-                }
+                Ok(Err(e)) => return refused("hello_refused", &e),
                 Err(_) => {
-                    // Dropping the handshake closes the connection.
-                    crate::metrics::refused(C::ID, "handshake_timeout");
-                    tracing::info!(channel = C::ID.as_str(), %remote, "handshake not done in time");
-                    return;
+                    let why = format!("no hello within {:?}", limits.handshake_timeout);
+                    quic.close(quinn::VarInt::from(ErrorCode::Timeout.to_u16()), why.as_bytes());
+                    return refused("handshake_timeout", &why);
                 }
             };
             // A peer now: its source's slot goes to the next handshake from there (the pending

@@ -593,6 +593,16 @@ async fn a_flood_of_connections_that_never_say_hello_locks_nobody_out() {
     let dropped = horizon_transport::metrics::refused_count(ChannelId::Server, "handshake_timeout");
     assert!(dropped - timed_out >= 8, "{} dropped at the deadline", dropped - timed_out);
     assert!(held.iter().all(|c| c.close_reason().is_some()), "every silent connection closed");
+    // Closed as docs/protocol.md says: `timeout` (10), with the reason.
+    for c in &held {
+        match c.close_reason() {
+            Some(quinn::ConnectionError::ApplicationClosed(close)) => {
+                assert_eq!(close.error_code, quinn::VarInt::from_u32(10), "{close:?}");
+                assert!(String::from_utf8_lossy(&close.reason).contains("no hello"), "{close:?}");
+            }
+            other => panic!("closed without the timeout code: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test]
