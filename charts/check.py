@@ -286,6 +286,33 @@ def check_metric_names():
         print(f"  {len(named)} metric names in rules and dashboards, all exported")
 
 
+RUNBOOKS = "https://github.com/smd-g/horizon/blob/main/docs/operations.md"
+
+
+def check_runbooks():
+    """Every alert links its own runbook: a section of docs/operations.md named after it; the
+    chart points the links at prometheusRule.runbookBaseUrl when it is set."""
+    with open(os.path.join(CHART, "rules", "horizon-alerts.yaml")) as f:
+        rules = [r for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+    with open(os.path.join(ROOT, "docs", "operations.md")) as f:
+        sections = set(re.findall(r"^## (Horizon[A-Za-z]+)$", f.read(), re.M))
+    for r in rules:
+        url = r.get("annotations", {}).get("runbook_url", "")
+        if url != f"{RUNBOOKS}#{r['alert'].lower()}":
+            fail(f"{r['alert']}: runbook_url {url!r} is not its section of docs/operations.md")
+        if r["alert"] not in sections:
+            fail(f"{r['alert']}: no section '## {r['alert']}' in docs/operations.md")
+    values = base_values()
+    values["prometheusRule"] = {"enabled": True, "runbookBaseUrl": "https://runbooks.example.net/horizon"}
+    rendered = [doc for t, text in render(values).items() if not t.endswith("NOTES.txt")
+                for doc in yaml.safe_load_all(text) if doc and doc["kind"] == "PrometheusRule"]
+    urls = [r["annotations"]["runbook_url"] for g in rendered[0]["spec"]["groups"] for r in g["rules"]]
+    if not all(u.startswith("https://runbooks.example.net/horizon#horizon") for u in urls):
+        fail(f"runbookBaseUrl is not applied: {urls}")
+    else:
+        print(f"  {len(rules)} alerts, each with its runbook section and URL (base configurable)")
+
+
 def check_dashboards(node_dir):
     """Each dashboard as a TypeScript object literal typed `Dashboard`: literal types and excess
     properties are checked (an imported .json would be widened to plain strings)."""
@@ -379,6 +406,8 @@ def main():
     check_refusals()
     print("metrics named by rules and dashboards")
     check_metric_names()
+    print("runbooks")
+    check_runbooks()
     if len(sys.argv) > 3:
         print("dashboards")
         check_dashboards(sys.argv[3])
