@@ -140,6 +140,7 @@ pub(crate) struct Metrics {
     pub ticks: prometheus::IntCounter,
     pub tick_seconds: prometheus::Histogram,
     pub players: PerSite<prometheus::IntGauge>,
+    pub players_simulated: PerSite<prometheus::IntGauge>,
     pub unsimulated: PerSite<prometheus::IntGauge>,
     pub players_measured: PerSite<prometheus::IntGauge>,
     pub players_would_gain: PerSite<prometheus::IntGauge>,
@@ -293,6 +294,11 @@ impl Metrics {
             ticks: plain("horizon_core_ticks_total", "Scoring ticks run."),
             tick_seconds,
             players: g("horizon_players", "Connected players by home site.", "home_site"),
+            players_simulated: g(
+                "horizon_core_players_simulated",
+                "Players the core routes to a region running on the site (its bubbles, and on the core site its zones too), by the site that simulates them.",
+                "site",
+            ),
             unsimulated: g(
                 "horizon_core_players_unsimulated",
                 "Counted players (not NPCs) in no running region, by home site: in no bubble and not routed to their core-site zone (the zone not hosted yet, or being restored). 0 in steady state.",

@@ -38,9 +38,10 @@ impl CoreMachine {
     /// shell's loop).
     pub fn refresh_gauges(&mut self) {
         let n = self.cfg.sites.len();
-        let mut bubbles = vec![0u64; n];
-        for (_, r) in self.registry.iter().filter(|(b, _)| !b.is_zone()) {
-            bubbles[r.site.index()] += 1;
+        let (mut bubbles, mut simulated) = (vec![0u64; n], vec![0u64; n]);
+        for (b, r) in &self.registry {
+            bubbles[r.site.index()] += u64::from(!b.is_zone());
+            simulated[r.site.index()] += r.members.len() as u64;
         }
         let (mut players, mut unsimulated) = (vec![0u64; n], vec![0u64; n]);
         for p in self.mesh.players() {
@@ -55,6 +56,7 @@ impl CoreMachine {
             let i = s.index();
             self.metrics.bubbles.set(i, bubbles[i]);
             self.metrics.players.set(i, players[i]);
+            self.metrics.players_simulated.set(i, simulated[i]);
             self.metrics.unsimulated.set(i, unsimulated[i]);
             let agent = self.agents.get(&s);
             self.metrics.agent_connected.set(i, u64::from(agent.is_some()));

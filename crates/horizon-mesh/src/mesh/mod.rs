@@ -378,7 +378,11 @@ impl Mesh {
         self.mark_changed(place as usize);
         self.fresh.push(true);
         self.fresh_count += 1;
-        self.open_world(join.world);
+        // A counted player's world gets its zone; an NPC's does not (NPCs never change an
+        // outcome: not even which world's zone opens first).
+        if self.players[i as usize].role.is_counted() {
+            self.open_world(join.world);
+        }
         Ok(())
     }
 
@@ -401,8 +405,8 @@ impl Mesh {
         self.npcs = self.npcs + usize::from(npc) - usize::from(self.npc[place]);
         self.npc[place] = npc;
         self.mark_changed(place);
-        if let Some(world) = update.world {
-            self.open_world(world);
+        if !npc && (update.world.is_some() || update.role.is_some()) {
+            self.open_world(self.players[i].world);
         }
         Ok(())
     }
