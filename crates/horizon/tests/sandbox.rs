@@ -263,6 +263,22 @@ async fn finish(
     reports
 }
 
+/// Plays on for 3 s, then ends the run: the first bot's updates before and after, the core's
+/// last status, and the bots' reports.
+async fn play_on_3_s_and_finish(
+    sandbox: Sandbox,
+    dir: &std::path::Path,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+) -> (u64, u64, Option<CoreStatus>, Vec<BotReport>) {
+    let updates = || running[0].0.lock().expect("report").updates;
+    let before = updates();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = updates();
+    let last = sandbox.core.status().await;
+    (before, after, last, finish(sandbox, dir, stop, running).await)
+}
+
 /// What a player must see whatever the mesh did: every acknowledged input applied once,
 /// nothing lost but the last inputs in flight, one unbroken chain per simulation, no freeze
 /// of a second or more.
@@ -707,7 +723,6 @@ async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_it
 async fn a_core_restarted_into_the_relay_stage_hands_the_relays_bubble_back_to_a_core_zone() {
     let m = lone_montrealer("restage", |_| {}).await;
     let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
-    let updates = || running[0].0.lock().unwrap().updates;
     sandbox.restart_core_at(Stage::Relay, Duration::from_secs(2)).await.expect("the core restarts");
     // The bubble is taken back, then ended: its player crosses into the core site's zone with
     // their state, as a player walking out of a bubble does.
@@ -716,11 +731,8 @@ async fn a_core_restarted_into_the_relay_stage_hands_the_relays_bubble_back_to_a
         (s.bubbles.is_empty() && in_zone && site_of(s, player).is_none()).then(|| s.clone())
     })
     .await;
-    let updates_then = updates();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let updates_after = updates();
-    let last = sandbox.core.status().await;
-    let reports = finish(sandbox, &dir, stop, running).await;
+    let (updates_then, updates_after, last, reports) =
+        play_on_3_s_and_finish(sandbox, &dir, stop, running).await;
     let status = zoned.unwrap_or_else(|| {
         let l = last.unwrap_or_default();
         panic!("the player plays in a zone: bubbles {:?} zones {:?}", l.bubbles, l.zones)
@@ -739,7 +751,6 @@ async fn a_core_restarted_into_the_fixed_stage_makes_the_bubble_in_a_delegation_
  {
     let m = lone_montrealer("refix", |_| {}).await;
     let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
-    let updates = || running[0].0.lock().unwrap().updates;
     // The box around the Montrealer (world 1, x = 0) delegated to HKG from the restart on.
     let region = horizon_mesh::Aabb {
         min: horizon_mesh::Vec3 { x: -5_000.0, y: -5_000.0, z: -5_000.0 },
@@ -768,11 +779,8 @@ async fn a_core_restarted_into_the_fixed_stage_makes_the_bubble_in_a_delegation_
         (handed && site_of(s, player).as_deref() == Some("HKG")).then(|| s.clone())
     })
     .await;
-    let updates_then = updates();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let updates_after = updates();
-    let last = sandbox.core.status().await;
-    let reports = finish(sandbox, &dir, stop, running).await;
+    let (updates_then, updates_after, last, reports) =
+        play_on_3_s_and_finish(sandbox, &dir, stop, running).await;
     let status = placed.unwrap_or_else(|| {
         let l = last.unwrap_or_default();
         panic!("the region on HKG: bubbles {:?} decisions {:?}", l.bubbles, l.recent_decisions)
