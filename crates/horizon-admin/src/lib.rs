@@ -27,6 +27,7 @@
 //! [`LOOP_TIMEOUT`] to answer.
 
 pub mod overrides;
+pub mod reference;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -315,6 +315,31 @@ impl AgentConfig {
 mod tests {
     use super::*;
 
+    /// docs/configuration.md lists exactly the keys an agent reads.
+    #[test]
+    fn every_key_the_agent_reads_is_in_docs_configuration_md() {
+        use horizon_admin::reference::{accepted_keys, documented_keys, under};
+        let mut code = std::collections::BTreeSet::new();
+        for key in accepted_keys::<RawConfig>("") {
+            match key.as_str() {
+                "listen" => code.extend(under("listen", accepted_keys::<RawListen>(""))),
+                "tls" => code.extend(under("tls", accepted_keys::<RawTls>(""))),
+                "servers" => {
+                    let keys = accepted_keys::<RawServers>("");
+                    let plain = keys.into_iter().filter(|k| k != "kubernetes").collect();
+                    code.extend(under("servers", plain));
+                    let kube = accepted_keys::<KubernetesConfig>("");
+                    code.extend(under("servers.kubernetes", kube));
+                }
+                _ => {
+                    code.insert(key);
+                }
+            }
+        }
+        let page = include_str!("../../../docs/configuration.md");
+        assert_eq!(code, documented_keys(page, "## An agent (`horizon agent`)"));
+    }
+
     const GOOD: &str = r#"
         site = "MTL"
         core = "10.0.0.1:7400"

@@ -233,6 +233,39 @@ impl CoreConfig {
 mod tests {
     use super::*;
 
+    /// docs/configuration.md lists exactly the keys the core reads.
+    #[test]
+    fn every_key_the_core_reads_is_in_docs_configuration_md() {
+        use horizon_admin::reference::{accepted_keys, documented_keys, under};
+        use horizon_mesh::file::{DelegationTable, SitesTable, ThresholdsTable};
+        let mut code = std::collections::BTreeSet::new();
+        for key in accepted_keys::<RawConfig>("") {
+            match key.as_str() {
+                "listen" => code.extend(under("listen", accepted_keys::<RawListen>(""))),
+                "tls" => code.extend(under("tls", accepted_keys::<RawTls>(""))),
+                "store" => code.extend(under("store", accepted_keys::<RawStore>(""))),
+                "zones" => code.extend(under("zones", accepted_keys::<RawZone>(""))),
+                "placement" => code.extend(under("placement", accepted_keys::<RawPlacement>(""))),
+                "sites" => code.extend(under("sites", accepted_keys::<SitesTable>(""))),
+                "delegations" => {
+                    code.extend(under("delegations", accepted_keys::<DelegationTable>("")));
+                }
+                "thresholds" => {
+                    let keys = accepted_keys::<ThresholdsTable>("");
+                    let plain = keys.into_iter().filter(|k| k != "weights").collect();
+                    code.extend(under("thresholds", plain));
+                    let weights = accepted_keys::<ThresholdsTable>("weights");
+                    code.extend(under("thresholds.weights", weights));
+                }
+                _ => {
+                    code.insert(key);
+                }
+            }
+        }
+        let page = include_str!("../../../docs/configuration.md");
+        assert_eq!(code, documented_keys(page, "## The core (`horizon core`)"));
+    }
+
     const GOOD: &str = r#"
         [sites]
         core = "PAR"
