@@ -187,9 +187,11 @@ pub struct Mesh {
 
 mod arrival;
 mod command;
+mod delegations;
 mod load;
 mod order;
 mod restore;
+mod sweep;
 
 pub use command::{BorderReason, Command, CreateReason, DeleteReason, LoadReason, TickStats};
 pub use restore::RestoredBubble;
@@ -228,7 +230,7 @@ struct Scratch {
     absorbed_into: Vec<u32>,
     /// Per bubble slot at the start of the tick: the heaviest unit claiming it (weight, min id).
     owner: Vec<Option<(u32, f64, PlayerId)>>,
-    sweep: units::Sweep,
+    sweep: sweep::Sweep,
     /// Overlapping pairs of claims (clusters', then units').
     pairs: Vec<(u32, u32)>,
     /// Counted players stored apart from the member of their cluster before them.
@@ -302,51 +304,6 @@ impl Mesh {
         };
         mesh.open_configured_zones(&config.zones, now)?;
         Ok(mesh)
-    }
-
-    /// The delegations [`Placement::Fixed`] places by (`[[delegations]]`), checked: every
-    /// problem is returned and nothing is changed.
-    pub fn set_delegations(
-        &mut self,
-        delegations: Vec<crate::Delegation>,
-    ) -> Result<(), Vec<ConfigError>> {
-        let limit = self.th.position_limit_m();
-        crate::validate_delegations(&delegations, self.sites.core(), limit)?;
-        if let Some(i) = delegations.iter().position(|d| d.site.index() >= self.sites.len()) {
-            let why = "it names a site the mesh does not have".to_owned();
-            return Err(vec![ConfigError::BadDelegation { index: i, why }]);
-        }
-        self.delegations = delegations;
-        Ok(())
-    }
-
-    /// The delegation whose region bubble `slot` is, under [`Placement::Fixed`]: the one whose
-    /// world and box it has.
-    fn delegation_of_slot(&self, slot: u32) -> Option<usize> {
-        if self.placement != Placement::Fixed {
-            return None;
-        }
-        let b = self.bubbles.get(slot as usize)?.as_ref()?;
-        let limit = self.th.position_limit_m();
-        self.delegations.iter().position(|d| d.world == b.world && d.region(limit) == b.bounds)
-    }
-
-    /// The fixed delegation whose region `bubble` is, if it is one (under
-    /// [`Placement::Fixed`]): its box is the delegation's, not one grown around players.
-    pub fn delegation_of(&self, bubble: BubbleId) -> Option<&crate::Delegation> {
-        let slot = *self.bubble_index.get(&bubble)?;
-        self.delegation_of_slot(slot).map(|d| &self.delegations[d])
-    }
-
-    /// Per delegation, the slot of its bubble (`NONE`: it has none now).
-    fn delegation_slots(&self) -> Vec<u32> {
-        let mut slots = vec![NONE; self.delegations.len()];
-        for slot in 0..self.bubbles.len() as u32 {
-            if let Some(d) = self.delegation_of_slot(slot) {
-                slots[d] = slot;
-            }
-        }
-        slots
     }
 
     // ---- inputs -------------------------------------------------------------------------------

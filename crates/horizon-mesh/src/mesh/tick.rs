@@ -438,55 +438,6 @@ impl Mesh {
         self.create_bubble(c, clusters, sc, site, origin, now, stats)
     }
 
-    /// The site of the delegation unit `c` plays under, if it plays under one.
-    fn unit_site(&self, sc: &Scratch, c: usize) -> Option<SiteId> {
-        match sc.unit_delegation.get(c).copied().unwrap_or(NONE) {
-            NONE => None,
-            d => Some(self.delegations[d as usize].site),
-        }
-    }
-
-    /// Under fixed delegations: each delegation with no bubble gets its region on its site as
-    /// soon as the site has a server for it, with nobody in it yet (players inside its box
-    /// enter it at the next tick); a delegation with no bubble on its site is counted waiting.
-    fn open_delegations(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
-        if self.placement != Placement::Fixed {
-            return;
-        }
-        let limit = self.th.position_limit_m();
-        for (d, slot) in self.delegation_slots().into_iter().enumerate() {
-            let delegation = self.delegations[d];
-            if slot != NONE {
-                stats.delegations_waiting += u32::from(self.bubble(slot).site != delegation.site);
-                continue;
-            }
-            let (site, world, bounds) =
-                (delegation.site, delegation.world, delegation.region(limit));
-            let clear = !self.bubbles().any(|b| b.world == world && b.bounds.overlaps(&bounds));
-            let created = match clear && self.can_host(site, 1) {
-                true => self.insert_bubble(site, world, bounds, 0, now, Hysteresis::default()),
-                false => None,
-            };
-            let Some((slot, epoch)) = created else {
-                stats.delegations_waiting += 1;
-                continue;
-            };
-            let bubble = self.bubble(slot).id;
-            self.commands.push_back(Command::Create {
-                bubble,
-                site,
-                previous_site: None,
-                world,
-                bounds,
-                epoch,
-                players: Vec::new(),
-                reason: CreateReason::Delegation,
-            });
-            Self::mark_touched(sc, slot);
-            stats.created += 1;
-        }
-    }
-
     /// The member who arrived first (ids are handed out in arrival order).
     fn first_arrival(&self, members: &[u32]) -> Option<units::Member> {
         members.iter().map(|&i| self.members[i as usize]).min_by_key(|m| m.id)

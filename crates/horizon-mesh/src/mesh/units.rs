@@ -1,6 +1,7 @@
 //! Units of placement: clusters at the merge distance, joined only where their players' boxes
 //! meet; the boxes they claim around their players are cut apart where they overlap.
 
+use super::sweep::Sweep;
 use super::*;
 
 impl Mesh {
@@ -42,76 +43,6 @@ impl Mesh {
         if self.placement == Placement::Fixed && !self.delegations.is_empty() {
             self.join_delegated(sc);
         }
-    }
-
-    /// Under fixed delegations: joins every unit playing under a delegation (its box's centre
-    /// in the delegation's region) into one unit, which claims the delegation's region and,
-    /// above any other claim, the delegation's bubble (so it keeps it, and absorbs whatever
-    /// other bubbles its players were in). Leaves each unit's delegation in
-    /// `sc.unit_delegation`, and the units' claims swept again for [`Mesh::settle_bounds`].
-    fn join_delegated(&self, sc: &mut Scratch) {
-        let n = sc.units.len();
-        let of: Vec<u32> = (0..n)
-            .map(|u| {
-                let e = &sc.extents[u];
-                let d = self.delegations.iter().position(|d| d.holds(e.world, &e.bounds));
-                d.map_or(NONE, |d| d as u32)
-            })
-            .collect();
-        let mut first = vec![NONE; self.delegations.len()];
-        let root: Vec<u32> = (0..n as u32)
-            .map(|u| match of[u as usize] {
-                NONE => u,
-                d => {
-                    let f = &mut first[d as usize];
-                    if *f == NONE {
-                        *f = u;
-                    }
-                    *f
-                }
-            })
-            .collect();
-        let units = std::mem::take(&mut sc.units);
-        let unit_of;
-        (sc.units, unit_of) = self.join_clusters(&units, &root, sc);
-        sc.unit_delegation.clear();
-        sc.unit_delegation.resize(sc.units.len(), NONE);
-        for (u, &d) in of.iter().enumerate() {
-            sc.unit_delegation[unit_of[u] as usize] = d;
-        }
-        // Each delegation's unit claims its region, and its bubble above anything else.
-        let (limit, slots) = (self.th.position_limit_m(), self.delegation_slots());
-        let mut claims: Vec<Claim> = Vec::with_capacity(sc.claims.len() + first.len());
-        let mut claim_start = Vec::with_capacity(sc.units.len() + 1);
-        for u in 0..sc.units.len() {
-            let first_claim = claims.len();
-            claim_start.push(first_claim as u32);
-            claims.extend_from_slice(
-                &sc.claims[sc.claim_start[u] as usize..sc.claim_start[u + 1] as usize],
-            );
-            let d = sc.unit_delegation[u];
-            if d == NONE {
-                continue;
-            }
-            let region = self.delegations[d as usize].region(limit);
-            let e = &mut sc.extents[u];
-            // A box that is not the region is reset to it (`settle_bounds` reads the alert box).
-            (e.claim, e.alert) = (region, region);
-            let slot = slots[d as usize];
-            if slot == NONE {
-                continue;
-            }
-            let above = Claim { slot, weight: f64::INFINITY, min_id: PlayerId(0), count: 0 };
-            match claims[first_claim..].iter_mut().find(|c| c.slot == slot) {
-                Some(c) => c.weight = f64::INFINITY,
-                None => claims.push(above),
-            }
-        }
-        claim_start.push(claims.len() as u32);
-        (sc.claims, sc.claim_start) = (claims, claim_start);
-        sc.claims_order.clear();
-        sc.claims_order.extend(sc.sweep.sorted_ids().map(|c| unit_of[c as usize]));
-        sweep_claims(&sc.extents, &mut sc.sweep, &mut sc.pairs, &sc.claims_order);
     }
 
     /// Leaves in `sc.claims_order` the `nc` clusters in the order of the bubbles they claim
@@ -167,7 +98,7 @@ impl Mesh {
 
     /// Units from the clusters joined under `root`, with their tallies, extents and claims;
     /// and per cluster, its unit.
-    fn join_clusters(
+    pub(super) fn join_clusters(
         &self,
         clusters: &Groups,
         root: &[u32],
@@ -365,7 +296,12 @@ impl Extent {
 
 /// Sweeps the claims of `extents`, leaving in `pairs` every pair that overlaps. `guess` lists
 /// extents' indices in an order close to sorted, if one is known: it only saves time.
-fn sweep_claims(extents: &[Extent], sweep: &mut Sweep, pairs: &mut Vec<(u32, u32)>, guess: &[u32]) {
+pub(super) fn sweep_claims(
+    extents: &[Extent],
+    sweep: &mut Sweep,
+    pairs: &mut Vec<(u32, u32)>,
+    guess: &[u32],
+) {
     sweep.clear();
     sweep.push_guessed(extents.len(), guess, |c| (extents[c].world, extents[c].claim));
     pairs.clear();
@@ -406,161 +342,6 @@ pub(super) fn cut_claims(extents: &mut [Extent], pairs: &[(u32, u32)]) {
         low.max = low.max.with_axis(axis, low.max.axis(axis).min(cut));
         let high = &mut extents[hi].claim;
         high.min = high.min.with_axis(axis, high.min.axis(axis).max(cut));
-    }
-}
-
-/// Finds the overlapping pairs among boxes of the same world: boxes are sorted by (world,
-/// min x, tie-break) packed in one integer, then swept along x. Each entry holds its whole box,
-/// so the sweep reads one dense array in order. Keeps its buffers from tick to tick, and its
-/// sorted boxes until the next `clear`, to find what overlaps one more box
-/// ([`Sweep::overlapping_with`]).
-#[derive(Debug, Default)]
-pub(super) struct Sweep {
-    /// The boxes pushed since the last `clear`; sorted by the last sweep.
-    entries: Vec<Entry>,
-    pairs: Vec<(u32, u32)>,
-    /// The widest box along x.
-    widest: f64,
-    /// Which ids [`Sweep::push_guessed`] pushed.
-    seen: Vec<bool>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    /// (world, min x, tie-break): [`sort_key`].
-    key: u128,
-    bx: Aabb,
-    id: u32,
-}
-
-/// f64 → u64 preserving order (no NaN here: positions are checked at the door).
-fn ordered(x: f64) -> u64 {
-    let b = x.to_bits();
-    if b >> 63 == 1 { !b } else { b | 1 << 63 }
-}
-
-/// (world, min x as [`ordered`], tie-break) in one integer, ordered as that tuple.
-fn sort_key(world: WorldId, min_x: f64, tie: u32) -> u128 {
-    u128::from(world.0) << 96 | u128::from(ordered(min_x)) << 32 | u128::from(tie)
-}
-
-/// Sorts `v` by key by insertion, giving up (and returning false) after `budget` steps.
-fn insertion_sort(v: &mut [Entry], budget: usize) -> bool {
-    let mut steps = 0;
-    for i in 1..v.len() {
-        let mut j = i;
-        while j > 0 && v[j - 1].key > v[j].key {
-            v.swap(j - 1, j);
-            j -= 1;
-            steps += 1;
-            if steps > budget {
-                return false;
-            }
-        }
-    }
-    true
-}
-
-/// The world and the min x of a [`sort_key`].
-fn unkey(key: u128) -> (u32, u64) {
-    ((key >> 96) as u32, (key >> 32) as u64)
-}
-
-impl Sweep {
-    pub(super) fn clear(&mut self) {
-        self.entries.clear();
-        self.widest = 0.0;
-    }
-
-    /// Pushes a box; boxes with the same world and min x sort in push order.
-    pub(super) fn push(&mut self, world: WorldId, bx: Aabb, id: u32) {
-        let tie = self.entries.len() as u32;
-        self.push_tied(world, bx, id, tie);
-    }
-
-    fn push_tied(&mut self, world: WorldId, bx: Aabb, id: u32, tie: u32) {
-        self.widest = self.widest.max(bx.max.x - bx.min.x);
-        self.entries.push(Entry { key: sort_key(world, bx.min.x, tie), bx, id });
-    }
-
-    /// Pushes `n` boxes with ids `0..n` (`of(id)` gives one's world and box): first those
-    /// `guess` lists (ids out of range or repeated are passed over), then the others in id
-    /// order. Boxes with the same world and min x sort by id, so where sorting starts from
-    /// changes nothing but its time.
-    pub(super) fn push_guessed(
-        &mut self,
-        n: usize,
-        guess: &[u32],
-        of: impl Fn(usize) -> (WorldId, Aabb),
-    ) {
-        let mut seen = std::mem::take(&mut self.seen);
-        seen.clear();
-        seen.resize(n, false);
-        let listed = guess.iter().copied().filter(|&id| (id as usize) < n);
-        for id in listed.chain(0..n as u32) {
-            if !std::mem::replace(&mut seen[id as usize], true) {
-                let (world, bx) = of(id as usize);
-                self.push_tied(world, bx, id, id);
-            }
-        }
-        self.seen = seen;
-    }
-
-    /// The ids of every overlapping pair pushed since the last `clear`.
-    pub(super) fn overlapping(&mut self) -> &[(u32, u32)] {
-        self.sweep(false)
-    }
-
-    /// [`Sweep::overlapping`], for boxes pushed in nearly sorted order (by world, then min x):
-    /// they are sorted by insertion, unless that takes too many steps. The result is the same.
-    pub(super) fn overlapping_nearly_sorted(&mut self) -> &[(u32, u32)] {
-        self.sweep(true)
-    }
-
-    fn sweep(&mut self, nearly_sorted: bool) -> &[(u32, u32)] {
-        // Keys end with a tie-break: whatever order the boxes were pushed in, they end sorted
-        // the same.
-        let budget = 4 * self.entries.len();
-        if !(nearly_sorted && insertion_sort(&mut self.entries, budget)) {
-            self.entries.sort_unstable_by_key(|e| e.key);
-        }
-        self.pairs.clear();
-        for (k, a) in self.entries.iter().enumerate() {
-            let world = unkey(a.key).0;
-            for b in &self.entries[k + 1..] {
-                if unkey(b.key).0 != world || b.bx.min.x >= a.bx.max.x {
-                    break;
-                }
-                if a.bx.overlaps(&b.bx) {
-                    self.pairs.push((a.id, b.id));
-                }
-            }
-        }
-        &self.pairs
-    }
-
-    /// The ids of the boxes in the order the last sweep sorted them.
-    pub(super) fn sorted_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.entries.iter().map(|e| e.id)
-    }
-
-    /// The ids of the boxes sorted by the last [`Sweep::overlapping`] that overlap `bx`, in
-    /// sorted order. Reads only the boxes whose x range can reach it.
-    pub(super) fn overlapping_with(
-        &self,
-        world: WorldId,
-        bx: Aabb,
-    ) -> impl Iterator<Item = u32> + '_ {
-        // A box starting further left than its widest width ends before `bx` starts. Twice
-        // that, so rounding cannot drop one.
-        let from = sort_key(world, bx.min.x - 2.0 * self.widest, 0);
-        let start = self.entries.partition_point(|e| e.key < from);
-        let hi = ordered(bx.max.x);
-        self.entries[start..]
-            .iter()
-            .take_while(move |e| unkey(e.key) < (world.0, hi))
-            .filter(move |e| e.bx.overlaps(&bx))
-            .map(|e| e.id)
     }
 }
 
