@@ -76,7 +76,7 @@ pub enum Placement {
     OneShot,
     /// The rollout's stage 3: players inside a configured delegation's box play in bubbles
     /// on its site, kept there whatever the scoring says; everyone else in the core site's
-    /// zones (`delegation.rs`, [`Mesh::set_delegations`]). Not a policy the population
+    /// zones (`delegation.rs`, `mesh/delegations.rs`, [`Mesh::set_delegations`]). Not a policy the population
     /// simulator compares (it needs delegations), so not in [`Placement::ALL`].
     Fixed,
 }
