@@ -47,6 +47,111 @@ pub struct CoreStatus {
     pub measure: crate::machine::measure::MeasureStatus,
     /// The brain's latest decisions (free-form, newest first).
     pub recent_decisions: Vec<serde_json::Value>,
+    /// What happened to regions and sites, in plain words, newest first (at most 256).
+    #[serde(default)]
+    pub timeline: Vec<TimelineEvent>,
+    /// The placement rules' numbers, as configured (for reading `explain`).
+    #[serde(default)]
+    pub rules: Rules,
+}
+
+/// The placement rules' numbers (`[thresholds]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rules {
+    /// The fairness cap (ms).
+    pub cap_ms: f64,
+    /// The gain per counted player a move needs (ms).
+    pub gain_ms: f64,
+    /// How long a better site must stay best before a move (s).
+    pub dwell_s: f64,
+    /// How long a bubble stays after a move (s).
+    pub hold_s: f64,
+}
+
+/// One line of the timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEvent {
+    /// When, on the core's clock (`uptime_s` × 1000 is now).
+    pub t_ms: u64,
+    pub kind: EventKind,
+    /// The region it concerns, if one.
+    pub region: Option<u64>,
+    /// What happened, in words.
+    pub text: String,
+}
+
+/// What a timeline event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A region created or ended.
+    Region,
+    /// A bubble moved to another site by a fenced handover (started, committed, abandoned).
+    Handover,
+    /// A bubble lost its holder and was granted elsewhere.
+    Failover,
+    /// A region restored from its copy (or empty, with none).
+    Restore,
+    /// Players crossed into a region from another site.
+    Crossing,
+    /// A zone split (SMD).
+    Split,
+    /// Regions joined: bubbles whose groups met, or a zone's halves.
+    Merge,
+    /// A bubble spread over more servers of its site, or fewer.
+    Load,
+    /// A site's agent registered again.
+    Site,
+    /// Something broke: an agent lost, a lease run out.
+    Fault,
+}
+
+/// When a region last changed, and how.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub t_ms: u64,
+    pub text: String,
+}
+
+/// Why a bubble is where it is (`horizon_mesh::Explanation`, with site names).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Explain {
+    /// `scored` (SMD-G), `delegated` (the fixed stage), `never` (a baseline policy),
+    /// `failing_over` (its lease ran out).
+    pub rule: String,
+    /// Counted players in it now, and their weight.
+    pub counted: u32,
+    pub weight: f64,
+    /// Every site, in configuration order.
+    pub candidates: Vec<Candidate>,
+    /// The site the scoring rules pick now.
+    pub best: String,
+    /// The best site's cost below the current one's, per counted weight (ms).
+    pub gain_ms: f64,
+    /// The current site breaks the cap and the best does not.
+    pub fixes_cap: bool,
+    /// `stay`, `wait` (dwell or hold not over) or `move` (at the next tick).
+    pub verdict: String,
+    /// How long the best site has been best (s).
+    pub dwell_s: f64,
+    /// How long the last move still holds it (s).
+    pub hold_left_s: f64,
+    /// All of it in one or two sentences.
+    pub words: String,
+}
+
+/// One site as a candidate for a bubble.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub site: String,
+    /// The weighted mean latency of its counted players if simulated there (ms).
+    pub cost_ms: f64,
+    /// The worst counted player's latency there (ms).
+    pub worst_ms: f64,
+    /// Over the fairness cap.
+    pub breaks_cap: bool,
+    /// Could take the bubble now.
+    pub can_host: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -116,6 +221,20 @@ pub struct ZoneStatus {
     pub members: usize,
     /// Being restored on another server of the core site from its copy (its lease ran out).
     pub restoring: bool,
+    /// The site simulating it (the core's).
+    #[serde(default)]
+    pub site: String,
+    /// Its members by home site.
+    #[serde(default)]
+    pub homes: BTreeMap<String, usize>,
+    /// The game servers holding it, as their agent last reported.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// Since this core created it or took it back (s).
+    #[serde(default)]
+    pub age_s: f64,
+    #[serde(default)]
+    pub last_change: Option<Change>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -137,6 +256,17 @@ pub struct BubbleStatus {
     pub tps: Option<Vec<Option<f64>>>,
     /// The parts' boxes when spread over several servers.
     pub parts: Vec<Bounds>,
+    /// The game servers holding it, as their agent last reported.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// Since this core created it or took it back (s).
+    #[serde(default)]
+    pub age_s: f64,
+    #[serde(default)]
+    pub last_change: Option<Change>,
+    /// Why it is where it is (absent while the brain does not know it: during a restart).
+    #[serde(default)]
+    pub explain: Option<Explain>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -38,10 +38,11 @@ pub use geom::{Aabb, Vec3};
 pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
-    BorderReason, Command, CreateReason, DeleteReason, InputError, LoadReason, Mesh, MeshConfig,
-    Placement, RestoredBubble, TickStats, ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason,
+    BorderReason, Candidate, Command, CreateReason, DeleteReason, Explanation, InputError,
+    LoadReason, Mesh, MeshConfig, Placement, PlacementRule, RestoredBubble, TickStats,
+    ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
-pub use scoring::{Hysteresis, MoveReason, SiteScore, Tally, Verdict};
+pub use scoring::{Hysteresis, MoveReason, SiteScore, Standing, Tally, Verdict};
 pub use time::{Span, Time};
 pub use zones::{Zone, ZoneSpec};

@@ -231,6 +231,23 @@ pub enum Verdict {
     Move(MoveReason),
 }
 
+/// Where a bubble's hysteresis stands against the best site, read without changing it: what an
+/// operator is shown ([`crate::Mesh::explain`]), and what [`Hysteresis::decide`] acts on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Standing {
+    pub verdict: Verdict,
+    /// The best site's cost below the current one's, per unit of counted weight (ms; negative
+    /// never: the best site is never worse).
+    pub gain_ms: f64,
+    /// The current site breaks the fairness cap and the best one does not.
+    pub fixes_cap: bool,
+    /// How long the best site has been best without interruption (zero when it is the current
+    /// one, or became best just now).
+    pub dwelt: Span,
+    /// How long until the last move's hold is over (zero: not held).
+    pub hold_left: Span,
+}
+
 impl Hysteresis {
     /// Decides whether a bubble on `current` moves to `best`, given both sites' scores.
     pub fn decide(
@@ -245,25 +262,47 @@ impl Hysteresis {
             self.best_since = None;
             return Verdict::Stay;
         }
-        let since = match self.best_since {
-            Some((s, t)) if s == best.site => t,
-            _ => {
-                self.best_since = Some((best.site, now));
-                now
-            }
+        if !matches!(self.best_since, Some((s, _)) if s == best.site) {
+            self.best_since = Some((best.site, now));
+        }
+        self.standing(now, current, best, sum_w, th).verdict
+    }
+
+    /// What [`Hysteresis::decide`] would conclude at `now`, and why, without recording anything
+    /// (a best site not yet recorded counts as best from `now`).
+    pub fn standing(
+        &self,
+        now: Time,
+        current: &SiteScore,
+        best: &SiteScore,
+        sum_w: f64,
+        th: &Thresholds,
+    ) -> Standing {
+        let hold_left = self
+            .last_move
+            .map_or(Span::ZERO, |t| Span::from_ms(th.hold_ms.saturating_sub(now.since(t).as_ms())));
+        let gain_ms = if sum_w > 0.0 { (current.cost - best.cost) / sum_w } else { 0.0 };
+        let fixes_cap = current.worst_ms > th.cap_ms + EPS && best.worst_ms <= th.cap_ms + EPS;
+        let mut standing =
+            Standing { verdict: Verdict::Stay, gain_ms, fixes_cap, dwelt: Span::ZERO, hold_left };
+        if best.site == current.site {
+            return standing;
+        }
+        standing.dwelt = match self.best_since {
+            Some((s, t)) if s == best.site => now.since(t),
+            _ => Span::ZERO,
         };
-        let gain = if sum_w > 0.0 { (current.cost - best.cost) / sum_w } else { 0.0 };
-        let cap_fix = current.worst_ms > th.cap_ms + EPS && best.worst_ms <= th.cap_ms + EPS;
-        let reason = if gain >= th.gain_ms - EPS {
+        let reason = if gain_ms >= th.gain_ms - EPS {
             MoveReason::Gain
-        } else if cap_fix {
+        } else if fixes_cap {
             MoveReason::Cap
         } else {
-            return Verdict::Stay;
+            return standing;
         };
-        let dwelt = now.since(since) >= Span::from_ms(th.dwell_ms);
-        let held = self.last_move.is_none_or(|t| now.since(t) >= Span::from_ms(th.hold_ms));
-        if dwelt && held { Verdict::Move(reason) } else { Verdict::Wait }
+        let dwelt = standing.dwelt >= Span::from_ms(th.dwell_ms);
+        standing.verdict =
+            if dwelt && hold_left == Span::ZERO { Verdict::Move(reason) } else { Verdict::Wait };
+        standing
     }
 
     /// Records a move (of any reason, failover included) at `now`.

@@ -40,6 +40,15 @@ impl BubbleId {
     pub fn is_zone(self) -> bool {
         self.0 >= ZONE_IDS_FROM
     }
+
+    /// How an operator reads it: `bubble 12`, or `zone 3` (a zone's id less [`ZONE_IDS_FROM`]:
+    /// the first zone is `zone 0`).
+    pub fn label(self) -> String {
+        match self.is_zone() {
+            true => format!("zone {}", self.0 - ZONE_IDS_FROM),
+            false => format!("bubble {}", self.0),
+        }
+    }
 }
 
 impl fmt::Display for BubbleId {

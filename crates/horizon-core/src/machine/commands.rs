@@ -16,6 +16,7 @@ impl CoreMachine {
         let mut revokes = Vec::new();
         while let Some(command) = self.mesh.poll_command() {
             self.decide(&command, now);
+            let told = self.told(&command);
             match command {
                 Command::Create { bubble, site, world, bounds, epoch, .. } => {
                     self.host(bubble, site, world, bounds, epoch.0, now);
@@ -63,6 +64,9 @@ impl CoreMachine {
                 Command::Stalled { bubble, site, .. } => {
                     tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");
                 }
+            }
+            if let Some((kind, region, text)) = told {
+                self.note(now, kind, Some(region), text);
             }
         }
         // Members, routes and parts follow the brain after every run, commands or not

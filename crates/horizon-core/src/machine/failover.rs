@@ -69,6 +69,21 @@ impl CoreMachine {
             StoredCopy { epoch: 0, tick: 0, bytes: Vec::new(), parts: Vec::new() }
         });
         self.metrics.restore(site, copy.kind());
+        let text = match copy.kind() {
+            "none" => format!(
+                "{} restored on {} with no copy in the backup: it starts empty.",
+                bubble.label(),
+                self.cfg.sites.name(site)
+            ),
+            kind => format!(
+                "{} restored on {} from its {} copy (tick {}).",
+                bubble.label(),
+                self.cfg.sites.name(site),
+                if kind == "whole" { "whole" } else { "parts'" },
+                copy.tick
+            ),
+        };
+        self.note(now, crate::status::EventKind::Restore, Some(bubble), text);
         let from = (!copy.bytes.is_empty() && copy.parts.is_empty()).then_some(CopyAt {
             bubble,
             epoch: copy.epoch,

@@ -12,6 +12,7 @@
 //! ```
 
 use crate::metrics::HandoverOutcome;
+use crate::status::EventKind;
 use std::collections::BTreeSet;
 
 use horizon_mesh::{SiteId, Span, Time};
@@ -293,6 +294,25 @@ impl CoreMachine {
             _ => None,
         };
         self.metrics.handover(ho.from, ho.to, HandoverOutcome::Committed, Some(total));
+        let homes: Vec<SiteId> = self
+            .registry
+            .get(&bubble)
+            .map_or_else(Vec::new, |r| r.members.values().copied().collect());
+        let text = format!(
+            "{} handed over {} → {} in {:.2} s{}; players' floors (plus a server tick): {}.",
+            bubble.label(),
+            self.cfg.sites.name(ho.from),
+            self.cfg.sites.name(ho.to),
+            total,
+            freeze.map_or(String::new(), |ms| format!(
+                ", frozen {ms:.0} ms from the core's freeze order to the target's start"
+            )),
+            match homes.is_empty() {
+                true => "nobody in it".to_owned(),
+                false => self.floors(ho.from, ho.to, &homes),
+            }
+        );
+        self.note(now, EventKind::Handover, Some(bubble), text);
         tracing::info!(handover = h.0, bubble = bubble.0, to = %self.cfg.sites.name(site), total_ms = total * 1000.0, since_freeze_ms = freeze, "handover committed");
         self.reconcile();
         Ok(control::Reply::Done)
@@ -318,6 +338,14 @@ impl CoreMachine {
         }
         self.handovers.remove(&h);
         tracing::error!(handover = h.0, bubble = ho.bubble.0, %why, "handover abandoned before the freeze");
+        let text = format!(
+            "{}'s handover {} → {} abandoned before the freeze ({why}): it stays on {}.",
+            ho.bubble.label(),
+            self.cfg.sites.name(ho.from),
+            self.cfg.sites.name(ho.to),
+            self.cfg.sites.name(ho.from)
+        );
+        self.note(now, EventKind::Handover, Some(ho.bubble), text);
         self.metrics.handover(ho.from, ho.to, HandoverOutcome::Abandoned, None);
         let abort = control::Request::Abort { handover: h, reason: why.to_owned() };
         self.order(ho.to, abort.clone());
@@ -362,6 +390,7 @@ impl CoreMachine {
             .filter(|h| !h.given_up && h.overdue(now))
             .map(|h| (h.id, h.phase.freeze_sent()))
             .collect();
+        let mut given_up = Vec::new();
         for (id, freeze_sent) in overdue {
             if !freeze_sent {
                 self.handover_failed(id, "deadline passed before the freeze", false, now);
@@ -370,6 +399,7 @@ impl CoreMachine {
             if let Some(h) = self.handovers.get_mut(&id) {
                 h.given_up = true;
                 self.metrics.handover(h.from, h.to, HandoverOutcome::GivenUp, None);
+                given_up.push((h.bubble, h.from, h.to));
                 tracing::error!(
                     handover = id.0,
                     bubble = h.bubble.0,
@@ -377,6 +407,15 @@ impl CoreMachine {
                     "handover not committed by its deadline: the target's lease is left to run out"
                 );
             }
+        }
+        for (bubble, from, to) in given_up {
+            let text = format!(
+                "{}'s handover {} → {} not committed after the freeze by its deadline: the target's lease is left to run out, then it fails over.",
+                bubble.label(),
+                self.cfg.sites.name(from),
+                self.cfg.sites.name(to)
+            );
+            self.note(now, EventKind::Fault, Some(bubble), text);
         }
     }
 

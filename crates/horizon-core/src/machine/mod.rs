@@ -22,6 +22,7 @@ pub(crate) mod registry;
 mod rejoin;
 mod reports;
 pub(crate) mod status;
+mod timeline;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -255,6 +256,8 @@ pub struct CoreMachine {
     next_order: u64,
     awaiting: BTreeMap<OrderId, Awaiting>,
     pub(crate) decisions: VecDeque<serde_json::Value>,
+    /// What happened, in words, for the console (`timeline.rs`).
+    pub(crate) timeline: VecDeque<crate::status::TimelineEvent>,
     pub(crate) assembling: backup::Assembly,
     /// Metadata of the copies in the store (the bytes stay in the store).
     pub(crate) stored: BTreeMap<u64, crate::store::StoredBackup>,
@@ -334,6 +337,7 @@ impl CoreMachine {
             next_order: 1,
             awaiting: BTreeMap::new(),
             decisions: VecDeque::new(),
+            timeline: VecDeque::new(),
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),
             next_player: store.next_player.max(1),
@@ -451,6 +455,11 @@ impl CoreMachine {
                     tracing::warn!(site = %self.cfg.sites.name(site), "agent disconnected");
                     self.agents.remove(&site);
                     self.mesh.handle_site_link(site, false);
+                    let name = self.cfg.sites.name(site);
+                    let text = format!(
+                        "{name}'s agent disconnected: its regions run until their leases run out, then fail over."
+                    );
+                    self.note(now, crate::status::EventKind::Fault, None, text);
                 }
             }
             Input::AgentRequest { site, conn, token, request } => {

@@ -53,16 +53,14 @@ pub(crate) struct Hosted {
     /// (old, new) epochs of the last `Regrant` to the holder (a handover given up before its
     /// freeze): a renewal of the old one may still cross it (see `renew`).
     pub(crate) regrant: Option<(u64, u64)>,
+    /// When this core created it, or took it back after a restart.
+    pub(crate) since: Time,
+    /// Its last change worth a line on the console, and when (`timeline.rs`).
+    pub(crate) changed: Option<(Time, String)>,
 }
 
 impl Hosted {
-    pub(crate) fn new(
-        site: SiteId,
-        epoch: u64,
-        world: u32,
-        bounds: Aabb,
-        lease_until: Time,
-    ) -> Self {
+    pub(crate) fn new(site: SiteId, epoch: u64, world: u32, bounds: Aabb, now: Time) -> Self {
         Hosted {
             site,
             epoch,
@@ -75,8 +73,10 @@ impl Hosted {
             fallback: None,
             parts: Vec::new(),
             part_of: BTreeMap::new(),
-            lease_until,
+            lease_until: now,
             regrant: None,
+            since: now,
+            changed: None,
         }
     }
 

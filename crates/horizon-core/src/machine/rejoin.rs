@@ -96,6 +96,15 @@ impl CoreMachine {
         now: Time,
     ) -> control::Reply {
         self.mesh.handle_site_link(site, true);
+        let text = format!(
+            "{}'s agent registered with {} game server{} and {} lease{} held.",
+            self.cfg.sites.name(site),
+            servers.len(),
+            if servers.len() == 1 { "" } else { "s" },
+            held.len(),
+            if held.len() == 1 { "" } else { "s" }
+        );
+        self.note(now, crate::status::EventKind::Site, None, text);
         let mut keep = Vec::new();
         let mut stop = Vec::new();
         let mut hand_over = Vec::new();

@@ -3,14 +3,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use horizon_mesh::Time;
+use horizon_mesh::{PlacementRule, Time, Verdict};
 use horizon_proto::PlayerId;
 
 use super::CoreMachine;
+use super::registry::Hosted;
 use crate::metrics::HandoverOutcome;
 use crate::status::{
-    BubbleStatus, CoreStatus, GroupStatus, HandoverCounts, PlayerStatus, ServerStatus, SiteStatus,
-    StaleRefused, ZoneChanges, ZoneStatus,
+    BubbleStatus, Candidate, Change, CoreStatus, Explain, GroupStatus, HandoverCounts,
+    PlayerStatus, Rules, ServerStatus, SiteStatus, StaleRefused, ZoneChanges, ZoneStatus,
 };
 
 /// Groups listed in the status JSON, largest first.
@@ -95,6 +96,62 @@ impl CoreMachine {
             .collect()
     }
 
+    /// Why `bubble` is where it is, with site names.
+    fn explain(&self, bubble: horizon_proto::BubbleId, now: Time) -> Option<Explain> {
+        let e = self.mesh.explain(bubble, now)?;
+        let name = |s: horizon_mesh::SiteId| self.cfg.sites.name(s).to_string();
+        let st = &e.standing;
+        Some(Explain {
+            rule: match e.rule {
+                PlacementRule::Scored => "scored",
+                PlacementRule::Delegated { .. } => "delegated",
+                PlacementRule::Never(_) => "never",
+                PlacementRule::FailingOver => "failing_over",
+            }
+            .to_owned(),
+            counted: e.counted,
+            weight: e.weight,
+            candidates: e
+                .candidates
+                .iter()
+                .map(|c| Candidate {
+                    site: name(c.site),
+                    cost_ms: c.cost_per_player_ms,
+                    worst_ms: c.worst_ms,
+                    breaks_cap: c.breaks_cap,
+                    can_host: c.can_host,
+                })
+                .collect(),
+            best: name(e.best),
+            gain_ms: st.gain_ms,
+            fixes_cap: st.fixes_cap,
+            verdict: match st.verdict {
+                Verdict::Stay => "stay",
+                Verdict::Wait => "wait",
+                Verdict::Move(_) => "move",
+            }
+            .to_owned(),
+            dwell_s: st.dwelt.as_secs_f64(),
+            hold_left_s: st.hold_left.as_secs_f64(),
+            words: e.words(self.mesh.sites(), self.mesh.thresholds()),
+        })
+    }
+
+    /// The servers holding `bubble`, as their agents last reported.
+    fn servers_of(
+        &self,
+        site: horizon_mesh::SiteId,
+        bubble: horizon_proto::BubbleId,
+    ) -> Vec<String> {
+        let Some(agent) = self.agents.get(&site) else { return Vec::new() };
+        agent
+            .servers
+            .iter()
+            .filter(|s| s.bubbles.contains(&bubble))
+            .map(|s| s.server.to_string())
+            .collect()
+    }
+
     /// The status document served at `/status`.
     /// `page` says which players to list (ids above `after`, at most `limit`); the document says
     /// how many there are (`players_total`) and where the next page starts (`players_next`).
@@ -102,6 +159,15 @@ impl CoreMachine {
         let name = |s: horizon_mesh::SiteId| self.cfg.sites.name(s).to_string();
         let bounds =
             |b: &horizon_proto::Aabb| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]];
+        let homes = |r: &Hosted| {
+            r.members.values().fold(BTreeMap::new(), |mut m, h| {
+                *m.entry(name(*h)).or_default() += 1;
+                m
+            })
+        };
+        let change = |r: &Hosted| {
+            r.changed.as_ref().map(|(t, text)| Change { t_ms: t.as_ms(), text: text.clone() })
+        };
         let sites = self
             .cfg
             .sites
@@ -153,14 +219,15 @@ impl CoreMachine {
                 world: r.world,
                 bounds: bounds(&r.bounds),
                 players: r.members.len(),
-                homes: r.members.values().fold(BTreeMap::new(), |mut m, h| {
-                    *m.entry(name(*h)).or_default() += 1;
-                    m
-                }),
+                homes: homes(r),
                 moving: r.moving.map(|h| h.0),
                 restoring: r.restoring,
                 tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps().to_vec()),
                 parts: r.parts.iter().map(bounds).collect(),
+                servers: self.servers_of(r.site, *id),
+                age_s: now.since(r.since).as_secs_f64(),
+                last_change: change(r),
+                explain: self.explain(*id, now),
             })
             .collect();
         // Player ids and positions only for an authenticated reader (horizon-admin's Access).
@@ -227,6 +294,11 @@ impl CoreMachine {
                         players: z.players,
                         members: reg.map_or(0, |r| r.members.len()),
                         restoring: reg.is_some_and(|r| r.restoring),
+                        site: name(reg.map_or(self.cfg.sites.core(), |r| r.site)),
+                        homes: reg.map(homes).unwrap_or_default(),
+                        servers: reg.map(|r| self.servers_of(r.site, z.id)).unwrap_or_default(),
+                        age_s: reg.map_or(0.0, |r| now.since(r.since).as_secs_f64()),
+                        last_change: reg.and_then(change),
                     }
                 })
                 .collect(),
@@ -239,6 +311,13 @@ impl CoreMachine {
             players_total: self.mesh.players().len(),
             players_next: next,
             recent_decisions: self.decisions.iter().rev().take(50).cloned().collect(),
+            timeline: self.timeline.iter().rev().cloned().collect(),
+            rules: Rules {
+                cap_ms: self.cfg.thresholds.cap_ms,
+                gain_ms: self.cfg.thresholds.gain_ms,
+                dwell_s: self.cfg.thresholds.dwell_ms as f64 / 1000.0,
+                hold_s: self.cfg.thresholds.hold_ms as f64 / 1000.0,
+            },
         }
     }
 }

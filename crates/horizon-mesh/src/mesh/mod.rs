@@ -188,12 +188,14 @@ pub struct Mesh {
 mod arrival;
 mod command;
 mod delegations;
+mod explain;
 mod load;
 mod order;
 mod restore;
 mod sweep;
 
 pub use command::{BorderReason, Command, CreateReason, DeleteReason, LoadReason, TickStats};
+pub use explain::{Candidate, Explanation, PlacementRule};
 pub use restore::RestoredBubble;
 mod tick;
 mod units;

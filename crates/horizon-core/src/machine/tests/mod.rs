@@ -2,6 +2,7 @@
 //! brain ticks, and the effects say what the core would send. No sockets, no clock.
 //! Crossings and the copies kept for players are in `crossings.rs`.
 
+use crate::status::EventKind;
 use horizon_mesh::{SiteName, Sites, Thresholds};
 use horizon_proto::{Role, Seq, Tick, Vec3, WorldId};
 
@@ -350,6 +351,23 @@ fn a_relay_cut_from_the_core_is_restored_on_the_core_site_from_its_latest_copy_a
         panic!()
     };
     assert!(granted.is_empty(), "no renewal of a fenced epoch");
+    // The console's timeline tells it, newest first.
+    let page = horizon_admin::Page { after: None, limit: 10, private: false };
+    let told: Vec<String> =
+        h.core.status(h.now, page).timeline.into_iter().rev().map(|e| e.text).collect();
+    let at = |words: &str| told.iter().rposition(|t| t.contains(words));
+    let steps = [
+        "MTL's agent disconnected",
+        &format!("bubble {}'s lease on MTL ran out", bubble.0),
+        &format!("bubble {} fails over MTL → PAR with 1 player (its lease ran out)", bubble.0),
+        &format!("bubble {} restored on PAR from its whole copy (tick 40)", bubble.0),
+        "MTL's agent registered",
+    ];
+    let found: Vec<Option<usize>> = steps.iter().map(|s| at(s)).collect();
+    assert!(
+        found.iter().all(Option::is_some) && found.is_sorted(),
+        "{steps:?} in order in {told:#?}"
+    );
     let before = h.core.metrics.backups_refused.get(mtl.index());
     copy(&mut h, "MTL", bubble, epoch, 90, 9);
     assert_eq!(h.core.metrics.backups_refused.get(mtl.index()), before + 1, "stale copy refused");
@@ -478,6 +496,38 @@ fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused(
         tick: Tick(6),
     };
     assert!(h.request("PAR", started).is_err(), "too late to commit");
+}
+
+#[test]
+fn the_status_explains_why_a_bubble_is_where_it_is_and_tells_its_handover_in_words() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = handover_at_its_freeze(&mut h);
+    let public = horizon_admin::Page { after: None, limit: 100, private: false };
+    // Mid-handover the brain already places it on PAR, the best site for 3 Parisians and
+    // a Montrealer.
+    let doc = h.core.status(h.now, public);
+    let b = doc.bubble(bubble.0).unwrap();
+    let explain = b.explain.as_ref().unwrap();
+    assert_eq!((explain.best.as_str(), explain.rule.as_str()), ("PAR", "scored"));
+    assert_eq!(explain.candidates.len(), 3);
+    assert!(explain.words.contains("PAR is the best site"), "{}", explain.words);
+    let moving = format!("bubble {} moves MTL → PAR with 4 players", bubble.0);
+    assert!(doc.timeline.iter().any(|e| e.text.starts_with(&moving)), "{:?}", doc.timeline);
+    let handover = *h.core.handovers.keys().next().unwrap();
+    let started =
+        control::Request::Started { handover, bubble, epoch: Epoch(epoch + 1), tick: Tick(6) };
+    h.request("PAR", started).unwrap();
+    let doc = h.core.status(h.now, public);
+    let committed = &doc.timeline[0];
+    assert_eq!((committed.kind, committed.region), (EventKind::Handover, Some(bubble.0)));
+    // The test sites' backbone: PAR–MTL 85 ms, so 42.5 ms each way; for the Parisians the
+    // seal's way and their own cancel out, the Montrealer's updates come from farther.
+    for part in [&format!("bubble {} handed over MTL → PAR", bubble.0), "PAR 0 ms", "MTL 85 ms"] {
+        assert!(committed.text.contains(part), "{part} in {}", committed.text);
+    }
+    let b = doc.bubble(bubble.0).unwrap();
+    assert_eq!(b.last_change.as_ref().map(|c| &c.text), Some(&committed.text));
+    assert_eq!(b.site, "PAR");
 }
 
 #[test]

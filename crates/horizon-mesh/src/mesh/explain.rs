@@ -1,0 +1,175 @@
+//! Why a bubble is where it is: the figures the tick weighs for it, read on demand for an
+//! operator (the core's `/status`, the console, `horizon sim run --explain`).
+
+use super::{Mesh, Placement};
+use crate::config::{Sites, Thresholds};
+use crate::ids::{BubbleId, SiteId};
+use crate::scoring::{SiteScore, Standing, Verdict, best_site};
+use crate::time::Time;
+
+/// One site as a candidate for a bubble.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub site: SiteId,
+    /// `cost(S)` divided by the counted weight: the weighted mean latency there (ms; 0 when
+    /// nobody is counted).
+    pub cost_per_player_ms: f64,
+    /// The worst counted player's latency there (ms).
+    pub worst_ms: f64,
+    /// That worst latency is over the fairness cap.
+    pub breaks_cap: bool,
+    /// The site could take the bubble now (up, with seats free); the current site and the
+    /// core site always can.
+    pub can_host: bool,
+}
+
+/// How a bubble's site is chosen, under the mesh's placement and the bubble's state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PlacementRule {
+    /// Scored every tick, moved under hysteresis (SMD-G).
+    Scored,
+    /// A fixed stage's delegation: kept on the configured site whatever the scores.
+    Delegated { site: SiteId },
+    /// A baseline policy that never re-places a running bubble.
+    Never(Placement),
+    /// Its lease ran out: it fails over at the next tick, ignoring hold and dwell.
+    FailingOver,
+}
+
+/// Why a bubble is where it is (see [`Mesh::explain`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Explanation {
+    pub bubble: BubbleId,
+    pub site: SiteId,
+    /// Counted players in it now, and their weight.
+    pub counted: u32,
+    pub weight: f64,
+    /// Every configured site, in configuration order.
+    pub candidates: Vec<Candidate>,
+    /// The site the scoring rules pick (lowest cost within the cap, staying on a tie).
+    pub best: SiteId,
+    pub standing: Standing,
+    pub rule: PlacementRule,
+}
+
+impl Mesh {
+    /// Why `bubble` is where it is at `now`: each site's cost per counted player and worst
+    /// latency for the players in it now, the best site, and where hysteresis stands (gain,
+    /// dwell, hold). A tick scores the bubble's whole unit (players about to enter count
+    /// there), so the figures can differ from the next tick's by the players crossing in.
+    pub fn explain(&self, bubble: BubbleId, now: Time) -> Option<Explanation> {
+        let &slot = self.bubble_index.get(&bubble)?;
+        let b = self.bubbles[slot as usize].as_ref()?;
+        let tally = self.tally_of_slot(slot);
+        let (site, seats) = (b.site, b.seats());
+        let hosts = |s: SiteId| s == site || s == self.sites.core() || self.can_host(s, seats);
+        let candidates = self
+            .sites
+            .ids()
+            .map(|s| {
+                let score = SiteScore::of(&tally, &self.sites, s);
+                Candidate {
+                    site: s,
+                    cost_per_player_ms: match tally.sum_w > 0.0 {
+                        true => score.cost / tally.sum_w,
+                        false => 0.0,
+                    },
+                    worst_ms: score.worst_ms,
+                    breaks_cap: score.worst_ms > self.th.cap_ms + 1e-6,
+                    can_host: hosts(s),
+                }
+            })
+            .collect();
+        let current = SiteScore::of(&tally, &self.sites, site);
+        let best = best_site(&tally, &self.sites, self.th.cap_ms, Some(site), hosts);
+        let standing = b.hysteresis.standing(now, &current, &best, tally.sum_w, &self.th);
+        let delegation = self.delegation_of_slot(slot).map(|d| self.delegations[d].site);
+        let rule = match (b.stalled_since, self.placement, delegation) {
+            (Some(_), _, _) => PlacementRule::FailingOver,
+            (None, Placement::Fixed, Some(site)) => PlacementRule::Delegated { site },
+            (None, Placement::Smdg, _) => PlacementRule::Scored,
+            (None, placement, _) => PlacementRule::Never(placement),
+        };
+        Some(Explanation {
+            bubble,
+            site,
+            counted: tally.counted,
+            weight: tally.sum_w,
+            candidates,
+            best: best.site,
+            standing,
+            rule,
+        })
+    }
+}
+
+impl Explanation {
+    /// The explanation in one or two plain sentences, as the console and `sim run --explain`
+    /// print it.
+    pub fn words(&self, sites: &Sites, th: &Thresholds) -> String {
+        let name = |s: SiteId| sites.name(s).to_string();
+        let (here, best) = (name(self.site), name(self.best));
+        let secs = |s: crate::time::Span| format!("{:.0} s", s.as_secs_f64());
+        let st = &self.standing;
+        match self.rule {
+            PlacementRule::FailingOver => {
+                return format!(
+                    "Its lease on {here} ran out: it fails over to {best} at the next tick."
+                );
+            }
+            PlacementRule::Delegated { site } if site == self.site => {
+                return format!(
+                    "Delegated to {here} by configuration (the fixed stage): it stays there."
+                );
+            }
+            PlacementRule::Delegated { site } => {
+                return format!(
+                    "Delegated to {} by configuration; it runs on {here} until {} can host it again.",
+                    name(site),
+                    name(site)
+                );
+            }
+            PlacementRule::Never(p) => {
+                return format!(
+                    "Placed on {here} by the {} policy, which never moves a running bubble.",
+                    p.as_str()
+                );
+            }
+            PlacementRule::Scored => {}
+        }
+        if self.counted == 0 {
+            return format!("Nobody counted is in it: it stays on {here}.");
+        }
+        if self.best == self.site {
+            return format!(
+                "{here} is the best site for its {} counted players: it stays.",
+                self.counted
+            );
+        }
+        let why = format!(
+            "{best} is better than {here} by {:.1} ms per player{}",
+            st.gain_ms,
+            if st.fixes_cap { ", and fixes the fairness cap" } else { "" }
+        );
+        match st.verdict {
+            Verdict::Stay => format!(
+                "{why}: below the {:.0} ms a move needs, so it stays on {here}.",
+                th.gain_ms
+            ),
+            Verdict::Wait if st.hold_left > crate::time::Span::ZERO => format!(
+                "{why}; it moved recently and is held for {} more (dwell {} of {}).",
+                secs(st.hold_left),
+                secs(st.dwelt),
+                secs(crate::time::Span::from_ms(th.dwell_ms))
+            ),
+            Verdict::Wait => format!(
+                "{why}; it moves once {best} has been best for {} (dwell {} so far).",
+                secs(crate::time::Span::from_ms(th.dwell_ms)),
+                secs(st.dwelt)
+            ),
+            Verdict::Move(reason) => {
+                format!("{why}: it moves to {best} at the next tick ({}).", reason.as_str())
+            }
+        }
+    }
+}
