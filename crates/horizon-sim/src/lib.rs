@@ -13,6 +13,6 @@ pub mod scenario;
 mod text;
 
 pub use population::PopulationReport;
-pub use runner::{FinalPlayer, MoveRecord, Report, RunError, run};
+pub use runner::{FinalPlayer, MoveRecord, Report, RunError, RunOptions, run, run_with};
 pub use scenario::{Problem, Scenario, ScenarioError};
 pub use text::render_text;

@@ -99,8 +99,20 @@ pub struct ZoneCounts {
     pub merges: u64,
 }
 
+/// How to run a scenario beyond its file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Add an `explain` line to the timeline whenever a bubble's explanation changes (its site,
+    /// the best site, the verdict): why it is where it is, as the console shows it
+    /// ([`horizon_mesh::Explanation::words`]).
+    pub explain: bool,
+}
+
 struct Run<'a> {
     sc: &'a Scenario,
+    options: RunOptions,
+    /// Per bubble, what its last `explain` line said: (site, best, verdict, rule).
+    explained: BTreeMap<horizon_mesh::BubbleId, (SiteId, SiteId, &'static str, &'static str)>,
     mesh: Mesh,
     servers: Servers,
     names: Vec<String>,
@@ -111,6 +123,11 @@ struct Run<'a> {
 
 /// Runs `sc` to its end.
 pub fn run(sc: &Scenario) -> Result<Report, RunError> {
+    run_with(sc, RunOptions::default())
+}
+
+/// Runs `sc` to its end with `options`.
+pub fn run_with(sc: &Scenario, options: RunOptions) -> Result<Report, RunError> {
     let config = MeshConfig {
         sites: sc.sites.clone(),
         thresholds: sc.thresholds.clone(),
@@ -124,6 +141,8 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
     }
     let mut run = Run {
         sc,
+        options,
+        explained: BTreeMap::new(),
         servers: Servers::new(sc.sites.len(), &sc.thresholds, sc.tick_ms as f64 / 1000.0),
         mesh,
         names: sc.players.iter().map(|p| p.name.clone()).collect(),
@@ -262,6 +281,9 @@ impl Run<'_> {
                 self.apply(now, cmd)?;
             }
             self.check(now)?;
+            if self.options.explain {
+                self.explain(now);
+            }
             if t_ms >= sc.duration_ms {
                 break;
             }
@@ -270,6 +292,46 @@ impl Run<'_> {
         }
         self.finish();
         Ok(())
+    }
+
+    /// An `explain` line for every bubble whose site, best site, verdict or rule changed.
+    fn explain(&mut self, now: Time) {
+        let ids: Vec<horizon_mesh::BubbleId> = self.mesh.bubbles().map(|b| b.id).collect();
+        self.explained.retain(|b, _| ids.contains(b));
+        for id in ids {
+            let Some(e) = self.mesh.explain(id, now) else { continue };
+            let verdict = match e.standing.verdict {
+                horizon_mesh::Verdict::Stay => "stay",
+                horizon_mesh::Verdict::Wait => "wait",
+                horizon_mesh::Verdict::Move(_) => "move",
+            };
+            let rule = match e.rule {
+                horizon_mesh::PlacementRule::Scored => "scored",
+                horizon_mesh::PlacementRule::Delegated { .. } => "delegated",
+                horizon_mesh::PlacementRule::Never(_) => "never",
+                horizon_mesh::PlacementRule::FailingOver => "failing_over",
+            };
+            let key = (e.site, e.best, verdict, rule);
+            if self.explained.insert(id, key) == Some(key) {
+                continue;
+            }
+            let costs: Vec<String> = e
+                .candidates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} {:.1} ms{}",
+                        self.site(c.site),
+                        c.cost_per_player_ms,
+                        if c.breaks_cap { " (over the cap)" } else { "" }
+                    )
+                })
+                .collect();
+            let words = e.words(self.mesh.sites(), self.mesh.thresholds());
+            let text =
+                format!("{id} on {}: {words} Per player: {}.", self.site(e.site), costs.join(", "));
+            self.note(now, "explain", text);
+        }
     }
 
     fn broken(&self, now: Time, what: String) -> RunError {

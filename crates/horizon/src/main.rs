@@ -193,6 +193,10 @@ enum Sim {
         /// Also print every moving-border step.
         #[arg(long)]
         verbose: bool,
+        /// Also print why each bubble is where it is whenever that changes: each site's cost
+        /// per player, the best site, the gain, dwell and hold (what the core's console shows).
+        #[arg(long)]
+        explain: bool,
     },
     /// Run a day of players from several continents through SMD-G and the placement policies a
     /// studio would otherwise use (all_core, fixed delegations, creator, one_shot, nearest), on
@@ -287,7 +291,9 @@ fn main() -> ExitCode {
             godot::godot_adapter(args)
         }
         Command::ExecTied { command } => godot::exec_tied(command),
-        Command::Sim(Sim::Run { file, json, verbose }) => sim_run(&file, json, verbose),
+        Command::Sim(Sim::Run { file, json, verbose, explain }) => {
+            sim_run(&file, json, verbose, horizon_sim::RunOptions { explain })
+        }
         Command::Sim(Sim::Population { file, players, seed, hours, json, out }) => {
             sim_population(file.as_deref(), (players, seed, hours), json, out.as_deref())
         }
@@ -512,7 +518,12 @@ fn netem_command(args: NetemArgs) -> ExitCode {
     })
 }
 
-fn sim_run(file: &std::path::Path, json: bool, verbose: bool) -> ExitCode {
+fn sim_run(
+    file: &std::path::Path,
+    json: bool,
+    verbose: bool,
+    options: horizon_sim::RunOptions,
+) -> ExitCode {
     let scenario = match horizon_sim::Scenario::load(file) {
         Ok(s) => s,
         Err(e) => {
@@ -521,7 +532,7 @@ fn sim_run(file: &std::path::Path, json: bool, verbose: bool) -> ExitCode {
         }
     };
     let started = Instant::now();
-    let report = match horizon_sim::run(&scenario) {
+    let report = match horizon_sim::run_with(&scenario, options) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

@@ -37,6 +37,32 @@ fn sim_run_prints_a_readable_timeline() {
 }
 
 #[test]
+fn sim_run_explain_says_why_each_bubble_is_where_it_is_when_that_changes() {
+    let out = horizon()
+        .args(["sim", "run", "--explain"])
+        .arg(scenario("three-mtl-one-par.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let explains: Vec<&str> = text.lines().filter(|l| l.contains(" explain ")).collect();
+    // The Parisian alone; the Montrealers arrive and MTL waits out its dwell; after the move.
+    let expected = [
+        "[     0.0s] explain  b1 on PAR: PAR is the best site for its 1 counted player: it stays.",
+        "[     5.0s] explain  b1 on PAR: MTL is better than PAR by 42.5 ms per player; it moves once MTL has been best for 30 s (dwell 0 s so far). Per player: PAR 73.8 ms, MTL 31.2 ms, HKG 225.0 ms (over the cap).",
+        "[    35.0s] explain  b1 on MTL: MTL is the best site for its 4 counted players: it stays.",
+    ];
+    assert_eq!(explains.len(), expected.len(), "{text}");
+    for (line, want) in explains.iter().zip(expected) {
+        assert!(line.starts_with(want), "{line}\nshould start with\n{want}");
+    }
+    // Without the flag, no such line.
+    let plain =
+        horizon().args(["sim", "run"]).arg(scenario("three-mtl-one-par.toml")).output().unwrap();
+    assert!(!String::from_utf8(plain.stdout).unwrap().contains(" explain "));
+}
+
+#[test]
 fn a_bad_file_exits_64_and_names_the_key() {
     let dir = std::env::temp_dir().join(format!("horizon-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

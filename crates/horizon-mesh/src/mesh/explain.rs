@@ -141,8 +141,9 @@ impl Explanation {
             return format!("Nobody counted is in it: it stays on {here}.");
         }
         if self.best == self.site {
+            let players = if self.counted == 1 { "player" } else { "players" };
             return format!(
-                "{here} is the best site for its {} counted players: it stays.",
+                "{here} is the best site for its {} counted {players}: it stays.",
                 self.counted
             );
         }
