@@ -10,7 +10,7 @@
 //! | `GET /metrics` | the daemon's Prometheus registry, text format 0.0.4 (docs/metrics.md) |
 //! | `GET /status` | the daemon's status document (JSON); `?players=N&after=ID` pages its player list |
 //! | `GET /measure.csv` | core only: the probe tables of the players online, `player,site,rtt_ms` (stage 1; `horizon sim measure --csv` reads it). Authenticated readers only: `403` without the token |
-//! | `GET /` | the daemon's status page, if it has one |
+//! | `GET /` | the daemon's page, if it has one (the core's console) |
 //!
 //! **Who reads what** ([`Access`]): probes and metrics are open (they name no player: metric
 //! labels are bounded). Player ids and positions in `/status` are for authenticated readers

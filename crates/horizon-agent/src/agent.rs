@@ -194,6 +194,7 @@ pub async fn start(
         advertise_transfer: cfg.advertise_transfer.clone(),
         peers: cfg.peers.clone(),
         warm_pool: cfg.warm_pool,
+        max_servers: cfg.max_servers,
         seats_per_server: cfg.seats_per_server,
         players_per_server: cfg.players_per_server,
         report_every: Duration::from_millis(cfg.report_ms),

@@ -156,6 +156,16 @@ const GAUGES: &[(&str, &str, Field)] = &[
         "Game servers that said they are ready (holding a bubble or not).",
         |s| &s.servers_ready,
     ),
+    (
+        "horizon_agent_servers_warm_pool",
+        "Game servers kept ready beyond the load (servers.warm_pool): idle ones beyond it are stopped after 30 s.",
+        |s| &s.servers_warm_pool,
+    ),
+    (
+        "horizon_agent_servers_max",
+        "The most game servers this site runs at once (servers.max): no server is started beyond it.",
+        |s| &s.servers_max,
+    ),
     ("horizon_agent_registered", "1 while the agent is registered with the core.", |s| {
         &s.registered
     }),

@@ -14,6 +14,10 @@ pub struct AgentStats {
     pub servers_ready: AtomicU64,
     /// Idle game servers stopped because the warm pool was full.
     pub servers_stopped_idle: AtomicU64,
+    /// The pool's bounds as configured: servers kept ready beyond the load
+    /// (`servers.warm_pool`), and the most the site runs (`servers.max`).
+    pub servers_warm_pool: AtomicU64,
+    pub servers_max: AtomicU64,
     /// Regions moved whole from an overfull game server to another of this site.
     pub regions_moved: AtomicU64,
     /// Probe beacon: pings answered, packets that were no ping, pings over a source's rate.

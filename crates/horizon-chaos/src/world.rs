@@ -472,6 +472,9 @@ impl World {
             advertise_transfer: transfer_addr(site).to_string(),
             peers: BTreeMap::new(),
             warm_pool: WARM_POOL,
+            // The agent's default: what the agent tells the core (the simulated driver starts
+            // every server it is asked for).
+            max_servers: 64,
             seats_per_server: self.thresholds.seats_per_server(),
             players_per_server: self.thresholds.players_per_server,
             report_every: Duration::from_secs(1),

@@ -1,7 +1,7 @@
 //! The core's admin API (`horizon-admin`, axum): `/livez`, `/readyz` (the core's loop
-//! answers), `/metrics` (the registry, rendered without asking the loop), `/status` (paged), `/measure.csv` (stage 1's probe tables), and
-//! `/` (the status page: a live map of regions coloured by site). Read-only; bind it to an
-//! operator network.
+//! answers), `/metrics` (the registry, rendered without asking the loop), `/status` (paged),
+//! `/measure.csv` (stage 1's probe tables), and `/` (the console: regions, why each is where it
+//! is, a map, a timeline). Read-only; bind it to an operator network.
 
 use horizon_admin::{BoxFuture, Page, Source};
 use tokio::sync::{mpsc, oneshot};
@@ -56,6 +56,8 @@ impl Source for CoreSource {
     }
 }
 
-/// The status page: polls `/status` every 2 s and draws every world's regions (x/z plane),
-/// coloured by the site simulating them, with players as dots coloured by home site.
+/// The console (docs/operations.md, "The console"): polls `/status` every 2 s and shows the
+/// sites, a sortable table of regions, why the selected bubble is where it is, a map per world
+/// (regions filled by their site, players outlined by home) and the timeline; an admin token
+/// typed in is kept for the browser session and sent as the bearer header.
 pub(crate) const PAGE: &str = include_str!("status.html");

@@ -14,7 +14,7 @@ pub struct CoreConfig {
     pub thresholds: Thresholds,
     /// Agents connect here (control channel, mutual TLS).
     pub listen_control: SocketAddr,
-    /// The admin HTTP API: `/livez`, `/readyz`, `/metrics`, `/status` and the status page.
+    /// The admin HTTP API: `/livez`, `/readyz`, `/metrics`, `/status` and the console.
     pub listen_admin: SocketAddr,
     pub ca: PathBuf,
     pub cert: PathBuf,

@@ -7,7 +7,7 @@
 //! revocations. It answers the agents' batched lease renewals, persists what changes ownership
 //! in its [`store`] before using it (generation first, so epochs never go backwards across
 //! restarts), keeps the universe backup (copies accepted only under the current epoch), and
-//! serves the admin API: `/livez`, `/readyz`, `/metrics`, `/status` and a status page.
+//! serves the admin API: `/livez`, `/readyz`, `/metrics`, `/status` and the console.
 //!
 //! Its logic is the sans-IO [`machine::CoreMachine`] (inputs and the time in, effects out; the
 //! unit tests drive it directly); `core.rs` is the tokio shell that carries the effects out.

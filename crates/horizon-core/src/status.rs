@@ -1,4 +1,4 @@
-//! The core's status document (`/status`), typed: what the admin API serves, the status page
+//! The core's status document (`/status`), typed: what the admin API serves, the console
 //! draws, and the demo and tests read (`CoreHandle::status`). Field names are the JSON keys.
 
 use std::collections::BTreeMap;
@@ -187,6 +187,18 @@ pub struct SiteStatus {
     pub servers: Option<Vec<ServerStatus>>,
     /// Backbone round trips to the other sites, as measured (ms).
     pub backbone_rtt_ms: BTreeMap<String, f64>,
+    /// The bounds of its pool of game servers, as its agent said (`None`: not said yet).
+    #[serde(default)]
+    pub pool: Option<PoolBounds>,
+}
+
+/// A site's pool bounds (`servers.warm_pool`, `servers.max` of its agent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolBounds {
+    /// Servers kept ready beyond the load; idle ones beyond it are stopped after 30 s.
+    pub warm: u32,
+    /// The most servers the site runs.
+    pub max: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

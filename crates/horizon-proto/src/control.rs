@@ -29,7 +29,7 @@ pub enum Request {
     /// holds. The core answers with the authoritative set: what to keep, what to stop.
     Register {
         site: Name,
-        /// The agent's build, for the status page.
+        /// The agent's build, for the core's status.
         build: Name,
         /// Address other agents reach this agent's transfer endpoint at (`host:port`).
         transfer_addr: String,
@@ -123,7 +123,7 @@ pub enum Request {
     /// restarts of the core and of the agents.
     PlayerIds { count: u32 },
     /// agent → core, after every `Registered`: where operators reach this agent's admin API
-    /// (`host:port`, for the core's status page; empty: none).
+    /// (`host:port`, for the core's status and console; empty: none).
     Admin { addr: String },
     /// core → agent: `Restore` for a bubble whose latest copy was taken while it was spread
     /// over several servers: `copy` is part 0's copy (at `tick`), `parts` the other parts'.
@@ -168,6 +168,10 @@ pub enum Request {
     /// stage 1's figures (`horizon_core_players_would_gain`, `/measure.csv`). Never read by
     /// placement. At most [`MAX_MEASURED`] players per request.
     Measured { players: Vec<MeasuredPlayer> },
+    /// agent → core, after every `Registered`: the bounds of this site's pool of game servers,
+    /// as configured: `warm` kept ready beyond the load (`servers.warm_pool`), at most `max`
+    /// (`servers.max`). For the core's status and console.
+    Pool { warm: u32, max: u32 },
 }
 
 /// Players in one `Measured` request, at most.
@@ -225,6 +229,7 @@ kinds!(Request {
     Positions => "positions",
     InOrder => "in_order",
     Measured => "measured",
+    Pool => "pool",
 });
 
 /// A reply on the control channel.

@@ -337,6 +337,7 @@ pub fn all() -> Vec<Fixture> {
                     probes: probes.clone(),
                 }],
             },
+            control::Request::Pool { warm: 2, max: 64 },
         ],
         vec![
             control::Reply::Done,

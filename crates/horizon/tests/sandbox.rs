@@ -204,7 +204,7 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     ] {
         assert!(metrics.contains(line), "/metrics lacks {line}:\n{metrics}");
     }
-    assert!(page.contains("<svg") || page.contains("worlds"), "status page");
+    assert!(page.contains("id=\"regions\"") && page.contains("id=\"timeline\""), "the console");
     // Each agent serves its own: registered with a ready server, its counters, its status.
     assert!(agent_ready.starts_with("HTTP/1.1 200"), "{agent_ready}");
     for line in

@@ -119,6 +119,12 @@ impl AgentMachine {
         if let Some(addr) = self.cfg.advertise_admin.clone() {
             self.ask_core(Then::Nothing("admin address"), control::Request::Admin { addr });
         }
+        let bound = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let pool = control::Request::Pool {
+            warm: bound(self.cfg.warm_pool),
+            max: bound(self.cfg.max_servers),
+        };
+        self.ask_core(Then::Nothing("pool bounds"), pool);
     }
 
     /// Dials the sites this agent must dial (one connection per pair: the site whose name
@@ -436,6 +442,7 @@ impl AgentMachine {
             | R::Admin { .. }
             | R::Positions { .. }
             | R::Measured { .. }
+            | R::Pool { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

@@ -142,6 +142,8 @@ pub struct MachineConfig {
     /// Transfer addresses of other sites, overriding what the core says.
     pub peers: BTreeMap<String, horizon_transport::Target>,
     pub warm_pool: usize,
+    /// The most game servers the site runs (`servers.max`; the driver refuses beyond it).
+    pub max_servers: usize,
     /// Players a game server takes new regions up to (several regions share a server).
     pub seats_per_server: u32,
     /// Players a game server simulates at most: past it for [`RELIEVE_AFTER`], a server holding
@@ -151,7 +153,7 @@ pub struct MachineConfig {
     pub renew_every: Duration,
     /// The game servers' tick (part of the physical floor of a handover's freeze).
     pub server_tick: Duration,
-    /// Where operators reach this agent's admin API (told to the core for its status page).
+    /// Where operators reach this agent's admin API (told to the core for its status and console).
     pub advertise_admin: Option<String>,
 }
 
@@ -540,6 +542,8 @@ impl std::fmt::Debug for AgentMachine {
 
 impl AgentMachine {
     pub fn new(cfg: MachineConfig, stats: Arc<AgentStats>, now: Instant) -> Self {
+        stats.servers_warm_pool.store(cfg.warm_pool as u64, Ordering::Relaxed);
+        stats.servers_max.store(cfg.max_servers as u64, Ordering::Relaxed);
         let mut machine = AgentMachine {
             cfg,
             stats,

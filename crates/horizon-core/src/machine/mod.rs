@@ -37,7 +37,7 @@ use crate::store::{Record, StoreState};
 use handover::{Handover, HandoverPhase};
 use registry::Hosted;
 
-/// Decisions kept for the status page.
+/// Decisions kept for `/status` (`recent_decisions`).
 const RECENT_DECISIONS: usize = 200;
 
 /// Identifies one connection of an agent (the transport's connection id).
@@ -205,6 +205,8 @@ pub(crate) struct AgentSession {
     pub(crate) transfer_addr: String,
     /// Where operators reach its admin API (`host:port`), as it said; empty until then.
     pub(crate) admin: String,
+    /// Its pool's bounds, as it said (`Pool`): (warm, max) servers.
+    pub(crate) pool: Option<(u32, u32)>,
     /// Its Register arrived: it is told about peers, and peers about it.
     pub(crate) registered: bool,
     pub(crate) servers: Vec<control::ServerLoad>,
@@ -499,6 +501,7 @@ impl CoreMachine {
                 conn,
                 transfer_addr: String::new(),
                 admin: String::new(),
+                pool: None,
                 registered: false,
                 servers: Vec::new(),
             },
@@ -551,6 +554,16 @@ impl CoreMachine {
                 if let Some(session) = self.agents.get_mut(&site) {
                     // For operators only, shown as given (bounded by the frame limit).
                     session.admin = addr.chars().take(256).collect();
+                }
+                Ok(control::Reply::Done)
+            }
+            R::Pool { warm, max } => {
+                if warm > max || max == 0 {
+                    let why = format!("a pool of at most {max} servers cannot keep {warm} warm");
+                    return Err(Fault::new(ErrorCode::Malformed, why));
+                }
+                if let Some(session) = self.agents.get_mut(&site) {
+                    session.pool = Some((warm, max));
                 }
                 Ok(control::Reply::Done)
             }

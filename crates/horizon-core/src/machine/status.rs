@@ -11,7 +11,8 @@ use super::registry::Hosted;
 use crate::metrics::HandoverOutcome;
 use crate::status::{
     BubbleStatus, Candidate, Change, CoreStatus, Explain, GroupStatus, HandoverCounts,
-    PlayerStatus, Rules, ServerStatus, SiteStatus, StaleRefused, ZoneChanges, ZoneStatus,
+    PlayerStatus, PoolBounds, Rules, ServerStatus, SiteStatus, StaleRefused, ZoneChanges,
+    ZoneStatus,
 };
 
 /// Groups listed in the status JSON, largest first.
@@ -205,6 +206,7 @@ impl CoreMachine {
                         .filter(|o| *o != s)
                         .map(|o| (name(o), self.mesh.sites().backbone_ms(s, o)))
                         .collect(),
+                    pool: agent.and_then(|a| a.pool).map(|(warm, max)| PoolBounds { warm, max }),
                 }
             })
             .collect();

@@ -30,7 +30,7 @@ pub(crate) struct DemoArgs {
     /// At the end, print one JSON document (the summary lines go to stderr).
     #[arg(long)]
     json: bool,
-    /// Where the core's admin API and status page listen.
+    /// Where the core's admin API and console listen.
     #[arg(long, default_value = "127.0.0.1:7480")]
     admin: SocketAddr,
     /// Working directory for certificates and the core's store (default: a fresh temporary one).
@@ -202,7 +202,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         }
     };
     say(format!(
-        "status page http://{0}/  ·  /status  ·  /metrics  ·  /livez  ·  /readyz   (working dir {1})",
+        "console http://{0}/  ·  /status  ·  /metrics  ·  /livez  ·  /readyz   (working dir {1})",
         sandbox.core.admin_addr,
         dir.display()
     ));

@@ -48,6 +48,7 @@ impl Harness {
             advertise_transfer: "127.0.0.1:1".into(),
             peers: BTreeMap::new(),
             warm_pool,
+            max_servers: 16,
             seats_per_server,
             players_per_server,
             report_every: Duration::from_secs(1),
@@ -195,6 +196,29 @@ fn player_items(effects: &[Effect]) -> Vec<(ConnId, &gateway::Item)> {
             _ => None,
         })
         .collect()
+}
+
+#[test]
+fn after_every_registration_the_core_is_told_the_pools_bounds_and_the_gauges_show_them() {
+    let mut h = Harness::new(2);
+    for _ in 0..2 {
+        let told: Vec<control::Request> = h
+            .register()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::ToCore { request: r @ control::Request::Pool { .. }, .. } => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(told, [control::Request::Pool { warm: 2, max: 16 }]);
+        h.feed(Input::CoreDown { error: "cut".into() });
+    }
+    let stats = &h.m.stats;
+    let bounds = (
+        stats.servers_warm_pool.load(Ordering::Relaxed),
+        stats.servers_max.load(Ordering::Relaxed),
+    );
+    assert_eq!(bounds, (2, 16));
 }
 
 #[test]

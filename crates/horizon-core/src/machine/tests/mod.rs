@@ -1039,6 +1039,21 @@ fn a_site_cannot_fail_a_handover_it_takes_no_part_in() {
 }
 
 #[test]
+fn a_sites_pool_bounds_are_on_the_status_and_impossible_ones_are_refused() {
+    let mut h = Harness::new();
+    let page = horizon_admin::Page { after: None, limit: 10, private: false };
+    assert_eq!(h.core.status(h.now, page).site("MTL").unwrap().pool, None, "not said yet");
+    h.request("MTL", control::Request::Pool { warm: 2, max: 64 }).unwrap();
+    let said = h.core.status(h.now, page).site("MTL").unwrap().pool;
+    assert_eq!(said, Some(crate::status::PoolBounds { warm: 2, max: 64 }));
+    for (warm, max) in [(3, 2), (0, 0)] {
+        let refused = h.request("MTL", control::Request::Pool { warm, max }).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Malformed);
+    }
+    assert_eq!(h.core.status(h.now, page).site("MTL").unwrap().pool, said, "kept");
+}
+
+#[test]
 fn the_status_names_no_player_to_an_unauthenticated_reader() {
     let mut h = Harness::new();
     montrealer_in_a_bubble(&mut h);
