@@ -101,6 +101,16 @@ if d["own_state"] == "early":
 print("max_servers_by_site", d["max_servers_by_site"], "players_per_server_at_peak",
       d["players_per_server_at_peak"])
 assert d["players_per_server_at_peak"] >= 5, "servers are not shared"
+# The pool is bounded: every agent gave its bounds, and no site ever ran more servers than its
+# max (idle ones beyond the warm pool are stopped after 30 s: horizon_agent_servers_stopped_idle_total).
+pools = d["pool_by_site"]
+print("pool_by_site", pools, "servers_running_max_by_site", d["servers_running_max_by_site"],
+      "idle_servers_max_by_site", d["idle_servers_max_by_site"], "servers_stopped_idle",
+      d["servers_stopped_idle"])
+assert set(pools) == set(d["max_servers_by_site"]), f"an agent never gave its pool's bounds: {pools}"
+for site, pool in pools.items():
+    assert 0 <= pool["warm"] <= pool["max"], f"{site}: {pool}"
+    assert d["servers_running_max_by_site"][site] <= pool["max"], f"{site} ran beyond its max"
 # Regions moved whole off overfull servers (agents' horizon_agent_regions_moved_total).
 print("region_moves", d["region_moves"])
 assert isinstance(d["region_moves"], int) and d["region_moves"] >= 0

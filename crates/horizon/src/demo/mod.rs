@@ -362,6 +362,10 @@ async fn run(args: DemoArgs) -> ExitCode {
         .every_agent_stats()
         .map(|a| a.regions_moved.load(std::sync::atomic::Ordering::Relaxed))
         .sum();
+    let stopped_idle: u64 = sandbox
+        .every_agent_stats()
+        .map(|a| a.servers_stopped_idle.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
     let freezes = sandbox.freezes(false);
     let crossings = sandbox.freezes(true);
     let core_site = sandbox.core_site().to_owned();
@@ -403,6 +407,16 @@ async fn run(args: DemoArgs) -> ExitCode {
         .into();
     doc["players_unsimulated_max"] = cost.unsimulated_max.into();
     doc["max_servers_by_site"] = serde_json::json!(cost.max_by_site);
+    // The pool: its bounds as each agent gave them, and what ran against them.
+    doc["servers_running_max_by_site"] = serde_json::json!(cost.running_max_by_site);
+    doc["idle_servers_max_by_site"] = serde_json::json!(cost.idle_max_by_site);
+    doc["pool_by_site"] = status
+        .sites
+        .iter()
+        .filter_map(|s| Some((s.site.clone(), serde_json::json!(s.pool?))))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    doc["servers_stopped_idle"] = stopped_idle.into();
     doc["zones"] = serde_json::json!({
         "count": cost.zones_max,
         "splits": status.zone_changes.splits,

@@ -12,6 +12,10 @@ use horizon_testkit::bots::{self, BotReport};
 #[derive(Debug, Default)]
 pub(super) struct Cost {
     pub(super) max_by_site: BTreeMap<String, u64>,
+    /// The most game servers running at one sample (hosting, idle or starting), per site.
+    pub(super) running_max_by_site: BTreeMap<String, u64>,
+    /// The most ready servers holding nothing at one sample, per site.
+    pub(super) idle_max_by_site: BTreeMap<String, u64>,
     pub(super) peak_players: u64,
     pub(super) peak_servers: u64,
     /// The most players in no bubble at one sample.
@@ -30,6 +34,12 @@ impl Cost {
             let max = self.max_by_site.entry(s.site.clone()).or_default();
             *max = (*max).max(n);
             total += n;
+            let servers = s.servers.iter().flatten();
+            let running = self.running_max_by_site.entry(s.site.clone()).or_default();
+            *running = (*running).max(servers.clone().count() as u64);
+            let idle = servers.filter(|x| x.ready && x.bubbles.is_empty()).count() as u64;
+            let most = self.idle_max_by_site.entry(s.site.clone()).or_default();
+            *most = (*most).max(idle);
         }
         self.peak_players = self.peak_players.max(status.players_total as u64);
         let unsimulated = status.players.iter().filter(|p| p.bubble.is_none()).count();
