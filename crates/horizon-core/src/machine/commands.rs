@@ -77,13 +77,19 @@ impl CoreMachine {
         }
         // A merged or deleted bubble ends once its members have left it with their state (a
         // move waiting for a handover or a restore elsewhere waits with it), or after a lease.
+        // One taken back after a restart has no members until its players' agents say where
+        // they play: it waits for them (or the lease), or their state would be dropped with it.
         let ttl = self.cfg.thresholds.lease_ttl_ms;
+        let all_resynced = self.resynced.len() == self.cfg.sites.len();
         let ended: Vec<BubbleId> = self
             .ending
             .iter()
             .filter(|(b, since)| {
-                self.registry.get(b).is_none_or(|r| r.members.is_empty())
-                    || now.as_ms().saturating_sub(since.as_ms()) >= ttl
+                let left = self.registry.get(b).is_none_or(|r| {
+                    let unknown = r.members_unknown_until.is_some_and(|t| now < t);
+                    r.members.is_empty() && !(unknown && !all_resynced)
+                });
+                left || now.as_ms().saturating_sub(since.as_ms()) >= ttl
             })
             .map(|(b, _)| *b)
             .collect();

@@ -24,7 +24,7 @@ mod reports;
 pub(crate) mod status;
 mod timeline;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use horizon_mesh::{Generation, Mesh, MeshConfig, SiteId, Sites, Thresholds, Time};
 use horizon_proto::control;
@@ -258,6 +258,9 @@ pub struct CoreMachine {
     next_order: u64,
     awaiting: BTreeMap<OrderId, Awaiting>,
     pub(crate) decisions: VecDeque<serde_json::Value>,
+    /// Sites whose agent said who plays where (`Players`) since this core started: until all
+    /// have, the members of a bubble taken back are not all known.
+    pub(crate) resynced: BTreeSet<SiteId>,
     /// What happened, in words, for the console (`timeline.rs`).
     pub(crate) timeline: VecDeque<crate::status::TimelineEvent>,
     pub(crate) assembling: backup::Assembly,
@@ -340,6 +343,7 @@ impl CoreMachine {
             awaiting: BTreeMap::new(),
             decisions: VecDeque::new(),
             timeline: VecDeque::new(),
+            resynced: BTreeSet::new(),
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),
             next_player: store.next_player.max(1),

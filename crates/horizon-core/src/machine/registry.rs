@@ -57,6 +57,10 @@ pub(crate) struct Hosted {
     pub(crate) since: Time,
     /// Its last change worth a line on the console, and when (`timeline.rs`).
     pub(crate) changed: Option<(Time, String)>,
+    /// Taken back after a restart: until this time, or until every site has said who plays
+    /// where (`Players`), its members are not known yet, so an empty member list does not end
+    /// it (see `carry_out_commands`).
+    pub(crate) members_unknown_until: Option<Time>,
 }
 
 impl Hosted {
@@ -77,6 +81,7 @@ impl Hosted {
             regrant: None,
             since: now,
             changed: None,
+            members_unknown_until: None,
         }
     }
 

@@ -59,6 +59,8 @@ impl CoreMachine {
                 Ok(()) => {
                     let mut hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
                     hosted.fallback = fallback;
+                    let ttl = horizon_mesh::Span::from_ms(self.cfg.thresholds.lease_ttl_ms);
+                    hosted.members_unknown_until = Some(now + ttl);
                     if let Some((source, epoch)) = fallback {
                         tracing::warn!(bubble = id, source = %self.cfg.sites.name(source), source_epoch = epoch, target = %lease.site, epoch = lease.epoch, "taken back in the middle of a handover's freeze: the target holds it unless its source never froze");
                     }

@@ -71,6 +71,7 @@ impl CoreMachine {
     /// know join — into the bubble they play in, if it is still the one simulating them —, and
     /// the brain's players of this site missing from the list leave.
     pub(super) fn players(&mut self, site: SiteId, players: &[control::PlacedPlayer]) {
+        self.resynced.insert(site);
         let listed: std::collections::BTreeSet<u64> =
             players.iter().map(|p| p.sample.player.0).collect();
         let gone: Vec<horizon_mesh::PlayerId> = self

@@ -777,6 +777,64 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
 }
 
 #[test]
+fn a_bubble_taken_back_into_the_relay_stage_waits_for_its_players_then_hands_them_to_a_zone_with_their_state()
+ {
+    // The sandbox test `a_core_restarted_into_the_relay_stage…` lost a player's state once in
+    // five runs: the restarted core's first tick ended the bubble it took back, empty until its
+    // players' agent said who plays in it, and the player then joined the zone afresh.
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    let mut state = h.stored.clone();
+    state.next_player = state.next_player.max(1_000);
+    let mut cfg = h.core.cfg.clone();
+    cfg.stage = crate::Stage::Relay;
+    let core = CoreMachine::new(cfg, 2, &state, h.now).unwrap();
+    let mut h2 = Harness::around(core, h.now);
+    h2.drain(|_| {});
+    for site in ["PAR", "MTL"] {
+        let id = h2.site(site);
+        h2.core.handle(Input::AgentConnected { site: id, conn: 500 + id.index() as u64 }, h2.now);
+    }
+    let zones: Vec<LeaseRef> = h2
+        .core
+        .registry
+        .iter()
+        .filter(|(b, _)| b.is_zone())
+        .map(|(&b, r)| r.lease_ref(b))
+        .collect();
+    let on_par: Vec<BubbleId> = zones.iter().map(|l| l.bubble).collect();
+    h2.request("PAR", register("PAR", vec![server("PAR-0", &on_par)], &zones)).unwrap();
+    let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
+    h2.request("MTL", register("MTL", vec![server("MTL-0", &[bubble])], &held)).unwrap();
+    // The brain ticks before MTL's agent says who plays where: the relay stage ends the bubble.
+    h2.log.clear();
+    h2.run_until(h2.now.as_ms() + 5_000);
+    let revoked = |h: &Harness| {
+        h.sent().into_iter().any(|(site, _, r)| {
+            site == "MTL"
+                && matches!(&r, control::Request::Revoke { leases } if leases.iter().any(|l| l.bubble == bubble))
+        })
+    };
+    assert!(!revoked(&h2), "not revoked while its players are unknown: {:?}", h2.sent());
+    let players = vec![control::PlacedPlayer { sample: sample(1, 0.0), bubble: Some(bubble) }];
+    h2.request("MTL", control::Request::Players { players }).unwrap();
+    h2.run_until(h2.now.as_ms() + 5_000);
+    let joined: Vec<bool> = h2
+        .sent()
+        .into_iter()
+        .filter_map(|(site, _, r)| match r {
+            control::Request::Members { lease, players, .. }
+                if site == "PAR" && lease.bubble.is_zone() =>
+            {
+                players.iter().find(|m| m.player == PlayerId(1)).map(|m| m.crossing)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joined, [true], "the zone takes the player with the state its bubble sends");
+}
+
+#[test]
 fn player_ids_are_handed_out_in_blocks_never_twice_across_restarts() {
     let mut h = Harness::new();
     let ids = |h: &mut Harness, site: &str, count: u32| match h
