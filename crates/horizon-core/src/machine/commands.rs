@@ -86,8 +86,8 @@ impl CoreMachine {
             .iter()
             .filter(|(b, since)| {
                 let left = self.registry.get(b).is_none_or(|r| {
-                    let unknown = r.members_unknown_until.is_some_and(|t| now < t);
-                    r.members.is_empty() && !(unknown && !all_resynced)
+                    let known = all_resynced || r.members_unknown_until.is_none_or(|t| now >= t);
+                    known && r.members.is_empty()
                 });
                 left || now.as_ms().saturating_sub(since.as_ms()) >= ttl
             })
