@@ -407,7 +407,7 @@ def main():
     parser.add_argument("--site", help="the agent's site (its certificate's name)")
     parser.add_argument("--gateway-of", action="append", default=[], metavar="SITE=HOST:PORT",
                         help="a site's gateway (repeat): with --beacon, the player joins the one "
-                             "of the site it measured lowest (SPEC section 2)")
+                             "of the site it measured lowest (design.md §2)")
     parser.add_argument("--ca", required=True, help="the site CA (PEM)")
     parser.add_argument("--token", required=True, help="a player token (docs/security.md)")
     parser.add_argument("--seconds", type=float, default=4.0, help="how long to play")

@@ -1,5 +1,5 @@
 """The drill (simulations/drills/failures.toml) on a `horizon demo --faults ... --json` document:
-each failure path of SPEC section 6 within its bound, nothing lost."""
+each failure path of design.md §6 within its bound, nothing lost."""
 import sys
 
 import drills

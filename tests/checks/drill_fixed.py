@@ -1,5 +1,5 @@
 """The fixed stage's drill (simulations/drills/fixed.toml) on a `horizon demo --stage fixed
---faults simulations/drills/fixed.toml --json` document: SPEC section 6's bounds for the
+--faults simulations/drills/fixed.toml --json` document: design.md §6's bounds for the
 delegation's site, and its bubbles back on it."""
 import json, sys
 
@@ -10,7 +10,7 @@ print("freeze_ms", json.dumps(d["freeze_ms"]))
 k = faults["kill_server"]
 assert k["resumed_after_s"]["max"] <= 3, k
 assert set(k["resumed_on"]) == {"MTL"}, k
-# SPEC section 6 for the delegation's site cut from the core: its bubbles stop at lease expiry,
+# design.md §6 for the delegation's site cut from the core: its bubbles stop at lease expiry,
 # their players play again on the core site within 40 s (the freezes MTL-PAR), and the bubbles
 # go back to MTL by handovers once the link heals (PAR-MTL): where the players were seen 8 s
 # after the cut ended, and where everything is at the end.

@@ -4,7 +4,7 @@
 //! the time) and carries out what it says.
 //!
 //! Inputs are kept until a stored copy of the universe backup covers them — acknowledged or
-//! not — so that a holder restored from that copy gets every input it lacks (SPEC section 6,
+//! not — so that a holder restored from that copy gets every input it lacks (design.md §6,
 //! I4). The route follows the player's bubble to any site that sends an update under a newer
 //! epoch: epochs fence, so only the bubble's current holder writes under the newest one.
 

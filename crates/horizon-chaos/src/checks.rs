@@ -1,4 +1,4 @@
-//! SPEC section 6's invariants, checked at every step that could break them, and liveness.
+//! design.md §6's invariants, checked at every step that could break them, and liveness.
 //!
 //! - **I1** no sink accepts a write of an epoch older than the newest it has seen for that
 //!   region: the universe backup (a stored copy older than the newest stored) and the game
@@ -25,7 +25,7 @@ use horizon_proto::{BubbleId, Epoch, PlayerId, StateItem, Update};
 use horizon_sdk::reference::View;
 use serde::Serialize;
 
-/// The longest a player outside any partition may go without an update (the SPEC's worst
+/// The longest a player outside any partition may go without an update (design.md §6's worst
 /// target is 40 s after a relay is cut; its lease alone is 30 s).
 pub const LIVENESS_S: f64 = 60.0;
 /// How late a tick may be past its lease end (the hop from agent to server, rounding).

@@ -1,5 +1,5 @@
 //! The faults of one run, drawn from its seed: one at a time, each followed by a quiet spell
-//! long enough for the SPEC's recovery targets, and none in the last minute (players must all
+//! long enough for design.md §6's recovery targets, and none in the last minute (players must all
 //! be playing again at the end). With `--overlapping`, a second fault strikes during each
 //! (see [`overlap`]).
 

@@ -5,7 +5,7 @@
 //! servers ([`ServerMachine`] running the reference game) — over a simulated network
 //! (`world.rs` says what it models and what not), with simulated players, and one fault after
 //! another drawn from a seed (`faults.rs`). After every step that could break one, it checks
-//! SPEC section 6's invariants I1–I6 and liveness (`checks.rs`). A run is a pure function of its
+//! design.md §6's invariants I1–I6 and liveness (`checks.rs`). A run is a pure function of its
 //! seed and the code: the same seed and commit give byte-identical output.
 //!
 //! [`CoreMachine`]: horizon_core::machine::CoreMachine

@@ -4,7 +4,7 @@
 //! sequence): the same seed gives the same run.
 //!
 //! What the network models (and what it does not):
-//! - per link one-way delays (the SPEC's backbone RTTs, 10 ms access, sub-millisecond within a
+//! - per link one-way delays (the default backbone RTTs (design.md §2), 10 ms access, sub-millisecond within a
 //!   site) with jitter; requests and replies travel independently (they may overtake each
 //!   other), each stream is in order, datagrams may be lost, reordered or duplicated;
 //! - loss on the agent–core link as QUIC sees it: a lost packet is resent after a timeout, so a
@@ -50,7 +50,7 @@ use crate::faults::{Direction, Fault, Timed};
 /// The sites, the core's first.
 pub const SITES: [&str; 3] = ["PAR", "MTL", "HKG"];
 const CORE_SITE: usize = 0;
-/// Backbone round trips, milliseconds (SPEC section 2).
+/// Backbone round trips, milliseconds (design.md §2).
 const RTT_MS: [[f64; 3]; 3] = [[0.0, 85.0, 185.0], [85.0, 0.0, 225.0], [185.0, 225.0, 0.0]];
 /// One way, player to home agent.
 const ACCESS_US: u64 = 10_000;

@@ -18,7 +18,7 @@
 //! with `view`), ~0.2 ms: `cargo bench -p horizon-godot --bench link` (docs/performance.md).
 //!
 //! [`host`] starts and watches the Godot process; [`GodotGame`] is the `Game` over the link.
-//! [`today`] is the adapter for today's servers (SPEC section 9), which speak WebSocket JSON
+//! [`today`] is the adapter for today's servers (design.md §9), which speak WebSocket JSON
 //! and know no lease: `horizon godot-adapter`.
 
 mod game;

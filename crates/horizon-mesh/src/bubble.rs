@@ -14,7 +14,7 @@ pub struct Cut {
     pub at: f64,
 }
 
-/// Load bookkeeping for the within-site split and merge of SPEC section 4.
+/// Load bookkeeping for the within-site split and merge of design.md §4.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct LoadState {
     pub(crate) overloaded_since: Option<Time>,

@@ -190,7 +190,7 @@ impl Weights {
     }
 }
 
-/// Every threshold of SPEC sections 3, 4 and 6, with the SPEC defaults.
+/// Every threshold of design.md §3, §4 and §6, with the defaults of design.md.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Thresholds {
     /// Scoring period.
@@ -223,7 +223,7 @@ pub struct Thresholds {
     /// Two parts merge when their players fit in this share of one server.
     pub merge_fill_ratio: f64,
     /// A game server takes new regions while its players fill less than this share of
-    /// `players_per_server` (SPEC section 8, "Cost"): the rest is headroom for regions that grow.
+    /// `players_per_server` (design.md §8, "Cost"): the rest is headroom for regions that grow.
     pub pack_fill_ratio: f64,
     /// A zone is split once it has been overloaded for this many load samples, each weighing
     /// the time since the previous one in seconds (a slow reporter still splits after ~10 s).
@@ -333,7 +333,7 @@ impl Thresholds {
         crate::grouping::Grouper::max_coordinate(self.group_radius_m.min(self.merge_distance_m))
     }
 
-    /// `margin(v) = base + v · lead` (SPEC section 4).
+    /// `margin(v) = base + v · lead` (design.md §4).
     pub fn scaled(&self, base_m: f64, speed_mps: f64) -> f64 {
         base_m + speed_mps * self.lead_s
     }

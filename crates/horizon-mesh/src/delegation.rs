@@ -1,4 +1,4 @@
-//! Fixed delegations (the rollout's stage 3, SPEC section 8): a configured region of a world
+//! Fixed delegations (the rollout's stage 3, design.md §8): a configured region of a world
 //! — a planet, say, or the whole world — delegated to one relay site by configuration, to
 //! rehearse handovers and failures before scoring decides anything.
 //!

@@ -38,7 +38,7 @@ pub struct SitesTable {
     pub ready_servers: BTreeMap<String, u32>,
 }
 
-/// `[thresholds]`: each key overrides the SPEC's default.
+/// `[thresholds]`: each key overrides the default (design.md).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdsTable {

@@ -1,4 +1,4 @@
-//! Leases and fencing (SPEC section 6).
+//! Leases and fencing (design.md §6).
 //!
 //! A lease is the right to write one region: a holder, an [`Epoch`] and an expiry. Epochs are
 //! `generation << 32 | counter`: the core persists a new generation before serving, so epochs never
@@ -136,7 +136,7 @@ impl<R: Copy + Ord + Debug, H: Copy + Eq + Debug> LeaseTable<R, H> {
         Ok(epoch)
     }
 
-    /// Hands a region over (SPEC section 5): the source sealed at epoch `from`, so the target gets
+    /// Hands a region over (design.md §5): the source sealed at epoch `from`, so the target gets
     /// a new epoch at once. Refused if `from` is not the current epoch.
     pub fn transfer(
         &mut self,

@@ -1,4 +1,4 @@
-//! Several regions per game server (SPEC section 8, "Cost"): which server takes a new region.
+//! Several regions per game server (design.md §8, "Cost"): which server takes a new region.
 //!
 //! Today's Godot servers hold a list of zones; SMD-G's hold a list of regions (zones, bubbles,
 //! parts of either), each under its own lease. A site's agent asks [`pick`] for the server of

@@ -1,4 +1,4 @@
-//! Site scoring (SPEC section 3) and the hysteresis state machine.
+//! Site scoring (design.md §3) and the hysteresis state machine.
 //!
 //! `latency(p, S) = access_rtt_min(p) + backbone(home(p), S)` and
 //! `cost(S) = Σ w(p) · latency(p, S)`. Both only need, per home site, the sum of weights and the
@@ -136,7 +136,7 @@ impl SiteScore {
     }
 }
 
-/// The best allowed site for a tally (SPEC section 3 rules 1 and 2).
+/// The best allowed site for a tally (design.md §3 rules 1 and 2).
 ///
 /// `candidate(s)` says whether `s` can host the group now; the core site always can, so it is
 /// always considered. `current` is where the group is, for the "stay" tie-break.
@@ -212,7 +212,7 @@ impl MoveReason {
     }
 }
 
-/// The hysteresis state of one bubble (SPEC section 3 rule 3).
+/// The hysteresis state of one bubble (design.md §3 rule 3).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Hysteresis {
     /// The site that has been best continuously, and since when.

@@ -1,4 +1,4 @@
-//! Zones: the core site's regions, cut and joined as today's SMD does (SPEC sections 1 and 4).
+//! Zones: the core site's regions, cut and joined as today's SMD does (design.md §1 and §4).
 //!
 //! Each world starts as its configured boxes (`[[zones]]`), or as one zone covering the whole
 //! world. A zone simulates every counted player inside its box who is in no bubble: bubbles are

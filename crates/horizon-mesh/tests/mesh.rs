@@ -1,4 +1,4 @@
-//! Behaviour of the brain, one SPEC rule at a time.
+//! Behaviour of the brain, one rule of design.md at a time.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
 
@@ -142,7 +142,7 @@ fn without_a_ready_server_the_player_waits_in_a_core_zone_then_gets_a_bubble_at_
 #[test]
 fn bubbles_share_a_server_up_to_its_seats_then_players_wait_in_a_core_zone() {
     // Two seats per server (players_per_server 2, filled whole): one MTL server seats two
-    // lone Montrealers' bubbles (SPEC section 8: a server holds several regions), not three.
+    // lone Montrealers' bubbles (design.md §8: a server holds several regions), not three.
     let mut m = mesh(Thresholds { players_per_server: 2, pack_fill_ratio: 1.0, ..th() });
     m.handle_site_capacity(site(MTL), Some(1));
     for id in 1..=3 {

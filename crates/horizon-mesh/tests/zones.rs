@@ -1,4 +1,4 @@
-//! The core site's zones, split and merged as today's SMD does (SPEC section 4, "Within a site").
+//! The core site's zones, split and merged as today's SMD does (design.md §4, "Within a site").
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
 

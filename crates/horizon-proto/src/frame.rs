@@ -37,7 +37,7 @@ pub const MAX_CHUNK_BYTES: usize = 512 << 10;
 /// Longest [`crate::Name`] (site, server, build).
 pub const MAX_NAME_BYTES: usize = 64;
 
-/// The four channels of SPEC section 7. Each is its own ALPN, so a connection carries one.
+/// The four channels of design.md §7. Each is its own ALPN, so a connection carries one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ChannelId {
     /// core ↔ agent: registration, state sync, leases, scoring inputs, handover orchestration.

@@ -31,7 +31,7 @@ pub enum Request {
     Leave,
     /// `Join`, with the round trips the client measured to every site's beacon before it
     /// chose this gateway (section 7.6), at most [`MAX_PROBED_SITES`]. The gateway checks the
-    /// table against the RTT it measures itself; placement never reads it (SPEC section 2).
+    /// table against the RTT it measures itself; placement never reads it (design.md §2).
     JoinMeasured { role: Role, world: WorldId, pos: Vec3, probes: Vec<SiteProbe> },
 }
 

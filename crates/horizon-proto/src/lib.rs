@@ -1,6 +1,6 @@
 //! Horizon's wire protocol, without sockets.
 //!
-//! Four channels (SPEC section 7), each selected by its TLS ALPN and named in every frame
+//! Four channels (design.md §7), each selected by its TLS ALPN and named in every frame
 //! header: [`control`] (core ↔ agent), [`transfer`] (agent ↔ agent), [`server`] (agent ↔ game
 //! server, the QUIC agent protocol) and [`gateway`] (player ↔ agent). A channel is a
 //! [`Channel`]: requests on their own bidirectional streams answered by one reply, items on

@@ -92,7 +92,7 @@ pub enum StateItem {
     /// (under its current epoch: fenced like any write); `chunk.tick` is the copy's.
     Adopt(Adopt),
     /// server → agent → the player's home gateway: one player's own state the moment an input
-    /// of theirs was applied, ahead of the tick's [`StateItem::Update`] (SPEC section 7, "own
+    /// of theirs was applied, ahead of the tick's [`StateItem::Update`] (design.md §7, "own
     /// state first"). A display hint only: it acknowledges nothing, and the batched update
     /// that follows stays the truth.
     Own(Own),

@@ -37,7 +37,7 @@ pub struct ServerOptions {
     pub tick_ms: u32,
     pub max_players: u32,
     /// Exit when the agent has been unreachable this long (or never answered since start): a
-    /// game server never outlives its agent unsupervised (SPEC section 6). Its leases ended
+    /// game server never outlives its agent unsupervised (design.md §6). Its leases ended
     /// long before (they last 30 s). `None`: wait for the agent forever.
     pub orphan_after: Option<Duration>,
     /// When players see their own inputs' effect: at once (a game implementing

@@ -29,7 +29,7 @@ pub trait Game: Send + Sync + 'static {
     /// The region may be written from now on, under `lease`: it runs, and its lease is valid by
     /// this server's clock. Called again after [`Game::stopped`] when a late renewal brings the
     /// lease back, and with the newer lease after a regrant. A game stepped by the SDK needs
-    /// nothing here; an engine running its own loop (today's servers, SPEC section 9) starts
+    /// nothing here; an engine running its own loop (today's servers, design.md §9) starts
     /// simulating the region here and nowhere else.
     fn started(&self, _state: &mut Self::State, _lease: LeaseRef) {}
 
@@ -51,7 +51,7 @@ pub trait Game: Send + Sync + 'static {
     }
 
     /// One player's own state right after an input of theirs was applied, sent to them at once
-    /// ahead of the tick's batched [`Game::view`] (SPEC section 7, "own state first": the
+    /// ahead of the tick's batched [`Game::view`] (design.md §7, "own state first": the
     /// player sees the effect of their click without waiting for the end of the tick). Read
     /// only: it must not change the state. `None` (the default) sends nothing early. At most
     /// [`horizon_proto::MAX_OWN_BYTES`]; a larger one is not sent.
@@ -75,7 +75,7 @@ pub struct EngineLoad {
     pub chunks_loading: u32,
 }
 
-/// When a player sees the effect of their own input (SPEC section 7).
+/// When a player sees the effect of their own input (design.md §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OwnState {
     /// As soon as it is applied: the game's [`Game::own`] state goes to the player at once,

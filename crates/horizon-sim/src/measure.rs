@@ -1,10 +1,10 @@
-//! Stage 1, "measure" (SPEC section 8): from real RTT samples of players to every site, how many
+//! Stage 1, "measure" (design.md §8): from real RTT samples of players to every site, how many
 //! players would gain how much if their simulation ran on their home site instead of the core.
 //!
 //! Input: CSV `player,site,rtt_ms` (a header line is allowed, `#` starts a comment). A player
 //! sampled several times against a site keeps the minimum, as the core does (a delay can only
 //! raise an RTT). The home site is the one with the lowest RTT. The figures are those of a player
-//! alone: in a group, the majority's site wins (SPEC section 3), so they are an upper bound.
+//! alone: in a group, the majority's site wins (design.md §3), so they are an upper bound.
 
 use std::collections::BTreeMap;
 use std::path::Path;

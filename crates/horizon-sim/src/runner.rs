@@ -227,7 +227,7 @@ impl Run<'_> {
                     .map_err(|e| self.broken(now, e.to_string()))?;
                 next_join += 1;
             }
-            // Placed at once, as the core does (SPEC section 4): see `Mesh::place_arrival`.
+            // Placed at once, as the core does (design.md §4): see `Mesh::place_arrival`.
             for &i in &joins[first_join..next_join] {
                 self.mesh.place_arrival(sc.players[i].join.id, now);
             }

@@ -192,7 +192,7 @@ fn measure_rejects_bad_lines_with_their_number() {
     assert!(no_core[0].why.contains("MTL"), "{no_core:?}");
 }
 
-/// SPEC section 8, cost: regions share servers, so the same population needs about the servers
+/// design.md §8, cost: regions share servers, so the same population needs about the servers
 /// of SMD at one site (60 seated of 75), not one server per bubble (1.4 players each before).
 #[test]
 fn servers_are_shared_so_every_policy_seats_about_what_smd_does() {

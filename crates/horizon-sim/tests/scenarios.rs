@@ -1,4 +1,4 @@
-//! The SPEC's acceptance cases, run as the bundled scenario files, and bad files refused clearly.
+//! The outcomes of design.md §3, run as the bundled scenario files, and bad files refused clearly.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on purpose.
 

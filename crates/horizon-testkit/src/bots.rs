@@ -115,7 +115,7 @@ pub struct Measure {
     /// A lying client: claims this round trip (ms) to this site, whatever it measured.
     pub lie: Option<(String, f64)>,
     /// Each site's gateway, as this bot reaches it: the bot joins the one of the site it
-    /// measured lowest (SPEC section 2), instead of [`BotSpec::gateway`]. Empty: `gateway`.
+    /// measured lowest (design.md §2), instead of [`BotSpec::gateway`]. Empty: `gateway`.
     pub gateways: BTreeMap<String, SocketAddr>,
 }
 

@@ -71,7 +71,7 @@ impl std::fmt::Debug for DriverFactory {
 }
 
 impl SandboxOptions {
-    /// PAR (core), MTL and HKG with the SPEC's backbone RTTs and 10 ms access.
+    /// PAR (core), MTL and HKG with the default backbone RTTs (design.md §2) and 10 ms access.
     pub fn three_sites(server_program: PathBuf, dir: PathBuf) -> Self {
         let backbone_ms = [("PAR-MTL", 85.0), ("PAR-HKG", 185.0), ("MTL-HKG", 225.0)]
             .into_iter()

@@ -1,4 +1,4 @@
-//! Horizon's QUIC transport (SPEC sections 6 and 7), over quinn and rustls with TLS 1.3.
+//! Horizon's QUIC transport (design.md §6 and §7), over quinn and rustls with TLS 1.3.
 //!
 //! - [`tls`]: the site CA, certificates (`horizon certs`), and quinn configs per channel ALPN;
 //!   sites use mutual TLS, game servers and players a token in the hello.

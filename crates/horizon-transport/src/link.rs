@@ -31,7 +31,7 @@ pub struct Dial {
 }
 
 /// A change of the link's state. After every `Up`, the owner resynchronises its full state
-/// with the peer (the resync hook of SPEC section 6).
+/// with the peer (the resync hook of design.md §6).
 #[derive(Debug)]
 pub enum LinkEvent<C: Channel> {
     Up(Conn<C>),

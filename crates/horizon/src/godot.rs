@@ -4,7 +4,7 @@
 //! (crates/horizon-godot, docs/godot.md). The agent starts it like `horizon gameserver`, with
 //! the same flags, when the site's `servers.args` say so.
 //!
-//! `horizon godot-adapter`: the same for one of today's servers (SPEC section 9), which speak
+//! `horizon godot-adapter`: the same for one of today's servers (design.md §9), which speak
 //! WebSocket JSON and know no lease: the adapter starts (or dials) it and adds the fencing.
 
 use std::path::PathBuf;

@@ -42,7 +42,7 @@ enum Command {
     /// Run a Godot game server: this process speaks the agent protocol and drives the game of a
     /// Godot project over a loopback link (docs/godot.md). Started by an agent's process driver.
     GodotServer(godot::GodotServerArgs),
-    /// Run one of today's game servers (SPEC section 9: WebSocket JSON, no lease) in the mesh:
+    /// Run one of today's game servers (design.md §9: WebSocket JSON, no lease) in the mesh:
     /// this process speaks the agent protocol and drives the server, adding the fencing it
     /// lacks (docs/godot.md). Started by an agent's process driver.
     GodotAdapter(godot::GodotAdapterArgs),
@@ -242,7 +242,7 @@ enum Sim {
         json: bool,
     },
     /// The whole mesh under faults in virtual time: the real core, agents and game-server
-    /// logic over a simulated network, SPEC section 6's invariants checked after every step.
+    /// logic over a simulated network, design.md §6's invariants checked after every step.
     /// Exits 1 on any violation. See docs/chaos.md.
     Chaos(chaos::Args),
 }

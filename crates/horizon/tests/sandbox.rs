@@ -984,7 +984,7 @@ async fn under_the_measure_stage_the_core_counts_who_would_gain_and_a_lying_tabl
     assert_eq!(reports[1].nearest_measured.as_deref(), Some("HKG"));
 }
 
-/// SPEC section 2 on real processes: a client measures every site's beacon from where it
+/// design.md §2 on real processes: a client measures every site's beacon from where it
 /// lives (Hong Kong: 10 ms from HKG, 195 from PAR, 235 from MTL), joins the gateway of the site
 /// it measured lowest, and that site is its home; the gateway believes its table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

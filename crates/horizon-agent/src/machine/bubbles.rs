@@ -7,7 +7,7 @@ use super::*;
 
 impl AgentMachine {
     /// Ready servers that take a new region now: empty, or with a seat left (several regions
-    /// share a server, SPEC section 8).
+    /// share a server, design.md §8).
     pub(super) fn free_servers(&self) -> usize {
         self.servers.iter().filter(|(n, s)| self.takes_regions(n, s)).count()
     }
@@ -143,7 +143,7 @@ impl AgentMachine {
         }
     }
 
-    /// A failover: run `lease.bubble` here from its latest copy (SPEC section 6). The server
+    /// A failover: run `lease.bubble` here from its latest copy (design.md §6). The server
     /// stands by under the new epoch, takes the copy as a snapshot of the older epoch `from`
     /// and a seal at `tick` (no final delta), and runs from `tick + 1`. Answered at the
     /// server's first update (or at once when it already runs here, or the copy is empty).

@@ -167,7 +167,7 @@ pub enum Effect {
         result: Result<gateway::Reply, Fault>,
     },
     /// A player of this site saw their bubble move to a new holder: `gap` without updates, and
-    /// `floor`, the least the move could cost them (SPEC section 5:
+    /// `floor`, the least the move could cost them (design.md §5:
     /// `d(S,T) + d(T,h) − d(S,h) + tick`, one-way delays from the measured backbone), when this
     /// site is the source or the target (the other sites' link is not measured here). For the
     /// metrics.
@@ -179,7 +179,7 @@ pub enum Effect {
     },
     /// A player changed bubble (a border crossing, a merge): the gap between the last update
     /// of the old bubble (from `from`) and the first of the new one (from `to`), at their home
-    /// gateway, and the least it could be (SPEC section 5's floor, as for [`Effect::Freeze`];
+    /// gateway, and the least it could be (design.md §5's floor, as for [`Effect::Freeze`];
     /// one tick when both bubbles run on one site). For the metrics.
     Crossed {
         from: Name,

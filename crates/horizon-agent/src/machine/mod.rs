@@ -312,7 +312,7 @@ struct Local {
     /// includes at least.
     acked_at: Option<(Tick, Vec<(PlayerId, Seq)>)>,
     region: Region,
-    /// The bubble's server; when spread over several (SPEC section 4, within a site), the
+    /// The bubble's server; when spread over several (design.md §4, within a site), the
     /// server of part 0, which takes new players and makes the handover snapshot.
     server: Name,
     members: BTreeMap<PlayerId, Name>,
@@ -357,8 +357,8 @@ impl Local {
         LeaseRef { bubble: self.lease.bubble, epoch: self.lease.epoch }
     }
 
-    /// Whether `server` writing the bubble under `epoch` is its holder here (fencing, SPEC
-    /// section 6): one of its servers, under the lease's epoch.
+    /// Whether `server` writing the bubble under `epoch` is its holder here (fencing, design.md
+    /// §6): one of its servers, under the lease's epoch.
     fn written_by(&self, server: &Name, epoch: Epoch) -> bool {
         self.lease.epoch == epoch && self.servers().any(|s| s == server)
     }

@@ -1,5 +1,5 @@
-//! A bubble spread over several servers of this site, or brought back onto one (SPEC section
-//! 4, within a site), or a whole region moved off an overfull server. A regroup is a few
+//! A bubble spread over several servers of this site, or brought back onto one (design.md §4,
+//! within a site), or a whole region moved off an overfull server. A regroup is a few
 //! steps, each waiting on servers: take a ready server for each new part (one at a time), move
 //! each member whose part changed (`Leave` from its server, `Join` on the new one with its
 //! state), then release the surplus and give every server its box.

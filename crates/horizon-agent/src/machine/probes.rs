@@ -1,6 +1,6 @@
 //! A joining client's probe table (`gateway::Request::JoinMeasured`: its round trip to every
 //! site's beacon) checked against what this gateway measures itself, the QUIC RTT of the very
-//! connection (SPEC section 2: nothing trusts a client-supplied latency).
+//! connection (design.md §2: nothing trusts a client-supplied latency).
 //!
 //! Two claims can be checked from here, and both are:
 //! - **This site's own figure.** The client reached this gateway, so its beacon answered, and

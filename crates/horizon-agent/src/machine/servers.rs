@@ -201,7 +201,7 @@ impl AgentMachine {
         let Some(local) = self.bubbles.get_mut(&update.bubble) else { return };
         if !local.written_by(server, update.epoch) {
             // A server writing a bubble it does not hold, or under another epoch than the
-            // lease here (fencing, SPEC section 6): nobody sees it.
+            // lease here (fencing, design.md §6): nobody sees it.
             self.stats.stale_updates_refused.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(site = %self.cfg.site, %server, bubble = update.bubble.0, epoch = update.epoch.0, "update refused: not the bubble's holder under its current epoch");
             return;
@@ -403,7 +403,7 @@ impl AgentMachine {
 
     /// A game server is gone (its process exited, or its connection ended): its bubbles stop
     /// here and the core is told at once, so it restores them from their latest copy on a
-    /// spare server of this site, or on another site (SPEC section 6).
+    /// spare server of this site, or on another site (design.md §6).
     pub(super) fn server_lost(&mut self, name: &Name, why: &str, now: Instant) {
         let Some(srv) = self.servers.remove(name) else { return };
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);

@@ -1,4 +1,4 @@
-//! Failover (SPEC section 6): a bubble whose holder is gone — its lease ran out (a relay cut
+//! Failover (design.md §6): a bubble whose holder is gone — its lease ran out (a relay cut
 //! from the core, a handover given up after its freeze) or its game server crashed — is
 //! restored on its new site from the latest copy in the universe backup. Not a handover: the
 //! old holder is not asked for anything, and is fenced off by the new epoch.

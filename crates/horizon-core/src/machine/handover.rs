@@ -1,4 +1,4 @@
-//! A handover between two sites (SPEC section 5) as an explicit state machine: one step at a
+//! A handover between two sites (design.md §5) as an explicit state machine: one step at a
 //! time, each step an order to an agent whose reply moves it on.
 //!
 //! ```text
@@ -319,7 +319,7 @@ impl CoreMachine {
     }
 
     /// A handover that could not complete. Before the freeze the source simply continues
-    /// (SPEC section 5): the target drops what it prepared and the bubble is re-granted to the
+    /// (design.md §5): the target drops what it prepared and the bubble is re-granted to the
     /// source under a new epoch. A failed freeze is different: the source may have sealed and
     /// the seal may be on its way to the target, so abandoning now could leave the bubble with
     /// no writer or two. The core then waits for the target's `Started` until the deadline;

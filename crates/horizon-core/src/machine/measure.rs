@@ -1,4 +1,4 @@
-//! Stage 1, "measure" (SPEC section 8): who would gain from a relay site, from real
+//! Stage 1, "measure" (design.md §8): who would gain from a relay site, from real
 //! connections. Each home gateway sends the probe tables it believed (`control::Measured`: a
 //! client's round trip to every site's beacon, the gateway's own site replaced by the RTT the
 //! gateway measures itself); the core keeps one per player online and counts, per nearest site,
@@ -6,7 +6,7 @@
 //!
 //! Read by the metrics (`horizon_core_players_measured`, `horizon_core_players_would_gain`),
 //! `/status` (`measure`) and `/measure.csv` (the CSV `horizon sim measure` reads). Never by
-//! placement: the brain uses only the RTTs the infrastructure measures (SPEC section 2).
+//! placement: the brain uses only the RTTs the infrastructure measures (design.md §2).
 
 use std::collections::BTreeMap;
 

@@ -235,7 +235,7 @@ impl CoreMachine {
         }
     }
 
-    /// Tells each holder how the brain spreads its bubbles over servers (SPEC section 4, within
+    /// Tells each holder how the brain spreads its bubbles over servers (design.md §4, within
     /// a site) and which part holds each member, whenever that changed. Bubbles in a handover
     /// or a restore wait for it.
     fn reconcile_parts(&mut self) {

@@ -1,5 +1,5 @@
-//! A core's sites coming back: what a restarted core takes back from its store (SPEC
-//! section 6), and an agent's registration, which keeps, stops or hands over what it holds.
+//! A core's sites coming back: what a restarted core takes back from its store (design.md
+//! §6), and an agent's registration, which keeps, stops or hands over what it holds.
 
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
@@ -12,7 +12,7 @@ use crate::store::{Record, StoreState};
 
 impl CoreMachine {
     /// After a restart: every bubble the store says was granted is taken back, under its id
-    /// and epoch, on the site that held it (SPEC section 6: a relay within its lease keeps
+    /// and epoch, on the site that held it (design.md §6: a relay within its lease keeps
     /// playing). Its holder re-registers holding it and its players' agents say who plays in
     /// it; a holder that does not come back lets the lease run out and the bubble fails over
     /// from its copy. A lease recorded without its region (an older build) cannot be taken

@@ -182,7 +182,7 @@ impl CoreMachine {
                 tracing::debug!(player = j.player.0, error = %e, "join refused");
             }
         }
-        // Placed at once (SPEC section 4, "At connection"): into the bubble they spawn in, or a
+        // Placed at once (design.md §4, "At connection"): into the bubble they spawn in, or a
         // bubble of their own when alone. Once the whole batch is in: friends connecting
         // together see each other.
         for j in joins {
@@ -220,7 +220,7 @@ impl CoreMachine {
                 self.metrics.backbone(site, other, f64::from(rtt));
             }
         }
-        // Tick rates feed the brain's load rules (SPEC section 4): a server's rate is that of
+        // Tick rates feed the brain's load rules (design.md §4): a server's rate is that of
         // every region it holds (several share a server). The agent lists a spread bubble's
         // servers in part order; a count that does not match the cut in force (a `Parts` on its
         // way) is skipped.

@@ -191,7 +191,7 @@ impl CoreMachine {
         })
     }
 
-    /// The least each home's players can freeze in a move `from` → `to` (SPEC section 5:
+    /// The least each home's players can freeze in a move `from` → `to` (design.md §5:
     /// `d(S,T) + d(T,h) − d(S,h)`, one-way delays as half the measured backbone round trips),
     /// before one server tick; in words, for the homes present.
     pub(crate) fn floors(&self, from: SiteId, to: SiteId, homes: &[SiteId]) -> String {

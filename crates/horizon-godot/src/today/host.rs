@@ -1,7 +1,7 @@
 //! Starting (or dialling) one of today's servers and watching it: the adapter starts Godot on
 //! the server's project with `-- --port=N` (a free loopback port; or dials a server already
 //! running, as a Kubernetes sidecar next to it would), connects, sends `server/prewarm`, and
-//! waits until the server is ready by SPEC section 9's rule before the agent hears of it.
+//! waits until the server is ready by design.md §9's rule before the agent hears of it.
 //! Then a watchdog thread checks every second that the process still runs.
 
 use std::ffi::OsString;
@@ -33,7 +33,7 @@ pub struct TodayOptions {
     pub connect_within: Duration,
     /// After the prewarm, it must be ready within this.
     pub ready_within: Duration,
-    /// Ready: ticks per second at least this (SPEC section 9: 58), and no chunk loading.
+    /// Ready: ticks per second at least this (design.md §9: 58), and no chunk loading.
     pub ready_tps: f32,
     /// Once ready, the server must say something (it reports every second) at least this
     /// often, or it counts as hung.

@@ -178,7 +178,7 @@ impl TodayLink {
         }
     }
 
-    /// Waits until the server is ready by SPEC section 9's rule: `tps` at least `min_tps` and
+    /// Waits until the server is ready by design.md §9's rule: `tps` at least `min_tps` and
     /// no chunk loading. `Err` tells what it last said.
     pub fn wait_ready(&self, min_tps: f32, within: Duration) -> Result<ServerInfo, String> {
         let deadline = Instant::now() + within;

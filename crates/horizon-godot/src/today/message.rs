@@ -1,4 +1,4 @@
-//! The messages of today's servers (SPEC section 9): JSON text frames
+//! The messages of today's servers (design.md §9): JSON text frames
 //! `{"namespace": ..., "event": ..., "data": ...}`. What the adapter sends is built here, and
 //! what it reads is parsed here: a studio whose servers name a field differently changes this
 //! file alone.

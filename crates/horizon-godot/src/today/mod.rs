@@ -1,6 +1,6 @@
 //! # Today's servers: an adapter with the fencing they lack
 //!
-//! Today's game servers (SPEC section 9) are Godot processes that listen for one orchestrator
+//! Today's game servers (design.md §9) are Godot processes that listen for one orchestrator
 //! on WebSocket (port 8980) and speak JSON `{namespace, event, data}`: `server/zone` assigns
 //! zones, `player/move` moves players, and they report `players/position` and a once-a-second
 //! `serverinfo`. They simulate on their own and have no lease and no epoch: whoever dials them

@@ -1,4 +1,4 @@
-//! At connection (SPEC section 4): a player who spawns inside a bubble plays in it at once, and
+//! At connection (design.md §4): a player who spawns inside a bubble plays in it at once, and
 //! a player alone at their spawn gets a bubble on their home site at once, with no handover at
 //! all, instead of waiting up to a tick for one.
 

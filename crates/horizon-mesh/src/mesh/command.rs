@@ -86,7 +86,7 @@ pub enum Command {
         players: Vec<PlayerId>,
         reason: CreateReason,
     },
-    /// Hand a bubble over to another site under the new `epoch` (SPEC section 5).
+    /// Hand a bubble over to another site under the new `epoch` (design.md §5).
     Move {
         bubble: BubbleId,
         from: SiteId,

@@ -1,4 +1,4 @@
-//! The mesh: players in, placement decisions out (SPEC sections 3, 4 and 6).
+//! The mesh: players in, placement decisions out (design.md §3, §4 and §6).
 //!
 //! Poll-style and sans-IO: feed it with `handle_*(…, now)`, call [`Mesh::handle_timeout`] when
 //! [`Mesh::poll_timeout`] says so, and drain [`Mesh::poll_command`]. Every tick (5 s by default):
@@ -61,7 +61,7 @@ pub struct MeshConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
-    /// SPEC section 3: scored at creation and every tick, moved under hysteresis.
+    /// design.md §3: scored at creation and every tick, moved under hysteresis.
     #[default]
     Smdg,
     /// Everything in the core site's zones, no bubble ever carved out: today's SMD.
@@ -158,7 +158,7 @@ pub struct Mesh {
     next_bubble: u64,
     leases: LeaseTable<BubbleId, SiteId>,
     /// Ready or hosting servers per site (`None`: unlimited), each with
-    /// [`Thresholds::seats_per_server`] seats: several bubbles share a server (SPEC section 8).
+    /// [`Thresholds::seats_per_server`] seats: several bubbles share a server (design.md §8).
     /// The core site can always host, through zones.
     ready: Vec<Option<u32>>,
     /// Seats taken per site: the sum of [`Bubble::seats`] of the bubbles there.
@@ -454,7 +454,7 @@ impl Mesh {
 
     /// The holder of `bubble` under `epoch` cannot simulate it any more — its server crashed, or
     /// a restore on its site failed. Failover at once, ignoring hold and dwell: with
-    /// `same_site`, to the same site when it has a spare server (SPEC section 6: "restart on
+    /// `same_site`, to the same site when it has a spare server (design.md §6: "restart on
     /// another server of the same site"), else to the best other site. The new epoch fences the
     /// lost holder off; a [`Command::Move`] with reason `Failover` says where.
     pub fn handle_bubble_lost(
@@ -496,7 +496,7 @@ impl Mesh {
     }
 
     /// A handover of `bubble` to its current site under `epoch` was abandoned before the source
-    /// froze (SPEC section 5: "the source simply continues"). The bubble goes back to `source`
+    /// froze (design.md §5: "the source simply continues"). The bubble goes back to `source`
     /// under a new epoch, so the abandoned one is fenced off for good. The hold time counts from
     /// the attempt: the move is tried again, if still best, once hold and dwell have passed.
     /// Returns the source's new epoch.
@@ -571,7 +571,7 @@ impl Mesh {
         self.player_index.get(&id).map(|&i| &self.players[i as usize])
     }
 
-    /// The proximity groups of counted players now (SPEC section 2), by the tick's grouping
+    /// The proximity groups of counted players now (design.md §2), by the tick's grouping
     /// rule, computed on demand: for status pages and tools, not for the tick's hot path.
     pub fn groups(&self) -> Vec<Vec<PlayerId>> {
         let mut items = Vec::new();

@@ -1,5 +1,5 @@
 //! After a core restart: the bubbles its store held are taken back under their ids and epochs,
-//! and their players rejoin where they played (SPEC section 6).
+//! and their players rejoin where they played (design.md §6).
 
 use super::*;
 
@@ -15,7 +15,7 @@ pub struct RestoredBubble {
 
 impl Mesh {
     /// After a core restart: a bubble the store says was granted (its holder may still run it,
-    /// SPEC section 6). It keeps its id and epoch, its lease runs from `now`, it is kept while
+    /// design.md §6). It keeps its id and epoch, its lease runs from `now`, it is kept while
     /// empty for one lease (its players' agents re-register meanwhile), and bubble ids up to
     /// its own are never handed out again. Call before its players rejoin
     /// ([`Mesh::handle_join_in`]).

@@ -1,4 +1,4 @@
-//! Zones in the tick (SPEC section 4, "Within a site (SMD, kept)"; `crate::zones` keeps the
+//! Zones in the tick (design.md §4, "Within a site (SMD, kept)"; `crate::zones` keeps the
 //! layout). After bubbles are placed, every counted player in no bubble is counted in the zone
 //! holding their position, and each zone's load is sampled:
 //!

@@ -10,7 +10,7 @@ pub const PAR: usize = 0;
 pub const MTL: usize = 1;
 pub const HKG: usize = 2;
 
-/// PAR (core), MTL, HKG with the SPEC's default backbone RTTs.
+/// PAR (core), MTL, HKG with the default backbone RTTs (design.md §2).
 pub fn sites() -> Sites {
     let n = |s: &str| SiteName::new(s).unwrap();
     Sites::new(

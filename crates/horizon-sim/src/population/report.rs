@@ -311,7 +311,7 @@ impl PopulationReport {
         md
     }
 
-    /// The rollout plan (SPEC section 8's stages), each stage read off the policy it places
+    /// The rollout plan (design.md §8's stages), each stage read off the policy it places
     /// as: click-to-screen p50 / p95 per home site and the servers it needs.
     fn stages(&self, md: &mut String, sites: &[String]) {
         md.push_str(

@@ -332,7 +332,7 @@ fn run_brain(
         for j in &step.joins {
             mesh.handle_join(j.clone()).map_err(|e| broken(step.t_ms, e.to_string()))?;
         }
-        // Placed at once, as the core does (SPEC section 4): see `Mesh::place_arrival`.
+        // Placed at once, as the core does (design.md §4): see `Mesh::place_arrival`.
         for j in &step.joins {
             mesh.place_arrival(j.id, now);
         }

@@ -1,5 +1,5 @@
-//! The game servers each site's agent would run for what the brain placed there (SPEC section
-//! 8, "Cost"): several regions per server, seated by the agents' own rule,
+//! The game servers each site's agent would run for what the brain placed there (design.md §8,
+//! "Cost"): several regions per server, seated by the agents' own rule,
 //! [`horizon_mesh::packing::pick`].
 //!
 //! Called every tick with the regions on each site: a part of a bubble is seated when first

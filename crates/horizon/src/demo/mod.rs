@@ -172,7 +172,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         }
     };
     say("horizon demo: core PAR, agents PAR MTL HKG; backbone 85/185/225 ms, access 10 ms (emulated); tick 5 s; \
-         demo settings: dwell 10 s (SPEC 30 s), hold 20 s (SPEC 180 s) so that moves happen within a minute"
+         demo settings: dwell 10 s (30 s by default), hold 20 s (180 s by default) so that moves happen within a minute"
         .to_owned());
     if args.stage == Stage::Fixed {
         say(format!(
@@ -188,8 +188,8 @@ async fn run(args: DemoArgs) -> ExitCode {
     if zoned(args.stage) {
         say(format!(
             "stage {}: every player is simulated in the core site's zones (no bubble); \
-             demo settings: {RELAY_PLAYERS_PER_SERVER} players per server (SPEC 75) so that the zone splits, \
-             most players leave at {} s and zones merge after {RELAY_MERGE_AFTER_SAMPLES} quiet samples (SPEC 30)",
+             demo settings: {RELAY_PLAYERS_PER_SERVER} players per server (75 by default) so that the zone splits, \
+             most players leave at {} s and zones merge after {RELAY_MERGE_AFTER_SAMPLES} quiet samples (30 by default)",
             args.stage.as_str(),
             RELAY_DISPERSE.1
         ));

@@ -158,7 +158,7 @@ pub(super) fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde
         "own_states_received": sum(|r| r.own_states),
         "input_delivery_ms": bots::percentiles(finals, |r| &r.delivery_ms),
         "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
-        "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (SPEC: 30 s, 180 s)"},
+        "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (defaults: 30 s, 180 s)"},
     })
 }
 
