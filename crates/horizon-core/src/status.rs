@@ -239,6 +239,13 @@ pub struct ZoneStatus {
     /// Its members by home site.
     #[serde(default)]
     pub homes: BTreeMap<String, usize>,
+    #[serde(flatten)]
+    pub life: RegionLife,
+}
+
+/// What every region shows, zone or bubble (flattened into its object).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RegionLife {
     /// The game servers holding it, as their agent last reported.
     #[serde(default)]
     pub servers: Vec<String>,
@@ -268,14 +275,8 @@ pub struct BubbleStatus {
     pub tps: Option<Vec<Option<f64>>>,
     /// The parts' boxes when spread over several servers.
     pub parts: Vec<Bounds>,
-    /// The game servers holding it, as their agent last reported.
-    #[serde(default)]
-    pub servers: Vec<String>,
-    /// Since this core created it or took it back (s).
-    #[serde(default)]
-    pub age_s: f64,
-    #[serde(default)]
-    pub last_change: Option<Change>,
+    #[serde(flatten)]
+    pub life: RegionLife,
     /// Why it is where it is (absent while the brain does not know it: during a restart).
     #[serde(default)]
     pub explain: Option<Explain>,

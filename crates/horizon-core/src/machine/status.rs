@@ -11,8 +11,8 @@ use super::registry::Hosted;
 use crate::metrics::HandoverOutcome;
 use crate::status::{
     BubbleStatus, Candidate, Change, CoreStatus, Explain, GroupStatus, HandoverCounts,
-    PlayerStatus, PoolBounds, Rules, ServerStatus, SiteStatus, StaleRefused, ZoneChanges,
-    ZoneStatus,
+    PlayerStatus, PoolBounds, RegionLife, Rules, ServerStatus, SiteStatus, StaleRefused,
+    ZoneChanges, ZoneStatus,
 };
 
 /// Groups listed in the status JSON, largest first.
@@ -138,19 +138,25 @@ impl CoreMachine {
         })
     }
 
-    /// The servers holding `bubble`, as their agents last reported.
-    fn servers_of(
-        &self,
-        site: horizon_mesh::SiteId,
-        bubble: horizon_proto::BubbleId,
-    ) -> Vec<String> {
-        let Some(agent) = self.agents.get(&site) else { return Vec::new() };
-        agent
-            .servers
-            .iter()
-            .filter(|s| s.bubbles.contains(&bubble))
-            .map(|s| s.server.to_string())
-            .collect()
+    /// Where region `id` runs (the servers its holder last reported), since when, and its
+    /// last change.
+    fn life(&self, id: horizon_proto::BubbleId, r: &Hosted, now: Time) -> RegionLife {
+        let servers = self.agents.get(&r.site).map_or_else(Vec::new, |agent| {
+            agent
+                .servers
+                .iter()
+                .filter(|s| s.bubbles.contains(&id))
+                .map(|s| s.server.to_string())
+                .collect()
+        });
+        RegionLife {
+            servers,
+            age_s: now.since(r.since).as_secs_f64(),
+            last_change: r
+                .changed
+                .as_ref()
+                .map(|(t, text)| Change { t_ms: t.as_ms(), text: text.clone() }),
+        }
     }
 
     /// The status document served at `/status`.
@@ -166,9 +172,7 @@ impl CoreMachine {
                 m
             })
         };
-        let change = |r: &Hosted| {
-            r.changed.as_ref().map(|(t, text)| Change { t_ms: t.as_ms(), text: text.clone() })
-        };
+
         let sites = self
             .cfg
             .sites
@@ -226,9 +230,7 @@ impl CoreMachine {
                 restoring: r.restoring,
                 tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps().to_vec()),
                 parts: r.parts.iter().map(bounds).collect(),
-                servers: self.servers_of(r.site, *id),
-                age_s: now.since(r.since).as_secs_f64(),
-                last_change: change(r),
+                life: self.life(*id, r, now),
                 explain: self.explain(*id, now),
             })
             .collect();
@@ -298,9 +300,7 @@ impl CoreMachine {
                         restoring: reg.is_some_and(|r| r.restoring),
                         site: name(reg.map_or(self.cfg.sites.core(), |r| r.site)),
                         homes: reg.map(homes).unwrap_or_default(),
-                        servers: reg.map(|r| self.servers_of(r.site, z.id)).unwrap_or_default(),
-                        age_s: reg.map_or(0.0, |r| now.since(r.since).as_secs_f64()),
-                        last_change: reg.and_then(change),
+                        life: reg.map(|r| self.life(z.id, r, now)).unwrap_or_default(),
                     }
                 })
                 .collect(),

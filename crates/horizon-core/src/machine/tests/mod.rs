@@ -526,7 +526,7 @@ fn the_status_explains_why_a_bubble_is_where_it_is_and_tells_its_handover_in_wor
         assert!(committed.text.contains(part), "{part} in {}", committed.text);
     }
     let b = doc.bubble(bubble.0).unwrap();
-    assert_eq!(b.last_change.as_ref().map(|c| &c.text), Some(&committed.text));
+    assert_eq!(b.life.last_change.as_ref().map(|c| &c.text), Some(&committed.text));
     assert_eq!(b.site, "PAR");
 }
 
