@@ -69,7 +69,7 @@ def main():
         targets = {}
         started = None
         for line in demo.stderr:
-            m = re.match(r"status page http://([0-9.:]+)/", line)
+            m = re.match(r"console http://([0-9.:]+)/", line)
             if m:
                 targets["core"] = m.group(1)
             m = re.match(r"agent (\w+) admin http://([0-9.:]+)/", line)
