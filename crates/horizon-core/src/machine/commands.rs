@@ -7,7 +7,7 @@ use horizon_proto::control;
 use horizon_proto::{BubbleId, Epoch, LeaseRef, Region, WorldId};
 
 use super::{CoreMachine, RECENT_DECISIONS};
-use crate::machine::registry::Hosted;
+use crate::machine::registry::{Hosted, Phase};
 use crate::store::Record;
 
 impl CoreMachine {
@@ -126,7 +126,7 @@ impl CoreMachine {
         if let Some(order) = self.order(site, control::Request::Create { bubble, region, lease })
             && let Some(reg) = self.registry.get_mut(&bubble)
         {
-            reg.creating = true;
+            reg.phase = Phase::Creating;
             self.awaiting.insert(order, super::Awaiting::Create(bubble));
         }
     }
@@ -135,8 +135,9 @@ impl CoreMachine {
     /// players crossing into it go now.
     pub(crate) fn created(&mut self, bubble: BubbleId) {
         if let Some(reg) = self.registry.get_mut(&bubble)
-            && std::mem::take(&mut reg.creating)
+            && reg.phase == Phase::Creating
         {
+            reg.phase = Phase::Running;
             self.reconcile();
         }
     }

@@ -19,6 +19,7 @@ use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
 use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, WorldId};
 
+use super::registry::Phase;
 use super::{Adoption, Awaiting, CopyAt, CoreMachine, Effect, StoredCopy};
 use crate::metrics::FailoverReason;
 
@@ -36,8 +37,7 @@ impl CoreMachine {
         let old_epoch = reg.epoch;
         reg.site = to;
         reg.epoch = epoch;
-        reg.moving = None;
-        reg.restoring = true;
+        reg.phase = Phase::Restoring;
         reg.parts.clear();
         reg.part_of.clear();
         self.forget_handover(bubble);
@@ -59,7 +59,7 @@ impl CoreMachine {
         if self.draining(bubble) {
             return self.drain_read(bubble, copy, now);
         }
-        let Some(reg) = self.registry.get(&bubble).filter(|r| r.restoring) else { return };
+        let Some(reg) = self.registry.get(&bubble).filter(|r| r.restoring()) else { return };
         let (site, epoch) = (reg.site, reg.epoch);
         let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
         // A copy from a newer epoch than the one being granted cannot exist (fencing); an
@@ -106,13 +106,13 @@ impl CoreMachine {
         result: Result<control::Reply, super::OrderError>,
         now: Time,
     ) {
-        if self.registry.get(&bubble).is_none_or(|r| !r.restoring || r.epoch != epoch) {
+        if self.registry.get(&bubble).is_none_or(|r| !r.restoring() || r.epoch != epoch) {
             return;
         }
         match result {
             Ok(control::Reply::Done) => {
                 let Some(reg) = self.registry.get_mut(&bubble) else { return };
-                reg.restoring = false;
+                reg.phase = Phase::Running;
                 let site = reg.site;
                 let players: Vec<PlayerId> = reg.members.keys().copied().collect();
                 tracing::info!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, players = players.len(), "bubble restored");
@@ -130,7 +130,7 @@ impl CoreMachine {
                 // registers without it, or the lease runs out (then it fails over).
                 tracing::warn!(bubble = bubble.0, epoch, %why, "restore unanswered: its site holds it until it says otherwise or its lease runs out");
                 if let Some(reg) = self.registry.get_mut(&bubble) {
-                    reg.restoring = false;
+                    reg.phase = Phase::Running;
                 }
             }
             Err(super::OrderError::Failed(why)) => self.restore_failed(bubble, epoch, &why, now),

@@ -21,6 +21,7 @@ use horizon_proto::{
     BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, PlayerId, Region, WorldId,
 };
 
+use super::registry::Phase;
 use super::{Awaiting, CoreMachine, Lane};
 
 /// How long a handover target has to get ready, from `Prepare`.
@@ -159,7 +160,7 @@ impl CoreMachine {
         self.next_handover += 1;
         tracing::info!(handover = id.0, bubble = bubble.0, from = %self.cfg.sites.name(from), to = %self.cfg.sites.name(to), reason, players, "handover starting");
         if let Some(r) = self.registry.get_mut(&bubble) {
-            r.moving = Some(id);
+            r.phase = Phase::Moving(id);
         }
         let phase = HandoverPhase::PreparingTarget;
         let handover =
@@ -273,7 +274,7 @@ impl CoreMachine {
         let Some(reg) = self.registry.get_mut(&bubble) else { return Ok(control::Reply::Done) };
         reg.site = site;
         reg.epoch = epoch.0;
-        reg.moving = None;
+        reg.phase = Phase::Running;
         self.persist_lease(bubble);
         let Some(reg) = self.registry.get_mut(&bubble) else { return Ok(control::Reply::Done) };
         // The source brought the bubble back to one server for the snapshot; the new holder
@@ -358,7 +359,7 @@ impl CoreMachine {
     /// put it back on `source`, which still simulates it, under a fresh epoch (`Regrant`).
     pub(crate) fn abandon_move(&mut self, bubble: BubbleId, source: SiteId, epoch: u64, now: Time) {
         let Some(reg) = self.registry.get_mut(&bubble) else { return };
-        reg.moving = None;
+        reg.phase = Phase::Running;
         // The source brought a spread bubble back onto one server for the snapshot.
         reg.parts.clear();
         reg.part_of.clear();

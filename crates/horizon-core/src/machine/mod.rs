@@ -703,7 +703,7 @@ impl CoreMachine {
         let mut refused = Vec::new();
         for l in leases {
             let Some(reg) = self.registry.get(&l.bubble) else { continue };
-            if reg.moving.is_some() && reg.site == site && reg.epoch == l.epoch.0 {
+            if reg.moving().is_some() && reg.site == site && reg.epoch == l.epoch.0 {
                 continue;
             }
             if reg.site == site && reg.regrant == Some((l.epoch.0, reg.epoch)) {
@@ -717,7 +717,7 @@ impl CoreMachine {
                 continue;
             }
             let given_up = reg
-                .moving
+                .moving()
                 .and_then(|h| self.handovers.get(&h))
                 .is_some_and(|h| h.given_up && h.to == site && h.epoch == l.epoch.0);
             if given_up {

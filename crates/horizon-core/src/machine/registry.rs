@@ -20,8 +20,25 @@ pub(crate) struct Departed {
     pub(crate) players: BTreeSet<PlayerId>,
 }
 
-/// A bubble as it really runs. The brain's view changes first during a handover (it already
-/// places the bubble at the target) and a restore (at the new site before its server runs).
+/// Where a region is in its life, as the core drives it. One at a time: a handover or a
+/// failover takes over from a `Create` not answered yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Its `Create` is not answered yet: players cross into it only once it runs (their
+    /// region keeps simulating them meanwhile), while new players join it at once (their
+    /// members list follows the `Create` on the site's ordered lane).
+    Creating,
+    /// Running on its holder.
+    Running,
+    /// A handover of it to another site is in flight.
+    Moving(HandoverId),
+    /// A failover is restoring it on `site` from its latest copy: not running yet.
+    Restoring,
+}
+
+/// A region (a bubble or a zone) as it really runs. The brain's view changes first during a
+/// handover (it already places the bubble at the target) and a restore (at the new site before
+/// its server runs).
 #[derive(Clone, Debug)]
 pub(crate) struct Hosted {
     pub(crate) site: SiteId,
@@ -30,14 +47,7 @@ pub(crate) struct Hosted {
     pub(crate) bounds: Aabb,
     /// Each member and their home site.
     pub(crate) members: BTreeMap<PlayerId, SiteId>,
-    /// A handover of this bubble is in flight.
-    pub(crate) moving: Option<HandoverId>,
-    /// A failover is restoring this bubble on `site` from its latest copy; not running yet.
-    pub(crate) restoring: bool,
-    /// Its `Create` is not answered yet: players cross into it only once it runs (their
-    /// region keeps simulating them meanwhile), while new players join it at once (their
-    /// members list follows the `Create` on the site's ordered lane).
-    pub(crate) creating: bool,
+    pub(crate) phase: Phase,
     /// Taken back after a restart during a handover's freeze, at the target under the epoch it
     /// was pre-authorised for: the source and the epoch it held the bubble under, until that
     /// source registers. Until then either may be running it (the source if it never froze,
@@ -71,9 +81,7 @@ impl Hosted {
             world,
             bounds,
             members: BTreeMap::new(),
-            moving: None,
-            restoring: false,
-            creating: false,
+            phase: Phase::Running,
             fallback: None,
             parts: Vec::new(),
             part_of: BTreeMap::new(),
@@ -85,9 +93,22 @@ impl Hosted {
         }
     }
 
-    /// Running on its holder, no handover or restore in flight: orders for it may go out.
+    /// No handover or restore in flight: orders for it may go out.
     pub(crate) fn settled(&self) -> bool {
-        self.moving.is_none() && !self.restoring
+        matches!(self.phase, Phase::Running | Phase::Creating)
+    }
+
+    /// The handover in flight, if any.
+    pub(crate) fn moving(&self) -> Option<HandoverId> {
+        match self.phase {
+            Phase::Moving(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Being restored from its copy (a failover), not running yet.
+    pub(crate) fn restoring(&self) -> bool {
+        self.phase == Phase::Restoring
     }
 
     pub(crate) fn lease_ref(&self, bubble: BubbleId) -> LeaseRef {
@@ -126,7 +147,9 @@ impl CoreMachine {
             let have = self.placed.get(&player).copied();
             let want = self.mesh.region_of(p.id, have).filter(|b| self.registry.contains_key(b));
             let creating = have.is_some()
-                && want.and_then(|w| self.registry.get(&w)).is_some_and(|r| r.creating);
+                && want
+                    .and_then(|w| self.registry.get(&w))
+                    .is_some_and(|r| r.phase == Phase::Creating);
             if want == have
                 || creating
                 || unsettled(&self.registry, want)

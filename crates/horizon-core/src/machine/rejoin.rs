@@ -147,7 +147,7 @@ impl CoreMachine {
             let current = self
                 .registry
                 .get(&h.lease.bubble)
-                .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring);
+                .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring());
             if current {
                 keep.push(self.lease(h.lease.bubble, h.lease.epoch.0, now));
             } else if self.departed.get(&h.lease.bubble).is_some_and(|d| d.site == site) {

@@ -137,7 +137,7 @@ impl CoreMachine {
             let holder = self
                 .registry
                 .get(&region.lease.bubble)
-                .filter(|r| r.site == site && r.epoch == region.lease.epoch.0 && !r.restoring);
+                .filter(|r| r.site == site && r.epoch == region.lease.epoch.0 && !r.restoring());
             let Some(r) = holder else {
                 self.metrics.refused(site, "positions_not_its_region");
                 continue;

@@ -334,7 +334,7 @@ fn a_relay_cut_from_the_core_is_restored_on_the_core_site_from_its_latest_copy_a
     let sent = h.sent();
     assert!(sent.iter().any(|(s, _, r)| s == "PAR"
         && matches!(r, control::Request::Members { players, .. } if players.len() == 1)));
-    assert!(!h.core.registry[&bubble].restoring);
+    assert!(!h.core.registry[&bubble].restoring());
     // On heal, MTL re-registers holding the old epoch: told to stop it.
     h.log.clear();
     let conn = 999;
@@ -690,7 +690,7 @@ fn a_restore_left_unanswered_is_held_by_its_site_not_failed_over_at_once() {
     h.drain(|_| {});
     assert!(!failed_over(&h, bubble), "its site may run it under the restore's lease");
     assert_eq!(h.hosted(1).1, site);
-    assert!(!h.core.registry[&bubble].restoring);
+    assert!(!h.core.registry[&bubble].restoring());
 }
 
 #[test]
@@ -1267,7 +1267,7 @@ fn a_zone_whose_lease_runs_out_is_restored_on_another_server_of_the_core_site() 
     let read = h.log.iter().any(|e| matches!(e, Effect::ReadBackup { bubble } if *bubble == zone));
     assert!(read, "restored from its copy: {:?}", h.log);
     let reg = &h.core.registry[&zone];
-    assert_eq!((reg.site, reg.restoring), (par, true), "on the core site, being restored");
+    assert_eq!((reg.site, reg.restoring()), (par, true), "on the core site, being restored");
     assert!(reg.epoch > epoch, "under a new epoch that fences the old server off");
     let z = h.core.mesh.zone_by_id(zone).unwrap();
     assert_eq!((z.epoch.0, z.stalled_since), (reg.epoch, None));
