@@ -19,7 +19,7 @@ use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{ChannelId, ErrorCode, HandoverId, Name, StateItem};
-use horizon_transport::credential::{self, Keyring, Kind, SharedKeyring, SignedToken};
+use horizon_transport::credential::{Keyring, Kind, SharedKeyring, SignedToken};
 use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
@@ -32,9 +32,10 @@ use tokio::time::Instant;
 
 use crate::config::AgentConfig;
 use crate::driver::ServerDriver;
+use crate::events::{AgentError, Event, Outbound};
 use crate::machine::{AgentMachine, ConnId, Effect, Input, MachineConfig, Pending, Token};
 use crate::plumbing::{
-    Outbound, accept_loop, forward_stream, open_stream_task, pump, pump_link, rtt_ms, server_lane,
+    accept_loop, forward_stream, open_stream_task, pump, pump_link, rtt_ms, server_lane,
     stream_task,
 };
 use crate::stats::{AgentStats, FreezeSample};
@@ -43,34 +44,8 @@ use crate::stats::{AgentStats, FreezeSample};
 const SERVER_STOP_GRACE: Duration = Duration::from_secs(5);
 /// The loop's queue: every connection's traffic passes here. Pumps wait when it is full.
 const EVENT_QUEUE: usize = 8192;
-/// Items queued per outbound stream (to a server, a player, a peer) and requests queued per
-/// server lane. Beyond it, stream items are dropped (the next tick replaces an update, inputs
-/// wait for their re-send) and requests are answered with an error.
-pub(crate) const STREAM_QUEUE: usize = 2048;
-/// The bytes queued per outbound stream, at most (with [`STREAM_QUEUE`]): a large bubble's
-/// snapshot fits; a peer cannot make the agent hold gigabytes for a slow reader.
-pub(crate) const STREAM_QUEUE_BYTES: usize = 64 << 20;
 /// How often the driver is asked which servers ended.
 const DRIVER_POLL: Duration = Duration::from_millis(200);
-
-/// Why an agent could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    #[error("TLS material: {0}")]
-    Tls(#[from] tls::TlsError),
-    #[error("transport: {0}")]
-    Transport(#[from] horizon_transport::Error),
-    #[error("site name {0:?}: {1}")]
-    Name(String, horizon_proto::NameTooLong),
-    #[error("admin API on {0}: {1}")]
-    Admin(SocketAddr, std::io::Error),
-    #[error("probe beacon (listen.beacon) on {0}: {1}")]
-    Beacon(SocketAddr, std::io::Error),
-    #[error("player keys: {0}")]
-    Keys(#[from] credential::CredentialError),
-    #[error("{}: not a certificate for site {site}: {why}", cert.display())]
-    Certificate { cert: std::path::PathBuf, site: String, why: tls::TlsError },
-}
 
 /// A running agent.
 #[derive(Debug)]
@@ -281,31 +256,6 @@ async fn serve_admin(
 }
 
 mod shell;
-
-/// Everything that reaches the loop.
-pub(crate) enum Event {
-    Core(LinkEvent<Control>),
-    CoreInbound(Inbound<Control>),
-    ServerUp(Peer<Server>),
-    ServerInbound(Name, ConnId, Inbound<Server>),
-    ServerItem(Name, StateItem),
-    ServerGone(Name, ConnId),
-    PlayerUp(Peer<Gateway>),
-    PlayerInbound(ConnId, Inbound<Gateway>),
-    PlayerItem(ConnId, gateway::Item),
-    PlayerGone(ConnId),
-    /// A transfer connection to another site: accepted (with its inbound) or dialed.
-    PeerUp(Conn<Transfer>, Option<mpsc::Receiver<Inbound<Transfer>>>),
-    PeerInbound(Name, Inbound<Transfer>),
-    PeerItem(Name, StateItem),
-    PeerGone(Name, ConnId),
-    /// A handover stream was opened (or not).
-    MirrorOpened(HandoverId, Result<Outbound<StateItem>, String>),
-    /// A task's result, for the machine as it is.
-    Machine(Input),
-    /// Certificates or keys to read again.
-    Reload(ReloadCause),
-}
 
 /// A game server's connection: its stream and its request lane.
 struct ServerIo {

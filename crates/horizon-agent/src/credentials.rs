@@ -12,8 +12,8 @@ use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{Limits, ServerTls};
 use tokio::sync::mpsc;
 
-use crate::agent::{AgentError, Event};
 use crate::config::AgentConfig;
+use crate::events::{AgentError, Event};
 
 /// How long a token the agent mints for one of its game servers is valid. The key that
 /// signs it lives only in this agent's memory, so the token dies with the agent anyway.

@@ -39,15 +39,17 @@ pub mod beacon;
 mod config;
 mod credentials;
 mod driver;
+mod events;
 mod gateway;
 pub mod machine;
 mod metrics;
 mod plumbing;
 mod stats;
 
-pub use agent::{AgentError, AgentHandle, start};
+pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, DriverChoice, KubernetesConfig, SERVER_TOKEN_ENV};
 pub use credentials::load_files;
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};
+pub use events::AgentError;
 pub use metrics::AgentStatus;
 pub use stats::{AgentStats, FreezeSample, MAX_FREEZES};

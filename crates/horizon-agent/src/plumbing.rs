@@ -2,15 +2,13 @@
 //! connection's inbound queue into the loop's one queue, tasks owning outbound streams, a game
 //! server's ordered request lane, the listeners' accept loops. No logic: bytes and events.
 
-use std::sync::Arc;
-
+use horizon_proto::Name;
 use horizon_proto::control::Control;
 use horizon_proto::server::{self, Server};
-use horizon_proto::{Name, Weigh};
 use horizon_transport::{Conn, Inbound, LinkEvent, Listener, Peer, StreamReceiver, StreamSender};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use crate::agent::{Event, STREAM_QUEUE, STREAM_QUEUE_BYTES};
+use crate::events::{Event, Outbound, STREAM_QUEUE};
 use crate::machine::{Input, Pending};
 
 pub(crate) fn rtt_ms<C: horizon_proto::Channel>(conn: &Conn<C>) -> f32 {
@@ -35,38 +33,6 @@ pub(crate) fn server_lane(
         }
     });
     tx
-}
-
-/// The queue of an outbound stream, bounded in items ([`STREAM_QUEUE`]) and in bytes
-/// ([`STREAM_QUEUE_BYTES`], by each item's [`Weigh::weight`]): an item is held with its share
-/// of the byte budget until the stream task has written it. Beyond either bound it is refused
-/// at once (the caller's item is dropped: the next tick replaces an update, inputs wait for
-/// their re-send, a handover that loses a chunk fails and is retried).
-#[derive(Debug)]
-pub(crate) struct Outbound<T> {
-    tx: mpsc::Sender<(T, OwnedSemaphorePermit)>,
-    bytes: Arc<Semaphore>,
-}
-
-impl<T> Clone for Outbound<T> {
-    fn clone(&self) -> Self {
-        Outbound { tx: self.tx.clone(), bytes: self.bytes.clone() }
-    }
-}
-
-impl<T: Weigh> Outbound<T> {
-    fn new() -> (Self, mpsc::Receiver<(T, OwnedSemaphorePermit)>) {
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        (Outbound { tx, bytes: Arc::new(Semaphore::new(STREAM_QUEUE_BYTES)) }, rx)
-    }
-
-    /// Queues `item`; `false` if a bound refused it or the stream is gone.
-    pub(crate) fn try_send(&self, item: T) -> bool {
-        // An item heavier than the whole budget takes all of it (and waits for an empty queue).
-        let weight = item.weight().min(STREAM_QUEUE_BYTES) as u32;
-        let Ok(permit) = self.bytes.clone().try_acquire_many_owned(weight) else { return false };
-        self.tx.try_send((item, permit)).is_ok()
-    }
 }
 
 /// A task that owns an outbound stream; the returned queue feeds it.
@@ -186,36 +152,4 @@ pub(crate) fn accept_loop<C: horizon_proto::Channel>(
         }
         listener.close("agent stopping");
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use horizon_proto::gateway::Item;
-    use horizon_proto::{Blob, Seq};
-
-    use super::*;
-
-    fn input(bytes: usize) -> Item {
-        Item::Input { seq: Seq(1), bytes: Blob(vec![0; bytes]) }
-    }
-
-    #[test]
-    fn an_outbound_queue_is_bounded_in_bytes_and_in_items_and_frees_what_was_written() {
-        let (queue, mut written) = Outbound::<Item>::new();
-        // 1 MiB items: the 64 MiB budget holds 63 of them (each weighs a little more).
-        let held = (0..100).take_while(|_| queue.try_send(input(1 << 20))).count();
-        assert_eq!(held, 63);
-        assert!(!queue.try_send(input(1 << 20)), "full in bytes");
-        // Writing one gives its bytes back.
-        drop(written.try_recv().expect("an item"));
-        assert!(queue.try_send(input(1 << 20)));
-        while written.try_recv().is_ok() {}
-        // Tiny items: the count bound.
-        let held = (0..3000).take_while(|_| queue.try_send(input(1))).count();
-        assert_eq!(held, STREAM_QUEUE);
-        // An item heavier than the whole budget waits for an empty queue.
-        while written.try_recv().is_ok() {}
-        assert!(queue.try_send(input(100 << 20)));
-        assert!(!queue.try_send(input(1)), "it takes the whole budget");
-    }
 }

@@ -6,7 +6,9 @@
 use horizon_mesh::rng::Rng;
 use serde::Serialize;
 
-use crate::world::SITES;
+/// The simulated mesh's sites, the core's first: where faults strike, and what the world
+/// builds.
+pub const SITES: [&str; 3] = ["PAR", "MTL", "HKG"];
 
 /// Which way a partition of an agent's link to the core cuts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -24,8 +24,8 @@ pub use horizon_core::Stage;
 use serde::Serialize;
 
 pub use checks::{LIVENESS_S, Violation};
-pub use faults::{Direction, Fault, Timed};
-pub use world::{RunStats, SITES};
+pub use faults::{Direction, Fault, SITES, Timed};
+pub use world::RunStats;
 
 /// Seeds that once broke an invariant and pass now, replayed by `--regressions` (every
 /// `.ci/run`) whatever the range run. What each found is in docs/chaos.md.

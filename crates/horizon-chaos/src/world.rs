@@ -45,10 +45,8 @@ use horizon_sdk::{Counters, OwnState, ServerMachine};
 use tokio::time::Instant;
 
 use crate::checks::{Checker, LIVENESS_S, update_of};
-use crate::faults::{Direction, Fault, Timed};
+use crate::faults::{Direction, Fault, SITES, Timed};
 
-/// The sites, the core's first.
-pub const SITES: [&str; 3] = ["PAR", "MTL", "HKG"];
 const CORE_SITE: usize = 0;
 /// Backbone round trips, milliseconds (design.md §2).
 const RTT_MS: [[f64; 3]; 3] = [[0.0, 85.0, 185.0], [85.0, 0.0, 225.0], [185.0, 225.0, 0.0]];

@@ -17,7 +17,26 @@ use serde::{Deserialize, Serialize};
 
 use horizon_proto::{BubbleId, PlayerId, Seq};
 
-use crate::machine::CopyAt;
+/// A stored whole copy: bubble, epoch, tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CopyAt {
+    pub bubble: BubbleId,
+    pub epoch: u64,
+    pub tick: u64,
+}
+
+/// A copy of a bubble's state as the store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredCopy {
+    pub epoch: u64,
+    /// The tick of `bytes`.
+    pub tick: u64,
+    /// The whole copy; for a bubble copied while spread over several servers, its first
+    /// part's copy.
+    pub bytes: Vec<u8>,
+    /// The other parts' copies (empty for a whole copy).
+    pub parts: Vec<Vec<u8>>,
+}
 
 mod memory;
 pub use memory::MemoryStore;
@@ -233,11 +252,11 @@ pub trait Durable: Send + std::fmt::Debug {
     /// The latest copy of `bubble` to restore it from: whole, or the copies of its parts when
     /// it was last copied spread over several servers (a part never copied is left out, and
     /// logged: its players' states are not in it).
-    fn latest_copy(&self, bubble: u64) -> Option<crate::machine::StoredCopy> {
+    fn latest_copy(&self, bubble: u64) -> Option<StoredCopy> {
         let meta = self.state().backups.get(&bubble)?.clone();
         if meta.parts.is_empty() {
             let (meta, bytes) = self.backup(bubble)?;
-            return Some(crate::machine::StoredCopy {
+            return Some(StoredCopy {
                 epoch: meta.epoch,
                 tick: meta.tick,
                 bytes,
@@ -258,7 +277,7 @@ pub trait Durable: Send + std::fmt::Debug {
         let mut found = found.into_iter();
         let (tick, bytes) = found.next()?;
         let parts = found.map(|(_, bytes)| bytes).collect();
-        Some(crate::machine::StoredCopy { epoch: meta.epoch, tick, bytes, parts })
+        Some(StoredCopy { epoch: meta.epoch, tick, bytes, parts })
     }
 }
 

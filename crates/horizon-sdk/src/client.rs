@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use horizon_proto::server::{Reply, Request, Server};
@@ -17,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::game::Game;
-use crate::server::ServerMachine;
+use crate::server::{Counters, ServerMachine};
 
 /// Items from the agent's streams waiting for the loop. A full queue pauses the reading task,
 /// and QUIC flow control pushes back on the agent.
@@ -43,20 +42,6 @@ pub struct ServerOptions {
     /// When players see their own inputs' effect: at once (a game implementing
     /// [`Game::own`](crate::Game::own)) or with the tick's update.
     pub own_state: crate::OwnState,
-}
-
-/// What the server did, for tests and its own logs.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub ticks: AtomicU64,
-    pub inputs_applied: AtomicU64,
-    /// Inputs received again after they were applied, and dropped (a re-send, not an error).
-    pub inputs_duplicate: AtomicU64,
-    /// Inputs dropped because the pending queue was full (the gateway re-sends them).
-    pub inputs_dropped: AtomicU64,
-    pub regions: AtomicU64,
-    /// Own states sent ahead of the tick's update ([`crate::OwnState::Early`]).
-    pub own_sent: AtomicU64,
 }
 
 /// Runs a game server until `stop` turns true. Reconnects to the agent on its own; regions are

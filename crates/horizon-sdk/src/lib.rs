@@ -35,7 +35,8 @@ pub mod reference;
 mod region;
 mod server;
 
-pub use client::{Counters, ServerOptions, run};
+pub use client::{ServerOptions, run};
 pub use game::{EngineLoad, Game, OwnState};
 pub use region::{Phase, RegionError};
+pub use server::Counters;
 pub use server::ServerMachine;

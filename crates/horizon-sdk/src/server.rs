@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use horizon_proto::server::{Reply, Request};
@@ -19,9 +19,22 @@ use horizon_proto::{
 };
 use tokio::time::Instant;
 
-use crate::client::Counters;
 use crate::game::{Game, OwnState};
 use crate::region::{Held, Phase};
+
+/// What the server did, for tests and its own logs.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub ticks: AtomicU64,
+    pub inputs_applied: AtomicU64,
+    /// Inputs received again after they were applied, and dropped (a re-send, not an error).
+    pub inputs_duplicate: AtomicU64,
+    /// Inputs dropped because the pending queue was full (the gateway re-sends them).
+    pub inputs_dropped: AtomicU64,
+    pub regions: AtomicU64,
+    /// Own states sent ahead of the tick's update ([`crate::OwnState::Early`]).
+    pub own_sent: AtomicU64,
+}
 
 /// One game server's regions. See the module documentation.
 pub struct ServerMachine<G: Game> {

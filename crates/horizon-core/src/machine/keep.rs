@@ -31,15 +31,9 @@
 
 use std::collections::BTreeMap;
 
-use horizon_proto::{BubbleId, PlayerId, Seq};
+use horizon_proto::{PlayerId, Seq};
 
-/// A stored whole copy: bubble, epoch, tick.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CopyAt {
-    pub bubble: BubbleId,
-    pub epoch: u64,
-    pub tick: u64,
-}
+pub use crate::store::CopyAt;
 
 /// Players remembered, at most (a core holds far fewer; beyond, new players are not kept).
 const MAX_PLAYERS: usize = 1 << 20;
@@ -171,6 +165,7 @@ impl PlayerCopies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use horizon_proto::BubbleId;
     use proptest::prelude::*;
 
     fn at(bubble: u64, tick: u64) -> CopyAt {

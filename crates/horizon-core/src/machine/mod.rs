@@ -33,6 +33,7 @@ use horizon_proto::{
 };
 
 use crate::metrics::{FailoverReason, Metrics};
+pub use crate::store::StoredCopy;
 use crate::store::{Record, StoreState};
 use handover::{Handover, HandoverPhase};
 use registry::Hosted;
@@ -108,19 +109,7 @@ pub enum Input {
     StoreFailed,
 }
 
-/// A copy of a bubble's state as the store holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredCopy {
-    pub epoch: u64,
-    /// The tick of `bytes`.
-    pub tick: u64,
-    /// The whole copy; for a bubble copied while spread over several servers, its first
-    /// part's copy.
-    pub bytes: Vec<u8>,
-    /// The other parts' copies (empty for a whole copy).
-    pub parts: Vec<Vec<u8>>,
-}
-
+// `StoredCopy` is the store's type (`crate::store`): what the machine makes of one.
 impl StoredCopy {
     /// What `horizon_restores_total` calls this copy.
     pub(crate) fn kind(&self) -> &'static str {

@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the population file (who plays when, from where, how they move).
 //! - [`model`]: the seeded population, stepped tick by tick; it never reads a policy's state.
+//! - `policy`: the policies compared (the brain's placements, and `nearest`).
 //! - `run`: one generator thread feeding every policy's worker through bounded queues; each
 //!   worker runs the real [`horizon_mesh::Mesh`] (or, for `nearest`, no brain at all) and samples
 //!   every player every tick.
@@ -10,10 +11,12 @@
 
 pub mod config;
 pub mod model;
+mod policy;
 pub mod report;
 mod run;
 pub(crate) mod servers;
 
 pub use config::PopulationConfig;
+pub use policy::Policy;
 pub use report::PopulationReport;
-pub use run::{Policy, Progress, run_population};
+pub use run::{Progress, run_population};

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::run::Policy;
+use super::policy::Policy;
 
 /// Percentiles of click-to-screen, in whole milliseconds (1 ms buckets, upper edge).
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 
 use super::config::PopulationConfig;
 use super::model::{Population, Step};
+use super::policy::Policy;
 use super::report::{
     Percentiles, PolicyReport, PopulationFigures, PopulationReport, Reversals, Series, SiteSeries,
 };
@@ -28,38 +29,6 @@ const BUCKETS: usize = 2_000;
 const REVERSAL_WINDOW_MS: u64 = 600_000;
 /// A player gains when their mean latency is at least this much below `all_core`'s.
 const GAIN_MS: f64 = 25.0;
-
-/// A placement policy compared by the simulator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    /// The brain, placing with one of its [`Placement`]s.
-    Brain(Placement),
-    /// Every player on their own home site, groups ignored: a lower bound, not playable.
-    Nearest,
-}
-
-impl Policy {
-    pub const ALL: [Policy; 6] = [
-        Policy::Brain(Placement::Smdg),
-        Policy::Brain(Placement::AllCore),
-        Policy::Brain(Placement::Fixed),
-        Policy::Brain(Placement::Creator),
-        Policy::Brain(Placement::OneShot),
-        Policy::Nearest,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Brain(p) => p.as_str(),
-            Policy::Nearest => "nearest",
-        }
-    }
-
-    /// The names of every policy, in the order reports show them.
-    pub fn names() -> [&'static str; 6] {
-        Policy::ALL.map(Policy::as_str)
-    }
-}
 
 /// Progress of a long run, reported every simulated hour.
 #[derive(Clone, Copy, Debug)]
