@@ -18,7 +18,7 @@ use horizon_proto::control::Control;
 use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
-use horizon_proto::{ChannelId, ErrorCode, HandoverId, Name, StateItem};
+use horizon_proto::{ChannelId, ErrorCode, Failure, Fault, HandoverId, Name, StateItem};
 use horizon_transport::credential::{Keyring, Kind, SharedKeyring, SignedToken};
 use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls::{self, Identity, Roots};

@@ -10,7 +10,7 @@ use horizon_proto::control::Control;
 use horizon_proto::gateway::{self, Gateway};
 use horizon_proto::server::Server;
 use horizon_proto::transfer::Transfer;
-use horizon_proto::{HandoverId, Name, StateItem, Weigh};
+use horizon_proto::{Failure, HandoverId, Name, StateItem, Weigh};
 use horizon_transport::credential;
 use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls;
@@ -64,7 +64,7 @@ pub(crate) enum Event {
     PeerItem(Name, StateItem),
     PeerGone(Name, ConnId),
     /// A handover stream was opened (or not).
-    MirrorOpened(HandoverId, Result<Outbound<StateItem>, String>),
+    MirrorOpened(HandoverId, Result<Outbound<StateItem>, Failure>),
     /// A task's result, for the machine as it is.
     Machine(Input),
     /// Certificates or keys to read again.

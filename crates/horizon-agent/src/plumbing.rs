@@ -25,7 +25,7 @@ pub(crate) fn server_lane(
     let (tx, mut rx) = mpsc::channel::<(Pending, server::Request)>(STREAM_QUEUE);
     tokio::spawn(async move {
         while let Some((pending, request)) = rx.recv().await {
-            let result = conn.request(&request).await.map_err(|e| e.to_string());
+            let result = conn.request(&request).await.map_err(horizon_proto::Failure::from);
             let input = Input::ServerReplied { server: server.clone(), pending, result };
             if events.send(Event::Machine(input)).await.is_err() {
                 break;

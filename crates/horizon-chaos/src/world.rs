@@ -39,7 +39,9 @@ use horizon_proto::control;
 use horizon_proto::gateway;
 use horizon_proto::server;
 use horizon_proto::transfer;
-use horizon_proto::{Epoch, HandoverId, Name, PlayerId, Role, Seq, StateItem, Vec3, WorldId};
+use horizon_proto::{
+    Epoch, ErrorCode, Failure, HandoverId, Name, PlayerId, Role, Seq, StateItem, Vec3, WorldId,
+};
 use horizon_sdk::reference::{self, Reference, View};
 use horizon_sdk::{Counters, OwnState, ServerMachine};
 use tokio::time::Instant;
@@ -670,7 +672,7 @@ impl World {
                             self.checker.granted(site, l.bubble, l.epoch, until);
                         }
                     }
-                    let result = reply.map_err(|f| f.to_string());
+                    let result = reply.map_err(Failure::Refused);
                     let input = agent::Input::CoreReplied { pending, result };
                     self.send_to_agent(site, conn, input, cursor);
                 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control::{self, Control};
-use horizon_proto::{ChannelId, ErrorCode, Name};
+use horizon_proto::{ChannelId, ErrorCode, Failure, Name};
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{Conn, Inbound, InboundRequest, Limits, Listener, Peer, SiteCertificate};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::admin::{AdminQuery, CoreSource, PAGE};
 use crate::config::CoreConfig;
 use crate::machine::{
-    ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderError, OrderId, RequestToken,
+    ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken,
 };
 use crate::store::{Durable, Store, StoreError};
 use crate::writer::{Barrier, Done, Step, Writer};
@@ -224,7 +224,7 @@ enum Event {
     AgentInbound(SiteId, ConnId, Inbound<Control>),
     AgentGone(SiteId, ConnId),
     Backup(SiteId, ConnId, control::Backup),
-    OrderDone(OrderId, Result<control::Reply, OrderError>),
+    OrderDone(OrderId, Result<control::Reply, Failure>),
     /// The store thread finished a job.
     Stored(Done),
 }
@@ -422,7 +422,7 @@ impl Shell {
             self.machine.handle(
                 Input::OrderDone {
                     order,
-                    result: Err(OrderError::Failed("agent connection gone".into())),
+                    result: Err(Failure::Unreachable("agent connection gone".into())),
                 },
                 self.now(),
             );
@@ -432,7 +432,7 @@ impl Shell {
             Lane::Ordered => {
                 if agent.ordered.try_send((order, request)).is_err() {
                     tracing::error!("agent order queue full");
-                    let result = Err(OrderError::Failed("agent order queue full".into()));
+                    let result = Err(Failure::Unreachable("agent order queue full".into()));
                     self.machine.handle(Input::OrderDone { order, result }, self.now());
                 }
             }
@@ -513,11 +513,8 @@ async fn ordered_lane(
     }
 }
 
-/// An agent's refusal is a failure; anything else (the connection ended, the time ran out)
-/// leaves the order's fate unknown.
-fn order_error(e: horizon_transport::Error) -> OrderError {
-    match e {
-        horizon_transport::Error::Fault(fault) => OrderError::Failed(fault.to_string()),
-        other => OrderError::Unanswered(other.to_string()),
-    }
+/// An agent's refusal is a refusal; a connection that ended or a time that ran out leaves the
+/// order's fate unknown ([`Failure::may_have_acted`]).
+fn order_error(e: horizon_transport::Error) -> Failure {
+    Failure::from(e)
 }

@@ -145,6 +145,44 @@ impl Fault {
     }
 }
 
+/// Why a request got no reply, in the kinds a state machine acts on differently. The shells
+/// turn their transport's errors into these (`horizon_transport::Error` converts); the
+/// machines never see a transport type.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// Nothing to send it on: not connected, or the connection could not be made. The peer
+    /// never saw the request.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The peer answered with a fault: it saw the request and said no.
+    #[error("refused: {0}")]
+    Refused(Fault),
+    /// No answer within the deadline: the peer may have acted on it.
+    #[error("no answer within {ms} ms")]
+    TimedOut { ms: u64 },
+    /// The connection ended (lost, closed, shut down) before the answer: the peer may have
+    /// acted on it.
+    #[error("connection gone: {0}")]
+    Gone(String),
+}
+
+impl Failure {
+    /// Whether the peer may have carried the request out (no answer came): only a refusal or a
+    /// request that never left is known not to have happened.
+    pub fn may_have_acted(&self) -> bool {
+        matches!(self, Failure::TimedOut { .. } | Failure::Gone(_))
+    }
+
+    /// The code to pass on: the peer's own when it refused, else what happened here.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Failure::Refused(fault) => fault.code,
+            Failure::TimedOut { .. } => ErrorCode::Timeout,
+            Failure::Unreachable(_) | Failure::Gone(_) => ErrorCode::NotReady,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@ pub mod transfer;
 mod types;
 
 pub use channel::{Channel, Hello, Message, Never, ReplyFrame, RequestFrame, Weigh, Welcome};
-pub use error::{ErrorCode, Fault};
+pub use error::{ErrorCode, Failure, Fault};
 pub use frame::{
     ChannelId, DecodeError, EncodeError, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, MAX_DATAGRAM_BYTES,
     MAX_FRAME_BYTES, MAX_HELLO_BYTES, MAX_NAME_BYTES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,

@@ -95,7 +95,54 @@ impl From<quinn::ReadError> for Error {
     }
 }
 
+impl From<Error> for horizon_proto::Failure {
+    fn from(e: Error) -> Self {
+        use horizon_proto::Failure;
+        match e {
+            Error::Setup(_) | Error::Connect { .. } => Failure::Unreachable(e.to_string()),
+            Error::Refused(fault) | Error::Fault(fault) => Failure::Refused(fault),
+            Error::Timeout { ms } => Failure::TimedOut { ms },
+            Error::Closed { .. } | Error::Lost(_) | Error::Shutdown => Failure::Gone(e.to_string()),
+            // A frame we could not read or send is an answer of sorts: refused, with its code.
+            Error::Frame(_) | Error::Encode(_) => {
+                Failure::Refused(Fault::new(e.code(), e.to_string()))
+            }
+        }
+    }
+}
+
 /// A stream or connection error code as ours (codes beyond `u16` are not ours).
 fn stream_code(code: quinn::VarInt) -> ErrorCode {
     u16::try_from(code.into_inner()).map_or(ErrorCode::Other(u16::MAX), ErrorCode::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use horizon_proto::Failure;
+
+    #[test]
+    fn a_transport_error_becomes_the_failure_a_machine_acts_on() {
+        let refused = Fault::new(ErrorCode::StaleEpoch, "newer epoch");
+        let cases = [
+            (Error::Connect { addr: "a:1".into(), why: "no route".into() }, "unreachable", false),
+            (Error::Fault(refused.clone()), "refused", false),
+            (Error::Refused(refused.clone()), "refused", false),
+            (Error::Timeout { ms: 5_000 }, "timed out", true),
+            (Error::Lost("reset".into()), "gone", true),
+            (Error::Closed { code: ErrorCode::Timeout, reason: "idle".into() }, "gone", true),
+            (Error::Shutdown, "gone", true),
+        ];
+        for (error, kind, may_have_acted) in cases {
+            let failure = Failure::from(error);
+            let got = match &failure {
+                Failure::Unreachable(_) => "unreachable",
+                Failure::Refused(_) => "refused",
+                Failure::TimedOut { .. } => "timed out",
+                Failure::Gone(_) => "gone",
+            };
+            assert_eq!((got, failure.may_have_acted()), (kind, may_have_acted), "{failure}");
+        }
+        assert_eq!(Failure::from(Error::Fault(refused)).code(), ErrorCode::StaleEpoch);
+    }
 }

@@ -272,7 +272,7 @@ impl Shell {
                 let core = self.core.clone();
                 let events = self.events.clone();
                 tokio::spawn(async move {
-                    let result = core.request(&request).await.map_err(|e| e.to_string());
+                    let result = core.request(&request).await.map_err(Failure::from);
                     let _ =
                         events.send(Event::Machine(Input::CoreReplied { pending, result })).await;
                 });
@@ -307,7 +307,7 @@ impl Shell {
                     None => Some((pending, "the server is gone")),
                 };
                 if let Some((pending, why)) = refused {
-                    let result = Err(why.to_owned());
+                    let result = Err(Failure::Unreachable(why.to_owned()));
                     self.feed(Input::ServerReplied { server, pending, result });
                 }
             }
@@ -355,13 +355,13 @@ impl Shell {
                     let conn = peer.conn.clone();
                     let events = self.events.clone();
                     tokio::spawn(async move {
-                        let result = conn.request(&request).await.map_err(|e| e.to_string());
+                        let result = conn.request(&request).await.map_err(Failure::from);
                         let input = Input::PeerReplied { site, pending, result };
                         let _ = events.send(Event::Machine(input)).await;
                     });
                 }
                 None => {
-                    let result = Err("no transfer link".to_owned());
+                    let result = Err(Failure::Unreachable("no transfer link".to_owned()));
                     self.feed(Input::PeerReplied { site, pending, result });
                 }
             },
@@ -384,7 +384,7 @@ impl Shell {
             }
             Effect::OpenMirror { site, handover, bubble, epoch } => {
                 let Some(peer) = self.peers.get(&site) else {
-                    let result = Err(format!("no transfer link to {site}"));
+                    let result = Err(Failure::Unreachable(format!("no transfer link to {site}")));
                     self.feed(Input::MirrorOpened { handover, result });
                     return;
                 };
@@ -395,10 +395,13 @@ impl Shell {
                     let stream = match conn.request(&open).await {
                         Ok(transfer::Reply::Accepted { .. }) => match conn.open_stream().await {
                             Ok(sender) => Ok(stream_task(sender)),
-                            Err(e) => Err(e.to_string()),
+                            Err(e) => Err(Failure::from(e)),
                         },
-                        Ok(other) => Err(format!("unexpected reply {other:?}")),
-                        Err(e) => Err(e.to_string()),
+                        Ok(other) => Err(Failure::Refused(Fault::new(
+                            ErrorCode::Unexpected,
+                            format!("unexpected reply {other:?}"),
+                        ))),
+                        Err(e) => Err(Failure::from(e)),
                     };
                     let _ = events.send(Event::MirrorOpened(handover, stream)).await;
                 });

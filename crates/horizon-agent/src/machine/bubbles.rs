@@ -94,7 +94,7 @@ impl AgentMachine {
         &mut self,
         server: Name,
         job: AssignJob,
-        result: Result<server::Reply, String>,
+        result: Result<server::Reply, Failure>,
         now: Instant,
     ) {
         let refused = match result {
@@ -102,7 +102,9 @@ impl AgentMachine {
                 Some(Fault::new(ErrorCode::StaleEpoch, format!("server has epoch {}", newest.0)))
             }
             Ok(_) => None,
-            Err(e) => Some(Fault::new(ErrorCode::NotReady, format!("server {server}: {e}"))),
+            // The server's own code when it refused; `timeout` when it did not answer (it may
+            // be running it: the core learns so from the code); `not_ready` when unreachable.
+            Err(e) => Some(Fault::new(e.code(), format!("server {server}: {e}"))),
         };
         if let Some(fault) = refused {
             let bubble = match &job {
@@ -408,7 +410,7 @@ impl AgentMachine {
         bubble: BubbleId,
         player: PlayerId,
         then: AfterLeave,
-        result: Result<server::Reply, String>,
+        result: Result<server::Reply, Failure>,
         now: Instant,
     ) {
         let Ok(server::Reply::Left { last_applied, state }) = result else {
@@ -501,7 +503,7 @@ impl AgentMachine {
         });
     }
 
-    pub(super) fn mirror_opened(&mut self, handover: HandoverId, result: Result<(), String>) {
+    pub(super) fn mirror_opened(&mut self, handover: HandoverId, result: Result<(), Failure>) {
         let Some((bubble, token)) = self.pending_prepare.remove(&handover) else {
             // Abandoned meanwhile (a regrant): the stream is not needed.
             self.effects.push_back(Effect::CloseMirror { handover });
@@ -535,7 +537,7 @@ impl AgentMachine {
         token: Token,
         handover: HandoverId,
         bubble: BubbleId,
-        result: Result<server::Reply, String>,
+        result: Result<server::Reply, Failure>,
     ) {
         match result {
             Ok(_) => self.answer(token, Ok(control::Reply::Done)),
@@ -591,13 +593,13 @@ impl AgentMachine {
         Ok(())
     }
 
-    pub(super) fn regranted(&mut self, bubble: BubbleId, result: Result<server::Reply, String>) {
+    pub(super) fn regranted(&mut self, bubble: BubbleId, result: Result<server::Reply, Failure>) {
         let Some(job) = self.regrants.get_mut(&bubble) else { return };
         job.waiting = job.waiting.saturating_sub(1);
         let fault = match result {
             Ok(server::Reply::Done) => None,
             Ok(other) => Some(Fault::new(ErrorCode::Internal, format!("server replied {other:?}"))),
-            Err(e) => Some(Fault::new(ErrorCode::NotReady, format!("regrant: {e}"))),
+            Err(e) => Some(Fault::new(e.code(), format!("regrant: {e}"))),
         };
         if job.fault.is_none() {
             job.fault = fault;
@@ -654,7 +656,7 @@ impl AgentMachine {
         token: Token,
         handover: HandoverId,
         bubble: BubbleId,
-        result: Result<server::Reply, String>,
+        result: Result<server::Reply, Failure>,
     ) {
         let result = match result {
             Ok(server::Reply::Frozen { tick }) => {
@@ -666,7 +668,7 @@ impl AgentMachine {
                 Ok(control::Reply::Frozen { handover, tick })
             }
             Ok(other) => Err(Fault::new(ErrorCode::Internal, format!("server replied {other:?}"))),
-            Err(e) => Err(Fault::new(ErrorCode::NotReady, format!("freeze: {e}"))),
+            Err(e) => Err(Fault::new(e.code(), format!("freeze: {e}"))),
         };
         self.answer(token, result);
     }

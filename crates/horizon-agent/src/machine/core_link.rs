@@ -64,7 +64,7 @@ impl AgentMachine {
     pub(super) fn core_replied(
         &mut self,
         then: Then,
-        result: Result<control::Reply, String>,
+        result: Result<control::Reply, Failure>,
         now: Instant,
     ) {
         match (then, result) {

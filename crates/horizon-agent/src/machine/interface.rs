@@ -18,7 +18,7 @@ pub enum Input {
     },
     CoreReplied {
         pending: Pending,
-        result: Result<control::Reply, String>,
+        result: Result<control::Reply, Failure>,
     },
     /// A game server connected and said hello as `server`.
     ServerUp {
@@ -39,7 +39,7 @@ pub enum Input {
     ServerReplied {
         server: Name,
         pending: Pending,
-        result: Result<server::Reply, String>,
+        result: Result<server::Reply, Failure>,
     },
     ServerGone {
         server: Name,
@@ -99,7 +99,7 @@ pub enum Input {
     PeerReplied {
         site: Name,
         pending: Pending,
-        result: Result<transfer::Reply, String>,
+        result: Result<transfer::Reply, Failure>,
     },
     PeerGone {
         site: Name,
@@ -108,7 +108,7 @@ pub enum Input {
     /// The handover stream asked for with [`Effect::OpenMirror`] is open (or why not).
     MirrorOpened {
         handover: HandoverId,
-        result: Result<(), String>,
+        result: Result<(), Failure>,
     },
 }
 

@@ -24,9 +24,9 @@ use horizon_proto::gateway;
 use horizon_proto::server;
 use horizon_proto::transfer;
 use horizon_proto::{
-    Aabb, Blob, BubbleId, Epoch, ErrorCode, Fault, HandoverId, Input as PlayerInput, Inputs, Lease,
-    LeaseRef, MAX_OWN_BYTES, Name, Own, PlayerId, Region, Role, Seq, StateItem, Tick, Update, Vec3,
-    WorldId,
+    Aabb, Blob, BubbleId, Epoch, ErrorCode, Failure, Fault, HandoverId, Input as PlayerInput,
+    Inputs, Lease, LeaseRef, MAX_OWN_BYTES, Name, Own, PlayerId, Region, Role, Seq, StateItem,
+    Tick, Update, Vec3, WorldId,
 };
 use tokio::time::Instant;
 

@@ -288,7 +288,7 @@ impl AgentMachine {
         self.ask_core(Then::PlayerIds, control::Request::PlayerIds { count: ID_BLOCK });
     }
 
-    pub(super) fn ids_granted(&mut self, reply: Result<control::Reply, String>) {
+    pub(super) fn ids_granted(&mut self, reply: Result<control::Reply, Failure>) {
         self.asking_ids = false;
         match reply {
             Ok(control::Reply::PlayerIds { first, count }) => {

@@ -108,7 +108,7 @@ impl AgentMachine {
         &mut self,
         server: Name,
         then: Then,
-        result: Result<server::Reply, String>,
+        result: Result<server::Reply, Failure>,
         now: Instant,
     ) {
         match then {

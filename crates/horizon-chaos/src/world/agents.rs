@@ -32,8 +32,8 @@ impl World {
             E::ToCore { pending, request } => {
                 let conn = self.controls[site].conn;
                 if conn == 0 {
-                    let input =
-                        agent::Input::CoreReplied { pending, result: Err("not connected".into()) };
+                    let result = Err(Failure::Unreachable("not connected".into()));
+                    let input = agent::Input::CoreReplied { pending, result };
                     self.schedule(
                         0,
                         Event::Deliver(Box::new(Delivery::CoreToAgent { site, conn: 0, input })),
@@ -66,7 +66,7 @@ impl World {
                 if conn != self.controls[site].conn {
                     return;
                 }
-                let result = result.map_err(|f| core::OrderError::Failed(f.to_string()));
+                let result = result.map_err(Failure::Refused);
                 let input = core::Input::OrderDone { order, result };
                 self.answers.insert(order, conn);
                 self.send_to_core(site, conn, input, false);
@@ -106,7 +106,7 @@ impl World {
                         let input = agent::Input::ServerReplied {
                             server: server.clone(),
                             pending,
-                            result: Err("the server is gone".into()),
+                            result: Err(Failure::Unreachable("the server is gone".into())),
                         };
                         self.schedule(
                             IDLE_US,
@@ -189,7 +189,7 @@ impl World {
                     PeerWait::Call(pending) => agent::Input::PeerReplied {
                         site: name(SITES[callee]),
                         pending,
-                        result: result.map_err(|f| f.to_string()),
+                        result: result.map_err(Failure::Refused),
                     },
                     PeerWait::Mirror(handover) => {
                         let result = match result {
@@ -197,8 +197,11 @@ impl World {
                                 self.mirrors.insert(handover, (caller, callee));
                                 Ok(())
                             }
-                            Ok(other) => Err(format!("unexpected reply {other:?}")),
-                            Err(f) => Err(f.to_string()),
+                            Ok(other) => Err(Failure::Refused(horizon_proto::Fault::new(
+                                ErrorCode::Unexpected,
+                                format!("unexpected reply {other:?}"),
+                            ))),
+                            Err(f) => Err(Failure::Refused(f)),
                         };
                         agent::Input::MirrorOpened { handover, result }
                     }
@@ -230,12 +233,15 @@ impl World {
         wait: PeerWait,
         request: transfer::Request,
     ) {
-        let fail = |wait: PeerWait, why: &str| match wait {
-            PeerWait::Call(pending) => {
-                agent::Input::PeerReplied { site: peer.clone(), pending, result: Err(why.into()) }
-            }
-            PeerWait::Mirror(handover) => {
-                agent::Input::MirrorOpened { handover, result: Err(why.into()) }
+        let fail = |wait: PeerWait, why: &str| {
+            let result = Failure::Unreachable(why.into());
+            match wait {
+                PeerWait::Call(pending) => {
+                    agent::Input::PeerReplied { site: peer.clone(), pending, result: Err(result) }
+                }
+                PeerWait::Mirror(handover) => {
+                    agent::Input::MirrorOpened { handover, result: Err(result) }
+                }
             }
         };
         let Some(to) = index_of(peer) else { return };
@@ -494,11 +500,11 @@ impl World {
             }
         }
         for order in failed_orders {
-            let result = Err(core::OrderError::Unanswered("agent connection gone".into()));
+            let result = Err(Failure::Gone("agent connection gone".into()));
             self.core_input(core::Input::OrderDone { order, result });
         }
         for order in never_sent {
-            let result = Err(core::OrderError::Failed("agent connection gone".into()));
+            let result = Err(Failure::Unreachable("agent connection gone".into()));
             self.core_input(core::Input::OrderDone { order, result });
         }
         self.core_input(core::Input::AgentDisconnected { site: self.site_ids[site], conn });
@@ -506,7 +512,7 @@ impl World {
             self.core_calls.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
         for t in calls {
             if let Some((_, _, pending, _)) = self.core_calls.remove(&t) {
-                let result = Err("connection lost".into());
+                let result = Err(Failure::Gone("connection lost".into()));
                 self.agent_input(site, agent::Input::CoreReplied { pending, result });
             }
         }
@@ -552,10 +558,11 @@ impl World {
                 PeerWait::Call(pending) => agent::Input::PeerReplied {
                     site: name(SITES[callee]),
                     pending,
-                    result: Err("connection lost".into()),
+                    result: Err(Failure::Gone("connection lost".into())),
                 },
                 PeerWait::Mirror(handover) => {
-                    agent::Input::MirrorOpened { handover, result: Err("connection lost".into()) }
+                    let result = Err(Failure::Gone("connection lost".into()));
+                    agent::Input::MirrorOpened { handover, result }
                 }
             };
             self.agent_input(caller, input);

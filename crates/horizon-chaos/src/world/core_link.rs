@@ -15,7 +15,7 @@ impl World {
     ) {
         if self.controls[site].conn != conn || conn == 0 {
             // Never sent.
-            let result = Err(core::OrderError::Failed("agent connection gone".into()));
+            let result = Err(Failure::Unreachable("agent connection gone".into()));
             self.core_input_later(core::Input::OrderDone { order, result }, at);
             return;
         }

@@ -60,7 +60,7 @@ impl World {
                 let input = agent::Input::ServerReplied {
                     server: name(&server),
                     pending: *pending,
-                    result: Err("timed out".into()),
+                    result: Err(Failure::TimedOut { ms: IDLE_US / 1000 }),
                 };
                 let d = Delivery::ServerToAgent { site, server, inc: 0, input };
                 self.schedule(IDLE_US, Event::Deliver(Box::new(d)));
@@ -92,7 +92,7 @@ impl World {
                 let input = agent::Input::ServerReplied {
                     server: name(&server),
                     pending: *pending,
-                    result: result.map_err(|f| f.to_string()),
+                    result: result.map_err(Failure::Refused),
                 };
                 let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
                 let d = Delivery::ServerToAgent { site, server, inc, input };
@@ -187,7 +187,7 @@ impl World {
             let input = agent::Input::ServerReplied {
                 server: name(server),
                 pending,
-                result: Err("timed out".into()),
+                result: Err(Failure::TimedOut { ms: IDLE_US / 1000 }),
             };
             let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input };
             self.schedule(IDLE_US, Event::Deliver(Box::new(d)));

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use horizon_mesh::{SiteId, Span, Time};
 use horizon_proto::control;
-use horizon_proto::{Aabb, BubbleId, Epoch, LeaseRef, PlayerId, Region, WorldId};
+use horizon_proto::{Aabb, BubbleId, Epoch, Failure, LeaseRef, PlayerId, Region, WorldId};
 
 use super::{Awaiting, ConnId, CoreMachine, Effect, StoredCopy};
 use crate::machine::registry::Hosted;
@@ -321,7 +321,7 @@ impl CoreMachine {
         &mut self,
         bubble: BubbleId,
         epoch: u64,
-        result: Result<control::Reply, super::OrderError>,
+        result: Result<control::Reply, Failure>,
         now: Time,
     ) {
         let Some(d) = self.drains.drains.get(&bubble) else { return };

@@ -17,7 +17,7 @@
 
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
-use horizon_proto::{Blob, BubbleId, LeaseRef, PlayerId, Region, WorldId};
+use horizon_proto::{Blob, BubbleId, Failure, LeaseRef, PlayerId, Region, WorldId};
 
 use super::registry::Phase;
 use super::{Adoption, Awaiting, CopyAt, CoreMachine, Effect, StoredCopy};
@@ -103,7 +103,7 @@ impl CoreMachine {
         &mut self,
         bubble: BubbleId,
         epoch: u64,
-        result: Result<control::Reply, super::OrderError>,
+        result: Result<control::Reply, Failure>,
         now: Time,
     ) {
         if self.registry.get(&bubble).is_none_or(|r| !r.restoring() || r.epoch != epoch) {
@@ -125,7 +125,7 @@ impl CoreMachine {
                 self.reconcile();
             }
             Ok(other) => self.restore_failed(bubble, epoch, &format!("replied {other:?}"), now),
-            Err(super::OrderError::Unanswered(why)) => {
+            Err(why) if why.may_have_acted() => {
                 // The site may run it under this epoch's lease: it is its holder until it
                 // registers without it, or the lease runs out (then it fails over).
                 tracing::warn!(bubble = bubble.0, epoch, %why, "restore unanswered: its site holds it until it says otherwise or its lease runs out");
@@ -133,7 +133,7 @@ impl CoreMachine {
                     reg.phase = Phase::Running;
                 }
             }
-            Err(super::OrderError::Failed(why)) => self.restore_failed(bubble, epoch, &why, now),
+            Err(why) => self.restore_failed(bubble, epoch, &why.to_string(), now),
         }
     }
 

@@ -18,7 +18,8 @@ use std::collections::BTreeSet;
 use horizon_mesh::{SiteId, Span, Time};
 use horizon_proto::control;
 use horizon_proto::{
-    BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, PlayerId, Region, WorldId,
+    BubbleId, Epoch, ErrorCode, Failure, Fault, HandoverId, Lease, LeaseRef, PlayerId, Region,
+    WorldId,
 };
 
 use super::registry::Phase;
@@ -96,7 +97,7 @@ impl Handover {
     pub(crate) fn on_reply(
         &mut self,
         phase: HandoverPhase,
-        reply: Result<&horizon_proto::control::Reply, &str>,
+        reply: Result<&horizon_proto::control::Reply, &Failure>,
         now: Time,
     ) -> Step {
         use horizon_proto::control::Reply;
@@ -231,11 +232,11 @@ impl CoreMachine {
         &mut self,
         id: HandoverId,
         phase: HandoverPhase,
-        result: Result<control::Reply, super::OrderError>,
+        result: Result<control::Reply, Failure>,
         now: Time,
     ) {
         let Some(h) = self.handovers.get_mut(&id) else { return };
-        match h.on_reply(phase, result.as_ref().map_err(super::OrderError::as_str), now) {
+        match h.on_reply(phase, result.as_ref(), now) {
             Step::Next(_) => self.send_step(id, now),
             Step::Frozen(tick) => {
                 tracing::info!(handover = id.0, bubble = h.bubble.0, tick, "source frozen");
@@ -467,7 +468,8 @@ mod tests {
     #[test]
     fn a_failure_before_the_freeze_can_be_abandoned_and_after_it_cannot() {
         let mut h = handover();
-        match h.on_reply(HandoverPhase::PreparingTarget, Err("no server"), Time::ZERO) {
+        let refused = Failure::Refused(Fault::new(ErrorCode::NotReady, "no server"));
+        match h.on_reply(HandoverPhase::PreparingTarget, Err(&refused), Time::ZERO) {
             Step::Failed { freeze_sent, why } => {
                 assert!(!freeze_sent);
                 assert!(why.contains("preparing_target"), "{why}");
@@ -476,7 +478,8 @@ mod tests {
         }
         let mut h = handover();
         h.phase = HandoverPhase::Freezing;
-        match h.on_reply(HandoverPhase::Freezing, Err("timeout"), Time::ZERO) {
+        let timeout = Failure::TimedOut { ms: 5_000 };
+        match h.on_reply(HandoverPhase::Freezing, Err(&timeout), Time::ZERO) {
             Step::Failed { freeze_sent, .. } => assert!(freeze_sent),
             other => panic!("{other:?}"),
         }
@@ -486,7 +489,8 @@ mod tests {
     fn a_reply_for_a_phase_already_left_changes_nothing() {
         let mut h = handover();
         h.phase = HandoverPhase::Freezing;
-        let step = h.on_reply(HandoverPhase::PreparingTarget, Err("late"), Time::ZERO);
+        let late = Failure::Gone("late".into());
+        let step = h.on_reply(HandoverPhase::PreparingTarget, Err(&late), Time::ZERO);
         assert_eq!(step, Step::Stale);
         assert_eq!(h.phase, HandoverPhase::Freezing);
     }

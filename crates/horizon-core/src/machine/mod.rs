@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use horizon_mesh::{Generation, Mesh, MeshConfig, SiteId, Sites, Thresholds, Time};
 use horizon_proto::control;
 use horizon_proto::{
-    BubbleId, Epoch, ErrorCode, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId,
+    BubbleId, Epoch, ErrorCode, Failure, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId,
 };
 
 use crate::metrics::{FailoverReason, Metrics};
@@ -61,33 +61,6 @@ pub enum Lane {
     Direct,
 }
 
-/// Why an order has no answer to act on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OrderError {
-    /// It was not carried out: the agent refused it, or it never left.
-    Failed(String),
-    /// No answer came (its connection ended, or its time ran out): the agent may have
-    /// carried it out.
-    Unanswered(String),
-}
-
-impl OrderError {
-    pub fn as_str(&self) -> &str {
-        match self {
-            OrderError::Failed(why) | OrderError::Unanswered(why) => why,
-        }
-    }
-}
-
-impl std::fmt::Display for OrderError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OrderError::Failed(why) => f.write_str(why),
-            OrderError::Unanswered(why) => write!(f, "no answer: {why}"),
-        }
-    }
-}
-
 /// What happened, as the shell saw it.
 #[derive(Debug)]
 pub enum Input {
@@ -100,7 +73,7 @@ pub enum Input {
     /// One item of an agent's universe backup stream.
     Backup { site: SiteId, conn: ConnId, item: control::Backup },
     /// The result of an order sent with [`Effect::Send`].
-    OrderDone { order: OrderId, result: Result<control::Reply, OrderError> },
+    OrderDone { order: OrderId, result: Result<control::Reply, Failure> },
     /// The latest stored copy of a bubble, asked for with [`Effect::ReadBackup`].
     BackupRead { bubble: BubbleId, copy: Option<StoredCopy> },
     /// A copy kept for players, asked for with [`Effect::ReadPinned`] (`None`: not found).
@@ -633,12 +606,7 @@ impl CoreMachine {
         Some(order)
     }
 
-    fn order_done(
-        &mut self,
-        order: OrderId,
-        result: Result<control::Reply, OrderError>,
-        now: Time,
-    ) {
+    fn order_done(&mut self, order: OrderId, result: Result<control::Reply, Failure>, now: Time) {
         match self.awaiting.remove(&order) {
             Some(Awaiting::Handover(h, phase)) => self.handover_step(h, phase, result, now),
             Some(Awaiting::Restore(bubble, epoch)) => self.restored(bubble, epoch, result, now),

@@ -133,7 +133,7 @@ impl Harness {
     fn answer_servers(
         &mut self,
         effects: Vec<Effect>,
-        reply: impl Fn(&server::Request) -> Result<server::Reply, String>,
+        reply: impl Fn(&server::Request) -> Result<server::Reply, Failure>,
     ) -> Vec<Effect> {
         self.answer_servers_seen(effects, reply).1
     }
@@ -143,7 +143,7 @@ impl Harness {
     fn answer_servers_seen(
         &mut self,
         effects: Vec<Effect>,
-        reply: impl Fn(&server::Request) -> Result<server::Reply, String>,
+        reply: impl Fn(&server::Request) -> Result<server::Reply, Failure>,
     ) -> (Vec<(String, server::Request)>, Vec<Effect>) {
         let mut rest = Vec::new();
         let mut seen = Vec::new();
@@ -162,7 +162,7 @@ impl Harness {
     }
 }
 
-fn done(_: &server::Request) -> Result<server::Reply, String> {
+fn done(_: &server::Request) -> Result<server::Reply, Failure> {
     Ok(server::Reply::Done)
 }
 
@@ -243,6 +243,33 @@ fn the_warm_pool_is_started_at_once_and_topped_up_when_a_server_takes_a_bubble()
     assert!(
         out.iter().any(|e| matches!(e, Effect::StartServer { server } if server == "mtl-gs-2"))
     );
+}
+
+#[test]
+fn a_create_its_server_failed_tells_the_core_how_it_failed() {
+    // Refused by the server: its own code; no answer: `timeout` (the server may run it);
+    // unreachable: `not_ready`.
+    let cases = [
+        (
+            Failure::Refused(Fault::new(ErrorCode::StaleEpoch, "newer epoch here")),
+            ErrorCode::StaleEpoch,
+        ),
+        (Failure::TimedOut { ms: 10_000 }, ErrorCode::Timeout),
+        (Failure::Unreachable("the server is gone".into()), ErrorCode::NotReady),
+    ];
+    for (b, (failure, code)) in (1..).zip(cases) {
+        let mut h = Harness::new(1);
+        h.effects();
+        h.server_ready("mtl-gs-0");
+        let create = control::Request::Create {
+            bubble: BubbleId(b),
+            region: region(),
+            lease: lease(b, 1, 10_000),
+        };
+        let (token, out) = h.order(create);
+        let out = h.answer_servers(out, |_| Err(failure.clone()));
+        assert_eq!(answers(&out), [(token, Err(code))], "{failure}");
+    }
 }
 
 #[test]
@@ -884,7 +911,9 @@ fn a_move_the_new_server_refuses_is_given_up_and_the_member_list_that_waited_app
     assert!(to_servers(&waiting).is_empty());
     // ... which the new server refuses: the bubble stays, and player 6 joins it where it runs.
     let (seen, _) = h.answer_servers_seen(out, |r| match r {
-        server::Request::Continue { .. } => Err("refused".into()),
+        server::Request::Continue { .. } => {
+            Err(Failure::Refused(Fault::new(ErrorCode::NotReady, "refused")))
+        }
         _ => Ok(server::Reply::Done),
     });
     let joined: Vec<(String, u64)> = seen

@@ -411,7 +411,8 @@ fn a_restore_that_fails_is_failed_over_again_elsewhere() {
     h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
     h.drain(|_| {});
     let (_, order, _) = h.sent().into_iter().find(|(s, ..)| s == "MTL").expect("restore to MTL");
-    let result = Err(OrderError::Failed("no game server ready at MTL in time".into()));
+    let no_server = Fault::new(ErrorCode::NotReady, "no game server ready at MTL in time");
+    let result = Err(Failure::Refused(no_server));
     h.core.handle(Input::OrderDone { order, result }, h.now);
     h.drain(|_| {});
     let (_, site, _) = h.hosted(1);
@@ -685,7 +686,7 @@ fn a_restore_left_unanswered_is_held_by_its_site_not_failed_over_at_once() {
         .find_map(|(s, o, r)| matches!(r, control::Request::Restore { .. }).then_some((s, o)))
         .expect("a restore");
     h.log.clear();
-    let result = Err(OrderError::Unanswered("connection lost".into()));
+    let result = Err(Failure::Gone("connection lost".into()));
     h.core.handle(Input::OrderDone { order, result }, h.now);
     h.drain(|_| {});
     assert!(!failed_over(&h, bubble), "its site may run it under the restore's lease");
