@@ -203,6 +203,15 @@ fn the_explanation_names_the_best_site_and_counts_dwell_then_hold_as_the_tick_do
     assert_eq!(e.standing.hold_left, Span::from_secs(175));
     assert!(e.words(m.sites(), m.thresholds()).contains("MTL is the best site"));
     assert!(m.explain(horizon_mesh::BubbleId(u64::MAX), Time::from_secs(40)).is_none());
+    // For every bubble at once (one pass over the players), the same figures.
+    for id in 10..20 {
+        m.handle_join(join(id, HKG, 10.0, Role::Player, at(id as f64 * 10_000.0))).unwrap();
+    }
+    run(&mut m, 45, 45);
+    let t = Time::from_secs(47);
+    let one_by_one: Vec<_> = m.bubbles().map(|b| m.explain(b.id, t).unwrap()).collect();
+    assert!(one_by_one.len() > 5);
+    assert_eq!(m.explain_all(t), one_by_one);
 }
 
 #[test]

@@ -296,10 +296,10 @@ impl Run<'_> {
 
     /// An `explain` line for every bubble whose site, best site, verdict or rule changed.
     fn explain(&mut self, now: Time) {
-        let ids: Vec<horizon_mesh::BubbleId> = self.mesh.bubbles().map(|b| b.id).collect();
-        self.explained.retain(|b, _| ids.contains(b));
-        for id in ids {
-            let Some(e) = self.mesh.explain(id, now) else { continue };
+        let all = self.mesh.explain_all(now);
+        self.explained.retain(|b, _| all.iter().any(|e| e.bubble == *b));
+        for e in all {
+            let id = e.bubble;
             let verdict = match e.standing.verdict {
                 horizon_mesh::Verdict::Stay => "stay",
                 horizon_mesh::Verdict::Wait => "wait",

@@ -97,12 +97,11 @@ impl CoreMachine {
             .collect()
     }
 
-    /// Why `bubble` is where it is, with site names.
-    fn explain(&self, bubble: horizon_proto::BubbleId, now: Time) -> Option<Explain> {
-        let e = self.mesh.explain(bubble, now)?;
+    /// Why a bubble is where it is, with site names.
+    fn explain(&self, e: &horizon_mesh::Explanation) -> Explain {
         let name = |s: horizon_mesh::SiteId| self.cfg.sites.name(s).to_string();
         let st = &e.standing;
-        Some(Explain {
+        Explain {
             rule: match e.rule {
                 PlacementRule::Scored => "scored",
                 PlacementRule::Delegated { .. } => "delegated",
@@ -135,7 +134,7 @@ impl CoreMachine {
             dwell_s: st.dwelt.as_secs_f64(),
             hold_left_s: st.hold_left.as_secs_f64(),
             words: e.words(self.mesh.sites(), self.mesh.thresholds()),
-        })
+        }
     }
 
     /// Where region `id` runs (the servers its holder last reported), since when, and its
@@ -214,6 +213,8 @@ impl CoreMachine {
                 }
             })
             .collect();
+        let explained: BTreeMap<horizon_proto::BubbleId, horizon_mesh::Explanation> =
+            self.mesh.explain_all(now).into_iter().map(|e| (e.bubble, e)).collect();
         let bubbles = self
             .registry
             .iter()
@@ -231,7 +232,7 @@ impl CoreMachine {
                 tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps().to_vec()),
                 parts: r.parts.iter().map(bounds).collect(),
                 life: self.life(*id, r, now),
-                explain: self.explain(*id, now),
+                explain: explained.get(id).map(|e| self.explain(e)),
             })
             .collect();
         // Player ids and positions only for an authenticated reader (horizon-admin's Access).

@@ -4,7 +4,7 @@
 use super::{Mesh, Placement};
 use crate::config::{Sites, Thresholds};
 use crate::ids::{BubbleId, SiteId};
-use crate::scoring::{SiteScore, Standing, Verdict, best_site};
+use crate::scoring::{SiteScore, Standing, Tally, Verdict, best_site};
 use crate::time::Time;
 
 /// One site as a candidate for a bubble.
@@ -57,11 +57,33 @@ impl Mesh {
     /// latency for the players in it now, the best site, and where hysteresis stands (gain,
     /// dwell, hold). A tick scores the bubble's whole unit (players about to enter count
     /// there), so the figures can differ from the next tick's by the players crossing in.
+    ///
+    /// One pass over the players: for every bubble at once, use [`Mesh::explain_all`].
     pub fn explain(&self, bubble: BubbleId, now: Time) -> Option<Explanation> {
         let &slot = self.bubble_index.get(&bubble)?;
+        self.explain_slot(slot, self.tally_of_slot(slot), now)
+    }
+
+    /// [`Mesh::explain`] for every bubble, in slot order, with one pass over the players (a
+    /// status page asks every 2 s, whatever the population).
+    pub fn explain_all(&self, now: Time) -> Vec<Explanation> {
+        let mut tallies: Vec<Option<Tally>> =
+            self.bubbles.iter().map(|b| b.as_ref().map(|_| Tally::new(self.sites.len()))).collect();
+        for (&slot, m) in self.player_bubble.iter().zip(&self.members) {
+            if let Some(Some(t)) = tallies.get_mut(slot as usize) {
+                t.add_one(m.home, m.access_ms, m.weight);
+            }
+        }
+        tallies
+            .into_iter()
+            .enumerate()
+            .filter_map(|(slot, t)| self.explain_slot(slot as u32, t?, now))
+            .collect()
+    }
+
+    fn explain_slot(&self, slot: u32, tally: Tally, now: Time) -> Option<Explanation> {
         let b = self.bubbles[slot as usize].as_ref()?;
-        let tally = self.tally_of_slot(slot);
-        let (site, seats) = (b.site, b.seats());
+        let (bubble, site, seats) = (b.id, b.site, b.seats());
         let hosts = |s: SiteId| s == site || s == self.sites.core() || self.can_host(s, seats);
         let candidates = self
             .sites
