@@ -297,7 +297,8 @@ impl Run<'_> {
     /// An `explain` line for every bubble whose site, best site, verdict or rule changed.
     fn explain(&mut self, now: Time) {
         let all = self.mesh.explain_all(now);
-        self.explained.retain(|b, _| all.iter().any(|e| e.bubble == *b));
+        let live: std::collections::BTreeSet<_> = all.iter().map(|e| e.bubble).collect();
+        self.explained.retain(|b, _| live.contains(b));
         for e in all {
             let id = e.bubble;
             let verdict = match e.standing.verdict {
