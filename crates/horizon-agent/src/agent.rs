@@ -128,7 +128,7 @@ pub async fn start(
     let endpoint = client_endpoint(cfg.listen_transfer.ip())?;
     let core = Link::<Control>::connect(Dial {
         endpoint: endpoint.clone(),
-        addr: cfg.core.clone(),
+        addrs: cfg.core.clone(),
         // The core's own name: no site's certificate (the core site's neither) passes for it.
         server_name: horizon_transport::tls::CORE_DNS_NAME.to_owned(),
         config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits)?,

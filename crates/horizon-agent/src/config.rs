@@ -12,8 +12,10 @@ use serde::Deserialize;
 pub struct AgentConfig {
     /// This agent's site (`MTL`). Its certificate must name it.
     pub site: String,
-    /// The core's control endpoint: `host:port`, a name resolved at each (re)connection.
-    pub core: Target,
+    /// The core's control endpoints: `host:port`, each a name resolved at each (re)connection.
+    /// One, or a core and its standbys (`core = ["a:7400", "b:7400"]`): the agent dials them in
+    /// turn until one answers (a standby binds its control port only once it leads).
+    pub core: Vec<Target>,
     /// The site the core runs at, whose zones simulate the players no bubble holds (the first
     /// of the core's `[sites]`). Only named here: the core presents its own certificate,
     /// naming `core.horizon`, whatever its site. The agent's metrics for moves to and from it
@@ -96,12 +98,20 @@ fn default_grace_s() -> u32 {
     10
 }
 
+/// `core`: one address, or a list (a core and its standbys).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawCore {
+    One(String),
+    Many(Vec<String>),
+}
+
 /// The file's shape.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     site: String,
-    core: String,
+    core: RawCore,
     core_site: String,
     listen: RawListen,
     tls: RawTls,
@@ -178,7 +188,12 @@ impl AgentConfig {
                 Target::from(SocketAddr::from(([127, 0, 0, 1], 1)))
             }
         };
-        let core = target("core", &raw.core);
+        let core: Vec<Target> = match &raw.core {
+            RawCore::One(a) => vec![target("core", a)],
+            RawCore::Many(list) => {
+                list.iter().enumerate().map(|(i, a)| target(&format!("core[{i}]"), a)).collect()
+            }
+        };
         let peers: BTreeMap<String, Target> = raw
             .peers
             .iter()
@@ -189,6 +204,9 @@ impl AgentConfig {
         }
         if let Some(a) = &raw.listen.advertise_admin {
             let _ = target("listen.advertise_admin", a);
+        }
+        if core.is_empty() {
+            errors.push("core = []: name at least one address of the core (host:port)".into());
         }
         let mut addr = |key: &str, value: &str| match value.parse::<SocketAddr>() {
             Ok(a) => a,
@@ -392,11 +410,25 @@ mod tests {
             .replace("10.0.0.1:7400", "horizon-core.par.svc:7400")
             .replace("HKG = \"127.0.0.1:7513\"", "HKG = \"agent-hkg:7413\"");
         let c = AgentConfig::parse(&named, Path::new(".")).unwrap();
-        assert_eq!(c.core.as_str(), "horizon-core.par.svc:7400");
+        assert_eq!(c.core[0].as_str(), "horizon-core.par.svc:7400");
         assert_eq!(c.peers["HKG"].as_str(), "agent-hkg:7413");
         let bad = GOOD.replace("mtl.example:7413", "mtl.example");
         let errors = AgentConfig::parse(&bad, Path::new(".")).unwrap_err();
         assert!(errors[0].contains("listen.advertise_transfer"), "{errors:?}");
+    }
+
+    #[test]
+    fn the_core_may_be_a_list_of_a_core_and_its_standbys() {
+        let two = GOOD.replace("\"10.0.0.1:7400\"", "[\"10.0.0.1:7400\", \"core-b:7400\"]");
+        let c = AgentConfig::parse(&two, Path::new(".")).unwrap();
+        let names: Vec<&str> = c.core.iter().map(|t| t.as_str()).collect();
+        assert_eq!(names, ["10.0.0.1:7400", "core-b:7400"]);
+        let none = GOOD.replace("\"10.0.0.1:7400\"", "[]");
+        let errors = AgentConfig::parse(&none, Path::new(".")).unwrap_err();
+        assert!(errors[0].starts_with("core = []"), "{errors:?}");
+        let bad = GOOD.replace("\"10.0.0.1:7400\"", "[\"10.0.0.1:7400\", \"nowhere\"]");
+        let errors = AgentConfig::parse(&bad, Path::new(".")).unwrap_err();
+        assert!(errors[0].starts_with("core[1] = "), "{errors:?}");
     }
 
     #[test]

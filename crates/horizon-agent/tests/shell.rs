@@ -54,7 +54,7 @@ fn config(dir: &std::path::Path) -> AgentConfig {
     AgentConfig {
         site: "MTL".into(),
         // Nothing listens there: the core stays unreachable.
-        core: SocketAddr::from(([127, 0, 0, 1], 9)).into(),
+        core: vec![SocketAddr::from(([127, 0, 0, 1], 9)).into()],
         core_site: "PAR".into(),
         listen_servers: any,
         listen_players: any,

@@ -56,6 +56,35 @@ impl Source for CoreSource {
     }
 }
 
+/// A core standing by for another (`[store] kind = "etcd"`): not ready, and says who leads.
+#[cfg(feature = "etcd")]
+pub(crate) struct StandbySource {
+    pub(crate) leader: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+#[cfg(feature = "etcd")]
+impl StandbySource {
+    fn leader(&self) -> Option<String> {
+        self.leader.lock().ok().and_then(|l| l.clone())
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Source for StandbySource {
+    fn ready(&self) -> BoxFuture<Result<(), String>> {
+        let why = match self.leader() {
+            Some(leader) => format!("standing by: the core {leader} leads"),
+            None => "standing by: campaigning to lead".to_owned(),
+        };
+        Box::pin(async move { Err(why) })
+    }
+
+    fn status(&self, _page: Page) -> BoxFuture<Result<serde_json::Value, String>> {
+        let doc = serde_json::json!({ "role": "standby", "leader": self.leader() });
+        Box::pin(async move { Ok(doc) })
+    }
+}
+
 /// The console (docs/operations.md, "The console"): polls `/status` every 2 s and shows the
 /// sites, a sortable table of regions, why the selected bubble is where it is, a map per world
 /// (regions filled by their site, players outlined by home) and the timeline; an admin token

@@ -19,8 +19,11 @@ pub struct CoreConfig {
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// Directory of the durable store (created if missing).
+    /// Directory of the durable store (created if missing): with the file store, its log and
+    /// the copies; with etcd, the copies alone (see [`StoreKind`]).
     pub store: PathBuf,
+    /// `[store] kind`: where the ownership log lives.
+    pub store_kind: StoreKind,
     /// `[[zones]]`: the core site's zone boxes at the first start (a world with none is one
     /// zone). Once the store holds zones, the layout it holds is taken back instead.
     pub zones: Vec<ZoneSpec>,
@@ -28,6 +31,31 @@ pub struct CoreConfig {
     pub stage: Stage,
     /// `[[delegations]]`: what `fixed` delegates to which relay site.
     pub delegations: Vec<Delegation>,
+}
+
+/// Where the core keeps its ownership log (generation, leases, player id blocks, copy
+/// pointers: small records). The copies themselves are files in `[store] path` either way.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StoreKind {
+    /// A checksummed log on the core's own volume, locked against a second core: the embedded
+    /// default, for one core.
+    #[default]
+    File,
+    /// etcd: every replica of the core campaigns, one leads, the others stand by
+    /// (docs/running.md, "A standby core").
+    Etcd(EtcdOptions),
+}
+
+/// `[store]` with `kind = "etcd"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdOptions {
+    /// `http://host:port` of each etcd member.
+    pub endpoints: Vec<String>,
+    /// Every key the core writes starts with this (one universe per prefix).
+    pub prefix: String,
+    /// The election lease, in whole seconds (2–60): how long a dead leader's standby waits
+    /// before it takes over, and how long a leader cut from etcd keeps granting.
+    pub election_ttl_s: u32,
 }
 
 /// A stage of the rollout: what the core may delegate. Parsed once, here; the brain is told
@@ -126,6 +154,10 @@ struct RawTls {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     path: PathBuf,
+    kind: Option<String>,
+    endpoints: Option<Vec<String>>,
+    prefix: Option<String>,
+    election_ttl_s: Option<u32>,
 }
 
 impl CoreConfig {
@@ -210,6 +242,7 @@ impl CoreConfig {
                 stage.as_str()
             )),
         }
+        let store_kind = store_kind(&raw.store, &mut errors);
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -221,11 +254,65 @@ impl CoreConfig {
             ca: base.join(raw.tls.ca),
             cert: base.join(raw.tls.cert),
             key: base.join(raw.tls.key),
-            store: base.join(raw.store.path),
+            store: base.join(&raw.store.path),
+            store_kind,
             zones,
             delegations,
             stage,
         })
+    }
+}
+
+/// `[store] kind` and the keys that go with it, every problem named.
+fn store_kind(raw: &RawStore, errors: &mut Vec<String>) -> StoreKind {
+    let etcd_keys = [
+        ("endpoints", raw.endpoints.is_some()),
+        ("prefix", raw.prefix.is_some()),
+        ("election_ttl_s", raw.election_ttl_s.is_some()),
+    ];
+    match raw.kind.as_deref() {
+        None | Some("file") => {
+            for (key, given) in etcd_keys {
+                if given {
+                    errors.push(format!("store.{key}: read only with store.kind = \"etcd\""));
+                }
+            }
+            StoreKind::File
+        }
+        Some("etcd") => {
+            let endpoints = raw.endpoints.clone().unwrap_or_default();
+            if endpoints.is_empty() {
+                errors.push(
+                    "store.endpoints: store.kind = \"etcd\" needs at least one etcd member (\"http://host:2379\")"
+                        .to_owned(),
+                );
+            }
+            for (i, e) in endpoints.iter().enumerate() {
+                let rest = e.strip_prefix("http://").or_else(|| e.strip_prefix("https://"));
+                if rest.is_none_or(|r| r.is_empty() || r.contains('/')) {
+                    errors.push(format!(
+                        "store.endpoints[{i}] = {e:?}: not an etcd endpoint (http://host:port)"
+                    ));
+                }
+            }
+            let prefix = raw.prefix.clone().unwrap_or_else(|| "/horizon".to_owned());
+            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.len() < 2 {
+                errors.push(format!(
+                    "store.prefix = {prefix:?}: must start with / and not end with one (\"/horizon\")"
+                ));
+            }
+            let election_ttl_s = raw.election_ttl_s.unwrap_or(3);
+            if !(2..=60).contains(&election_ttl_s) {
+                errors.push(format!(
+                    "store.election_ttl_s = {election_ttl_s}: must be within 2..=60 (etcd's lease minimum is 2 s)"
+                ));
+            }
+            StoreKind::Etcd(EtcdOptions { endpoints, prefix, election_ttl_s })
+        }
+        Some(other) => {
+            errors.push(format!("store.kind = {other:?}: one of \"file\", \"etcd\""));
+            StoreKind::File
+        }
     }
 }
 
@@ -295,6 +382,40 @@ mod tests {
         assert_eq!(c.thresholds.period_ms, 5_000);
         assert_eq!(c.store, Path::new("/etc/horizon/state"));
         assert_eq!(c.stage, Stage::Dynamic);
+    }
+
+    #[test]
+    fn the_store_is_a_file_by_default_or_etcd_with_its_keys_checked() {
+        let c = CoreConfig::parse(GOOD, Path::new("/")).unwrap();
+        assert_eq!(c.store_kind, StoreKind::File);
+        let etcd = GOOD.replace(
+            "path = \"state\"",
+            "path = \"state\"\nkind = \"etcd\"\nendpoints = [\"http://10.0.0.5:2379\"]",
+        );
+        let c = CoreConfig::parse(&etcd, Path::new("/")).unwrap();
+        let want = EtcdOptions {
+            endpoints: vec!["http://10.0.0.5:2379".into()],
+            prefix: "/horizon".into(),
+            election_ttl_s: 3,
+        };
+        assert_eq!(c.store_kind, StoreKind::Etcd(want));
+        let bad = GOOD.replace(
+            "path = \"state\"",
+            "path = \"state\"\nkind = \"etcd\"\nendpoints = [\"10.0.0.5:2379\"]\nprefix = \"horizon/\"\nelection_ttl_s = 1",
+        );
+        let errors = CoreConfig::parse(&bad, Path::new("/")).unwrap_err();
+        assert!(errors[0].starts_with("store.endpoints[0] = "), "{errors:?}");
+        assert!(errors[1].starts_with("store.prefix = "), "{errors:?}");
+        assert!(errors[2].starts_with("store.election_ttl_s = 1"), "{errors:?}");
+        let none = GOOD.replace("path = \"state\"", "path = \"state\"\nkind = \"etcd\"");
+        let errors = CoreConfig::parse(&none, Path::new("/")).unwrap_err();
+        assert!(errors[0].starts_with("store.endpoints: "), "{errors:?}");
+        let stray = GOOD.replace("path = \"state\"", "path = \"state\"\nprefix = \"/x\"");
+        let errors = CoreConfig::parse(&stray, Path::new("/")).unwrap_err();
+        assert_eq!(errors, ["store.prefix: read only with store.kind = \"etcd\""]);
+        let odd = GOOD.replace("path = \"state\"", "path = \"state\"\nkind = \"zk\"");
+        let errors = CoreConfig::parse(&odd, Path::new("/")).unwrap_err();
+        assert_eq!(errors, ["store.kind = \"zk\": one of \"file\", \"etcd\""]);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::config::CoreConfig;
 use crate::machine::{
     ConnId, CoreMachine, Effect, Input, Lane, MachineConfig, OrderId, RequestToken,
 };
-use crate::store::{Durable, Store, StoreError};
+use crate::store::{Durable, Fence, Store, StoreError};
 use crate::writer::{Barrier, Done, Step, Writer};
 
 const EVENT_QUEUE: usize = 4096;
@@ -57,7 +57,10 @@ pub struct CoreHandle {
     pub generation: u32,
     queries: mpsc::Sender<AdminQuery>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    /// The shell's loop: it ends with why, if it stopped on its own (fenced).
+    task: JoinHandle<Option<String>>,
+    /// Set once the loop has ended and been waited for.
+    ended: bool,
 }
 
 impl CoreHandle {
@@ -78,7 +81,26 @@ impl CoreHandle {
     /// then on). Its ports are free once this returns.
     pub async fn stop(&mut self) {
         let _ = self.stop.send(true);
-        let _ = (&mut self.task).await;
+        if !self.ended {
+            let _ = (&mut self.task).await;
+            self.ended = true;
+        }
+    }
+
+    /// Waits until the core stops on its own, and says why. Only a core on etcd does: when its
+    /// election lease may have lapsed (the fence), it stops granting and renewing at once, and
+    /// its process should end so that its supervisor restarts it as a standby.
+    pub async fn fenced(&mut self) -> String {
+        if self.ended {
+            return "the core has stopped".to_owned();
+        }
+        let outcome = (&mut self.task).await;
+        self.ended = true;
+        match outcome {
+            Ok(Some(why)) => why,
+            Ok(None) => "the core has stopped".to_owned(),
+            Err(e) => format!("the core's loop failed: {e}"),
+        }
     }
 }
 
@@ -133,10 +155,14 @@ pub fn load_tls(ca: &Path, cert: &Path, key: &Path) -> Result<(Roots, Identity),
 
 /// Starts the core: checks its certificate, opens the store and persists a new generation
 /// before serving, binds the control listener and the admin API, and runs the tick.
+///
+/// With `[store] kind = "etcd"` it first campaigns (`store/etcd.rs`): while another core leads,
+/// it binds only its admin API, whose `/readyz` says it stands by and whose
+/// `horizon_core_leader` is 0; elected, it reads the state, bumps the generation, and starts as
+/// a restarted core does.
 pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let (roots, identity) = load_tls(&cfg.ca, &cfg.cert, &cfg.key)?;
-    let mut store = Store::open(&cfg.store)?;
-    let generation = store.next_generation()?;
+    let (store, generation, fence) = open_store(&cfg).await?;
     let core_name = cfg.sites.name(cfg.sites.core()).as_str().to_owned();
     let name = Name::new(core_name.clone()).map_err(|e| CoreError::Config(e.to_string()))?;
     let limits = Limits::default();
@@ -174,6 +200,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         let _ = admin_stop.changed().await;
     };
     let registry = machine.registry();
+    leader_gauge(&registry, 1);
     let access = horizon_admin::Access::from_env(admin_addr);
     tokio::spawn(horizon_admin::serve(
         admin_listener,
@@ -215,8 +242,94 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         next_token: 1,
         events: events_tx,
     };
-    let task = tokio::spawn(shell.run(events, queries, stop_rx));
-    Ok(CoreHandle { control_addr, admin_addr, generation, queries: queries_tx, stop, task })
+    let task = tokio::spawn(shell.run(events, queries, stop_rx, fence));
+    Ok(CoreHandle {
+        control_addr,
+        admin_addr,
+        generation,
+        queries: queries_tx,
+        stop,
+        task,
+        ended: false,
+    })
+}
+
+/// `horizon_core_leader`: 1 while this core leads (a core on the file store always does), 0
+/// while it stands by.
+fn leader_gauge(registry: &prometheus::Registry, value: i64) {
+    let gauge = prometheus::IntGauge::new(
+        "horizon_core_leader",
+        "1 while this core leads (grants leases, serves agents); 0 while it stands by for another.",
+    );
+    if let Ok(gauge) = gauge {
+        gauge.set(value);
+        let _ = registry.register(Box::new(gauge));
+    }
+}
+
+/// The store the core serves from, the generation it serves under (persisted before anything
+/// else), and, on etcd, the fence its election keeper raises.
+async fn open_store(cfg: &CoreConfig) -> Result<(Store, u32, Option<Fence>), CoreError> {
+    match &cfg.store_kind {
+        crate::StoreKind::File => {
+            let mut store = Store::open(&cfg.store)?;
+            let generation = store.next_generation()?;
+            Ok((store, generation, None))
+        }
+        #[cfg(feature = "etcd")]
+        crate::StoreKind::Etcd(opts) => {
+            let elected = stand_by(cfg, opts).await?;
+            let store = Store::replicated(&cfg.store, elected.log, elected.state)?;
+            Ok((store, elected.generation, Some(elected.fence)))
+        }
+        #[cfg(not(feature = "etcd"))]
+        crate::StoreKind::Etcd(_) => Err(CoreError::Config(
+            "store.kind = \"etcd\": this build of horizon has no etcd store (build it with \
+             `--features etcd`; the container image has it)"
+                .to_owned(),
+        )),
+    }
+}
+
+/// Campaigns until this core leads, serving meanwhile an admin API that says it stands by
+/// (`/livez` 200, `/readyz` 503 naming the leader, `horizon_core_leader` 0). The control
+/// port stays unbound: agents dialing it go on to the next core address they were given.
+#[cfg(feature = "etcd")]
+async fn stand_by(
+    cfg: &CoreConfig,
+    opts: &crate::config::EtcdOptions,
+) -> Result<crate::store::etcd::Leadership, CoreError> {
+    let admin_fail = |e: std::io::Error| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() };
+    let listener = tokio::net::TcpListener::bind(cfg.listen_admin).await.map_err(admin_fail)?;
+    let admin_addr = listener.local_addr().map_err(admin_fail)?;
+    let registry = horizon_admin::registry("core");
+    leader_gauge(&registry, 0);
+    let leader = Arc::new(std::sync::Mutex::new(None::<String>));
+    let source = Arc::new(crate::admin::StandbySource { leader: leader.clone() });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let access = horizon_admin::Access::from_env(admin_addr);
+    let admin = tokio::spawn(horizon_admin::serve(listener, registry, source, None, access, async {
+        let _ = stopped.await;
+    }));
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "core".to_owned());
+    let value = format!("{host} {}", cfg.listen_control);
+    tracing::info!(store = %opts.prefix, %value, "campaigning to lead (etcd)");
+    let elected = crate::store::etcd::lead(opts, value, |now| {
+        let now = now.map(str::to_owned);
+        match &now {
+            Some(other) => tracing::info!(leader = %other, "standing by: another core leads"),
+            None => tracing::info!("no core leads: this one should be elected at once"),
+        }
+        if let Ok(mut l) = leader.lock() {
+            *l = now;
+        }
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = admin.await;
+    let elected = elected?;
+    tracing::info!(generation = elected.generation, "elected: this core leads");
+    Ok(elected)
 }
 
 enum Event {
@@ -251,16 +364,26 @@ struct Shell {
 }
 
 impl Shell {
+    /// Runs until stopped, or until the fence is raised (then it returns why).
     async fn run(
         mut self,
         mut events: mpsc::Receiver<Event>,
         mut queries: mpsc::Receiver<AdminQuery>,
         mut stop: watch::Receiver<bool>,
-    ) {
+        mut fence: Option<Fence>,
+    ) -> Option<String> {
+        let mut fenced = None;
         loop {
             let next = self.started + Duration::from_millis(self.machine.poll_timeout().as_ms());
             tokio::select! {
                 _ = stop.changed() => break,
+                why = raised(&mut fence) => {
+                    // Nothing more is granted or renewed: the loop ends here, the agents'
+                    // connections close, and a standby takes over once the lease lapses.
+                    tracing::error!(reason = %why, "fenced: this core stops leading now");
+                    fenced = Some(why);
+                    break;
+                }
                 Some(event) = events.recv() => self.event(event),
                 Some(query) = queries.recv() => self.query(query),
                 _ = tokio::time::sleep_until(next) => {
@@ -272,8 +395,9 @@ impl Shell {
             }
             self.carry_out();
         }
+        let farewell = if fenced.is_some() { "core fenced" } else { "core stopping" };
         for agent in self.conns.values() {
-            agent.conn.close(ErrorCode::ShuttingDown, "core stopping");
+            agent.conn.close(ErrorCode::ShuttingDown, farewell);
         }
         // The store thread finishes what it was sent (flushed), then releases the store.
         drop(events);
@@ -281,6 +405,7 @@ impl Shell {
             writer.close().await;
         }
         tracing::info!("core stopped");
+        fenced
     }
 
     fn now(&self) -> Time {
@@ -468,6 +593,14 @@ impl Shell {
 /// one round trip each. The agent serves them one at a time, so each answer is awaited for at
 /// most the request timeout counted from the previous order's answer, and answers reach the
 /// loop in order.
+/// Waits for the fence to be raised (never, without one).
+async fn raised(fence: &mut Option<Fence>) -> String {
+    match fence {
+        Some(f) => f.raised().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn ordered_lane(
     conn: Conn<Control>,
     mut orders: mpsc::Receiver<(OrderId, control::Request)>,

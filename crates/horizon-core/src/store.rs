@@ -7,6 +7,10 @@
 //! crash. A JSON-lines log with `fsync` per record and atomic snapshot renames has one failure
 //! mode to reason about (a torn last line, dropped at recovery) and can be read with `less`.
 //! Backups are whole files per bubble written with the same tmp + fsync + rename discipline.
+//!
+//! With `[store] kind = "etcd"` (the `etcd` build feature) the ownership log lives in etcd
+//! instead (`etcd.rs`): every record is one transaction guarded by the core's leadership, so
+//! a standby core can take over. The copies stay files in the store's directory either way.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -38,8 +42,37 @@ pub struct StoredCopy {
     pub parts: Vec<Vec<u8>>,
 }
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod memory;
 pub use memory::MemoryStore;
+
+/// Raised when this core may no longer lead (the etcd store's keeper raises it: `etcd.rs`):
+/// why. Every clone sees it; a file store never raises it.
+#[derive(Clone, Debug)]
+pub struct Fence(tokio::sync::watch::Receiver<Option<String>>);
+
+impl Fence {
+    /// A fence and the sender that raises it.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn new() -> (tokio::sync::watch::Sender<Option<String>>, Fence) {
+        let (raise, fence) = tokio::sync::watch::channel(None);
+        (raise, Fence(fence))
+    }
+
+    /// Why this core stopped leading, once it has.
+    pub fn reason(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// Waits until the fence is raised; then why.
+    pub async fn raised(&mut self) -> String {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => "the election keeper stopped".to_owned(),
+        }
+    }
+}
 
 /// The players a copy kept for them holds, with the last input of each it applied.
 pub type KeptPlayers = Vec<(PlayerId, Seq)>;
@@ -288,15 +321,27 @@ impl Durable for Store {
 
     /// Writes one record and waits for it to be on disk.
     fn append(&mut self, record: Record) -> Result<(), StoreError> {
-        let path = self.dir.join("log.jsonl");
-        let fail =
-            |e: &dyn std::fmt::Display| StoreError { path: path.clone(), why: e.to_string() };
-        let line = encode_line(&record).map_err(|e| fail(&e))?;
-        self.log.write_all(line.as_bytes()).map_err(|e| fail(&e))?;
-        self.log.sync_data().map_err(|e| fail(&e))?;
+        let compact = match &mut self.log {
+            Log::File { file, since_snapshot, .. } => {
+                let path = self.dir.join("log.jsonl");
+                let fail = |e: &dyn std::fmt::Display| StoreError {
+                    path: path.clone(),
+                    why: e.to_string(),
+                };
+                let line = encode_line(&record).map_err(|e| fail(&e))?;
+                file.write_all(line.as_bytes()).map_err(|e| fail(&e))?;
+                file.sync_data().map_err(|e| fail(&e))?;
+                *since_snapshot += 1;
+                *since_snapshot >= COMPACT_AFTER
+            }
+            #[cfg(feature = "etcd")]
+            Log::Etcd(log) => {
+                log.append(&self.state, &record)?;
+                false
+            }
+        };
         self.state.apply(&record);
-        self.since_snapshot += 1;
-        if self.since_snapshot >= COMPACT_AFTER {
+        if compact {
             self.compact()?;
         }
         Ok(())
@@ -414,12 +459,27 @@ impl Store {
 /// The open store.
 #[derive(Debug)]
 pub struct Store {
+    /// The copies, and the file log's files.
     dir: PathBuf,
-    log: File,
-    since_snapshot: usize,
+    log: Log,
     state: StoreState,
-    /// Held (an exclusive file lock on `LOCK`) while the store is open: two cores never share it.
-    _lock: File,
+}
+
+/// Where the ownership records go.
+#[derive(Debug)]
+enum Log {
+    /// `log.jsonl` in the store's directory, folded into `snapshot.json` now and then.
+    File {
+        file: File,
+        since_snapshot: usize,
+        /// Held (an exclusive file lock on `LOCK`) while the store is open: two cores never
+        /// share it.
+        _lock: File,
+    },
+    /// etcd, each record a transaction guarded by this core's leadership (`etcd.rs`). No file
+    /// lock: the leadership is the lock, and the directory may be shared with a standby.
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::EtcdLog),
 }
 
 /// One log line: the record's JSON after the CRC-32 of that JSON (8 hex digits and a space).
@@ -527,7 +587,24 @@ impl Store {
             .open(&log_path)
             .map_err(|e| fail(&log_path, &e))?;
         log.set_len(valid_len).map_err(|e| fail(&log_path, &e))?;
-        Ok(Store { dir: dir.to_owned(), log, since_snapshot, state, _lock: lock })
+        let log = Log::File { file: log, since_snapshot, _lock: lock };
+        Ok(Store { dir: dir.to_owned(), log, state })
+    }
+
+    /// A store whose ownership log is in etcd (`state`, read from it by the leader that holds
+    /// `log`), with its copies in `dir`.
+    #[cfg(feature = "etcd")]
+    pub fn replicated(
+        dir: &Path,
+        log: etcd::EtcdLog,
+        state: StoreState,
+    ) -> Result<Store, StoreError> {
+        for sub in ["backups", "pinned"] {
+            let path = dir.join(sub);
+            fs::create_dir_all(&path)
+                .map_err(|e| StoreError { path: path.clone(), why: e.to_string() })?;
+        }
+        Ok(Store { dir: dir.to_owned(), log: Log::Etcd(log), state })
     }
 
     /// Persists the next generation and returns it. Called once at start, before serving:
@@ -538,17 +615,19 @@ impl Store {
         Ok(generation)
     }
 
-    /// Folds the log into the snapshot: write, fsync, rename, then empty the log.
+    /// Folds the file log into the snapshot: write, fsync, rename, then empty the log. (etcd
+    /// keeps the state itself: nothing to fold.)
+    #[cfg_attr(not(feature = "etcd"), allow(irrefutable_let_patterns))]
     pub fn compact(&mut self) -> Result<(), StoreError> {
+        let Log::File { file, since_snapshot, .. } = &mut self.log else { return Ok(()) };
         let path = self.dir.join("snapshot.json");
         let bytes = serde_json::to_vec(&self.state)
             .map_err(|e| StoreError { path: path.clone(), why: e.to_string() })?;
         write_atomic(&path, &bytes)?;
-        self.log
-            .set_len(0)
-            .and_then(|()| self.log.sync_data())
+        file.set_len(0)
+            .and_then(|()| file.sync_data())
             .map_err(|e| StoreError { path: self.dir.join("log.jsonl"), why: e.to_string() })?;
-        self.since_snapshot = 0;
+        *since_snapshot = 0;
         Ok(())
     }
 }

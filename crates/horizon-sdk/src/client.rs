@@ -69,7 +69,7 @@ pub async fn run<G: Game>(
     let hello = HelloParams::new(name.clone()).with_token(opts.token.clone());
     let parts = Link::<Server>::connect(Dial {
         endpoint,
-        addr: opts.agent.clone(),
+        addrs: vec![opts.agent.clone()],
         server_name: horizon_transport::site_dns_name(&opts.agent_site),
         config,
         hello,

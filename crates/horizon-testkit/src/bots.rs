@@ -339,7 +339,7 @@ async fn run(
     let name = Name::new(spec.name.clone()).map_err(|e| e.to_string())?;
     let parts = Link::<Gateway>::connect(Dial {
         endpoint,
-        addr: gateway_addr.into(),
+        addrs: vec![gateway_addr.into()],
         server_name: horizon_transport::site_dns_name(&enters_at),
         config,
         hello: HelloParams::new(name).with_token(token),

@@ -197,6 +197,7 @@ impl Sandbox {
             cert: ca.core_cert(),
             key: ca.core_key(),
             store: opts.dir.join("store"),
+            store_kind: horizon_core::StoreKind::File,
             zones: Vec::new(),
             stage: opts.stage,
             delegations,
@@ -243,7 +244,7 @@ impl Sandbox {
             let any = SocketAddr::from((LOCALHOST, 0));
             let cfg = AgentConfig {
                 site: site.clone(),
-                core: core_addr.into(),
+                core: vec![core_addr.into()],
                 core_site: core_site.clone(),
                 listen_servers: any,
                 listen_players: any,

@@ -68,7 +68,7 @@ impl Sites {
         .unwrap();
         let mut parts = Link::<C>::connect(Dial {
             endpoint: client_endpoint(Ipv4Addr::LOCALHOST.into()).unwrap(),
-            addr: addr.into(),
+            addrs: vec![addr.into()],
             server_name: site_dns_name("PAR"),
             config,
             hello: HelloParams::new(Name::new("MTL").unwrap()),

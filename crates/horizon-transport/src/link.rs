@@ -21,8 +21,10 @@ use crate::limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 pub struct Dial {
     /// The local endpoint to connect from (one per process is enough).
     pub endpoint: quinn::Endpoint,
-    /// Resolved at every connection attempt (a name may move).
-    pub addr: crate::Target,
+    /// The peer's addresses, each resolved at its connection attempt (a name may move). The
+    /// attempts go round them in turn from the first: a peer that may answer at one of several
+    /// addresses (a core and its standby) is reached at whichever serves.
+    pub addrs: Vec<crate::Target>,
     /// The name the server's certificate must carry (see [`crate::site_dns_name`]).
     pub server_name: String,
     pub config: quinn::ClientConfig,
@@ -172,15 +174,21 @@ impl<C: Channel> Supervisor<C> {
     async fn run(self) {
         let replies = Replies::new(self.limits.remembered_replies);
         let mut backoff = self.limits.reconnect_min;
+        let mut attempt = 0usize;
         // The owner never sends: dropping the last `Link` closes the channel, which is the stop.
         let mut stop = self.stop.clone();
         loop {
-            let attempt = tokio::select! {
-                attempt = self.connect_once() => attempt,
+            let Some(peer) = self.dial.addrs.get(attempt % self.dial.addrs.len().max(1)) else {
+                tracing::error!(channel = C::ID.as_str(), "a link with no address to dial");
+                return;
+            };
+            let connected = tokio::select! {
+                connected = self.connect_once(peer) => connected,
                 _ = stop.changed() => return,
             };
-            match attempt {
+            match connected {
                 Ok(conn) => {
+                    // The next connection tries this address first again.
                     backoff = self.limits.reconnect_min;
                     serve_inbound(&conn, replies.clone(), self.inbound.clone());
                     self.current.send_replace(Some(conn.clone()));
@@ -197,16 +205,17 @@ impl<C: Channel> Supervisor<C> {
                         }
                     };
                     self.current.send_replace(None);
-                    tracing::info!(channel = C::ID.as_str(), peer = %self.dial.addr, reason = %why, "link down");
+                    tracing::info!(channel = C::ID.as_str(), %peer, reason = %why, "link down");
                     if self.events.send(LinkEvent::Down(why)).await.is_err() {
                         return;
                     }
                 }
                 Err(error) => {
+                    attempt += 1;
                     // Jitter keeps many agents from reconnecting in lockstep.
                     let wait = backoff.mul_f64(0.5 + fastrand::f64() / 2.0);
                     backoff = (backoff * 2).min(self.limits.reconnect_max);
-                    tracing::info!(channel = C::ID.as_str(), peer = %self.dial.addr, error = %error, wait_ms = wait.as_millis() as u64, "connect failed");
+                    tracing::info!(channel = C::ID.as_str(), %peer, error = %error, wait_ms = wait.as_millis() as u64, "connect failed");
                     if self.events.send(LinkEvent::Retry { error, wait }).await.is_err() {
                         return;
                     }
@@ -219,11 +228,11 @@ impl<C: Channel> Supervisor<C> {
         }
     }
 
-    async fn connect_once(&self) -> Result<Conn<C>, Error> {
+    async fn connect_once(&self, peer: &crate::Target) -> Result<Conn<C>, Error> {
         let dial = &self.dial;
-        let fail = |why: String| Error::Connect { addr: dial.addr.to_string(), why };
+        let fail = |why: String| Error::Connect { addr: peer.to_string(), why };
         let ipv4 = dial.endpoint.local_addr().map_or(true, |a| a.is_ipv4());
-        let addr = dial.addr.resolve(ipv4).await.map_err(fail)?;
+        let addr = peer.resolve(ipv4).await.map_err(fail)?;
         let connecting = dial
             .endpoint
             .connect_with(self.tls.borrow().clone(), addr, &dial.server_name)

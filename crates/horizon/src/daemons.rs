@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::EXIT_BAD_INPUT;
+use crate::{EXIT_BAD_INPUT, EXIT_FENCED};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ConfigArgs {
@@ -179,21 +179,36 @@ pub(crate) fn core(args: ConfigArgs) -> ExitCode {
         Err(code) => return code,
     };
     rt.block_on(async move {
-        let core = match horizon_core::start(cfg).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+        let start = horizon_core::start(cfg);
+        // A standby waits in `start` until it leads: a signal meanwhile ends it cleanly.
+        let mut core = tokio::select! {
+            started = start => match started {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            signal = stop_signal() => {
+                println!("{signal}: core stopping (it was standing by)");
+                return ExitCode::SUCCESS;
             }
         };
         println!(
             "core serving: control {} · admin http://{} · generation {}",
             core.control_addr, core.admin_addr, core.generation
         );
-        let signal = stop_signal().await;
-        println!("{signal}: core stopping (store flushed, agents told)");
-        core.shutdown().await;
-        ExitCode::SUCCESS
+        tokio::select! {
+            signal = stop_signal() => {
+                println!("{signal}: core stopping (store flushed, agents told)");
+                core.shutdown().await;
+                ExitCode::SUCCESS
+            }
+            why = core.fenced() => {
+                eprintln!("error: {why}; exiting so that this core is restarted as a standby");
+                ExitCode::from(EXIT_FENCED)
+            }
+        }
     })
 }
 

@@ -17,6 +17,9 @@ mod kube_demo;
 pub(crate) const EXIT_BAD_INPUT: u8 = 64;
 /// Exit code for a broken invariant: a bug, reproducible from the seed (EX_SOFTWARE).
 pub(crate) const EXIT_BUG: u8 = 70;
+/// Exit code of a core on etcd that stopped leading (its election lease may have lapsed): its
+/// supervisor restarts it, and it stands by (EX_TEMPFAIL).
+pub(crate) const EXIT_FENCED: u8 = 75;
 
 #[derive(Debug, Parser)]
 #[command(name = "horizon", version, about = "Horizon, the SMD-G orchestrator")]

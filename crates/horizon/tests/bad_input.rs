@@ -33,7 +33,7 @@ fn dial<C: horizon_proto::Channel>(
     let config = tls::client_config(roots, None, C::ID, &limits).expect("tls");
     Link::<C>::connect(Dial {
         endpoint: client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).expect("endpoint"),
-        addr: addr.into(),
+        addrs: vec![addr.into()],
         server_name: horizon_transport::site_dns_name("MTL"),
         config,
         hello,
@@ -387,7 +387,7 @@ async fn a_site_is_believed_only_about_the_players_it_owns() {
         tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits).expect("tls");
     let rogue = Link::<Control>::connect(Dial {
         endpoint: client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).expect("endpoint"),
-        addr: sandbox.core.control_addr.into(),
+        addrs: vec![sandbox.core.control_addr.into()],
         server_name: horizon_transport::tls::CORE_DNS_NAME.to_owned(),
         config,
         hello: HelloParams::new(Name::new("HKG").expect("name")),

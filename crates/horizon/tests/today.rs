@@ -138,7 +138,7 @@ async fn client(
     let config = tls::client_config(&roots, None, ChannelId::Gateway, &limits).expect("tls");
     let parts = Link::<Gateway>::connect(Dial {
         endpoint: client_endpoint(std::net::Ipv4Addr::LOCALHOST.into()).expect("endpoint"),
-        addr: gateway.into(),
+        addrs: vec![gateway.into()],
         server_name: horizon_transport::site_dns_name(&site),
         config,
         hello: HelloParams::new(Name::new(format!("today-{site}-{join_after_ms}")).expect("name"))

@@ -445,7 +445,7 @@ impl Shell {
         };
         let parts = Link::<Transfer>::connect(Dial {
             endpoint: self.endpoint.clone(),
-            addr,
+            addrs: vec![addr],
             server_name: horizon_transport::site_dns_name(site.as_str()),
             config,
             hello: HelloParams::new(self.site.clone()),

@@ -118,7 +118,7 @@ pub fn dial<C: Channel>(
     let config = client_config(&pki.ca.roots().unwrap(), identity.as_ref(), C::ID, limits).unwrap();
     Link::connect(Dial {
         endpoint: client_endpoint(Ipv4Addr::LOCALHOST.into()).unwrap(),
-        addr: addr.into(),
+        addrs: vec![addr.into()],
         server_name: site_dns_name(to),
         config,
         hello,
