@@ -141,8 +141,8 @@ pub async fn lead(
 
 impl EtcdLog {
     /// Writes `record` (whose effect on `state` is what changes), guarded by the leadership.
-    /// Called on the store thread.
-    pub(crate) fn append(&mut self, state: &StoreState, record: &Record) -> Result<(), StoreError> {
+    /// Called on the store thread (never on a runtime thread: it waits on etcd).
+    pub fn append(&mut self, state: &StoreState, record: &Record) -> Result<(), StoreError> {
         let ops = changes(&self.prefix, state, record);
         if ops.is_empty() {
             return Ok(());
