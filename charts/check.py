@@ -222,6 +222,10 @@ def check_refusals():
         (("agent", "servers"), {"podTemplate": {"spec": {"restartPolicy": "Always", "containers": [{"name": "g"}]}}}, "podTemplate"),
         (("agent", "servers"), {"driver": "docker"}, "driver"),
         (("core", "stage"), "everywhere", "stage"),
+        (("core", "replicas"), 2, "core.store.kind"),
+        (("core", "store"), {"kind": "etcd", "etcd": {"endpoints": []}}, "core.store.etcd.endpoints"),
+        (("core", "store"), {"kind": "etcd", "etcd": {"endpoints": ["etcd:2379"]}}, "endpoints"),
+        (("core", "store"), {"kind": "zookeeper"}, "kind"),
     ]
     for path, value, key in bad:
         try:

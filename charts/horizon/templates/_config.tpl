@@ -23,6 +23,15 @@ key = "/etc/horizon/certs/core.key"
 
 [store]
 path = "/var/lib/horizon/store"
+{{- if eq .Values.core.store.kind "etcd" }}
+{{- if not .Values.core.store.etcd.endpoints }}
+{{- fail "core.store.etcd.endpoints (the etcd members, http://host:port) is required where core.store.kind is etcd" }}
+{{- end }}
+kind = "etcd"
+endpoints = [{{ range $i, $e := .Values.core.store.etcd.endpoints }}{{ if $i }}, {{ end }}{{ $e | quote }}{{ end }}]
+prefix = {{ .Values.core.store.etcd.prefix | quote }}
+election_ttl_s = {{ .Values.core.store.etcd.electionTtlSeconds }}
+{{- end }}
 
 [placement]
 stage = {{ .Values.core.stage | quote }}

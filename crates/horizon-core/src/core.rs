@@ -299,7 +299,8 @@ async fn stand_by(
     cfg: &CoreConfig,
     opts: &crate::config::EtcdOptions,
 ) -> Result<crate::store::etcd::Leadership, CoreError> {
-    let admin_fail = |e: std::io::Error| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() };
+    let admin_fail =
+        |e: std::io::Error| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() };
     let listener = tokio::net::TcpListener::bind(cfg.listen_admin).await.map_err(admin_fail)?;
     let admin_addr = listener.local_addr().map_err(admin_fail)?;
     let registry = horizon_admin::registry("core");
@@ -308,9 +309,10 @@ async fn stand_by(
     let source = Arc::new(crate::admin::StandbySource { leader: leader.clone() });
     let (stop, stopped) = oneshot::channel::<()>();
     let access = horizon_admin::Access::from_env(admin_addr);
-    let admin = tokio::spawn(horizon_admin::serve(listener, registry, source, None, access, async {
-        let _ = stopped.await;
-    }));
+    let admin =
+        tokio::spawn(horizon_admin::serve(listener, registry, source, None, access, async {
+            let _ = stopped.await;
+        }));
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "core".to_owned());
     let value = format!("{host} {}", cfg.listen_control);
     tracing::info!(store = %opts.prefix, %value, "campaigning to lead (etcd)");

@@ -479,7 +479,7 @@ enum Log {
     /// etcd, each record a transaction guarded by this core's leadership (`etcd.rs`). No file
     /// lock: the leadership is the lock, and the directory may be shared with a standby.
     #[cfg(feature = "etcd")]
-    Etcd(etcd::EtcdLog),
+    Etcd(Box<etcd::EtcdLog>),
 }
 
 /// One log line: the record's JSON after the CRC-32 of that JSON (8 hex digits and a space).
@@ -604,7 +604,7 @@ impl Store {
             fs::create_dir_all(&path)
                 .map_err(|e| StoreError { path: path.clone(), why: e.to_string() })?;
         }
-        Ok(Store { dir: dir.to_owned(), log: Log::Etcd(log), state })
+        Ok(Store { dir: dir.to_owned(), log: Log::Etcd(Box::new(log)), state })
     }
 
     /// Persists the next generation and returns it. Called once at start, before serving:

@@ -6,7 +6,9 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use horizon_core::store::etcd::lead;
 use horizon_core::store::{Record, StoreState};
@@ -74,7 +76,10 @@ impl Etcd {
 
     /// Stops (`STOP`) or resumes (`CONT`) the member: its sockets stay open, nothing answers.
     fn signal(&self, which: &str) -> std::io::Result<()> {
-        let status = Command::new("kill").arg(format!("-{which}")).arg(self.child.id().to_string()).status()?;
+        let status = Command::new("kill")
+            .arg(format!("-{which}"))
+            .arg(self.child.id().to_string())
+            .status()?;
         assert!(status.success(), "kill -{which}");
         Ok(())
     }
@@ -86,7 +91,7 @@ impl Etcd {
 
 /// A core configuration on etcd in `dir` (certificates made there), admin on `admin`.
 fn core_config(dir: &Path, etcd: &Etcd, admin: SocketAddr) -> CoreConfig {
-    let ca = DevCa::new(&dir.join("certs"));
+    let ca = DevCa::new(dir.join("certs"));
     ca.create(&["PAR", "MTL"], true).expect("dev certificates");
     let text = format!(
         r#"
@@ -188,11 +193,8 @@ async fn a_core_whose_election_key_is_gone_commits_nothing_and_is_fenced() {
     let opts = etcd.options(2);
     let first = lead(&opts, "a".into(), |_| {}).await.expect("a leads");
     assert_eq!(first.generation, 1);
-    let written = append_off_runtime(
-        first.log,
-        first.state.clone(),
-        Record::PlayerIds { next: 100 },
-    );
+    let written =
+        append_off_runtime(first.log, first.state.clone(), Record::PlayerIds { next: 100 });
     assert_eq!(written, Ok(()));
 
     // Its lease revoked behind its back (as when it expires): another core is elected.

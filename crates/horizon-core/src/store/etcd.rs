@@ -159,7 +159,8 @@ impl EtcdLog {
         if let Some(why) = self.fence.reason() {
             return Err(self.fail(format!("fenced, writing nothing: {why}")));
         }
-        let guard = Compare::create_revision(self.leader_key.clone(), CompareOp::Equal, self.leader_rev);
+        let guard =
+            Compare::create_revision(self.leader_key.clone(), CompareOp::Equal, self.leader_rev);
         let txn = Txn::new().when([guard]).and_then(ops);
         let reply = tokio::time::timeout(REQUEST_TIMEOUT, self.kv.txn(txn)).await;
         match reply {
@@ -273,7 +274,9 @@ fn read_state(pairs: impl Iterator<Item = (String, Vec<u8>)>) -> Result<StoreSta
         let bad = |e: serde_json::Error| format!("key {key:?}: {e}");
         let id = |rest: &str| rest.parse::<u64>().map_err(|e| format!("key {key:?}: {e}"));
         match key.split_once('/') {
-            _ if key == "generation" => state.generation = serde_json::from_slice(&value).map_err(bad)?,
+            _ if key == "generation" => {
+                state.generation = serde_json::from_slice(&value).map_err(bad)?
+            }
             _ if key == "next_player" => {
                 state.next_player = serde_json::from_slice(&value).map_err(bad)?;
             }
