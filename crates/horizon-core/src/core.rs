@@ -61,6 +61,8 @@ pub struct CoreHandle {
     task: JoinHandle<Option<String>>,
     /// Set once the loop has ended and been waited for.
     ended: bool,
+    /// On etcd: the task keeping this core's election lease alive.
+    keeper: Option<tokio::task::AbortHandle>,
 }
 
 impl CoreHandle {
@@ -85,6 +87,17 @@ impl CoreHandle {
             let _ = (&mut self.task).await;
             self.ended = true;
         }
+    }
+
+    /// Stops the core as a crash would, for tests and drills: on etcd its election lease is
+    /// left to expire (not revoked), so a standby takes over only after its TTL. (The loop
+    /// still closes its agents' connections: put them behind an emulator and cut it first for
+    /// a silent death.)
+    pub async fn kill(&mut self) {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+        }
+        self.stop().await;
     }
 
     /// Waits until the core stops on its own, and says why. Only a core on etcd does: when its
@@ -162,7 +175,7 @@ pub fn load_tls(ca: &Path, cert: &Path, key: &Path) -> Result<(Roots, Identity),
 /// a restarted core does.
 pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let (roots, identity) = load_tls(&cfg.ca, &cfg.cert, &cfg.key)?;
-    let (store, generation, fence) = open_store(&cfg).await?;
+    let (store, generation, fence, keeper) = open_store(&cfg).await?;
     let core_name = cfg.sites.name(cfg.sites.core()).as_str().to_owned();
     let name = Name::new(core_name.clone()).map_err(|e| CoreError::Config(e.to_string()))?;
     let limits = Limits::default();
@@ -251,6 +264,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         stop,
         task,
         ended: false,
+        keeper,
     })
 }
 
@@ -267,20 +281,22 @@ fn leader_gauge(registry: &prometheus::Registry, value: i64) {
     }
 }
 
-/// The store the core serves from, the generation it serves under (persisted before anything
-/// else), and, on etcd, the fence its election keeper raises.
-async fn open_store(cfg: &CoreConfig) -> Result<(Store, u32, Option<Fence>), CoreError> {
+/// The store the core serves from and the generation it serves under (persisted before
+/// anything else); on etcd, the fence its election keeper raises, and that keeper.
+type Opened = (Store, u32, Option<Fence>, Option<tokio::task::AbortHandle>);
+
+async fn open_store(cfg: &CoreConfig) -> Result<Opened, CoreError> {
     match &cfg.store_kind {
         crate::StoreKind::File => {
             let mut store = Store::open(&cfg.store)?;
             let generation = store.next_generation()?;
-            Ok((store, generation, None))
+            Ok((store, generation, None, None))
         }
         #[cfg(feature = "etcd")]
         crate::StoreKind::Etcd(opts) => {
             let elected = stand_by(cfg, opts).await?;
             let store = Store::replicated(&cfg.store, elected.log, elected.state)?;
-            Ok((store, elected.generation, Some(elected.fence)))
+            Ok((store, elected.generation, Some(elected.fence), Some(elected.keeper)))
         }
         #[cfg(not(feature = "etcd"))]
         crate::StoreKind::Etcd(_) => Err(CoreError::Config(

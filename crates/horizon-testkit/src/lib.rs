@@ -8,8 +8,10 @@
 //! exactly this; nothing here is a mock.
 
 pub mod bots;
+mod etcd;
 mod sandbox;
 mod tapped;
 
+pub use etcd::EtcdServer;
 pub use sandbox::{DriverFactory, MakeDriver, Sandbox, SandboxError, SandboxOptions};
 pub use tapped::TappedDriver;

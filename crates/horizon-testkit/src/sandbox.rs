@@ -54,6 +54,10 @@ pub struct SandboxOptions {
     /// Makes each agent's driver from what its game servers are started with; `None`: the
     /// process driver.
     pub drivers: Option<DriverFactory>,
+    /// A second core standing by, both on this etcd ([`Sandbox::kill_leader`],
+    /// [`Sandbox::standby_leads`]); `None`: one core on the file store. The two share the
+    /// copies' directory (as replicas on a ReadWriteMany volume would).
+    pub standby: Option<horizon_core::EtcdOptions>,
 }
 
 /// Makes an agent's [`ServerDriver`] (`horizon demo --driver kube`: pods of a fake API server).
@@ -92,6 +96,7 @@ impl SandboxOptions {
             dir,
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             drivers: None,
+            standby: None,
         }
     }
 
@@ -130,7 +135,15 @@ pub struct Sandbox {
     drivers: Option<DriverFactory>,
     /// The figures of agents killed by [`Sandbox::restart_agent`].
     retired: Vec<Arc<horizon_agent::AgentStats>>,
+    /// The standby core, campaigning ([`SandboxOptions::standby`]).
+    standby: Option<StandingBy>,
+    /// Indices in `netems` of every agent's link to the first core (with a standby, even the
+    /// core site's agent reaches it through an emulator, so that its death can be silent).
+    leader_links: Vec<usize>,
 }
+
+/// A core campaigning to lead: its `start` resolves once elected.
+type StandingBy = tokio::task::JoinHandle<Result<CoreHandle, horizon_core::CoreError>>;
 
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
 
@@ -202,11 +215,35 @@ impl Sandbox {
             stage: opts.stage,
             delegations,
         };
+        if let Some(etcd) = &opts.standby {
+            core_config.store_kind = horizon_core::StoreKind::Etcd(etcd.clone());
+        }
         let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         // A restarted core comes back on the same ports.
         core_config.listen_control = core.control_addr;
         core_config.listen_admin = core.admin_addr;
         let mut netems = Vec::new();
+        let mut leader_links = Vec::new();
+        // The standby binds its control port only once elected: its ports are chosen now.
+        let standby = match &opts.standby {
+            Some(_) => {
+                let free = |udp: bool| -> Result<SocketAddr, SandboxError> {
+                    let any = SocketAddr::from((LOCALHOST, 0));
+                    let found = if udp {
+                        std::net::UdpSocket::bind(any).and_then(|s| s.local_addr())
+                    } else {
+                        std::net::TcpListener::bind(any).and_then(|s| s.local_addr())
+                    };
+                    found.map_err(|e| setup("a free port")(&e))
+                };
+                let mut config = core_config.clone();
+                config.listen_control = free(true)?;
+                config.listen_admin = free(false)?;
+                let control = config.listen_control;
+                Some((control, tokio::spawn(horizon_core::start(config))))
+            }
+            None => None,
+        };
         let player_keys = ca.ca_cert().with_file_name("player.keys");
         std::fs::write(&player_keys, horizon_transport::Keyring::generate_file("k1"))
             .map_err(|e| setup("player keys")(&e))?;
@@ -225,15 +262,25 @@ impl Sandbox {
         let mut core_links = BTreeMap::new();
         let mut agent_setups = BTreeMap::new();
         for site in order {
-            let core_addr = if *site == core_site {
+            let rtt = if *site == core_site { 0.0 } else { opts.rtt(&core_site, site) };
+            let core_addr = if *site == core_site && standby.is_none() {
                 core.control_addr
             } else {
-                let n = emulate(core.control_addr, opts.rtt(&core_site, site)).await?;
+                let n = emulate(core.control_addr, rtt).await?;
                 let a = n.local_addr();
-                core_links.insert(site.clone(), netems.len());
+                if *site != core_site {
+                    core_links.insert(site.clone(), netems.len());
+                }
+                leader_links.push(netems.len());
                 netems.push(n);
                 a
             };
+            let mut core_addrs = vec![core_addr.into()];
+            if let Some((control, _)) = &standby {
+                let n = emulate(*control, rtt).await?;
+                core_addrs.push(n.local_addr().into());
+                netems.push(n);
+            }
             let mut peers = BTreeMap::new();
             for (other, addr) in &transfer {
                 let n = emulate(*addr, opts.rtt(site, other)).await?;
@@ -244,7 +291,7 @@ impl Sandbox {
             let any = SocketAddr::from((LOCALHOST, 0));
             let cfg = AgentConfig {
                 site: site.clone(),
-                core: vec![core_addr.into()],
+                core: core_addrs,
                 core_site: core_site.clone(),
                 listen_servers: any,
                 listen_players: any,
@@ -312,7 +359,36 @@ impl Sandbox {
             agent_setups,
             drivers: opts.drivers,
             retired: Vec::new(),
+            standby: standby.map(|(_, task)| task),
+            leader_links,
         })
+    }
+
+    /// The leading core dies as its machine would ([`SandboxOptions::standby`]): every agent's
+    /// link to it goes silent, and it stops with its election lease left to expire. Its
+    /// standby leads once the lease lapses ([`Sandbox::standby_leads`]).
+    pub async fn kill_leader(&mut self) {
+        for &i in &self.leader_links {
+            self.netems[i].handle().partition(true);
+        }
+        self.core.kill().await;
+    }
+
+    /// Waits (at most `within`) for the standby core to lead, and makes it the sandbox's core.
+    pub async fn standby_leads(&mut self, within: Duration) -> Result<(), SandboxError> {
+        let task = self
+            .standby
+            .take()
+            .ok_or_else(|| SandboxError::Setup("no standby core in this sandbox".into()))?;
+        let elected = tokio::time::timeout(within, task)
+            .await
+            .map_err(|_| {
+                SandboxError::Setup(format!("the standby did not lead within {within:?}"))
+            })?
+            .map_err(|e| setup("standby core")(&e))?
+            .map_err(|e| setup("standby core")(&e))?;
+        self.core = elected;
+        Ok(())
     }
 
     /// Where a player living near `home` reaches `site`: its gateway and its probe beacon, each
@@ -537,6 +613,9 @@ impl Sandbox {
 
     /// Stops everything: agents (and their game servers), emulators, then the core.
     pub async fn shutdown(self) {
+        if let Some(standby) = &self.standby {
+            standby.abort();
+        }
         for agent in self.agents {
             agent.shutdown().await;
         }

@@ -188,7 +188,6 @@ impl<C: Channel> Supervisor<C> {
             };
             match connected {
                 Ok(conn) => {
-                    // The next connection tries this address first again.
                     backoff = self.limits.reconnect_min;
                     serve_inbound(&conn, replies.clone(), self.inbound.clone());
                     self.current.send_replace(Some(conn.clone()));
@@ -206,6 +205,10 @@ impl<C: Channel> Supervisor<C> {
                     };
                     self.current.send_replace(None);
                     tracing::info!(channel = C::ID.as_str(), %peer, reason = %why, "link down");
+                    // With several addresses the next attempt tries another first: a peer gone
+                    // silent has most likely left that address (a core that died, while its
+                    // standby takes over at the next). With one, it is the same address.
+                    attempt += 1;
                     if self.events.send(LinkEvent::Down(why)).await.is_err() {
                         return;
                     }

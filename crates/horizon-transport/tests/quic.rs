@@ -442,6 +442,28 @@ async fn a_partition_is_survived_by_reconnect_resync_and_a_retry_applied_once() 
 }
 
 #[tokio::test]
+async fn a_link_to_several_addresses_goes_on_to_the_next_when_the_one_it_used_goes_silent() {
+    let pki = Pki::new();
+    let limits = quick_limits();
+    let (first, second) = (core(&pki, &limits, None), core(&pki, &limits, None));
+    let netem = Netem::start(NetemConfig::new(loopback(), first.addr, Duration::ZERO)).await;
+    let netem = netem.unwrap();
+    let addrs = [netem.local_addr(), second.addr];
+    let mut parts = site_link_to_any::<Control>(&pki, "MTL", "PAR", &addrs, &limits);
+    wait_up(&mut parts, Duration::from_secs(5)).await;
+    assert_eq!((first.conns.lock().unwrap().len(), second.conns.lock().unwrap().len()), (1, 0));
+    // The first goes silent (as a dead machine): the link finds the second, and requests go on.
+    netem.handle().partition(true);
+    next_failure(&mut parts, Duration::from_secs(5)).await;
+    let before_up = wait_up(&mut parts, Duration::from_secs(5)).await;
+    assert!(before_up.is_empty(), "no attempt wasted on the silent address: {before_up:?}");
+    assert_eq!(second.conns.lock().unwrap().len(), 1, "reconnected at the next address");
+    let reply = parts.link.request(&control::Request::Renew { leases: vec![lease(1)] }).await;
+    assert!(reply.is_ok(), "{reply:?}");
+    assert_eq!(second.executed.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn rtt_through_the_emulator_is_the_configured_rtt() {
     let pki = Pki::new();
     let limits = quick_limits();

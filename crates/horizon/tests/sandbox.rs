@@ -12,7 +12,7 @@ use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
 mod common;
-use common::{bot, wait_for};
+use common::{bot, holder_of, played_through_a_failover, wait_for};
 
 /// One plain HTTP GET against the admin API; the whole response.
 async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -557,31 +557,6 @@ async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobod
         // server's: nobody sees the bubble's time go back.
         assert_eq!(r.restores_seen, 0, "{}: {r:?}", r.name);
     }
-}
-
-/// The bubble simulating `player` and the server holding it, from the core's status.
-fn holder_of(status: &CoreStatus, player: u64) -> Option<(u64, String, String)> {
-    let bubble = status.players.iter().find(|p| p.player == player)?.bubble?;
-    for site in &status.sites {
-        for server in site.servers.iter().flatten() {
-            if server.bubbles.contains(&bubble) {
-                return Some((bubble, site.site.clone(), server.server.clone()));
-            }
-        }
-    }
-    None
-}
-
-/// What a player must see across a failover: every acknowledged input applied once and
-/// nothing lost (the gateway re-sends what the restored copy lacks), the chain unbroken
-/// (going back to the copy is a restore, not a break), and a freeze shorter than `max_gap_ms`.
-fn played_through_a_failover(r: &BotReport, max_gap_ms: f64) {
-    assert_eq!(r.error, None, "{}", r.name);
-    assert_eq!(r.applied, r.acked, "{}: every acknowledged input applied, once: {r:?}", r.name);
-    assert_eq!(r.applied_twice, 0, "{}", r.name);
-    assert_eq!(r.chain_breaks, 0, "{}", r.name);
-    assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
-    assert!(r.max_gap_ms < max_gap_ms, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
 }
 
 /// A lone Montrealer playing in a three-site sandbox tuned by `tune`, once their bubble has had

@@ -53,6 +53,9 @@ pub struct Leadership {
     pub generation: u32,
     pub log: EtcdLog,
     pub fence: Fence,
+    /// The task keeping the election lease alive (aborting it is dying as a crash would: the
+    /// lease is left to expire, not revoked).
+    pub keeper: tokio::task::AbortHandle,
 }
 
 /// The ownership log, written only by the leader (see the module documentation).
@@ -92,24 +95,26 @@ pub async fn lead(
 ) -> Result<Leadership, StoreError> {
     let name = store_name(opts);
     let fail = |why: String| StoreError { path: name.clone(), why };
-    let connect = ConnectOptions::new()
-        .with_connect_timeout(REQUEST_TIMEOUT)
-        .with_timeout(REQUEST_TIMEOUT)
-        .with_require_leader(true);
+    // No timeout for every request: the campaign waits as long as another core leads. Each
+    // other request has its own.
+    let connect =
+        ConnectOptions::new().with_connect_timeout(REQUEST_TIMEOUT).with_require_leader(true);
     let mut client = Client::connect(&opts.endpoints, Some(connect))
         .await
         .map_err(|e| fail(format!("cannot connect: {e}")))?;
     let ttl = Duration::from_secs(u64::from(opts.election_ttl_s));
     let granted_at = Instant::now();
-    let lease = client
-        .lease_grant(i64::from(opts.election_ttl_s), None)
+    let grant = client.lease_grant(i64::from(opts.election_ttl_s), None);
+    let lease = tokio::time::timeout(REQUEST_TIMEOUT, grant)
         .await
+        .map_err(|_| fail("no election lease granted in time".into()))?
         .map_err(|e| fail(format!("cannot be granted an election lease: {e}")))?
         .id();
     let (raise, mut fence) = Fence::new();
-    tokio::spawn(keep(client.clone(), lease, ttl, granted_at, raise));
+    let keeper = tokio::spawn(keep(client.clone(), lease, ttl, granted_at, raise)).abort_handle();
     let election = format!("{}/leader", opts.prefix);
-    if let Ok(now) = client.leader(election.as_str()).await {
+    let leader = tokio::time::timeout(REQUEST_TIMEOUT, client.leader(election.as_str())).await;
+    if let Ok(Ok(now)) = leader {
         let value = now.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
         standing_by(value.as_deref());
     } else {
@@ -136,7 +141,7 @@ pub async fn lead(
     log.commit(changes(&log.prefix, &state, &record)).await?;
     let mut state = state;
     state.apply(&record);
-    Ok(Leadership { state, generation, log, fence })
+    Ok(Leadership { state, generation, log, fence, keeper })
 }
 
 impl EtcdLog {

@@ -105,6 +105,26 @@ pub fn site_link<C: Channel>(
     dial(pki, Some(pki.ca.identity(from).unwrap()), to, addr, HelloParams::new(name(from)), limits)
 }
 
+/// A link from `from` to `to`, which may answer at any of `addrs` (a core and its standby).
+pub fn site_link_to_any<C: Channel>(
+    pki: &Pki,
+    from: &str,
+    to: &str,
+    addrs: &[SocketAddr],
+    limits: &Limits,
+) -> LinkParts<C> {
+    let identity = pki.ca.identity(from).unwrap();
+    let config = client_config(&pki.ca.roots().unwrap(), Some(&identity), C::ID, limits).unwrap();
+    Link::connect(Dial {
+        endpoint: client_endpoint(Ipv4Addr::LOCALHOST.into()).unwrap(),
+        addrs: addrs.iter().map(|&a| a.into()).collect(),
+        server_name: site_dns_name(to),
+        config,
+        hello: HelloParams::new(name(from)),
+        limits: limits.clone(),
+    })
+}
+
 /// A link to site `to` at `addr` that trusts `pki`'s CA, presents `identity` (if any) and says
 /// `hello`: for the tests that lie about who they are.
 pub fn dial<C: Channel>(

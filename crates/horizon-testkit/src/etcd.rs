@@ -1,0 +1,130 @@
+//! One real etcd member on free loopback ports (Debian's `etcd-server`; `tests/install` installs
+//! it with `etcdctl`), for a sandbox whose cores keep their ownership log in etcd and for the
+//! tests of that store. Killed when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// A running etcd member.
+#[derive(Debug)]
+pub struct EtcdServer {
+    child: Child,
+    endpoint: String,
+    dir: PathBuf,
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.signal("CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(socket.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+impl EtcdServer {
+    /// Starts a member whose data lives in `dir` (removed when dropped), and waits until its
+    /// `/health` says so (at most 20 s).
+    pub async fn start(dir: PathBuf) -> Result<EtcdServer, String> {
+        let (client, peer) = (free_port()?, free_port()?);
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot run etcd ({e}): install it (Debian: etcd-server; tests/install does)"
+                )
+            })?;
+        let etcd = EtcdServer { child, endpoint: client_url, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = format!("127.0.0.1:{client}");
+        while !healthy(&addr).await {
+            if Instant::now() >= deadline {
+                return Err(format!("etcd at {} was not healthy within 20 s", etcd.endpoint));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(etcd)
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Sends `SIG<which>` to the member: `STOP` freezes it (its sockets stay open and nothing
+    /// answers), `CONT` resumes it.
+    pub fn signal(&self, which: &str) -> Result<(), String> {
+        let status = Command::new("kill")
+            .arg(format!("-{which}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .map_err(|e| e.to_string())?;
+        if status.success() { Ok(()) } else { Err(format!("kill -{which} failed")) }
+    }
+
+    /// Runs `etcdctl` against this member (API v3).
+    pub fn etcdctl(&self, args: &[&str]) -> Result<Output, String> {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint))
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run etcdctl ({e}): Debian's etcd-client has it"))
+    }
+
+    /// Revokes the lease of every key under `prefix` (as when it expires): whoever held it
+    /// loses what it stood for. Returns how many leases were revoked.
+    pub fn revoke_leases_under(&self, prefix: &str) -> Result<usize, String> {
+        let out = self.etcdctl(&["get", "--prefix", prefix, "-w", "json"])?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| format!("etcdctl get: {e}"))?;
+        let leases: std::collections::BTreeSet<i64> = doc["kvs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|kv| kv["lease"].as_i64())
+            .filter(|&l| l != 0)
+            .collect();
+        for lease in &leases {
+            let revoked = self.etcdctl(&["lease", "revoke", &format!("{lease:x}")])?;
+            if !revoked.status.success() {
+                return Err(String::from_utf8_lossy(&revoked.stderr).into_owned());
+            }
+        }
+        Ok(leases.len())
+    }
+}
+
+/// etcd's `/health` answers `"health":"true"`.
+async fn healthy(addr: &str) -> bool {
+    let Ok(Ok(mut s)) =
+        tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await
+    else {
+        return false;
+    };
+    let req = "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut text = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut text)).await;
+    matches!(read, Ok(Ok(_))) && text.contains("\"health\":\"true\"")
+}

@@ -1,0 +1,306 @@
+//! A core and its standby on a real etcd (Debian's `etcd-server`; `tests/install` installs it):
+//! election, the standby's admin API, the generation across leaders, fencing by the leader
+//! key's revision, the keeper's self-fencing when etcd stops answering, and a takeover on the
+//! running mesh with players. Each test runs its own etcd on free ports.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use horizon_core::store::etcd::lead;
+use horizon_core::store::{Record, StoreState};
+use horizon_core::{CoreConfig, EtcdOptions, StoreKind};
+use horizon_testkit::EtcdServer;
+use horizon_transport::tls::DevCa;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// A fresh etcd, its data under a directory of its own.
+async fn etcd(name: &str) -> EtcdServer {
+    let dir = std::env::temp_dir().join(format!("horizon-etcd-{name}-{}", std::process::id()));
+    EtcdServer::start(dir).await.expect("etcd runs")
+}
+
+fn options(etcd: &EtcdServer, ttl_s: u32) -> EtcdOptions {
+    EtcdOptions {
+        endpoints: vec![etcd.endpoint().to_owned()],
+        prefix: "/horizon-test".into(),
+        election_ttl_s: ttl_s,
+    }
+}
+
+/// The value of `key` in etcd, if any.
+fn value_of(etcd: &EtcdServer, key: &str) -> Option<String> {
+    let out = etcd.etcdctl(&["get", key, "--print-value-only"]).expect("etcdctl get");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+/// A core configuration on etcd in `dir` (certificates made there), admin on `admin`.
+fn core_config(dir: &Path, etcd: &EtcdServer, admin: SocketAddr) -> CoreConfig {
+    let ca = DevCa::new(dir.join("certs"));
+    ca.create(&["PAR", "MTL"], true).expect("dev certificates");
+    let text = format!(
+        r#"
+        [sites]
+        core = "PAR"
+        list = ["PAR", "MTL"]
+        [sites.backbone_rtt_ms]
+        PAR-MTL = 85
+        [listen]
+        control = "127.0.0.1:0"
+        admin = "{admin}"
+        [tls]
+        ca = "{}"
+        cert = "{}"
+        key = "{}"
+        [store]
+        path = "copies"
+        "#,
+        ca.ca_cert().display(),
+        ca.core_cert().display(),
+        ca.core_key().display(),
+    );
+    let mut cfg = CoreConfig::parse(&text, dir).expect("a good configuration");
+    cfg.store_kind = StoreKind::Etcd(options(etcd, 2));
+    cfg
+}
+
+/// `GET path` on an admin API: the status code and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    try_get(addr, path).await.expect("the admin API answers")
+}
+
+async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.ok()?;
+    let code = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_core_says_so_until_the_leader_stops_then_leads_under_the_next_generation() {
+    let etcd = etcd("standby").await;
+    let dir = std::env::temp_dir().join(format!("horizon-standby-{}", std::process::id()));
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let a = horizon_core::start(core_config(&dir.join("a"), &etcd, any)).await;
+    let a = a.expect("the first core leads");
+    assert_eq!(a.generation, 1);
+    let b_admin = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let b_admin = b_admin.expect("a free port");
+    let b_cfg = core_config(&dir.join("b"), &etcd, b_admin);
+    let b = tokio::spawn(horizon_core::start(b_cfg));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (code, body) = loop {
+        if let Ok(Some(answer)) =
+            tokio::time::timeout(Duration::from_secs(2), try_get(b_admin, "/readyz")).await
+        {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "the standby's admin API never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("standing by: the core"), "{body}");
+    let (_, metrics) = get(b_admin, "/metrics").await;
+    assert!(metrics.contains("horizon_core_leader 0"), "{metrics}");
+    assert!(!b.is_finished(), "the standby must wait while the first core leads");
+    let (_, metrics) = get(a.admin_addr, "/metrics").await;
+    assert!(metrics.contains("horizon_core_leader 1"), "{metrics}");
+
+    // Standing by longer than any single etcd request may take (the campaign has no timeout).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(!b.is_finished(), "the standby still waits");
+    // A core that stops resigns (its lease revoked): the standby leads at once.
+    a.shutdown().await;
+    let b = tokio::time::timeout(Duration::from_secs(20), b).await;
+    let b = b.expect("the standby leads once the leader stopped").expect("task").expect("started");
+    assert_eq!(b.generation, 2, "a new leader serves under the next generation");
+    let (code, _) = get(b.admin_addr, "/readyz").await;
+    assert_eq!(code, 200);
+    let (_, metrics) = get(b.admin_addr, "/metrics").await;
+    assert!(metrics.contains("horizon_core_leader 1"), "{metrics}");
+    b.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Revokes the leader's election lease (as when it expires): the leader is the candidate
+/// whose key is oldest (lowest creation revision).
+fn revoke_the_leaders_lease(etcd: &EtcdServer) {
+    let out = etcd.etcdctl(&["get", "--prefix", "/horizon-test/leader", "-w", "json"]);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.expect("etcdctl get").stdout).expect("etcdctl's JSON");
+    let lease = doc["kvs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .min_by_key(|kv| kv["create_revision"].as_i64())
+        .and_then(|kv| kv["lease"].as_i64())
+        .expect("the leader's key and its lease");
+    let revoked = etcd.etcdctl(&["lease", "revoke", &format!("{lease:x}")]).expect("etcdctl");
+    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+}
+
+/// Appends `record` from a thread of its own (the store thread's way: it waits on etcd).
+fn append_off_runtime(
+    mut log: horizon_core::store::etcd::EtcdLog,
+    state: StoreState,
+    record: Record,
+) -> Result<(), String> {
+    std::thread::spawn(move || log.append(&state, &record).map_err(|e| e.to_string()))
+        .join()
+        .expect("the writing thread")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_whose_election_key_is_gone_commits_nothing_and_is_fenced() {
+    let etcd = etcd("deposed").await;
+    let opts = options(&etcd, 2);
+    let first = lead(&opts, "a".into(), |_| {}).await.expect("a leads");
+    assert_eq!(first.generation, 1);
+    let written =
+        append_off_runtime(first.log, first.state.clone(), Record::PlayerIds { next: 100 });
+    assert_eq!(written, Ok(()));
+
+    // Its lease revoked behind its back (as when it expires): another core is elected.
+    let b_opts = opts.clone();
+    let holder = tokio::spawn(async move { lead(&b_opts, "b".into(), |_| {}).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let leader = value_of(&etcd, "/horizon-test/leader");
+    assert_eq!(leader, None, "(the election keys are under leader/, not the name itself)");
+    revoke_the_leaders_lease(&etcd);
+    let second = tokio::time::timeout(Duration::from_secs(10), holder).await;
+    let second = second.expect("b is elected").expect("task").expect("b leads");
+    assert_eq!(second.generation, 2);
+    assert_eq!(second.state.next_player, 100, "what the first leader wrote is read back");
+    let reason = tokio::time::timeout(Duration::from_secs(5), first.fence.clone().raised()).await;
+    assert!(reason.expect("the first core is fenced").contains("expired"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_writes_nothing_even_before_its_keeper_notices() {
+    let etcd = etcd("guard").await;
+    let opts = options(&etcd, 10);
+    let first = lead(&opts, "a".into(), |_| {}).await.expect("a leads");
+    revoke_the_leaders_lease(&etcd);
+    // The keeper sends every 3.3 s: the write comes first, and the guard refuses it.
+    let refused =
+        append_off_runtime(first.log, first.state, Record::PlayerIds { next: 7 }).unwrap_err();
+    assert!(refused.contains("deposed") || refused.contains("fenced"), "{refused}");
+    let written = value_of(&etcd, "/horizon-test/next_player");
+    assert_eq!(written, None, "a deposed core wrote next_player");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_from_etcd_fences_itself_before_its_lease_could_expire() {
+    let etcd = etcd("cut").await;
+    let ttl = Duration::from_secs(6);
+    let mut elected = lead(&options(&etcd, 6), "a".into(), |_| {}).await.expect("a leads");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(elected.fence.reason().is_none(), "fenced while etcd answers");
+    // etcd stops answering; its sockets stay open (a keep-alive stream looks alive).
+    etcd.signal("STOP").expect("etcd stopped");
+    let cut = Instant::now();
+    let why = tokio::time::timeout(ttl * 2, elected.fence.raised()).await;
+    let after = cut.elapsed();
+    etcd.signal("CONT").expect("etcd resumed");
+    let why = why.expect("the fence is raised");
+    assert!(why.contains("no keep-alive acknowledged"), "{why}");
+    // The last acknowledgement came before the cut: the lease lives at least `ttl` from
+    // then, and the core must have stopped before that (a quarter of it earlier).
+    assert!(after < ttl, "fenced {after:?} after the cut, the lease may have expired by then");
+    assert!(after >= Duration::from_secs(1), "fenced {after:?} after the cut: too eager");
+    let refused = append_off_runtime(elected.log, elected.state, Record::PlayerIds { next: 1 });
+    assert!(refused.unwrap_err().contains("fenced"));
+}
+
+mod common;
+use common::{bot, holder_of, played_through_a_failover, wait_for};
+use horizon_testkit::bots;
+use horizon_testkit::{Sandbox, SandboxOptions};
+
+/// The running mesh with a standby core: the leader dies as its machine would (every agent's
+/// link to it silent, its election lease left to expire). The standby leads within the
+/// election TTL under the next generation, every agent finds it and registers, the relay's
+/// bubble is taken back with its id and epoch, and no player stops: the relay and the core
+/// site's zone simulate on under their leases, which outlive the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing() {
+    let etcd = etcd("takeover").await;
+    let dir = std::env::temp_dir().join(format!("horizon-takeover-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    opts.standby = Some(EtcdOptions {
+        endpoints: vec![etcd.endpoint().to_owned()],
+        prefix: "/horizon-takeover".into(),
+        election_ttl_s: 3,
+    });
+    let mut sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let specs = [bot("mtl", "MTL", &sandbox, 0.0, 0), bot("par", "PAR", &sandbox, 5_000.0, 0)];
+    let running: Vec<_> = specs
+        .into_iter()
+        .map(|spec| {
+            bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
+        })
+        .collect();
+    let mtl = running[0].0.clone();
+    let mtl_player = move || mtl.lock().expect("bot report").player;
+    let (bubble, site, _) = wait_for(&sandbox, 30, |s| holder_of(s, mtl_player()?))
+        .await
+        .expect("the Montrealer is simulated");
+    assert_eq!(site, "MTL");
+    // A copy of the bubble is taken (every 10 s) before the leader dies.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = sandbox.core.status().await.expect("status");
+    let player = mtl_player().expect("joined");
+    let epoch = before.placement(player).map(|b| b.epoch);
+    assert_eq!(before.generation, 1);
+
+    let died = Instant::now();
+    sandbox.kill_leader().await;
+    sandbox.standby_leads(Duration::from_secs(20)).await.expect("the standby leads");
+    let led_after = died.elapsed();
+    let status = wait_for(&sandbox, 40, |s| {
+        let registered = s.sites.iter().all(|site| site.agent_connected);
+        (registered && holder_of(s, player)?.0 == bubble).then(|| s.clone())
+    })
+    .await;
+    let back_after = died.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let last = sandbox.core.status().await;
+    stop.send(true).expect("bots listening");
+    let mut reports = Vec::new();
+    for (report, task) in running {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        reports.push(report.lock().expect("report").clone());
+    }
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!(
+            "every agent back at the new leader, the bubble kept: sites {:?} bubbles {:?}",
+            l.sites, l.bubbles
+        )
+    });
+    assert_eq!(status.generation, 2, "the new leader serves under the next generation");
+    assert_eq!(status.placement(player).map(|b| b.epoch), epoch, "the relay kept its lease");
+    assert!(led_after < Duration::from_secs(10), "the standby led {led_after:?} after the death");
+    assert!(back_after < Duration::from_secs(30), "every agent back {back_after:?} after it");
+    for r in &reports {
+        assert_eq!(r.restores_seen, 0, "{}: nobody's simulation stopped: {r:?}", r.name);
+        played_through_a_failover(r, 1_000.0);
+    }
+    eprintln!(
+        "takeover: the standby led {led_after:?} after the leader died; every agent registered with it and the relay's bubble taken back {back_after:?} after; longest update gaps {:?} ms",
+        reports.iter().map(|r| r.max_gap_ms.round()).collect::<Vec<_>>()
+    );
+}
