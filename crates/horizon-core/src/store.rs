@@ -44,7 +44,9 @@ pub struct StoredCopy {
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+mod lease_clock;
 mod memory;
+pub use lease_clock::LeaseClock;
 pub use memory::MemoryStore;
 
 /// Raised when this core may no longer lead (the etcd store's keeper raises it: `etcd.rs`):

@@ -18,10 +18,11 @@
 //! commits nothing, whatever it believes. Keys are never written outside such a transaction.
 //!
 //! **Self-fencing.** A keep-alive stream can look alive with the network gone, and etcd expires
-//! the lease by its own clock. So the keeper counts by this process's monotonic clock: from the
-//! moment it *sent* the last keep-alive that etcd acknowledged, the lease lives at least its
-//! remaining TTL; a quarter of the TTL before that runs out without a newer acknowledgement,
-//! the keeper raises the [`Fence`]. The core stops granting and renewing at once (it exits, and
+//! the lease by its own clock. So the keeper counts by this process's monotonic clock
+//! ([`LeaseClock`]: the chaos simulator runs the same rule): from the moment it *sent* the last
+//! keep-alive that etcd acknowledged, the lease lives at least its remaining TTL; a quarter of
+//! the TTL before that runs out without a newer acknowledgement, the keeper raises the
+//! [`Fence`]. The core stops granting and renewing at once (it exits, and
 //! its supervisor restarts it as a standby), before any standby can have been elected.
 //!
 //! **Copies** stay files in `[store] path`, not in etcd: a copy is up to megabytes, written
@@ -40,7 +41,7 @@ use etcd_client::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Fence, Record, StoreError, StoreState};
+use super::{Fence, LeaseClock, Record, StoreError, StoreState};
 use crate::config::EtcdOptions;
 
 /// How long one etcd request may take before the write fails (the store thread waits on it).
@@ -316,9 +317,8 @@ async fn keep(
     granted_at: Instant,
     raise: watch::Sender<Option<String>>,
 ) {
-    let margin = ttl / 4;
-    let period = ttl / 3;
-    let mut deadline = granted_at + ttl - margin;
+    let since = |t: Instant| t.saturating_duration_since(granted_at);
+    let mut clock = LeaseClock::granted(ttl, Duration::ZERO);
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     loop {
         let sent = Instant::now();
@@ -330,6 +330,7 @@ async fn keep(
             keeper.keep_alive().await?;
             replies.message().await
         };
+        let deadline = granted_at + clock.deadline();
         let stopped = raise.closed();
         let outcome = tokio::select! {
             outcome = tokio::time::timeout_at(deadline, round) => outcome,
@@ -340,8 +341,7 @@ async fn keep(
         };
         match outcome {
             Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
-                let left = Duration::from_secs(reply.ttl() as u64);
-                deadline = sent + left.saturating_sub(margin);
+                clock.acked(since(sent), Duration::from_secs(reply.ttl() as u64));
             }
             Ok(Ok(Some(_))) => {
                 raise.send_replace(Some("etcd says the election lease has expired".to_owned()));
@@ -350,7 +350,8 @@ async fn keep(
             Ok(Ok(None)) | Ok(Err(_)) => {
                 // The stream broke: open another, until the deadline.
                 stream = None;
-                tokio::time::sleep_until((Instant::now() + period / 4).min(deadline)).await;
+                let retry = Instant::now() + ttl / 12;
+                tokio::time::sleep_until(retry.min(granted_at + clock.deadline())).await;
                 continue;
             }
             Err(_) => {
@@ -360,11 +361,12 @@ async fn keep(
                     ttl.as_secs()
                 );
                 raise.send_replace(Some(why));
-                let _ = tokio::time::timeout(period, client.lease_revoke(lease)).await;
+                let _ = tokio::time::timeout(ttl / 3, client.lease_revoke(lease)).await;
                 return;
             }
         }
-        tokio::time::sleep_until((sent + period).min(deadline)).await;
+        let next = granted_at + clock.next_keep_alive(since(sent));
+        tokio::time::sleep_until(next.min(granted_at + clock.deadline())).await;
     }
 }
 
