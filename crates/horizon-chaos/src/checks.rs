@@ -16,6 +16,8 @@
 //! - **I6** epochs never go backwards: every lease an order carries is at least the newest
 //!   the core granted that bubble before, across restarts; generations only grow; player ids
 //!   are never handed out twice.
+//! - **I7** at most one core grants or renews at any time (`--standby`): the running core acts
+//!   only while its election lease is live at the store (`world/election.rs`).
 //! - **liveness** a player outside any partition receives an update at least every
 //!   [`LIVENESS_S`], and every player is playing at the end.
 
@@ -76,6 +78,11 @@ impl Checker {
             at_s: now_us as f64 / 1e6,
             detail,
         });
+    }
+
+    /// A core acted while another may lead (I7: `world/election.rs` decides).
+    pub(crate) fn i7(&mut self, now: u64, detail: String) {
+        self.fail("I7", now, detail);
     }
 
     /// The core stores a copy (I1).

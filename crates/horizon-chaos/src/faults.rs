@@ -40,6 +40,11 @@ pub enum Fault {
     Loss { site: &'static str, rate: f64, for_s: f64 },
     /// Every store write takes `ms`.
     SlowDisk { ms: f64, for_s: f64 },
+    /// With a standby core: the leading core cannot reach the store (its keep-alives and
+    /// writes go unanswered); the agents still reach it.
+    StoreCut { for_s: f64 },
+    /// With a standby core: the store changes leader, which resets every lease's TTL to full.
+    StoreLeaderChange,
 }
 
 impl Fault {
@@ -51,8 +56,9 @@ impl Fault {
             | Fault::RestartAgent { for_s, .. }
             | Fault::RestartCore { for_s }
             | Fault::Loss { for_s, .. }
-            | Fault::SlowDisk { for_s, .. } => *for_s,
-            Fault::KillServer { .. } => 0.0,
+            | Fault::SlowDisk { for_s, .. }
+            | Fault::StoreCut { for_s } => *for_s,
+            Fault::KillServer { .. } | Fault::StoreLeaderChange => 0.0,
         }
     }
 
@@ -80,14 +86,16 @@ const QUIET_S: f64 = 45.0;
 /// No fault starts this close to the end.
 const TAIL_S: f64 = 75.0;
 
-/// The faults of a run of `seconds`.
-pub(crate) fn schedule(rng: &mut Rng, seconds: f64) -> Vec<Timed> {
+/// The faults of a run of `seconds`; with a `standby` core, the store's faults too (and a
+/// restarted core is the standby taking over).
+pub(crate) fn schedule(rng: &mut Rng, seconds: f64, standby: bool) -> Vec<Timed> {
     let relays: Vec<&'static str> = SITES[1..].to_vec();
     let pick = |rng: &mut Rng, from: &[&'static str]| from[rng.below(from.len() as u64) as usize];
     let mut out = Vec::new();
     let mut t = 20.0 + rng.range(0.0, 10.0);
     while t < seconds - TAIL_S {
-        let fault = match rng.below(7) {
+        let kinds = if standby { 9 } else { 7 };
+        let fault = match rng.below(kinds) {
             0 => Fault::Partition {
                 site: pick(rng, &relays),
                 direction: match rng.below(3) {
@@ -115,10 +123,12 @@ pub(crate) fn schedule(rng: &mut Rng, seconds: f64) -> Vec<Timed> {
                 rate: (rng.range(0.05, 0.5) * 100.0).round() / 100.0,
                 for_s: rng.range(5.0, 30.0).round(),
             },
-            _ => Fault::SlowDisk {
+            6 => Fault::SlowDisk {
                 ms: rng.range(50.0, 800.0).round(),
                 for_s: rng.range(5.0, 30.0).round(),
             },
+            7 => Fault::StoreCut { for_s: rng.range(1.0, 20.0).round() },
+            _ => Fault::StoreLeaderChange,
         };
         let end = t + fault.duration_s();
         if end > seconds - TAIL_S + 30.0 {
@@ -195,7 +205,10 @@ pub(crate) fn overlap(rng: &mut Rng, seconds: f64, faults: &mut Vec<Timed>) {
                     }
                 }
             },
-            Fault::RestartCore { .. } | Fault::SlowDisk { .. } => match rng.below(2) {
+            Fault::RestartCore { .. }
+            | Fault::SlowDisk { .. }
+            | Fault::StoreCut { .. }
+            | Fault::StoreLeaderChange => match rng.below(2) {
                 0 => Fault::KillServer { site: pick(rng, &SITES) },
                 _ => Fault::CutTransfer {
                     sites: pair(SITES[0], pick(rng, &relays)),

@@ -5,7 +5,8 @@
 //! servers ([`ServerMachine`] running the reference game) — over a simulated network
 //! (`world.rs` says what it models and what not), with simulated players, and one fault after
 //! another drawn from a seed (`faults.rs`). After every step that could break one, it checks
-//! design.md §6's invariants I1–I6 and liveness (`checks.rs`). A run is a pure function of its
+//! design.md §6's invariants I1–I6 and liveness (`checks.rs`); with a standby core
+//! (`--standby`), I7 too. A run is a pure function of its
 //! seed and the code: the same seed and commit give byte-identical output.
 //!
 //! [`CoreMachine`]: horizon_core::machine::CoreMachine
@@ -48,13 +49,20 @@ pub struct ChaosOptions {
     /// and a server holds [`RELAY_PLAYERS_PER_SERVER`] players, so zones split and merge
     /// under the faults.
     pub stage: Stage,
+    /// Two cores on a simulated store with an election lease (`world/election.rs`): the
+    /// leader may die or be cut from the store, the store may change leader (every lease's TTL
+    /// reset), and the standby takes over; I7 is checked too.
+    pub standby: bool,
 }
 
 impl Default for ChaosOptions {
     fn default() -> Self {
-        ChaosOptions { seconds: 300.0, overlapping: false, stage: Stage::Dynamic }
+        ChaosOptions { seconds: 300.0, overlapping: false, stage: Stage::Dynamic, standby: false }
     }
 }
+
+/// Seeds that once broke an invariant with `standby`, replayed by `--regressions` in that mode.
+pub const STANDBY_REGRESSION_SEEDS: &[u64] = &[];
 
 /// `players_per_server` under [`Stage::Relay`]: small enough that the world's groups (four to
 /// five players each) cut their zone, and a crowd gathering or leaving cuts or joins zones.
@@ -93,7 +101,7 @@ pub struct Run {
 /// The faults a seed's run carries out, and the generator the run goes on with.
 fn draw(seed: u64, opts: &ChaosOptions) -> (Vec<Timed>, Rng) {
     let mut rng = Rng::new(seed ^ 0x5eed_c4a0_5000_0000);
-    let mut faults = faults::schedule(&mut rng, opts.seconds);
+    let mut faults = faults::schedule(&mut rng, opts.seconds, opts.standby);
     if opts.overlapping {
         faults::overlap(&mut Rng::new(seed ^ 0x04e4_1a95_0000_0000), opts.seconds, &mut faults);
     }
@@ -222,7 +230,7 @@ pub fn render_run(run: &Run, full: bool) -> String {
     }
     let s = &run.stats;
     out.push_str(&format!(
-        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} region moves, generation {}\n",
+        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} region moves, generation {}{}\n",
         s.events,
         s.ticks_checked,
         s.inputs_sent,
@@ -231,7 +239,12 @@ pub fn render_run(run: &Run, full: bool) -> String {
         s.zone_splits,
         s.zone_merges,
         s.region_moves,
-        s.core_generations
+        s.core_generations,
+        if s.takeovers > 0 || s.fences > 0 {
+            format!(", {} takeovers, {} fenced", s.takeovers, s.fences)
+        } else {
+            String::new()
+        }
     ));
     if full {
         out.push_str("trace:\n");

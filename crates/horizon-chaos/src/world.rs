@@ -32,7 +32,7 @@ use horizon_agent::AgentStats;
 use horizon_agent::machine::{self as agent, AgentMachine, MachineConfig, Pending};
 use horizon_core::Stage;
 use horizon_core::machine::{self as core, CoreMachine, Lane, OrderId};
-use horizon_core::store::{Durable, MemoryStore};
+use horizon_core::store::{Durable, LeaseClock, MemoryStore};
 use horizon_mesh::rng::Rng;
 use horizon_mesh::{SiteId, SiteName, Sites, Thresholds, Time};
 use horizon_proto::control;
@@ -91,6 +91,8 @@ enum Event {
     CoreBack,
     AgentBack(usize),
     LivenessCheck,
+    /// A standby core's election (`election.rs`).
+    Election(election::Step),
 }
 
 #[derive(Debug)]
@@ -272,6 +274,15 @@ pub struct RunStats {
     pub zone_merges: u64,
     /// Regions the agents moved whole off an overfull game server to another of their site.
     pub region_moves: u64,
+    /// With a standby core: times it took over, and times a leader fenced itself.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub takeovers: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fences: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One run.
@@ -293,6 +304,8 @@ pub(crate) struct World {
     core_busy_until: u64,
     store: MemoryStore,
     disk_us: u64,
+    /// With a standby core: the election on the store (`election.rs`).
+    election: Option<election::Election>,
     agents: Vec<Agent>,
     controls: Vec<Control>,
     transfers: BTreeMap<(usize, usize), Transfer>,
@@ -388,6 +401,7 @@ impl World {
             core_busy_until: 0,
             store: MemoryStore::default(),
             disk_us: 0,
+            election: None,
             agents: Vec::new(),
             controls: (0..SITES.len()).map(|_| Control::default()).collect(),
             transfers: BTreeMap::new(),
@@ -409,6 +423,9 @@ impl World {
             agent_stats: Arc::new(AgentStats::default()),
             trace: Vec::new(),
         };
+        if opts.standby {
+            world.election = Some(election::Election::new(&mut world.rng));
+        }
         world.start_core();
         for site in 0..SITES.len() {
             let machine = world.new_agent(site);
@@ -514,6 +531,7 @@ impl World {
             Err(e) => unreachable!("core configuration: {e}"),
         }
         self.note(format!("core up, generation {generation}"));
+        self.lead();
         self.after_core();
     }
 
@@ -534,6 +552,13 @@ impl World {
 
     fn local_us(&self, site: usize) -> u64 {
         self.clocks[site].local(self.now)
+    }
+
+    /// How long a store write takes now: a slow disk's, or (the leader cut from the store) a
+    /// full election TTL, by which time it has fenced itself.
+    fn write_us(&self) -> u64 {
+        let cut = self.election.as_ref().is_some_and(election::Election::cut);
+        self.disk_us + if cut { election::TTL_US } else { 0 }
     }
 
     fn core_now(&self) -> Time {
@@ -602,6 +627,7 @@ impl World {
                 {
                     self.core_timer_at = u64::MAX;
                     core.handle_timeout(Time::from_ms(self.now / 1000));
+                    self.check_leads("its timer");
                     self.after_core();
                 }
             }
@@ -636,6 +662,7 @@ impl World {
             Event::Redial(site) => self.redial(site),
             Event::RedialPeer(pair) => self.redial_peer(pair),
             Event::CoreBack => self.start_core(),
+            Event::Election(step) => self.election_step(step),
             Event::AgentBack(site) => self.agent_back(site),
             Event::LivenessCheck => {
                 self.liveness();
@@ -649,6 +676,7 @@ impl World {
     fn core_input(&mut self, input: core::Input) {
         let Some(core) = self.core.as_mut() else { return };
         core.handle(input, Time::from_ms(self.now / 1000));
+        self.check_leads("an input");
         self.after_core();
     }
 
@@ -677,11 +705,11 @@ impl World {
                     self.send_to_agent(site, conn, input, cursor);
                 }
                 core::Effect::Persist(record) => {
-                    cursor += self.disk_us;
+                    cursor += self.write_us();
                     let _ = self.store.append(record);
                 }
                 core::Effect::PutBackup { bubble, epoch, tick, part, bytes } => {
-                    cursor += self.disk_us;
+                    cursor += self.write_us();
                     self.checker.stored(self.now, bubble, Epoch(epoch));
                     let _ = match part {
                         None => self.store.put_backup(bubble.0, epoch, tick, &bytes),
@@ -745,6 +773,7 @@ fn site_of_addr(addr: &horizon_transport::Target) -> Option<usize> {
 
 mod agents;
 mod core_link;
+mod election;
 mod outages;
 mod players;
 mod servers;

@@ -82,3 +82,46 @@ fn the_relay_stage_runs_every_player_in_zones_that_split_and_merge_under_faults(
     assert!(splits >= 10 && merges >= 5, "zones split {splits} and merged {merges} times");
     assert!(restores >= 1, "a zone restored from its copy after its server was killed");
 }
+
+#[test]
+fn a_standby_takes_over_from_a_leader_cut_from_the_store_or_killed_and_i7_holds() {
+    let opts = ChaosOptions { standby: true, ..Default::default() };
+    // Seed 34: the leader cut from the store twice, and killed once.
+    let run = run_seed(34, &opts);
+    assert!(run.violations.is_empty(), "{}", render_run(&run, false));
+    let kinds: Vec<String> = run.faults.iter().map(|f| format!("{:?}", f.fault)).collect();
+    assert_eq!(kinds.iter().filter(|k| k.starts_with("StoreCut")).count(), 2, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| k.starts_with("RestartCore")).count(), 1, "{kinds:?}");
+    assert_eq!((run.stats.takeovers, run.stats.fences), (3, 2), "{:?}", run.stats);
+    assert_eq!(run.stats.core_generations, 4, "each leader under the next generation");
+    // Each cut leader fenced itself before the standby led.
+    let lines: Vec<&String> = run
+        .trace
+        .iter()
+        .filter(|l| l.contains("fenced") || l.contains("the standby core leads"))
+        .collect();
+    for pair in lines.windows(2).filter(|w| w[0].contains("fenced")) {
+        assert!(pair[1].contains("the standby core leads"), "{pair:?}");
+    }
+}
+
+#[test]
+fn the_store_s_faults_strike_only_with_a_standby() {
+    let plain = ChaosOptions::default();
+    let standby = ChaosOptions { standby: true, ..Default::default() };
+    let store_fault = |t: &horizon_chaos::Timed| {
+        matches!(
+            t.fault,
+            horizon_chaos::Fault::StoreCut { .. } | horizon_chaos::Fault::StoreLeaderChange
+        )
+    };
+    let (mut without, mut with) = (0, 0);
+    for seed in 0..50 {
+        without +=
+            horizon_chaos::schedule_of(seed, &plain).iter().filter(|t| store_fault(t)).count();
+        with +=
+            horizon_chaos::schedule_of(seed, &standby).iter().filter(|t| store_fault(t)).count();
+    }
+    assert_eq!(without, 0);
+    assert!(with > 20, "{with} store faults in 50 seeds");
+}

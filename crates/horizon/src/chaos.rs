@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use horizon_chaos::{
     ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS,
-    RELAY_OVERLAPPING_REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run, Stage, Summary,
+    RELAY_OVERLAPPING_REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run, STANDBY_REGRESSION_SEEDS,
+    Stage, Summary,
 };
 
 #[derive(Debug, clap::Args)]
@@ -37,6 +38,11 @@ pub(crate) struct Args {
     /// delegations here) are refused.
     #[arg(long, default_value = "dynamic", value_parser = crate::parse_stage)]
     stage: Stage,
+    /// Two cores on a simulated store with an election lease, as with `[store] kind = "etcd"`:
+    /// the leader may also be cut from the store, and the store change leader; a killed or
+    /// fenced leader's standby takes over, and I7 (at most one core grants) is checked too.
+    #[arg(long)]
+    standby: bool,
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
@@ -56,8 +62,12 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         );
         return ExitCode::from(crate::EXIT_BAD_INPUT);
     }
-    let opts =
-        ChaosOptions { seconds: args.seconds, overlapping: args.overlapping, stage: args.stage };
+    let opts = ChaosOptions {
+        seconds: args.seconds,
+        overlapping: args.overlapping,
+        stage: args.stage,
+        standby: args.standby,
+    };
     if let Some(seed) = args.seed {
         // The daemons' own logs, to stderr, when asked for (`RUST_LOG=horizon_agent=debug`).
         crate::daemons::init_logs("off", logs);
@@ -81,6 +91,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     let mut runs = horizon_chaos::run_seeds(args.first_seed, args.seeds, &opts, threads, &progress);
     if args.regressions {
         let seeds = match (opts.stage, opts.overlapping) {
+            _ if opts.standby => STANDBY_REGRESSION_SEEDS,
             (Stage::Measure | Stage::Relay | Stage::Fixed, false) => RELAY_REGRESSION_SEEDS,
             (Stage::Measure | Stage::Relay | Stage::Fixed, true) => {
                 RELAY_OVERLAPPING_REGRESSION_SEEDS
@@ -103,6 +114,9 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
             let mut mode = if args.overlapping { " --overlapping" } else { "" }.to_owned();
             if args.stage != Stage::default() {
                 mode.push_str(&format!(" --stage {}", args.stage.as_str()));
+            }
+            if args.standby {
+                mode.push_str(" --standby");
             }
             println!(
                 "  replay: horizon sim chaos --seed {} --seconds {}{mode}",

@@ -42,6 +42,12 @@ impl World {
             Fault::RestartCore { .. } => self.kill_core(),
             Fault::Loss { site, rate, .. } => self.controls[index(site)].loss = rate,
             Fault::SlowDisk { ms, .. } => self.disk_us = (ms * 1000.0) as u64,
+            Fault::StoreCut { .. } => {
+                if let Some(e) = self.election.as_mut() {
+                    e.set_cut(true);
+                }
+            }
+            Fault::StoreLeaderChange => self.store_leader_change(),
         }
         if for_us > 0 {
             self.schedule(for_us, Event::FaultEnd(i));
@@ -83,9 +89,17 @@ impl World {
             }
             Fault::KillServer { .. } => {}
             Fault::RestartAgent { site, .. } => self.schedule(0, Event::AgentBack(index(site))),
+            // With a standby, it has taken over already (`election.rs`).
+            Fault::RestartCore { .. } if self.election.is_some() => {}
             Fault::RestartCore { .. } => self.schedule(0, Event::CoreBack),
             Fault::Loss { site, .. } => self.controls[index(site)].loss = 0.0,
             Fault::SlowDisk { .. } => self.disk_us = 0,
+            Fault::StoreCut { .. } => {
+                if let Some(e) = self.election.as_mut() {
+                    e.set_cut(false);
+                }
+            }
+            Fault::StoreLeaderChange => {}
         }
     }
 
@@ -136,8 +150,9 @@ impl World {
         }
     }
 
-    /// The core dies; its store stays. Agents see their connections refused within a second.
-    fn kill_core(&mut self) {
+    /// The core dies (or, with a standby, fences itself); its store stays. Agents see their
+    /// connections refused within a second.
+    pub(super) fn kill_core(&mut self) {
         self.count_zone_changes();
         self.core = None;
         self.core_timer_at = u64::MAX;
@@ -148,6 +163,7 @@ impl World {
         }
         self.core_calls.clear();
         self.orders.clear();
+        self.leader_gone();
     }
 }
 
