@@ -10,6 +10,13 @@ list = [{{ range $i, $s := .Values.core.sites }}{{ if $i }}, {{ end }}{{ $s | qu
 {{- range $pair, $ms := .Values.core.backboneRttMs }}
 {{ $pair }} = {{ $ms }}
 {{- end }}
+{{- with .Values.core.coordinates }}
+
+[sites.coordinates]
+{{- range $site, $at := . }}
+{{ $site }} = [{{ index $at 0 }}, {{ index $at 1 }}]
+{{- end }}
+{{- end }}
 
 [listen]
 control = "0.0.0.0:{{ .Values.core.controlPort }}"

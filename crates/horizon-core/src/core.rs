@@ -254,6 +254,8 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         replies: HashMap::new(),
         next_token: 1,
         events: events_tx,
+        replicated: fence.is_some(),
+        fatal: None,
     };
     let task = tokio::spawn(shell.run(events, queries, stop_rx, fence));
     Ok(CoreHandle {
@@ -379,6 +381,10 @@ struct Shell {
     replies: HashMap<RequestToken, InboundRequest<Control>>,
     next_token: RequestToken,
     events: mpsc::Sender<Event>,
+    /// The ownership log is in etcd (`[store] kind = "etcd"`).
+    replicated: bool,
+    /// Why the core must stop now, before carrying out anything more (a failed write on etcd).
+    fatal: Option<String>,
 }
 
 impl Shell {
@@ -410,6 +416,11 @@ impl Shell {
                     self.machine.record_tick(t0.elapsed().as_secs_f64());
                     self.machine.refresh_gauges();
                 }
+            }
+            if let Some(why) = self.fatal.take() {
+                tracing::error!(reason = %why, "fenced: this core stops leading now");
+                fenced = Some(why);
+                break;
             }
             self.carry_out();
         }
@@ -470,8 +481,13 @@ impl Shell {
                     Err(e) => {
                         // Ownership must be durable before it is used; a store that cannot
                         // write is fatal for a production core (the supervisor restarts it
-                        // with a new generation). Counted and logged here.
+                        // with a new generation). Counted and logged here. On etcd the core
+                        // stops at once, before carrying out anything that waited on the write:
+                        // it may have been deposed, and another core may lead.
                         tracing::error!(error = %e, "store write failed");
+                        if self.replicated {
+                            self.fatal = Some(format!("a write of the ownership log failed: {e}"));
+                        }
                         Input::StoreFailed
                     }
                 }

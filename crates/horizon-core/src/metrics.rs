@@ -165,6 +165,7 @@ pub(crate) struct Metrics {
     pub drains: PerSite<prometheus::IntCounter>,
     pub adoptions: PerSite<prometheus::IntCounter>,
     backbone_rtt: prometheus::GaugeVec,
+    below_floor: IntCounterVec,
 }
 
 /// Tick durations: the brain's tick is budgeted well under its 5 s period; buckets go past it.
@@ -264,6 +265,15 @@ impl Metrics {
         )
         .unwrap_or_else(unreachable_metric);
         horizon_admin::register(&reg, Box::new(backbone_rtt.clone()));
+        let below_floor = IntCounterVec::new(
+            Opts::new(
+                "horizon_backbone_below_floor_total",
+                "Backbone round trips measured below the pair's physical floor (great circle at fibre speed, `[sites.coordinates]`): a probe or clock bug; not used.",
+            ),
+            &["from", "to"],
+        )
+        .unwrap_or_else(unreachable_metric);
+        horizon_admin::register(&reg, Box::new(below_floor.clone()));
         // Every series whose labels the configuration already names exists from the start, at
         // zero (a dashboard shows 0, not "No data", until the first event): per site, per
         // ordered pair of sites, per reason and outcome. Backbone round trips appear when
@@ -283,6 +293,7 @@ impl Metrics {
                 refused.with_label_values(&[site, reason]);
             }
             for &to in names.iter().filter(|&&to| to != site) {
+                below_floor.with_label_values(&[site, to]);
                 handover_seconds.with_label_values(&[site, to]);
                 for outcome in HandoverOutcome::ALL {
                     handovers.with_label_values(&[site, to, outcome.as_str()]);
@@ -379,6 +390,7 @@ impl Metrics {
                 "Copies kept for players sent to a bubble just restored from a copy that lacked them (they crossed in after it, or it held fewer of their inputs), by the site of the bubble.",
             ),
             backbone_rtt,
+            below_floor,
             registry: reg,
         }
     }
@@ -477,6 +489,12 @@ impl Metrics {
     pub(crate) fn backbone(&self, from: SiteId, to: SiteId, rtt_ms: f64) {
         let (f, t) = (self.name(from).to_owned(), self.name(to).to_owned());
         self.backbone_rtt.with_label_values(&[&f, &t]).set(rtt_ms / 1000.0);
+    }
+
+    /// A backbone round trip measured below the pair's physical floor (not used).
+    pub(crate) fn below_floor(&self, from: SiteId, to: SiteId) {
+        let (f, t) = (self.name(from).to_owned(), self.name(to).to_owned());
+        self.below_floor.with_label_values(&[&f, &t]).inc();
     }
 }
 

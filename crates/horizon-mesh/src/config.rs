@@ -30,6 +30,41 @@ pub enum ConfigError {
     BadZone { index: usize, why: String },
     #[error("delegations[{index}]: {why}")]
     BadDelegation { index: usize, why: String },
+    #[error("sites.coordinates.{site}: {why}")]
+    BadPlace { site: String, why: String },
+}
+
+/// Light in fibre covers about 200,000 km/s: 200 km per millisecond, one way.
+pub const FIBRE_KM_PER_MS: f64 = 200.0;
+
+/// Where a site is on Earth (`[sites.coordinates]`), in degrees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Place {
+    pub lat: f64,
+    pub lon: f64,
+}
+
+impl Place {
+    /// Checks the degrees: what is wrong, if anything.
+    pub fn problem(&self) -> Option<String> {
+        let ok = |v: f64, limit: f64| v.is_finite() && v.abs() <= limit;
+        if !ok(self.lat, 90.0) {
+            return Some(format!("latitude {} must be within ±90 degrees", self.lat));
+        }
+        if !ok(self.lon, 180.0) {
+            return Some(format!("longitude {} must be within ±180 degrees", self.lon));
+        }
+        None
+    }
+
+    /// The physical floor of a round trip to `other`: the great-circle distance there and back
+    /// at fibre speed. No backbone is faster: a measurement below it is a probe or clock bug.
+    pub fn floor_rtt_ms(&self, other: &Place) -> f64 {
+        use geo::{Distance, Haversine, Point};
+        let metres =
+            Haversine.distance(Point::new(self.lon, self.lat), Point::new(other.lon, other.lat));
+        2.0 * metres / 1000.0 / FIBRE_KM_PER_MS
+    }
 }
 
 /// The most load samples a zone rule may wait for (about a day of one-second samples).
@@ -45,6 +80,8 @@ pub struct Sites {
     core: SiteId,
     /// Row-major `n × n`, symmetric, zero diagonal, milliseconds.
     backbone_ms: Vec<f64>,
+    /// Each site's place, if configured.
+    places: Vec<Option<Place>>,
 }
 
 impl Sites {
@@ -54,6 +91,18 @@ impl Sites {
         names: Vec<SiteName>,
         core: &SiteName,
         backbone: &[(SiteName, SiteName, f64)],
+    ) -> Result<Self, Vec<ConfigError>> {
+        Sites::placed(names, core, backbone, &[])
+    }
+
+    /// [`Sites::new`] with some sites' places: a pair of placed sites missing from `backbone`
+    /// starts at its physical floor ([`Place::floor_rtt_ms`]: a lower bound, until measured),
+    /// and a measurement below the floor is not believed ([`Sites::set_backbone_ms`]).
+    pub fn placed(
+        names: Vec<SiteName>,
+        core: &SiteName,
+        backbone: &[(SiteName, SiteName, f64)],
+        places: &[(SiteName, Place)],
     ) -> Result<Self, Vec<ConfigError>> {
         let mut errors = Vec::new();
         if names.is_empty() {
@@ -97,8 +146,27 @@ impl Sites {
             matrix[i * n + j] = *ms;
             matrix[j * n + i] = *ms;
         }
+        let mut placed = vec![None; n];
+        for (site, place) in places {
+            match (index(site), place.problem()) {
+                (Some(i), None) => placed[i] = Some(*place),
+                (None, _) => errors.push(ConfigError::BadPlace {
+                    site: site.to_string(),
+                    why: "not a listed site".into(),
+                }),
+                (_, Some(why)) => {
+                    errors.push(ConfigError::BadPlace { site: site.to_string(), why })
+                }
+            }
+        }
         for i in 0..n {
             for j in i + 1..n {
+                if let (true, Some(a), Some(b)) = (matrix[i * n + j].is_nan(), placed[i], placed[j])
+                {
+                    let floor = a.floor_rtt_ms(&b);
+                    matrix[i * n + j] = floor;
+                    matrix[j * n + i] = floor;
+                }
                 if matrix[i * n + j].is_nan() {
                     errors.push(ConfigError::MissingPair {
                         a: names[i].clone(),
@@ -109,7 +177,7 @@ impl Sites {
         }
         match core_ix {
             Some(c) if errors.is_empty() => {
-                Ok(Sites { names, core: SiteId(c as u16), backbone_ms: matrix })
+                Ok(Sites { names, core: SiteId(c as u16), backbone_ms: matrix, places: placed })
             }
             _ => Err(errors),
         }
@@ -154,14 +222,29 @@ impl Sites {
     }
 
     /// Records a new measurement of the backbone RTT (agents measure it continuously).
-    /// Non-finite or negative samples are ignored.
-    pub fn set_backbone_ms(&mut self, a: SiteId, b: SiteId, ms: f64) {
+    /// Non-finite or negative samples are ignored; one below the pair's physical floor is not
+    /// believed either (a probe or clock bug), and the floor is returned.
+    pub fn set_backbone_ms(&mut self, a: SiteId, b: SiteId, ms: f64) -> Result<(), f64> {
         if a == b || !ms.is_finite() || ms < 0.0 {
-            return;
+            return Ok(());
+        }
+        if let Some(floor) = self.floor_ms(a, b).filter(|&floor| ms < floor) {
+            return Err(floor);
         }
         let n = self.names.len();
         self.backbone_ms[a.index() * n + b.index()] = ms;
         self.backbone_ms[b.index() * n + a.index()] = ms;
+        Ok(())
+    }
+
+    /// Where a site is, if configured.
+    pub fn place(&self, id: SiteId) -> Option<Place> {
+        self.places[id.index()]
+    }
+
+    /// The physical floor of the round trip between two placed sites ([`Place::floor_rtt_ms`]).
+    pub fn floor_ms(&self, a: SiteId, b: SiteId) -> Option<f64> {
+        Some(self.place(a)?.floor_rtt_ms(&self.place(b)?))
     }
 }
 

@@ -36,6 +36,9 @@ pub struct SitesTable {
     /// Ready game servers per site (the simulators; the core learns them from its agents).
     #[serde(default)]
     pub ready_servers: BTreeMap<String, u32>,
+    /// Where sites are: `[latitude, longitude]` in degrees, per site name.
+    #[serde(default)]
+    pub coordinates: BTreeMap<String, [f64; 2]>,
 }
 
 /// `[thresholds]`: each key overrides the default (design.md).
@@ -117,7 +120,16 @@ pub fn sites(raw: &SitesTable, problems: &mut Vec<Problem>) -> Option<Sites> {
             _ => problems.push(Problem::new(key, written)),
         }
     }
-    match Sites::new(names, &core, &pairs) {
+    let mut places = Vec::new();
+    for (site, &[lat, lon]) in &raw.coordinates {
+        match SiteName::new(site) {
+            Ok(name) => places.push((name, crate::Place { lat, lon })),
+            Err(e) => {
+                problems.push(Problem::new(format!("sites.coordinates.{site}"), e.to_string()))
+            }
+        }
+    }
+    match Sites::placed(names, &core, &pairs, &places) {
         Ok(s) => Some(s),
         Err(errors) => {
             problems.extend(errors.into_iter().map(|e| Problem::new("sites", e.to_string())));
@@ -213,6 +225,54 @@ mod tests {
         }
         let unknown = read(sites, Some("dwel_s = 1")).unwrap_err();
         assert!(unknown[0].why.contains("unknown field `dwel_s`"), "{unknown:?}");
+    }
+
+    /// A new site simulated from its place alone: its pairs start at their physical floors
+    /// (great circle at fibre speed), the configured pairs stay as given, and a measurement
+    /// below a floor is not believed.
+    #[test]
+    fn coordinates_give_each_pair_its_physical_floor_and_a_missing_pair_starts_there() {
+        let sites = r#"core = "PAR"
+            list = ["PAR", "MTL", "SYD"]
+            backbone_rtt_ms = { PAR-MTL = 85 }
+            coordinates = { PAR = [48.86, 2.35], MTL = [45.50, -73.57], SYD = [-33.87, 151.21] }"#;
+        let (mut s, _) = read(sites, None).unwrap();
+        let id = |n: &str| s.id(n).unwrap();
+        let (par, mtl, syd) = (id("PAR"), id("MTL"), id("SYD"));
+        let floor = s.floor_ms(par, mtl).unwrap();
+        // Paris–Montréal is about 5,510 km: 55 ms there and back at 200,000 km/s.
+        assert!((floor - 55.1).abs() < 0.5, "{floor}");
+        assert_eq!(s.backbone_ms(par, mtl), 85.0, "configured, not replaced");
+        let par_syd = s.backbone_ms(par, syd);
+        assert_eq!(Some(par_syd), s.floor_ms(par, syd), "left out: starts at its floor");
+        assert!((par_syd - 169.9).abs() < 1.0, "Paris–Sydney ~16,990 km: {par_syd}");
+        assert_eq!(s.set_backbone_ms(par, mtl, 40.0), Err(floor), "below the floor");
+        assert_eq!(s.backbone_ms(par, mtl), 85.0, "not used");
+        assert_eq!(s.set_backbone_ms(par, mtl, 90.0), Ok(()));
+        assert_eq!(s.backbone_ms(mtl, par), 90.0);
+        // Without a place, a pair left out is still missing.
+        let unplaced = sites.replace(", SYD = [-33.87, 151.21]", "");
+        let problems = read(&unplaced, None).unwrap_err();
+        let whys: Vec<&str> = problems.iter().map(|p| p.why.as_str()).collect();
+        assert!(whys.iter().any(|w| w.contains("between PAR and SYD is missing")), "{whys:?}");
+    }
+
+    #[test]
+    fn bad_coordinates_are_named_by_their_key() {
+        let sites = r#"core = "PAR"
+            list = ["PAR", "MTL"]
+            backbone_rtt_ms = { PAR-MTL = 85 }
+            coordinates = { PAR = [98.0, 2.35], MTL = [45.5, -273.0], TOK = [35.7, 139.7] }"#;
+        let problems = read(sites, None).unwrap_err();
+        let whys: Vec<&str> = problems.iter().map(|p| p.why.as_str()).collect();
+        assert_eq!(
+            whys,
+            [
+                "sites.coordinates.MTL: longitude -273 must be within ±180 degrees",
+                "sites.coordinates.PAR: latitude 98 must be within ±90 degrees",
+                "sites.coordinates.TOK: not a listed site",
+            ]
+        );
     }
 }
 

@@ -32,7 +32,7 @@ pub mod time;
 pub mod zones;
 
 pub use bubble::{Bubble, Cut};
-pub use config::{ConfigError, Sites, Thresholds, Weights};
+pub use config::{ConfigError, FIBRE_KM_PER_MS, Place, Sites, Thresholds, Weights};
 pub use delegation::{Delegation, validate_delegations};
 pub use geom::{Aabb, Vec3};
 pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};

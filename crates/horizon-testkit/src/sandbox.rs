@@ -31,6 +31,9 @@ pub struct SandboxOptions {
     pub sites: Vec<String>,
     /// Backbone RTT per unordered pair, `"PAR-MTL"`.
     pub backbone_ms: BTreeMap<String, f64>,
+    /// Where sites are, `[latitude, longitude]` (`[sites.coordinates]`): the core checks
+    /// measured round trips against their physical floors.
+    pub coordinates: BTreeMap<String, [f64; 2]>,
     /// RTT between players and their home agent.
     pub access_ms: f64,
     pub thresholds: Thresholds,
@@ -81,9 +84,15 @@ impl SandboxOptions {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
+        let coordinates =
+            [("PAR", [48.86, 2.35]), ("MTL", [45.50, -73.57]), ("HKG", [22.32, 114.17])]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
         SandboxOptions {
             sites: vec!["PAR".into(), "MTL".into(), "HKG".into()],
             backbone_ms,
+            coordinates,
             access_ms: 10.0,
             thresholds: Thresholds::default(),
             stage: Stage::Dynamic,
@@ -188,7 +197,14 @@ impl Sandbox {
             })
             .collect();
         let core_name = SiteName::new(&core_site).map_err(|e| setup("core site")(&e))?;
-        let sites = Sites::new(site_names.clone(), &core_name, &pairs)
+        let places: Vec<(SiteName, horizon_mesh::Place)> = opts
+            .coordinates
+            .iter()
+            .filter_map(|(site, &[lat, lon])| {
+                Some((SiteName::new(site).ok()?, horizon_mesh::Place { lat, lon }))
+            })
+            .collect();
+        let sites = Sites::placed(site_names.clone(), &core_name, &pairs, &places)
             .map_err(|e| SandboxError::Setup(format!("sites: {e:?}")))?;
         let mut delegations = Vec::new();
         for (world, bounds, site) in &opts.delegations {

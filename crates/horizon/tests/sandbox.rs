@@ -12,7 +12,9 @@ use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
 mod common;
-use common::{bot, holder_of, played_through_a_failover, wait_for};
+use common::{
+    LoneMontrealer, bot, finish, holder_of, lone_montrealer, played_through_a_failover, wait_for,
+};
 
 /// One plain HTTP GET against the admin API; the whole response.
 async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -243,24 +245,6 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     eprintln!(
         "click-to-screen p50: lone MTL {lone:.1} ms, MTL in a PAR bubble {far:.1} ms; handover gap {gap:.0} ms"
     );
-}
-
-/// Stops the bots, collects their reports and tears the sandbox down.
-async fn finish(
-    sandbox: Sandbox,
-    dir: &std::path::Path,
-    stop: tokio::sync::watch::Sender<bool>,
-    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
-) -> Vec<BotReport> {
-    stop.send(true).expect("bots listening");
-    let mut reports = Vec::new();
-    for (report, task) in running {
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        reports.push(report.lock().expect("report").clone());
-    }
-    sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
-    reports
 }
 
 /// Plays on for 3 s, then ends the run: the first bot's updates before and after, the core's
@@ -557,42 +541,6 @@ async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobod
         // server's: nobody sees the bubble's time go back.
         assert_eq!(r.restores_seen, 0, "{}: {r:?}", r.name);
     }
-}
-
-/// A lone Montrealer playing in a three-site sandbox tuned by `tune`, once their bubble has had
-/// a copy taken by the universe backup (every 10 s).
-struct LoneMontrealer {
-    sandbox: Sandbox,
-    dir: PathBuf,
-    stop: tokio::sync::watch::Sender<bool>,
-    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
-    player: u64,
-    bubble: u64,
-    /// The server simulating the bubble.
-    server: String,
-}
-
-async fn lone_montrealer(name: &str, tune: impl FnOnce(&mut SandboxOptions)) -> LoneMontrealer {
-    let dir = std::env::temp_dir().join(format!("horizon-{name}-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    tune(&mut opts);
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let spec = bot("mtl-lone", "MTL", &sandbox, 0.0, 0);
-    let running = vec![bots::spawn(spec, roots, sandbox.player_tokens.clone(), stop_rx)];
-    let report = running[0].0.clone();
-    let player = move || report.lock().expect("bot report").player;
-    let (bubble, site, server) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
-        .await
-        .expect("the Montrealer is simulated");
-    assert_eq!(site, "MTL");
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let player = player().expect("joined");
-    LoneMontrealer { sandbox, dir, stop, running, player, bubble, server }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //! running mesh with players. Each test runs its own etcd on free ports.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use horizon_core::store::etcd::lead;
@@ -128,6 +128,23 @@ async fn a_standby_core_says_so_until_the_leader_stops_then_leads_under_the_next
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_core_whose_election_key_is_revoked_stops_and_says_why() {
+    let etcd = etcd("revoked").await;
+    let dir = std::env::temp_dir().join(format!("horizon-revoked-{}", std::process::id()));
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut cfg = core_config(&dir, &etcd, any);
+    cfg.store_kind = StoreKind::Etcd(options(&etcd, 6));
+    let mut core = horizon_core::start(cfg).await.expect("the core leads");
+    revoke_the_leaders_lease(&etcd);
+    // Its keeper's next keep-alive (every 2 s) hears that the lease is gone.
+    let why = tokio::time::timeout(Duration::from_secs(6), core.fenced()).await;
+    let why = why.expect("the core stopped on its own");
+    assert!(why.contains("expired"), "{why}");
+    assert!(core.status().await.is_none(), "its loop has ended");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Revokes the leader's election lease (as when it expires): the leader is the candidate
 /// whose key is oldest (lowest creation revision).
 fn revoke_the_leaders_lease(etcd: &EtcdServer) {
@@ -219,9 +236,10 @@ async fn a_leader_cut_from_etcd_fences_itself_before_its_lease_could_expire() {
 }
 
 mod common;
-use common::{bot, holder_of, played_through_a_failover, wait_for};
+use common::{
+    LoneMontrealer, bot, finish, holder_of, lone_montrealer, played_through_a_failover, wait_for,
+};
 use horizon_testkit::bots;
-use horizon_testkit::{Sandbox, SandboxOptions};
 
 /// The running mesh with a standby core: the leader dies as its machine would (every agent's
 /// link to it silent, its election lease left to expire). The standby leads within the
@@ -231,36 +249,19 @@ use horizon_testkit::{Sandbox, SandboxOptions};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing() {
     let etcd = etcd("takeover").await;
-    let dir = std::env::temp_dir().join(format!("horizon-takeover-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    opts.standby = Some(EtcdOptions {
+    let standby = EtcdOptions {
         endpoints: vec![etcd.endpoint().to_owned()],
         prefix: "/horizon-takeover".into(),
         election_ttl_s: 3,
-    });
-    let mut sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    };
+    let m = lone_montrealer("takeover", |opts| opts.standby = Some(standby)).await;
+    let LoneMontrealer { mut sandbox, dir, stop, mut running, player, bubble, .. } = m;
+    // A Parisian too, in the core site's zone.
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let specs = [bot("mtl", "MTL", &sandbox, 0.0, 0), bot("par", "PAR", &sandbox, 5_000.0, 0)];
-    let running: Vec<_> = specs
-        .into_iter()
-        .map(|spec| {
-            bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
-        })
-        .collect();
-    let mtl = running[0].0.clone();
-    let mtl_player = move || mtl.lock().expect("bot report").player;
-    let (bubble, site, _) = wait_for(&sandbox, 30, |s| holder_of(s, mtl_player()?))
-        .await
-        .expect("the Montrealer is simulated");
-    assert_eq!(site, "MTL");
-    // A copy of the bubble is taken (every 10 s) before the leader dies.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    let parisian = bot("par", "PAR", &sandbox, 5_000.0, 0);
+    running.push(bots::spawn(parisian, roots, sandbox.player_tokens.clone(), stop.subscribe()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let before = sandbox.core.status().await.expect("status");
-    let player = mtl_player().expect("joined");
     let epoch = before.placement(player).map(|b| b.epoch);
     assert_eq!(before.generation, 1);
 
@@ -276,14 +277,7 @@ async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing
     let back_after = died.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let last = sandbox.core.status().await;
-    stop.send(true).expect("bots listening");
-    let mut reports = Vec::new();
-    for (report, task) in running {
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        reports.push(report.lock().expect("report").clone());
-    }
-    sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let reports = finish(sandbox, &dir, stop, running).await;
     let status = status.unwrap_or_else(|| {
         let l = last.unwrap_or_default();
         panic!(

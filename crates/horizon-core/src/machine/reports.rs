@@ -216,8 +216,14 @@ impl CoreMachine {
                 && rtt.is_finite()
                 && rtt >= 0.0
             {
-                self.mesh.handle_backbone_rtt(site, other, f64::from(rtt));
-                self.metrics.backbone(site, other, f64::from(rtt));
+                let rtt = f64::from(rtt);
+                match self.mesh.handle_backbone_rtt(site, other, rtt) {
+                    Ok(()) => self.metrics.backbone(site, other, rtt),
+                    Err(floor) => {
+                        self.metrics.below_floor(site, other);
+                        tracing::debug!(from = %self.site_name(site), to = %self.site_name(other), rtt_ms = rtt, floor_ms = floor, "a backbone round trip below its physical floor: not used");
+                    }
+                }
             }
         }
         // Tick rates feed the brain's load rules (design.md §4): a server's rate is that of

@@ -410,9 +410,10 @@ impl Mesh {
         self.down[site.index()] = !up;
     }
 
-    /// A backbone RTT measurement between two sites.
-    pub fn handle_backbone_rtt(&mut self, a: SiteId, b: SiteId, rtt_ms: f64) {
-        self.sites.set_backbone_ms(a, b, rtt_ms);
+    /// A backbone RTT measurement between two sites. One below the pair's physical floor is
+    /// not used: `Err(floor)`.
+    pub fn handle_backbone_rtt(&mut self, a: SiteId, b: SiteId, rtt_ms: f64) -> Result<(), f64> {
+        self.sites.set_backbone_ms(a, b, rtt_ms)
     }
 
     /// A batched lease renewal from one site's agent, sent at `sent_at` by its clock and received

@@ -1,11 +1,12 @@
 //! Helpers the mesh tests share.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use horizon_core::CoreStatus;
 use horizon_proto::Role;
-use horizon_testkit::Sandbox;
-use horizon_testkit::bots::{Away, BotReport, BotSpec, Motion};
+use horizon_testkit::bots::{self, Away, BotReport, BotSpec, Motion};
+use horizon_testkit::{Sandbox, SandboxOptions};
 
 /// A player of `site` at `x` m, wandering, an input every 50 ms, joining after `join_after_ms`.
 pub(crate) fn bot(
@@ -76,4 +77,65 @@ pub(crate) fn played_through_a_failover(r: &BotReport, max_gap_ms: f64) {
     assert_eq!(r.chain_breaks, 0, "{}", r.name);
     assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
     assert!(r.max_gap_ms < max_gap_ms, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
+}
+
+/// Stops the bots, collects their reports and tears the sandbox down.
+#[allow(dead_code)] // (not every test crate that shares this module reads it)
+pub(crate) async fn finish(
+    sandbox: Sandbox,
+    dir: &std::path::Path,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+) -> Vec<BotReport> {
+    stop.send(true).expect("bots listening");
+    let mut reports = Vec::new();
+    for (report, task) in running {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        reports.push(report.lock().expect("report").clone());
+    }
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    reports
+}
+
+/// A lone Montrealer playing in a three-site sandbox tuned by `tune`, once their bubble has had
+/// a copy taken by the universe backup (every 10 s).
+#[allow(dead_code)] // (not every test crate that shares this module reads it)
+pub(crate) struct LoneMontrealer {
+    pub(crate) sandbox: Sandbox,
+    pub(crate) dir: PathBuf,
+    pub(crate) stop: tokio::sync::watch::Sender<bool>,
+    pub(crate) running:
+        Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+    pub(crate) player: u64,
+    pub(crate) bubble: u64,
+    /// The server simulating the bubble.
+    pub(crate) server: String,
+}
+
+#[allow(dead_code)] // (not every test crate that shares this module reads it)
+pub(crate) async fn lone_montrealer(
+    name: &str,
+    tune: impl FnOnce(&mut SandboxOptions),
+) -> LoneMontrealer {
+    let dir = std::env::temp_dir().join(format!("horizon-{name}-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    tune(&mut opts);
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let spec = bot("mtl-lone", "MTL", &sandbox, 0.0, 0);
+    let running = vec![bots::spawn(spec, roots, sandbox.player_tokens.clone(), stop_rx)];
+    let report = running[0].0.clone();
+    let player = move || report.lock().expect("bot report").player;
+    let (bubble, site, server) = wait_for(&sandbox, 30, |s| holder_of(s, player()?))
+        .await
+        .expect("the Montrealer is simulated");
+    assert_eq!(site, "MTL");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let player = player().expect("joined");
+    LoneMontrealer { sandbox, dir, stop, running, player, bubble, server }
 }
