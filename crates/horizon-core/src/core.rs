@@ -621,12 +621,6 @@ impl Shell {
     }
 }
 
-/// Sends one agent's ordered orders as `InOrder` requests numbered from 0 under a lane id of
-/// this connection, in the order they were decided, without waiting for each answer (at most
-/// [`control::MAX_IN_ORDER`] unanswered): a queue of orders costs one trip to the site, not
-/// one round trip each. The agent serves them one at a time, so each answer is awaited for at
-/// most the request timeout counted from the previous order's answer, and answers reach the
-/// loop in order.
 /// Waits for the fence to be raised (never, without one).
 async fn raised(fence: &mut Option<Fence>) -> String {
     match fence {
@@ -635,6 +629,12 @@ async fn raised(fence: &mut Option<Fence>) -> String {
     }
 }
 
+/// Sends one agent's ordered orders as `InOrder` requests numbered from 0 under a lane id of
+/// this connection, in the order they were decided, without waiting for each answer (at most
+/// [`control::MAX_IN_ORDER`] unanswered): a queue of orders costs one trip to the site, not
+/// one round trip each. The agent serves them one at a time, so each answer is awaited for at
+/// most the request timeout counted from the previous order's answer, and answers reach the
+/// loop in order.
 async fn ordered_lane(
     conn: Conn<Control>,
     mut orders: mpsc::Receiver<(OrderId, control::Request)>,
