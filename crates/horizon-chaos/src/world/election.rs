@@ -20,7 +20,7 @@
 
 use super::*;
 
-/// The election lease (s): `[store] election_ttl_s`'s default.
+/// The election lease, µs: `[store] election_ttl_s`'s default (3 s).
 pub(super) const TTL_US: u64 = 3_000_000;
 /// How long after the store expired the lease the standby's campaign returns.
 const CAMPAIGN_US: u64 = 20_000;
