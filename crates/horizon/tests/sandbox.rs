@@ -13,7 +13,8 @@ use horizon_testkit::{Sandbox, SandboxOptions};
 
 mod common;
 use common::{
-    LoneMontrealer, bot, finish, holder_of, lone_montrealer, played_through_a_failover, wait_for,
+    LoneMontrealer, bot, finish, holder_of, lone_montrealer, play_on_3_s_and_finish,
+    played_through_a_failover, wait_for,
 };
 
 /// One plain HTTP GET against the admin API; the whole response.
@@ -245,22 +246,6 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
     eprintln!(
         "click-to-screen p50: lone MTL {lone:.1} ms, MTL in a PAR bubble {far:.1} ms; handover gap {gap:.0} ms"
     );
-}
-
-/// Plays on for 3 s, then ends the run: the first bot's updates before and after, the core's
-/// last status, and the bots' reports.
-async fn play_on_3_s_and_finish(
-    sandbox: Sandbox,
-    dir: &std::path::Path,
-    stop: tokio::sync::watch::Sender<bool>,
-    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
-) -> (u64, u64, Option<CoreStatus>, Vec<BotReport>) {
-    let updates = || running[0].0.lock().expect("report").updates;
-    let before = updates();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = updates();
-    let last = sandbox.core.status().await;
-    (before, after, last, finish(sandbox, dir, stop, running).await)
 }
 
 /// What a player must see whatever the mesh did: every acknowledged input applied once,
@@ -622,9 +607,7 @@ async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_it
     })
     .await;
     let back_after = back.elapsed();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let last = sandbox.core.status().await;
-    let reports = finish(sandbox, &dir, stop, running).await;
+    let (_, _, last, reports) = play_on_3_s_and_finish(sandbox, &dir, stop, running).await;
     let status = status.unwrap_or_else(|| {
         let l = last.unwrap_or_default();
         panic!(

@@ -139,3 +139,20 @@ pub(crate) async fn lone_montrealer(
     let player = player().expect("joined");
     LoneMontrealer { sandbox, dir, stop, running, player, bubble, server }
 }
+
+/// Plays on for 3 s, then ends the run: the first bot's updates before and after, the core's
+/// last status, and the bots' reports.
+#[allow(dead_code)] // (not every test crate that shares this module reads it)
+pub(crate) async fn play_on_3_s_and_finish(
+    sandbox: Sandbox,
+    dir: &std::path::Path,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+) -> (u64, u64, Option<CoreStatus>, Vec<BotReport>) {
+    let updates = || running[0].0.lock().expect("report").updates;
+    let before = updates();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = updates();
+    let last = sandbox.core.status().await;
+    (before, after, last, finish(sandbox, dir, stop, running).await)
+}
