@@ -56,31 +56,49 @@ impl Source for CoreSource {
     }
 }
 
+/// What a core standing by knows of the election.
+#[cfg(feature = "etcd")]
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Standing {
+    /// Still reaching etcd: who leads is not known yet.
+    #[default]
+    Connecting,
+    /// Nobody led when asked: this core should be elected at once.
+    NobodyLeads,
+    /// Another core leads (its advertised value).
+    Leads(String),
+}
+
 /// A core standing by for another (`[store] kind = "etcd"`): not ready, and says who leads.
 #[cfg(feature = "etcd")]
 pub(crate) struct StandbySource {
-    pub(crate) leader: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    pub(crate) standing: std::sync::Arc<std::sync::Mutex<Standing>>,
 }
 
 #[cfg(feature = "etcd")]
 impl StandbySource {
-    fn leader(&self) -> Option<String> {
-        self.leader.lock().ok().and_then(|l| l.clone())
+    fn standing(&self) -> Standing {
+        self.standing.lock().map(|s| s.clone()).unwrap_or_default()
     }
 }
 
 #[cfg(feature = "etcd")]
 impl Source for StandbySource {
     fn ready(&self) -> BoxFuture<Result<(), String>> {
-        let why = match self.leader() {
-            Some(leader) => format!("standing by: the core {leader} leads"),
-            None => "standing by: campaigning to lead".to_owned(),
+        let why = match self.standing() {
+            Standing::Connecting => "standing by: reaching etcd to learn who leads".to_owned(),
+            Standing::NobodyLeads => "standing by: nobody leads, campaigning".to_owned(),
+            Standing::Leads(leader) => format!("standing by: the core {leader} leads"),
         };
         Box::pin(async move { Err(why) })
     }
 
     fn status(&self, _page: Page) -> BoxFuture<Result<serde_json::Value, String>> {
-        let doc = serde_json::json!({ "role": "standby", "leader": self.leader() });
+        let leader = match self.standing() {
+            Standing::Leads(leader) => Some(leader),
+            Standing::Connecting | Standing::NobodyLeads => None,
+        };
+        let doc = serde_json::json!({ "role": "standby", "leader": leader });
         Box::pin(async move { Ok(doc) })
     }
 }

@@ -323,8 +323,8 @@ async fn stand_by(
     let admin_addr = listener.local_addr().map_err(admin_fail)?;
     let registry = horizon_admin::registry("core");
     leader_gauge(&registry, 0);
-    let leader = Arc::new(std::sync::Mutex::new(None::<String>));
-    let source = Arc::new(crate::admin::StandbySource { leader: leader.clone() });
+    let standing = Arc::new(std::sync::Mutex::new(crate::admin::Standing::Connecting));
+    let source = Arc::new(crate::admin::StandbySource { standing: standing.clone() });
     let (stop, stopped) = oneshot::channel::<()>();
     let access = horizon_admin::Access::from_env(admin_addr);
     let admin =
@@ -335,13 +335,18 @@ async fn stand_by(
     let value = format!("{host} {}", cfg.listen_control);
     tracing::info!(store = %opts.prefix, %value, "campaigning to lead (etcd)");
     let elected = crate::store::etcd::lead(opts, value, |now| {
-        let now = now.map(str::to_owned);
-        match &now {
-            Some(other) => tracing::info!(leader = %other, "standing by: another core leads"),
-            None => tracing::info!("no core leads: this one should be elected at once"),
-        }
-        if let Ok(mut l) = leader.lock() {
-            *l = now;
+        let now = match now {
+            Some(other) => {
+                tracing::info!(leader = %other, "standing by: another core leads");
+                crate::admin::Standing::Leads(other.to_owned())
+            }
+            None => {
+                tracing::info!("no core leads: this one should be elected at once");
+                crate::admin::Standing::NobodyLeads
+            }
+        };
+        if let Ok(mut s) = standing.lock() {
+            *s = now;
         }
     })
     .await;
