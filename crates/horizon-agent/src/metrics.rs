@@ -142,6 +142,26 @@ const COUNTERS: &[(&str, &str, Field)] = &[
     ("horizon_agent_handovers_in_total", "Handovers this site took as the target.", |s| {
         &s.handovers_in
     }),
+    (
+        "horizon_agent_relayed_sent_total",
+        "Transfer items and requests sent to another site through a third (the direct link down or much slower).",
+        |s| &s.relayed_sent,
+    ),
+    (
+        "horizon_agent_relayed_through_total",
+        "Transfer items and requests passed on between two other sites.",
+        |s| &s.relayed_through,
+    ),
+    (
+        "horizon_agent_relayed_dropped_total",
+        "Relayed transfer items and requests dropped: no route on, or past the hop limit.",
+        |s| &s.relayed_dropped,
+    ),
+    (
+        "horizon_agent_route_changes_total",
+        "Changes of the first hop towards another site (a link down, up, or much slower).",
+        |s| &s.route_changes,
+    ),
 ];
 
 /// Gauges: (name, help, field).
@@ -169,6 +189,11 @@ const GAUGES: &[(&str, &str, Field)] = &[
     ("horizon_agent_registered", "1 while the agent is registered with the core.", |s| {
         &s.registered
     }),
+    (
+        "horizon_agent_routes_relayed",
+        "Sites this agent reaches through a third site now (its direct link down or much slower).",
+        |s| &s.routes_relayed,
+    ),
     (
         "horizon_agent_inputs_unacked",
         "Inputs the gateway keeps until a stored copy covers them, every player together.",

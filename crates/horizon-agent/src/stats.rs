@@ -75,6 +75,16 @@ pub struct AgentStats {
     /// gateway saw them (at most [`MAX_FREEZES`], no floor; for the demo's report).
     pub crossing_freezes: std::sync::Mutex<Vec<FreezeSample>>,
     pub handovers_in: AtomicU64,
+    /// Transfer traffic routed through a third site (the direct link down or much slower):
+    /// items and requests this agent sent round, those it passed on for two other sites, and
+    /// those it dropped (no route on, or past the hop limit).
+    pub relayed_sent: AtomicU64,
+    pub relayed_through: AtomicU64,
+    pub relayed_dropped: AtomicU64,
+    /// Changes of the first hop towards another site (a link down, up, or much slower).
+    pub route_changes: AtomicU64,
+    /// Sites this agent reaches through a third one now.
+    pub routes_relayed: AtomicU64,
 }
 
 /// Freeze samples kept in [`AgentStats::freezes`].

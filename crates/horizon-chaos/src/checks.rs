@@ -20,6 +20,9 @@
 //!   only while its election lease is live at the store (`world/election.rs`).
 //! - **liveness** a player outside any partition receives an update at least every
 //!   [`LIVENESS_S`], and every player is playing at the end.
+//! - **route** while a transfer link is cut and nothing else is wrong, the players of its two
+//!   sites receive an update at least every [`ROUTE_ROUND_S`] (routed round through the
+//!   third site).
 
 use std::collections::BTreeMap;
 
@@ -30,6 +33,11 @@ use serde::Serialize;
 /// The longest a player outside any partition may go without an update (design.md §6's worst
 /// target is 40 s after a relay is cut; its lease alone is 30 s).
 pub const LIVENESS_S: f64 = 60.0;
+/// The longest a player of either end of a cut transfer link may go without an update while
+/// that cut is the only fault (none in force or ended within [`LIVENESS_S`] when it began):
+/// the agents see the link silent within 1.25 s and route round through the third site
+/// (design target: playing again within 3 s).
+pub const ROUTE_ROUND_S: f64 = 3.0;
 /// How late a tick may be past its lease end (the hop from agent to server, rounding).
 const I5_ALLOWANCE_US: u64 = 5_000;
 
@@ -235,6 +243,10 @@ impl Checker {
 
     pub(crate) fn not_live(&mut self, now: u64, detail: String) {
         self.fail("liveness", now, detail);
+    }
+
+    pub(crate) fn not_routed_round(&mut self, now: u64, detail: String) {
+        self.fail("route", now, detail);
     }
 }
 

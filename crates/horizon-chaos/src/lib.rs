@@ -24,7 +24,7 @@ use horizon_mesh::rng::Rng;
 pub use horizon_core::Stage;
 use serde::Serialize;
 
-pub use checks::{LIVENESS_S, Violation};
+pub use checks::{LIVENESS_S, ROUTE_ROUND_S, Violation};
 pub use faults::{Direction, Fault, SITES, Timed};
 pub use world::RunStats;
 
@@ -209,6 +209,9 @@ impl Summary {
             totals.zone_splits += s.zone_splits;
             totals.zone_merges += s.zone_merges;
             totals.region_moves += s.region_moves;
+            totals.cuts_routed_round += s.cuts_routed_round;
+            totals.cut_gap_max_ms = totals.cut_gap_max_ms.max(s.cut_gap_max_ms);
+            totals.relayed += s.relayed;
             totals.core_generations = totals.core_generations.max(s.core_generations);
         }
         Summary {
@@ -230,7 +233,7 @@ pub fn render_run(run: &Run, full: bool) -> String {
     }
     let s = &run.stats;
     out.push_str(&format!(
-        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} region moves, generation {}{}\n",
+        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} region moves, {} cuts routed round ({} relayed), generation {}{}\n",
         s.events,
         s.ticks_checked,
         s.inputs_sent,
@@ -239,6 +242,8 @@ pub fn render_run(run: &Run, full: bool) -> String {
         s.zone_splits,
         s.zone_merges,
         s.region_moves,
+        s.cuts_routed_round,
+        s.relayed,
         s.core_generations,
         if s.takeovers > 0 || s.fences > 0 {
             format!(", {} takeovers, {} fenced", s.takeovers, s.fences)

@@ -46,7 +46,7 @@ use horizon_sdk::reference::{self, Reference, View};
 use horizon_sdk::{Counters, OwnState, ServerMachine};
 use tokio::time::Instant;
 
-use crate::checks::{Checker, LIVENESS_S, update_of};
+use crate::checks::{Checker, LIVENESS_S, ROUTE_ROUND_S, update_of};
 use crate::faults::{Direction, Fault, SITES, Timed};
 
 const CORE_SITE: usize = 0;
@@ -274,6 +274,12 @@ pub struct RunStats {
     pub zone_merges: u64,
     /// Regions the agents moved whole off an overfull game server to another of their site.
     pub region_moves: u64,
+    /// Transfer cuts watched to their end with their players playing on through the third
+    /// site (`checks::ROUTE_ROUND_S`), the longest gap in those players' updates during one,
+    /// and the transfer items and requests the agents sent round.
+    pub cuts_routed_round: u64,
+    pub cut_gap_max_ms: u64,
+    pub relayed: u64,
     /// With a standby core: times it took over, and times a leader fenced itself.
     #[serde(skip_serializing_if = "is_zero")]
     pub takeovers: u64,
@@ -331,11 +337,28 @@ pub(crate) struct World {
     faults: Vec<Timed>,
     /// Sites isolated until (global µs).
     isolated_until: Vec<u64>,
+    /// Faults in force, and when the last one ended (global µs).
+    in_force: BTreeSet<usize>,
+    last_fault_end: Option<u64>,
+    /// A transfer cut alone in force: its players must play on through the third site.
+    route_watch: Option<RouteWatch>,
     pub(crate) checker: Checker,
     pub(crate) stats: RunStats,
     /// Shared by every agent machine of the run, restarted ones too (only counters are read).
     agent_stats: Arc<AgentStats>,
     pub(crate) trace: Vec<String>,
+}
+
+/// A transfer cut in force with no other fault in force or recent (see
+/// [`crate::checks::ROUTE_ROUND_S`]).
+#[derive(Debug)]
+struct RouteWatch {
+    fault: usize,
+    since: u64,
+    /// The players of the two cut sites playing when it began.
+    players: Vec<usize>,
+    /// One of them went [`ROUTE_ROUND_S`] without an update.
+    late: bool,
 }
 
 /// An agent's request at the core: (site, connection, what waits, for a renewal: its send time
@@ -418,6 +441,9 @@ impl World {
             fifo: BTreeMap::new(),
             faults,
             isolated_until: vec![0; SITES.len()],
+            in_force: BTreeSet::new(),
+            last_fault_end: None,
+            route_watch: None,
             checker: Checker::new(seed),
             stats: RunStats::default(),
             agent_stats: Arc::new(AgentStats::default()),
@@ -615,6 +641,8 @@ impl World {
         self.count_zone_changes();
         self.stats.region_moves =
             self.agent_stats.regions_moved.load(std::sync::atomic::Ordering::Relaxed);
+        self.stats.relayed =
+            self.agent_stats.relayed_sent.load(std::sync::atomic::Ordering::Relaxed);
         self.final_checks();
         self.stats.ticks_checked = self.checker.ticks_checked;
     }

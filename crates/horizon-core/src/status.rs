@@ -53,6 +53,30 @@ pub struct CoreStatus {
     /// The placement rules' numbers, as configured (for reading `explain`).
     #[serde(default)]
     pub rules: Rules,
+    /// The backbone between agents as their reports show it (a link is down when either end
+    /// says so), and the routes through a third site it gives (`docs/running.md`, "Routing
+    /// round a cut").
+    #[serde(default)]
+    pub links: Vec<LinkStatus>,
+    #[serde(default)]
+    pub routes: Vec<RouteStatus>,
+}
+
+/// One link on `/status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkStatus {
+    pub a: String,
+    pub b: String,
+    /// The larger of the two ends' round trips, milliseconds; `None`: down.
+    pub rtt_ms: Option<f32>,
+}
+
+/// A route through a third site on `/status`: traffic from `from` to `to` goes to `via` first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RouteStatus {
+    pub from: String,
+    pub to: String,
+    pub via: String,
 }
 
 /// The placement rules' numbers (`[thresholds]`).

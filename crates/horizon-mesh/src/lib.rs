@@ -10,6 +10,7 @@
 //! - [`mesh`]: bubbles — creation, moving borders, preventive merge, splits — and placement.
 //! - [`zones`]: the core site's zones, split and merged as today's SMD does.
 //! - [`packing`]: which game server of a site takes a new region (several per server).
+//! - [`routes`]: first hops over the backbone's live links (a cut heals through a third site).
 //! - [`lease`]: epochs, grants, batched renewals, expiry and the fencing checks sinks call.
 //!
 //! The API is poll-style: `handle_*(…)` in, [`Mesh::poll_command`] out, and
@@ -27,6 +28,7 @@ pub mod mesh;
 pub mod packing;
 pub mod player;
 pub mod rng;
+pub mod routes;
 pub mod scoring;
 pub mod time;
 pub mod zones;

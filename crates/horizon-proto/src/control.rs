@@ -172,6 +172,22 @@ pub enum Request {
     /// as configured: `warm` kept ready beyond the load (`servers.warm_pool`), at most `max`
     /// (`servers.max`). For the core's status and console.
     Pool { warm: u32, max: u32 },
+    /// core → agent, at each registration and whenever a link goes down, comes up or its
+    /// round trip moves by more than a tenth: every backbone link between agents as their
+    /// reports show it (a link is down when either end reports it down or does not report
+    /// it). The agent routes its transfer traffic over the live ones (a cut between two sites
+    /// heals through a third); its own links it judges by its own probes.
+    Links { links: Vec<LinkState> },
+}
+
+/// One backbone link between two sites' agents, as [`Request::Links`] carries it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkState {
+    pub a: Name,
+    pub b: Name,
+    /// Smoothed round trip, milliseconds (the larger of the two ends' figures); `None`:
+    /// down.
+    pub rtt_ms: Option<f32>,
 }
 
 /// Players in one `Measured` request, at most.
@@ -230,6 +246,7 @@ kinds!(Request {
     InOrder => "in_order",
     Measured => "measured",
     Pool => "pool",
+    Links => "links",
 });
 
 /// A reply on the control channel.

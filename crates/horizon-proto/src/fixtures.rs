@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::channel::{Channel, Hello, Message, ReplyFrame, RequestFrame, Welcome};
 use crate::error::{ErrorCode, Fault};
 use crate::frame::{ChannelId, MAX_DATAGRAM_BYTES, MAX_FRAME_BYTES, PROTOCOL_VERSION, to_frame};
-use crate::state::{Adopt, Delta, Input, Inputs, Own, Seal, Snapshot, StateItem, Update};
+use crate::state::{Adopt, Delta, Input, Inputs, Own, Relayed, Seal, Snapshot, StateItem, Update};
 use crate::types::{
     Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, RequestId,
     Role, Seq, Tick, Vec3, WorldId,
@@ -338,6 +338,12 @@ pub fn all() -> Vec<Fixture> {
                 }],
             },
             control::Request::Pool { warm: 2, max: 64 },
+            control::Request::Links {
+                links: vec![
+                    control::LinkState { a: name("PAR"), b: name("MTL"), rtt_ms: None },
+                    control::LinkState { a: name("MTL"), b: name("HKG"), rtt_ms: Some(190.5) },
+                ],
+            },
         ],
         vec![
             control::Reply::Done,
@@ -393,6 +399,19 @@ pub fn all() -> Vec<Fixture> {
                 last_applied: Seq(77),
                 state: blob.clone(),
             },
+            transfer::Request::Relay {
+                from: name("PAR"),
+                to: name("MTL"),
+                hops: 1,
+                request: Box::new(transfer::Request::Cross {
+                    player: PlayerId(5),
+                    from: bubble,
+                    to: BubbleId(43),
+                    epoch,
+                    last_applied: Seq(77),
+                    state: blob.clone(),
+                }),
+            },
         ],
         vec![transfer::Reply::Done, transfer::Reply::Accepted { from_tick: Tick(0) }],
         vec![
@@ -404,6 +423,12 @@ pub fn all() -> Vec<Fixture> {
             StateItem::PartSnapshot(snapshot.clone()),
             StateItem::Adopt(Adopt { chunk: snapshot.clone(), players: vec![PlayerId(5)] }),
             StateItem::Own(own.clone()),
+            StateItem::Relay(Box::new(Relayed {
+                from: name("MTL"),
+                to: name("PAR"),
+                hops: 1,
+                item: StateItem::Own(own.clone()),
+            })),
         ],
         vec![
             transfer::Probe::Ping { seq: 1, sent_us: 1_000_000 },
@@ -453,7 +478,14 @@ pub fn all() -> Vec<Fixture> {
             StateItem::Update(update),
             StateItem::PartSnapshot(snapshot.clone()),
             StateItem::Adopt(Adopt { chunk: snapshot, players: vec![PlayerId(5)] }),
-            StateItem::Own(own),
+            StateItem::Own(own.clone()),
+            // Never sent to a server (agent ↔ agent only); the channel's type carries it.
+            StateItem::Relay(Box::new(Relayed {
+                from: name("MTL"),
+                to: name("PAR"),
+                hops: 1,
+                item: StateItem::Own(own),
+            })),
         ],
         vec![],
     );

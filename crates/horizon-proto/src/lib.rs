@@ -30,7 +30,7 @@ pub use frame::{
     MAX_FRAME_BYTES, MAX_HELLO_BYTES, MAX_NAME_BYTES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 pub use state::{
-    Adopt, Delta, Input, Inputs, MAX_OWN_BYTES, Own, Seal, Snapshot, StateItem, Update,
+    Adopt, Delta, Input, Inputs, MAX_OWN_BYTES, Own, Relayed, Seal, Snapshot, StateItem, Update,
 };
 pub use types::{
     Aabb, Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, NameTooLong, PlayerId, Region,

@@ -96,6 +96,21 @@ pub enum StateItem {
     /// state first"). A display hint only: it acknowledges nothing, and the batched update
     /// that follows stays the truth.
     Own(Own),
+    /// agent → agent only: an item for `to` handed to a site on the way (see
+    /// `transfer::Request::Relay`, which bounds `hops` the same way). Items between two sites
+    /// may arrive out of order while a route changes: inputs wait for their gap (the gateway
+    /// re-sends what is not acknowledged), updates and own states older than the newest are
+    /// dropped by the player's gateway.
+    Relay(Box<Relayed>),
+}
+
+/// See [`StateItem::Relay`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relayed {
+    pub from: crate::types::Name,
+    pub to: crate::types::Name,
+    pub hops: u8,
+    pub item: StateItem,
 }
 
 /// The largest [`Own`] state: one player's entity, not a region's. A game whose own states
@@ -136,6 +151,7 @@ impl crate::channel::Weigh for StateItem {
                 }
                 StateItem::Update(u) => u.bytes.0.len() + u.acked.len() * ENTRY_WEIGHT,
                 StateItem::Own(o) => o.bytes.0.len(),
+                StateItem::Relay(r) => r.item.weight(),
             }
     }
 }
@@ -149,4 +165,5 @@ kinds!(StateItem {
     PartSnapshot => "part_snapshot",
     Adopt => "adopt",
     Own => "own",
+    Relay => "relay",
 });

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::channel::{Channel, kinds};
 use crate::frame::ChannelId;
 use crate::state::StateItem;
-use crate::types::{Blob, BubbleId, Epoch, HandoverId, PlayerId, Seq};
+use crate::types::{Blob, BubbleId, Epoch, HandoverId, Name, PlayerId, Seq};
 
 /// The transfer channel's types.
 #[derive(Debug)]
@@ -38,11 +38,21 @@ pub enum Request {
         last_applied: Seq,
         state: Blob,
     },
+    /// A request for `to` handed to a site on the way (the direct link between `from` and
+    /// `to` is down or much slower than going round): the receiver, if it is not `to`, passes
+    /// it on over its own route and answers with `to`'s answer. `hops` counts the sites it
+    /// went through; a relay refuses (`not_ready`) one past [`MAX_HOPS`] or with no route. A
+    /// relayed request is never itself a `Relay` inside.
+    Relay { from: Name, to: Name, hops: u8, request: Box<Request> },
 }
+
+/// The most sites a relayed request or item goes through before it is dropped.
+pub const MAX_HOPS: u8 = 3;
 
 kinds!(Request {
     Open => "open",
     Cross => "cross",
+    Relay => "relay",
 });
 
 /// A reply between agents.

@@ -292,7 +292,8 @@ impl<G: Game> ServerMachine<G> {
                 }),
                 None => return,
             },
-            StateItem::Update(_) | StateItem::Own(_) => return,
+            // Items a server sends, or agents send each other: never the agent's to a server.
+            StateItem::Update(_) | StateItem::Own(_) | StateItem::Relay(_) => return,
         };
         if let Err(e) = result {
             tracing::warn!(error = %e, "state item refused");

@@ -152,7 +152,7 @@ impl AgentMachine {
         }
     }
 
-    pub(super) fn report(&mut self) {
+    pub(super) fn report(&mut self, now: Instant) {
         if !self.registered {
             return;
         }
@@ -162,7 +162,10 @@ impl AgentMachine {
             .iter()
             .map(|(site, p)| control::BackboneSample {
                 site: site.clone(),
-                rtt_ms: p.rtt_ms,
+                // Silent, it is down: the core's `Links` tell the other sites to go round.
+                rtt_ms: p
+                    .rtt_ms
+                    .filter(|_| now.saturating_duration_since(p.last_echo) <= LINK_SILENT_AFTER),
                 loss: if p.probes_sent == 0 {
                     0.0
                 } else {
@@ -375,6 +378,10 @@ impl AgentMachine {
             }
             R::Peers { peers } => {
                 self.adopt_peers(peers);
+                Ok(control::Reply::Done)
+            }
+            R::Links { links } => {
+                self.adopt_links(links, now);
                 Ok(control::Reply::Done)
             }
             R::Prepare { handover, bubble, source, target, lease, .. } => {

@@ -60,13 +60,14 @@ impl AgentMachine {
             return;
         }
         let Some(c) = self.outbound.get_mut(&player) else { return };
-        if !self.peers.contains_key(&c.site) {
+        let (site, request) = (c.site.clone(), c.request.clone());
+        if !self.reaches(&site) {
             return;
         }
-        c.sent = Some(now);
-        let (site, request) = (c.site.clone(), c.request.clone());
-        let pending = Pending(Then::Crossed { player });
-        self.effects.push_back(Effect::ToPeer { site, pending, request });
+        if let Some(c) = self.outbound.get_mut(&player) {
+            c.sent = Some(now);
+        }
+        self.ask_peer(&site, Pending(Then::Crossed { player }), request);
     }
 
     pub(super) fn keep_delivered(

@@ -3,9 +3,11 @@
 use super::*;
 
 impl AgentMachine {
-    pub(super) fn peer_up(&mut self, site: Name, conn: ConnId) {
+    pub(super) fn peer_up(&mut self, site: Name, conn: ConnId, now: Instant) {
         tracing::info!(site = %self.cfg.site, peer = %site, "transfer link up");
-        self.peers.insert(site, PeerLink { conn, rtt_ms: None, probes_sent: 0, probes_back: 0 });
+        let link = PeerLink { conn, rtt_ms: None, probes_sent: 0, probes_back: 0, last_echo: now };
+        self.peers.insert(site, link);
+        self.reroute(now);
     }
 
     pub(super) fn peer_probe(&mut self, site: &Name, probe: transfer::Probe, now: Instant) {
@@ -18,8 +20,14 @@ impl AgentMachine {
             }
             transfer::Probe::Echo { sent_us, .. } => {
                 let rtt = now_us.saturating_sub(sent_us) as f32 / 1000.0;
+                let was_silent = now.saturating_duration_since(peer.last_echo) > LINK_SILENT_AFTER;
                 peer.probes_back += 1;
+                peer.last_echo = now;
                 peer.rtt_ms = Some(peer.rtt_ms.map_or(rtt, |r| 0.8 * r + 0.2 * rtt));
+                if was_silent {
+                    // Back: direct again now, not at the next probe.
+                    self.reroute(now);
+                }
             }
         }
     }
@@ -58,6 +66,9 @@ impl AgentMachine {
                     let why = format!("player {} is not expected in bubble {} yet", player.0, to.0);
                     Err(Fault::new(ErrorCode::NotReady, why))
                 }
+            }
+            transfer::Request::Relay { .. } => {
+                Err(Fault::new(ErrorCode::Malformed, "a relayed request inside a relayed request"))
             }
         }
     }
@@ -149,6 +160,7 @@ impl AgentMachine {
                 tracing::info!(site = %self.cfg.site, bubble = bubble.0, tick = s.tick.0, "seal received");
                 self.feed_standby(site, bubble, item)
             }
+            StateItem::Relay(relayed) => self.relayed_item(site, *relayed, now),
             // Only the agent sends these, to its own servers.
             StateItem::PartSnapshot(_) | StateItem::Adopt(_) => {
                 tracing::warn!(peer = %site, "a part snapshot or adopted copy from a peer: ignored");

@@ -83,6 +83,7 @@ impl AgentMachine {
             position_seq: 0,
             min_rtt_ms: rtt_ms,
             session: PlayerSession::new(now),
+            last_tick: None,
             client: client.clone(),
             gone_since: None,
             probes: None,
@@ -202,15 +203,14 @@ impl AgentMachine {
     /// may hold a thousand inputs): every item stays far under the frame limit.
     pub(super) fn send_inputs(&mut self, bubble: BubbleId, site: &Name, inputs: Vec<PlayerInput>) {
         let here = site == &self.cfg.site;
-        if !here && !self.peers.contains_key(site) {
+        if !here && !self.reaches(site) {
             return;
         }
         let mut send = |inputs: Vec<PlayerInput>| {
             if here {
                 self.inputs_to_servers(Inputs { bubble, inputs });
             } else {
-                let item = StateItem::Inputs(Inputs { bubble, inputs });
-                self.effects.push_back(Effect::PeerStream { site: site.clone(), item });
+                self.stream_to(site, StateItem::Inputs(Inputs { bubble, inputs }));
             }
         };
         // One input, or a few: as they are (the hot path allocates nothing more).

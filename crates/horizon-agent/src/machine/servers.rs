@@ -185,7 +185,10 @@ impl AgentMachine {
                 self.mirror(s.bubble, item.clone())
             }
             // Only ever sent to a server (inputs, a restore of a spread bubble, an adoption).
-            StateItem::Inputs(_) | StateItem::PartSnapshot(_) | StateItem::Adopt(_) => {}
+            StateItem::Inputs(_)
+            | StateItem::PartSnapshot(_)
+            | StateItem::Adopt(_)
+            | StateItem::Relay(_) => {}
         }
     }
 
@@ -253,10 +256,7 @@ impl AgentMachine {
             }
         }
         for home in remote {
-            if self.peers.contains_key(&home) {
-                let item = StateItem::Update(update.clone());
-                self.effects.push_back(Effect::PeerStream { site: home, item });
-            }
+            self.stream_to(&home, StateItem::Update(update.clone()));
         }
         let here = self.cfg.site.clone();
         self.deliver(&update, &here, now);
@@ -280,8 +280,8 @@ impl AgentMachine {
         }
         // Another site's player: one copy to their home gateway.
         let home = self.bubbles.get(&own.bubble).and_then(|local| local.members.get(&own.player));
-        if let Some(site) = home.filter(|h| self.peers.contains_key(*h)).cloned() {
-            self.effects.push_back(Effect::PeerStream { site, item: StateItem::Own(own) });
+        if let Some(site) = home.cloned() {
+            self.stream_to(&site, StateItem::Own(own));
         }
     }
 
@@ -289,7 +289,10 @@ impl AgentMachine {
     /// their updates now (an own state never moves a route: the next update does).
     pub(super) fn deliver_own(&mut self, own: &Own, site: &Name) {
         let Some(p) = self.players.get(&own.player) else { return };
-        if !p.session.shows(own.bubble, own.epoch, site) {
+        if !p.session.shows(own.bubble, own.epoch, site)
+            || p.last_tick
+                .is_some_and(|(b, e, t)| (b, e) == (own.bubble, own.epoch) && own.tick < t)
+        {
             return;
         }
         let item = gateway::Item::Own {
@@ -313,9 +316,14 @@ impl AgentMachine {
         let mut crossings = Vec::new();
         for (player, acked) in &update.acked {
             let Some(p) = self.players.get_mut(player) else { continue };
+            let this = (update.bubble, update.epoch, update.tick);
+            if p.last_tick.is_some_and(|(b, e, t)| (b, e) == (this.0, this.1) && this.2 < t) {
+                continue;
+            }
             match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
                 UpdateVerdict::NotTheirs => continue,
                 UpdateVerdict::Deliver { resend_all } => {
+                    p.last_tick = Some(this);
                     if resend_all {
                         resend.push(*player);
                     }

@@ -6,6 +6,29 @@ impl World {
     pub(super) fn fault_start(&mut self, i: usize) {
         let fault = self.faults[i].fault.clone();
         self.note(format!("FAULT {fault:?}"));
+        let settled =
+            self.last_fault_end.is_none_or(|end| self.now > end + (LIVENESS_S * 1e6) as u64);
+        let alone = self.in_force.is_empty() && settled;
+        self.in_force.insert(i);
+        // Another fault: the cut's players may be held up by it.
+        self.route_watch = None;
+        if let Fault::CutTransfer { sites, .. } = &fault
+            && alone
+        {
+            let cut = [index(sites[0]), index(sites[1])];
+            let now = self.now;
+            let players = (0..self.players.len())
+                .filter(|&p| {
+                    let pl = &self.players[p];
+                    cut.contains(&pl.home)
+                        && pl.conn != 0
+                        && pl.id.is_some()
+                        && !pl.reported
+                        && pl.last_update + 1_000_000 >= now
+                })
+                .collect();
+            self.route_watch = Some(RouteWatch { fault: i, since: now, players, late: false });
+        }
         let for_us = (fault.duration_s() * 1e6) as u64;
         for site in fault.isolates() {
             if let Some(s) = SITES.iter().position(|n| *n == site) {
@@ -57,6 +80,13 @@ impl World {
     pub(super) fn fault_end(&mut self, i: usize) {
         let fault = self.faults[i].fault.clone();
         self.note(format!("HEALED {fault:?}"));
+        self.in_force.remove(&i);
+        self.last_fault_end = Some(self.now);
+        if let Some(w) = self.route_watch.take_if(|w| w.fault == i)
+            && !w.late
+        {
+            self.stats.cuts_routed_round += 1;
+        }
         match fault {
             Fault::Partition { site, .. } => {
                 let s = index(site);

@@ -54,6 +54,10 @@ impl World {
             ToPlayer::Item(gateway::Item::Update { acked, bytes, .. }) => {
                 self.stats.updates_to_players += 1;
                 let now = self.now;
+                if let Some(w) = self.route_watch.as_ref().filter(|w| w.players.contains(&p)) {
+                    let gap = now - self.players[p].last_update.max(w.since);
+                    self.stats.cut_gap_max_ms = self.stats.cut_gap_max_ms.max(gap / 1000);
+                }
                 let player = &mut self.players[p];
                 player.told = player.told.max(acked.0);
                 player.last_update = now;
@@ -115,9 +119,36 @@ impl World {
         self.note(format!("player {id} moves to group {group}"));
     }
 
-    /// A player outside any partition gets an update at least every [`LIVENESS_S`].
+    /// A player outside any partition gets an update at least every [`LIVENESS_S`]; one of
+    /// two sites whose transfer link is cut (no other fault in force or recent) at least
+    /// every [`ROUTE_ROUND_S`]: traffic goes round through the third site.
     pub(super) fn liveness(&mut self) {
         let now = self.now;
+        if let Some(w) = &self.route_watch {
+            let limit = (ROUTE_ROUND_S * 1e6) as u64;
+            let mut late = Vec::new();
+            for &p in &w.players {
+                let player = &self.players[p];
+                let since = player.last_update.max(w.since);
+                if player.conn != 0 && !player.reported && now > since + limit {
+                    late.push((p, since));
+                }
+            }
+            for (p, since) in late {
+                let player = &self.players[p];
+                let detail = format!(
+                    "player {} of {} has had no update for {:.1} s while its site's transfer link was cut: not routed round",
+                    player.id.map_or(0, |i| i.0),
+                    SITES[player.home],
+                    (now - since) as f64 / 1e6
+                );
+                self.players[p].reported = true;
+                self.checker.not_routed_round(now, detail);
+                if let Some(w) = self.route_watch.as_mut() {
+                    w.late = true;
+                }
+            }
+        }
         let limit = (LIVENESS_S * 1e6) as u64;
         for p in 0..self.players.len() {
             let player = &self.players[p];

@@ -17,6 +17,7 @@ mod drain;
 pub(crate) mod failover;
 pub(crate) mod handover;
 pub(crate) mod keep;
+pub(crate) mod links;
 pub mod measure;
 pub(crate) mod registry;
 mod rejoin;
@@ -240,6 +241,8 @@ pub struct CoreMachine {
     next_measure_count: Time,
     /// Groups inside a fixed delegation waiting in a zone at the last tick.
     delegations_waiting: u32,
+    /// The backbone between agents as their reports show it (`links.rs`).
+    pub(crate) links: links::Backbone,
     effects: VecDeque<Effect>,
 }
 
@@ -314,6 +317,7 @@ impl CoreMachine {
             measure_refused: 0,
             next_measure_count: now,
             delegations_waiting: 0,
+            links: links::Backbone::default(),
             effects: VecDeque::new(),
         };
         machine.take_back(store, now);

@@ -184,6 +184,7 @@ impl CoreMachine {
             agent.servers = servers;
             agent.registered = true;
         }
+        self.send_links(site);
         self.update_capacity(site);
         for bubble in confirmed {
             self.persist_lease(bubble);

@@ -226,6 +226,7 @@ impl CoreMachine {
                 }
             }
         }
+        self.backbone_said(site, backbone);
         // Tick rates feed the brain's load rules (design.md §4): a server's rate is that of
         // every region it holds (several share a server). The agent lists a spread bubble's
         // servers in part order; a count that does not match the cut in force (a `Parts` on its

@@ -261,6 +261,7 @@ impl CoreMachine {
         let per_site = |c: &crate::metrics::PerSite<prometheus::IntCounter>| {
             self.cfg.sites.ids().map(|s| c.get(s.index())).sum::<u64>()
         };
+        let (links, routes) = self.links_status();
         CoreStatus {
             core: name(self.cfg.sites.core()),
             generation: self.generation,
@@ -321,6 +322,8 @@ impl CoreMachine {
                 dwell_s: self.cfg.thresholds.dwell_ms as f64 / 1000.0,
                 hold_s: self.cfg.thresholds.hold_ms as f64 / 1000.0,
             },
+            links,
+            routes,
         }
     }
 }

@@ -1075,7 +1075,8 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
     // The holder's newest list goes to the core with the next report, once.
     assert_eq!(report(&mut h, "mtl-gs-0", 1, vec![at(5.0)]), Ok(server::Reply::Done));
     let sent = |h: &mut Harness| -> Vec<control::RegionPositions> {
-        h.m.report();
+        let now = h.now;
+        h.m.report(now);
         h.effects()
             .into_iter()
             .filter_map(|e| match e {
@@ -1096,3 +1097,4 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
 
 mod crossings;
 mod lane;
+mod routes;
