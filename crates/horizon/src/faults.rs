@@ -237,6 +237,9 @@ pub(crate) struct Running {
     bubbles: Vec<u64>,
     /// Looked at [`OBSERVE_AFTER_S`] after the fault ended.
     observed: Option<Observed>,
+    /// Every agent's transfer items and requests sent round a cut, and passed on for others,
+    /// when it began (`agent_stats`'s `relayed_sent`, `relayed_through`).
+    relayed: (u64, u64),
 }
 
 /// The mesh after a fault.
@@ -250,6 +253,16 @@ struct Observed {
     sessions: BTreeMap<usize, u64>,
     generation: Option<u64>,
     bubbles: Vec<u64>,
+    /// What was relayed since the fault began: (sent round, passed on).
+    relayed: (u64, u64),
+}
+
+/// Every agent's relayed traffic so far: (sent round, passed on).
+fn relayed(sandbox: &Sandbox) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    sandbox.every_agent_stats().fold((0, 0), |(sent, through), s| {
+        (sent + s.relayed_sent.load(Relaxed), through + s.relayed_through.load(Relaxed))
+    })
 }
 
 /// A fault's outcome is looked at this long after it ended (or began, for a kill).
@@ -340,6 +353,7 @@ pub(crate) fn start(
         generation,
         bubbles,
         observed: None,
+        relayed: relayed(sandbox),
     }
 }
 
@@ -348,7 +362,7 @@ fn bubble_ids(status: &CoreStatus) -> Vec<u64> {
 }
 
 /// Looks at where the fault left its players ([`OBSERVE_AFTER_S`] after it ended).
-pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport]) {
+pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport], sandbox: &Sandbox) {
     let (bubble_of, site_of) = placement(status);
     let mut at = BTreeMap::new();
     let mut sessions = BTreeMap::new();
@@ -361,7 +375,10 @@ pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport]) 
         }
     }
     let generation = Some(u64::from(status.generation));
-    r.observed = Some(Observed { placed: at, sessions, generation, bubbles: bubble_ids(status) });
+    let (sent, through) = relayed(sandbox);
+    let relayed = (sent - r.relayed.0, through - r.relayed.1);
+    r.observed =
+        Some(Observed { placed: at, sessions, generation, bubbles: bubble_ids(status), relayed });
 }
 
 /// Ends a lasting fault: the link heals.
@@ -424,6 +441,7 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         sessions: sessions_then,
         generation: generation_after,
         bubbles: bubbles_after,
+        relayed,
     } = r.observed.as_ref().unwrap_or(&empty);
     let mut resumed = Vec::new();
     let mut stopped = Vec::new();
@@ -493,6 +511,10 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         "inputs_applied_twice": twice,
         "problem": r.problem,
     });
+    if let FaultKind::CutTransfer { .. } = r.fault.kind {
+        // Routed round through the third site (docs/running.md, "Routing round a cut").
+        doc["relayed"] = serde_json::json!({ "sent_round": relayed.0, "passed_on": relayed.1 });
+    }
     if r.fault.kind == FaultKind::RestartCore {
         doc["generation"] =
             serde_json::json!({ "before": r.generation, "after": generation_after });

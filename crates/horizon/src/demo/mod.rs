@@ -311,7 +311,7 @@ async fn run(args: DemoArgs) -> ExitCode {
                         let status = sandbox.core.status().await.unwrap_or_default();
                         // `running` is in the order faults started; find this one.
                         if let Some(r) = running.iter_mut().find(|r| r.fault == *fault) {
-                            faults::observe(r, &status, &snapshot(&reports));
+                            faults::observe(r, &status, &snapshot(&reports), &sandbox);
                         }
                         continue;
                     }
