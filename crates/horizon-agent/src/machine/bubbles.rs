@@ -488,37 +488,76 @@ impl AgentMachine {
             return;
         }
         // The state goes over this site's one transfer connection to the target (the core's
-        // `target_addr` is what a fresh link would dial; the link exists once both registered).
-        if !self.peers.contains_key(&target) {
+        // `target_addr` is what a fresh link would dial; the link exists once both registered),
+        // or round through a third site while that link is down (`routes.rs`).
+        if !self.reaches(&target) {
             let fault = Fault::new(ErrorCode::NotReady, format!("no transfer link to {target}"));
             self.answer(token, Err(fault));
             return;
         }
         self.pending_prepare.insert(handover, (bubble, token));
-        self.effects.push_back(Effect::OpenMirror {
-            site: target,
-            handover,
-            bubble,
-            epoch: lease.epoch,
-        });
+        let open = transfer::Request::Open { handover, bubble, epoch: lease.epoch };
+        match self.routes.get(&target).filter(|via| **via != target).cloned() {
+            Some(via) => {
+                tracing::info!(site = %self.cfg.site, %target, %via, handover = handover.0, "handover state goes round through a third site");
+                let then = Then::MirrorRelayed { handover, target: target.clone(), via };
+                self.ask_peer(&target, Pending(then), open);
+            }
+            None => self.effects.push_back(Effect::OpenMirror {
+                site: target,
+                handover,
+                bubble,
+                epoch: lease.epoch,
+            }),
+        }
+    }
+
+    /// The target answered a handover's `Open` that went round through `via`: its state
+    /// follows the same way (pinned: a route that changes meanwhile must not reorder it).
+    pub(super) fn mirror_relayed(
+        &mut self,
+        handover: HandoverId,
+        target: Name,
+        via: Name,
+        result: Result<transfer::Reply, Failure>,
+    ) {
+        let result = match result {
+            Ok(transfer::Reply::Accepted { .. }) => {
+                self.relayed_mirrors.insert(handover, (target, via));
+                Ok(())
+            }
+            Ok(other) => Err(Failure::Refused(Fault::new(
+                ErrorCode::Unexpected,
+                format!("unexpected reply to open: {other:?}"),
+            ))),
+            Err(e) => Err(e),
+        };
+        self.mirror_opened(handover, result);
+    }
+
+    /// A handover's state stream ends: the shell's, or the relayed one's record.
+    fn close_mirror(&mut self, handover: HandoverId) {
+        if self.relayed_mirrors.remove(&handover).is_none() {
+            self.effects.push_back(Effect::CloseMirror { handover });
+        }
     }
 
     pub(super) fn mirror_opened(&mut self, handover: HandoverId, result: Result<(), Failure>) {
         let Some((bubble, token)) = self.pending_prepare.remove(&handover) else {
             // Abandoned meanwhile (a regrant): the stream is not needed.
-            self.effects.push_back(Effect::CloseMirror { handover });
+            self.close_mirror(handover);
             return;
         };
         let local = match (result, self.bubbles.get_mut(&bubble)) {
             (Ok(()), Some(local)) => local,
             (Err(e), _) => {
                 let fault = Fault::new(ErrorCode::NotReady, format!("transfer to target: {e}"));
-                self.effects.push_back(Effect::CloseMirror { handover });
+                self.close_mirror(handover);
                 self.answer(token, Err(fault));
                 return;
             }
             (Ok(()), None) => {
-                self.effects.push_back(Effect::CloseMirror { handover });
+                self.close_mirror(handover);
                 self.answer(token, Err(unknown(bubble)));
                 return;
             }
@@ -555,7 +594,7 @@ impl AgentMachine {
 
     pub(super) fn stop_mirror(&mut self, bubble: BubbleId) {
         if let Some(handover) = self.mirrors.remove(&bubble) {
-            self.effects.push_back(Effect::CloseMirror { handover });
+            self.close_mirror(handover);
         }
     }
 

@@ -216,6 +216,12 @@ enum Then {
     Relayed {
         token: Token,
     },
+    /// A handover target answered an `Open` that went round through `via`.
+    MirrorRelayed {
+        handover: HandoverId,
+        target: Name,
+        via: Name,
+    },
 }
 
 /// What a server taking a bubble is for.
@@ -528,6 +534,8 @@ pub struct AgentMachine {
     delivered: BTreeMap<PlayerId, Delivered>,
     /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
     mirrors: BTreeMap<BubbleId, HandoverId>,
+    /// Handover streams that go round through a third site: handover → (target, via).
+    relayed_mirrors: BTreeMap<HandoverId, (Name, Name)>,
     /// Handover sources waiting for their stream: handover → (bubble, the order's token).
     pending_prepare: BTreeMap<HandoverId, (BubbleId, Token)>,
     /// Restores waiting for their server's first update: bubble → (received, token).
@@ -601,6 +609,7 @@ impl AgentMachine {
             delivered: BTreeMap::new(),
             forwards: BTreeMap::new(),
             mirrors: BTreeMap::new(),
+            relayed_mirrors: BTreeMap::new(),
             pending_prepare: BTreeMap::new(),
             pending_restore: BTreeMap::new(),
             regrants: BTreeMap::new(),
@@ -726,6 +735,9 @@ impl AgentMachine {
             Input::PeerReplied { site, pending, result } => match pending.0 {
                 Then::Crossed { player } => self.crossed(player, result.is_ok(), now),
                 Then::Relayed { token } => self.relayed_answer(token, result),
+                Then::MirrorRelayed { handover, target, via } => {
+                    self.mirror_relayed(handover, target, via, result)
+                }
                 then => {
                     if let Err(e) = result {
                         tracing::warn!(peer = %site, error = %e, ?then, "request to a peer failed");

@@ -193,8 +193,17 @@ impl AgentMachine {
     }
 
     pub(super) fn mirror(&mut self, bubble: BubbleId, item: StateItem) {
-        if let Some(&handover) = self.mirrors.get(&bubble) {
-            self.effects.push_back(Effect::Mirror { handover, item });
+        let Some(&handover) = self.mirrors.get(&bubble) else { return };
+        match self.relayed_mirrors.get(&handover) {
+            // Round through the relay it was opened through, in order behind what went before.
+            Some((target, via)) => {
+                self.stats.relayed_sent.fetch_add(1, Ordering::Relaxed);
+                let (from, to) = (self.cfg.site.clone(), target.clone());
+                let relayed = horizon_proto::Relayed { from, to, hops: 1, item };
+                let item = StateItem::Relay(Box::new(relayed));
+                self.effects.push_back(Effect::PeerStream { site: via.clone(), item });
+            }
+            None => self.effects.push_back(Effect::Mirror { handover, item }),
         }
     }
 

@@ -2,7 +2,7 @@
 //! back once it answers), and an agent in the middle passes relayed traffic on.
 
 use super::*;
-use horizon_proto::Relayed;
+use horizon_proto::{Relayed, Snapshot};
 
 fn link(a: &str, b: &str, rtt_ms: Option<f32>) -> control::LinkState {
     control::LinkState { a: n(a), b: n(b), rtt_ms }
@@ -234,4 +234,67 @@ fn an_update_older_than_the_last_delivered_of_its_bubble_and_holder_is_dropped()
     let out =
         h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 11, &[(p, 0)]) });
     assert_eq!(updates(&out), 1);
+}
+
+#[test]
+fn a_handover_s_state_goes_round_the_cut_link_on_the_relay_it_was_opened_through() {
+    let mut h = triangle();
+    probe_rounds(&mut h, Duration::from_millis(1_300), &["HKG"]);
+    assert_eq!(h.m.stats.routes_relayed.load(Ordering::Relaxed), 1, "PAR only through HKG");
+    let handover = HandoverId(9);
+    let (token, out) = h.order(control::Request::Prepare {
+        handover,
+        bubble: BubbleId(1),
+        source: n(SITE),
+        target: n("PAR"),
+        target_addr: "127.0.0.1:2".into(),
+        lease: lease(1, 1, 60_000),
+        deadline_ms: 2_000,
+    });
+    assert!(!out.iter().any(|e| matches!(e, Effect::OpenMirror { .. })), "no direct stream");
+    let pending = out
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::ToPeer {
+                site,
+                pending,
+                request: transfer::Request::Relay { to, request, .. },
+            } if site.as_str() == "HKG"
+                && to.as_str() == "PAR"
+                && matches!(*request, transfer::Request::Open { .. }) =>
+            {
+                Some(pending)
+            }
+            _ => None,
+        })
+        .expect("the open goes round through HKG");
+    let accepted = Ok(transfer::Reply::Accepted { from_tick: Tick(0) });
+    let out = h.feed(Input::PeerReplied { site: n("HKG"), pending, result: accepted });
+    let copies = to_servers(&out);
+    assert!(matches!(copies[..], [(_, server::Request::Copy { deltas: true, .. })]), "{copies:?}");
+    let out = h.answer_servers(out, done);
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+    // The snapshot follows the open's way, even once the direct link answers again.
+    probe_rounds(&mut h, Duration::from_millis(300), &["HKG", "PAR"]);
+    assert_eq!(h.m.stats.routes_relayed.load(Ordering::Relaxed), 0, "direct again");
+    let snapshot = StateItem::Snapshot(Snapshot {
+        bubble: BubbleId(1),
+        epoch: Epoch(1),
+        tick: Tick(5),
+        index: 0,
+        total: 1,
+        bytes: Blob(vec![7; 16]),
+    });
+    let out = h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: snapshot });
+    let sent: Vec<_> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::PeerStream { site, item: StateItem::Relay(r) } => {
+                Some((site.to_string(), r.to.to_string(), matches!(r.item, StateItem::Snapshot(_))))
+            }
+            Effect::Mirror { .. } => Some(("direct stream".into(), String::new(), false)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [("HKG".into(), "PAR".into(), true)]);
 }
