@@ -590,7 +590,9 @@ mod tests {
                 sessions: [(0, 0), (1, 0), (2, 0), (3, 1), (4, 0), (5, 0)].into(),
                 generation: None,
                 bubbles: Vec::new(),
+                relayed: (0, 0),
             }),
+            relayed: (0, 0),
         };
         let doc = report(&r, &bots, 1_201.0);
         assert_eq!(doc["players_affected"], 6);
