@@ -38,6 +38,9 @@ kind = "etcd"
 endpoints = [{{ range $i, $e := .Values.core.store.etcd.endpoints }}{{ if $i }}, {{ end }}{{ $e | quote }}{{ end }}]
 prefix = {{ .Values.core.store.etcd.prefix | quote }}
 election_ttl_s = {{ .Values.core.store.etcd.electionTtlSeconds }}
+{{- with .Values.core.store.etcd.universe }}
+universe = {{ . | quote }}
+{{- end }}
 {{- end }}
 
 [placement]

@@ -56,6 +56,9 @@ pub struct EtcdOptions {
     /// The election lease, in whole seconds (2–60): how long a dead leader's standby waits
     /// before it takes over, and how long a leader cut from etcd keeps granting.
     pub election_ttl_s: u32,
+    /// The universe's name, written under the prefix by its first leader: a core of another
+    /// universe given the same prefix refuses to lead there. `None`: the core site's name.
+    pub universe: Option<String>,
 }
 
 /// A stage of the rollout: what the core may delegate. Parsed once, here; the brain is told
@@ -158,6 +161,7 @@ struct RawStore {
     endpoints: Option<Vec<String>>,
     prefix: Option<String>,
     election_ttl_s: Option<u32>,
+    universe: Option<String>,
 }
 
 impl CoreConfig {
@@ -269,6 +273,7 @@ fn store_kind(raw: &RawStore, errors: &mut Vec<String>) -> StoreKind {
         ("endpoints", raw.endpoints.is_some()),
         ("prefix", raw.prefix.is_some()),
         ("election_ttl_s", raw.election_ttl_s.is_some()),
+        ("universe", raw.universe.is_some()),
     ];
     match raw.kind.as_deref() {
         None | Some("file") => {
@@ -307,7 +312,17 @@ fn store_kind(raw: &RawStore, errors: &mut Vec<String>) -> StoreKind {
                     "store.election_ttl_s = {election_ttl_s}: must be within 2..=60 (etcd's lease minimum is 2 s)"
                 ));
             }
-            StoreKind::Etcd(EtcdOptions { endpoints, prefix, election_ttl_s })
+            let universe = raw.universe.clone();
+            if let Some(u) = &universe
+                && (u.is_empty()
+                    || u.len() > 64
+                    || !u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))
+            {
+                errors.push(format!(
+                    "store.universe = {u:?}: 1–64 letters, digits, '.', '_' or '-' (\"prod-eu\")"
+                ));
+            }
+            StoreKind::Etcd(EtcdOptions { endpoints, prefix, election_ttl_s, universe })
         }
         Some(other) => {
             errors.push(format!("store.kind = {other:?}: one of \"file\", \"etcd\""));
@@ -397,16 +412,22 @@ mod tests {
             endpoints: vec!["http://10.0.0.5:2379".into()],
             prefix: "/horizon".into(),
             election_ttl_s: 3,
+            universe: None,
         };
         assert_eq!(c.store_kind, StoreKind::Etcd(want));
         let bad = GOOD.replace(
             "path = \"state\"",
-            "path = \"state\"\nkind = \"etcd\"\nendpoints = [\"10.0.0.5:2379\"]\nprefix = \"horizon/\"\nelection_ttl_s = 1",
+            "path = \"state\"\nkind = \"etcd\"\nendpoints = [\"10.0.0.5:2379\"]\nprefix = \"horizon/\"\nelection_ttl_s = 1\nuniverse = \"prod eu\"",
         );
         let errors = CoreConfig::parse(&bad, Path::new("/")).unwrap_err();
         assert!(errors[0].starts_with("store.endpoints[0] = "), "{errors:?}");
         assert!(errors[1].starts_with("store.prefix = "), "{errors:?}");
         assert!(errors[2].starts_with("store.election_ttl_s = 1"), "{errors:?}");
+        assert!(errors[3].starts_with("store.universe = \"prod eu\""), "{errors:?}");
+        let named = etcd.replace("path = \"state\"", "path = \"state\"\nuniverse = \"prod-eu\"");
+        let c = CoreConfig::parse(&named, Path::new("/")).unwrap();
+        let StoreKind::Etcd(o) = c.store_kind else { panic!("etcd") };
+        assert_eq!(o.universe.as_deref(), Some("prod-eu"));
         let none = GOOD.replace("path = \"state\"", "path = \"state\"\nkind = \"etcd\"");
         let errors = CoreConfig::parse(&none, Path::new("/")).unwrap_err();
         assert!(errors[0].starts_with("store.endpoints: "), "{errors:?}");

@@ -334,7 +334,9 @@ async fn stand_by(
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "core".to_owned());
     let value = format!("{host} {}", cfg.listen_control);
     tracing::info!(store = %opts.prefix, %value, "campaigning to lead (etcd)");
-    let elected = crate::store::etcd::lead(opts, value, |now| {
+    let universe =
+        opts.universe.clone().unwrap_or_else(|| cfg.sites.name(cfg.sites.core()).to_string());
+    let elected = crate::store::etcd::lead(opts, value, &universe, |now| {
         let now = match now {
             Some(other) => {
                 tracing::info!(leader = %other, "standing by: another core leads");

@@ -26,6 +26,7 @@ fn options(etcd: &EtcdServer, ttl_s: u32) -> EtcdOptions {
         endpoints: vec![etcd.endpoint().to_owned()],
         prefix: "/horizon-test".into(),
         election_ttl_s: ttl_s,
+        universe: None,
     }
 }
 
@@ -80,6 +81,48 @@ async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let code = text.split(' ').nth(1)?.parse().ok()?;
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     Some((code, body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_of_another_universe_or_an_older_build_refuses_the_store_and_resigns() {
+    let etcd = etcd("universe").await;
+    let dir = std::env::temp_dir().join(format!("horizon-universe-{}", std::process::id()));
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    // The first leader names the store: the universe (the core site's name by default) and
+    // the key layout.
+    let a = horizon_core::start(core_config(&dir.join("a"), &etcd, any)).await;
+    a.expect("the first core leads").shutdown().await;
+    assert_eq!(value_of(&etcd, "/horizon-test/universe").as_deref(), Some("\"PAR\""));
+    assert_eq!(value_of(&etcd, "/horizon-test/format").as_deref(), Some("1"));
+
+    // Another universe given the same prefix: refused, naming both, nothing written.
+    let mut other = core_config(&dir.join("b"), &etcd, any);
+    if let StoreKind::Etcd(o) = &mut other.store_kind {
+        o.universe = Some("staging".into());
+    }
+    let refused = horizon_core::start(other).await.err().expect("refused").to_string();
+    assert!(refused.contains("holds the universe \"PAR\""), "{refused}");
+    assert!(refused.contains("this core serves \"staging\""), "{refused}");
+    assert_eq!(value_of(&etcd, "/horizon-test/generation").as_deref(), Some("1"));
+
+    // It resigned (its lease revoked): the universe's own core leads at once, generation 2.
+    let c = tokio::time::timeout(
+        Duration::from_secs(20),
+        horizon_core::start(core_config(&dir.join("c"), &etcd, any)),
+    )
+    .await
+    .expect("no election lease left behind")
+    .expect("the universe's core leads");
+    assert_eq!(c.generation, 2);
+    c.shutdown().await;
+
+    // A store written by a newer build (a key layout this one does not know): refused.
+    etcd.etcdctl(&["put", "/horizon-test/format", "2"]).expect("etcdctl put");
+    let newer = horizon_core::start(core_config(&dir.join("d"), &etcd, any)).await;
+    let newer = newer.err().expect("refused").to_string();
+    assert!(newer.contains("written by a newer Horizon (key layout 2"), "{newer}");
+    assert_eq!(value_of(&etcd, "/horizon-test/generation").as_deref(), Some("2"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +224,7 @@ fn append_off_runtime(
 async fn a_core_whose_election_key_is_gone_commits_nothing_and_is_fenced() {
     let etcd = etcd("deposed").await;
     let opts = options(&etcd, 2);
-    let first = lead(&opts, "a".into(), |_| {}).await.expect("a leads");
+    let first = lead(&opts, "a".into(), "PAR", |_| {}).await.expect("a leads");
     assert_eq!(first.generation, 1);
     let written =
         append_off_runtime(first.log, first.state.clone(), Record::PlayerIds { next: 100 });
@@ -189,7 +232,7 @@ async fn a_core_whose_election_key_is_gone_commits_nothing_and_is_fenced() {
 
     // Its lease revoked behind its back (as when it expires): another core is elected.
     let b_opts = opts.clone();
-    let holder = tokio::spawn(async move { lead(&b_opts, "b".into(), |_| {}).await });
+    let holder = tokio::spawn(async move { lead(&b_opts, "b".into(), "PAR", |_| {}).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let leader = value_of(&etcd, "/horizon-test/leader");
     assert_eq!(leader, None, "(the election keys are under leader/, not the name itself)");
@@ -206,7 +249,7 @@ async fn a_core_whose_election_key_is_gone_commits_nothing_and_is_fenced() {
 async fn a_deposed_leader_writes_nothing_even_before_its_keeper_notices() {
     let etcd = etcd("guard").await;
     let opts = options(&etcd, 10);
-    let first = lead(&opts, "a".into(), |_| {}).await.expect("a leads");
+    let first = lead(&opts, "a".into(), "PAR", |_| {}).await.expect("a leads");
     revoke_the_leaders_lease(&etcd);
     // The keeper sends every 3.3 s: the write comes first, and the guard refuses it.
     let refused =
@@ -220,7 +263,7 @@ async fn a_deposed_leader_writes_nothing_even_before_its_keeper_notices() {
 async fn a_leader_cut_from_etcd_fences_itself_before_its_lease_could_expire() {
     let etcd = etcd("cut").await;
     let ttl = Duration::from_secs(6);
-    let mut elected = lead(&options(&etcd, 6), "a".into(), |_| {}).await.expect("a leads");
+    let mut elected = lead(&options(&etcd, 6), "a".into(), "PAR", |_| {}).await.expect("a leads");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(elected.fence.reason().is_none(), "fenced while etcd answers");
     // etcd stops answering; its sockets stay open (a keep-alive stream looks alive).
@@ -262,6 +305,7 @@ async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing
         endpoints: vec![etcd.endpoint().to_owned()],
         prefix: "/horizon-takeover".into(),
         election_ttl_s: 3,
+        universe: None,
     };
     let m = lone_montrealer("takeover", |opts| opts.standby = Some(standby)).await;
     let LoneMontrealer { mut sandbox, dir, stop, mut running, player, bubble, .. } = m;

@@ -12,6 +12,8 @@
 //! | `PREFIX/lease/ID` | region `ID`'s lease: epoch, site, world and box |
 //! | `PREFIX/handover/ID` | a handover of `ID` whose freeze was sent: target and epoch |
 //! | `PREFIX/backup/ID` | the pointer to `ID`'s latest copy: epoch, tick, sizes (the bytes are files) |
+//! | `PREFIX/format` | the layout of these keys ([`FORMAT`]): a build that reads an older one only refuses a newer |
+//! | `PREFIX/universe` | the universe's name (`store.universe`, else the core site's): a core of another universe refuses to lead here |
 //!
 //! **Fencing.** Every write is one transaction, *if the leader key's creation revision is still
 //! ours then write*: once a core's election key is gone (its lease expired, or it resigned), it
@@ -46,6 +48,17 @@ use crate::config::EtcdOptions;
 
 /// How long one etcd request may take before the write fails (the store thread waits on it).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The layout of the keys this build writes and reads. A store written in a newer one is
+/// refused (its meaning may have changed); an older one is read as it is.
+pub const FORMAT: u32 = 1;
+
+/// What the keys say of the store itself, besides the state.
+#[derive(Debug, Default, PartialEq)]
+struct Meta {
+    format: Option<u32>,
+    universe: Option<String>,
+}
 
 /// This core leads: the state it read, the generation it bumped, its log, and its fence.
 #[derive(Debug)]
@@ -87,11 +100,14 @@ fn store_name(opts: &EtcdOptions) -> PathBuf {
 
 /// Campaigns until elected, then reads the state and bumps the generation (in a transaction
 /// guarded by the new leadership: no deposed core writes a generation). `value` is what this
-/// core advertises while it leads (operators read it with `etcdctl elect -l`); `standing_by`
-/// is called with the leader's value while another core leads.
+/// core advertises while it leads (operators read it with `etcdctl elect -l`); `universe` names
+/// the universe it serves (a store holding another's is refused, as is one written in a newer
+/// [`FORMAT`]: the core resigns at once); `standing_by` is called with the leader's value while
+/// another core leads.
 pub async fn lead(
     opts: &EtcdOptions,
     value: String,
+    universe: &str,
     mut standing_by: impl FnMut(Option<&str>),
 ) -> Result<Leadership, StoreError> {
     let name = store_name(opts);
@@ -136,10 +152,27 @@ pub async fn lead(
         fence: fence.clone(),
         name: name.clone(),
     };
-    let state = log.load().await?;
+    let (state, meta) = log.load().await?;
+    if let Some(format) = meta.format.filter(|f| *f > FORMAT) {
+        return Err(fail(format!(
+            "written by a newer Horizon (key layout {format}; this build reads up to {FORMAT}): run that build, or give this one its own store.prefix"
+        )));
+    }
+    if let Some(there) = meta.universe.as_deref().filter(|u| *u != universe) {
+        return Err(fail(format!(
+            "holds the universe {there:?}, and this core serves {universe:?}: give each universe its own store.prefix (or set store.universe if this is the same one renamed)"
+        )));
+    }
     let generation = state.generation + 1;
     let record = Record::Generation { generation };
-    log.commit(changes(&log.prefix, &state, &record)).await?;
+    let mut ops = changes(&log.prefix, &state, &record);
+    if meta.format != Some(FORMAT) {
+        ops.push(TxnOp::put(format!("{}/format", log.prefix), json(&FORMAT), None));
+    }
+    if meta.universe.is_none() {
+        ops.push(TxnOp::put(format!("{}/universe", log.prefix), json(&universe), None));
+    }
+    log.commit(ops).await?;
     let mut state = state;
     state.apply(&record);
     Ok(Leadership { state, generation, log, fence, keeper })
@@ -184,7 +217,7 @@ impl EtcdLog {
     }
 
     /// Everything under the prefix, as the state it stands for.
-    async fn load(&mut self) -> Result<StoreState, StoreError> {
+    async fn load(&mut self) -> Result<(StoreState, Meta), StoreError> {
         let from = format!("{}/", self.prefix);
         let got = tokio::time::timeout(
             REQUEST_TIMEOUT,
@@ -272,10 +305,14 @@ fn key_changes(state: &StoreState, record: &Record) -> Vec<(String, Option<Vec<u
     out
 }
 
-/// The state the keys under the prefix stand for (the election's keys left out). An unknown
-/// key is skipped with a warning (a newer build's); a value that does not parse is an error.
-fn read_state(pairs: impl Iterator<Item = (String, Vec<u8>)>) -> Result<StoreState, String> {
+/// The state the keys under the prefix stand for (the election's keys left out), and what they
+/// say of the store. An unknown key is skipped with a warning (a newer build's); a value that
+/// does not parse is an error.
+fn read_state(
+    pairs: impl Iterator<Item = (String, Vec<u8>)>,
+) -> Result<(StoreState, Meta), String> {
     let mut state = StoreState::default();
+    let mut meta = Meta::default();
     for (key, value) in pairs {
         let bad = |e: serde_json::Error| format!("key {key:?}: {e}");
         let id = |rest: &str| rest.parse::<u64>().map_err(|e| format!("key {key:?}: {e}"));
@@ -285,6 +322,12 @@ fn read_state(pairs: impl Iterator<Item = (String, Vec<u8>)>) -> Result<StoreSta
             }
             _ if key == "next_player" => {
                 state.next_player = serde_json::from_slice(&value).map_err(bad)?;
+            }
+            _ if key == "format" => {
+                meta.format = Some(serde_json::from_slice(&value).map_err(bad)?)
+            }
+            _ if key == "universe" => {
+                meta.universe = Some(serde_json::from_slice(&value).map_err(bad)?);
             }
             Some(("leader", _)) => {}
             Some(("lease", rest)) => {
@@ -299,7 +342,7 @@ fn read_state(pairs: impl Iterator<Item = (String, Vec<u8>)>) -> Result<StoreSta
             _ => tracing::warn!(key, "unknown key under the store's prefix: skipped"),
         }
     }
-    Ok(state)
+    Ok((state, meta))
 }
 
 /// JSON bytes of a stored value (plain data: it always serialises).
@@ -403,8 +446,9 @@ mod tests {
                 };
             }
             applied.apply(r);
-            let read = read_state(keys.clone().into_iter()).unwrap();
+            let (read, meta) = read_state(keys.clone().into_iter()).unwrap();
             assert_eq!(read, applied, "after {r:?}");
+            assert_eq!(meta, Meta::default());
         }
         assert!(!keys.contains_key("lease/7") && keys.contains_key("backup/7"), "{keys:?}");
         assert_eq!(applied.generation, 4);
@@ -416,6 +460,16 @@ mod tests {
         let err = read_state(pairs.into_iter()).unwrap_err();
         assert!(err.starts_with("key \"lease/3\": "), "{err}");
         let odd = vec![("elsewhere".to_owned(), b"1".to_vec()), ("leader/x".to_owned(), vec![])];
-        assert_eq!(read_state(odd.into_iter()).unwrap(), StoreState::default());
+        assert_eq!(read_state(odd.into_iter()).unwrap(), (StoreState::default(), Meta::default()));
+    }
+
+    #[test]
+    fn the_store_says_its_key_layout_and_universe() {
+        let pairs = vec![
+            ("format".to_owned(), b"2".to_vec()),
+            ("universe".to_owned(), b"\"prod-eu\"".to_vec()),
+        ];
+        let (_, meta) = read_state(pairs.into_iter()).unwrap();
+        assert_eq!(meta, Meta { format: Some(2), universe: Some("prod-eu".into()) });
     }
 }
