@@ -100,7 +100,8 @@ async fn a_core_of_another_universe_or_an_older_build_refuses_the_store_and_resi
     if let StoreKind::Etcd(o) = &mut other.store_kind {
         o.universe = Some("staging".into());
     }
-    let refused = horizon_core::start(other).await.err().expect("refused").to_string();
+    let Err(refused) = horizon_core::start(other).await else { panic!("another universe led") };
+    let refused = refused.to_string();
     assert!(refused.contains("holds the universe \"PAR\""), "{refused}");
     assert!(refused.contains("this core serves \"staging\""), "{refused}");
     assert_eq!(value_of(&etcd, "/horizon-test/generation").as_deref(), Some("1"));
@@ -119,7 +120,8 @@ async fn a_core_of_another_universe_or_an_older_build_refuses_the_store_and_resi
     // A store written by a newer build (a key layout this one does not know): refused.
     etcd.etcdctl(&["put", "/horizon-test/format", "2"]).expect("etcdctl put");
     let newer = horizon_core::start(core_config(&dir.join("d"), &etcd, any)).await;
-    let newer = newer.err().expect("refused").to_string();
+    let Err(newer) = newer else { panic!("a store of a newer layout was led") };
+    let newer = newer.to_string();
     assert!(newer.contains("written by a newer Horizon (key layout 2"), "{newer}");
     assert_eq!(value_of(&etcd, "/horizon-test/generation").as_deref(), Some("2"));
     let _ = std::fs::remove_dir_all(&dir);
