@@ -15,7 +15,7 @@ use horizon_testkit::{Sandbox, SandboxOptions};
 mod common;
 use common::{
     LoneMontrealer, bot, finish, holder_of, lone_montrealer, play_on_3_s_and_finish,
-    played_through_a_failover, wait_for,
+    played_through_a_failover, three_sites, wait_for,
 };
 
 /// One plain HTTP GET against the admin API; the whole response.
@@ -268,13 +268,7 @@ fn epoch_of(status: &CoreStatus, player: u64) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_transfer_link_is_routed_round_through_the_third_site_and_nothing_is_lost() {
-    let dir = std::env::temp_dir().join(format!("horizon-route-round-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (sandbox, dir, roots) = three_sites("route-round", |_| {}).await;
     // Three Parisians and a Montrealer in one group: their bubble runs at PAR, the
     // Montrealer's inputs and updates cross the PAR–MTL link.
     let mut specs: Vec<BotSpec> =
@@ -336,15 +330,11 @@ async fn a_cut_transfer_link_is_routed_round_through_the_third_site_and_nothing_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_across_a_cut_link_goes_round_through_the_third_site() {
-    let dir = std::env::temp_dir().join(format!("horizon-handover-round-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    opts.thresholds.dwell_ms = 4_000;
-    opts.thresholds.hold_ms = 14_000;
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (sandbox, dir, roots) = three_sites("handover-round", |opts| {
+        opts.thresholds.dwell_ms = 4_000;
+        opts.thresholds.hold_ms = 14_000;
+    })
+    .await;
     // PAR and MTL agents cannot reach each other; both reach HKG and the core.
     assert!(sandbox.partition_transfer("PAR", "MTL", true));
 
@@ -749,13 +739,7 @@ async fn a_core_restarted_into_the_fixed_stage_makes_the_bubble_in_a_delegation_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing_lost() {
-    let dir = std::env::temp_dir().join(format!("horizon-blip-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
+    let (sandbox, dir, roots) = three_sites("blip", |_| {}).await;
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut spec = bot("mtl-blip", "MTL", &sandbox, 0.0, 0);
     spec.reconnect_after = Some(Duration::from_secs(8));

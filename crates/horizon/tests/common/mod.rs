@@ -8,6 +8,23 @@ use horizon_proto::Role;
 use horizon_testkit::bots::{self, Away, BotReport, BotSpec, Motion};
 use horizon_testkit::{Sandbox, SandboxOptions};
 
+/// A three-site sandbox in a directory of its own (`horizon-NAME-PID`), scoring every 2 s
+/// unless `tune` says otherwise, two game servers ready at every site; and its CA, for bots.
+pub(crate) async fn three_sites(
+    name: &str,
+    tune: impl FnOnce(&mut SandboxOptions),
+) -> (Sandbox, PathBuf, horizon_transport::tls::Roots) {
+    let dir = std::env::temp_dir().join(format!("horizon-{name}-{}", std::process::id()));
+    let mut opts =
+        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    opts.thresholds.period_ms = 2_000;
+    tune(&mut opts);
+    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
+    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
+    (sandbox, dir, roots)
+}
+
 /// A player of `site` at `x` m, wandering, an input every 50 ms, joining after `join_after_ms`.
 pub(crate) fn bot(
     name: &str,
@@ -118,14 +135,7 @@ pub(crate) async fn lone_montrealer(
     name: &str,
     tune: impl FnOnce(&mut SandboxOptions),
 ) -> LoneMontrealer {
-    let dir = std::env::temp_dir().join(format!("horizon-{name}-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
-    opts.thresholds.period_ms = 2_000;
-    tune(&mut opts);
-    let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
-    assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
-    let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
+    let (sandbox, dir, roots) = three_sites(name, tune).await;
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let spec = bot("mtl-lone", "MTL", &sandbox, 0.0, 0);
     let running = vec![bots::spawn(spec, roots, sandbox.player_tokens.clone(), stop_rx)];
