@@ -99,8 +99,9 @@ pub enum StateItem {
     /// agent → agent only: an item for `to` handed to a site on the way (see
     /// `transfer::Request::Relay`, which bounds `hops` the same way). Items between two sites
     /// may arrive out of order while a route changes: inputs wait for their gap (the gateway
-    /// re-sends what is not acknowledged), updates and own states older than the newest are
-    /// dropped by the player's gateway.
+    /// re-sends what is not acknowledged), and the player's gateway drops an update or own
+    /// state that acknowledges fewer of the player's inputs than the last it delivered of the
+    /// same bubble and epoch.
     Relay(Box<Relayed>),
 }
 

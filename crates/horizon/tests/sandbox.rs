@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use horizon_core::{CoreStatus, Stage};
 use horizon_testkit::bots::{self, BotReport, BotSpec, Motion};
@@ -287,17 +287,36 @@ async fn a_cut_transfer_link_is_routed_round_through_the_third_site_and_nothing_
     tokio::time::sleep(Duration::from_secs(3)).await;
     let gap_before = running[3].0.lock().unwrap().max_gap_ms;
 
-    // Cut for 10 s: the agents see the link silent within 1.25 s and go round through HKG.
+    // Cut for 10 s: the agents see the link silent within 1.25 s and go round through HKG;
+    // the core sees it at their next reports (every 2 s). Looked at until 9 s into the cut.
     assert!(sandbox.partition_transfer("PAR", "MTL", true));
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let during = sandbox.core.status().await.expect("status");
+    let cut_at = Instant::now();
     let relayed =
         |site: &str| sandbox.agent_stats(site).map(|s| s.routes_relayed.load(Ordering::Relaxed));
-    assert_eq!((relayed("PAR"), relayed("MTL")), (Some(1), Some(1)), "both ends go round");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let round = |s: &CoreStatus| -> Vec<(String, String, String)> {
+        s.routes.iter().map(|r| (r.from.clone(), r.to.clone(), r.via.clone())).collect()
+    };
+    let want = [("MTL", "PAR", "HKG"), ("PAR", "MTL", "HKG")]
+        .map(|(a, b, c)| (a.into(), b.into(), c.into()));
+    let mut seen = None;
+    while seen.is_none() && cut_at.elapsed() < Duration::from_secs(9) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let status = sandbox.core.status().await.expect("status");
+        let ends = (relayed("PAR"), relayed("MTL"));
+        if ends == (Some(1), Some(1)) && round(&status) == want {
+            seen = Some(cut_at.elapsed());
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(cut_at.elapsed())).await;
     assert!(sandbox.partition_transfer("PAR", "MTL", false));
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let after = (relayed("PAR"), relayed("MTL"));
+    let healed_at = Instant::now();
+    let mut direct = None;
+    while direct.is_none() && healed_at.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if (relayed("PAR"), relayed("MTL")) == (Some(0), Some(0)) {
+            direct = Some(healed_at.elapsed());
+        }
+    }
     let count = |site: &str, f: fn(&horizon_agent::AgentStats) -> &std::sync::atomic::AtomicU64| {
         sandbox.agent_stats(site).map_or(0, |s| f(s).load(Ordering::Relaxed))
     };
@@ -305,18 +324,18 @@ async fn a_cut_transfer_link_is_routed_round_through_the_third_site_and_nothing_
     let through = count("HKG", |s| &s.relayed_through);
     let reports = finish(sandbox, &dir, stop, running).await;
 
-    let routes: Vec<(&str, &str, &str)> =
-        during.routes.iter().map(|r| (r.from.as_str(), r.to.as_str(), r.via.as_str())).collect();
-    assert_eq!(routes, [("MTL", "PAR", "HKG"), ("PAR", "MTL", "HKG")], "the core sees the cut");
-    assert_eq!(after, (Some(0), Some(0)), "direct again once the link heals");
+    let seen = seen.expect("both ends went round through HKG, and the core's /status says so");
+    let direct = direct.expect("both ends direct again once the link healed");
     let r = &reports[3];
     println!(
-        "the Montrealer's longest gap: {:.0} ms (before the cut: {gap_before:.0} ms)",
+        "both ends round and the core told {:.1} s into the cut, direct {:.1} s after the heal; the Montrealer's longest gap: {:.0} ms (before the cut: {gap_before:.0} ms)",
+        seen.as_secs_f64(),
+        direct.as_secs_f64(),
         r.max_gap_ms
     );
-    // About 2 s (1.5 s of silence, the next probe, a relayed round trip), 2.1 s measured
-    // under `stress-ng --cpu 2`: 7 s is over 3× that. A 10 s cut not routed round leaves a
-    // gap of 10 s at least.
+    // About 1.5 s (1 s of silence, the next probe, a relayed round trip); 2.1 s measured with
+    // both cores busy: 7 s is over 3× that. A 10 s cut not routed round leaves a gap of 10 s
+    // at least.
     let gaps = (r.max_gap_ms, &r.gaps);
     assert!(r.max_gap_ms < 7_000.0, "routed round within 7 s: (longest, every gap) {gaps:?}");
     assert!(sent_round > 0 && through > 0, "sent round {sent_round}, passed on by HKG {through}");
@@ -367,6 +386,8 @@ async fn a_handover_across_a_cut_link_goes_round_through_the_third_site() {
     let reports = finish(sandbox, &dir, stop, running).await;
 
     let moved = moved.expect("the group reached MTL through HKG");
+    let longest = reports.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max);
+    println!("the longest gap of a player through the move: {longest:.0} ms");
     assert!(moved.handovers.committed >= 1, "{:?}", moved.handovers);
     assert!(through > 0, "HKG passed the handover's state and the guests' traffic on");
     for r in &reports {

@@ -394,9 +394,10 @@ struct Player {
     min_rtt_ms: f32,
     /// Inputs, route and acknowledgements.
     session: PlayerSession,
-    /// The last update delivered: an older one of the same bubble and holder (it came round
-    /// through a third site while a route changed) is dropped.
-    last_tick: Option<(BubbleId, Epoch, Tick)>,
+    /// What the last update delivered acknowledged: an update of the same bubble and epoch
+    /// acknowledging fewer of the player's inputs is an older state arriving late (it was held
+    /// on a cut link, or came round through a third site while the route changed): dropped.
+    last_acked: Option<(BubbleId, Epoch, Seq)>,
     /// The client it joined from, which may resume it.
     client: Option<Client>,
     /// Its connection ended at this time; the player is kept [`RESUME_GRACE`] for the same

@@ -83,7 +83,7 @@ impl AgentMachine {
             position_seq: 0,
             min_rtt_ms: rtt_ms,
             session: PlayerSession::new(now),
-            last_tick: None,
+            last_acked: None,
             client: client.clone(),
             gone_since: None,
             probes: None,

@@ -299,8 +299,8 @@ impl AgentMachine {
     pub(super) fn deliver_own(&mut self, own: &Own, site: &Name) {
         let Some(p) = self.players.get(&own.player) else { return };
         if !p.session.shows(own.bubble, own.epoch, site)
-            || p.last_tick
-                .is_some_and(|(b, e, t)| (b, e) == (own.bubble, own.epoch) && own.tick < t)
+            || p.last_acked
+                .is_some_and(|(b, e, s)| (b, e) == (own.bubble, own.epoch) && own.seq < s)
         {
             return;
         }
@@ -325,14 +325,17 @@ impl AgentMachine {
         let mut crossings = Vec::new();
         for (player, acked) in &update.acked {
             let Some(p) = self.players.get_mut(player) else { continue };
-            let this = (update.bubble, update.epoch, update.tick);
-            if p.last_tick.is_some_and(|(b, e, t)| (b, e) == (this.0, this.1) && this.2 < t) {
+            // Within one epoch a player's acknowledgements never go back (the servers of a
+            // spread bubble tick on counts of their own, but pass each player on with its
+            // inputs applied): fewer is an older state, late.
+            let this = (update.bubble, update.epoch, *acked);
+            if p.last_acked.is_some_and(|(b, e, s)| (b, e) == (this.0, this.1) && this.2 < s) {
                 continue;
             }
             match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
                 UpdateVerdict::NotTheirs => continue,
                 UpdateVerdict::Deliver { resend_all } => {
-                    p.last_tick = Some(this);
+                    p.last_acked = Some(this);
                     if resend_all {
                         resend.push(*player);
                     }

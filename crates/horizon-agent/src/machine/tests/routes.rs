@@ -219,21 +219,21 @@ fn an_agent_in_the_middle_passes_relayed_items_and_requests_on_and_answers_back(
 }
 
 #[test]
-fn an_update_older_than_the_last_delivered_of_its_bubble_and_holder_is_dropped() {
+fn an_update_acknowledging_fewer_inputs_than_the_last_delivered_in_its_epoch_is_dropped() {
     let mut h = running(60_000);
     with_ids(&mut h);
     let (player, _) = join_player(&mut h);
     let p = player.0;
-    let updates = |out: &[Effect]| player_items(out).len();
-    let out =
-        h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 10, &[(p, 0)]) });
-    assert_eq!(updates(&out), 1);
-    // Tick 9 arriving after 10 (it came round a cut): dropped; tick 10 again is harmless.
-    let out = h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 9, &[(p, 0)]) });
-    assert_eq!(updates(&out), 0);
-    let out =
-        h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 11, &[(p, 0)]) });
-    assert_eq!(updates(&out), 1);
+    let updates = |h: &mut Harness, tick, acked| {
+        let item = update(1, 1, tick, &[(p, acked)]);
+        player_items(&h.feed(Input::ServerItem { server: n("mtl-gs-0"), item })).len()
+    };
+    assert_eq!(updates(&mut h, 10, 5), 1);
+    // A state from before input 5 arriving after it (it came round a cut): dropped.
+    assert_eq!(updates(&mut h, 9, 4), 0);
+    // Another server of a spread bubble counts ticks of its own: a lower tick is no older.
+    assert_eq!(updates(&mut h, 3, 5), 1);
+    assert_eq!(updates(&mut h, 4, 6), 1);
 }
 
 #[test]
