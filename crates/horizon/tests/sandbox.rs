@@ -253,12 +253,17 @@ async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_rep
 /// nothing lost but the last inputs in flight, one unbroken chain per simulation, no freeze
 /// of a second or more.
 fn played_cleanly(r: &BotReport) {
+    played_cleanly_within(r, 1_000.0);
+}
+
+/// [`played_cleanly`], with no freeze of `gap_ms` or more.
+fn played_cleanly_within(r: &BotReport, gap_ms: f64) {
     assert_eq!(r.error, None, "{}", r.name);
     assert_eq!(r.applied, r.acked, "{}: every acknowledged input applied, once", r.name);
     assert_eq!(r.applied_twice, 0, "{}", r.name);
     assert_eq!(r.chain_breaks, 0, "{}", r.name);
     assert!(r.inputs_sent - r.acked < 20, "{}: nothing lost: {r:?}", r.name);
-    assert!(r.max_gap_ms < 1_000.0, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
+    assert!(r.max_gap_ms < gap_ms, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
 }
 
 /// The epoch of the bubble simulating `player`, from the core's status.
@@ -391,8 +396,9 @@ async fn a_handover_across_a_cut_link_goes_round_through_the_third_site() {
     assert!(moved.handovers.committed >= 1, "{:?}", moved.handovers);
     assert!(through > 0, "HKG passed the handover's state and the guests' traffic on");
     for r in &reports {
-        // Playing on through the move, whichever way it went: no long silence.
-        played_cleanly(r);
+        // Playing on through the move, whichever way it went. The seal and the first updates
+        // from MTL go round through HKG: 431 ms measured under `stress-ng --cpu 2`, so 1.5 s.
+        played_cleanly_within(r, 1_500.0);
     }
 }
 
