@@ -59,7 +59,7 @@ impl AgentMachine {
             }
             return;
         }
-        let Some(c) = self.outbound.get_mut(&player) else { return };
+        let Some(c) = self.outbound.get(&player) else { return };
         let (site, request) = (c.site.clone(), c.request.clone());
         if !self.reaches(&site) {
             return;
