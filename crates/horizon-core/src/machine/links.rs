@@ -93,12 +93,15 @@ impl CoreMachine {
             .iter()
             .filter_map(|b| Some((self.cfg.sites.id(b.site.as_str())?, b.rtt_ms)))
             .collect();
-        let others: Vec<SiteId> =
-            self.agents.iter().filter(|(_, a)| a.registered).map(|(&s, _)| s).collect();
-        self.links.said(site, &samples, &others);
+        // A site it does not list, registered or not, is down from its end (a dead agent's
+        // own last word does not keep its links up).
+        let every: Vec<SiteId> = self.cfg.sites.ids().collect();
+        self.links.said(site, &samples, &every);
         if let Some(table) = self.links.changed_since_sent() {
             let links = self.link_states(&table);
-            for to in others {
+            let registered: Vec<SiteId> =
+                self.agents.iter().filter(|(_, a)| a.registered).map(|(&s, _)| s).collect();
+            for to in registered {
                 self.order(to, control::Request::Links { links: links.clone() });
             }
         }
