@@ -20,6 +20,8 @@ pub(crate) async fn three_sites(
     opts.thresholds.period_ms = 2_000;
     tune(&mut opts);
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
+    // Moved here from `lone_montrealer`, not new: two servers per site are ready within a few
+    // seconds under `stress-ng --cpu 2` (the cut test, 10 s of cut included, ran in 16 s).
     assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");
     (sandbox, dir, roots)
@@ -96,13 +98,17 @@ pub(crate) fn played_through_a_failover(r: &BotReport, max_gap_ms: f64) {
     assert!(r.max_gap_ms < max_gap_ms, "{}: longest update gap {:.0} ms", r.name, r.max_gap_ms);
 }
 
+/// Bots running: each one's live report, and its task.
+pub(crate) type Bots =
+    Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>;
+
 /// Stops the bots, collects their reports and tears the sandbox down.
 #[allow(dead_code)] // (not every test crate that shares this module reads it)
 pub(crate) async fn finish(
     sandbox: Sandbox,
     dir: &std::path::Path,
     stop: tokio::sync::watch::Sender<bool>,
-    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+    running: Bots,
 ) -> Vec<BotReport> {
     stop.send(true).expect("bots listening");
     let mut reports = Vec::new();
@@ -122,8 +128,7 @@ pub(crate) struct LoneMontrealer {
     pub(crate) sandbox: Sandbox,
     pub(crate) dir: PathBuf,
     pub(crate) stop: tokio::sync::watch::Sender<bool>,
-    pub(crate) running:
-        Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+    pub(crate) running: Bots,
     pub(crate) player: u64,
     pub(crate) bubble: u64,
     /// The server simulating the bubble.
@@ -157,7 +162,7 @@ pub(crate) async fn play_on_3_s_and_finish(
     sandbox: Sandbox,
     dir: &std::path::Path,
     stop: tokio::sync::watch::Sender<bool>,
-    running: Vec<(std::sync::Arc<std::sync::Mutex<BotReport>>, tokio::task::JoinHandle<()>)>,
+    running: Bots,
 ) -> (u64, u64, Option<CoreStatus>, Vec<BotReport>) {
     let updates = || running[0].0.lock().expect("report").updates;
     let before = updates();
