@@ -126,14 +126,16 @@ pub async fn start(
     let (servers_addr, players_addr, transfer_addr) =
         (servers.local_addr()?, players.local_addr()?, transfers.local_addr()?);
     let endpoint = client_endpoint(cfg.listen_transfer.ip())?;
+    // Quicker to call the core dead than the other links: a standby takes over in seconds.
+    let control = Limits::control();
     let core = Link::<Control>::connect(Dial {
         endpoint: endpoint.clone(),
         addrs: cfg.core.clone(),
         // The core's own name: no site's certificate (the core site's neither) passes for it.
         server_name: horizon_transport::tls::CORE_DNS_NAME.to_owned(),
-        config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &limits)?,
+        config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &control)?,
         hello: HelloParams::new(site.clone()),
-        limits: limits.clone(),
+        limits: control,
     });
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let stats = Arc::new(AgentStats::default());

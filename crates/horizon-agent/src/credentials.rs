@@ -68,10 +68,11 @@ impl Credentials {
                 tls::server_config(&identity, ca, *channel, limits).map_err(|e| e.to_string())?,
             );
         }
-        let client = |channel| {
+        let client = |channel, limits: &Limits| {
             tls::client_config(&roots, Some(&identity), channel, limits).map_err(|e| e.to_string())
         };
-        let (control, transfer) = (client(ChannelId::Control)?, client(ChannelId::Transfer)?);
+        let control = client(ChannelId::Control, &Limits::control())?;
+        let transfer = client(ChannelId::Transfer, limits)?;
         Ok(Reloaded { roots, identity, servers, control, transfer, keys })
     }
 

@@ -37,6 +37,11 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.inputs_too_large,
     ),
     (
+        "horizon_agent_leases_lapsed_total",
+        "Regions stopped at this site because their lease ran out (the core unreachable for a whole lease, or a renewal refused): their players waited for a failover. Stays 0 through a core restart or a standby's takeover.",
+        |s| &s.leases_lapsed,
+    ),
+    (
         "horizon_agent_servers_stopped_idle_total",
         "Game servers stopped after holding nothing for 30 s while the warm pool was full (servers follow the load).",
         |s| &s.servers_stopped_idle,

@@ -57,6 +57,10 @@ pub struct AgentStats {
     /// clock (beyond a 250 ms allowance for the hop): I5 seen from the agent, 0 when the
     /// servers stop on time.
     pub writes_after_lease: AtomicU64,
+    /// Regions that stopped here because their lease ran out by this agent's clock (the core
+    /// unreachable for a whole lease, or a renewal refused): each one's players waited for a
+    /// failover. 0 through a core's restart or a standby's takeover.
+    pub leases_lapsed: AtomicU64,
     /// Players who reconnected from the same client and resumed as themselves.
     pub resumes: AtomicU64,
     pub updates_delivered: AtomicU64,

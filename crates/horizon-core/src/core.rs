@@ -213,7 +213,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         let _ = admin_stop.changed().await;
     };
     let registry = machine.registry();
-    leader_gauge(&registry, 1);
+    leader_gauge(&registry, Some(generation));
     let access = horizon_admin::Access::from_env(admin_addr);
     tokio::spawn(horizon_admin::serve(
         admin_listener,
@@ -271,15 +271,25 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
 }
 
 /// `horizon_core_leader`: 1 while this core leads (a core on the file store always does), 0
-/// while it stands by.
-fn leader_gauge(registry: &prometheus::Registry, value: i64) {
-    let gauge = prometheus::IntGauge::new(
+/// while it stands by; and, leading, `horizon_core_generation`, the generation it serves under.
+fn leader_gauge(registry: &prometheus::Registry, leads: Option<u32>) {
+    let gauge = |name: &str, help: &str, value: i64| {
+        if let Ok(gauge) = prometheus::IntGauge::new(name, help) {
+            gauge.set(value);
+            let _ = registry.register(Box::new(gauge));
+        }
+    };
+    gauge(
         "horizon_core_leader",
         "1 while this core leads (grants leases, serves agents); 0 while it stands by for another.",
+        i64::from(leads.is_some()),
     );
-    if let Ok(gauge) = gauge {
-        gauge.set(value);
-        let _ = registry.register(Box::new(gauge));
+    if let Some(generation) = leads {
+        gauge(
+            "horizon_core_generation",
+            "The generation this core serves under: +1 at every start on its store and every takeover by a standby.",
+            i64::from(generation),
+        );
     }
 }
 
@@ -322,7 +332,7 @@ async fn stand_by(
     let listener = tokio::net::TcpListener::bind(cfg.listen_admin).await.map_err(admin_fail)?;
     let admin_addr = listener.local_addr().map_err(admin_fail)?;
     let registry = horizon_admin::registry("core");
-    leader_gauge(&registry, 0);
+    leader_gauge(&registry, None);
     let standing = Arc::new(std::sync::Mutex::new(crate::admin::Standing::Connecting));
     let source = Arc::new(crate::admin::StandbySource { standing: standing.clone() });
     let (stop, stopped) = oneshot::channel::<()>();

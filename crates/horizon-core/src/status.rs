@@ -12,6 +12,10 @@ pub struct CoreStatus {
     pub core: String,
     /// The core's generation (+1 at every start on its store).
     pub generation: u32,
+    /// Leases this core has kept (at an agent's registration) or renewed since it began to
+    /// lead: the first one is a new leader's first grant (the drills' `takeover_s`).
+    #[serde(default)]
+    pub leases_granted: u64,
     /// The rollout stage it runs (`[placement] stage`): `relay` or `dynamic`.
     #[serde(default)]
     pub stage: String,

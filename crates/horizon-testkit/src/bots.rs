@@ -50,6 +50,10 @@ pub enum Motion {
     },
 }
 
+/// A join refused `not_ready` is tried again this often, for this long.
+const JOIN_RETRY_EVERY: Duration = Duration::from_millis(250);
+const JOIN_NOT_READY_FOR: Duration = Duration::from_secs(10);
+
 /// When a bot is away from keyboard: role AFK (which weighs 0.05 in placement where a player
 /// weighs 1), no inputs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -348,7 +352,19 @@ async fn run(
     let mut conn =
         parts.link.connected(Duration::from_secs(15)).await.map_err(|e| format!("connect: {e}"))?;
     let join_sent = Instant::now();
-    let joined = conn.request(&first_join).await.map_err(|e| format!("join: {e}"))?;
+    // `not_ready`: the agent has no player id to give yet (it has not reached the core since
+    // it started). A client tries again; the wait counts in its join-to-first-update time.
+    let joined = loop {
+        match conn.request(&first_join).await {
+            Err(horizon_transport::Error::Fault(f))
+                if f.code == horizon_proto::ErrorCode::NotReady
+                    && join_sent.elapsed() < JOIN_NOT_READY_FOR =>
+            {
+                tokio::time::sleep(JOIN_RETRY_EVERY).await;
+            }
+            joined => break joined.map_err(|e| format!("join: {e}"))?,
+        }
+    };
     let gateway::Reply::Joined { mut player, .. } = joined else {
         return Err(format!("join: unexpected reply {joined:?}"));
     };

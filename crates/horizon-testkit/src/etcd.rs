@@ -36,14 +36,28 @@ impl EtcdServer {
     /// `/health` says so (at most 20 s).
     pub async fn start(dir: PathBuf) -> Result<EtcdServer, String> {
         let (client, peer) = (free_port()?, free_port()?);
+        let cluster = format!("t=http://127.0.0.1:{peer}");
+        let etcd = EtcdServer::spawn(dir, "t", client, peer, &cluster)?;
+        etcd.healthy_within(Duration::from_secs(20)).await?;
+        Ok(etcd)
+    }
+
+    /// Runs one member of the cluster `initial_cluster` (`name=peer-url,…`).
+    fn spawn(
+        dir: PathBuf,
+        name: &str,
+        client: u16,
+        peer: u16,
+        initial_cluster: &str,
+    ) -> Result<EtcdServer, String> {
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
+            .args(["--name", name, "--data-dir"])
             .arg(dir.join("data"))
             .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .args(["--initial-cluster", initial_cluster])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -52,16 +66,20 @@ impl EtcdServer {
                     "cannot run etcd ({e}): install it (Debian: etcd-server; tests/install does)"
                 )
             })?;
-        let etcd = EtcdServer { child, endpoint: client_url, dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let addr = format!("127.0.0.1:{client}");
+        Ok(EtcdServer { child, endpoint: client_url, dir })
+    }
+
+    /// Waits until the member's `/health` says so.
+    async fn healthy_within(&self, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        let addr = self.endpoint.trim_start_matches("http://").to_owned();
         while !healthy(&addr).await {
             if Instant::now() >= deadline {
-                return Err(format!("etcd at {} was not healthy within 20 s", etcd.endpoint));
+                return Err(format!("etcd at {} was not healthy within {within:?}", self.endpoint));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(etcd)
+        Ok(())
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -110,6 +128,53 @@ impl EtcdServer {
             }
         }
         Ok(leases.len())
+    }
+}
+
+/// A cluster of etcd members on loopback (`horizon demo --standby` runs three, as a studio
+/// would: one member lost or slow, the store still answers). Every member is killed when
+/// dropped.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<EtcdServer>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members (1..=7), each under `dir/mN`, and waits until every one is healthy
+    /// (at most 30 s: a cluster answers once a majority has elected a leader).
+    pub async fn start(dir: PathBuf, n: usize) -> Result<EtcdCluster, String> {
+        if !(1..=7).contains(&n) {
+            return Err(format!("an etcd cluster of {n} members: 1 to 7"));
+        }
+        let mut ports = Vec::new();
+        for _ in 0..n {
+            ports.push((free_port()?, free_port()?));
+        }
+        let cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let cluster = cluster.join(",");
+        let mut members = Vec::new();
+        for (i, &(client, peer)) in ports.iter().enumerate() {
+            let name = format!("m{i}");
+            members.push(EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster)?);
+        }
+        let cluster = EtcdCluster { members };
+        for m in &cluster.members {
+            m.healthy_within(Duration::from_secs(30)).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Every member's client URL, `http://127.0.0.1:PORT`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.endpoint.clone()).collect()
+    }
+
+    pub fn members(&self) -> &[EtcdServer] {
+        &self.members
     }
 }
 

@@ -8,10 +8,12 @@
 //! exactly this; nothing here is a mock.
 
 pub mod bots;
+mod cut;
 mod etcd;
 mod sandbox;
 mod tapped;
 
-pub use etcd::EtcdServer;
+pub use cut::TcpCut;
+pub use etcd::{EtcdCluster, EtcdServer};
 pub use sandbox::{DriverFactory, MakeDriver, Sandbox, SandboxError, SandboxOptions};
 pub use tapped::TappedDriver;

@@ -13,6 +13,8 @@ use horizon_mesh::{SiteName, Sites, Thresholds};
 use horizon_transport::netem::{Netem, NetemConfig};
 use horizon_transport::tls::DevCa;
 
+use crate::TcpCut;
+
 /// Why a sandbox could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -58,8 +60,10 @@ pub struct SandboxOptions {
     /// process driver.
     pub drivers: Option<DriverFactory>,
     /// A second core standing by, both on this etcd ([`Sandbox::kill_leader`],
-    /// [`Sandbox::standby_leads`]); `None`: one core on the file store. The two share the
-    /// copies' directory (as replicas on a ReadWriteMany volume would).
+    /// [`Sandbox::cut_leader_from_store`], [`Sandbox::standby_leads`],
+    /// [`Sandbox::restart_standby`]); `None`: one core on the file store. The two share the
+    /// copies' directory (as replicas on a ReadWriteMany volume would). Each reaches every etcd
+    /// member through a [`TcpCut`] of its own, so that either can be cut from the store.
     pub standby: Option<horizon_core::EtcdOptions>,
 }
 
@@ -135,24 +139,68 @@ pub struct Sandbox {
     access_ms: f64,
     /// Index in `netems` of the transfer link between two sites (names in sorted order).
     transfer_links: BTreeMap<(String, String), usize>,
-    /// Relay site → index of the emulator between its agent and the core.
-    core_links: BTreeMap<String, usize>,
+    /// Relay site → indices of the emulators between its agent and the core (each core's,
+    /// with a standby).
+    core_links: BTreeMap<String, Vec<usize>>,
     /// What the core runs with (its ports fixed), to start it again.
     core_config: CoreConfig,
     /// What each site's agent runs with (its ports fixed), to start it again.
     agent_setups: BTreeMap<String, (AgentConfig, ProcessOptions)>,
     drivers: Option<DriverFactory>,
     /// The figures of agents killed by [`Sandbox::restart_agent`].
-    retired: Vec<Arc<horizon_agent::AgentStats>>,
-    /// The standby core, campaigning ([`SandboxOptions::standby`]).
-    standby: Option<StandingBy>,
-    /// Indices in `netems` of every agent's link to the first core (with a standby, even the
-    /// core site's agent reaches it through an emulator, so that its death can be silent).
-    leader_links: Vec<usize>,
+    retired: Vec<(String, Arc<horizon_agent::AgentStats>)>,
+    /// With a standby ([`SandboxOptions::standby`]): the two cores, the first led at the start.
+    cores: Vec<CoreSlot>,
+    /// Which of `cores` leads (`core` is its handle).
+    leader: usize,
+    /// The core standing by (its index in `cores`), campaigning.
+    standby: Option<(usize, StandingBy)>,
+}
+
+/// One of the two cores of a sandbox with a standby.
+#[derive(Debug)]
+struct CoreSlot {
+    /// What it runs with: its ports fixed, its etcd endpoints through `store_cuts`.
+    config: CoreConfig,
+    /// Indices in `netems` of every agent's link to it (even the core site's agent reaches it
+    /// through an emulator, so that its death can be silent).
+    links: Vec<usize>,
+    /// Its links to each etcd member.
+    store_cuts: Vec<TcpCut>,
 }
 
 /// A core campaigning to lead: its `start` resolves once elected.
 type StandingBy = tokio::task::JoinHandle<Result<CoreHandle, horizon_core::CoreError>>;
+
+/// A free loopback port, UDP (a control port) or TCP (an admin API).
+fn free_port(udp: bool) -> Result<SocketAddr, SandboxError> {
+    let any = SocketAddr::from((LOCALHOST, 0));
+    let found = if udp {
+        std::net::UdpSocket::bind(any).and_then(|s| s.local_addr())
+    } else {
+        std::net::TcpListener::bind(any).and_then(|s| s.local_addr())
+    };
+    found.map_err(|e| setup("a free port")(&e))
+}
+
+/// A forwarder that can be cut in front of every endpoint of `etcd`, and the options that
+/// reach etcd through them.
+async fn store_cuts(
+    etcd: &horizon_core::EtcdOptions,
+) -> Result<(horizon_core::EtcdOptions, Vec<TcpCut>), SandboxError> {
+    let mut cuts = Vec::new();
+    let mut endpoints = Vec::new();
+    for endpoint in &etcd.endpoints {
+        let addr: SocketAddr = endpoint
+            .trim_start_matches("http://")
+            .parse()
+            .map_err(|e| setup(&format!("etcd endpoint {endpoint}"))(&e))?;
+        let cut = TcpCut::start(addr).await.map_err(|e| setup("a store link")(&e))?;
+        endpoints.push(format!("http://{}", cut.local_addr()));
+        cuts.push(cut);
+    }
+    Ok((horizon_core::EtcdOptions { endpoints, ..etcd.clone() }, cuts))
+}
 
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
 
@@ -231,34 +279,39 @@ impl Sandbox {
             stage: opts.stage,
             delegations,
         };
+        let mut cores = Vec::new();
         if let Some(etcd) = &opts.standby {
-            core_config.store_kind = horizon_core::StoreKind::Etcd(etcd.clone());
+            let (through, cuts) = store_cuts(etcd).await?;
+            core_config.store_kind = horizon_core::StoreKind::Etcd(through);
+            cores.push(CoreSlot {
+                config: core_config.clone(),
+                links: Vec::new(),
+                store_cuts: cuts,
+            });
         }
         let core = horizon_core::start(core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         // A restarted core comes back on the same ports.
         core_config.listen_control = core.control_addr;
         core_config.listen_admin = core.admin_addr;
         let mut netems = Vec::new();
-        let mut leader_links = Vec::new();
         // The standby binds its control port only once elected: its ports are chosen now.
-        let standby = match &opts.standby {
-            Some(_) => {
-                let free = |udp: bool| -> Result<SocketAddr, SandboxError> {
-                    let any = SocketAddr::from((LOCALHOST, 0));
-                    let found = if udp {
-                        std::net::UdpSocket::bind(any).and_then(|s| s.local_addr())
-                    } else {
-                        std::net::TcpListener::bind(any).and_then(|s| s.local_addr())
-                    };
-                    found.map_err(|e| setup("a free port")(&e))
-                };
+        let standby = match (&opts.standby, cores.first_mut()) {
+            (Some(etcd), Some(first)) => {
+                first.config = core_config.clone();
+                let (through, cuts) = store_cuts(etcd).await?;
                 let mut config = core_config.clone();
-                config.listen_control = free(true)?;
-                config.listen_admin = free(false)?;
+                config.store_kind = horizon_core::StoreKind::Etcd(through);
+                config.listen_control = free_port(true)?;
+                config.listen_admin = free_port(false)?;
                 let control = config.listen_control;
+                cores.push(CoreSlot {
+                    config: config.clone(),
+                    links: Vec::new(),
+                    store_cuts: cuts,
+                });
                 Some((control, tokio::spawn(horizon_core::start(config))))
             }
-            None => None,
+            _ => None,
         };
         let player_keys = ca.ca_cert().with_file_name("player.keys");
         std::fs::write(&player_keys, horizon_transport::Keyring::generate_file("k1"))
@@ -279,22 +332,24 @@ impl Sandbox {
         let mut agent_setups = BTreeMap::new();
         for site in order {
             let rtt = if *site == core_site { 0.0 } else { opts.rtt(&core_site, site) };
-            let core_addr = if *site == core_site && standby.is_none() {
-                core.control_addr
-            } else {
-                let n = emulate(core.control_addr, rtt).await?;
-                let a = n.local_addr();
-                if *site != core_site {
-                    core_links.insert(site.clone(), netems.len());
+            let mut core_addrs = Vec::new();
+            if cores.is_empty() {
+                if *site == core_site {
+                    core_addrs.push(core.control_addr.into());
+                } else {
+                    let n = emulate(core.control_addr, rtt).await?;
+                    core_addrs.push(n.local_addr().into());
+                    core_links.insert(site.clone(), vec![netems.len()]);
+                    netems.push(n);
                 }
-                leader_links.push(netems.len());
-                netems.push(n);
-                a
-            };
-            let mut core_addrs = vec![core_addr.into()];
-            if let Some((control, _)) = &standby {
-                let n = emulate(*control, rtt).await?;
+            }
+            for slot in &mut cores {
+                let n = emulate(slot.config.listen_control, rtt).await?;
                 core_addrs.push(n.local_addr().into());
+                if *site != core_site {
+                    core_links.entry(site.clone()).or_default().push(netems.len());
+                }
+                slot.links.push(netems.len());
                 netems.push(n);
             }
             let mut peers = BTreeMap::new();
@@ -375,8 +430,9 @@ impl Sandbox {
             agent_setups,
             drivers: opts.drivers,
             retired: Vec::new(),
-            standby: standby.map(|(_, task)| task),
-            leader_links,
+            standby: standby.map(|(_, task)| (1, task)),
+            cores,
+            leader: 0,
         })
     }
 
@@ -384,15 +440,28 @@ impl Sandbox {
     /// link to it goes silent, and it stops with its election lease left to expire. Its
     /// standby leads once the lease lapses ([`Sandbox::standby_leads`]).
     pub async fn kill_leader(&mut self) {
-        for &i in &self.leader_links {
-            self.netems[i].handle().partition(true);
+        if let Some(slot) = self.cores.get(self.leader) {
+            for &i in &slot.links {
+                self.netems[i].handle().partition(true);
+            }
         }
         self.core.kill().await;
     }
 
+    /// Cuts (or heals) the leading core's links to every etcd member, both ways: it fences
+    /// itself before its election lease could lapse, and its standby leads once it has. False
+    /// without a standby.
+    pub fn cut_leader_from_store(&self, cut: bool) -> bool {
+        let Some(slot) = self.cores.get(self.leader) else { return false };
+        slot.store_cuts.iter().for_each(|c| c.cut(cut));
+        true
+    }
+
     /// Waits (at most `within`) for the standby core to lead, and makes it the sandbox's core.
+    /// The former leader (dead, or fenced) is stopped for good: [`Sandbox::restart_standby`]
+    /// starts it again, as its supervisor would.
     pub async fn standby_leads(&mut self, within: Duration) -> Result<(), SandboxError> {
-        let task = self
+        let (index, task) = self
             .standby
             .take()
             .ok_or_else(|| SandboxError::Setup("no standby core in this sandbox".into()))?;
@@ -403,8 +472,46 @@ impl Sandbox {
             })?
             .map_err(|e| setup("standby core")(&e))?
             .map_err(|e| setup("standby core")(&e))?;
-        self.core = elected;
+        let mut former = std::mem::replace(&mut self.core, elected);
+        self.leader = index;
+        former.kill().await;
         Ok(())
+    }
+
+    /// Starts the core that led before the last takeover again, as a standby on its own ports
+    /// (as its supervisor restarts a core that died or fenced itself): its links to the agents
+    /// and to etcd healed first. Fails without a standby, or with one already campaigning.
+    pub async fn restart_standby(&mut self) -> Result<(), SandboxError> {
+        if self.standby.is_some() {
+            return Err(SandboxError::Setup("a standby core is already campaigning".into()));
+        }
+        let index = 1 - self.leader;
+        let slot = self
+            .cores
+            .get(index)
+            .ok_or_else(|| SandboxError::Setup("no standby core in this sandbox".into()))?;
+        for &i in &slot.links {
+            self.netems[i].handle().partition(false);
+        }
+        slot.store_cuts.iter().for_each(|c| c.cut(false));
+        // Its admin port is free once its loop has ended (at most a moment after its stop).
+        let admin = slot.config.listen_admin;
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while std::net::TcpListener::bind(admin).is_err() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.standby = Some((index, tokio::spawn(horizon_core::start(slot.config.clone()))));
+        Ok(())
+    }
+
+    /// Where each core's admin API listens (the leader's first, then the standby's), with a
+    /// standby; the one core's otherwise.
+    pub fn core_admins(&self) -> Vec<SocketAddr> {
+        let mut admins = vec![self.core.admin_addr];
+        if let Some((index, _)) = &self.standby {
+            admins.extend(self.cores.get(*index).map(|s| s.config.listen_admin));
+        }
+        admins
     }
 
     /// Where a player living near `home` reaches `site`: its gateway and its probe beacon, each
@@ -455,7 +562,7 @@ impl Sandbox {
             .cloned()
             .ok_or_else(|| SandboxError::Setup(format!("no agent at {site}")))?;
         let old = self.agents.remove(i);
-        self.retired.push(old.stats.clone());
+        self.retired.push((old.site.clone(), old.stats.clone()));
         old.kill().await;
         tokio::time::sleep(down_for).await;
         let driver = make_driver(self.drivers.as_ref(), &process)?;
@@ -476,17 +583,19 @@ impl Sandbox {
     /// other agents are untouched. False for the core site (its agent is not behind the
     /// emulator) or an unknown site.
     pub fn partition_core(&self, site: &str, cut: bool) -> bool {
-        let Some(&i) = self.core_links.get(site) else { return false };
-        self.netems[i].handle().partition(cut);
+        let Some(links) = self.core_links.get(site) else { return false };
+        links.iter().for_each(|&i| self.netems[i].handle().partition(cut));
         true
     }
 
     /// Sets the loss rate (0–1, both ways) of a relay site's agent-to-core link. False for
     /// the core site or an unknown site.
     pub fn core_link_loss(&self, site: &str, rate: f64) -> bool {
-        let Some(&i) = self.core_links.get(site) else { return false };
-        let handle = self.netems[i].handle();
-        horizon_transport::netem::command(handle, &format!("loss {rate}")).is_ok()
+        let Some(links) = self.core_links.get(site) else { return false };
+        let line = format!("loss {rate}");
+        links
+            .iter()
+            .all(|&i| horizon_transport::netem::command(self.netems[i].handle(), &line).is_ok())
     }
 
     /// The live figures of a site's agent.
@@ -496,7 +605,15 @@ impl Sandbox {
 
     /// The figures of every agent that ran: those running and those restarted since.
     pub fn every_agent_stats(&self) -> impl Iterator<Item = &horizon_agent::AgentStats> {
-        self.agents.iter().map(|a| &*a.stats).chain(self.retired.iter().map(|s| &**s))
+        self.every_agent_site_stats().map(|(_, s)| s)
+    }
+
+    /// [`Sandbox::every_agent_stats`], each with its agent's site.
+    pub fn every_agent_site_stats(
+        &self,
+    ) -> impl Iterator<Item = (&str, &horizon_agent::AgentStats)> {
+        let running = self.agents.iter().map(|a| (a.site.as_str(), &*a.stats));
+        running.chain(self.retired.iter().map(|(site, s)| (site.as_str(), &**s)))
     }
 
     /// The freezes every agent's gateway timed when its players' bubbles moved (`crossings`:
@@ -629,7 +746,7 @@ impl Sandbox {
 
     /// Stops everything: agents (and their game servers), emulators, then the core.
     pub async fn shutdown(self) {
-        if let Some(standby) = &self.standby {
+        if let Some((_, standby)) = &self.standby {
             standby.abort();
         }
         for agent in self.agents {

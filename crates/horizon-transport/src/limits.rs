@@ -80,7 +80,26 @@ impl Default for Limits {
     }
 }
 
+/// An agent's link to the core: silent [`Limits::control`]'s idle timeout, it is dead.
+const CONTROL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 impl Limits {
+    /// The limits of an agent's link to the core (the client's side decides: QUIC takes the
+    /// smaller idle timeout of the two). A core that died must be noticed well within a standby's
+    /// takeover (SPEC §6: the next core grants within 10 s of the death), so the link is dead
+    /// after [`CONTROL_IDLE_TIMEOUT`] of silence (pinged every second: four in a row lost, or a
+    /// 4 s stall), and a handshake that gets no answer in 2 s gives way to the next address (a
+    /// standby binds its port only once it leads: until then it answers nothing). The backbone's
+    /// longest round trip (225 ms) leaves a handshake 8 round trips.
+    pub fn control() -> Limits {
+        Limits {
+            idle_timeout: CONTROL_IDLE_TIMEOUT,
+            keep_alive: Duration::from_secs(1),
+            handshake_timeout: Duration::from_secs(2),
+            ..Limits::default()
+        }
+    }
+
     /// The quinn transport config these limits imply.
     pub fn transport_config(&self) -> quinn::TransportConfig {
         let mut config = quinn::TransportConfig::default();

@@ -13,7 +13,11 @@
 //! that site's most players), `restart_core` (for_s: down that long, then back on its store),
 //! `restart_agent` (site, for_s: killed as a crash would, its game servers with it, started
 //! again with nothing after for_s; its players join again as new players), `cut_transfer`
-//! (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core link).
+//! (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core link). With
+//! `--standby` (two cores on etcd): `kill_core` (the leader dies as its machine would, never
+//! restarted: the standby takes over) and `partition_core_store` (for_s: the leader cut from
+//! etcd fences itself, the standby takes over; at the end the old leader is started again and
+//! stands by, as its supervisor would).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,6 +44,8 @@ pub(crate) enum FaultKind {
     RestartAgent { site: String },
     CutTransfer { a: String, b: String },
     Loss { site: String, rate: f64 },
+    KillCore,
+    PartitionCoreStore,
 }
 
 /// The fault in words, for the demo's lines: "MTL cut from the core", "a game server of MTL
@@ -55,6 +61,8 @@ impl std::fmt::Display for FaultKind {
             FaultKind::Loss { site, rate } => {
                 write!(f, "{:.0} % of packets lost between {site} and the core", rate * 100.0)
             }
+            FaultKind::KillCore => write!(f, "the leading core killed"),
+            FaultKind::PartitionCoreStore => write!(f, "the leading core cut from etcd"),
         }
     }
 }
@@ -68,6 +76,8 @@ impl FaultKind {
             FaultKind::RestartAgent { .. } => "restart_agent",
             FaultKind::CutTransfer { .. } => "cut_transfer",
             FaultKind::Loss { .. } => "loss",
+            FaultKind::KillCore => "kill_core",
+            FaultKind::PartitionCoreStore => "partition_core_store",
         }
     }
 
@@ -77,6 +87,11 @@ impl FaultKind {
         matches!(self, FaultKind::RestartCore | FaultKind::RestartAgent { .. })
     }
 
+    /// A fault of the leading core, taken over by its standby (`--standby`).
+    pub(crate) fn is_takeover(&self) -> bool {
+        matches!(self, FaultKind::KillCore | FaultKind::PartitionCoreStore)
+    }
+
     fn sites(&self) -> Vec<String> {
         match self {
             FaultKind::Partition { site }
@@ -84,7 +99,9 @@ impl FaultKind {
             | FaultKind::RestartAgent { site }
             | FaultKind::Loss { site, .. } => vec![site.clone()],
             FaultKind::CutTransfer { a, b } => vec![a.clone(), b.clone()],
-            FaultKind::RestartCore => Vec::new(),
+            FaultKind::RestartCore | FaultKind::KillCore | FaultKind::PartitionCoreStore => {
+                Vec::new()
+            }
         }
     }
 }
@@ -109,16 +126,25 @@ struct RawFault {
 /// Longest drill fault, and latest start.
 const MAX_S: f64 = 3_600.0;
 
-/// Reads and checks a drill file against the mesh's sites (`core` first). Every problem is
-/// reported, each naming its fault.
-pub(crate) fn load(path: &Path, sites: &[String], core: &str) -> Result<Vec<Fault>, Vec<String>> {
+/// The mesh a drill runs on: its sites (the core site first), and whether its core has a
+/// standby on etcd (`horizon demo --standby`).
+pub(crate) struct Mesh<'a> {
+    pub(crate) sites: &'a [String],
+    pub(crate) core: &'a str,
+    pub(crate) standby: bool,
+}
+
+/// Reads and checks a drill file against the mesh. Every problem is reported, each naming its
+/// fault.
+pub(crate) fn load(path: &Path, mesh: &Mesh) -> Result<Vec<Fault>, Vec<String>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
-    parse(&text, sites, core)
+    parse(&text, mesh)
         .map_err(|errors| errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect())
 }
 
-pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Fault>, Vec<String>> {
+pub(crate) fn parse(text: &str, mesh: &Mesh) -> Result<Vec<Fault>, Vec<String>> {
+    let Mesh { sites, core, standby } = *mesh;
     let raw: RawFile = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
     let mut errors = Vec::new();
     let mut faults = Vec::new();
@@ -151,7 +177,12 @@ pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Faul
         }
         let lasting = matches!(
             f.kind.as_str(),
-            "partition" | "restart_core" | "cut_transfer" | "loss" | "restart_agent"
+            "partition"
+                | "restart_core"
+                | "cut_transfer"
+                | "loss"
+                | "restart_agent"
+                | "partition_core_store"
         );
         let for_s = match (f.for_s, lasting) {
             (Some(s), true) if s.is_finite() && s > 0.0 && s <= MAX_S => s,
@@ -192,7 +223,26 @@ pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Faul
                 if f.site.is_some() {
                     bad("takes no `site`".into());
                 }
+                if standby {
+                    bad("with --standby the core is two processes on etcd: kill_core or \
+                         partition_core_store instead"
+                        .into());
+                }
                 Some(FaultKind::RestartCore)
+            }
+            "kill_core" | "partition_core_store" => {
+                if f.site.is_some() {
+                    bad("takes no `site`".into());
+                }
+                if !standby {
+                    bad("needs `horizon demo --standby` (a core standing by on etcd to take over)"
+                        .into());
+                }
+                Some(if f.kind == "kill_core" {
+                    FaultKind::KillCore
+                } else {
+                    FaultKind::PartitionCoreStore
+                })
             }
             "cut_transfer" => match f.sites.as_deref() {
                 Some([a, b]) if known(a) && known(b) && a != b => {
@@ -206,7 +256,7 @@ pub(crate) fn parse(text: &str, sites: &[String], core: &str) -> Result<Vec<Faul
             other => {
                 bad(format!(
                     "unknown kind {other:?}: partition, kill_server, restart_agent, \
-                     restart_core, cut_transfer, loss"
+                     restart_core, cut_transfer, loss, kill_core, partition_core_store"
                 ));
                 None
             }
@@ -240,6 +290,22 @@ pub(crate) struct Running {
     /// Every agent's transfer items and requests sent round a cut, and passed on for others,
     /// when it began (`agent_stats`'s `relayed_sent`, `relayed_through`).
     relayed: (u64, u64),
+    /// Regions stopped at their lease's end so far: at relay sites, at the core site.
+    lapsed: (u64, u64),
+    /// A leader's fault: how its standby took over ([`take_over`]).
+    pub(crate) takeover: Option<Takeover>,
+}
+
+/// How a standby took over from a leader that died or was cut from etcd, in seconds from the
+/// fault.
+#[derive(Debug, Default)]
+pub(crate) struct Takeover {
+    /// The cut leader fenced itself (stopped granting and renewing): `None` for a kill.
+    fenced_s: Option<f64>,
+    /// The standby was elected (wrote the next generation).
+    elected_s: f64,
+    /// The new leader's first lease kept or renewed.
+    first_grant_s: Option<f64>,
 }
 
 /// The mesh after a fault.
@@ -255,6 +321,8 @@ struct Observed {
     bubbles: Vec<u64>,
     /// What was relayed since the fault began: (sent round, passed on).
     relayed: (u64, u64),
+    /// Regions stopped at their lease's end since the fault began: (relay sites, core site).
+    lapsed: (u64, u64),
 }
 
 /// Every agent's relayed traffic so far: (sent round, passed on).
@@ -263,6 +331,49 @@ fn relayed(sandbox: &Sandbox) -> (u64, u64) {
     sandbox.every_agent_stats().fold((0, 0), |(sent, through), s| {
         (sent + s.relayed_sent.load(Relaxed), through + s.relayed_through.load(Relaxed))
     })
+}
+
+/// Regions stopped at their lease's end so far, every agent that ran: (relay sites, core site).
+fn lapsed(sandbox: &Sandbox) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let core = sandbox.core_site();
+    let of = |core_site: bool| -> u64 {
+        sandbox
+            .every_agent_site_stats()
+            .filter(|(site, _)| (*site == core) == core_site)
+            .map(|(_, s)| s.leases_lapsed.load(Relaxed))
+            .sum()
+    };
+    (of(false), of(true))
+}
+
+/// A leader's fault, carried out: kills the leader (`kill_core`; `partition_core_store` cut it
+/// from etcd at [`start`] and it fences itself), waits for its standby to lead, then for the
+/// new leader's first lease kept or renewed. Each at most 30 s.
+pub(crate) async fn take_over(r: &mut Running, sandbox: &mut Sandbox) -> Result<(), String> {
+    const WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+    let began = r.started_at;
+    let mut takeover = Takeover::default();
+    if r.fault.kind == FaultKind::KillCore {
+        sandbox.kill_leader().await;
+    } else {
+        let fenced = tokio::time::timeout(WITHIN, sandbox.core.fenced()).await;
+        let why = fenced.map_err(|_| "the leader cut from etcd never fenced itself".to_owned())?;
+        takeover.fenced_s = Some(now_s() - began);
+        tracing::info!(%why, "drill: the leader fenced itself");
+    }
+    sandbox.standby_leads(WITHIN).await.map_err(|e| e.to_string())?;
+    takeover.elected_s = now_s() - began;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while tokio::time::Instant::now() < deadline {
+        if sandbox.core.status().await.is_some_and(|s| s.leases_granted > 0) {
+            takeover.first_grant_s = Some(now_s() - began);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    r.takeover = Some(takeover);
+    Ok(())
 }
 
 /// A fault's outcome is looked at this long after it ended (or began, for a kill).
@@ -321,7 +432,11 @@ pub(crate) fn start(
                     && at.as_deref().is_some_and(|s| pair.contains(&s) && s != r.site)
             })
         }
-        FaultKind::RestartCore => pick(&|_| true),
+        FaultKind::RestartCore | FaultKind::KillCore => pick(&|_| true),
+        FaultKind::PartitionCoreStore => {
+            sandbox.cut_leader_from_store(true);
+            pick(&|_| true)
+        }
         // Its players (their gateway dies) and those it simulates (its servers die).
         FaultKind::RestartAgent { site } => {
             pick(&|r| r.site == *site || player_site(r).as_deref() == Some(site))
@@ -354,6 +469,8 @@ pub(crate) fn start(
         bubbles,
         observed: None,
         relayed: relayed(sandbox),
+        lapsed: lapsed(sandbox),
+        takeover: None,
     }
 }
 
@@ -377,8 +494,10 @@ pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport], 
     let generation = Some(u64::from(status.generation));
     let (sent, through) = relayed(sandbox);
     let relayed = (sent - r.relayed.0, through - r.relayed.1);
-    r.observed =
-        Some(Observed { placed: at, sessions, generation, bubbles: bubble_ids(status), relayed });
+    let (relay, core) = lapsed(sandbox);
+    let lapsed = (relay - r.lapsed.0, core - r.lapsed.1);
+    let bubbles = bubble_ids(status);
+    r.observed = Some(Observed { placed: at, sessions, generation, bubbles, relayed, lapsed });
 }
 
 /// Ends a lasting fault: the link heals.
@@ -393,7 +512,12 @@ pub(crate) fn end(fault: &Fault, sandbox: &Sandbox) {
         FaultKind::CutTransfer { a, b } => {
             sandbox.partition_transfer(a, b, false);
         }
-        FaultKind::RestartCore | FaultKind::RestartAgent { .. } | FaultKind::KillServer { .. } => {}
+        // Healed by the caller, which starts the fenced leader again as a standby.
+        FaultKind::PartitionCoreStore => {}
+        FaultKind::RestartCore
+        | FaultKind::RestartAgent { .. }
+        | FaultKind::KillServer { .. }
+        | FaultKind::KillCore => {}
     }
 }
 
@@ -414,6 +538,8 @@ pub(crate) fn describe(
             FaultKind::RestartCore => format!("core restarted {since:.0} s ago"),
             FaultKind::RestartAgent { site } => format!("{site} agent restarted {since:.0} s ago"),
             FaultKind::KillServer { site } => format!("{site} server killed {since:.0} s ago"),
+            FaultKind::KillCore => format!("leader killed {since:.0} s ago"),
+            FaultKind::PartitionCoreStore => format!("leader cut from etcd {since:.0} s"),
         };
         let waiting = r
             .affected
@@ -442,6 +568,7 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         generation: generation_after,
         bubbles: bubbles_after,
         relayed,
+        lapsed,
     } = r.observed.as_ref().unwrap_or(&empty);
     let mut resumed = Vec::new();
     let mut stopped = Vec::new();
@@ -515,7 +642,19 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         // Routed round through the third site (docs/running.md, "Routing round a cut").
         doc["relayed"] = serde_json::json!({ "sent_round": relayed.0, "passed_on": relayed.1 });
     }
-    if r.fault.kind == FaultKind::RestartCore {
+    if let Some(t) = &r.takeover {
+        let round = |s: f64| (s * 100.0).round() / 100.0;
+        doc["takeover_s"] = t.first_grant_s.map(round).into();
+        doc["elected_s"] = round(t.elected_s).into();
+        doc["fenced_s"] = t.fenced_s.map(round).into();
+        // The leader stopped granting before the standby could begin (I7 on real processes).
+        doc["fenced_before_elected"] = t.fenced_s.map(|f| f < t.elected_s).into();
+    }
+    if r.fault.kind.is_takeover() {
+        doc["relay_bubbles_stopped"] = lapsed.0.into();
+        doc["core_site_regions_stopped"] = lapsed.1.into();
+    }
+    if r.fault.kind == FaultKind::RestartCore || r.fault.kind.is_takeover() {
         doc["generation"] =
             serde_json::json!({ "before": r.generation, "after": generation_after });
         let kept = r.bubbles.iter().filter(|b| bubbles_after.contains(b)).count();
@@ -558,6 +697,12 @@ mod tests {
         ["PAR", "MTL", "HKG"].map(String::from).to_vec()
     }
 
+    /// Checks `text` against PAR, MTL and HKG, with or without a standby.
+    fn parse_for(text: &str, standby: bool) -> Result<Vec<Fault>, Vec<String>> {
+        let sites = sites();
+        parse(text, &Mesh { sites: &sites, core: "PAR", standby })
+    }
+
     /// Six players touched by a partition: one resumed on PAR, one resumed but in no bubble
     /// when the mesh was looked at, one never heard of again, one whose session it ended and
     /// who played on as a new player, one who left the game, one resumed on MTL whose session
@@ -591,8 +736,11 @@ mod tests {
                 generation: None,
                 bubbles: Vec::new(),
                 relayed: (0, 0),
+                lapsed: (0, 0),
             }),
             relayed: (0, 0),
+            lapsed: (0, 0),
+            takeover: None,
         };
         let doc = report(&r, &bots, 1_201.0);
         assert_eq!(doc["players_affected"], 6);
@@ -636,7 +784,7 @@ mod tests {
             site = "PAR"
             for_s = 3
         "#;
-        let f = parse(text, &sites(), "PAR").unwrap();
+        let f = parse_for(text, false).unwrap();
         assert_eq!(f.len(), 6);
         assert_eq!(f[5].kind, FaultKind::RestartAgent { site: "PAR".into() });
         assert_eq!(
@@ -644,6 +792,44 @@ mod tests {
             Fault { kind: FaultKind::Partition { site: "MTL".into() }, at_s: 40.0, for_s: 45.0 }
         );
         assert_eq!(f[1].for_s, 0.0);
+    }
+
+    /// A leader's faults need a standby, and a core restart has no meaning with one.
+    #[test]
+    fn a_leaders_faults_need_the_standby_and_a_restart_refuses_it() {
+        let leader = r#"
+            [[fault]]
+            at_s = 25
+            kind = "partition_core_store"
+            for_s = 15
+            [[fault]]
+            at_s = 55
+            kind = "kill_core"
+        "#;
+        let f = parse_for(leader, true).unwrap();
+        assert_eq!(f[0], Fault { kind: FaultKind::PartitionCoreStore, at_s: 25.0, for_s: 15.0 });
+        assert_eq!(f[1], Fault { kind: FaultKind::KillCore, at_s: 55.0, for_s: 0.0 });
+        assert!(f.iter().all(|f| f.kind.is_takeover() && !f.kind.is_restart()));
+        let all = parse_for(leader, false).unwrap_err().join("\n");
+        assert!(all.contains("fault 1 (partition_core_store): needs `horizon demo --standby`"));
+        assert!(all.contains("fault 2 (kill_core): needs `horizon demo --standby`"), "{all}");
+        let wrong = r#"
+            [[fault]]
+            at_s = 10
+            kind = "kill_core"
+            for_s = 5
+            [[fault]]
+            at_s = 20
+            kind = "partition_core_store"
+            [[fault]]
+            at_s = 30
+            kind = "restart_core"
+            for_s = 5
+        "#;
+        let all = parse_for(wrong, true).unwrap_err().join("\n");
+        assert!(all.contains("fault 1 (kill_core): takes no `for_s`"), "{all}");
+        assert!(all.contains("fault 2 (partition_core_store): needs `for_s`"), "{all}");
+        assert!(all.contains("fault 3 (restart_core): with --standby"), "{all}");
     }
 
     #[test]
@@ -672,7 +858,7 @@ mod tests {
             at_s = 10
             kind = "meteor"
         "#;
-        let errors = parse(text, &sites(), "PAR").unwrap_err();
+        let errors = parse_for(text, false).unwrap_err();
         let all = errors.join("\n");
         assert!(all.contains("fault 1 (partition): site \"SYD\""), "{all}");
         assert!(all.contains("fault 2 (partition): PAR is the core site"), "{all}");
@@ -680,10 +866,9 @@ mod tests {
         assert!(all.contains("fault 4 (restart_agent): needs `for_s`"), "{all}");
         assert!(all.contains("fault 5 (meteor): unknown kind"), "{all}");
         assert!(
-            parse(
+            parse_for(
                 "[[fault]]\nat_s = 1\nkind = \"partition\"\nsite = \"MTL\"\nfor_s = 2\nwhen = 3\n",
-                &sites(),
-                "PAR"
+                false
             )
             .unwrap_err()[0]
                 .contains("when")

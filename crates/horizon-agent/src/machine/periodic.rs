@@ -62,6 +62,7 @@ impl AgentMachine {
                 continue;
             }
             local.told_reconnecting = true;
+            self.stats.leases_lapsed.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = local.lease.epoch.0, "lease expired: the bubble stopped here");
             for p in self.players.values_mut() {
                 if p.session.route().is_some_and(|(b, s)| *b == bubble && *s == self.cfg.site) {

@@ -194,6 +194,8 @@ pub struct CoreMachine {
     pub(crate) cfg: MachineConfig,
     pub(crate) mesh: Mesh,
     pub(crate) generation: u32,
+    /// Leases kept at registrations and renewed since this core began to lead.
+    pub(crate) leases_granted: u64,
     pub(crate) agents: BTreeMap<SiteId, AgentSession>,
     pub(crate) registry: BTreeMap<BubbleId, Hosted>,
     /// Where each player's membership was last sent: player → bubble.
@@ -293,6 +295,7 @@ impl CoreMachine {
             agents: BTreeMap::new(),
             registry: BTreeMap::new(),
             placed: BTreeMap::new(),
+            leases_granted: 0,
             departed: BTreeMap::new(),
             arrived: BTreeMap::new(),
             ending: BTreeMap::new(),
@@ -695,6 +698,7 @@ impl CoreMachine {
             }
         }
         self.metrics.renewals.inc(site.index());
+        self.leases_granted += granted.len() as u64;
         self.metrics.leases_refused.add(site.index(), refused.len() as u64);
         control::Reply::Renewed {
             ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,

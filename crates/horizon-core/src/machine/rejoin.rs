@@ -224,6 +224,7 @@ impl CoreMachine {
         // its bubbles and where its players are simulated.
         self.resync(site);
         tracing::info!(site = %self.cfg.sites.name(site), kept = keep.len(), stopped = stop.len(), "agent registered");
+        self.leases_granted += keep.len() as u64;
         control::Reply::Registered {
             generation: self.generation,
             tick_ms: self.cfg.thresholds.period_ms as u32,

@@ -265,6 +265,7 @@ impl CoreMachine {
         CoreStatus {
             core: name(self.cfg.sites.core()),
             generation: self.generation,
+            leases_granted: self.leases_granted,
             stage: self.cfg.stage.as_str().to_owned(),
             measure: self.measure.status(self.mesh.sites(), self.measure_refused),
             uptime_s: now.as_secs_f64(),

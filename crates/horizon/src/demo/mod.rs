@@ -67,7 +67,16 @@ pub(crate) struct DemoArgs {
     /// or `fixed` (the players' world is delegated to MTL by configuration).
     #[arg(long, default_value = "dynamic", value_parser = crate::parse_stage)]
     stage: Stage,
+    /// Two cores on a three-member etcd that the demo starts on loopback (the `etcd` binary
+    /// from PATH: Debian's `etcd-server`); one leads, the other stands by and takes over when
+    /// the leader dies or is cut from etcd (drill kinds `kill_core`, `partition_core_store`;
+    /// docs/running.md, "A standby core"). Needs a horizon built `--features etcd`.
+    #[arg(long)]
+    standby: bool,
 }
+
+/// `store.election_ttl_s` of the demo's cores with `--standby` (the default).
+const STANDBY_ELECTION_TTL_S: u32 = 3;
 
 /// `players_per_server` of the relay stage's demo: its 60 players cut the world's zone.
 const RELAY_PLAYERS_PER_SERVER: u32 = 20;
@@ -126,6 +135,33 @@ async fn run(args: DemoArgs) -> ExitCode {
         let bounds = horizon_mesh::Aabb { min: v(min), max: v(max) };
         opts.delegations = vec![(FIXED_WORLD, Some(bounds), FIXED_SITE.to_owned())];
     }
+    // With a standby: three etcd members, kept (and killed) with the demo.
+    let _etcd = if args.standby {
+        if !cfg!(feature = "etcd") {
+            eprintln!(
+                "error: --standby keeps the cores' ownership log in etcd: this horizon was built \
+                 without it (cargo build --release -p horizon --features etcd)"
+            );
+            return ExitCode::from(64);
+        }
+        match horizon_testkit::EtcdCluster::start(dir.join("etcd"), 3).await {
+            Ok(cluster) => {
+                opts.standby = Some(horizon_core::EtcdOptions {
+                    endpoints: cluster.endpoints(),
+                    prefix: "/horizon-demo".into(),
+                    election_ttl_s: STANDBY_ELECTION_TTL_S,
+                    universe: None,
+                });
+                Some(cluster)
+            }
+            Err(e) => {
+                eprintln!("error: --standby runs a three-member etcd on loopback: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let players_per_server = opts.thresholds.players_per_server;
     let merge_after_samples = opts.thresholds.merge_after_samples;
     if args.game_server == GameServer::Godot {
@@ -154,7 +190,10 @@ async fn run(args: DemoArgs) -> ExitCode {
     };
     let drill: Vec<Fault> = match &args.faults {
         None => Vec::new(),
-        Some(path) => match faults::load(path, &opts.sites, &opts.sites[0]) {
+        Some(path) => match faults::load(
+            path,
+            &faults::Mesh { sites: &opts.sites, core: &opts.sites[0], standby: args.standby },
+        ) {
             Ok(f) => f,
             Err(errors) => {
                 for e in errors {
@@ -185,6 +224,12 @@ async fn run(args: DemoArgs) -> ExitCode {
              every site's probe beacon, and joins with the table; the core counts who would gain from a relay site"
             .to_owned());
     }
+    if let Some(etcd) = &opts.standby {
+        say(format!(
+            "standby: two cores on etcd ({}), election TTL {STANDBY_ELECTION_TTL_S} s: the first leads, the second stands by",
+            etcd.endpoints.join(" ")
+        ));
+    }
     if zoned(args.stage) {
         say(format!(
             "stage {}: every player is simulated in the core site's zones (no bubble); \
@@ -206,6 +251,9 @@ async fn run(args: DemoArgs) -> ExitCode {
         sandbox.core.admin_addr,
         dir.display()
     ));
+    if let Some(standby) = sandbox.core_admins().get(1) {
+        say(format!("standby core admin http://{standby}/  ·  /readyz names the leader"));
+    }
     if let Some(k) = &kube {
         say(format!(
             "game servers are pods of the fake Kubernetes API at {}/api/v1/namespaces/{}/pods",
@@ -305,6 +353,13 @@ async fn run(args: DemoArgs) -> ExitCode {
                     Step::End => {
                         say(format!("drill: fault {} ({}) ends", i + 1, fault.kind));
                         faults::end(fault, &sandbox);
+                        if fault.kind == FaultKind::PartitionCoreStore {
+                            // The fenced core exited; its supervisor starts it again.
+                            match sandbox.restart_standby().await {
+                                Ok(()) => say(format!("drill: fault {}: the old leader is back, standing by", i + 1)),
+                                Err(e) => say(format!("drill: fault {}: the old leader could not stand by again: {e}", i + 1)),
+                            }
+                        }
                         continue;
                     }
                     Step::Observe => {
@@ -323,6 +378,23 @@ async fn run(args: DemoArgs) -> ExitCode {
                     say(format!("drill: fault {}: {problem}", i + 1));
                 }
                 running.push(r);
+                if fault.kind.is_takeover()
+                    && let Some(r) = running.last_mut()
+                {
+                    match faults::take_over(r, &mut sandbox).await {
+                        Ok(()) => say(format!(
+                            "drill: fault {}: the standby leads (generation {}), console now http://{}/",
+                            i + 1,
+                            sandbox.core.generation,
+                            sandbox.core.admin_addr
+                        )),
+                        Err(e) => {
+                            eprintln!("error: the standby did not take over: {e}");
+                            sandbox.shutdown().await;
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
                 if fault.kind == FaultKind::RestartCore {
                     if let Err(e) = sandbox.restart_core(Duration::from_secs_f64(fault.for_s)).await {
                         eprintln!("error: the core did not come back: {e}");
@@ -458,6 +530,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     doc["settings"]["players_per_server"] = players_per_server.into();
     doc["settings"]["merge_after_samples"] = merge_after_samples.into();
     doc["bubbles_max"] = cost.bubbles_max.into();
+    doc["standby"] = args.standby.into();
     doc["driver"] = if kube.is_some() { "kube" } else { "process" }.into();
     doc["game_server"] = match args.game_server {
         GameServer::Rust => "rust",
