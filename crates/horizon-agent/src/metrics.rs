@@ -275,7 +275,7 @@ impl AgentMetrics {
         );
         let freeze_excess = histogram(
             "horizon_agent_freeze_excess_seconds",
-            "That gap beyond its physical floor d(S,T) + d(T,h) - d(S,h) + tick (one-way delays from the measured backbone), for moves this site is one end of.",
+            "That gap beyond its physical floor d(S,T) + d(T,h) - d(S,h) + tick (one-way delays from the measured backbone: this agent's probes, the core's link table for a pair it is not on).",
         );
         let crossing_freeze = histogram(
             "horizon_agent_crossing_freeze_seconds",

@@ -101,6 +101,6 @@ pub struct FreezeSample {
     pub to: String,
     /// The gap in the player's updates.
     pub gap: Duration,
-    /// The physical floor of that gap, when this site is one end of the move.
+    /// The physical floor of that gap, once the round trips it needs are known.
     pub floor: Option<Duration>,
 }

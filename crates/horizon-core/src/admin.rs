@@ -69,6 +69,37 @@ pub(crate) enum Standing {
     Leads(String),
 }
 
+/// The control port of a core standing by, with `listen.advertise_control`: every agent's hello
+/// is answered with the leader's control address (`not_leader`), or `not_ready` while nobody is
+/// known to lead. (Mutual TLS first: only the mesh's sites learn where the leader is.)
+#[cfg(feature = "etcd")]
+pub(crate) struct Redirect {
+    pub(crate) standing: std::sync::Arc<std::sync::Mutex<Standing>>,
+}
+
+#[cfg(feature = "etcd")]
+impl horizon_transport::Authenticator for Redirect {
+    fn check(
+        &self,
+        _hello: &horizon_proto::Hello,
+        _connection: &quinn::Connection,
+    ) -> Result<Option<horizon_proto::Name>, horizon_proto::Fault> {
+        let standing = self.standing.lock().map(|s| s.clone()).unwrap_or_default();
+        // The election's value is `HOST ADDR`: the leader's advertised control address last.
+        let leader = match &standing {
+            Standing::Leads(value) => value.rsplit(' ').next(),
+            Standing::Connecting | Standing::NobodyLeads => None,
+        };
+        Err(match leader {
+            Some(addr) => horizon_proto::Fault::not_leader(addr),
+            None => horizon_proto::Fault::new(
+                horizon_proto::ErrorCode::NotReady,
+                "this core stands by and knows of no leader yet",
+            ),
+        })
+    }
+}
+
 /// A core standing by for another (`[store] kind = "etcd"`): not ready, and says who leads.
 #[cfg(feature = "etcd")]
 pub(crate) struct StandbySource {

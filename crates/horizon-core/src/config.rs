@@ -16,6 +16,10 @@ pub struct CoreConfig {
     pub listen_control: SocketAddr,
     /// The admin HTTP API: `/livez`, `/readyz`, `/metrics`, `/status` and the console.
     pub listen_admin: SocketAddr,
+    /// `listen.advertise_control`: where agents reach this core's control port (`host:port`),
+    /// written in the election with etcd. A core standing by then answers agents with the
+    /// leader's (`not_leader`); `None`: its control port stays closed until it leads.
+    pub advertise_control: Option<String>,
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
@@ -143,6 +147,7 @@ struct RawZone {
 struct RawListen {
     control: String,
     admin: String,
+    advertise_control: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,6 +202,12 @@ impl CoreConfig {
         };
         let listen_control = addr("listen.control", &raw.listen.control);
         let listen_admin = addr("listen.admin", &raw.listen.admin);
+        let advertise_control = raw.listen.advertise_control.clone();
+        if let Some(a) = &advertise_control
+            && let Err(e) = horizon_transport::Target::parse(a)
+        {
+            errors.push(format!("listen.advertise_control: {e}"));
+        }
         let stage = match raw.placement.and_then(|p| p.stage) {
             None => Stage::default(),
             Some(name) => Stage::parse(&name).unwrap_or_else(|| {
@@ -255,6 +266,7 @@ impl CoreConfig {
             thresholds,
             listen_control,
             listen_admin,
+            advertise_control,
             ca: base.join(raw.tls.ca),
             cert: base.join(raw.tls.cert),
             key: base.join(raw.tls.key),

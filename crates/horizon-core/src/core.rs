@@ -175,17 +175,28 @@ pub fn load_tls(ca: &Path, cert: &Path, key: &Path) -> Result<(Roots, Identity),
 /// a restarted core does.
 pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let (roots, identity) = load_tls(&cfg.ca, &cfg.cert, &cfg.key)?;
-    let (store, generation, fence, keeper) = open_store(&cfg).await?;
+    let (store, generation, fence, keeper) = open_store(&cfg, (&roots, &identity)).await?;
     let core_name = cfg.sites.name(cfg.sites.core()).as_str().to_owned();
     let name = Name::new(core_name.clone()).map_err(|e| CoreError::Config(e.to_string()))?;
     let limits = Limits::default();
-    let listener = Listener::<Control>::bind(
-        cfg.listen_control,
-        tls::server_config(&identity, Some(&roots), ChannelId::Control, &limits)?,
-        name,
-        Arc::new(SiteCertificate),
-        limits.clone(),
-    )?;
+    // A standby that redirected agents closed that listener as it was elected: its port may
+    // take a moment to be free.
+    let bind_until = Instant::now() + CONTROL_PORT_FREE_WITHIN;
+    let listener = loop {
+        let bound = Listener::<Control>::bind(
+            cfg.listen_control,
+            tls::server_config(&identity, Some(&roots), ChannelId::Control, &limits)?,
+            name.clone(),
+            Arc::new(SiteCertificate),
+            limits.clone(),
+        );
+        match bound {
+            Err(_) if fence.is_some() && Instant::now() < bind_until => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            bound => break bound?,
+        }
+    };
     let control_addr = listener.local_addr()?;
 
     let machine_cfg = MachineConfig {
@@ -297,7 +308,12 @@ fn leader_gauge(registry: &prometheus::Registry, leads: Option<u32>) {
 /// anything else); on etcd, the fence its election keeper raises, and that keeper.
 type Opened = (Store, u32, Option<Fence>, Option<tokio::task::AbortHandle>);
 
-async fn open_store(cfg: &CoreConfig) -> Result<Opened, CoreError> {
+/// How long an elected standby waits for its redirecting listener's port to be free.
+const CONTROL_PORT_FREE_WITHIN: Duration = Duration::from_secs(3);
+
+async fn open_store(cfg: &CoreConfig, tls: (&Roots, &Identity)) -> Result<Opened, CoreError> {
+    #[cfg(not(feature = "etcd"))]
+    let _ = tls;
     match &cfg.store_kind {
         crate::StoreKind::File => {
             let mut store = Store::open(&cfg.store)?;
@@ -306,7 +322,7 @@ async fn open_store(cfg: &CoreConfig) -> Result<Opened, CoreError> {
         }
         #[cfg(feature = "etcd")]
         crate::StoreKind::Etcd(opts) => {
-            let elected = stand_by(cfg, opts).await?;
+            let elected = stand_by(cfg, opts, tls).await?;
             let store = Store::replicated(&cfg.store, elected.log, elected.state)?;
             Ok((store, elected.generation, Some(elected.fence), Some(elected.keeper)))
         }
@@ -320,12 +336,15 @@ async fn open_store(cfg: &CoreConfig) -> Result<Opened, CoreError> {
 }
 
 /// Campaigns until this core leads, serving meanwhile an admin API that says it stands by
-/// (`/livez` 200, `/readyz` 503 naming the leader, `horizon_core_leader` 0). The control
-/// port stays unbound: agents dialing it go on to the next core address they were given.
+/// (`/livez` 200, `/readyz` 503 naming the leader, `horizon_core_leader` 0). With
+/// `listen.advertise_control`, its control port answers every agent's hello with the leader's
+/// address (`not_leader`), which the agent dials next; without, the port stays unbound and
+/// agents go on to the next core address they were given.
 #[cfg(feature = "etcd")]
 async fn stand_by(
     cfg: &CoreConfig,
     opts: &crate::config::EtcdOptions,
+    (roots, identity): (&Roots, &Identity),
 ) -> Result<crate::store::etcd::Leadership, CoreError> {
     let admin_fail =
         |e: std::io::Error| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() };
@@ -341,8 +360,24 @@ async fn stand_by(
         tokio::spawn(horizon_admin::serve(listener, registry, source, None, access, async {
             let _ = stopped.await;
         }));
+    let redirect = match &cfg.advertise_control {
+        Some(_) => {
+            let name = Name::new(cfg.sites.name(cfg.sites.core()).as_str())
+                .map_err(|e| CoreError::Config(e.to_string()))?;
+            let limits = Limits::default();
+            Some(Listener::<Control>::bind(
+                cfg.listen_control,
+                tls::server_config(identity, Some(roots), ChannelId::Control, &limits)?,
+                name,
+                Arc::new(crate::admin::Redirect { standing: standing.clone() }),
+                limits,
+            )?)
+        }
+        None => None,
+    };
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "core".to_owned());
-    let value = format!("{host} {}", cfg.listen_control);
+    let reach = cfg.advertise_control.clone().unwrap_or_else(|| cfg.listen_control.to_string());
+    let value = format!("{host} {reach}");
     tracing::info!(store = %opts.prefix, %value, "campaigning to lead (etcd)");
     let universe =
         opts.universe.clone().unwrap_or_else(|| cfg.sites.name(cfg.sites.core()).to_string());
@@ -364,6 +399,9 @@ async fn stand_by(
     .await;
     let _ = stop.send(());
     let _ = admin.await;
+    if let Some(redirect) = redirect {
+        redirect.close("this core leads now");
+    }
     let elected = elected?;
     tracing::info!(generation = elected.generation, "elected: this core leads");
     Ok(elected)

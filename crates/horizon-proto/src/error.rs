@@ -38,13 +38,16 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A bug on the receiver's side. The message says more.
     Internal,
+    /// This core stands by for another: the message ends with the leader's control address
+    /// (`host:port`, [`Fault::leader`]), which the agent dials next.
+    NotLeader,
     /// A code this version does not know.
     Other(u16),
 }
 
 impl ErrorCode {
     /// Every named code, in wire order (for docs and tests).
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::VersionMismatch,
         ErrorCode::Malformed,
         ErrorCode::TooLarge,
@@ -60,6 +63,7 @@ impl ErrorCode {
         ErrorCode::Unexpected,
         ErrorCode::ShuttingDown,
         ErrorCode::Internal,
+        ErrorCode::NotLeader,
     ];
 
     /// The number on the wire (and the QUIC application close code).
@@ -80,6 +84,7 @@ impl ErrorCode {
             ErrorCode::Unexpected => 13,
             ErrorCode::ShuttingDown => 14,
             ErrorCode::Internal => 15,
+            ErrorCode::NotLeader => 16,
             ErrorCode::Other(code) => code,
         }
     }
@@ -102,6 +107,7 @@ impl ErrorCode {
             ErrorCode::Unexpected => "unexpected",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::Internal => "internal",
+            ErrorCode::NotLeader => "not_leader",
             ErrorCode::Other(_) => "other",
         }
     }
@@ -142,6 +148,20 @@ pub struct Fault {
 impl Fault {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Fault { code, message: message.into() }
+    }
+
+    /// A standby's answer: this core does not lead, the one at `leader` (`host:port`) does.
+    pub fn not_leader(leader: &str) -> Self {
+        Fault::new(ErrorCode::NotLeader, format!("this core stands by; the leader is at {leader}"))
+    }
+
+    /// The leader's control address a [`ErrorCode::NotLeader`] fault names: its message's
+    /// last word. `None` for another fault.
+    pub fn leader(&self) -> Option<&str> {
+        if self.code != ErrorCode::NotLeader {
+            return None;
+        }
+        self.message.rsplit(' ').next().filter(|a| a.contains(':'))
     }
 }
 
@@ -194,5 +214,14 @@ mod tests {
         }
         assert_eq!(ErrorCode::from(999), ErrorCode::Other(999));
         assert_eq!(ErrorCode::Other(999).to_u16(), 999);
+    }
+
+    #[test]
+    fn a_not_leader_fault_names_the_leader_and_no_other_fault_does() {
+        let fault = Fault::not_leader("core-1.horizon:7400");
+        assert_eq!((fault.code.to_u16(), fault.code.as_str()), (16, "not_leader"));
+        assert_eq!(fault.leader(), Some("core-1.horizon:7400"));
+        assert_eq!(Fault::new(ErrorCode::NotReady, "wait at 1.2.3.4:5").leader(), None);
+        assert_eq!(Fault::new(ErrorCode::NotLeader, "nobody leads").leader(), None);
     }
 }

@@ -207,3 +207,61 @@ fn servers_are_shared_so_every_policy_seats_about_what_smd_does() {
     // Nobody seats more than a server's share: the rest is headroom.
     assert!(r.policies["smdg"].max_overfull_servers <= 1);
 }
+
+/// SPEC §2's physical floors: players placed at real cities reach their home site over the
+/// city's route (the great circle at fibre speed, stretched) plus their last mile.
+#[test]
+fn players_at_real_cities_reach_their_home_over_the_citys_route() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../simulations/population/cities.toml");
+    let cfg = PopulationConfig::load(std::path::Path::new(path)).unwrap();
+    let city = |home: usize, name: &str| {
+        let c = cfg.homes[home].cities.iter().find(|c| c.name == name).unwrap();
+        c.route_ms
+    };
+    let (mtl, hkg) = (
+        cfg.homes.iter().position(|h| cfg.sites.name(h.site).as_str() == "MTL").unwrap(),
+        cfg.homes.iter().position(|h| cfg.sites.name(h.site).as_str() == "HKG").unwrap(),
+    );
+    // Montreal is at its site; Toronto is 504 km away (5.0 ms there and back at fibre speed,
+    // × 1.7); Singapore is 2,590 km from Hong Kong.
+    assert!(city(mtl, "Montreal") < 0.1, "{}", city(mtl, "Montreal"));
+    assert!((city(mtl, "Toronto") - 8.6).abs() < 0.3, "{}", city(mtl, "Toronto"));
+    assert!((city(hkg, "Singapore") - 44.0).abs() < 1.0, "{}", city(hkg, "Singapore"));
+
+    let cfg = cfg.with_overrides(Some(600), Some(5), Some(2.0)).unwrap();
+    let r = run(&cfg);
+    let cities = &r.population.cities;
+    assert_eq!(cities.len(), 14, "every city of the file is reported");
+    for c in cities {
+        assert!(c.sessions > 0, "nobody from {}: {c:?}", c.city);
+        // The last mile is at least a few ms: every session is above its city's route.
+        assert!(c.access_p50_ms > c.route_ms, "{c:?}");
+        assert!(c.access_p95_ms >= c.access_p50_ms, "{c:?}");
+    }
+    let at = |name: &str| cities.iter().find(|c| c.city == name).unwrap();
+    assert!(at("Singapore").access_p50_ms > at("Hong Kong").access_p50_ms + 30.0);
+    assert!(at("Chicago").access_p50_ms > at("Montreal").access_p50_ms + 10.0);
+    assert!(r.markdown().contains("| HKG | Singapore |"), "the report's table of cities");
+    // A population without cities reports none (and its documents are unchanged).
+    let plain = serde_json::to_value(run(&small(300, 0.5, 11))).unwrap();
+    assert!(plain["population"].get("cities").is_none());
+}
+
+#[test]
+fn bad_cities_are_named_by_their_key() {
+    let cities = include_str!("../../../simulations/population/cities.toml");
+    let unplaced = cities.replace("MTL = [45.50, -73.57]\n", "");
+    let problems = PopulationConfig::parse(&unplaced).unwrap_err();
+    assert_eq!(problems[0].key, "homes.MTL.cities", "{problems:?}");
+    assert!(problems[0].why.contains("[sites.coordinates] MTL"), "{problems:?}");
+    let bad = cities
+        .replace("lat = 43.65, lon = -79.38", "lat = 143.65, lon = -79.38")
+        .replace("lon = -87.63, share = 0.15", "lon = -87.63, share = 0.5")
+        .replace("seed = 7\n", "seed = 7\npath_stretch = 0.5\n");
+    let problems = PopulationConfig::parse(&bad).unwrap_err();
+    let said: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.key, p.why)).collect();
+    let said = said.join("\n");
+    assert!(said.contains("homes.MTL.cities[1].lat/lon: latitude 143.65"), "{said}");
+    assert!(said.contains("homes.MTL.cities: shares must add up to 1"), "{said}");
+    assert!(said.contains("path_stretch: must be a number between 1 and 10, got 0.5"), "{said}");
+}

@@ -270,6 +270,8 @@ impl Sandbox {
             thresholds: opts.thresholds.clone(),
             listen_control: SocketAddr::from((LOCALHOST, 0)),
             listen_admin: opts.admin,
+            // Agents reach each core through an emulator of their own: no redirect.
+            advertise_control: None,
             ca: ca.ca_cert(),
             cert: ca.core_cert(),
             key: ca.core_key(),

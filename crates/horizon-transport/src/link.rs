@@ -158,6 +158,9 @@ impl<C: Channel> Link<C> {
     }
 }
 
+/// `not_leader` answers followed in a row before the given addresses are dialed again.
+const MAX_REDIRECTS: u32 = 2;
+
 struct Supervisor<C: Channel> {
     dial: Dial,
     /// The client config of the next connection ([`Link::set_tls`]); `dial.config` at first.
@@ -175,13 +178,20 @@ impl<C: Channel> Supervisor<C> {
         let replies = Replies::new(self.limits.remembered_replies);
         let mut backoff = self.limits.reconnect_min;
         let mut attempt = 0usize;
+        // A core standing by names the leader (`not_leader`): dialed next, at once. Followed
+        // at most `MAX_REDIRECTS` times in a row (two standbys naming each other, or a stale
+        // name), then the given addresses again.
+        let mut redirect: Option<crate::Target> = None;
+        let mut redirects = 0;
         // The owner never sends: dropping the last `Link` closes the channel, which is the stop.
         let mut stop = self.stop.clone();
         loop {
-            let Some(peer) = self.dial.addrs.get(attempt % self.dial.addrs.len().max(1)) else {
+            let Some(given) = self.dial.addrs.get(attempt % self.dial.addrs.len().max(1)) else {
                 tracing::error!(channel = C::ID.as_str(), "a link with no address to dial");
                 return;
             };
+            let peer = redirect.take().unwrap_or_else(|| given.clone());
+            let peer = &peer;
             let connected = tokio::select! {
                 connected = self.connect_once(peer) => connected,
                 _ = stop.changed() => return,
@@ -189,6 +199,7 @@ impl<C: Channel> Supervisor<C> {
             match connected {
                 Ok(conn) => {
                     backoff = self.limits.reconnect_min;
+                    redirects = 0;
                     serve_inbound(&conn, replies.clone(), self.inbound.clone());
                     self.current.send_replace(Some(conn.clone()));
                     if self.events.send(LinkEvent::Up(conn.clone())).await.is_err() {
@@ -213,7 +224,17 @@ impl<C: Channel> Supervisor<C> {
                         return;
                     }
                 }
+                Err(Error::Refused(fault))
+                    if redirects < MAX_REDIRECTS
+                        && let Some(leader) =
+                            fault.leader().and_then(|a| crate::Target::parse(a).ok()) =>
+                {
+                    tracing::info!(channel = C::ID.as_str(), %peer, %leader, "not the leader: dialing the leader it names");
+                    redirects += 1;
+                    redirect = Some(leader);
+                }
                 Err(error) => {
+                    redirects = 0;
                     attempt += 1;
                     // Jitter keeps many agents from reconnecting in lockstep.
                     let wait = backoff.mul_f64(0.5 + fastrand::f64() / 2.0);

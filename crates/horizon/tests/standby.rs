@@ -340,10 +340,11 @@ async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing
     });
     assert_eq!(status.generation, 2, "the new leader serves under the next generation");
     assert_eq!(status.placement(player).map(|b| b.epoch), epoch, "the relay kept its lease");
-    // Measured 2.9 s and 11.4 s; under `stress-ng --cpu 2`, 3.3 s and 11.4 s. Of the agents'
-    // 11.4 s, 10 s is QUIC's idle timeout, which load does not stretch; 30 s is their lease.
+    // Measured 3.1 s and 5.3 s with a release build running beside (11.4 s for the agents
+    // when their link to the core waited QUIC's 10 s idle timeout; it waits 4 s now, and load
+    // does not stretch a timer). The bounds keep 3× that; the drill holds SPEC §6's 10 s.
     assert!(led_after < Duration::from_secs(10), "the standby led {led_after:?} after the death");
-    assert!(back_after < Duration::from_secs(30), "every agent back {back_after:?} after it");
+    assert!(back_after < Duration::from_secs(16), "every agent back {back_after:?} after it");
     for r in &reports {
         assert_eq!(r.restores_seen, 0, "{}: nobody's simulation stopped: {r:?}", r.name);
         played_through_a_failover(r, 1_000.0);
@@ -352,4 +353,109 @@ async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing
         "takeover: the standby led {led_after:?} after the leader died; every agent registered with it and the relay's bubble taken back {back_after:?} after; longest update gaps {:?} ms",
         reports.iter().map(|r| r.max_gap_ms.round()).collect::<Vec<_>>()
     );
+}
+
+/// A free loopback UDP port (a control port chosen before its core binds it).
+fn free_udp() -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free port");
+    socket.local_addr().expect("its address")
+}
+
+/// The MTL agent of `core_config`'s mesh, given only `core` to dial; no game server.
+async fn lone_agent(dir: &Path, core: SocketAddr) -> horizon_agent::AgentHandle {
+    let ca = DevCa::new(dir.join("certs"));
+    let keys = dir.join("player.keys");
+    std::fs::write(&keys, horizon_transport::Keyring::generate_file("k1")).expect("player keys");
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let cfg = horizon_agent::AgentConfig {
+        site: "MTL".into(),
+        core: vec![core.into()],
+        core_site: "PAR".into(),
+        listen_servers: any,
+        listen_players: any,
+        listen_transfer: any,
+        listen_admin: None,
+        listen_beacon: None,
+        advertise_admin: None,
+        advertise_transfer: String::new(),
+        ca: ca.ca_cert(),
+        cert: ca.site_cert("MTL"),
+        key: ca.site_key("MTL"),
+        player_keys: keys,
+        warm_pool: 0,
+        max_servers: 1,
+        seats_per_server: 60,
+        players_per_server: 75,
+        server_tick_ms: 33,
+        server_program: env!("CARGO_BIN_EXE_horizon").into(),
+        server_args: vec!["gameserver".into()],
+        driver: horizon_agent::DriverChoice::Process,
+        peers: Default::default(),
+        report_ms: 1000,
+        renew_ms: 5000,
+    };
+    let process = horizon_agent::ProcessOptions {
+        program: cfg.server_program.clone(),
+        args: cfg.server_args.clone(),
+        site: "MTL".into(),
+        ca: ca.ca_cert(),
+        tick_ms: 33,
+        max_servers: 1,
+    };
+    let driver = Box::new(horizon_agent::ProcessDriver::new(process));
+    horizon_agent::start(cfg, driver).await.expect("the agent starts")
+}
+
+/// Waits (at most 15 s) until `core`'s status shows MTL's agent connected.
+async fn agent_at(core: &horizon_core::CoreHandle) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let status = core.status().await.unwrap_or_default();
+        if status.sites.iter().any(|s| s.site == "MTL" && s.agent_connected) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// With `listen.advertise_control`, a core standing by answers an agent's hello with the
+/// leader's address (`not_leader`), and the agent registers there: an agent given only the
+/// standby's address (or one name resolving to every replica) finds the leader. Once the
+/// standby leads, the same address serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_sends_an_agent_to_the_leader_and_serves_it_once_it_leads() {
+    let etcd = etcd("redirect").await;
+    let dir = std::env::temp_dir().join(format!("horizon-redirect-{}", std::process::id()));
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let (a_control, b_control) = (free_udp(), free_udp());
+    let mut a_cfg = core_config(&dir.join("a"), &etcd, any);
+    a_cfg.listen_control = a_control;
+    a_cfg.advertise_control = Some(a_control.to_string());
+    // The same certificates for both cores and the agent (one CA); the copies shared.
+    let mut b_cfg = a_cfg.clone();
+    let a = horizon_core::start(a_cfg).await.expect("a leads");
+    let b_admin = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let b_admin = b_admin.expect("a free port");
+    b_cfg.listen_admin = b_admin;
+    b_cfg.listen_control = b_control;
+    b_cfg.advertise_control = Some(b_control.to_string());
+    let b = tokio::spawn(horizon_core::start(b_cfg));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !try_get(b_admin, "/readyz").await.is_some_and(|(_, body)| body.contains("the core")) {
+        assert!(Instant::now() < deadline, "the standby never said who leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let agent = lone_agent(&dir.join("a"), b_control).await;
+    assert!(agent_at(&a).await, "the agent, given only the standby, registered with the leader");
+
+    // The leader stops (resigns): the standby leads on the same address the agent dials.
+    a.shutdown().await;
+    let b = tokio::time::timeout(Duration::from_secs(20), b).await;
+    let b = b.expect("the standby leads").expect("task").expect("started");
+    assert_eq!(b.control_addr, b_control);
+    assert!(agent_at(&b).await, "the agent registered with the new leader");
+    agent.shutdown().await;
+    b.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -168,9 +168,9 @@ pub enum Effect {
     },
     /// A player of this site saw their bubble move to a new holder: `gap` without updates, and
     /// `floor`, the least the move could cost them (design.md §5:
-    /// `d(S,T) + d(T,h) − d(S,h) + tick`, one-way delays from the measured backbone), when this
-    /// site is the source or the target (the other sites' link is not measured here). For the
-    /// metrics.
+    /// `d(S,T) + d(T,h) − d(S,h) + tick`, one-way delays from the measured backbone: this
+    /// agent's probes, the core's `Links` for a pair it is not on), once those are known. For
+    /// the metrics.
     Freeze {
         from: Name,
         to: Name,

@@ -373,22 +373,29 @@ impl AgentMachine {
     }
 
     /// The least a move (or a crossing) from `from` to `to` can freeze this site's players (see
-    /// [`Effect::Freeze`]): known when this site is one end, or both ends are one site.
-    fn freeze_floor(&self, from: &Name, to: &Name) -> Option<Duration> {
+    /// [`Effect::Freeze`]): SPEC §5's `d(S,T) + d(T,h) − d(S,h) + one tick`, one-way delays being
+    /// half the measured round trips: this agent's own probes for its links, the core's `Links`
+    /// for the pair it is not on. `None` while a round trip it needs is unknown.
+    pub(super) fn freeze_floor(&self, from: &Name, to: &Name) -> Option<Duration> {
         let tick = self.cfg.server_tick;
-        let rtt = |site: &Name| {
-            let ms = self.peers.get(site)?.rtt_ms?;
-            Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
-        };
-        if *to == self.cfg.site || from == to {
+        let own = |site: &Name| Some(f64::from(self.peers.get(site)?.rtt_ms?.max(0.0)));
+        let ms = if *to == self.cfg.site || from == to {
             // d(S,T) = d(S,h), or S = T: they cancel.
-            Some(tick)
+            0.0
         } else if *from == self.cfg.site {
             // d(h,T) there and d(T,h) back.
-            Some(rtt(to)? + tick)
+            own(to)?
         } else {
-            None
-        }
+            // Neither end here: S to T by the core's table, then T to here, less S to here.
+            let (a, b) = (from.as_str(), to.as_str());
+            let between = self
+                .core_links
+                .iter()
+                .find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a))
+                .and_then(|l| l.rtt_ms)?;
+            ((between + own(to)? - own(from)?) / 2.0).max(0.0)
+        };
+        Some(Duration::from_secs_f64(ms / 1000.0) + tick)
     }
 
     /// Servers ready and holding nothing beyond the warm pool, idle for [`IDLE_STOP_AFTER`],

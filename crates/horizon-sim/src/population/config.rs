@@ -37,6 +37,8 @@ struct RawPopulation {
     /// The `fixed` policy's delegations (the rollout's stage 3).
     #[serde(default)]
     delegations: Vec<horizon_mesh::file::DelegationTable>,
+    /// How much longer than the great circle a city's route to its home site is.
+    path_stretch: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,6 +48,17 @@ struct RawHome {
     peak_utc_h: f64,
     trough: f64,
     access_rtt_ms: RawRtt,
+    #[serde(default)]
+    cities: Vec<RawCity>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCity {
+    name: String,
+    lat: f64,
+    lon: f64,
+    share: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,10 +121,29 @@ pub struct Home {
     pub peak_utc_h: f64,
     /// Activity at the quietest hour relative to the busiest (0..=1).
     pub trough: f64,
-    /// Access RTT: log-normal with this median and 95th percentile.
+    /// Access RTT: log-normal with this median and 95th percentile; with `cities`, the last
+    /// mile alone (the route from the city to the site is added).
     pub access_median_ms: f64,
     pub access_p95_ms: f64,
+    /// Where this home's players live (`[[homes.X.cities]]`); empty: at the site.
+    pub cities: Vec<City>,
 }
+
+/// A city a home site's players live in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct City {
+    pub name: String,
+    pub place: horizon_mesh::Place,
+    /// Share of the home's players.
+    pub share: f64,
+    /// Its players' route to the home site and back: the great circle at fibre speed
+    /// ([`horizon_mesh::Place::floor_rtt_ms`]) times `path_stretch`. Added to their last mile.
+    pub route_ms: f64,
+}
+
+/// The default `path_stretch`: the design's backbone round trips over their physical floors
+/// (PAR–MTL 85 / 55, PAR–HKG 185 / 96, MTL–HKG 225 / 124: 1.5 to 1.9).
+pub const DEFAULT_PATH_STRETCH: f64 = 1.7;
 
 /// How players behave.
 #[derive(Clone, Debug, PartialEq)]
@@ -260,6 +292,50 @@ fn range(b: &mut Builder, key: &str, r: [f64; 2], lo: f64, hi: f64) -> [f64; 2] 
     r
 }
 
+/// A home's cities, checked: each placed on Earth with a share, the shares adding up to 1, and
+/// the home site placed (`[sites.coordinates]`) so that each city's route can be measured.
+fn cities(
+    b: &mut Builder,
+    home: &str,
+    raw: &[RawCity],
+    site: Option<horizon_mesh::Place>,
+    stretch: f64,
+) -> Vec<City> {
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let Some(site) = site else {
+        b.bad(
+            format!("homes.{home}.cities"),
+            format!("needs the site's place: [sites.coordinates] {home} = [lat, lon]"),
+        );
+        return Vec::new();
+    };
+    let mut cities = Vec::new();
+    for (i, c) in raw.iter().enumerate() {
+        let key = |f: &str| format!("homes.{home}.cities[{i}].{f}");
+        if c.name.trim().is_empty() {
+            b.bad(key("name"), "must not be empty");
+        }
+        let place = horizon_mesh::Place { lat: c.lat, lon: c.lon };
+        if let Some(why) = place.problem() {
+            b.bad(key("lat/lon"), why);
+            continue;
+        }
+        let share = within(b, &key("share"), c.share, 0.0, 1.0);
+        let route_ms = place.floor_rtt_ms(&site) * stretch;
+        cities.push(City { name: c.name.clone(), place, share, route_ms });
+    }
+    let total: f64 = cities.iter().map(|c| c.share).sum();
+    if (total - 1.0).abs() > 1e-6 {
+        b.bad(
+            format!("homes.{home}.cities"),
+            format!("shares must add up to 1, they add up to {total}"),
+        );
+    }
+    cities
+}
+
 fn build(raw: RawPopulation) -> Result<PopulationConfig, Vec<Problem>> {
     let mut b = Builder::default();
     if raw.name.trim().is_empty() {
@@ -278,6 +354,8 @@ fn build(raw: RawPopulation) -> Result<PopulationConfig, Vec<Problem>> {
     }
     let sites = b.sites(&raw.sites);
     let thresholds = b.thresholds(&raw.thresholds, tick_ms.max(1));
+    let stretch =
+        within(&mut b, "path_stretch", raw.path_stretch.unwrap_or(DEFAULT_PATH_STRETCH), 1.0, 10.0);
 
     let mut homes = Vec::new();
     if let Some(sites) = &sites {
@@ -293,6 +371,7 @@ fn build(raw: RawPopulation) -> Result<PopulationConfig, Vec<Problem>> {
             let median =
                 within(&mut b, &key("access_rtt_ms.median"), h.access_rtt_ms.median, 0.1, 1e3);
             let p95 = within(&mut b, &key("access_rtt_ms.p95"), h.access_rtt_ms.p95, median, 1e4);
+            let cities = cities(&mut b, name, &h.cities, sites.place(site), stretch);
             homes.push(Home {
                 site,
                 share,
@@ -300,6 +379,7 @@ fn build(raw: RawPopulation) -> Result<PopulationConfig, Vec<Problem>> {
                 trough,
                 access_median_ms: median,
                 access_p95_ms: p95,
+                cities,
             });
         }
         let total: f64 = homes.iter().map(|h| h.share).sum();

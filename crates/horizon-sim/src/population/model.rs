@@ -28,6 +28,8 @@ pub struct PopulationStats {
     /// Σ online humans over ticks (divide by ticks for the mean).
     pub online_tick_sum: u64,
     pub ticks: u64,
+    /// Each session's access RTT, by home site index and city (homes with `cities` only).
+    pub access_by_city: std::collections::BTreeMap<(usize, usize), Vec<f64>>,
 }
 
 struct Poi {
@@ -198,13 +200,31 @@ impl<'a> Population<'a> {
         k
     }
 
+    /// A new session's access RTT to home `h`: log-normal; with cities, a city drawn by its
+    /// share and its route to the site added to that last mile.
     fn access_rtt(&mut self, h: usize) -> f64 {
-        let Some(home) = self.cfg.homes.iter().find(|x| x.site.index() == h) else {
+        let cfg = self.cfg;
+        let Some(home) = cfg.homes.iter().find(|x| x.site.index() == h) else {
             return 10.0;
         };
         let sigma = (home.access_p95_ms / home.access_median_ms).ln() / 1.645;
         let z = self.normal().clamp(-4.0, 4.0);
-        (home.access_median_ms.ln() + sigma * z).exp()
+        let last_mile = (home.access_median_ms.ln() + sigma * z).exp();
+        if home.cities.is_empty() {
+            return last_mile;
+        }
+        let mut draw = self.rng.unit();
+        let city = home
+            .cities
+            .iter()
+            .position(|c| {
+                draw -= c.share;
+                draw < 0.0
+            })
+            .unwrap_or(home.cities.len() - 1);
+        let rtt = last_mile + home.cities[city].route_ms;
+        self.stats.access_by_city.entry((h, city)).or_default().push(rtt);
+        rtt
     }
 
     fn clamp_world(&self, v: Vec3) -> Vec3 {

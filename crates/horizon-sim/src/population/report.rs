@@ -89,6 +89,22 @@ pub struct PopulationFigures {
     pub large_events: u64,
     /// Of the player-time spent in a bubble with others, the share in a bubble mixing home sites.
     pub mixed_home_share_of_grouped: f64,
+    /// Where the players of homes with `cities` lived, and their access round trips.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cities: Vec<CityFigures>,
+}
+
+/// The sessions of one city (`[[homes.X.cities]]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CityFigures {
+    pub home: String,
+    pub city: String,
+    pub sessions: u64,
+    /// The route to the home site and back: great circle at fibre speed × `path_stretch`.
+    pub route_ms: f64,
+    /// Access RTT (route + last mile) over the sessions: p50, p95, rounded to 0.1 ms.
+    pub access_p50_ms: f64,
+    pub access_p95_ms: f64,
 }
 
 /// Per site, sampled every `sample_every_s`.
@@ -172,6 +188,23 @@ impl PopulationReport {
              in parallel over the real `horizon-mesh`).\n",
             self.sim_seconds_per_wall_second, self.wall_s
         );
+        if !p.cities.is_empty() {
+            md.push_str("## Where the players live\n\n");
+            md.push_str(
+                "Access RTT to the home site: the city's route (great circle at fibre speed × \
+                 `path_stretch`) plus the last mile.\n\n",
+            );
+            md.push_str("| home | city | sessions | route (ms) | access p50 / p95 (ms) |\n");
+            md.push_str("|---|---|---|---|---|\n");
+            for c in &p.cities {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.0} | {:.0} / {:.0} |",
+                    c.home, c.city, c.sessions, c.route_ms, c.access_p50_ms, c.access_p95_ms
+                );
+            }
+            md.push('\n');
+        }
         let sites = self.sites();
         md.push_str("## Click-to-screen per home site (ms, p50 / p95 / p99)\n\n");
         md.push_str(

@@ -15,7 +15,8 @@ use super::config::PopulationConfig;
 use super::model::{Population, Step};
 use super::policy::Policy;
 use super::report::{
-    Percentiles, PolicyReport, PopulationFigures, PopulationReport, Reversals, Series, SiteSeries,
+    CityFigures, Percentiles, PolicyReport, PopulationFigures, PopulationReport, Reversals, Series,
+    SiteSeries,
 };
 use super::servers::Servers;
 use crate::runner::{RunError, overlapping_bubbles};
@@ -37,6 +38,34 @@ pub struct Progress {
     pub total_s: f64,
     pub online: usize,
     pub wall_s: f64,
+}
+
+/// Each city's sessions and access round trips, in the order of the file.
+fn city_figures(
+    cfg: &PopulationConfig,
+    access: &BTreeMap<(usize, usize), Vec<f64>>,
+) -> Vec<CityFigures> {
+    let mut figures = Vec::new();
+    for home in &cfg.homes {
+        for (i, city) in home.cities.iter().enumerate() {
+            let mut rtts = access.get(&(home.site.index(), i)).cloned().unwrap_or_default();
+            rtts.sort_by(f64::total_cmp);
+            let at = |q: f64| -> f64 {
+                let Some(last) = rtts.len().checked_sub(1) else { return 0.0 };
+                let v = rtts[((q * rtts.len() as f64).ceil() as usize).saturating_sub(1).min(last)];
+                (v * 10.0).round() / 10.0
+            };
+            figures.push(CityFigures {
+                home: cfg.sites.name(home.site).to_string(),
+                city: city.name.clone(),
+                sessions: rtts.len() as u64,
+                route_ms: (city.route_ms * 10.0).round() / 10.0,
+                access_p50_ms: at(0.5),
+                access_p95_ms: at(0.95),
+            });
+        }
+    }
+    figures
 }
 
 /// Latency histogram with 1 ms buckets.
@@ -657,6 +686,7 @@ fn build_report(
             npcs: st.npcs,
             large_events: st.events,
             mixed_home_share_of_grouped: mixed_share,
+            cities: city_figures(cfg, &st.access_by_city),
         },
         policies,
         series: Series { t_h, online_by_home: online, policies: series },

@@ -298,3 +298,23 @@ fn a_handover_s_state_goes_round_the_cut_link_on_the_relay_it_was_opened_through
         .collect();
     assert_eq!(sent, [("HKG".into(), "PAR".into(), true)]);
 }
+
+/// SPEC §5's floor for this site's players, for a move between any two sites: this agent's
+/// round trips for its own links, the core's table for the pair it is not on.
+#[test]
+fn a_freeze_floor_is_known_for_a_move_between_two_other_sites() {
+    let mut h = triangle();
+    let tick = Duration::from_millis(33);
+    let ms = |x: f64| Duration::from_secs_f64(x / 1000.0);
+    assert_eq!(h.m.freeze_floor(&n("PAR"), &n("HKG")), None, "this agent measured nothing yet");
+    for (site, rtt) in [("PAR", 85.0), ("HKG", 190.0)] {
+        h.m.peers.get_mut(&n(site)).expect("a peer").rtt_ms = Some(rtt);
+    }
+    // A Montrealer in a bubble moving PAR → HKG: the seal crosses PAR–HKG (80 ms one way),
+    // then the updates come from HKG (95 ms) instead of PAR (42.5 ms).
+    let floor = h.m.freeze_floor(&n("PAR"), &n("HKG")).expect("known");
+    assert!(floor.abs_diff(ms(80.0 + 95.0 - 42.5) + tick) < ms(0.01), "{floor:?}");
+    assert_eq!(h.m.freeze_floor(&n("PAR"), &n("MTL")), Some(tick), "towards home: one tick");
+    let out = h.m.freeze_floor(&n("MTL"), &n("HKG")).expect("known");
+    assert!(out.abs_diff(ms(190.0) + tick) < ms(0.01), "{out:?}");
+}
