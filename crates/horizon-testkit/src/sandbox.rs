@@ -621,11 +621,18 @@ impl Sandbox {
     /// The freezes every agent's gateway timed when its players' bubbles moved (`crossings`:
     /// when they changed bubble instead).
     pub fn freezes(&self, crossings: bool) -> Vec<horizon_agent::FreezeSample> {
-        let kept = |a: &horizon_agent::AgentStats| {
+        self.freezes_by_home(crossings).into_iter().map(|(_, f)| f).collect()
+    }
+
+    /// [`Sandbox::freezes`], each with the site of the gateway that timed it: its players' home.
+    pub fn freezes_by_home(&self, crossings: bool) -> Vec<(String, horizon_agent::FreezeSample)> {
+        let mut all = Vec::new();
+        for (site, a) in self.every_agent_site_stats() {
             let samples = if crossings { &a.crossing_freezes } else { &a.freezes };
-            samples.lock().map(|f| f.clone()).unwrap_or_default()
-        };
-        self.every_agent_stats().flat_map(kept).collect()
+            let samples = samples.lock().map(|f| f.clone()).unwrap_or_default();
+            all.extend(samples.into_iter().map(|f| (site.to_owned(), f)));
+        }
+        all
     }
 
     /// The sites, core first.

@@ -163,6 +163,7 @@ async fn run(args: DemoArgs) -> ExitCode {
         None
     };
     let players_per_server = opts.thresholds.players_per_server;
+    let server_tick_ms = opts.server_tick_ms;
     let merge_after_samples = opts.thresholds.merge_after_samples;
     if args.game_server == GameServer::Godot {
         let project = dir.join("godot-reference");
@@ -440,6 +441,11 @@ async fn run(args: DemoArgs) -> ExitCode {
         .sum();
     let freezes = sandbox.freezes(false);
     let crossings = sandbox.freezes(true);
+    let physics = report::physics_report(
+        &sandbox.freezes_by_home(false),
+        &sandbox.core_config().sites,
+        f64::from(server_tick_ms),
+    );
     let core_site = sandbox.core_site().to_owned();
     let engines: usize = sandbox
         .gateways
@@ -501,6 +507,7 @@ async fn run(args: DemoArgs) -> ExitCode {
     doc["freeze_ms"] = freeze;
     doc["freeze_excess_ms"] = excess;
     doc["freeze_excess_ms_by_pair"] = by_pair;
+    (doc["freeze_above_physics_ms"], doc["freeze_above_physics_ms_by_pair"]) = physics;
     let (crossing, crossing_excess, by_pair) = freeze_report(&crossings);
     doc["crossing_freeze_ms"] = crossing;
     doc["crossing_freeze_excess_ms"] = crossing_excess;

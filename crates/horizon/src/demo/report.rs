@@ -126,6 +126,48 @@ pub(super) fn freeze_report(
     (by_pair(per), stats(all), by_pair(excess_per))
 }
 
+/// Each move's freeze above its floor in physics: SPEC §5's `d(S,T) + d(T,h) − d(S,h) + tick`
+/// with each one-way delay the great circle between the two sites at fibre speed (their
+/// `[sites.coordinates]`), not the backbone's measured one. What no engineering removes is
+/// below it; above it, the backbone's detours and everything Horizon adds. Overall and by pair
+/// (`FROM-TO`); moves between unplaced sites are left out.
+pub(super) fn physics_report(
+    samples: &[(String, horizon_agent::FreezeSample)],
+    sites: &horizon_mesh::Sites,
+    tick_ms: f64,
+) -> (serde_json::Value, serde_json::Value) {
+    let floor = |a: &str, b: &str| -> Option<f64> {
+        if a == b {
+            return Some(0.0);
+        }
+        sites.floor_ms(sites.id(a)?, sites.id(b)?)
+    };
+    let mut by_pair: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (home, f) in samples {
+        let (s, t) = (f.from.as_str(), f.to.as_str());
+        let (Some(st), Some(th), Some(sh)) = (floor(s, t), floor(t, home), floor(s, home)) else {
+            continue;
+        };
+        let physics = ((st + th - sh) / 2.0).max(0.0) + tick_ms;
+        let gap = f.gap.as_secs_f64() * 1000.0;
+        by_pair.entry(format!("{s}-{t}")).or_default().push((gap - physics).max(0.0));
+    }
+    let stats = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
+        serde_json::json!({
+            "p50": r(bots::quantile(&v, 0.5)),
+            "p99": r(bots::quantile(&v, 0.99)),
+            "max": r(v.last().copied()),
+            "samples": v.len(),
+        })
+    };
+    let all = stats(by_pair.values().flatten().copied().collect());
+    let by_pair =
+        by_pair.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>();
+    (all, by_pair.into())
+}
+
 /// The final document. Inputs: `inputs_applied` is what the game counted on each player's
 /// entity (its `inputs` counter in the last update the player saw); `inputs_in_flight` are
 /// inputs sent but not yet acknowledged when the players stopped; `inputs_unacked_in_ended_sessions`
@@ -268,5 +310,51 @@ mod tests {
             "fault partition at 45 s: 5 players affected, resumed after at most 31.1 s"
         ));
         assert!(lines.iter().all(|l| !l.contains('{')), "{lines:#?}");
+    }
+}
+
+#[cfg(test)]
+mod physics {
+    use std::time::Duration;
+
+    use horizon_agent::FreezeSample;
+    use horizon_mesh::{Place, SiteName, Sites};
+
+    /// PAR and MTL, placed: their great circle is 5,520 km, a floor of 55.2 ms there and back.
+    fn sites() -> Sites {
+        let (par, mtl) = (SiteName::new("PAR").unwrap(), SiteName::new("MTL").unwrap());
+        let places = [
+            (par.clone(), Place { lat: 48.86, lon: 2.35 }),
+            (mtl.clone(), Place { lat: 45.50, lon: -73.57 }),
+        ];
+        let pairs = [(par.clone(), mtl.clone(), 85.0)];
+        Sites::placed(vec![par.clone(), mtl], &par, &pairs, &places).unwrap()
+    }
+
+    fn moved(home: &str, gap_ms: u64) -> (String, FreezeSample) {
+        let sample = FreezeSample {
+            from: "PAR".into(),
+            to: "MTL".into(),
+            gap: Duration::from_millis(gap_ms),
+            floor: None,
+        };
+        (home.to_owned(), sample)
+    }
+
+    /// SPEC §5's example, with physics' delays: a Montrealer in a bubble moving PAR → MTL cannot
+    /// freeze less than a tick; a Parisian, less than the great circle there and back and a tick.
+    #[test]
+    fn a_freeze_is_measured_above_the_great_circles_floor_for_its_home() {
+        let (all, by_pair) =
+            super::physics_report(&[moved("MTL", 60), moved("PAR", 150)], &sites(), 33.0);
+        let floor = sites().floor_ms(sites().id("PAR").unwrap(), sites().id("MTL").unwrap());
+        let floor = floor.unwrap();
+        assert!((floor - 55.2).abs() < 0.5, "{floor}");
+        let above_parisian = 150.0 - (floor + 33.0);
+        assert_eq!(all["samples"], 2);
+        assert_eq!(all["max"], (above_parisian * 10.0).round() / 10.0);
+        assert_eq!(by_pair["PAR-MTL"]["samples"], 2);
+        let (montrealer, _) = super::physics_report(&[moved("MTL", 60)], &sites(), 33.0);
+        assert_eq!(montrealer["max"], 27.0, "the Montrealer: 60 ms less one tick");
     }
 }
