@@ -226,6 +226,7 @@ def check_refusals():
         (("core", "store"), {"kind": "etcd", "etcd": {"endpoints": []}}, "core.store.etcd.endpoints"),
         (("core", "store"), {"kind": "etcd", "etcd": {"endpoints": ["etcd:2379"]}}, "endpoints"),
         (("core", "store"), {"kind": "zookeeper"}, "kind"),
+        (("core", "store"), {"kind": "etcd", "etcd": {"endpoints": ["https://etcd:2379"]}}, "core.store.etcd.tls.existingSecret"),
         (("core", "coordinates"), {"PAR": [98, 2]}, "coordinates"),
     ]
     for path, value, key in bad:

@@ -34,12 +34,27 @@ path = "/var/lib/horizon/store"
 {{- if not .Values.core.store.etcd.endpoints }}
 {{- fail "core.store.etcd.endpoints (the etcd members, http://host:port) is required where core.store.kind is etcd" }}
 {{- end }}
+{{- $https := 0 }}
+{{- range .Values.core.store.etcd.endpoints }}{{ if hasPrefix "https://" . }}{{ $https = add1 $https }}{{ end }}{{ end }}
+{{- if and $https (not (dig "etcd" "tls" "existingSecret" "" .Values.core.store)) }}
+{{- fail "core.store.etcd.tls.existingSecret (ca.crt, tls.crt, tls.key) is required with https:// etcd endpoints" }}
+{{- end }}
 kind = "etcd"
 endpoints = [{{ range $i, $e := .Values.core.store.etcd.endpoints }}{{ if $i }}, {{ end }}{{ $e | quote }}{{ end }}]
 prefix = {{ .Values.core.store.etcd.prefix | quote }}
 election_ttl_s = {{ .Values.core.store.etcd.electionTtlSeconds }}
 {{- with .Values.core.store.etcd.universe }}
 universe = {{ . | quote }}
+{{- end }}
+{{- with (dig "etcd" "tls" dict .Values.core.store) }}
+{{- if .existingSecret }}
+tls_ca = "/etc/horizon/etcd-tls/ca.crt"
+tls_cert = "/etc/horizon/etcd-tls/tls.crt"
+tls_key = "/etc/horizon/etcd-tls/tls.key"
+{{- with .serverName }}
+tls_server_name = {{ . | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -63,6 +63,19 @@ pub struct EtcdOptions {
     /// The universe's name, written under the prefix by its first leader: a core of another
     /// universe given the same prefix refuses to lead there. `None`: the core site's name.
     pub universe: Option<String>,
+    /// TLS to etcd (`https://` endpoints); `None`: plain `http://`.
+    pub tls: Option<EtcdTls>,
+}
+
+/// `[store] tls_*`: how the core talks TLS to etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA that signed etcd's server certificates (PEM).
+    pub ca: PathBuf,
+    /// This core's client certificate and key (PEM), for etcd's `--client-cert-auth`.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name etcd's certificate is checked against, when not the endpoints' host.
+    pub server_name: Option<String>,
 }
 
 /// A stage of the rollout: what the core may delegate. Parsed once, here; the brain is told
@@ -167,6 +180,10 @@ struct RawStore {
     prefix: Option<String>,
     election_ttl_s: Option<u32>,
     universe: Option<String>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_server_name: Option<String>,
 }
 
 impl CoreConfig {
@@ -257,7 +274,7 @@ impl CoreConfig {
                 stage.as_str()
             )),
         }
-        let store_kind = store_kind(&raw.store, &mut errors);
+        let store_kind = store_kind(&raw.store, base, &mut errors);
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -279,13 +296,55 @@ impl CoreConfig {
     }
 }
 
+/// `[store] tls_*`: a CA for `https://` endpoints (all of them, or none), a client certificate
+/// and key together.
+fn etcd_tls(
+    raw: &RawStore,
+    endpoints: &[String],
+    base: &Path,
+    errors: &mut Vec<String>,
+) -> Option<EtcdTls> {
+    let https = endpoints.iter().filter(|e| e.starts_with("https://")).count();
+    if https > 0 && https < endpoints.len() {
+        errors.push("store.endpoints: all https:// (with store.tls_ca) or all http://".to_owned());
+    }
+    let identity = match (&raw.tls_cert, &raw.tls_key) {
+        (Some(cert), Some(key)) => Some((base.join(cert), base.join(key))),
+        (None, None) => None,
+        _ => {
+            errors.push("store.tls_cert and store.tls_key: give both, or neither".to_owned());
+            None
+        }
+    };
+    let Some(ca) = &raw.tls_ca else {
+        if https > 0 {
+            errors.push(
+                "store.tls_ca: https:// endpoints need the CA that signed etcd's certificates"
+                    .to_owned(),
+            );
+        }
+        if identity.is_some() || raw.tls_server_name.is_some() {
+            errors.push("store.tls_ca: the other store.tls_* keys need it".to_owned());
+        }
+        return None;
+    };
+    if https == 0 && !endpoints.is_empty() {
+        errors.push("store.tls_ca: TLS to etcd needs https:// endpoints".to_owned());
+    }
+    Some(EtcdTls { ca: base.join(ca), identity, server_name: raw.tls_server_name.clone() })
+}
+
 /// `[store] kind` and the keys that go with it, every problem named.
-fn store_kind(raw: &RawStore, errors: &mut Vec<String>) -> StoreKind {
+fn store_kind(raw: &RawStore, base: &Path, errors: &mut Vec<String>) -> StoreKind {
     let etcd_keys = [
         ("endpoints", raw.endpoints.is_some()),
         ("prefix", raw.prefix.is_some()),
         ("election_ttl_s", raw.election_ttl_s.is_some()),
         ("universe", raw.universe.is_some()),
+        ("tls_ca", raw.tls_ca.is_some()),
+        ("tls_cert", raw.tls_cert.is_some()),
+        ("tls_key", raw.tls_key.is_some()),
+        ("tls_server_name", raw.tls_server_name.is_some()),
     ];
     match raw.kind.as_deref() {
         None | Some("file") => {
@@ -334,7 +393,8 @@ fn store_kind(raw: &RawStore, errors: &mut Vec<String>) -> StoreKind {
                     "store.universe = {u:?}: 1–64 letters, digits, '.', '_' or '-' (\"prod-eu\")"
                 ));
             }
-            StoreKind::Etcd(EtcdOptions { endpoints, prefix, election_ttl_s, universe })
+            let tls = etcd_tls(raw, &endpoints, base, errors);
+            StoreKind::Etcd(EtcdOptions { endpoints, prefix, election_ttl_s, universe, tls })
         }
         Some(other) => {
             errors.push(format!("store.kind = {other:?}: one of \"file\", \"etcd\""));
@@ -425,6 +485,7 @@ mod tests {
             prefix: "/horizon".into(),
             election_ttl_s: 3,
             universe: None,
+            tls: None,
         };
         assert_eq!(c.store_kind, StoreKind::Etcd(want));
         let bad = GOOD.replace(
@@ -449,6 +510,43 @@ mod tests {
         let odd = GOOD.replace("path = \"state\"", "path = \"state\"\nkind = \"zk\"");
         let errors = CoreConfig::parse(&odd, Path::new("/")).unwrap_err();
         assert_eq!(errors, ["store.kind = \"zk\": one of \"file\", \"etcd\""]);
+    }
+
+    #[test]
+    fn tls_to_etcd_needs_https_endpoints_a_ca_and_a_whole_client_identity() {
+        let etcd = |keys: &str| {
+            let store = format!("path = \"state\"\nkind = \"etcd\"\n{keys}");
+            CoreConfig::parse(&GOOD.replace("path = \"state\"", &store), Path::new("/etc/h"))
+        };
+        let good = etcd(
+            "endpoints = [\"https://etcd-0:2379\"]\ntls_ca = \"etcd/ca.crt\"\n\
+             tls_cert = \"etcd/tls.crt\"\ntls_key = \"etcd/tls.key\"\ntls_server_name = \"etcd\"",
+        );
+        let StoreKind::Etcd(o) = good.unwrap().store_kind else { panic!("etcd") };
+        let tls = o.tls.expect("TLS");
+        assert_eq!(tls.ca, Path::new("/etc/h/etcd/ca.crt"));
+        let want = (PathBuf::from("/etc/h/etcd/tls.crt"), PathBuf::from("/etc/h/etcd/tls.key"));
+        assert_eq!(tls.identity, Some(want));
+        assert_eq!(tls.server_name.as_deref(), Some("etcd"));
+        let no_ca = etcd("endpoints = [\"https://etcd-0:2379\"]").unwrap_err();
+        assert!(no_ca[0].starts_with("store.tls_ca: https:// endpoints need"), "{no_ca:?}");
+        let half = etcd("endpoints = [\"https://e:2379\"]\ntls_ca = \"ca\"\ntls_cert = \"c\"");
+        assert_eq!(half.unwrap_err(), ["store.tls_cert and store.tls_key: give both, or neither"]);
+        let mixed = etcd("endpoints = [\"https://a:2379\", \"http://b:2379\"]\ntls_ca = \"ca\"");
+        assert!(mixed.unwrap_err()[0].contains("all https://"));
+        let plain = etcd("endpoints = [\"http://a:2379\"]\ntls_ca = \"ca\"").unwrap_err();
+        assert_eq!(plain, ["store.tls_ca: TLS to etcd needs https:// endpoints"]);
+        let stray = GOOD.replace("path = \"state\"", "path = \"state\"\ntls_ca = \"ca\"");
+        let errors = CoreConfig::parse(&stray, Path::new("/")).unwrap_err();
+        assert_eq!(errors, ["store.tls_ca: read only with store.kind = \"etcd\""]);
+        // Where a standby sends agents: host:port.
+        let admin = "admin = \"127.0.0.1:7480\"";
+        let told = GOOD.replace(admin, &format!("{admin}\nadvertise_control = \"core-0.x:7400\""));
+        let c = CoreConfig::parse(&told, Path::new("/")).unwrap();
+        assert_eq!(c.advertise_control.as_deref(), Some("core-0.x:7400"));
+        let bad = GOOD.replace(admin, &format!("{admin}\nadvertise_control = \"core-0\""));
+        let errors = CoreConfig::parse(&bad, Path::new("/")).unwrap_err();
+        assert!(errors[0].starts_with("listen.advertise_control: \"core-0\""), "{errors:?}");
     }
 
     #[test]

@@ -26,6 +26,6 @@ pub mod status;
 pub mod store;
 mod writer;
 
-pub use crate::config::{CoreConfig, EtcdOptions, Stage, StoreKind};
+pub use crate::config::{CoreConfig, EtcdOptions, EtcdTls, Stage, StoreKind};
 pub use crate::core::{CoreError, CoreHandle, load_tls, start};
 pub use crate::status::CoreStatus;

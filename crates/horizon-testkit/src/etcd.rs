@@ -15,6 +15,20 @@ pub struct EtcdServer {
     child: Child,
     endpoint: String,
     dir: PathBuf,
+    /// Its clients' TLS, when it serves `https://`.
+    tls: Option<EtcdTls>,
+}
+
+/// The certificates of a member serving TLS to clients that must show a certificate of the
+/// same CA (`--client-cert-auth`), all PEM files.
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// A client's certificate and key, for `etcdctl`.
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 impl Drop for EtcdServer {
@@ -37,7 +51,17 @@ impl EtcdServer {
     pub async fn start(dir: PathBuf) -> Result<EtcdServer, String> {
         let (client, peer) = (free_port()?, free_port()?);
         let cluster = format!("t=http://127.0.0.1:{peer}");
-        let etcd = EtcdServer::spawn(dir, "t", client, peer, &cluster)?;
+        let etcd = EtcdServer::spawn(dir, "t", client, peer, &cluster, None)?;
+        etcd.healthy_within(Duration::from_secs(20)).await?;
+        Ok(etcd)
+    }
+
+    /// [`EtcdServer::start`], serving clients over TLS only (`https://`), each of which must
+    /// show a certificate signed by `tls.ca`.
+    pub async fn start_tls(dir: PathBuf, tls: EtcdTls) -> Result<EtcdServer, String> {
+        let (client, peer) = (free_port()?, free_port()?);
+        let cluster = format!("t=http://127.0.0.1:{peer}");
+        let etcd = EtcdServer::spawn(dir, "t", client, peer, &cluster, Some(tls))?;
         etcd.healthy_within(Duration::from_secs(20)).await?;
         Ok(etcd)
     }
@@ -49,10 +73,23 @@ impl EtcdServer {
         client: u16,
         peer: u16,
         initial_cluster: &str,
+        tls: Option<EtcdTls>,
     ) -> Result<EtcdServer, String> {
-        let client_url = format!("http://127.0.0.1:{client}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if let Some(t) = &tls {
+            command
+                .arg("--cert-file")
+                .arg(&t.cert)
+                .arg("--key-file")
+                .arg(&t.key)
+                .arg("--trusted-ca-file")
+                .arg(&t.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args(["--name", name, "--data-dir"])
             .arg(dir.join("data"))
             .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
@@ -66,14 +103,18 @@ impl EtcdServer {
                     "cannot run etcd ({e}): install it (Debian: etcd-server; tests/install does)"
                 )
             })?;
-        Ok(EtcdServer { child, endpoint: client_url, dir })
+        Ok(EtcdServer { child, endpoint: client_url, dir, tls })
     }
 
-    /// Waits until the member's `/health` says so.
+    /// Waits until the member's `/health` says so (through `etcdctl` over TLS).
     async fn healthy_within(&self, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
         let addr = self.endpoint.trim_start_matches("http://").to_owned();
-        while !healthy(&addr).await {
+        let ready = async || match self.tls {
+            None => healthy(&addr).await,
+            Some(_) => self.etcdctl(&["endpoint", "health"]).is_ok_and(|out| out.status.success()),
+        };
+        while !ready().await {
             if Instant::now() >= deadline {
                 return Err(format!("etcd at {} was not healthy within {within:?}", self.endpoint));
             }
@@ -98,9 +139,22 @@ impl EtcdServer {
         if status.success() { Ok(()) } else { Err(format!("kill -{which} failed")) }
     }
 
-    /// Runs `etcdctl` against this member (API v3).
+    /// Runs `etcdctl` against this member (API v3; with a client certificate over TLS).
     pub fn etcdctl(&self, args: &[&str]) -> Result<Output, String> {
-        Command::new("etcdctl")
+        let mut command = Command::new("etcdctl");
+        if let Some(t) = &self.tls {
+            // The member's certificate names a DNS name, not the loopback address dialed: the
+            // client certificate still authenticates (the core's own client checks the name).
+            command
+                .arg("--insecure-skip-tls-verify")
+                .arg("--cacert")
+                .arg(&t.ca)
+                .arg("--cert")
+                .arg(&t.client_cert)
+                .arg("--key")
+                .arg(&t.client_key);
+        }
+        command
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint))
             .args(args)
@@ -159,7 +213,7 @@ impl EtcdCluster {
         let mut members = Vec::new();
         for (i, &(client, peer)) in ports.iter().enumerate() {
             let name = format!("m{i}");
-            members.push(EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster)?);
+            members.push(EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster, None)?);
         }
         let cluster = EtcdCluster { members };
         for m in &cluster.members {

@@ -14,6 +14,6 @@ mod sandbox;
 mod tapped;
 
 pub use cut::TcpCut;
-pub use etcd::{EtcdCluster, EtcdServer};
+pub use etcd::{EtcdCluster, EtcdServer, EtcdTls};
 pub use sandbox::{DriverFactory, MakeDriver, Sandbox, SandboxError, SandboxOptions};
 pub use tapped::TappedDriver;

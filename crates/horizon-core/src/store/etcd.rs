@@ -98,6 +98,23 @@ fn store_name(opts: &EtcdOptions) -> PathBuf {
     PathBuf::from(format!("etcd {} {}", opts.endpoints.join(","), opts.prefix))
 }
 
+/// The TLS settings of `[store] tls_*`, their files read now: a file that cannot be read is
+/// named.
+fn tls_options(tls: &crate::config::EtcdTls) -> Result<etcd_client::TlsOptions, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let mut options = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)?));
+    if let Some((cert, key)) = &tls.identity {
+        options = options.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.server_name {
+        options = options.domain_name(name.clone());
+    }
+    Ok(options)
+}
+
 /// Campaigns until elected, then reads the state and bumps the generation (in a transaction
 /// guarded by the new leadership: no deposed core writes a generation). `value` is what this
 /// core advertises while it leads (operators read it with `etcdctl elect -l`); `universe` names
@@ -114,18 +131,28 @@ pub async fn lead(
     let fail = |why: String| StoreError { path: name.clone(), why };
     // No timeout for every request: the campaign waits as long as another core leads. Each
     // other request has its own.
-    let connect =
+    let mut connect =
         ConnectOptions::new().with_connect_timeout(REQUEST_TIMEOUT).with_require_leader(true);
+    if let Some(tls) = &opts.tls {
+        connect = connect.with_tls(tls_options(tls).map_err(fail)?);
+    }
+    // Over TLS a refused handshake often reads as a closed connection: say where to look.
+    let hint = match &opts.tls {
+        Some(_) => {
+            " (over TLS: store.tls_ca must be the CA of etcd's certificates, and with etcd's --client-cert-auth, store.tls_cert and store.tls_key a certificate it trusts)"
+        }
+        None => "",
+    };
     let mut client = Client::connect(&opts.endpoints, Some(connect))
         .await
-        .map_err(|e| fail(format!("cannot connect: {e}")))?;
+        .map_err(|e| fail(format!("cannot connect: {e}{hint}")))?;
     let ttl = Duration::from_secs(u64::from(opts.election_ttl_s));
     let granted_at = Instant::now();
     let grant = client.lease_grant(i64::from(opts.election_ttl_s), None);
     let lease = tokio::time::timeout(REQUEST_TIMEOUT, grant)
         .await
-        .map_err(|_| fail("no election lease granted in time".into()))?
-        .map_err(|e| fail(format!("cannot be granted an election lease: {e}")))?
+        .map_err(|_| fail(format!("no election lease granted in time{hint}")))?
+        .map_err(|e| fail(format!("cannot be granted an election lease: {e}{hint}")))?
         .id();
     let (raise, mut fence) = Fence::new();
     let keeper = tokio::spawn(keep(client.clone(), lease, ttl, granted_at, raise)).abort_handle();

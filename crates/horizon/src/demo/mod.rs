@@ -151,6 +151,7 @@ async fn run(args: DemoArgs) -> ExitCode {
                     prefix: "/horizon-demo".into(),
                     election_ttl_s: STANDBY_ELECTION_TTL_S,
                     universe: None,
+                    tls: None,
                 });
                 Some(cluster)
             }

@@ -100,30 +100,34 @@ pub(super) fn summary_line(
     )
 }
 
+/// `{p50, p99, max, samples}` of some milliseconds, rounded to 0.1 ms.
+fn summary(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
+    serde_json::json!({
+        "p50": r(bots::quantile(&v, 0.5)),
+        "p99": r(bots::quantile(&v, 0.99)),
+        "max": r(v.last().copied()),
+        "samples": v.len(),
+    })
+}
+
+/// [`summary`] of each pair's milliseconds.
+fn by_pair(m: BTreeMap<String, Vec<f64>>) -> serde_json::Value {
+    m.into_iter().map(|(pair, v)| (pair, summary(v))).collect::<serde_json::Map<_, _>>().into()
+}
+
 /// The freezes players saw when their bubble moved, as their gateways measured them:
 /// `freeze_ms` per "FROM-TO" pair {p50, p99, max, samples}, and the excess beyond the physical
-/// floor {p50, p99, max, samples}, over the moves whose floor is known (the player's home is one
-/// end, or both ends are one site): over all of them, and per pair.
+/// floor {p50, p99, max, samples}, over the moves whose floor is known: over all of them, and
+/// per pair.
 pub(super) fn freeze_report(
     samples: &[horizon_agent::FreezeSample],
 ) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
-    let stats = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
-        serde_json::json!({
-            "p50": r(bots::quantile(&v, 0.5)),
-            "p99": r(bots::quantile(&v, 0.99)),
-            "max": r(v.last().copied()),
-            "samples": v.len(),
-        })
-    };
     let bots::FreezesByPair { gaps_ms: per, excess_ms: excess_per } =
         bots::freezes_by_pair(samples);
-    let by_pair = |m: BTreeMap<String, Vec<f64>>| -> serde_json::Value {
-        m.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>().into()
-    };
     let all: Vec<f64> = excess_per.values().flatten().copied().collect();
-    (by_pair(per), stats(all), by_pair(excess_per))
+    (by_pair(per), summary(all), by_pair(excess_per))
 }
 
 /// Each move's freeze above its floor in physics: SPEC §5's `d(S,T) + d(T,h) − d(S,h) + tick`
@@ -142,7 +146,7 @@ pub(super) fn physics_report(
         }
         sites.floor_ms(sites.id(a)?, sites.id(b)?)
     };
-    let mut by_pair: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut pairs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (home, f) in samples {
         let (s, t) = (f.from.as_str(), f.to.as_str());
         let (Some(st), Some(th), Some(sh)) = (floor(s, t), floor(t, home), floor(s, home)) else {
@@ -150,22 +154,10 @@ pub(super) fn physics_report(
         };
         let physics = ((st + th - sh) / 2.0).max(0.0) + tick_ms;
         let gap = f.gap.as_secs_f64() * 1000.0;
-        by_pair.entry(format!("{s}-{t}")).or_default().push((gap - physics).max(0.0));
+        pairs.entry(format!("{s}-{t}")).or_default().push((gap - physics).max(0.0));
     }
-    let stats = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
-        serde_json::json!({
-            "p50": r(bots::quantile(&v, 0.5)),
-            "p99": r(bots::quantile(&v, 0.99)),
-            "max": r(v.last().copied()),
-            "samples": v.len(),
-        })
-    };
-    let all = stats(by_pair.values().flatten().copied().collect());
-    let by_pair =
-        by_pair.into_iter().map(|(pair, v)| (pair, stats(v))).collect::<serde_json::Map<_, _>>();
-    (all, by_pair.into())
+    let all = summary(pairs.values().flatten().copied().collect());
+    (all, by_pair(pairs))
 }
 
 /// The final document. Inputs: `inputs_applied` is what the game counted on each player's
