@@ -121,11 +121,17 @@ def secrets_for(binary, out, values):
     site_tls = {"ca.crt": read("ca.pem"), "tls.crt": read(f"{site}.pem"), "tls.key": read(f"{site}.key")}
     core_tls = {"ca.crt": read("ca.pem"), "tls.crt": read("horizon-core.pem"), "tls.key": read("horizon-core.key")}
     cert_manager = values["tls"]["certManager"]["enabled"]
-    return {
+    made = {
         "site-horizon-tls" if cert_manager else values["tls"]["existingSecret"]: site_tls,
         "site-horizon-core-tls" if cert_manager else values["core"]["tls"]["existingSecret"]: core_tls,
         values["tokens"]["existingSecret"]: {"player-keys": read("player.keys"), "admin-token": "a-token\n"},
     }
+    # TLS to etcd: the CA of etcd's certificates and the cores' client certificate (here the
+    # dev CA's, as a studio's own PKI would issue them).
+    etcd_tls = values["core"]["store"].get("etcd", {}).get("tls", {}).get("existingSecret")
+    if etcd_tls:
+        made[etcd_tls] = core_tls
+    return made
 
 
 def check_pods(name, docs, values, binary, out):

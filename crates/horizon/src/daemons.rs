@@ -141,7 +141,18 @@ fn read_files(
 }
 
 fn core_files(cfg: &horizon_core::CoreConfig) -> Result<(), Vec<String>> {
-    let files = [("tls.ca", cfg.ca.as_path()), ("tls.cert", &cfg.cert), ("tls.key", &cfg.key)];
+    let mut files =
+        vec![("tls.ca", cfg.ca.as_path()), ("tls.cert", &cfg.cert), ("tls.key", &cfg.key)];
+    // TLS to etcd: its files are read when the core campaigns; missing ones are bad
+    // configuration now.
+    if let horizon_core::StoreKind::Etcd(etcd) = &cfg.store_kind
+        && let Some(tls) = &etcd.tls
+    {
+        files.push(("store.tls_ca", &tls.ca));
+        if let Some((cert, key)) = &tls.identity {
+            files.extend([("store.tls_cert", cert.as_path()), ("store.tls_key", key.as_path())]);
+        }
+    }
     read_files(&files, || {
         horizon_core::load_tls(&cfg.ca, &cfg.cert, &cfg.key).map(drop).map_err(|e| e.to_string())
     })

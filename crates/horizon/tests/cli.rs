@@ -423,6 +423,17 @@ fn check_validates_a_configuration_with_its_environment_overrides() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(64), "{}", String::from_utf8_lossy(&bad.stderr));
+    // TLS to etcd whose CA file is not there: found now, by its key.
+    let etcd = horizon()
+        .args(["core", "--check", "--config", core])
+        .env("HORIZON_CONFIG__STORE__KIND", "etcd")
+        .env("HORIZON_CONFIG__STORE__ENDPOINTS", r#"["https://etcd-0:2379"]"#)
+        .env("HORIZON_CONFIG__STORE__TLS_CA", "etcd/ca.crt")
+        .output()
+        .unwrap();
+    assert_eq!(etcd.status.code(), Some(64));
+    let said = String::from_utf8_lossy(&etcd.stderr);
+    assert!(said.contains("store.tls_ca = ") && said.contains("etcd/ca.crt"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
