@@ -86,15 +86,20 @@ impl horizon_transport::Authenticator for Redirect {
     ) -> Result<Option<horizon_proto::Name>, horizon_proto::Fault> {
         let standing = self.standing.lock().map(|s| s.clone()).unwrap_or_default();
         // The election's value is `HOST ADDR`: the leader's advertised control address last.
+        // A leader that advertised no address wrote its bound one: a wildcard is nowhere to send
+        // an agent.
+        let reachable = |addr: &&str| {
+            addr.parse::<std::net::SocketAddr>().map_or(true, |a| !a.ip().is_unspecified())
+        };
         let leader = match &standing {
-            Standing::Leads(value) => value.rsplit(' ').next(),
+            Standing::Leads(value) => value.rsplit(' ').next().filter(reachable),
             Standing::Connecting | Standing::NobodyLeads => None,
         };
         Err(match leader {
             Some(addr) => horizon_proto::Fault::not_leader(addr),
             None => horizon_proto::Fault::new(
                 horizon_proto::ErrorCode::NotReady,
-                "this core stands by and knows of no leader yet",
+                "this core stands by and knows of no leader's address yet",
             ),
         })
     }

@@ -354,12 +354,8 @@ async fn stand_by(
     leader_gauge(&registry, None);
     let standing = Arc::new(std::sync::Mutex::new(crate::admin::Standing::Connecting));
     let source = Arc::new(crate::admin::StandbySource { standing: standing.clone() });
-    let (stop, stopped) = oneshot::channel::<()>();
-    let access = horizon_admin::Access::from_env(admin_addr);
-    let admin =
-        tokio::spawn(horizon_admin::serve(listener, registry, source, None, access, async {
-            let _ = stopped.await;
-        }));
+    // Bound before the admin API is served: a port in use fails the start with nothing left
+    // running.
     let redirect = match &cfg.advertise_control {
         Some(_) => {
             let name = Name::new(cfg.sites.name(cfg.sites.core()).as_str())
@@ -375,6 +371,12 @@ async fn stand_by(
         }
         None => None,
     };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let access = horizon_admin::Access::from_env(admin_addr);
+    let admin =
+        tokio::spawn(horizon_admin::serve(listener, registry, source, None, access, async {
+            let _ = stopped.await;
+        }));
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "core".to_owned());
     let reach = cfg.advertise_control.clone().unwrap_or_else(|| cfg.listen_control.to_string());
     let value = format!("{host} {reach}");
