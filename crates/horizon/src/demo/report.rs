@@ -267,6 +267,15 @@ pub(super) fn readable(doc: &serde_json::Value) -> Vec<String> {
                 f["resumed_after_s"]["max"].as_f64().map_or("-".to_owned(), |x| format!("{x:.1}")),
                 f["never_resumed"],
             ));
+            if let Some(takeover) = f["takeover_s"].as_f64() {
+                let elected = f["elected_s"].as_f64().unwrap_or(f64::NAN);
+                lines.push(format!(
+                    "  the standby took over: elected after {elected:.1} s, first grant after {takeover:.1} s, generation {} → {}, {} relay regions stopped",
+                    f["generation"]["before"],
+                    f["generation"]["after"],
+                    f["relay_bubbles_stopped"],
+                ));
+            }
         }
     }
     lines.push("(the whole report: --json)".to_owned());
@@ -288,7 +297,11 @@ mod tests {
             "join_to_first_update_ms": {"p50": 177.0, "p99": 346.0},
             "players_unsimulated_max": 0,
             "faults": [{"kind": "partition", "at_s": 45.0, "players_affected": 5,
-                        "resumed_after_s": {"max": 31.14}, "never_resumed": 0}],
+                        "resumed_after_s": {"max": 31.14}, "never_resumed": 0},
+                       {"kind": "kill_core", "at_s": 55.0, "players_affected": 58,
+                        "resumed_after_s": {"max": 0.0}, "never_resumed": 0,
+                        "takeover_s": 4.42, "elected_s": 2.27, "relay_bubbles_stopped": 0,
+                        "generation": {"before": 2, "after": 3}}],
         });
         let lines = super::readable(&doc);
         assert_eq!(
@@ -301,6 +314,10 @@ mod tests {
         assert!(lines[5].starts_with(
             "fault partition at 45 s: 5 players affected, resumed after at most 31.1 s"
         ));
+        assert_eq!(
+            lines[7],
+            "  the standby took over: elected after 2.3 s, first grant after 4.4 s, generation 2 → 3, 0 relay regions stopped"
+        );
         assert!(lines.iter().all(|l| !l.contains('{')), "{lines:#?}");
     }
 }
