@@ -10,8 +10,9 @@
 //! - loss on the agent–core link as QUIC sees it: a lost packet is resent after a timeout, so a
 //!   message is late, not gone;
 //! - partitions, one way or both: messages wait (QUIC resends them) and arrive at the heal, unless
-//!   the cut outlasts the 10 s idle timeout: then the connection dies on both sides, every request
-//!   on it fails, and the agent redials every second until it gets through;
+//!   the cut outlasts the idle timeout (4 s on the agent–core link, 10 s elsewhere): then the
+//!   connection dies on both sides, every request on it fails, and the agent redials every
+//!   second until it gets through;
 //! - process deaths: a killed game server's exit is seen by the agent's driver within 200 ms, its
 //!   connection ends at the idle timeout; a killed agent takes its game servers and its players'
 //!   connections with it (players join again, as new players, once it is back); a killed core
@@ -58,6 +59,9 @@ const ACCESS_US: u64 = 10_000;
 const LOCAL_US: u64 = 300;
 /// QUIC's idle timeout: a connection silent this long is dead.
 const IDLE_US: u64 = 10_000_000;
+/// The agent–core link's idle timeout (`horizon_transport::Limits::control`: an agent notices
+/// a dead core within a standby's takeover).
+const CONTROL_IDLE_US: u64 = 4_000_000;
 /// How often a cut-off agent redials.
 const REDIAL_US: u64 = 1_000_000;
 const TICK_MS: u32 = 100;

@@ -44,7 +44,7 @@ impl World {
                 c.cut_to_core = matches!(direction, Direction::Both | Direction::ToCore);
                 c.cut_from_core = matches!(direction, Direction::Both | Direction::FromCore);
                 let conn = c.conn;
-                self.schedule(IDLE_US, Event::ControlIdle(s, conn));
+                self.schedule(CONTROL_IDLE_US, Event::ControlIdle(s, conn));
             }
             Fault::CutTransfer { sites, .. } => {
                 let (a, b) = (index(sites[0]), index(sites[1]));
