@@ -342,11 +342,12 @@ async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing
     });
     assert_eq!(status.generation, 2, "the new leader serves under the next generation");
     assert_eq!(status.placement(player).map(|b| b.epoch), epoch, "the relay kept its lease");
-    // Measured 3.1 s and 5.3 s with a release build running beside (11.4 s for the agents
-    // when their link to the core waited QUIC's 10 s idle timeout; it waits 4 s now, and load
-    // does not stretch a timer). The bounds keep 3× that; the drill holds SPEC §6's 10 s.
+    // Measured 3.1 s and 5.3 s with a release build running beside, 2.9 s and 5.4 s under
+    // `stress-ng --cpu 2` (11.4 s for the agents when their link to the core waited QUIC's
+    // 10 s idle timeout; it waits 4 s now, and load does not stretch a timer). The bounds keep
+    // 3× that; the drill holds SPEC §6's 10 s.
     assert!(led_after < Duration::from_secs(10), "the standby led {led_after:?} after the death");
-    assert!(back_after < Duration::from_secs(16), "every agent back {back_after:?} after it");
+    assert!(back_after < Duration::from_secs(17), "every agent back {back_after:?} after it");
     for r in &reports {
         assert_eq!(r.restores_seen, 0, "{}: nobody's simulation stopped: {r:?}", r.name);
         played_through_a_failover(r, 1_000.0);
