@@ -33,37 +33,83 @@ pub struct EtcdTls {
 
 impl Drop for EtcdServer {
     fn drop(&mut self) {
-        let _ = self.signal("CONT");
-        let _ = self.child.kill();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // A frozen member (SIGSTOP) is resumed first so that it dies now.
+            let _ = self.signal("CONT");
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    let socket = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(socket.local_addr().map_err(|e| e.to_string())?.port())
+/// `n` distinct free loopback ports. Another process may still take one before etcd binds it
+/// (the sockets are closed to let etcd have them): a member that then exits is started again
+/// on fresh ports ([`START_ATTEMPTS`]).
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    // Every socket is held until all are chosen, so the kernel cannot hand out one port twice.
+    let sockets = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    sockets.iter().map(|s| Ok(s.local_addr().map_err(|e| e.to_string())?.port())).collect()
+}
+
+/// How many times a member (or a cluster) is started on fresh ports when one exits at start.
+const START_ATTEMPTS: usize = 3;
+
+/// Why a started member did not become healthy.
+#[derive(Debug)]
+enum Unhealthy {
+    /// It exited: most often a port taken between [`free_ports`] and its bind. Fresh ports help.
+    Exited(String),
+    /// It cannot be run, or it runs and does not answer `/health` in time: fresh ports would
+    /// not help.
+    Failed(String),
+}
+
+impl Unhealthy {
+    fn message(self) -> String {
+        match self {
+            Unhealthy::Exited(m) | Unhealthy::Failed(m) => m,
+        }
+    }
+}
+
+/// The last lines of a member's log, for an error.
+fn log_tail(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
+    if tail.is_empty() { "(its log is empty)".into() } else { format!("its log ends:\n  {tail}") }
 }
 
 impl EtcdServer {
     /// Starts a member whose data lives in `dir` (removed when dropped), and waits until its
     /// `/health` says so (at most 20 s).
     pub async fn start(dir: PathBuf) -> Result<EtcdServer, String> {
-        let (client, peer) = (free_port()?, free_port()?);
-        let cluster = format!("t=http://127.0.0.1:{peer}");
-        let etcd = EtcdServer::spawn(dir, "t", client, peer, &cluster, None)?;
-        etcd.healthy_within(Duration::from_secs(20)).await?;
-        Ok(etcd)
+        EtcdServer::start_single(dir, None).await
     }
 
     /// [`EtcdServer::start`], serving clients over TLS only (`https://`), each of which must
     /// show a certificate signed by `tls.ca`.
     pub async fn start_tls(dir: PathBuf, tls: EtcdTls) -> Result<EtcdServer, String> {
-        let (client, peer) = (free_port()?, free_port()?);
-        let cluster = format!("t=http://127.0.0.1:{peer}");
-        let etcd = EtcdServer::spawn(dir, "t", client, peer, &cluster, Some(tls))?;
-        etcd.healthy_within(Duration::from_secs(20)).await?;
-        Ok(etcd)
+        EtcdServer::start_single(dir, Some(tls)).await
+    }
+
+    async fn start_single(dir: PathBuf, tls: Option<EtcdTls>) -> Result<EtcdServer, String> {
+        let mut attempt = 1;
+        loop {
+            let ports = free_ports(2)?;
+            let (client, peer) = (ports[0], ports[1]);
+            let cluster = format!("t=http://127.0.0.1:{peer}");
+            let mut etcd =
+                EtcdServer::spawn(dir.clone(), "t", client, peer, &cluster, tls.clone())?;
+            match etcd.healthy_within(Duration::from_secs(20)).await {
+                Ok(()) => return Ok(etcd),
+                Err(Unhealthy::Exited(_)) if attempt < START_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e.message()),
+            }
+        }
     }
 
     /// Runs one member of the cluster `initial_cluster` (`name=peer-url,…`).
@@ -78,6 +124,11 @@ impl EtcdServer {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // Its words go to a log beside its data, quoted when it fails to start.
+        let log = std::fs::File::create(dir.join("etcd.log"))
+            .map_err(|e| format!("{}: {e}", dir.join("etcd.log").display()))?;
+        let log_err = log.try_clone().map_err(|e| e.to_string())?;
         let mut command = Command::new("etcd");
         if let Some(t) = &tls {
             command
@@ -95,8 +146,8 @@ impl EtcdServer {
             .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", initial_cluster])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
             .spawn()
             .map_err(|e| {
                 format!(
@@ -106,21 +157,36 @@ impl EtcdServer {
         Ok(EtcdServer { child, endpoint: client_url, dir, tls })
     }
 
-    /// Waits until the member's `/health` says so (through `etcdctl` over TLS).
-    async fn healthy_within(&self, within: Duration) -> Result<(), String> {
+    /// Waits until the member's `/health` says so (through `etcdctl` over TLS), or it exits.
+    async fn healthy_within(&mut self, within: Duration) -> Result<(), Unhealthy> {
         let deadline = Instant::now() + within;
         let addr = self.endpoint.trim_start_matches("http://").to_owned();
-        let ready = async || match self.tls {
-            None => healthy(&addr).await,
-            Some(_) => self.etcdctl(&["endpoint", "health"]).is_ok_and(|out| out.status.success()),
-        };
-        while !ready().await {
+        loop {
+            let ready = match self.tls {
+                None => healthy(&addr).await,
+                Some(_) => {
+                    self.etcdctl(&["endpoint", "health"]).is_ok_and(|out| out.status.success())
+                }
+            };
+            if ready {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(Unhealthy::Exited(format!(
+                    "etcd at {} exited at start ({status}); {}",
+                    self.endpoint,
+                    log_tail(&self.dir)
+                )));
+            }
             if Instant::now() >= deadline {
-                return Err(format!("etcd at {} was not healthy within {within:?}", self.endpoint));
+                return Err(Unhealthy::Failed(format!(
+                    "etcd at {} was not healthy within {within:?}; {}",
+                    self.endpoint,
+                    log_tail(&self.dir)
+                )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(())
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -195,15 +261,26 @@ pub struct EtcdCluster {
 
 impl EtcdCluster {
     /// Starts `n` members (1..=7), each under `dir/mN`, and waits until every one is healthy
-    /// (at most 30 s: a cluster answers once a majority has elected a leader).
+    /// (at most 30 s: a cluster answers once a majority has elected a leader). A member that
+    /// exits at start (a port taken meanwhile) starts the whole cluster again on fresh ports,
+    /// up to [`START_ATTEMPTS`] times.
     pub async fn start(dir: PathBuf, n: usize) -> Result<EtcdCluster, String> {
         if !(1..=7).contains(&n) {
             return Err(format!("an etcd cluster of {n} members: 1 to 7"));
         }
-        let mut ports = Vec::new();
-        for _ in 0..n {
-            ports.push((free_port()?, free_port()?));
+        let mut attempt = 1;
+        loop {
+            match EtcdCluster::start_once(&dir, n).await {
+                Ok(cluster) => return Ok(cluster),
+                Err(Unhealthy::Exited(_)) if attempt < START_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e.message()),
+            }
         }
+    }
+
+    async fn start_once(dir: &std::path::Path, n: usize) -> Result<EtcdCluster, Unhealthy> {
+        let ports = free_ports(2 * n).map_err(Unhealthy::Failed)?;
+        let ports: Vec<(u16, u16)> = ports.chunks(2).map(|p| (p[0], p[1])).collect();
         let cluster: Vec<String> = ports
             .iter()
             .enumerate()
@@ -213,10 +290,12 @@ impl EtcdCluster {
         let mut members = Vec::new();
         for (i, &(client, peer)) in ports.iter().enumerate() {
             let name = format!("m{i}");
-            members.push(EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster, None)?);
+            let member = EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster, None);
+            members.push(member.map_err(Unhealthy::Failed)?);
         }
-        let cluster = EtcdCluster { members };
-        for m in &cluster.members {
+        // Dropped on failure: every member is killed and its directory removed.
+        let mut cluster = EtcdCluster { members };
+        for m in &mut cluster.members {
             m.healthy_within(Duration::from_secs(30)).await?;
         }
         Ok(cluster)
@@ -246,4 +325,37 @@ async fn healthy(addr: &str) -> bool {
     let mut text = String::new();
     let read = tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut text)).await;
     matches!(read, Ok(Ok(_))) && text.contains("\"health\":\"true\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member whose port is taken exits at start: that is told at once, with its own words,
+    /// so that the cluster is started again on fresh ports instead of waiting 30 s for nothing.
+    #[tokio::test]
+    async fn a_member_whose_port_is_taken_is_seen_exiting_with_its_log() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = taken.local_addr().unwrap().port();
+        let peer = free_ports(1).unwrap()[0];
+        let dir = std::env::temp_dir().join(format!("horizon-etcd-taken-{}", std::process::id()));
+        let cluster = format!("t=http://127.0.0.1:{peer}");
+        let mut etcd =
+            EtcdServer::spawn(dir, "t", client, peer, &cluster, None).expect("etcd runs");
+        let began = Instant::now();
+        match etcd.healthy_within(Duration::from_secs(30)).await {
+            Err(Unhealthy::Exited(message)) => {
+                assert!(message.contains("address already in use"), "{message}");
+                assert!(began.elapsed() < Duration::from_secs(30), "seen before the deadline");
+            }
+            other => panic!("a member on a taken port must be seen exiting: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let ports = free_ports(16).unwrap();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), 16, "{ports:?}");
+    }
 }
