@@ -243,6 +243,8 @@ struct Server {
 
 struct Player {
     home: usize,
+    /// A player, or an NPC: weightless, but simulated, acknowledged and checked all the same.
+    role: Role,
     pos: Vec3,
     conn: u64,
     /// Its gateway session (`None` until joined, and again after its agent died).
@@ -479,17 +481,23 @@ impl World {
 
     /// Players in groups: most of a group at home on one site, a few from elsewhere.
     fn add_players(&mut self) {
-        let groups: [(f64, &[usize]); 4] = [
-            (0.0, &[1, 1, 1, 0]),
-            (20_000.0, &[2, 2, 2, 1]),
-            (40_000.0, &[0, 0, 2]),
-            (60_000.0, &[1, 2]),
+        // (x, homes): a group of players; an NPC with each group but the travelers', and one
+        // alone, far from everyone (its zone's).
+        let groups: [(f64, &[usize], bool); 5] = [
+            (0.0, &[1, 1, 1, 0], true),
+            (20_000.0, &[2, 2, 2, 1], true),
+            (40_000.0, &[0, 0, 2], true),
+            (60_000.0, &[1, 2], false),
+            (90_000.0, &[], true),
         ];
-        for (x, homes) in groups {
-            for (i, &home) in homes.iter().enumerate() {
+        for (x, homes, npc) in groups {
+            let roles = homes.iter().map(|&h| (h, Role::Player));
+            let npc = npc.then_some((1 + x as usize / 20_000 % 2, Role::Npc));
+            for (i, (home, role)) in roles.chain(npc).enumerate() {
                 let idx = self.players.len();
                 self.players.push(Player {
                     home,
+                    role,
                     pos: Vec3 { x: x + 10.0 * i as f64, y: 0.0, z: 0.0 },
                     conn: 0,
                     id: None,

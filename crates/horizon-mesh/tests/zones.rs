@@ -553,3 +553,84 @@ fn a_core_restarted_into_the_fixed_stage_sends_a_delegated_bubble_to_its_site_an
         "no region created over the one taken back: {cmds:?}"
     );
 }
+
+#[test]
+fn an_npc_is_simulated_by_the_bubble_holding_it_else_by_its_zone_and_loads_neither() {
+    let mut m = mesh(Thresholds::default());
+    // A player of MTL alone: a bubble around them on MTL.
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    m.place_arrival(PlayerId(1), Time::ZERO);
+    let bubble = m.bubble_of(PlayerId(1)).unwrap().clone();
+    while m.poll_command().is_some() {}
+    // One NPC inside its box, one far from it, and one that walks from one to the other.
+    m.handle_join(join(2, MTL, 10.0, Role::Npc, at(1.0))).unwrap();
+    m.handle_join(join(3, MTL, 10.0, Role::Npc, at(50_000.0))).unwrap();
+    m.handle_join(join(4, MTL, 10.0, Role::Npc, at(2.0))).unwrap();
+    let cmds = ticks(&mut m, 0, 0);
+    let zone = m.zones().next().unwrap().id;
+    assert_eq!(m.region_of(PlayerId(2), None), Some(bubble.id));
+    assert_eq!(m.region_of(PlayerId(3), None), Some(zone));
+    assert_eq!(m.region_of(PlayerId(4), None), Some(bubble.id));
+    // They weigh nothing: the bubble counts its one player, the zone nobody, no site is theirs.
+    assert_eq!(m.bubble_of(PlayerId(1)).unwrap().players, 1);
+    assert_eq!(m.zones().next().unwrap().players, 0);
+    assert_eq!(m.site_of(PlayerId(2)), None);
+    assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::Create { .. })), "{cmds:?}");
+    // Just past the bubble's edge, one that was in it stays (SMD's margin); beyond, the zone.
+    let edge = m.bubble_of(PlayerId(1)).unwrap().bounds.max.x;
+    let walk = |m: &mut Mesh, x: f64| {
+        let update = horizon_mesh::PlayerUpdate { position: Some(at(x)), ..Default::default() };
+        m.handle_update(PlayerId(4), &update).unwrap();
+    };
+    walk(&mut m, edge + horizon_mesh::ZONE_EXIT_MARGIN_M / 2.0);
+    assert_eq!(m.region_of(PlayerId(4), Some(bubble.id)), Some(bubble.id));
+    assert_eq!(m.region_of(PlayerId(4), None), Some(zone), "a newcomer there is the zone's");
+    walk(&mut m, edge + horizon_mesh::ZONE_EXIT_MARGIN_M * 2.0);
+    assert_eq!(m.region_of(PlayerId(4), Some(bubble.id)), Some(zone));
+    // A bubble that ends gives its NPCs back to the zone around them.
+    m.handle_leave(PlayerId(1)).unwrap();
+    ticks(&mut m, 5, 5);
+    assert!(m.bubble_by_id(bubble.id).is_none());
+    assert_eq!(m.region_of(PlayerId(2), Some(bubble.id)), Some(zone));
+}
+
+#[test]
+fn the_bubble_at_a_position_is_found_among_many_as_they_come_move_and_go() {
+    let mut m = mesh(Thresholds::default());
+    // Forty lone players 20 km apart along x, each in a bubble of their own.
+    for id in 1..=40 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 20_000.0))).unwrap();
+        m.place_arrival(PlayerId(id), Time::ZERO);
+    }
+    ticks(&mut m, 0, 10);
+    let check = |m: &Mesh| {
+        for b in m.bubbles() {
+            let inside = Vec3::new(
+                (b.bounds.min.x + b.bounds.max.x) / 2.0,
+                (b.bounds.min.y + b.bounds.max.y) / 2.0,
+                (b.bounds.min.z + b.bounds.max.z) / 2.0,
+            );
+            assert_eq!(m.bubble_at(b.world, inside).map(|f| f.id), Some(b.id));
+            assert_eq!(m.bubble_at(WorldId(1), inside).map(|f| f.id), None, "another world");
+        }
+        let brute = |p: Vec3| m.bubbles().find(|b| b.bounds.contains(p)).map(|b| b.id);
+        for x in (0..900).map(|i| i as f64 * 1_000.0) {
+            assert_eq!(m.bubble_at(WorldId(0), at(x)).map(|b| b.id), brute(at(x)), "at {x}");
+        }
+    };
+    check(&m);
+    // Half of them walk 3 km (borders move), a quarter leave (bubbles end).
+    for id in (1..=40).step_by(2) {
+        let update = horizon_mesh::PlayerUpdate {
+            position: Some(at(id as f64 * 20_000.0 + 3_000.0)),
+            ..Default::default()
+        };
+        m.handle_update(PlayerId(id), &update).unwrap();
+    }
+    for id in (1..=40).step_by(4) {
+        m.handle_leave(PlayerId(id)).unwrap();
+    }
+    ticks(&mut m, 15, 20);
+    assert!(m.bubbles().count() < 40);
+    check(&m);
+}

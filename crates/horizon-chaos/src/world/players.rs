@@ -24,13 +24,13 @@ impl World {
         player.playing = false;
         player.live_from = self.now;
         player.last_update = self.now;
-        let pos = player.pos;
+        let (pos, role) = (player.pos, player.role);
         let client = name(&format!("bot-{p}-{conn}"));
         self.agent_input(home, agent::Input::PlayerUp { conn, client });
         self.next_token += 1;
         let token = self.next_token;
         self.player_calls.insert(token, p);
-        let request = gateway::Request::Join { role: Role::Player, world: WorldId(0), pos };
+        let request = gateway::Request::Join { role, world: WorldId(0), pos };
         let input = agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 };
         let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
         self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));

@@ -155,6 +155,8 @@ pub struct Mesh {
     bubbles: Vec<Option<Bubble>>,
     free_slots: Vec<u32>,
     bubble_index: FxHashMap<BubbleId, u32>,
+    /// Every bubble's box, for finding the bubble that holds a position (`npcs.rs`).
+    boxes: npcs::BubbleBoxes,
     next_bubble: u64,
     leases: LeaseTable<BubbleId, SiteId>,
     /// Ready or hosting servers per site (`None`: unlimited), each with
@@ -190,6 +192,7 @@ mod command;
 mod delegations;
 mod explain;
 mod load;
+mod npcs;
 mod order;
 mod restore;
 mod sweep;
@@ -287,6 +290,7 @@ impl Mesh {
             bubbles: Vec::new(),
             free_slots: Vec::new(),
             bubble_index: FxHashMap::default(),
+            boxes: npcs::BubbleBoxes::default(),
             next_bubble: 1,
             ready: vec![None; n],
             used: vec![0; n],
@@ -596,7 +600,6 @@ impl Mesh {
         self.bubble_index.get(&id).and_then(|&s| self.bubbles[s as usize].as_ref())
     }
 
-    /// The bubble simulating a player, if any (none: a core-site zone, or an NPC).
     /// Counted players (not NPCs) in no bubble: those the core site's zones hold
     /// ([`Mesh::zone_of`]). Read in place, with no lookup by id: the gauges take it after
     /// every step.
@@ -607,6 +610,8 @@ impl Mesh {
         })
     }
 
+    /// The bubble a counted player is grouped in, if any (none: a core-site zone, or an NPC,
+    /// whose region is [`Mesh::region_of`]).
     pub fn bubble_of(&self, id: PlayerId) -> Option<&Bubble> {
         let &i = self.player_index.get(&id)?;
         match self.player_bubble[self.place_of[i as usize] as usize] {

@@ -372,6 +372,7 @@ impl Mesh {
             }
         };
         self.bubble_index.insert(id, slot);
+        self.boxes.insert(self.bubbles[slot as usize].as_ref().expect("just placed"));
         self.used[site.index()] += self.bubble(slot).seats();
         slot
     }
@@ -567,8 +568,8 @@ impl Mesh {
             }
             stats.merged += 1;
         }
+        self.rebound(survivor, bounds);
         let b = self.bubble_mut(survivor);
-        b.bounds = bounds;
         b.hysteresis.best_since = None;
         self.commands.push_back(Command::Border {
             bubble: into,
@@ -606,6 +607,7 @@ impl Mesh {
         if let Some(b) = self.bubbles[slot as usize].take() {
             let _ = self.leases.revoke(b.id, b.epoch);
             self.bubble_index.remove(&b.id);
+            self.boxes.remove(&b);
             self.used[b.site.index()] = self.used[b.site.index()].saturating_sub(b.seats());
             self.retired_slots.push(slot);
         }
@@ -689,6 +691,14 @@ impl Mesh {
         }
     }
 
+    /// Gives a bubble a new box, indexed again.
+    fn rebound(&mut self, slot: u32, bounds: Aabb) {
+        let b = self.bubbles[slot as usize].as_mut().expect("a live slot");
+        self.boxes.remove(b);
+        b.bounds = bounds;
+        self.boxes.insert(b);
+    }
+
     pub(super) fn set_bounds(
         &mut self,
         slot: u32,
@@ -696,8 +706,8 @@ impl Mesh {
         reason: BorderReason,
         stats: &mut TickStats,
     ) {
-        let b = self.bubble_mut(slot);
-        b.bounds = bounds;
+        self.rebound(slot, bounds);
+        let b = self.bubble(slot);
         let cmd = Command::Border { bubble: b.id, bounds, reason };
         self.commands.push_back(cmd);
         stats.borders += 1;

@@ -345,24 +345,35 @@ impl Mesh {
 
     // ---- reading ------------------------------------------------------------------------------
 
-    /// The region simulating a counted player: their bubble, else the zone around them. A
+    /// The region simulating a player: their bubble, else the zone around them. A
     /// player in zone `current` stays in it until [`ZONE_EXIT_MARGIN_M`] past its edge (SMD's
     /// `out_of_zone`), so one standing on a cut — a median cut runs through a player — does not
     /// cross back and forth with every step.
+    /// An NPC is simulated by the bubble whose box holds it, else by the zone around it
+    /// (`npcs.rs`).
     pub fn region_of(&self, id: PlayerId, current: Option<BubbleId>) -> Option<BubbleId> {
-        if let Some(b) = self.bubble_of(id) {
-            return Some(b.id);
-        }
-        let zone = self.zone_of(id)?;
         let &i = self.player_index.get(&id)?;
-        let item = &self.items[self.place_of[i as usize] as usize];
+        let place = self.place_of[i as usize] as usize;
+        if self.npc[place] {
+            return self.npc_region(place, current);
+        }
+        match self.player_bubble[place] {
+            NONE => self.zone_around(place, current),
+            slot => self.bubbles[slot as usize].as_ref().map(|b| b.id),
+        }
+    }
+
+    /// The zone around the player at `place`: `current` while within [`ZONE_EXIT_MARGIN_M`]
+    /// of its box, else the zone whose box holds them.
+    pub(super) fn zone_around(&self, place: usize, current: Option<BubbleId>) -> Option<BubbleId> {
+        let item = &self.items[place];
         let near = |z: &Zone| {
             z.world == item.world && z.bounds.expand(ZONE_EXIT_MARGIN_M).contains(item.pos)
         };
-        match current.and_then(|c| self.zone_by_id(c)) {
-            Some(c) if near(c) => Some(c.id),
-            _ => Some(zone.id),
+        if let Some(c) = current.and_then(|c| self.zone_by_id(c)).filter(|c| near(c)) {
+            return Some(c.id);
         }
+        self.zones.locate(item.world, item.pos).map(|leaf| self.zones.zone(leaf).id)
     }
 
     /// The leases a site's agent holds and renews: its running bubbles and (the core site) its

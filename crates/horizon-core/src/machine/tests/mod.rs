@@ -1220,6 +1220,50 @@ fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bub
 }
 
 #[test]
+fn an_npc_is_simulated_by_its_zone_then_by_the_bubble_that_takes_its_space_and_counts_for_neither()
+{
+    let mut h = Harness::new();
+    let npc = control::PlayerSample { role: Role::Npc, ..sample(3, 20.0) };
+    h.report("MTL", vec![sample(1, 0.0), sample(2, 50.0), npc], Vec::new(), Vec::new());
+    let (zone, site, _) = h.hosted(3);
+    assert_eq!((zone.is_zone(), site.as_str()), (true, "PAR"), "in the zone, as the players");
+    assert_eq!(h.routes_to("MTL", 3), [("route", zone)], "its gateway routes it there");
+    h.core.refresh_gauges();
+    assert!(
+        h.core.metrics_text().contains("horizon_core_players_unsimulated{home_site=\"MTL\"} 0")
+    );
+    // The players' bubble takes the space the NPC stands in: the NPC crosses with them.
+    h.log.clear();
+    h.run_until(5_000);
+    let (site, bubble) = h
+        .sent()
+        .into_iter()
+        .find_map(|(s, _, r)| match r {
+            control::Request::Create { bubble, .. } if !bubble.is_zone() => Some((s, bubble)),
+            _ => None,
+        })
+        .expect("a bubble for the group");
+    h.ack_all(&site);
+    assert_eq!(h.hosted(3).0, bubble);
+    let departed: Vec<u64> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(s, _, r)| match r {
+            control::Request::Members { lease, departed, .. }
+                if s == "PAR" && lease.bubble == zone =>
+            {
+                Some(departed.into_iter().map(|d| d.player.0).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(departed, [1, 2, 3], "the zone's server hands the NPC's state on too");
+    // It weighs nothing: the bubble is placed and counted for its two players alone.
+    assert_eq!(h.core.mesh.bubble_by_id(bubble).map(|b| b.players), Some(2));
+}
+
+#[test]
 fn configured_zones_open_at_the_first_start_and_a_restart_takes_back_the_stored_layout_instead() {
     let b = |x0: f64, x1: f64| horizon_proto::Aabb {
         min: Vec3 { x: x0, y: -1e3, z: -1e3 },
