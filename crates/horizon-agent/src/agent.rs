@@ -213,8 +213,6 @@ pub async fn start(
         peers: HashMap::new(),
         dialed: HashMap::new(),
         mirrors: HashMap::new(),
-        held_ready: Vec::new(),
-        pool_states: HashMap::new(),
     };
     let task = tokio::spawn(shell.run(events_rx, stop_rx));
     Ok(AgentHandle {
@@ -306,8 +304,4 @@ struct Shell {
     /// Links this agent dialed, kept alive by holding them.
     dialed: HashMap<Name, Link<Transfer>>,
     mirrors: HashMap<HandoverId, Outbound<StateItem>>,
-    /// `Ready` requests of servers their driver does not count ready yet (one per server).
-    held_ready: Vec<(Name, ConnId, Token)>,
-    /// Each server's pool state as last told to the driver (`true`: hosting).
-    pool_states: HashMap<Name, bool>,
 }

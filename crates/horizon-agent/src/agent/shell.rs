@@ -24,8 +24,6 @@ impl Shell {
                     for (server, why) in self.driver.poll_ended() {
                         self.machine.handle(Input::ServerEnded { server, why }, Instant::now());
                     }
-                    self.release_ready();
-                    self.tell_pool_states();
                 }
             }
             self.carry_out();
@@ -44,31 +42,6 @@ impl Shell {
         }
         if let Some(conn) = self.core.current() {
             conn.close(ErrorCode::ShuttingDown, "agent stopping");
-        }
-    }
-
-    /// Tells the driver each server whose pool state changed since it was last told.
-    fn tell_pool_states(&mut self) {
-        let now: HashMap<Name, bool> =
-            self.machine.hosting().map(|(name, hosting)| (name.clone(), hosting)).collect();
-        for (name, hosting) in &now {
-            if self.pool_states.get(name) != Some(hosting) {
-                self.driver.set_hosting(name.as_str(), *hosting);
-            }
-        }
-        self.pool_states = now;
-    }
-
-    /// Passes on the held `Ready` of each server its driver now counts ready.
-    fn release_ready(&mut self) {
-        let held = std::mem::take(&mut self.held_ready);
-        for (server, conn, token) in held {
-            if self.driver.ready(server.as_str()) {
-                let request = server::Request::Ready;
-                self.feed(Input::ServerRequest { server, conn, token, request });
-            } else {
-                self.held_ready.push((server, conn, token));
-            }
         }
     }
 
@@ -106,24 +79,11 @@ impl Shell {
                 let token = self.token();
                 let request = req.body.clone();
                 self.server_requests.insert(token, req);
-                // A server is ready when it says so and its platform agrees (a pod's Ready
-                // condition): until then its `Ready` waits here, one per server.
-                let platform_ready = self.driver.ready(server.as_str());
-                if matches!(request, server::Request::Ready) && !platform_ready {
-                    if self.held_ready.iter().any(|(s, ..)| *s == server) {
-                        let fault = horizon_proto::Fault::new(ErrorCode::Unexpected, "Ready twice");
-                        self.effect(Effect::AnswerServer { token, result: Err(fault) });
-                    } else {
-                        self.held_ready.push((server, conn, token));
-                    }
-                    return;
-                }
                 self.feed(Input::ServerRequest { server, conn, token, request });
             }
             Event::ServerInbound(..) => {}
             Event::ServerItem(server, item) => self.feed(Input::ServerItem { server, item }),
             Event::ServerGone(server, conn) => {
-                self.held_ready.retain(|(s, c, _)| (s, *c) != (&server, conn));
                 if self.servers.get(&server).is_some_and(|s| s.conn.id() == conn) {
                     self.servers.remove(&server);
                 }
@@ -298,6 +258,14 @@ impl Shell {
                 }
             }
             Effect::StopServer { server } => self.driver.stop(&server),
+            Effect::AskPlatformReady { server } => {
+                if self.driver.ready(server.as_str()) {
+                    self.feed(Input::PlatformReady { server });
+                }
+            }
+            Effect::SetHosting { server, hosting } => {
+                self.driver.set_hosting(server.as_str(), hosting)
+            }
             Effect::ToServer { server, pending, request } => {
                 let refused = match self.servers.get(&server) {
                     Some(s) => match s.lane.try_send((pending, request)) {

@@ -74,6 +74,10 @@ impl AgentMachine {
             Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.cfg.site))
         })?;
         if let Some(s) = self.servers.get_mut(&server) {
+            if s.bubbles.is_empty() {
+                let hosting = Effect::SetHosting { server: server.clone(), hosting: true };
+                self.effects.push_back(hosting);
+            }
             s.bubbles.push(lease.bubble);
         }
         let lease = remaining(lease, received, now);

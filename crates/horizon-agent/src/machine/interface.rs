@@ -45,6 +45,11 @@ pub enum Input {
         server: Name,
         conn: ConnId,
     },
+    /// The platform counts `server` ready (a pod's Ready condition): the answer to
+    /// [`Effect::AskPlatformReady`], given only when it holds.
+    PlatformReady {
+        server: Name,
+    },
     /// The driver saw a server's process (or pod) end.
     ServerEnded {
         server: String,
@@ -130,6 +135,18 @@ pub enum Effect {
     },
     StopServer {
         server: String,
+    },
+    /// Whether the platform counts `server` ready: answered with [`Input::PlatformReady`] if
+    /// so, else not at all (the machine asks again every housekeeping period while it holds
+    /// the server's `Ready`).
+    AskPlatformReady {
+        server: Name,
+    },
+    /// Tell the platform whether `server` holds a region (`hosting`) or waits in the warm pool
+    /// (a pod's `horizon.dev/pool` label), as it changes.
+    SetHosting {
+        server: Name,
+        hosting: bool,
     },
     /// A request to a game server, after every earlier one to it has been answered.
     ToServer {

@@ -283,6 +283,9 @@ enum AfterLeave {
 struct GameServer {
     conn: ConnId,
     ready: bool,
+    /// Its `Ready`, held until its platform agrees (a pod's Ready condition): asked with
+    /// [`Effect::AskPlatformReady`] until [`Input::PlatformReady`] comes.
+    platform_wait: Option<Token>,
     tps: f32,
     players: u32,
     bubbles: Vec<BubbleId>,
@@ -626,11 +629,6 @@ impl AgentMachine {
         machine
     }
 
-    /// Each connected game server, and whether it holds part of a bubble (its pool state).
-    pub fn hosting(&self) -> impl Iterator<Item = (&Name, bool)> {
-        self.servers.iter().map(|(name, s)| (name, !s.bubbles.is_empty()))
-    }
-
     /// The next effect to carry out, oldest first.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
@@ -691,8 +689,9 @@ impl AgentMachine {
             Input::CoreReplied { pending, result } => self.core_replied(pending.0, result, now),
             Input::ServerUp { server, conn } => self.server_up(server, conn),
             Input::ServerRequest { server, conn, token, request } => {
-                self.server_request(server, conn, token, request, now)
+                self.server_request(server, conn, token, request)
             }
+            Input::PlatformReady { server } => self.platform_ready(server, now),
             Input::ServerItem { server, item } => self.server_item(&server, item, now),
             Input::ServerReplied { server, pending, result } => {
                 self.server_replied(server, pending.0, result, now)
@@ -776,7 +775,12 @@ impl AgentMachine {
 
     fn release(&mut self, server: &Name, bubble: BubbleId) -> bool {
         let Some(srv) = self.servers.get_mut(server) else { return false };
+        let held = !srv.bubbles.is_empty();
         srv.bubbles.retain(|b| *b != bubble);
+        if held && srv.bubbles.is_empty() {
+            let server = server.clone();
+            self.effects.push_back(Effect::SetHosting { server, hosting: false });
+        }
         true
     }
 

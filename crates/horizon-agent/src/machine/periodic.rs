@@ -92,6 +92,7 @@ impl AgentMachine {
     }
 
     pub(super) fn housekeeping(&mut self, now: Instant) {
+        self.ask_platforms();
         self.stop_idle_servers(now);
         self.relieve_servers(now);
         let ready = self.servers.values().filter(|s| s.ready).count() as u64;

@@ -23,6 +23,7 @@ impl AgentMachine {
         let srv = GameServer {
             conn,
             ready: false,
+            platform_wait: None,
             tps: 0.0,
             players: 0,
             bubbles: Vec::new(),
@@ -30,8 +31,51 @@ impl AgentMachine {
             over_since: None,
             relieved_at: None,
         };
+        // A new server waits in the warm pool until it holds a region.
+        self.effects.push_back(Effect::SetHosting { server: server.clone(), hosting: false });
         self.servers.insert(server, srv);
         self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
+    }
+
+    /// A server is ready when it says so and its platform agrees: its `Ready` waits for
+    /// [`Input::PlatformReady`], one per server.
+    fn hold_ready(&mut self, server: Name, token: Token) {
+        let Some(srv) = self.servers.get_mut(&server) else { return };
+        if srv.platform_wait.is_some() {
+            let fault = Fault::new(ErrorCode::Unexpected, "Ready twice");
+            self.effects.push_back(Effect::AnswerServer { token, result: Err(fault) });
+            return;
+        }
+        srv.platform_wait = Some(token);
+        self.effects.push_back(Effect::AskPlatformReady { server });
+    }
+
+    /// The platform counts `server` ready: its held `Ready` counts now.
+    pub(super) fn platform_ready(&mut self, server: Name, now: Instant) {
+        let Some(token) = self.servers.get_mut(&server).and_then(|s| s.platform_wait.take()) else {
+            return;
+        };
+        self.server_ready(server, token, now);
+    }
+
+    /// A server is ready (it said so, its platform agrees): the oldest order waiting for one
+    /// is served.
+    fn server_ready(&mut self, server: Name, token: Token, now: Instant) {
+        let Some(srv) = self.servers.get_mut(&server) else { return };
+        srv.ready = true;
+        tracing::info!(site = %self.cfg.site, %server, "game server ready");
+        self.effects.push_back(Effect::AnswerServer { token, result: Ok(server::Reply::Done) });
+        if let Some(waiting) = self.waiting.pop_front() {
+            self.serve_order(waiting, now);
+        }
+    }
+
+    /// Asks again for every server whose `Ready` waits for its platform.
+    pub(super) fn ask_platforms(&mut self) {
+        let waiting = self.servers.iter().filter(|(_, s)| s.platform_wait.is_some());
+        let asks: Vec<Effect> =
+            waiting.map(|(n, _)| Effect::AskPlatformReady { server: n.clone() }).collect();
+        self.effects.extend(asks);
     }
 
     pub(super) fn server_request(
@@ -40,7 +84,6 @@ impl AgentMachine {
         conn: ConnId,
         token: Token,
         request: server::Request,
-        now: Instant,
     ) {
         let Some(srv) = self.servers.get_mut(&server).filter(|s| s.conn == conn) else {
             let fault = Fault::new(ErrorCode::Unexpected, "not this agent's server");
@@ -52,13 +95,7 @@ impl AgentMachine {
                 Ok(server::Reply::Registered { load_every_ms: 1000 })
             }
             server::Request::Ready => {
-                srv.ready = true;
-                tracing::info!(site = %self.cfg.site, %server, "game server ready");
-                self.effects
-                    .push_back(Effect::AnswerServer { token, result: Ok(server::Reply::Done) });
-                if let Some(waiting) = self.waiting.pop_front() {
-                    self.serve_order(waiting, now);
-                }
+                self.hold_ready(server, token);
                 return;
             }
             server::Request::Load { tps, players, .. } => {

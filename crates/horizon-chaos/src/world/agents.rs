@@ -84,6 +84,13 @@ impl World {
                 self.schedule(SERVER_START_US, Event::ServerStarts(site, server, inc));
             }
             E::StopServer { server } => self.kill_server(site, &server, false),
+            // The simulated platform counts a server ready as soon as it says so, and has no
+            // pool labels.
+            E::AskPlatformReady { server } => {
+                let now = self.instant(site);
+                self.agents[site].machine.handle(agent::Input::PlatformReady { server }, now);
+            }
+            E::SetHosting { .. } => {}
             E::ToServer { server, pending, request } => {
                 if let server::Request::Join { lease, player, last_applied, state } = &request {
                     let note = format!(

@@ -99,6 +99,13 @@ impl Harness {
         let token = self.token();
         let request = server::Request::Ready;
         out.extend(self.feed(Input::ServerRequest { server: n(name), conn, token, request }));
+        // Its platform agrees at once (a process; a pod whose Ready condition holds).
+        if out
+            .iter()
+            .any(|e| matches!(e, Effect::AskPlatformReady { server } if server.as_str() == name))
+        {
+            out.extend(self.feed(Input::PlatformReady { server: n(name) }));
+        }
         out
     }
 
@@ -321,7 +328,93 @@ fn idle_servers_beyond_the_warm_pool_are_stopped_after_half_a_minute() {
     let out = h.advance(Duration::from_secs(15));
     assert_eq!(stopped(&out).len(), 2, "{out:?}");
     assert!(stopped(&h.advance(Duration::from_secs(120))).is_empty());
-    assert_eq!(h.m.hosting().count(), 1);
+    assert_eq!(h.m.server_loads().len(), 1);
+}
+
+#[test]
+fn a_servers_ready_counts_once_its_platform_agrees_and_a_second_ready_meanwhile_is_refused() {
+    let mut h = Harness::new(1);
+    h.register();
+    h.effects();
+    let conn = 77;
+    h.feed(Input::ServerUp { server: n("mtl-gs-0"), conn });
+    let ready = |h: &mut Harness| {
+        let token = h.token();
+        let request = server::Request::Ready;
+        (token, h.feed(Input::ServerRequest { server: n("mtl-gs-0"), conn, token, request }))
+    };
+    let answers = |out: &[Effect], token: Token| -> Vec<bool> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::AnswerServer { token: t, result } if *t == token => Some(result.is_ok()),
+                _ => None,
+            })
+            .collect()
+    };
+    let asked = |out: &[Effect]| {
+        out.iter().any(
+            |e| matches!(e, Effect::AskPlatformReady { server } if server.as_str() == "mtl-gs-0"),
+        )
+    };
+    // Its `Ready` waits: the platform is asked, nothing is answered, nothing is placed on it.
+    let (first, out) = ready(&mut h);
+    assert!(asked(&out) && answers(&out, first).is_empty(), "{out:?}");
+    let (_, out) = h.order(control::Request::Create {
+        bubble: BubbleId(1),
+        region: region(),
+        lease: lease(1, 1, 10_000),
+    });
+    assert!(to_servers(&out).is_empty(), "not ready yet: the order waits");
+    // Asked again every housekeeping period while the platform has not agreed.
+    assert!(asked(&h.advance(Duration::from_millis(400))));
+    // A second `Ready` meanwhile is refused; the first still waits.
+    let (second, out) = ready(&mut h);
+    assert_eq!(answers(&out, second), [false]);
+    // The platform agrees: the first is answered and the waiting order takes the server.
+    let out = h.feed(Input::PlatformReady { server: n("mtl-gs-0") });
+    assert_eq!(answers(&out, first), [true]);
+    assert!(
+        matches!(to_servers(&out)[..], [(ref s, server::Request::Assign { .. })] if s == "mtl-gs-0"),
+        "{out:?}"
+    );
+    // Told twice, it counts once; a server gone takes its held `Ready` with it.
+    assert!(answers(&h.feed(Input::PlatformReady { server: n("mtl-gs-0") }), first).is_empty());
+    assert!(!asked(&h.advance(Duration::from_millis(400))));
+}
+
+#[test]
+fn the_platform_hears_a_servers_pool_state_as_it_takes_a_region_and_gives_it_back() {
+    let mut h = Harness::with_seats(1, 2);
+    h.register();
+    h.effects();
+    let told = |out: &[Effect]| -> Vec<(String, bool)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::SetHosting { server, hosting } => Some((server.to_string(), *hosting)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(told(&h.server_ready("mtl-gs-0")), [("mtl-gs-0".to_owned(), false)]);
+    let create = |b| control::Request::Create {
+        bubble: BubbleId(b),
+        region: region(),
+        lease: lease(b, 1, 10_000),
+    };
+    let (_, out) = h.order(create(1));
+    assert_eq!(told(&out), [("mtl-gs-0".to_owned(), true)]);
+    h.answer_servers(out, done);
+    // A second region on the same server changes nothing.
+    let (_, out) = h.order(create(2));
+    assert!(told(&out).is_empty(), "{out:?}");
+    h.answer_servers(out, done);
+    let delete = |b| control::Request::Revoke {
+        leases: vec![LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) }],
+    };
+    let (_, out) = h.order(delete(1));
+    assert!(told(&out).is_empty(), "{out:?}");
+    let (_, out) = h.order(delete(2));
+    assert_eq!(told(&out), [("mtl-gs-0".to_owned(), false)]);
 }
 
 #[test]
