@@ -178,6 +178,13 @@ pub enum Request {
     /// it). The agent routes its transfer traffic over the live ones (a cut between two sites
     /// heals through a third); its own links it judges by its own probes.
     Links { links: Vec<LinkState> },
+    /// agent → core: this site moves the region it holds under `lease` to another of its game
+    /// servers, with its whole state (an overfull server gives it away). The core answers
+    /// `Done` and fences the old server off with a newer epoch: a `Regrant { old: lease, .. }`
+    /// order, in the lane's order, under which the new server takes the old one's snapshot,
+    /// deltas and seal. Refused (`conflict`) while the region is created, moved, restored or
+    /// ended, or not held under `lease` by this site (`stale_epoch`).
+    Rehome { lease: LeaseRef },
 }
 
 /// One backbone link between two sites' agents, as [`Request::Links`] carries it.
@@ -247,6 +254,7 @@ kinds!(Request {
     Measured => "measured",
     Pool => "pool",
     Links => "links",
+    Rehome => "rehome",
 });
 
 /// A reply on the control channel.

@@ -344,6 +344,7 @@ pub fn all() -> Vec<Fixture> {
                     control::LinkState { a: name("MTL"), b: name("HKG"), rtt_ms: Some(190.5) },
                 ],
             },
+            control::Request::Rehome { lease: lref },
         ],
         vec![
             control::Reply::Done,

@@ -149,6 +149,10 @@ pub struct BotReport {
     /// Times the player's simulation went back in time to a copy of the universe backup (a
     /// failover restore): its chain restarts from the copy, which is not a break.
     pub restores_seen: u64,
+    /// The longest step forward, in ticks, between two views of one simulation: 1 when every
+    /// tick was seen. A region started again elsewhere without its state (its ticks counted
+    /// on from far past the old server's) jumps.
+    pub tick_jump_max: u64,
     /// Times the player reconnected and the gateway resumed them as the same player.
     pub resumed: u64,
     /// Times the player's connection was lost without the client wanting it (its agent
@@ -572,10 +576,13 @@ async fn run(
                             // One simulation's updates reach a player in order: going back is
                             // a restore from a copy, whose timeline is followed from here.
                             r.restores_seen += 1;
-                        } else if tick.0 == t + 1 {
-                            r.chain_checked += 1;
-                            if view.prev_chain != chain {
-                                r.chain_breaks += 1;
+                        } else {
+                            r.tick_jump_max = r.tick_jump_max.max(tick.0 - t);
+                            if tick.0 == t + 1 {
+                                r.chain_checked += 1;
+                                if view.prev_chain != chain {
+                                    r.chain_breaks += 1;
+                                }
                             }
                         }
                         let gap = at.duration_since(seen).as_secs_f64() * 1000.0;

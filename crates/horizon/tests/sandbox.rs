@@ -587,6 +587,11 @@ async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobod
         // Carried to the other server with their state and seqs; its ticks go on after the old
         // server's: nobody sees the bubble's time go back.
         assert_eq!(r.restores_seen, 0, "{}: {r:?}", r.name);
+        // The region moved with its whole state (snapshot, deltas, seal under a newer epoch):
+        // the new server continues the old one's simulation tick after tick, chained, rather
+        // than starting an empty region whose ticks jump past the old server's.
+        assert!(r.tick_jump_max < 100, "{}: {r:?}", r.name);
+        assert!(r.chain_checked > 0 && r.chain_breaks == 0, "{}: {r:?}", r.name);
     }
 }
 

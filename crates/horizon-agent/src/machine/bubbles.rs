@@ -115,7 +115,7 @@ impl AgentMachine {
                 AssignJob::Create { lease, .. }
                 | AssignJob::Restore(RestoreJob { lease, .. })
                 | AssignJob::Standby { lease, .. } => lease.bubble,
-                AssignJob::Part { lease, .. } => lease.bubble,
+                AssignJob::Part { lease, .. } | AssignJob::Rehome { lease } => lease.bubble,
             };
             self.release(&server, bubble);
             match job {
@@ -123,6 +123,9 @@ impl AgentMachine {
                 | AssignJob::Restore(RestoreJob { token, .. })
                 | AssignJob::Standby { token, .. } => self.answer(token, Err(fault)),
                 AssignJob::Part { lease, .. } => self.regroup_failed(lease.bubble, fault, now),
+                AssignJob::Rehome { lease } => {
+                    self.rehome_assigned(lease, server, Some(fault), now)
+                }
             }
             return;
         }
@@ -146,6 +149,7 @@ impl AgentMachine {
                 self.answer(token, Ok(control::Reply::Prepared { handover }));
             }
             AssignJob::Part { lease, .. } => self.part_assigned(lease, server, now),
+            AssignJob::Rehome { lease } => self.rehome_assigned(lease, server, None, now),
         }
     }
 
@@ -286,7 +290,8 @@ impl AgentMachine {
         departed: Vec<control::Departure>,
         now: Instant,
     ) -> Result<control::Reply, Fault> {
-        let moving = self.regroups.get(&lease.bubble).is_some_and(|r| r.relocates());
+        let moving = self.regroups.get(&lease.bubble).is_some_and(|r| r.relocates())
+            || self.rehome_granted(lease.bubble);
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
         if b.phase == Phase::Restoring || moving {
             // Its server is still taking the copy, or its players are moving to another
@@ -611,7 +616,12 @@ impl AgentMachine {
         old: LeaseRef,
         lease: Lease,
         received: Instant,
+        now: Instant,
     ) -> Result<(), Fault> {
+        // Asked for by this site: the region moves to another server under the new lease.
+        if self.rehome_regranted(token, old, lease, received, now) {
+            return Ok(());
+        }
         let local = self
             .bubbles
             .get(&old.bubble)
@@ -741,6 +751,7 @@ impl AgentMachine {
         let Some(local) = self.bubbles.remove(&bubble) else { return };
         self.stop_mirror(bubble);
         self.abandon_regroup(bubble);
+        self.abandon_rehome(bubble);
         self.count_bubbles();
         let lease = local.lease_ref();
         for name in local.servers() {

@@ -74,6 +74,9 @@ impl AgentMachine {
             }
             (Then::Renewed { sent }, Ok(reply)) => self.renewed(sent, reply, now),
             (Then::PlayerIds, reply) => self.ids_granted(reply),
+            (Then::Rehome { bubble, awaited }, result) => {
+                self.rehome_answered(bubble, awaited, result.map(|_| ()), now)
+            }
             (Then::Nothing(what), Err(e)) => {
                 tracing::warn!(error = %e, what, "request to the core failed")
             }
@@ -421,7 +424,7 @@ impl AgentMachine {
                 self.abort(handover, &reason);
                 Ok(control::Reply::Done)
             }
-            R::Regrant { old, lease } => match self.regrant(token, old, lease, received) {
+            R::Regrant { old, lease } => match self.regrant(token, old, lease, received, now) {
                 Ok(()) => return,
                 Err(fault) => Err(fault),
             },
@@ -450,6 +453,7 @@ impl AgentMachine {
             | R::Positions { .. }
             | R::Measured { .. }
             | R::Pool { .. }
+            | R::Rehome { .. }
             | R::Failed { .. } => {
                 Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by the core"))
             }

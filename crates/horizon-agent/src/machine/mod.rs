@@ -37,9 +37,11 @@ mod interface;
 mod lane;
 mod parts;
 mod peers;
+mod pending;
 mod periodic;
 mod players;
 mod probes;
+mod rehome;
 mod routes;
 mod servers;
 #[cfg(test)]
@@ -48,6 +50,8 @@ mod tests;
 use crate::AgentStats;
 use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
 pub use interface::{Effect, Input};
+pub use pending::Pending;
+use pending::{AfterLeave, AssignJob, BackupCopy, RestoreJob, Then};
 
 /// Crossings that arrived before the core's `Members`: kept this long (longer than a cut from
 /// the core that outlasts a lease, after which the core tells where the player went), at most
@@ -162,122 +166,6 @@ pub struct MachineConfig {
     pub server_tick: Duration,
     /// Where operators reach this agent's admin API (told to the core for its status and console).
     pub advertise_admin: Option<String>,
-}
-
-/// What waits on the answer to a request the machine sent. Opaque: the shell hands it back
-/// with the result ([`Input::CoreReplied`], [`Input::ServerReplied`], [`Input::PeerReplied`]).
-#[derive(Debug)]
-pub struct Pending(Then);
-
-#[derive(Debug)]
-enum Then {
-    /// Nothing: a failure is logged with what the request was.
-    Nothing(&'static str),
-    Registered,
-    Renewed {
-        sent: Instant,
-    },
-    PlayerIds,
-    /// A server took (or refused) a bubble for `job`.
-    Assigned {
-        server: Name,
-        job: AssignJob,
-    },
-    /// A server let a player go; its state goes on as `then` says.
-    Left {
-        bubble: BubbleId,
-        player: PlayerId,
-        then: AfterLeave,
-    },
-    /// One of the servers of a bubble being re-granted answered.
-    Regranted {
-        bubble: BubbleId,
-    },
-    Frozen {
-        token: Token,
-        handover: HandoverId,
-        bubble: BubbleId,
-    },
-    /// A handover source's server started its snapshot and deltas.
-    Copying {
-        token: Token,
-        handover: HandoverId,
-        bubble: BubbleId,
-    },
-    Joined {
-        player: PlayerId,
-    },
-    /// Another site took (or not) a player's crossing.
-    Crossed {
-        player: PlayerId,
-    },
-    /// The next hop answered a request passed on for another site: the answer goes back on
-    /// `token`.
-    Relayed {
-        token: Token,
-    },
-    /// A handover target answered an `Open` that went round through `via`.
-    MirrorRelayed {
-        handover: HandoverId,
-        target: Name,
-        via: Name,
-    },
-}
-
-/// What a server taking a bubble is for.
-#[derive(Debug)]
-enum AssignJob {
-    Create {
-        token: Token,
-        region: Region,
-        lease: Lease,
-        received: Instant,
-    },
-    Restore(RestoreJob),
-    Standby {
-        token: Token,
-        handover: HandoverId,
-        source: Name,
-        lease: Lease,
-        received: Instant,
-    },
-    /// A new part of a bubble being spread, or the new server of a region moved whole (its
-    /// ticks go on from `from_tick`: `server::Request::Continue`).
-    Part {
-        lease: LeaseRef,
-        from_tick: Option<Tick>,
-    },
-}
-
-/// A failover's restore: the copy to feed the server once it took the bubble.
-#[derive(Debug)]
-struct RestoreJob {
-    token: Token,
-    region: Region,
-    lease: Lease,
-    copy: BackupCopy,
-    received: Instant,
-}
-
-/// A bubble's copy from the universe backup, to restore it from.
-#[derive(Debug)]
-struct BackupCopy {
-    /// The epoch and tick of the copy (of part 0's, when spread).
-    from: Epoch,
-    tick: Tick,
-    copy: Blob,
-    /// The other parts' copies, when the copy was taken spread over several servers.
-    parts: Vec<Blob>,
-}
-
-#[derive(Debug)]
-enum AfterLeave {
-    /// Nothing more (the core's members said so).
-    Nothing,
-    /// The player crossed into another bubble: its state goes there.
-    Cross(control::Departure),
-    /// Another part of the same bubble takes it.
-    Part { to: Name },
 }
 
 struct GameServer {
@@ -548,6 +436,8 @@ pub struct AgentMachine {
     regrants: BTreeMap<BubbleId, Regrant>,
     /// Bubbles being spread or brought together.
     regroups: BTreeMap<BubbleId, parts::Regroup>,
+    /// Regions moving to another server with their state (`rehome.rs`).
+    rehomes: BTreeMap<BubbleId, rehome::Rehome>,
     /// Orders waiting for a ready server, oldest first.
     waiting: VecDeque<Waiting>,
     /// The core's ordered lane.
@@ -618,6 +508,7 @@ impl AgentMachine {
             pending_restore: BTreeMap::new(),
             regrants: BTreeMap::new(),
             regroups: BTreeMap::new(),
+            rehomes: BTreeMap::new(),
             waiting: VecDeque::new(),
             lane: lane::OrderLane::default(),
             joins: Vec::new(),

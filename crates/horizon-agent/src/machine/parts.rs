@@ -6,10 +6,12 @@
 //!
 //! A server simulating more than `players_per_server` for [`RELIEVE_AFTER`] with several
 //! regions gives whole ones away as today's SMD does ([`give_away`]: heaviest first, to the
-//! lighter side): each moves to the server [`pick`](horizon_mesh::packing::pick) names, by a
-//! regroup whose one part is on a new server. While a region moves, the core's member changes
-//! for it wait (a departure must find its player where it is), and its copies for the
-//! universe backup are skipped (a copy would miss the players in flight).
+//! lighter side): each moves with its whole state under a newer epoch from the core
+//! (`rehome.rs`). Only while the core is unreachable does a region move here, players only, by
+//! a regroup whose one part is on the server [`pick`](horizon_mesh::packing::pick) names.
+//! While a region moves, the core's member changes for it wait (a departure must find its
+//! player where it is), and its copies for the universe backup are skipped (a copy would miss
+//! the players in flight).
 
 use horizon_mesh::packing::give_away;
 
@@ -293,7 +295,7 @@ impl AgentMachine {
     }
 
     /// The member changes that waited for a region's move (see the module), now.
-    fn apply_deferred(&mut self, bubble: BubbleId, now: Instant) {
+    pub(super) fn apply_deferred(&mut self, bubble: BubbleId, now: Instant) {
         let Some(local) = self.bubbles.get_mut(&bubble).filter(|b| b.phase == Phase::Running)
         else {
             return;
@@ -379,6 +381,11 @@ impl AgentMachine {
         let players: u32 = regions.iter().map(|(_, p)| p).sum();
         tracing::info!(site = %self.cfg.site, %server, players, regions = regions.len(), moving = away.len(), "overfull game server gives regions away");
         for bubble in away {
+            if self.registered {
+                // With its state, under a newer epoch from the core (`rehome.rs`).
+                self.rehome(bubble, server, now);
+                continue;
+            }
             let Some(local) = self.bubbles.get(&bubble) else { continue };
             let region = local.region;
             let place = local.members.keys().map(|&p| (p, 0)).collect();
@@ -393,6 +400,7 @@ impl AgentMachine {
     /// nothing else is changing it.
     fn movable(&self, bubble: BubbleId, server: &Name) -> bool {
         let busy = self.regroups.contains_key(&bubble)
+            || self.rehoming(bubble)
             || self.regrants.contains_key(&bubble)
             || self.mirrors.contains_key(&bubble)
             || self.pending_restore.contains_key(&bubble);

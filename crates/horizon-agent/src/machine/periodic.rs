@@ -9,10 +9,11 @@ impl AgentMachine {
             return;
         }
         let mut copies = Vec::new();
-        let running = self
-            .bubbles
-            .iter()
-            .filter(|(id, b)| b.phase == Phase::Running && !self.regroups.contains_key(id));
+        let running = self.bubbles.iter().filter(|(id, b)| {
+            b.phase == Phase::Running
+                && !self.regroups.contains_key(id)
+                && !self.rehome_granted(**id)
+        });
         // A bubble whose players are changing servers is copied next time (a copy now would
         // miss the players in flight).
         for (_, local) in running {
@@ -137,6 +138,7 @@ impl AgentMachine {
             self.effects.push_back(Effect::StopServer { server });
         }
         self.restore_deadlines(now);
+        self.rehome_deadlines(now);
         self.crossing_deadlines(now);
         self.resume_deadlines(now);
         self.lease_expiries(now);

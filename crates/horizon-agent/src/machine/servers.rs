@@ -158,6 +158,9 @@ impl AgentMachine {
             Then::Copying { token, handover, bubble } => {
                 self.copying(token, handover, bubble, result)
             }
+            Then::Rehome { bubble, awaited } => {
+                self.rehome_answered(bubble, awaited, result.map(|_| ()), now)
+            }
             Then::Joined { player } => {
                 if let Err(e) = result {
                     tracing::warn!(%server, player = player.0, error = %e, "join refused by the server");
@@ -173,8 +176,26 @@ impl AgentMachine {
     }
 
     pub(super) fn server_item(&mut self, server: &Name, item: StateItem, now: Instant) {
+        // A region moving to another server here: its state goes there (`rehome.rs`).
+        let sealed = match &item {
+            StateItem::Snapshot(s) => Some(s.bubble),
+            StateItem::Delta(d) => Some(d.bubble),
+            StateItem::Seal(s) => Some(s.bubble),
+            _ => None,
+        };
+        if let Some(to) = sealed.and_then(|b| self.rehome_target(server, b)) {
+            self.effects.push_back(Effect::ServerStream { server: to, item });
+            return;
+        }
         match item {
-            StateItem::Update(update) => self.fan_out(server, update, now),
+            StateItem::Update(update) => {
+                let bubble = update.bubble;
+                let landed = self.rehome_landed(server, update.epoch, bubble);
+                self.fan_out(server, update, now);
+                if landed {
+                    self.rehome_settled(bubble, now);
+                }
+            }
             StateItem::Own(own) => self.own_out(server, own),
             StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
                 let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
@@ -475,7 +496,13 @@ impl AgentMachine {
         let mut lost = Vec::new();
         for bubble in srv.bubbles {
             tracing::error!(site = %self.cfg.site, server = %name, bubble = bubble.0, %why, "server gone with its bubble");
+            if self.rehome_server_lost(name, bubble, now) {
+                // It stood by for a region moving here: the region stays where it was.
+                continue;
+            }
             let Some(local) = self.bubbles.remove(&bubble) else { continue };
+            // Moving off this server: the core holds it under the move's newer epoch.
+            let moving = self.abandon_rehome(bubble);
             self.stop_mirror(bubble);
             if let Some(token) = self.abandon_regroup(bubble) {
                 let fault = Fault::new(ErrorCode::NotReady, "the bubble's server is gone");
@@ -491,7 +518,7 @@ impl AgentMachine {
             }
             let lease = local.lease_ref();
             if matches!(local.phase, Phase::Running) {
-                lost.push(lease);
+                lost.push(moving.unwrap_or(lease));
             }
             for other in local.servers().filter(|s| *s != name) {
                 if self.release(other, bubble) {

@@ -20,6 +20,7 @@ pub(crate) mod keep;
 pub(crate) mod links;
 pub mod measure;
 pub(crate) mod registry;
+mod rehome;
 mod rejoin;
 mod reports;
 pub(crate) mod status;
@@ -559,6 +560,7 @@ impl CoreMachine {
                 }
                 Ok(control::Reply::Done)
             }
+            R::Rehome { lease } => self.rehome(site, lease, now),
             R::Lost { leases, reason } => {
                 tracing::warn!(site = %self.cfg.sites.name(site), %reason, "bubbles lost by their holder");
                 self.lost(site, &leases, FailoverReason::ServerLost, now);

@@ -493,6 +493,34 @@ impl Mesh {
         Ok(())
     }
 
+    /// The site holding region `id` (a bubble or a zone) under `epoch` moves it, with its
+    /// whole state, to another of its game servers: the region stays where it is, under a new
+    /// epoch that fences the old server off. Refused for a region not held under `epoch`, or
+    /// stalled (its lease ran out: a failover comes instead). Returns the new epoch.
+    pub fn handle_rehome(
+        &mut self,
+        id: BubbleId,
+        epoch: Epoch,
+        now: Time,
+    ) -> Result<Epoch, InputError> {
+        if let Some(leaf) = self.zones.leaf(id) {
+            if self.zones.zone(leaf).stalled_since.is_some() {
+                return Err(InputError::Lease(LeaseError::NoLease));
+            }
+            let lease = self.leases.transfer(id, epoch, self.sites.core(), now)?;
+            self.zones.zone_mut(leaf).epoch = lease.epoch;
+            return Ok(lease.epoch);
+        }
+        let slot = *self.bubble_index.get(&id).ok_or(InputError::UnknownBubble(id))?;
+        let b = self.bubble(slot);
+        if b.stalled_since.is_some() {
+            return Err(InputError::Lease(LeaseError::NoLease));
+        }
+        let lease = self.leases.transfer(id, epoch, b.site, now)?;
+        self.bubble_mut(slot).epoch = lease.epoch;
+        Ok(lease.epoch)
+    }
+
     /// An epoch for a bubble the brain has ended, to restore it briefly from its copy (see
     /// [`LeaseTable::mint`]); epochs stay strictly increasing per bubble. Refused for a bubble
     /// still leased (the brain runs it).

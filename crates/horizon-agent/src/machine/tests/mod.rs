@@ -901,7 +901,8 @@ fn lref(b: u64) -> LeaseRef {
 }
 
 /// Servers of at most 4 players, seating 4: `mtl-gs-0` holds bubbles 1 (players 1 to 3) and 2
-/// (players 4 and 5), placed when they were empty; `mtl-gs-1` holds nothing.
+/// (players 4 and 5), placed when they were empty; `mtl-gs-1` holds nothing. The core is
+/// reachable (a region moves with its state: `rehome.rs`).
 fn overfull_server() -> Harness {
     let mut h = Harness::with_limits(1, 4, 4);
     h.effects();
@@ -928,9 +929,16 @@ fn overfull_server() -> Harness {
     h
 }
 
-#[test]
-fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_players_state() {
+/// [`overfull_server`], cut from the core: a region moves players only, by a regroup.
+fn overfull_server_without_its_core() -> Harness {
     let mut h = overfull_server();
+    h.feed(Input::CoreDown { error: "cut".into() });
+    h
+}
+
+#[test]
+fn an_overfull_server_cut_from_its_core_gives_its_lighter_region_away_with_every_players_state() {
+    let mut h = overfull_server_without_its_core();
     // Over its 4 players for less than 10 s: nothing moves.
     let out = h.advance(Duration::from_secs(9));
     assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Continue { .. })));
@@ -994,7 +1002,7 @@ fn an_overfull_server_gives_its_lighter_region_to_another_server_with_every_play
 
 #[test]
 fn a_move_the_new_server_refuses_is_given_up_and_the_member_list_that_waited_applies() {
-    let mut h = overfull_server();
+    let mut h = overfull_server_without_its_core();
     let out = h.advance(Duration::from_secs(11));
     assert!(to_servers(&out).iter().any(|(s, r)| s == "mtl-gs-1" && kind(r) == "continue"));
     // A member list waits for the move...
@@ -1190,4 +1198,5 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
 
 mod crossings;
 mod lane;
+mod rehome;
 mod routes;

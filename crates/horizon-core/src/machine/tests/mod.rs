@@ -1129,6 +1129,7 @@ fn the_status_names_no_player_to_an_unauthenticated_reader() {
 
 mod crossings;
 mod positions;
+mod rehome;
 
 #[test]
 fn a_player_alone_at_their_spawn_gets_a_bubble_when_the_join_is_reported_not_at_the_tick() {
