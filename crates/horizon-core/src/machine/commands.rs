@@ -73,7 +73,9 @@ impl CoreMachine {
         // (players leave and move between parts without one).
         self.reconcile();
         for bubble in revokes {
-            self.ending.entry(bubble).or_insert(now);
+            if let Some(r) = self.registry.get_mut(&bubble) {
+                r.ending_since.get_or_insert(now);
+            }
         }
         // A merged or deleted bubble ends once its members have left it with their state (a
         // move waiting for a handover or a restore elsewhere waits with it), or after a lease.
@@ -82,19 +84,17 @@ impl CoreMachine {
         let ttl = self.cfg.thresholds.lease_ttl_ms;
         let all_resynced = self.resynced.len() == self.cfg.sites.len();
         let ended: Vec<BubbleId> = self
-            .ending
+            .registry
             .iter()
-            .filter(|(b, since)| {
-                let left = self.registry.get(b).is_none_or(|r| {
-                    let known = all_resynced || r.members_unknown_until.is_none_or(|t| now >= t);
-                    known && r.members.is_empty()
-                });
+            .filter(|(_, r)| {
+                let Some(since) = r.ending_since else { return false };
+                let known = all_resynced || r.members_unknown_until.is_none_or(|t| now >= t);
+                let left = known && r.members.is_empty();
                 left || now.as_ms().saturating_sub(since.as_ms()) >= ttl
             })
             .map(|(b, _)| *b)
             .collect();
         for bubble in ended {
-            self.ending.remove(&bubble);
             self.restored_from.remove(&bubble);
             if let Some(reg) = self.registry.remove(&bubble) {
                 self.persist(Record::Gone { bubble: bubble.0 });

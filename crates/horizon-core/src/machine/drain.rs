@@ -111,7 +111,7 @@ impl CoreMachine {
     /// A bubble restored from a copy that may lack players who crossed into it since: the
     /// ended bubbles they came from are drained for them (see the module documentation).
     pub(crate) fn drain_arrivals(&mut self, bubble: BubbleId, now: Time) {
-        let Some(arrived) = self.arrived.get(&bubble) else { return };
+        let Some(arrived) = self.trails.get(&bubble).map(|t| &t.arrived) else { return };
         let mut wanted: BTreeMap<BubbleId, BTreeSet<PlayerId>> = BTreeMap::new();
         for (&player, &super::registry::Arrival { from, .. }) in arrived {
             if self.placed.get(&player) == Some(&bubble) && self.drains.ended.contains_key(&from) {

@@ -201,14 +201,8 @@ pub struct CoreMachine {
     pub(crate) registry: BTreeMap<BubbleId, Hosted>,
     /// Where each player's membership was last sent: player → bubble.
     pub(crate) placed: BTreeMap<PlayerId, BubbleId>,
-    /// Who left each bubble (see `registry::remembered_departures`), kept after the bubble is
-    /// gone: its last holder may still have their state.
-    pub(crate) departed: BTreeMap<BubbleId, registry::Departed>,
-    /// Who crossed into each bubble, from which bubble and the site that held it when they
-    /// left (see `registry::redirect_arrivals`).
-    pub(crate) arrived: BTreeMap<BubbleId, BTreeMap<PlayerId, registry::Arrival>>,
-    /// Bubbles the brain ended (merged, deleted) whose members are still leaving, since when.
-    ending: BTreeMap<BubbleId, Time>,
+    /// Who crossed each region's border, kept after the region ends (`registry::Trail`).
+    pub(crate) trails: BTreeMap<BubbleId, registry::Trail>,
     /// Why each bubble being failed over was lost (default: its lease expired).
     pub(crate) loss: BTreeMap<BubbleId, FailoverReason>,
     /// Ended bubbles, and those whose players' states are handed on from their copy.
@@ -297,9 +291,7 @@ impl CoreMachine {
             registry: BTreeMap::new(),
             placed: BTreeMap::new(),
             leases_granted: 0,
-            departed: BTreeMap::new(),
-            arrived: BTreeMap::new(),
-            ending: BTreeMap::new(),
+            trails: BTreeMap::new(),
             loss: BTreeMap::new(),
             drains: drain::Drains::default(),
             keep: keep::PlayerCopies::default(),
@@ -678,7 +670,7 @@ impl CoreMachine {
                 // before it arrives.
                 continue;
             }
-            if self.ending.contains_key(&l.bubble) {
+            if reg.ending_since.is_some() {
                 // Ended by the brain, its members still leaving: see `carry_out_commands`.
                 continue;
             }

@@ -20,6 +20,30 @@ pub(crate) struct Departed {
     pub(crate) players: BTreeSet<PlayerId>,
 }
 
+/// Who crossed a region's border, remembered after the region ends (its last holder, or a
+/// copy of it, may still hold their states). At most [`MAX_REMEMBERED_BUBBLES`] regions, the
+/// oldest forgotten first, and [`MAX_DEPARTED`] players each way.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Trail {
+    /// Who left it (see [`CoreMachine::remembered_departures`]).
+    pub(crate) departed: Option<Departed>,
+    /// Who crossed into it, from which region and the site that held that one when they left
+    /// (see [`CoreMachine::redirect_arrivals`]).
+    pub(crate) arrived: BTreeMap<PlayerId, Arrival>,
+}
+
+/// The trail of `bubble`, made when missing: the oldest region's is forgotten first when
+/// [`MAX_REMEMBERED_BUBBLES`] are kept.
+fn trail_of(trails: &mut BTreeMap<BubbleId, Trail>, bubble: BubbleId) -> &mut Trail {
+    if !trails.contains_key(&bubble)
+        && trails.len() >= MAX_REMEMBERED_BUBBLES
+        && let Some(&oldest) = trails.keys().next()
+    {
+        trails.remove(&oldest);
+    }
+    trails.entry(bubble).or_default()
+}
+
 /// Where a region is in its life, as the core drives it. One at a time: a handover or a
 /// failover takes over from a `Create` not answered yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +91,9 @@ pub(crate) struct Hosted {
     pub(crate) since: Time,
     /// Its last change worth a line on the console, and when (`timeline.rs`).
     pub(crate) changed: Option<(Time, String)>,
+    /// The brain ended it (merged, deleted) and its members are still leaving, since then: it
+    /// ends once they have left, or after a lease (see `carry_out_commands`).
+    pub(crate) ending_since: Option<Time>,
     /// Taken back after a restart: until this time, or until every site has said who plays
     /// where (`Players`), its members are not known yet, so an empty member list does not end
     /// it (see `carry_out_commands`).
@@ -90,6 +117,7 @@ impl Hosted {
             since: now,
             changed: None,
             members_unknown_until: None,
+            ending_since: None,
         }
     }
 
@@ -167,8 +195,8 @@ impl CoreMachine {
                 if let Some(w) = want {
                     unfinished.push((player, h, w));
                     departures.entry(h).or_default().push((player, w));
-                    remember_departure(&mut self.departed, h, site, player);
-                    let arrived = self.arrived.entry(w).or_default();
+                    remember_departure(&mut self.trails, h, site, player);
+                    let arrived = &mut trail_of(&mut self.trails, w).arrived;
                     if arrived.len() < MAX_DEPARTED || arrived.contains_key(&player) {
                         arrived.insert(player, Arrival { from: h, site });
                     }
@@ -179,7 +207,7 @@ impl CoreMachine {
                     if let Some(r) = self.registry.get_mut(&w) {
                         r.members.insert(player, p.home);
                     }
-                    if let Some(d) = self.departed.get_mut(&w) {
+                    if let Some(d) = self.trails.get_mut(&w).and_then(|t| t.departed.as_mut()) {
                         d.players.remove(&player);
                     }
                     touched.insert(w);
@@ -203,11 +231,11 @@ impl CoreMachine {
                 r.members.remove(&player);
                 touched.insert(b);
             }
-            for d in self.departed.values_mut() {
-                d.players.remove(&player);
-            }
-            for a in self.arrived.values_mut() {
-                a.remove(&player);
+            for t in self.trails.values_mut() {
+                if let Some(d) = &mut t.departed {
+                    d.players.remove(&player);
+                }
+                t.arrived.remove(&player);
             }
             if let Some(super::keep::Pin::Release(at)) = self.keep.forget(player) {
                 self.effects.push_back(super::Effect::UnpinBackup { at });
@@ -336,7 +364,9 @@ impl CoreMachine {
     /// that missed the order (cut from the core), or a copy made before they left, still holds
     /// their state, which crosses on (the target keeps the state with more applied inputs).
     pub(crate) fn remembered_departures(&self, bubble: BubbleId) -> Vec<control::Departure> {
-        let Some(d) = self.departed.get(&bubble) else { return Vec::new() };
+        let Some(d) = self.trails.get(&bubble).and_then(|t| t.departed.as_ref()) else {
+            return Vec::new();
+        };
         d.players
             .iter()
             .filter_map(|&player| {
@@ -357,7 +387,7 @@ impl CoreMachine {
     /// (`Recover`), so a crossing still on its way from one of them, or one delivered and kept
     /// there, comes to it.
     pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
-        let Some(arrived) = self.arrived.get(&bubble) else { return };
+        let Some(arrived) = self.trails.get(&bubble).map(|t| &t.arrived) else { return };
         let Some(holder) = self.registry.get(&bubble).map(|r| r.site) else { return };
         let players: Vec<PlayerId> =
             arrived.keys().filter(|p| self.placed.get(p) == Some(&bubble)).copied().collect();
@@ -378,8 +408,8 @@ impl CoreMachine {
     fn sources_of(&self, player: PlayerId, bubble: BubbleId) -> Vec<SiteId> {
         let (mut at, mut sites) = (bubble, Vec::new());
         for _ in 0..MAX_CROSSING_HOPS {
-            let Some(&Arrival { from, site }) = self.arrived.get(&at).and_then(|a| a.get(&player))
-            else {
+            let arrival = self.trails.get(&at).and_then(|t| t.arrived.get(&player));
+            let Some(&Arrival { from, site }) = arrival else {
                 break;
             };
             if !sites.contains(&site) {
@@ -423,7 +453,8 @@ impl CoreMachine {
             .filter(|(b, r)| {
                 r.site == site
                     && r.settled()
-                    && (!r.members.is_empty() || self.departed.contains_key(b))
+                    && (!r.members.is_empty()
+                        || self.trails.get(b).is_some_and(|t| t.departed.is_some()))
             })
             .map(|(&b, _)| b)
             .collect();
@@ -456,20 +487,39 @@ pub(crate) fn player_join(home: SiteId, j: &control::PlayerSample) -> horizon_me
 /// Remembers that `player` left `bubble` (held at `site`), for a holder that may not have
 /// heard: see [`CoreMachine::remembered_departures`]. Bounded per bubble and in bubbles.
 fn remember_departure(
-    departed: &mut BTreeMap<BubbleId, Departed>,
+    trails: &mut BTreeMap<BubbleId, Trail>,
     bubble: BubbleId,
     site: SiteId,
     player: PlayerId,
 ) {
-    if !departed.contains_key(&bubble)
-        && departed.len() >= MAX_REMEMBERED_BUBBLES
-        && let Some(&oldest) = departed.keys().next()
-    {
-        departed.remove(&oldest);
-    }
-    let d = departed.entry(bubble).or_insert_with(|| Departed { site, players: BTreeSet::new() });
+    let trail = trail_of(trails, bubble);
+    let d = trail.departed.get_or_insert_with(|| Departed { site, players: BTreeSet::new() });
     d.site = site;
     if d.players.len() < MAX_DEPARTED {
         d.players.insert(player);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every region anyone crossed into used to keep an entry for good (the arrivals' map had
+    /// no bound in regions): a core running for weeks grew without end.
+    #[test]
+    fn trails_keep_the_newest_regions_and_forget_the_oldest_first() {
+        let site = crate::machine::tests::sites().id("PAR").expect("PAR");
+        let mut trails = BTreeMap::new();
+        let extra = 10;
+        for b in 0..(MAX_REMEMBERED_BUBBLES as u64 + extra) {
+            let arrival = Arrival { from: BubbleId(0), site };
+            trail_of(&mut trails, BubbleId(b)).arrived.insert(PlayerId(1), arrival);
+            remember_departure(&mut trails, BubbleId(b), site, PlayerId(2));
+        }
+        assert_eq!(trails.len(), MAX_REMEMBERED_BUBBLES);
+        assert!(!trails.contains_key(&BubbleId(extra - 1)));
+        let newest = &trails[&BubbleId(MAX_REMEMBERED_BUBBLES as u64 + extra - 1)];
+        assert_eq!(newest.arrived.len(), 1);
+        assert!(newest.departed.as_ref().is_some_and(|d| d.players.contains(&PlayerId(2))));
     }
 }

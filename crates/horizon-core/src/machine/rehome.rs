@@ -17,7 +17,6 @@ impl CoreMachine {
         now: Time,
     ) -> Result<control::Reply, Fault> {
         let bubble = lease.bubble;
-        let ending = self.ending.contains_key(&bubble);
         let Some(reg) = self.registry.get(&bubble) else {
             let why = format!("{} is not a region this core runs", bubble.label());
             return Err(Fault::new(ErrorCode::UnknownBubble, why));
@@ -31,7 +30,7 @@ impl CoreMachine {
             );
             return Err(Fault::new(ErrorCode::StaleEpoch, why));
         }
-        if reg.phase != Phase::Running || ending || !reg.parts.is_empty() {
+        if reg.phase != Phase::Running || reg.ending_since.is_some() || !reg.parts.is_empty() {
             let why = format!("{} is changing already: it moves later", bubble.label());
             return Err(Fault::new(ErrorCode::Conflict, why));
         }

@@ -150,7 +150,12 @@ impl CoreMachine {
                 .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring());
             if current {
                 keep.push(self.lease(h.lease.bubble, h.lease.epoch.0, now));
-            } else if self.departed.get(&h.lease.bubble).is_some_and(|d| d.site == site) {
+            } else if self
+                .trails
+                .get(&h.lease.bubble)
+                .and_then(|t| t.departed.as_ref())
+                .is_some_and(|d| d.site == site)
+            {
                 // Players left it while this site was away: their state crosses on first.
                 hand_over.push(h.lease);
             } else {
