@@ -1,7 +1,7 @@
 //! Bubbles: regions a site simulates, and how a bubble is cut across servers of its site.
 
 use crate::geom::{Aabb, Vec3};
-use crate::ids::{BubbleId, Epoch, SiteId, WorldId};
+use crate::region::Region;
 use crate::scoring::Hysteresis;
 use crate::time::Time;
 
@@ -24,23 +24,16 @@ pub(crate) struct LoadState {
     pub(crate) tps: Vec<Option<f64>>,
 }
 
-/// A region of the universe delegated to a site. Its id never changes while it lives.
+/// A region of the universe delegated to a site, around one unit of players.
+pub type Bubble = Region<BubbleState>;
+
+/// What only a bubble has.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Bubble {
-    pub id: BubbleId,
-    pub site: SiteId,
-    pub world: WorldId,
-    pub bounds: Aabb,
-    /// The epoch of its current lease.
-    pub epoch: Epoch,
+pub struct BubbleState {
     pub hysteresis: Hysteresis,
     pub created_at: Time,
     /// Within-site cuts, most recent last; `cuts.len() + 1` servers simulate it.
     pub cuts: Vec<Cut>,
-    /// Counted players inside, as of the last tick (at creation: those it was created for).
-    pub players: u32,
-    /// Set when its lease expired (the site stopped renewing): it waits for a failover.
-    pub stalled_since: Option<Time>,
     /// Taken back after a core restart: kept while empty until then, so that its players'
     /// agents have time to re-register and say who plays in it.
     pub(crate) kept_empty_until: Option<Time>,
@@ -56,18 +49,18 @@ impl Bubble {
 
     /// Number of game servers of its site simulating it.
     pub fn servers(&self) -> u32 {
-        self.cuts.len() as u32 + 1
+        self.kind.cuts.len() as u32 + 1
     }
 
     /// The tick rate last reported for each part (`None` until its server reported one since
     /// the last split or merge).
     pub fn part_tps(&self) -> &[Option<f64>] {
-        &self.load.tps
+        &self.kind.load.tps
     }
 
     /// The boxes each server simulates, in part order.
     pub fn parts(&self) -> Vec<Aabb> {
-        parts_of(self.bounds, &self.cuts)
+        parts_of(self.bounds, &self.kind.cuts)
     }
 }
 

@@ -27,13 +27,14 @@ pub mod lease;
 pub mod mesh;
 pub mod packing;
 pub mod player;
+pub mod region;
 pub mod rng;
 pub mod routes;
 pub mod scoring;
 pub mod time;
 pub mod zones;
 
-pub use bubble::{Bubble, Cut};
+pub use bubble::{Bubble, BubbleState, Cut};
 pub use config::{ConfigError, FIBRE_KM_PER_MS, Place, Sites, Thresholds, Weights};
 pub use delegation::{Delegation, validate_delegations};
 pub use geom::{Aabb, Vec3};
@@ -45,6 +46,7 @@ pub use mesh::{
     ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
+pub use region::Region;
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Standing, Tally, Verdict};
 pub use time::{Span, Time};
-pub use zones::{Zone, ZoneSpec};
+pub use zones::{Zone, ZoneSpec, ZoneState};

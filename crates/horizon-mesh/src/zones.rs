@@ -17,7 +17,8 @@ use rustc_hash::FxHashMap;
 
 use crate::config::ConfigError;
 use crate::geom::{Aabb, Vec3};
-use crate::ids::{BubbleId, Epoch, WorldId};
+use crate::ids::{BubbleId, Epoch, SiteId, WorldId};
+use crate::region::Region;
 use crate::time::Time;
 
 /// A configured zone box (`[[zones]]`): in the world's local coordinates.
@@ -63,19 +64,11 @@ pub(crate) fn box_problem(b: &Aabb, limit: f64) -> Option<String> {
 }
 
 /// A zone: a box of a world simulated on the core site.
+pub type Zone = Region<ZoneState>;
+
+/// What only a zone has.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Zone {
-    /// Zones and bubbles share one id space: a region's id names it whatever its kind.
-    pub id: BubbleId,
-    pub world: WorldId,
-    pub bounds: Aabb,
-    /// The epoch of its current lease (zones are leased to the core site like any region).
-    pub epoch: Epoch,
-    /// Set when its lease expired (the core site stopped renewing it): it waits to be granted
-    /// again, on another server of the core site.
-    pub stalled_since: Option<Time>,
-    /// Counted players in its box and in no bubble, as of the last tick.
-    pub players: u32,
+pub struct ZoneState {
     /// The tick rate its server last reported (`None` until then, and after a split or merge).
     pub tps: Option<f64>,
     /// Load samples (each weighing the time since the previous one) it has been overloaded for.
@@ -84,19 +77,24 @@ pub struct Zone {
     pub(crate) changed_at: Option<Time>,
 }
 
-impl Zone {
-    fn new(id: BubbleId, world: WorldId, bounds: Aabb, epoch: Epoch, now: Option<Time>) -> Self {
-        Zone {
-            id,
-            world,
-            bounds,
-            epoch,
-            stalled_since: None,
-            players: 0,
-            tps: None,
-            overloaded: 0.0,
-            changed_at: now,
-        }
+/// A zone of the core site `site`, empty, under `epoch`.
+fn new_zone(
+    id: BubbleId,
+    site: SiteId,
+    world: WorldId,
+    bounds: Aabb,
+    epoch: Epoch,
+    now: Option<Time>,
+) -> Zone {
+    Region {
+        id,
+        site,
+        world,
+        bounds,
+        epoch,
+        stalled_since: None,
+        players: 0,
+        kind: ZoneState { tps: None, overloaded: 0.0, changed_at: now },
     }
 }
 
@@ -173,12 +171,13 @@ impl ZoneLayout {
     pub(crate) fn add_root(
         &mut self,
         id: BubbleId,
+        site: SiteId,
         world: WorldId,
         bounds: Aabb,
         epoch: Epoch,
         now: Option<Time>,
     ) -> u32 {
-        let zone = Zone::new(id, world, bounds, epoch, now);
+        let zone = new_zone(id, site, world, bounds, epoch, now);
         let leaf = self.alloc(Slot { bounds, node: Node::Leaf(zone) });
         self.roots.entry(world).or_default().push(leaf);
         self.leaf_of.insert(id, leaf);
@@ -270,13 +269,20 @@ impl ZoneLayout {
         let (low_box, high_box) = slot.bounds.cut(axis, at);
         let mut kept = zone;
         kept.bounds = low_box;
-        kept.overloaded = 0.0;
-        kept.tps = None;
-        kept.changed_at = Some(now);
+        kept.kind.overloaded = 0.0;
+        kept.kind.tps = None;
+        kept.kind.changed_at = Some(now);
         let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
         let high = self.alloc(Slot {
             bounds: high_box,
-            node: Node::Leaf(Zone::new(new_id, kept.world, high_box, new_epoch, Some(now))),
+            node: Node::Leaf(new_zone(
+                new_id,
+                kept.site,
+                kept.world,
+                high_box,
+                new_epoch,
+                Some(now),
+            )),
         });
         self.seq += 1;
         self.slot_mut(leaf).node =
@@ -397,9 +403,9 @@ impl ZoneLayout {
         let ended = self.zone(high).id;
         kept.players += self.zone(high).players;
         kept.bounds = self.slot(cut).bounds;
-        kept.overloaded = 0.0;
-        kept.tps = None;
-        kept.changed_at = Some(now);
+        kept.kind.overloaded = 0.0;
+        kept.kind.tps = None;
+        kept.kind.changed_at = Some(now);
         for n in [low, high] {
             self.slots[n as usize] = None;
             self.free.push(n);
@@ -423,7 +429,7 @@ mod tests {
     fn splits_cut_a_leaf_in_two_and_merges_undo_the_latest_first() {
         let mut l = ZoneLayout::default();
         let w = WorldId(0);
-        let root = l.add_root(BubbleId(1), w, cube(-100.0, 100.0), Epoch(1), None);
+        let root = l.add_root(BubbleId(1), SiteId(0), w, cube(-100.0, 100.0), Epoch(1), None);
         assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(root));
         let s = l.split(root, 0, 0.0, BubbleId(2), Epoch(2), Time::ZERO);
         assert_eq!(l.zone(s.kept).id, BubbleId(1));
@@ -449,8 +455,8 @@ mod tests {
     fn a_position_outside_every_configured_box_belongs_to_the_nearest() {
         let mut l = ZoneLayout::default();
         let w = WorldId(3);
-        let a = l.add_root(BubbleId(1), w, cube(-100.0, 0.0), Epoch(1), None);
-        let b = l.add_root(BubbleId(2), w, cube(500.0, 600.0), Epoch(2), None);
+        let a = l.add_root(BubbleId(1), SiteId(0), w, cube(-100.0, 0.0), Epoch(1), None);
+        let b = l.add_root(BubbleId(2), SiteId(0), w, cube(500.0, 600.0), Epoch(2), None);
         assert_eq!(l.locate(w, Vec3::new(100.0, 0.0, 0.0)), Some(a));
         assert_eq!(l.locate(w, Vec3::new(400.0, 0.0, 0.0)), Some(b));
         assert_eq!(l.locate(WorldId(4), Vec3::ZERO), None);

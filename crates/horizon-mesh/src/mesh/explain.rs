@@ -104,7 +104,7 @@ impl Mesh {
             .collect();
         let current = SiteScore::of(&tally, &self.sites, site);
         let best = best_site(&tally, &self.sites, self.th.cap_ms, Some(site), hosts);
-        let standing = b.hysteresis.standing(now, &current, &best, tally.sum_w, &self.th);
+        let standing = b.kind.hysteresis.standing(now, &current, &best, tally.sum_w, &self.th);
         let delegation = self.delegation_of_slot(slot).map(|d| self.delegations[d].site);
         let rule = match (b.stalled_since, self.placement, delegation) {
             (Some(_), _, _) => PlacementRule::FailingOver,

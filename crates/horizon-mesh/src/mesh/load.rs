@@ -22,7 +22,7 @@ impl Mesh {
                 continue;
             }
             // Counted players per part; a bubble on one server needs no geometry.
-            let parts = if b.cuts.is_empty() { vec![] } else { b.parts() };
+            let parts = if b.kind.cuts.is_empty() { vec![] } else { b.parts() };
             let counts: Vec<u32> = if parts.is_empty() {
                 vec![b.players]
             } else {
@@ -33,15 +33,15 @@ impl Mesh {
                 counts
             };
             let low_tps = |i: usize| {
-                b.load.tps.get(i).copied().flatten().is_some_and(|t| t < self.th.tps_min)
+                b.kind.load.tps.get(i).copied().flatten().is_some_and(|t| t < self.th.tps_min)
             };
             let hottest = (0..counts.len())
                 .filter(|&i| counts[i] > pps || low_tps(i))
                 .max_by_key(|&i| counts[i]);
-            let settled = b.load.last_change.is_none_or(|t| now.since(t) >= settle);
+            let settled = b.kind.load.last_change.is_none_or(|t| now.since(t) >= settle);
             if let Some(part) = hottest {
-                b.load.low_since = None;
-                let since = *b.load.overloaded_since.get_or_insert(now);
+                b.kind.load.low_since = None;
+                let since = *b.kind.load.overloaded_since.get_or_insert(now);
                 if now.since(since) < Span::from_ms(self.th.split_sustain_ms) || !settled {
                     continue;
                 }
@@ -52,36 +52,36 @@ impl Mesh {
                 let Some(cut) = self.cut_for(sc, slot, &parts, part) else {
                     continue;
                 };
-                self.bubble_mut(slot).cuts.push(cut);
+                self.bubble_mut(slot).kind.cuts.push(cut);
                 self.after_load_change(slot, LoadReason::Overload, now);
                 stats.load_changes += 1;
-            } else if let Some(last) = b.cuts.last().copied() {
-                b.load.overloaded_since = None;
-                let pair = counts[last.part as usize] + counts[b.cuts.len()];
+            } else if let Some(last) = b.kind.cuts.last().copied() {
+                b.kind.load.overloaded_since = None;
+                let pair = counts[last.part as usize] + counts[b.kind.cuts.len()];
                 if (pair as f64) > pps as f64 * self.th.merge_fill_ratio {
-                    b.load.low_since = None;
+                    b.kind.load.low_since = None;
                     continue;
                 }
-                let since = *b.load.low_since.get_or_insert(now);
+                let since = *b.kind.load.low_since.get_or_insert(now);
                 if now.since(since) < Span::from_ms(self.th.merge_low_ms) || !settled {
                     continue;
                 }
-                b.cuts.pop();
+                b.kind.cuts.pop();
                 self.after_load_change(slot, LoadReason::Underload, now);
                 stats.load_changes += 1;
             } else {
-                b.load.overloaded_since = None;
-                b.load.low_since = None;
+                b.kind.load.overloaded_since = None;
+                b.kind.load.low_since = None;
             }
         }
     }
 
     pub(super) fn after_load_change(&mut self, slot: u32, reason: LoadReason, now: Time) {
         let b = self.bubble_mut(slot);
-        b.load.last_change = Some(now);
-        b.load.overloaded_since = None;
-        b.load.low_since = None;
-        b.load.tps = vec![None; b.servers() as usize];
+        b.kind.load.last_change = Some(now);
+        b.kind.load.overloaded_since = None;
+        b.kind.load.low_since = None;
+        b.kind.load.tps = vec![None; b.servers() as usize];
         let (id, site, parts) = (b.id, b.site, b.parts());
         // Seats do not change: the same players, on more servers (or fewer).
         self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });

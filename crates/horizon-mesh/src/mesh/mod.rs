@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::bubble::{Bubble, Cut, LoadState, part_of, widest_gap};
+use crate::bubble::{Bubble, BubbleState, Cut, LoadState, part_of, widest_gap};
 use crate::config::{ConfigError, Sites, Thresholds};
 use crate::geom::{Aabb, Vec3};
 use crate::grouping::{Grouper, Groups, Item};
@@ -444,14 +444,14 @@ impl Mesh {
         }
         if let Some(leaf) = self.zones.leaf(bubble) {
             // A zone runs on one server: its rate is part 0's.
-            self.zones.zone_mut(leaf).tps = Some(tps);
+            self.zones.zone_mut(leaf).kind.tps = Some(tps);
             return Ok(());
         }
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let b = self.bubbles[slot as usize].as_mut().ok_or(InputError::UnknownBubble(bubble))?;
         let n = b.servers() as usize;
-        b.load.tps.resize(n, None);
-        if let Some(t) = b.load.tps.get_mut(part) {
+        b.kind.load.tps.resize(n, None);
+        if let Some(t) = b.kind.load.tps.get_mut(part) {
             *t = Some(tps);
         }
         Ok(())
@@ -549,7 +549,7 @@ impl Mesh {
         let (from, seats) = (b.site, b.seats());
         b.site = source;
         b.epoch = lease.epoch;
-        b.hysteresis.best_since = None;
+        b.kind.hysteresis.best_since = None;
         self.used[from.index()] = self.used[from.index()].saturating_sub(seats);
         self.used[source.index()] += seats;
         Ok(lease.epoch)

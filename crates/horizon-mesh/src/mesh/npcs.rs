@@ -46,7 +46,7 @@ impl Mesh {
         self.boxes
             .near(world, pos)
             .filter_map(|id| self.bubble_by_id(id))
-            .find(|b| b.world == world && b.bounds.contains(pos))
+            .find(|b| b.holds(world, pos, 0.0))
     }
 
     /// The region simulating the NPC at `place`: the bubble `current` while it is within
@@ -54,10 +54,8 @@ impl Mesh {
     /// step), else the bubble whose box holds it, else the zone around it.
     pub(super) fn npc_region(&self, place: usize, current: Option<BubbleId>) -> Option<BubbleId> {
         let item = &self.items[place];
-        let near = |b: &Bubble| {
-            b.world == item.world && b.bounds.expand(ZONE_EXIT_MARGIN_M).contains(item.pos)
-        };
-        if let Some(b) = current.and_then(|c| self.bubble_by_id(c)).filter(|b| near(b)) {
+        let near = |b: &&Bubble| b.holds(item.world, item.pos, ZONE_EXIT_MARGIN_M);
+        if let Some(b) = current.and_then(|c| self.bubble_by_id(c)).filter(near) {
             return Some(b.id);
         }
         if let Some(b) = self.bubble_at(item.world, item.pos) {

@@ -36,14 +36,16 @@ impl Mesh {
             world,
             bounds,
             epoch,
-            // As if it had just moved: no move before the hold time has passed again.
-            hysteresis: Hysteresis { best_since: None, last_move: Some(now) },
-            created_at: now,
-            cuts: Vec::new(),
             players: 0,
             stalled_since: None,
-            kept_empty_until: Some(now + Span::from_ms(self.th.lease_ttl_ms)),
-            load: LoadState::default(),
+            kind: BubbleState {
+                // As if it had just moved: no move before the hold time has passed again.
+                hysteresis: Hysteresis { best_since: None, last_move: Some(now) },
+                created_at: now,
+                cuts: Vec::new(),
+                kept_empty_until: Some(now + Span::from_ms(self.th.lease_ttl_ms)),
+                load: LoadState::default(),
+            },
         };
         self.place_bubble(bubble);
         Ok(())

@@ -55,7 +55,8 @@ impl Mesh {
         let nc = units.len();
         let nslots = self.bubbles.len();
         sc.prior.clear();
-        sc.prior.extend(self.bubbles.iter().map(|b| b.as_ref().map(|b| (b.site, b.hysteresis))));
+        sc.prior
+            .extend(self.bubbles.iter().map(|b| b.as_ref().map(|b| (b.site, b.kind.hysteresis))));
         sc.absorbed_into.clear();
         sc.absorbed_into.resize(nslots, NONE);
 
@@ -145,7 +146,7 @@ impl Mesh {
             let was_live = sc.prior[slot as usize].is_some();
             let kept = self.bubbles[slot as usize]
                 .as_ref()
-                .and_then(|b| b.kept_empty_until)
+                .and_then(|b| b.kind.kept_empty_until)
                 .is_some_and(|until| now < until);
             if was_live
                 && (!kept || zones_only)
@@ -241,7 +242,8 @@ impl Mesh {
             let Some(b) = self.bubbles[slot as usize].as_mut() else {
                 continue;
             };
-            if let Verdict::Move(reason) = b.hysteresis.decide(now, &current, &best, sum_w, th) {
+            if let Verdict::Move(reason) = b.kind.hysteresis.decide(now, &current, &best, sum_w, th)
+            {
                 let epoch = b.epoch;
                 if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
                     let players = member_ids(&self.members, sc.members(slot));
@@ -347,13 +349,15 @@ impl Mesh {
             world,
             bounds,
             epoch: lease.epoch,
-            hysteresis: Hysteresis { best_since: None, last_move: hysteresis.last_move },
-            created_at: now,
-            cuts: Vec::new(),
             players,
             stalled_since: None,
-            kept_empty_until: None,
-            load: LoadState::default(),
+            kind: BubbleState {
+                hysteresis: Hysteresis { best_since: None, last_move: hysteresis.last_move },
+                created_at: now,
+                cuts: Vec::new(),
+                kept_empty_until: None,
+                load: LoadState::default(),
+            },
         };
         Some((self.place_bubble(bubble), lease.epoch))
     }
@@ -570,7 +574,7 @@ impl Mesh {
         }
         self.rebound(survivor, bounds);
         let b = self.bubble_mut(survivor);
-        b.hysteresis.best_since = None;
+        b.kind.hysteresis.best_since = None;
         self.commands.push_back(Command::Border {
             bubble: into,
             bounds,
@@ -595,7 +599,7 @@ impl Mesh {
         b.site = to;
         b.epoch = epoch;
         b.stalled_since = None;
-        b.hysteresis.moved(now);
+        b.kind.hysteresis.moved(now);
         self.used[from.index()] = self.used[from.index()].saturating_sub(seats);
         self.used[to.index()] += seats;
         self.commands.push_back(Command::Move { bubble: id, from, to, epoch, players, reason });

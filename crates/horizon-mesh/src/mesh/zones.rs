@@ -77,7 +77,7 @@ impl Mesh {
         let site = self.sites.core();
         // Invariant: a new id has no lease yet, so the grant cannot be refused.
         let epoch = self.leases.grant(id, site, now).map_or(Epoch(0), |l| l.epoch);
-        self.zones.add_root(id, world, bounds, epoch, None);
+        self.zones.add_root(id, site, world, bounds, epoch, None);
         let cmd = Command::ZoneCreate { zone: id, site, world, bounds, epoch, reason };
         self.commands.push_back(cmd);
     }
@@ -96,7 +96,7 @@ impl Mesh {
         }
         self.leases.restore(id, site, epoch, now)?;
         self.next_zone = self.next_zone.max(id.0 + 1);
-        self.zones.add_root(id, world, bounds, epoch, None);
+        self.zones.add_root(id, site, world, bounds, epoch, None);
         Ok(())
     }
 
@@ -208,14 +208,15 @@ impl Mesh {
         }
 
         let (cap, settle) = (self.th.players_per_server, Span::from_ms(self.th.settle_ms));
-        let settled = |z: &Zone| z.changed_at.is_none_or(|t| now.since(t) >= settle);
+        let settled = |z: &Zone| z.kind.changed_at.is_none_or(|t| now.since(t) >= settle);
         let mut overloaded = Vec::new();
         let tps_min = self.th.tps_min;
         for &leaf in &leaves {
             let z = self.zones.zone_mut(leaf);
-            let slow = z.tps.is_some_and(|t| t < tps_min);
-            z.overloaded = if z.players > cap || slow { z.overloaded + weight } else { 0.0 };
-            if z.overloaded >= f64::from(self.th.split_after_samples) && settled(z) {
+            let slow = z.kind.tps.is_some_and(|t| t < tps_min);
+            z.kind.overloaded =
+                if z.players > cap || slow { z.kind.overloaded + weight } else { 0.0 };
+            if z.kind.overloaded >= f64::from(self.th.split_after_samples) && settled(z) {
                 overloaded.push(leaf);
             }
         }
@@ -367,10 +368,8 @@ impl Mesh {
     /// of its box, else the zone whose box holds them.
     pub(super) fn zone_around(&self, place: usize, current: Option<BubbleId>) -> Option<BubbleId> {
         let item = &self.items[place];
-        let near = |z: &Zone| {
-            z.world == item.world && z.bounds.expand(ZONE_EXIT_MARGIN_M).contains(item.pos)
-        };
-        if let Some(c) = current.and_then(|c| self.zone_by_id(c)).filter(|c| near(c)) {
+        let near = |z: &&Zone| z.holds(item.world, item.pos, ZONE_EXIT_MARGIN_M);
+        if let Some(c) = current.and_then(|c| self.zone_by_id(c)).filter(near) {
             return Some(c.id);
         }
         self.zones.locate(item.world, item.pos).map(|leaf| self.zones.zone(leaf).id)
@@ -379,13 +378,9 @@ impl Mesh {
     /// The leases a site's agent holds and renews: its running bubbles and (the core site) its
     /// running zones, with their epochs.
     pub fn leases_held(&self, site: SiteId) -> Vec<(BubbleId, Epoch)> {
-        let bubbles = self.bubbles().filter(|b| b.site == site && b.stalled_since.is_none());
-        let mut held: Vec<(BubbleId, Epoch)> = bubbles.map(|b| (b.id, b.epoch)).collect();
-        if site == self.sites.core() {
-            let zones = self.zones().filter(|z| z.stalled_since.is_none());
-            held.extend(zones.map(|z| (z.id, z.epoch)));
-        }
-        held
+        let bubbles = self.bubbles().filter(|b| b.runs_at(site)).map(|b| (b.id, b.epoch));
+        let zones = self.zones().filter(|z| z.runs_at(site)).map(|z| (z.id, z.epoch));
+        bubbles.chain(zones).collect()
     }
 
     /// Every zone, with its players as of the last tick.
