@@ -46,7 +46,6 @@ pub use mesh::{
     ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
-pub use region::Region;
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Standing, Tally, Verdict};
 pub use time::{Span, Time};
 pub use zones::{Zone, ZoneSpec, ZoneState};

@@ -185,6 +185,11 @@ pub enum Request {
     /// deltas and seal. Refused (`conflict`) while the region is created, moved, restored or
     /// ended, or not held under `lease` by this site (`stale_epoch`).
     Rehome { lease: LeaseRef },
+    /// core → a zone's holder: the bubbles carved out of the zone it runs under `lease` (their
+    /// boxes, at most [`crate::server::MAX_HOLES`]), simulated elsewhere; the agent passes
+    /// them to the zone's server, which must not write inside them (design.md §4). The whole
+    /// list each time it changes, and again under each new epoch.
+    Carve { lease: LeaseRef, holes: Vec<Aabb> },
 }
 
 /// One backbone link between two sites' agents, as [`Request::Links`] carries it.
@@ -255,6 +260,7 @@ kinds!(Request {
     Pool => "pool",
     Links => "links",
     Rehome => "rehome",
+    Carve => "carve",
 });
 
 /// A reply on the control channel.

@@ -345,6 +345,7 @@ pub fn all() -> Vec<Fixture> {
                 ],
             },
             control::Request::Rehome { lease: lref },
+            control::Request::Carve { lease: lref, holes: region.bounds.into_iter().collect() },
         ],
         vec![
             control::Reply::Done,
@@ -462,6 +463,7 @@ pub fn all() -> Vec<Fixture> {
             server::Request::Regrant { old: lref, lease },
             server::Request::Positions { lease: lref, players: vec![position] },
             server::Request::Continue { lease, region, tick: Tick(100_123) },
+            server::Request::Carve { lease: lref, holes: region.bounds.into_iter().collect() },
         ],
         vec![
             server::Reply::Done,

@@ -8,7 +8,7 @@ use crate::channel::{Channel, Never, kinds};
 use crate::frame::ChannelId;
 use crate::state::StateItem;
 use crate::types::{
-    Blob, BubbleId, Epoch, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick, Vec3,
+    Aabb, Blob, BubbleId, Epoch, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick, Vec3,
 };
 
 /// The server channel's types.
@@ -67,7 +67,15 @@ pub enum Request {
     /// players follow by `Join`. Its ticks stay after the old server's, so that (epoch, tick)
     /// still names one state of the region.
     Continue { lease: Lease, region: Region, tick: Tick },
+    /// agent → server, for a zone it runs under `lease`: the bubbles carved out of its box
+    /// (their boxes, at most [`MAX_HOLES`]), simulated elsewhere: the zone's server must not
+    /// write inside them (design.md §4). The whole list each time it changes, and again under
+    /// each new epoch; none at first.
+    Carve { lease: LeaseRef, holes: Vec<Aabb> },
 }
+
+/// The most holes one `Carve` may list (a zone holding more bubbles is told these).
+pub const MAX_HOLES: usize = 4096;
 
 /// The most players one `Positions` report may list (a region holds far fewer).
 pub const MAX_POSITIONS: usize = 8192;
@@ -97,6 +105,7 @@ kinds!(Request {
     Regrant => "regrant",
     Positions => "positions",
     Continue => "continue",
+    Carve => "carve",
 });
 
 /// A reply between an agent and a game server.

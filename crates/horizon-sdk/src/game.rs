@@ -1,7 +1,7 @@
 //! What a game implements: a deterministic simulation of one region.
 
 use horizon_proto::server::PlayerPosition;
-use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
+use horizon_proto::{Aabb, BubbleId, LeaseRef, PlayerId, Region, Seq, Tick};
 
 /// A game's simulation, as the SDK drives it. Every method must be deterministic: a target
 /// server replays the source's joins, leaves, inputs and steps and must reach the same state.
@@ -39,6 +39,13 @@ pub trait Game: Send + Sync + 'static {
     /// an engine running its own loop stops simulating the region. Replayed deltas on a
     /// standby come between a `stopped` (or nothing) and the next `started`.
     fn stopped(&self, _state: &mut Self::State) {}
+
+    /// The bubbles carved out of this region (a zone), simulated elsewhere: their boxes. The
+    /// game must not write inside them (design.md §4): what it runs there itself (props, its
+    /// own NPCs) waits for the hole to close. Called whenever they change, and for a standby
+    /// once it runs. The default does nothing: a game that writes only its players' entities
+    /// needs nothing (the SDK joins and leaves players as they cross).
+    fn carved(&self, _state: &mut Self::State, _holes: &[Aabb]) {}
 
     /// Where the game put each of the region's players: metres and metres per second, in the
     /// world's frame. The SDK reports them to the agent once a second, and placement (grouping,

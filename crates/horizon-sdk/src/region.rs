@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use horizon_proto::server::PlayerPosition;
 use horizon_proto::{
-    Blob, BubbleId, Delta, Epoch, Input, LeaseRef, MAX_OWN_BYTES, Own, PlayerId, Region, Seal, Seq,
-    Snapshot, Tick, Update,
+    Aabb, Blob, BubbleId, Delta, Epoch, Input, LeaseRef, MAX_OWN_BYTES, Own, PlayerId, Region,
+    Seal, Seq, Snapshot, Tick, Update,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -141,6 +141,8 @@ pub(crate) struct Held<G: Game> {
     part_chunks: Vec<Option<Vec<u8>>>,
     /// The chunks of a copy players are adopted from (see [`Held::on_adopt`]).
     adopt_chunks: Vec<Option<Vec<u8>>>,
+    /// The bubbles carved out of it (a zone), as the agent last said ([`Game::carved`]).
+    pub(crate) holes: Vec<Aabb>,
 }
 
 impl<G: Game> Held<G> {
@@ -167,6 +169,18 @@ impl<G: Game> Held<G> {
             chunks: Vec::new(),
             part_chunks: Vec::new(),
             adopt_chunks: Vec::new(),
+            holes: Vec::new(),
+        }
+    }
+
+    /// The bubbles carved out of the region: the game hears them now, or a standby once it
+    /// runs.
+    pub(crate) fn carve(&mut self, game: &G, holes: Vec<Aabb>) {
+        self.holes = holes;
+        if self.phase != Phase::Standby
+            && let Some(state) = self.state.as_mut()
+        {
+            game.carved(state, &self.holes);
         }
     }
 
@@ -524,6 +538,11 @@ impl<G: Game> Held<G> {
             self.last_applied.insert(player, seq);
         }
         self.phase = Phase::Running;
+        if !self.holes.is_empty()
+            && let Some(state) = self.state.as_mut()
+        {
+            game.carved(state, &self.holes);
+        }
         Ok(())
     }
 

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use horizon_proto::server::{Reply, Request};
 use horizon_proto::{
-    BubbleId, Epoch, ErrorCode, Fault, Lease, LeaseRef, MAX_CHUNK_BYTES, Region, StateItem, Tick,
+    Aabb, BubbleId, Epoch, ErrorCode, Fault, Lease, LeaseRef, MAX_CHUNK_BYTES, Region, StateItem,
+    Tick,
 };
 use tokio::time::Instant;
 
@@ -97,6 +98,11 @@ impl<G: Game> ServerMachine<G> {
     /// How many regions this server holds.
     pub fn regions(&self) -> usize {
         self.regions.len()
+    }
+
+    /// The bubbles carved out of a region held here (a zone), as the agent last said.
+    pub fn holes(&self, bubble: BubbleId) -> Option<&[Aabb]> {
+        self.regions.get(&bubble).map(|h| h.holes.as_slice())
     }
 
     /// The epoch a region runs under, if held.
@@ -218,6 +224,19 @@ impl<G: Game> ServerMachine<G> {
                 let newest = self.newest.entry(lease.bubble).or_insert(lease.epoch);
                 *newest = (*newest).max(lease.epoch);
                 tracing::info!(bubble = lease.bubble.0, epoch = lease.epoch.0, "regranted");
+                Ok(Reply::Done)
+            }
+            Request::Carve { lease, holes } => {
+                if holes.len() > horizon_proto::server::MAX_HOLES {
+                    let why = format!(
+                        "{} holes: over the limit of {}",
+                        holes.len(),
+                        horizon_proto::server::MAX_HOLES
+                    );
+                    return Err(Fault::new(ErrorCode::TooLarge, why));
+                }
+                let game = &self.game;
+                held(&mut self.regions, *lease)?.carve(game, holes.clone());
                 Ok(Reply::Done)
             }
             Request::Register { .. }
@@ -488,6 +507,97 @@ mod tests {
             matches!(items.as_slice(), [StateItem::Update(u)] if u.tick == Tick(4)),
             "{items:?}"
         );
+    }
+
+    /// The reference game, remembering every list of holes it was told.
+    struct Carving {
+        inner: Reference,
+        told: std::sync::Mutex<Vec<Vec<Aabb>>>,
+    }
+
+    impl Game for Carving {
+        type State = <Reference as Game>::State;
+        fn empty(&self, bubble: BubbleId, region: &Region) -> Self::State {
+            self.inner.empty(bubble, region)
+        }
+        fn encode(&self, state: &Self::State) -> Vec<u8> {
+            self.inner.encode(state)
+        }
+        fn decode(&self, bytes: &[u8]) -> Result<Self::State, String> {
+            self.inner.decode(bytes)
+        }
+        fn join(&self, state: &mut Self::State, player: PlayerId, bytes: &[u8]) {
+            self.inner.join(state, player, bytes)
+        }
+        fn leave(&self, state: &mut Self::State, player: PlayerId) -> Vec<u8> {
+            self.inner.leave(state, player)
+        }
+        fn input(&self, state: &mut Self::State, player: PlayerId, seq: Seq, bytes: &[u8]) {
+            self.inner.input(state, player, seq, bytes)
+        }
+        fn step(&self, state: &mut Self::State, tick: Tick) {
+            self.inner.step(state, tick)
+        }
+        fn view(&self, state: &Self::State, tick: Tick) -> Vec<u8> {
+            self.inner.view(state, tick)
+        }
+        fn carved(&self, _state: &mut Self::State, holes: &[Aabb]) {
+            self.told.lock().expect("told").push(holes.to_vec());
+        }
+    }
+
+    fn carving() -> ServerMachine<Carving> {
+        let game = Carving { inner: Reference { tick_ms: 50 }, told: Default::default() };
+        ServerMachine::new(game, Arc::new(Counters::default()))
+    }
+
+    fn told(m: &ServerMachine<Carving>) -> Vec<Vec<Aabb>> {
+        m.game.told.lock().expect("told").clone()
+    }
+
+    #[test]
+    fn a_zone_hears_the_bubbles_carved_out_of_it_and_a_standby_once_it_runs() {
+        let now = Instant::now();
+        let hole = Aabb {
+            min: horizon_proto::Vec3 { x: 0.0, y: 0.0, z: 0.0 },
+            max: horizon_proto::Vec3 { x: 10.0, y: 10.0, z: 10.0 },
+        };
+        let region = Region { world: WorldId(1), bounds: None };
+        let mut zone = carving();
+        let assign = Request::Assign { lease: LEASE, region, from_snapshot: false };
+        assert_eq!(zone.serve(&assign, now), Ok(Reply::Done));
+        let carve = |holes: Vec<Aabb>| Request::Carve { lease: LREF, holes };
+        assert_eq!(zone.serve(&carve(vec![hole]), now), Ok(Reply::Done));
+        assert_eq!(zone.serve(&carve(Vec::new()), now), Ok(Reply::Done));
+        assert_eq!(told(&zone), [vec![hole], vec![]]);
+        assert_eq!(zone.holes(BubbleId(7)), Some(&[][..]));
+        // Under another epoch, or too many: refused, and the game hears nothing.
+        let stale = Request::Carve { lease: LeaseRef { epoch: Epoch(2), ..LREF }, holes: vec![] };
+        assert_eq!(zone.serve(&stale, now).map_err(|f| f.code), Err(ErrorCode::UnknownBubble));
+        let many = carve(vec![hole; horizon_proto::server::MAX_HOLES + 1]);
+        assert_eq!(zone.serve(&many, now).map_err(|f| f.code), Err(ErrorCode::TooLarge));
+        assert_eq!(told(&zone).len(), 2);
+        // A standby keeps its holes and tells the game once the seal lets it run.
+        assert_eq!(zone.serve(&carve(vec![hole]), now), Ok(Reply::Done));
+        zone.tick(now);
+        let copy = Request::Copy { lease: LREF, deltas: true };
+        assert_eq!(zone.serve(&copy, now), Ok(Reply::Done));
+        assert!(matches!(
+            zone.serve(&Request::Freeze { lease: LREF }, now),
+            Ok(Reply::Frozen { .. })
+        ));
+        let mut target = carving();
+        let next = Lease { epoch: Epoch(4), ..LEASE };
+        let standby = Request::Assign { lease: next, region, from_snapshot: true };
+        assert_eq!(target.serve(&standby, now), Ok(Reply::Done));
+        let next_ref = LeaseRef { bubble: BubbleId(7), epoch: Epoch(4) };
+        let carve_next = Request::Carve { lease: next_ref, holes: vec![hole] };
+        assert_eq!(target.serve(&carve_next, now), Ok(Reply::Done));
+        assert!(told(&target).is_empty(), "a standby writes nothing, holes or not");
+        for item in std::iter::from_fn(|| zone.poll_item()).collect::<Vec<_>>() {
+            target.item(item, now);
+        }
+        assert_eq!(told(&target), [vec![hole]]);
     }
 
     #[test]

@@ -383,6 +383,7 @@ impl AgentMachine {
                 self.adopt_peers(peers);
                 Ok(control::Reply::Done)
             }
+            R::Carve { lease, holes } => self.carve(lease, holes),
             R::Links { links } => {
                 self.adopt_links(links, now);
                 Ok(control::Reply::Done)

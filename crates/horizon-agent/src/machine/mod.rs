@@ -31,6 +31,7 @@ use horizon_proto::{
 use tokio::time::Instant;
 
 mod bubbles;
+mod carve;
 mod core_link;
 mod crossings;
 mod interface;

@@ -12,6 +12,7 @@
 //! for a restore that lacks them (`keep.rs`).
 
 pub(crate) mod backup;
+mod carve;
 mod commands;
 mod drain;
 pub(crate) mod failover;

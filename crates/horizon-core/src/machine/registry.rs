@@ -94,6 +94,9 @@ pub(crate) struct Hosted {
     /// The brain ended it (merged, deleted) and its members are still leaving, since then: it
     /// ends once they have left, or after a lease (see `carry_out_commands`).
     pub(crate) ending_since: Option<Time>,
+    /// A zone's: the bubbles carved out of it last told to its holder, and the epoch they
+    /// were told under (`carve.rs`).
+    pub(crate) holes: Option<(u64, Vec<Aabb>)>,
     /// Taken back after a restart: until this time, or until every site has said who plays
     /// where (`Players`), its members are not known yet, so an empty member list does not end
     /// it (see `carry_out_commands`).
@@ -118,6 +121,7 @@ impl Hosted {
             changed: None,
             members_unknown_until: None,
             ending_since: None,
+            holes: None,
         }
     }
 
@@ -271,6 +275,7 @@ impl CoreMachine {
             self.follow_unfinished_crossing(player, left, to);
         }
         self.reconcile_parts();
+        self.carve_zones();
     }
 
     /// `player` left `left` for `to`, maybe before its state ever reached `left` (its holder
@@ -447,6 +452,10 @@ impl CoreMachine {
     /// until the agents' `Players` (and the agent does not trust a list dropping players
     /// without a departure for a while after it registered).
     pub(crate) fn resync(&mut self, site: SiteId) {
+        // Its zones' servers may be new: their holes are told again.
+        for reg in self.registry.values_mut().filter(|r| r.site == site) {
+            reg.holes = None;
+        }
         let bubbles: Vec<BubbleId> = self
             .registry
             .iter()
@@ -468,6 +477,7 @@ impl CoreMachine {
             .map(|(&p, _)| p)
             .collect();
         self.send_routes(homed);
+        self.carve_zones();
     }
 }
 

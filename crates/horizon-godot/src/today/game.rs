@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use horizon_proto::server::PlayerPosition;
-use horizon_proto::{BubbleId, LeaseRef, PlayerId, Region, Seq, Tick, Vec3};
+use horizon_proto::{Aabb, BubbleId, LeaseRef, PlayerId, Region, Seq, Tick, Vec3};
 use horizon_sdk::{EngineLoad, Game};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,6 +46,8 @@ struct Carried {
 pub struct ZoneState {
     mirror: Mirror,
     zone: Option<String>,
+    /// The bubbles carved out of it (`Game::carved`), sent with the zone.
+    holes: Vec<Aabb>,
     seen: Vec<Reported>,
     link: TodayLink,
 }
@@ -70,7 +72,13 @@ impl TodayGame {
     }
 
     fn state(&self, mirror: Mirror) -> ZoneState {
-        ZoneState { mirror, zone: None, seen: Vec::new(), link: self.link.clone() }
+        ZoneState {
+            mirror,
+            zone: None,
+            holes: Vec::new(),
+            seen: Vec::new(),
+            link: self.link.clone(),
+        }
     }
 
     /// Places a player in the zone: where they were, moving as they last asked.
@@ -189,7 +197,8 @@ impl Game for TodayGame {
 
     fn started(&self, state: &mut ZoneState, lease: LeaseRef) {
         let id = format!("{}.{}", lease.bubble.0, lease.epoch.0);
-        self.link.start_zone(Zone { id: id.clone(), region: state.mirror.region });
+        let holes = state.holes.clone();
+        self.link.start_zone(Zone { id: id.clone(), region: state.mirror.region, holes });
         for (&player, carried) in &state.mirror.players {
             self.place(&id, player, carried);
         }
@@ -199,6 +208,13 @@ impl Game for TodayGame {
             "zone written on today's server"
         );
         state.zone = Some(id);
+    }
+
+    fn carved(&self, state: &mut ZoneState, holes: &[Aabb]) {
+        state.holes = holes.to_vec();
+        if let Some(id) = &state.zone {
+            self.link.carve_zone(id, holes);
+        }
     }
 
     fn stopped(&self, state: &mut ZoneState) {

@@ -148,6 +148,15 @@ impl TodayLink {
         self.send(message::zones(live.values().map(|w| &w.zone)));
     }
 
+    /// The bubbles carved out of zone `id` changed: the server gets the whole set again.
+    pub(crate) fn carve_zone(&self, id: &str, holes: &[horizon_proto::Aabb]) {
+        let mut live = lock(&self.shared.live);
+        if let Some(w) = live.get_mut(id) {
+            w.zone.holes = holes.to_vec();
+            self.send(message::zones(live.values().map(|w| &w.zone)));
+        }
+    }
+
     /// Writing `id` stops: it leaves the set sent to the server, and its reports are refused
     /// from now on (the lock orders this against the reader).
     pub(crate) fn stop_zone(&self, id: &str) {
@@ -353,7 +362,7 @@ mod tests {
         let url = fake_server(frames);
         let link = TodayLink::connect(&url, Duration::from_secs(5), Broken::new(|_| {})).unwrap();
         let region = Region { world: WorldId(1), bounds: None };
-        link.start_zone(Zone { id: "7.4".to_owned(), region });
+        link.start_zone(Zone { id: "7.4".to_owned(), region, holes: Vec::new() });
         let deadline = Instant::now() + Duration::from_secs(5);
         while link.counts().reports_refused < 2 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

@@ -31,6 +31,8 @@ fn frame(namespace: &str, event: &str, data: Value) -> String {
 pub(crate) struct Zone {
     pub(crate) id: String,
     pub(crate) region: Region,
+    /// The bubbles carved out of it, simulated elsewhere: the server must not write there.
+    pub(crate) holes: Vec<Aabb>,
 }
 
 /// `server/prewarm`: load the world.
@@ -41,7 +43,15 @@ pub(crate) fn prewarm() -> String {
 /// `server/zone`: the whole set of zones to simulate; an empty list releases the server.
 pub(crate) fn zones<'a>(zones: impl Iterator<Item = &'a Zone>) -> String {
     let list: Vec<Value> = zones
-        .map(|z| json!({ "id": z.id, "world": z.region.world.0, "bounds": z.region.bounds.map(bounds) }))
+        .map(|z| {
+            let holes: Vec<Value> = z.holes.iter().map(|&h| bounds(h)).collect();
+            json!({
+                "id": z.id,
+                "world": z.region.world.0,
+                "bounds": z.region.bounds.map(bounds),
+                "holes": holes,
+            })
+        })
         .collect();
     frame("server", "zone", Value::Array(list))
 }
@@ -157,8 +167,14 @@ mod tests {
                 max: Vec3 { x: 10.0, y: 1.0, z: 5.0 },
             }),
         };
-        let zone = Zone { id: "7.12".to_owned(), region };
+        let hole =
+            Aabb { min: Vec3 { x: 1.0, y: 0.0, z: 0.0 }, max: Vec3 { x: 2.0, y: 1.0, z: 1.0 } };
+        let zone = Zone { id: "7.12".to_owned(), region, holes: vec![hole] };
         let v: Value = serde_json::from_str(&zones([zone].iter())).unwrap();
+        assert_eq!(
+            v["data"][0]["holes"],
+            json!([{ "min": [1.0, 0.0, 0.0], "max": [2.0, 1.0, 1.0] }])
+        );
         assert_eq!(v["namespace"], "server");
         assert_eq!(v["event"], "zone");
         assert_eq!(v["data"][0]["id"], "7.12");

@@ -156,7 +156,7 @@ pub struct Mesh {
     free_slots: Vec<u32>,
     bubble_index: FxHashMap<BubbleId, u32>,
     /// Every bubble's box, for finding the bubble that holds a position (`npcs.rs`).
-    boxes: npcs::BubbleBoxes,
+    boxes: boxes::BubbleBoxes,
     next_bubble: u64,
     leases: LeaseTable<BubbleId, SiteId>,
     /// Ready or hosting servers per site (`None`: unlimited), each with
@@ -188,6 +188,7 @@ pub struct Mesh {
 }
 
 mod arrival;
+mod boxes;
 mod command;
 mod delegations;
 mod explain;
@@ -290,7 +291,7 @@ impl Mesh {
             bubbles: Vec::new(),
             free_slots: Vec::new(),
             bubble_index: FxHashMap::default(),
-            boxes: npcs::BubbleBoxes::default(),
+            boxes: boxes::BubbleBoxes::default(),
             next_bubble: 1,
             ready: vec![None; n],
             used: vec![0; n],

@@ -1196,6 +1196,7 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
     assert!(sent(&mut h).is_empty(), "sent once");
 }
 
+mod carve;
 mod crossings;
 mod lane;
 mod rehome;

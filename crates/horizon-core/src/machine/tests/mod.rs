@@ -1127,6 +1127,7 @@ fn the_status_names_no_player_to_an_unauthenticated_reader() {
     assert_eq!(doc.groups[0].homes.get("MTL"), Some(&1));
 }
 
+mod carve;
 mod crossings;
 mod positions;
 mod rehome;
