@@ -1170,6 +1170,33 @@ fn the_status_and_metrics_show_the_zone_a_worlds_first_player_opens() {
     }
 }
 
+/// The site and id of the first bubble (not zone) the core created since the log was cleared.
+fn created_bubble(h: &Harness) -> (String, BubbleId) {
+    h.sent()
+        .into_iter()
+        .find_map(|(s, _, r)| match r {
+            control::Request::Create { bubble, .. } if !bubble.is_zone() => Some((s, bubble)),
+            _ => None,
+        })
+        .expect("a bubble for the group")
+}
+
+/// The players `site` was told left `region`, in every `Members` since the log was cleared.
+fn departed_from(h: &Harness, site: &str, region: BubbleId) -> Vec<u64> {
+    h.sent()
+        .into_iter()
+        .filter_map(|(s, _, r)| match r {
+            control::Request::Members { lease, departed, .. }
+                if s == site && lease.bubble == region =>
+            {
+                Some(departed.into_iter().map(|d| d.player.0).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 #[test]
 fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bubble_at_the_tick() {
     let mut h = Harness::new();
@@ -1192,32 +1219,13 @@ fn players_joining_together_play_in_their_zone_at_once_then_cross_into_their_bub
     // The tick gives the group a bubble; the zone simulates them until it runs...
     h.log.clear();
     h.run_until(5_000);
-    let (site, bubble) = h
-        .sent()
-        .into_iter()
-        .find_map(|(s, _, r)| match r {
-            control::Request::Create { bubble, .. } if !bubble.is_zone() => Some((s, bubble)),
-            _ => None,
-        })
-        .expect("a bubble for the group");
+    let (site, bubble) = created_bubble(&h);
     assert_eq!(h.hosted(1).0, zone, "in the zone while their bubble starts");
     assert!(h.sent().iter().all(|(_, _, r)| !matches!(r, control::Request::Members { .. })));
     // ... then both leave the zone with their state.
     h.ack_all(&site);
     assert_eq!(h.hosted(1).0, bubble);
-    let departed: Vec<u64> = h
-        .sent()
-        .into_iter()
-        .filter_map(|(s, _, r)| match r {
-            control::Request::Members { lease, departed, .. }
-                if s == "PAR" && lease.bubble == zone =>
-            {
-                Some(departed.into_iter().map(|d| d.player.0).collect::<Vec<_>>())
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let departed = departed_from(&h, "PAR", zone);
     assert_eq!(departed, [1, 2], "the zone's server hands both states on");
 }
 
@@ -1237,29 +1245,10 @@ fn an_npc_is_simulated_by_its_zone_then_by_the_bubble_that_takes_its_space_and_c
     // The players' bubble takes the space the NPC stands in: the NPC crosses with them.
     h.log.clear();
     h.run_until(5_000);
-    let (site, bubble) = h
-        .sent()
-        .into_iter()
-        .find_map(|(s, _, r)| match r {
-            control::Request::Create { bubble, .. } if !bubble.is_zone() => Some((s, bubble)),
-            _ => None,
-        })
-        .expect("a bubble for the group");
+    let (site, bubble) = created_bubble(&h);
     h.ack_all(&site);
     assert_eq!(h.hosted(3).0, bubble);
-    let departed: Vec<u64> = h
-        .sent()
-        .into_iter()
-        .filter_map(|(s, _, r)| match r {
-            control::Request::Members { lease, departed, .. }
-                if s == "PAR" && lease.bubble == zone =>
-            {
-                Some(departed.into_iter().map(|d| d.player.0).collect::<Vec<_>>())
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let departed = departed_from(&h, "PAR", zone);
     assert_eq!(departed, [1, 2, 3], "the zone's server hands the NPC's state on too");
     // It weighs nothing: the bubble is placed and counted for its two players alone.
     assert_eq!(h.core.mesh.bubble_by_id(bubble).map(|b| b.players), Some(2));
