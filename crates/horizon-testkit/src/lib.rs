@@ -11,6 +11,7 @@ pub mod bots;
 mod cut;
 mod etcd;
 mod sandbox;
+pub mod stats;
 mod tapped;
 
 pub use cut::TcpCut;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use horizon_proto::Role;
 use horizon_testkit::bots::{self, Away, BotSpec, Motion};
-use horizon_testkit::{Sandbox, SandboxOptions};
+use horizon_testkit::{Sandbox, SandboxOptions, stats};
 
 /// Groups per pair of sites.
 const GROUPS: usize = 6;
@@ -29,7 +29,7 @@ const SPACING_M: f64 = 5_000.0;
 const PAIRS: [(&str, &str); 3] = [("PAR", "MTL"), ("PAR", "HKG"), ("MTL", "HKG")];
 
 fn quantile(v: &[f64], p: f64) -> f64 {
-    bots::quantile(v, p).unwrap_or(f64::NAN)
+    stats::quantile(v, p).unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -100,8 +100,8 @@ async fn run(play: Duration) {
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 
-    let bots::FreezesByPair { gaps_ms: gaps, excess_ms: mut excess } =
-        bots::freezes_by_pair(&samples);
+    let stats::FreezesByPair { gaps_ms: gaps, excess_ms: mut excess } =
+        stats::freezes_by_pair(&samples);
     let committed = status.handovers.committed;
     println!(
         "handovers committed: {committed} ({players} players, {} s); one freeze timed per player per move",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use horizon_core::Stage;
 use horizon_testkit::bots::{self, BotReport};
-use horizon_testkit::{Sandbox, SandboxOptions};
+use horizon_testkit::{Sandbox, SandboxOptions, stats};
 
 use crate::faults::{self, Fault, FaultKind, Running};
 
@@ -463,8 +463,8 @@ async fn run(args: DemoArgs) -> ExitCode {
     let round = |x: Option<f64>| x.map(|x| x.round());
     let summary = |v: &[f64]| {
         serde_json::json!({
-            "p50": round(bots::quantile(v, 0.5)),
-            "p99": round(bots::quantile(v, 0.99)),
+            "p50": round(stats::quantile(v, 0.5)),
+            "p99": round(stats::quantile(v, 0.99)),
             "max": round(v.last().copied()),
             "samples": v.len(),
         })

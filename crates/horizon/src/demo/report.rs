@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use horizon_core::CoreStatus;
-use horizon_testkit::bots::{self, BotReport};
+use horizon_testkit::bots::BotReport;
+use horizon_testkit::stats;
 
 /// The game servers holding at least one region, per site, as the core's status shows them
 /// every 5 s: the most seen, and the players and servers of the busiest moment.
@@ -84,7 +85,7 @@ pub(super) fn summary_line(
         .into_iter()
         .map(|(site, mut v)| {
             v.sort_by(f64::total_cmp);
-            let q = |p: f64| bots::quantile(&v, p).map_or("-".into(), |x| format!("{x:.0}"));
+            let q = |p: f64| stats::quantile(&v, p).map_or("-".into(), |x| format!("{x:.0}"));
             format!("{site} {}/{}", q(0.5), q(0.95))
         })
         .collect::<Vec<_>>()
@@ -105,8 +106,8 @@ fn summary(mut v: Vec<f64>) -> serde_json::Value {
     v.sort_by(f64::total_cmp);
     let r = |x: Option<f64>| x.map(|x| (x * 10.0).round() / 10.0);
     serde_json::json!({
-        "p50": r(bots::quantile(&v, 0.5)),
-        "p99": r(bots::quantile(&v, 0.99)),
+        "p50": r(stats::quantile(&v, 0.5)),
+        "p99": r(stats::quantile(&v, 0.99)),
         "max": r(v.last().copied()),
         "samples": v.len(),
     })
@@ -124,8 +125,8 @@ fn by_pair(m: BTreeMap<String, Vec<f64>>) -> serde_json::Value {
 pub(super) fn freeze_report(
     samples: &[horizon_agent::FreezeSample],
 ) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
-    let bots::FreezesByPair { gaps_ms: per, excess_ms: excess_per } =
-        bots::freezes_by_pair(samples);
+    let stats::FreezesByPair { gaps_ms: per, excess_ms: excess_per } =
+        stats::freezes_by_pair(samples);
     let all: Vec<f64> = excess_per.values().flatten().copied().collect();
     (by_pair(per), summary(all), by_pair(excess_per))
 }
@@ -187,10 +188,10 @@ pub(super) fn final_document(status: &CoreStatus, finals: &[BotReport]) -> serde
         "state_chain_checked": sum(|r| r.chain_checked),
         "state_chain_breaks": sum(|r| r.chain_breaks),
         "longest_update_gap_ms": finals.iter().map(|r| r.max_gap_ms).fold(0.0, f64::max),
-        "click_to_screen_ms": bots::percentiles(finals, |r| &r.click_ms),
-        "click_to_update_ms": bots::percentiles(finals, |r| &r.update_click_ms),
+        "click_to_screen_ms": stats::percentiles(finals, |r| &r.click_ms),
+        "click_to_update_ms": stats::percentiles(finals, |r| &r.update_click_ms),
         "own_states_received": sum(|r| r.own_states),
-        "input_delivery_ms": bots::percentiles(finals, |r| &r.delivery_ms),
+        "input_delivery_ms": stats::percentiles(finals, |r| &r.delivery_ms),
         "errors": finals.iter().filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.name))).collect::<Vec<_>>(),
         "settings": {"tick_s": 5, "dwell_s": 10, "hold_s": 20, "note": "demo settings shorten dwell and hold (defaults: 30 s, 180 s)"},
     })
