@@ -52,6 +52,16 @@ const COUNTERS: &[(&str, &str, Field)] = &[
         |s| &s.regions_moved,
     ),
     (
+        "horizon_agent_region_moves_given_up_total",
+        "Moves of a region to another game server given up before its old server froze (the new server refused, a copy failed, or 4 s passed): the region stays on its server, under the core's newer epoch.",
+        |s| &s.region_moves_given_up,
+    ),
+    (
+        "horizon_agent_region_moves_lost_total",
+        "Moves of a region to another game server that failed after its old server froze (the new server died, or did not run within 4 s): the region was reported lost and fails over from its copy.",
+        |s| &s.region_moves_lost,
+    ),
+    (
         "horizon_agent_beacon_pongs_total",
         "Probe beacon pings answered (listen.beacon): clients measuring their round trip to this site.",
         |s| &s.beacon_pongs,

@@ -20,6 +20,10 @@ pub struct AgentStats {
     pub servers_max: AtomicU64,
     /// Regions moved whole from an overfull game server to another of this site.
     pub regions_moved: AtomicU64,
+    /// Moves with the region's state given up: before the old server froze (the region stays
+    /// there), and after (the region is lost here and fails over).
+    pub region_moves_given_up: AtomicU64,
+    pub region_moves_lost: AtomicU64,
     /// Probe beacon: pings answered, packets that were no ping, pings over a source's rate.
     pub beacon_pongs: AtomicU64,
     pub beacon_malformed: AtomicU64,

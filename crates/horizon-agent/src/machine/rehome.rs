@@ -270,9 +270,11 @@ impl AgentMachine {
         };
         self.release_standby(bubble, to, lease);
         if frozen {
+            self.stats.region_moves_lost.fetch_add(1, Ordering::Relaxed);
             self.move_lost(bubble, token, lease, why);
             return;
         }
+        self.stats.region_moves_given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(site = %self.cfg.site, bubble = bubble.0, %why, "region not moved: it stays on its server");
         let Some(old) = self.bubbles.get(&bubble).map(|l| l.lease_ref()) else {
             self.answer(token, Err(unknown(bubble)));

@@ -160,6 +160,8 @@ fn a_move_given_up_before_the_freeze_leaves_the_region_on_its_server_under_the_n
     );
     assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
     assert!(!seen.iter().any(|(_, r)| matches!(r, server::Request::Freeze { .. })));
+    assert_eq!(h.m.stats.region_moves_given_up.load(Ordering::Relaxed), 1);
+    assert_eq!(h.m.stats.region_moves_lost.load(Ordering::Relaxed), 0);
 }
 
 #[test]
@@ -179,6 +181,7 @@ fn a_move_whose_new_server_dies_after_the_freeze_is_lost_here_and_said_so_at_onc
         _ => None,
     });
     assert_eq!(lost, Some(&vec![LeaseRef { bubble: BubbleId(1), epoch: Epoch(2) }]));
+    assert_eq!(h.m.stats.region_moves_lost.load(Ordering::Relaxed), 1);
     // Nothing of it runs here any more: the old, sealed server is released.
     assert!(
         to_servers(&out)
