@@ -46,15 +46,16 @@ enum Step {
     },
 }
 
-/// What a request of a move waits for.
+/// What a request of a move waits for; the old server's answers name the move by the epoch
+/// the core granted it (an answer for a move given up since changes nothing).
 #[derive(Debug)]
 pub(super) enum Awaited {
     /// The core's answer to `Rehome`.
     Asked,
     /// The old server began its snapshot and deltas.
-    Copying,
+    Copying(Epoch),
     /// The old server froze.
-    Frozen,
+    Frozen(Epoch),
 }
 
 impl AgentMachine {
@@ -86,6 +87,16 @@ impl AgentMachine {
         ok: Result<(), Failure>,
         now: Instant,
     ) {
+        let current = |epoch: Epoch| {
+            matches!(
+                self.rehomes.get(&bubble),
+                Some(Rehome { step: Step::Granted { lease, .. }, .. }) if lease.epoch == epoch
+            )
+        };
+        match awaited {
+            Awaited::Copying(epoch) | Awaited::Frozen(epoch) if !current(epoch) => return,
+            _ => {}
+        }
         match (awaited, ok) {
             (Awaited::Asked, Ok(())) => {}
             (Awaited::Asked, Err(e)) => {
@@ -96,9 +107,9 @@ impl AgentMachine {
                 }
                 tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %e, "region not moved: the core said no");
             }
-            (Awaited::Copying, Ok(())) => self.freeze_old(bubble),
-            (Awaited::Copying, Err(e)) => self.move_back(bubble, &format!("copy: {e}"), now),
-            (Awaited::Frozen, Ok(())) => {
+            (Awaited::Copying(_), Ok(())) => self.freeze_old(bubble),
+            (Awaited::Copying(_), Err(e)) => self.move_back(bubble, &format!("copy: {e}"), now),
+            (Awaited::Frozen(_), Ok(())) => {
                 if let Some(Rehome { step: Step::Granted { frozen, .. }, .. }) =
                     self.rehomes.get_mut(&bubble)
                 {
@@ -107,10 +118,10 @@ impl AgentMachine {
             }
             // Refused: it did not freeze, and runs on. Unanswered: it may have; the deadline
             // decides.
-            (Awaited::Frozen, Err(Failure::Refused(f))) => {
+            (Awaited::Frozen(_), Err(Failure::Refused(f))) => {
                 self.move_back(bubble, &format!("freeze: {}", f.message), now)
             }
-            (Awaited::Frozen, Err(_)) => {}
+            (Awaited::Frozen(_), Err(_)) => {}
         }
     }
 
@@ -160,15 +171,19 @@ impl AgentMachine {
         now: Instant,
     ) {
         let bubble = new.bubble;
+        let current = matches!(
+            self.rehomes.get(&bubble),
+            Some(Rehome { step: Step::Granted { lease, .. }, .. }) if lease.epoch == new.epoch
+        );
         if let Some(fault) = refused {
-            self.move_back(bubble, &format!("server {server}: {}", fault.message), now);
+            if current {
+                self.move_back(bubble, &format!("server {server}: {}", fault.message), now);
+            }
             return;
         }
         let old = self.bubbles.get(&bubble).map(|l| l.lease_ref());
         let standing_by = match self.rehomes.get_mut(&bubble) {
-            Some(Rehome { from, step: Step::Granted { to, lease, .. }, .. })
-                if lease.epoch == new.epoch =>
-            {
+            Some(Rehome { from, step: Step::Granted { to, .. }, .. }) if current => {
                 *to = Some(server.clone());
                 Some(from.clone())
             }
@@ -182,20 +197,21 @@ impl AgentMachine {
             }
             return;
         };
-        // Its snapshot, then every tick's delta, go to the new server (`forward`).
-        let then = Then::Rehome { bubble, awaited: Awaited::Copying };
+        // Its snapshot, then every tick's delta, go to the new server (`rehome_target`).
+        let then = Then::Rehome { bubble, awaited: Awaited::Copying(new.epoch) };
         self.ask_server(&from, then, server::Request::Copy { lease, deltas: true });
     }
 
     /// The old server copies: it stops at its next tick and seals.
     fn freeze_old(&mut self, bubble: BubbleId) {
-        let Some(Rehome { from, step: Step::Granted { .. }, .. }) = self.rehomes.get(&bubble)
+        let Some(Rehome { from, step: Step::Granted { lease: granted, .. }, .. }) =
+            self.rehomes.get(&bubble)
         else {
             return;
         };
         let Some(lease) = self.bubbles.get(&bubble).map(|l| l.lease_ref()) else { return };
-        let from = from.clone();
-        let then = Then::Rehome { bubble, awaited: Awaited::Frozen };
+        let (from, epoch) = (from.clone(), granted.epoch);
+        let then = Then::Rehome { bubble, awaited: Awaited::Frozen(epoch) };
         self.ask_server(&from, then, server::Request::Freeze { lease });
     }
 
