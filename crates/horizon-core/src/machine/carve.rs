@@ -8,15 +8,37 @@ use horizon_proto::{Aabb, BubbleId, control, server::MAX_HOLES};
 use super::registry::Phase;
 use super::*;
 
+/// What a zone's holder was last told of the bubbles carved out of it, and what that was
+/// worked out from: while none of it changes, the zone is not looked at again (this runs
+/// after every reconcile).
+#[derive(Clone, Debug)]
+pub(crate) struct Carved {
+    /// The epoch the holder was told under (a new epoch is a new server: it knows none).
+    epoch: u64,
+    /// The zone's box then.
+    bounds: Aabb,
+    /// The brain's count of bubble-box changes then ([`horizon_mesh::Mesh::bubble_boxes_changes`]).
+    boxes: u64,
+    holes: Vec<Aabb>,
+}
+
 impl CoreMachine {
     /// Sends each running zone's holder the bubbles carved out of it, where they changed.
     pub(crate) fn carve_zones(&mut self) {
-        let mut changed: Vec<(BubbleId, Vec<Aabb>)> = Vec::new();
+        let boxes = self.mesh.bubble_boxes_changes();
+        // (zone, what it is worked out from now, whether to tell its holder)
+        let mut changed: Vec<(BubbleId, Carved, bool)> = Vec::new();
         for (&id, reg) in &self.registry {
             if !id.is_zone() || reg.phase != Phase::Running || reg.ending_since.is_some() {
                 continue;
             }
             let Some(zone) = self.mesh.zone_by_id(id) else { continue };
+            let unchanged = reg.holes.as_ref().is_some_and(|c| {
+                c.epoch == reg.epoch && c.bounds == zone.bounds && c.boxes == boxes
+            });
+            if unchanged {
+                continue;
+            }
             let mut holes: Vec<Aabb> =
                 self.mesh.bubbles_meeting(zone.world, zone.bounds).map(|b| b.bounds).collect();
             if holes.len() > MAX_HOLES {
@@ -29,22 +51,26 @@ impl CoreMachine {
             }
             // What its current holder has: nothing under a new epoch.
             let told: &[Aabb] = match &reg.holes {
-                Some((epoch, holes)) if *epoch == reg.epoch => holes,
+                Some(c) if c.epoch == reg.epoch => &c.holes,
                 _ => &[],
             };
-            if told != holes.as_slice() {
-                changed.push((id, holes));
-            }
+            let tell = told != holes.as_slice();
+            changed.push((
+                id,
+                Carved { epoch: reg.epoch, bounds: zone.bounds, boxes, holes },
+                tell,
+            ));
         }
-        for (zone, holes) in changed {
+        for (zone, carved, tell) in changed {
             let Some(reg) = self.registry.get(&zone) else { continue };
-            let (site, epoch, lease) = (reg.site, reg.epoch, reg.lease_ref(zone));
-            let request = control::Request::Carve { lease, holes: holes.clone() };
+            let (site, lease) = (reg.site, reg.lease_ref(zone));
             // Not sent (the holder is away): told once it registers again (`resync`).
-            if self.order(site, request).is_some()
-                && let Some(reg) = self.registry.get_mut(&zone)
-            {
-                reg.holes = Some((epoch, holes));
+            let told = !tell || {
+                let request = control::Request::Carve { lease, holes: carved.holes.clone() };
+                self.order(site, request).is_some()
+            };
+            if told && let Some(reg) = self.registry.get_mut(&zone) {
+                reg.holes = Some(carved);
             }
         }
     }

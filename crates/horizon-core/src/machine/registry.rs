@@ -94,9 +94,8 @@ pub(crate) struct Hosted {
     /// The brain ended it (merged, deleted) and its members are still leaving, since then: it
     /// ends once they have left, or after a lease (see `carry_out_commands`).
     pub(crate) ending_since: Option<Time>,
-    /// A zone's: the bubbles carved out of it last told to its holder, and the epoch they
-    /// were told under (`carve.rs`).
-    pub(crate) holes: Option<(u64, Vec<Aabb>)>,
+    /// A zone's: the bubbles carved out of it last told to its holder (`carve.rs`).
+    pub(crate) holes: Option<super::carve::Carved>,
     /// Taken back after a restart: until this time, or until every site has said who plays
     /// where (`Players`), its members are not known yet, so an empty member list does not end
     /// it (see `carry_out_commands`).

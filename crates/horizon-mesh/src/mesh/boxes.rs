@@ -16,6 +16,8 @@ pub(super) struct BubbleBoxes {
     /// which order as the numbers do): the widest is the last. One huge box widens the search
     /// only while it lives.
     widths: BTreeMap<u64, u32>,
+    /// Boxes indexed or removed so far: a change of any bubble's box moves it.
+    changes: u64,
 }
 
 fn key(b: &Bubble) -> (WorldId, i64, BubbleId) {
@@ -31,13 +33,16 @@ impl BubbleBoxes {
     pub(super) fn insert(&mut self, b: &Bubble) {
         if self.by_x.insert(key(b)) {
             *self.widths.entry(width(b)).or_default() += 1;
+            self.changes += 1;
         }
     }
 
     pub(super) fn remove(&mut self, b: &Bubble) {
-        if self.by_x.remove(&key(b))
-            && let Some(n) = self.widths.get_mut(&width(b))
-        {
+        if !self.by_x.remove(&key(b)) {
+            return;
+        }
+        self.changes += 1;
+        if let Some(n) = self.widths.get_mut(&width(b)) {
             *n -= 1;
             if *n == 0 {
                 self.widths.remove(&width(b));
@@ -65,6 +70,12 @@ impl Mesh {
             .starting_near(world, pos.x, pos.x)
             .filter_map(|id| self.bubble_by_id(id))
             .find(|b| b.holds(world, pos, 0.0))
+    }
+
+    /// How many times a bubble's box was placed, changed or removed: while it stays the same,
+    /// so does every answer of [`Mesh::bubbles_meeting`].
+    pub fn bubble_boxes_changes(&self) -> u64 {
+        self.boxes.changes
     }
 
     /// The bubbles of `world` whose box meets `bounds`: carved out of a zone of that box.
@@ -113,5 +124,7 @@ mod tests {
         assert_eq!(boxes.widest_m(), 10.0, "gone: the search narrows again");
         boxes.remove(&small);
         assert_eq!((boxes.widest_m(), boxes.by_x.len()), (0.0, 0));
+        // Two boxes in, two out: four changes (the second insert of one box changed nothing).
+        assert_eq!(boxes.changes, 4);
     }
 }
