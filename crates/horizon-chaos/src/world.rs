@@ -492,6 +492,7 @@ impl World {
         ];
         for (x, homes, npc) in groups {
             let roles = homes.iter().map(|&h| (h, Role::Player));
+            // An NPC is homed on MTL or HKG in turn (its home routes its inputs, nothing more).
             let npc = npc.then_some((1 + x as usize / 20_000 % 2, Role::Npc));
             for (i, (home, role)) in roles.chain(npc).enumerate() {
                 let idx = self.players.len();

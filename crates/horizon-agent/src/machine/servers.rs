@@ -177,13 +177,13 @@ impl AgentMachine {
 
     pub(super) fn server_item(&mut self, server: &Name, item: StateItem, now: Instant) {
         // A region moving to another server here: its state goes there (`rehome.rs`).
-        let sealed = match &item {
+        let state_of = match &item {
             StateItem::Snapshot(s) => Some(s.bubble),
             StateItem::Delta(d) => Some(d.bubble),
             StateItem::Seal(s) => Some(s.bubble),
             _ => None,
         };
-        if let Some(to) = sealed.and_then(|b| self.rehome_target(server, b)) {
+        if let Some(to) = state_of.and_then(|b| self.rehome_target(server, b)) {
             self.effects.push_back(Effect::ServerStream { server: to, item });
             return;
         }
