@@ -5,22 +5,8 @@
 
 use horizon_proto::{Aabb, BubbleId, control, server::MAX_HOLES};
 
-use super::registry::Phase;
+use super::registry::{Carved, Phase};
 use super::*;
-
-/// What a zone's holder was last told of the bubbles carved out of it, and what that was
-/// worked out from: while none of it changes, the zone is not looked at again (this runs
-/// after every reconcile).
-#[derive(Clone, Debug)]
-pub(crate) struct Carved {
-    /// The epoch the holder was told under (a new epoch is a new server: it knows none).
-    epoch: u64,
-    /// The zone's box then.
-    bounds: Aabb,
-    /// The brain's count of bubble-box changes then ([`horizon_mesh::Mesh::bubble_boxes_changes`]).
-    boxes: u64,
-    holes: Vec<Aabb>,
-}
 
 impl CoreMachine {
     /// Sends each running zone's holder the bubbles carved out of it, where they changed.

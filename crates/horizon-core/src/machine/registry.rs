@@ -60,6 +60,21 @@ pub(crate) enum Phase {
     Restoring,
 }
 
+/// What a zone's holder was last told of the bubbles carved out of it, and what that was
+/// worked out from (`carve.rs`): while none of it changes, the zone is not looked at again
+/// (that runs after every reconcile).
+#[derive(Clone, Debug)]
+pub(crate) struct Carved {
+    /// The epoch the holder was told under (a new epoch is a new server: it knows none).
+    pub(crate) epoch: u64,
+    /// The zone's box then.
+    pub(crate) bounds: Aabb,
+    /// The brain's count of bubble-box changes then
+    /// ([`horizon_mesh::Mesh::bubble_boxes_changes`]).
+    pub(crate) boxes: u64,
+    pub(crate) holes: Vec<Aabb>,
+}
+
 /// A region (a bubble or a zone) as it really runs. The brain's view changes first during a
 /// handover (it already places the bubble at the target) and a restore (at the new site before
 /// its server runs).
@@ -95,7 +110,7 @@ pub(crate) struct Hosted {
     /// ends once they have left, or after a lease (see `carry_out_commands`).
     pub(crate) ending_since: Option<Time>,
     /// A zone's: the bubbles carved out of it last told to its holder (`carve.rs`).
-    pub(crate) holes: Option<super::carve::Carved>,
+    pub(crate) holes: Option<Carved>,
     /// Taken back after a restart: until this time, or until every site has said who plays
     /// where (`Players`), its members are not known yet, so an empty member list does not end
     /// it (see `carry_out_commands`).
