@@ -1,4 +1,4 @@
-//! The adapter for today's servers against the GDScript stand-in (godot/today-standin) on a
+//! The adapter for today's servers against the GDScript stand-in (tests/fixtures/today-standin) on a
 //! real headless Godot 3.2.3 (`godot3-server`, which tests/run installs), driven as the agent
 //! drives a game server: horizon-sdk's `ServerMachine` over the adapter's `TodayGame`. Today's
 //! server simulates on its own; what is checked is the fence the adapter adds: a zone is on
@@ -33,7 +33,8 @@ fn today_server() -> (TodayGame, TodayHosted, Reports) {
         std::process::Command::new(GODOT).arg("--version").output().is_ok(),
         "{GODOT} is needed: apt-get install -y --no-install-recommends godot3-server"
     );
-    let project = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../godot/today-standin");
+    let project =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/today-standin");
     let opts = TodayOptions {
         server: TodayServer::Start { command: vec![GODOT.into()], project },
         connect_within: Duration::from_secs(15),

@@ -18,6 +18,9 @@
 //!
 //! Run: `cargo bench -p horizon-mesh --bench tick`
 
+// A benchmark times the brain on the wall clock; the brain itself never reads it (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

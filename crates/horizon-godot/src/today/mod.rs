@@ -24,7 +24,7 @@
 //!
 //! [`message`] builds and parses the frames (the one file to change if a studio's servers name
 //! a field differently), [`link`] runs the WebSocket, [`game`] is the `Game`, [`host`] starts
-//! or dials the server. `godot/today-standin` is a stand-in for today's server, in GDScript,
+//! or dials the server. `tests/fixtures/today-standin` is a stand-in for today's server, in GDScript,
 //! which the tests run under `godot3-server`.
 
 pub mod game;

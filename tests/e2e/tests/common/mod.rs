@@ -15,8 +15,10 @@ pub(crate) async fn three_sites(
     tune: impl FnOnce(&mut SandboxOptions),
 ) -> (Sandbox, PathBuf, horizon_transport::tls::Roots) {
     let dir = std::env::temp_dir().join(format!("horizon-{name}-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.thresholds.period_ms = 2_000;
     tune(&mut opts);
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");

@@ -10,7 +10,7 @@ an alert is seen firing when its condition is produced (run by .ci/run):
    only other alert then is HorizonFailovers (reason lease_expired) for the sites that took
    MTL's bubbles.
 
-Usage: charts/prometheus_check.py HORIZON_BINARY OUT_DIR
+Usage: tests/checks/prometheus.py HORIZON_BINARY OUT_DIR
 """
 
 import json
@@ -25,8 +25,8 @@ import time
 import urllib.parse
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RULES = os.path.join(HERE, "horizon", "rules", "horizon-alerts.yaml")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RULES = os.path.join(ROOT, "charts", "horizon", "rules", "horizon-alerts.yaml")
 CUT_AT_S, CUT_FOR_S = 25, 90
 
 

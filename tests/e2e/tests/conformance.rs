@@ -1,4 +1,4 @@
-//! The protocol document against the running daemons: `conformance/gateway_client.py`, a
+//! The protocol document against the running daemons: `tests/conformance/gateway_client.py`, a
 //! player written from docs/protocol.md alone (Python, aioquic, no code of ours), joins a real
 //! agent's gateway, plays, and checks what it reads (docs/protocol.md sections 1-7). It needs
 //! `python3` with `aioquic` (`tests/run` installs it).
@@ -20,8 +20,10 @@ async fn a_player_written_from_the_protocol_document_plays_on_the_real_daemons()
         "python3 with aioquic is needed: python3 -m pip install aioquic (tests/run does)"
     );
     let dir = std::env::temp_dir().join(format!("horizon-conformance-{}", std::process::id()));
-    let opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     let mut sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");
     let token = sandbox.player_tokens.mint("py-conformance");
@@ -36,7 +38,7 @@ async fn a_player_written_from_the_protocol_document_plays_on_the_real_daemons()
         sandbox.gateways.iter().map(|(site, addr)| format!("--gateway-of={site}={addr}")).collect();
     assert_eq!(gateways.len(), 3, "every site has a gateway");
     let run = tokio::process::Command::new("python3")
-        .arg(root.join("conformance/gateway_client.py"))
+        .arg(root.join("tests/conformance/gateway_client.py"))
         .args(["--token", &token])
         .arg("--ca")
         .arg(&sandbox.ca)

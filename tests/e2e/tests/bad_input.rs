@@ -53,8 +53,10 @@ async fn mesh(
 ) -> (Sandbox, Roots, PathBuf, tokio::sync::MutexGuard<'static, ()>) {
     let turn = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(format!("horizon-{tag}-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     shape(&mut opts);
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(1, Duration::from_secs(60)).await, "servers ready");

@@ -47,8 +47,10 @@ fn site_of(status: &CoreStatus, player: u64) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn players_are_simulated_near_home_and_a_group_moves_without_losing_or_replaying_input() {
     let dir = std::env::temp_dir().join(format!("horizon-sandbox-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.thresholds.period_ms = 2_000;
     opts.thresholds.dwell_ms = 4_000;
     opts.thresholds.hold_ms = 6_000;
@@ -406,8 +408,10 @@ async fn a_handover_across_a_cut_link_goes_round_through_the_third_site() {
 async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_restored_from_its_part_copies()
  {
     let dir = std::env::temp_dir().join(format!("horizon-parts-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.thresholds.period_ms = 1_000;
     opts.thresholds.players_per_server = 4;
     opts.thresholds.split_sustain_ms = 2_000;
@@ -523,8 +527,10 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobody_loses_an_input() {
     let dir = std::env::temp_dir().join(format!("horizon-relieve-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.thresholds.period_ms = 1_000;
     // Servers of 6 players, new regions seated up to 4 of them.
     opts.thresholds.players_per_server = 6;
@@ -845,8 +851,10 @@ async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_aga
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_is_ready_only_once_its_platform_says_so_too() {
     let dir = std::env::temp_dir().join(format!("horizon-sandbox-gate-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = ready.clone();
     opts.drivers = Some(horizon_testkit::DriverFactory(Arc::new(move |p| {
@@ -874,8 +882,10 @@ async fn a_server_is_ready_only_once_its_platform_says_so_too() {
 async fn under_the_measure_stage_the_core_counts_who_would_gain_and_a_lying_table_is_not_believed()
 {
     let dir = std::env::temp_dir().join(format!("horizon-measure-{}", std::process::id()));
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.stage = Stage::Measure;
     let mut sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(1, Duration::from_secs(30)).await, "game servers ready");
@@ -957,8 +967,10 @@ async fn under_the_measure_stage_the_core_counts_who_would_gain_and_a_lying_tabl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_joins_the_site_it_measured_nearest_and_it_is_its_home() {
     let dir = std::env::temp_dir().join(format!("horizon-nearest-{}", std::process::id()));
-    let opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     let mut sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(1, Duration::from_secs(30)).await, "game servers ready");
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("the sandbox CA loads");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn horizon() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_horizon"))
+    Command::new(env!("CARGO_BIN_EXE_horizon-under-test"))
 }
 
 fn scenario(name: &str) -> PathBuf {
@@ -304,7 +304,7 @@ fn a_game_server_started_with_exit_with_parent_dies_with_its_parent() {
     let dir = temp_dir("pdeath");
     assert!(certs(&dir, &["init", "--sites", "PAR"]).status.success());
     // A shell starts the server in the background, then is killed: the server follows it.
-    let bin = env!("CARGO_BIN_EXE_horizon");
+    let bin = env!("CARGO_BIN_EXE_horizon-under-test");
     let script = format!(
         "HORIZON_SERVER_TOKEN=t {bin} gameserver --agent 127.0.0.1:9 --site PAR --name pd-0 \
          --ca {} --orphan-exit-s 0 --exit-with-parent & echo $!; sleep 30",

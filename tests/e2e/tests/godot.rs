@@ -38,8 +38,10 @@ fn alive(pid: u32) -> bool {
 async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_killed_one() {
     let dir = std::env::temp_dir().join(format!("horizon-godot-{}", std::process::id()));
     let project = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../godot/reference");
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.server_args =
         vec!["godot-server".into(), "--project".into(), project.display().to_string()];
     opts.thresholds.period_ms = 1_000;

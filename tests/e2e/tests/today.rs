@@ -1,5 +1,5 @@
 //! The mesh with every game server one of today's servers (the GDScript stand-in,
-//! godot/today-standin, on a real `godot3-server`) behind `horizon godot-adapter`: a
+//! tests/fixtures/today-standin, on a real `godot3-server`) behind `horizon godot-adapter`: a
 //! Montrealer starts in a Paris zone, is handed over to a server in Montreal, and plays on:
 //! their moves (JSON, as today's clients send them) acknowledged in order with none lost,
 //! their position carried across the handover, and each zone named by its bubble and epoch.
@@ -37,9 +37,12 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn today_s_servers_behind_the_adapter_hand_a_player_over_across_sites() {
     let dir = std::env::temp_dir().join(format!("horizon-today-{}", std::process::id()));
-    let project = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../godot/today-standin");
-    let mut opts =
-        SandboxOptions::three_sites(PathBuf::from(env!("CARGO_BIN_EXE_horizon")), dir.clone());
+    let project =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/today-standin");
+    let mut opts = SandboxOptions::three_sites(
+        PathBuf::from(env!("CARGO_BIN_EXE_horizon-under-test")),
+        dir.clone(),
+    );
     opts.server_args =
         vec!["godot-adapter".into(), "--project".into(), project.display().to_string()];
     opts.warm_pool = 1;

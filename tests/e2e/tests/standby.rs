@@ -390,7 +390,7 @@ async fn lone_agent(dir: &Path, core: SocketAddr) -> horizon_agent::AgentHandle 
         seats_per_server: 60,
         players_per_server: 75,
         server_tick_ms: 33,
-        server_program: env!("CARGO_BIN_EXE_horizon").into(),
+        server_program: env!("CARGO_BIN_EXE_horizon-under-test").into(),
         server_args: vec!["gameserver".into()],
         driver: horizon_agent::DriverChoice::Process,
         peers: Default::default(),
