@@ -1,5 +1,11 @@
-//! What keeps docs/configuration.md current: the keys a daemon's configuration accepts, read
-//! from the code, and the keys the page lists. Each daemon's tests compare the two.
+//! What keeps docs/configuration.md current. Each daemon's tests compare the page with the code
+//! two ways:
+//! - the keys: those its configuration accepts, read from the code ([`accepted_keys`]), are
+//!   exactly those the page lists ([`documented_keys`]);
+//! - every row's default, through the daemon's own parser and its environment overrides
+//!   ([`check_defaults`]): a key said to be required is refused when left out, and a key whose
+//!   default is a value gives the very same configuration when that value is set explicitly,
+//!   as `HORIZON_CONFIG__<TABLE>__<KEY>` (so the variable's name is checked too).
 
 use std::collections::BTreeSet;
 
@@ -40,6 +46,147 @@ pub fn documented_keys(page: &str, heading: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// One row of the page's tables: the key, its type and its default, as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub key: String,
+    pub ty: String,
+    pub default: String,
+}
+
+/// The rows of a section of the page (from the line `heading` to the next `## ` heading).
+pub fn documented_rows(page: &str, heading: &str) -> Vec<Row> {
+    let Some(start) = page.lines().position(|l| l == heading) else {
+        panic!("no section {heading:?} in the page");
+    };
+    page.lines()
+        .skip(start + 1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            Row {
+                key: cells[0].trim_matches('`').to_owned(),
+                ty: cells.get(1).copied().unwrap_or_default().to_owned(),
+                default: cells.get(2).copied().unwrap_or_default().to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// How a row's default was checked against the code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// `required`: the configuration without the key is refused, naming it.
+    Required,
+    /// A value: set explicitly (through its environment variable), it changes nothing.
+    Value,
+    /// Words, not a value (`none`, "the core site's name", `listen.transfer`…), or a key of an
+    /// array of tables (`[[zones]]`), which no variable can set: only the key is checked.
+    Words,
+}
+
+/// The value a default cell stands for, as the environment variable would carry it: a number,
+/// `true`/`false`, an array, or a word in backquotes (`` `file` ``: a string). `None`: words.
+fn default_value(cell: &str) -> Option<String> {
+    let quoted =
+        cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')).filter(|c| !c.contains('`'));
+    let plain = quoted.unwrap_or(cell);
+    if !plain.is_empty() && format!("v = {plain}").parse::<toml::Table>().is_ok() {
+        return Some(plain.to_owned());
+    }
+    // A word in backquotes is a string (`file`), unless it names another key (`listen.admin`).
+    quoted.filter(|w| !w.contains(' ') && !w.contains('.')).map(str::to_owned)
+}
+
+/// The environment variable that sets `key` (`servers.warm_pool`:
+/// `HORIZON_CONFIG__SERVERS__WARM_POOL`).
+pub fn variable(key: &str) -> String {
+    let path: Vec<String> = key.split('.').map(str::to_ascii_uppercase).collect();
+    format!("{}{}", crate::overrides::PREFIX, path.join("__"))
+}
+
+/// Checks every row's default against the daemon's parser (`parse`: a configuration's text to
+/// its parsed form, compared as `Debug`, or its errors). `minimal` is a configuration holding
+/// the required keys and nothing else; `arrays` the tables that are arrays of tables
+/// (`["zones"]`). Returns how each row was checked, or what disagrees, one line per row.
+pub fn check_defaults<C: std::fmt::Debug>(
+    rows: &[Row],
+    minimal: &str,
+    arrays: &[&str],
+    parse: impl Fn(&str) -> Result<C, Vec<String>>,
+) -> Result<Vec<(String, Checked)>, Vec<String>> {
+    let base = match parse(minimal) {
+        Ok(config) => format!("{config:?}"),
+        Err(e) => return Err(vec![format!("the minimal configuration is refused: {e:?}")]),
+    };
+    let doc: toml::Table = minimal.parse().expect("the minimal configuration is TOML");
+    let mut problems = Vec::new();
+    let mut checked = Vec::new();
+    for row in rows {
+        let path: Vec<&str> = row.key.split('.').collect();
+        let array = arrays.contains(&path[0]);
+        let how = if row.default == "required" && !array {
+            let mut without = doc.clone();
+            if !remove(&mut without, &path) {
+                problems.push(format!(
+                    "{}: said to be required, but the minimal configuration does not set it",
+                    row.key
+                ));
+                continue;
+            }
+            let text = toml::to_string(&without).expect("a table prints");
+            let leaf = path[path.len() - 1];
+            match parse(&text) {
+                Ok(_) => problems.push(format!(
+                    "{}: said to be required, but a configuration without it is taken",
+                    row.key
+                )),
+                Err(e) if !e.iter().any(|m| m.contains(leaf)) => problems.push(format!(
+                    "{}: left out, the configuration is refused without naming it: {e:?}",
+                    row.key
+                )),
+                Err(_) => {}
+            }
+            Checked::Required
+        } else if let (Some(value), false) = (default_value(&row.default), array) {
+            let name = variable(&row.key);
+            let text = match crate::overrides::apply(minimal, [(name.clone(), value.clone())]) {
+                Ok(text) => text,
+                Err(e) => {
+                    problems.push(format!("{}: {name}={value} is refused: {e:?}", row.key));
+                    continue;
+                }
+            };
+            match parse(&text) {
+                Ok(config) if format!("{config:?}") == base => {}
+                Ok(_) => problems.push(format!(
+                    "{}: the page says its default is {}, but {name}={value} changes the configuration",
+                    row.key, row.default
+                )),
+                Err(e) => problems.push(format!("{}: {name}={value} is refused: {e:?}", row.key)),
+            }
+            Checked::Value
+        } else {
+            Checked::Words
+        };
+        checked.push((row.key.clone(), how));
+    }
+    if problems.is_empty() { Ok(checked) } else { Err(problems) }
+}
+
+/// Removes the key at `path` from `table`; whether it was there.
+fn remove(table: &mut toml::Table, path: &[&str]) -> bool {
+    match path {
+        [] => false,
+        [last] => table.remove(*last).is_some(),
+        [key, rest @ ..] => match table.get_mut(*key) {
+            Some(toml::Value::Table(t)) => remove(t, rest),
+            _ => false,
+        },
+    }
+}
+
 /// `keys` under `prefix` (`"listen"`: `listen.control`, …).
 pub fn under(prefix: &str, keys: Vec<String>) -> impl Iterator<Item = String> + '_ {
     keys.into_iter().map(move |k| format!("{prefix}.{k}"))
@@ -65,6 +212,43 @@ mod tests {
         c: u32,
     }
 
+    /// A toy daemon: `a` is required, `b` defaults to 3, `[t] c` to "x".
+    fn parse_toy(text: &str) -> Result<(u32, u32, String), Vec<String>> {
+        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| vec![e.to_string()])?;
+        let int = |v: Option<&toml::Value>| v.and_then(toml::Value::as_integer).map(|i| i as u32);
+        let a = int(doc.get("a")).ok_or_else(|| vec!["a is required".to_owned()])?;
+        let c = doc.get("t").and_then(|t| t.get("c")).and_then(toml::Value::as_str);
+        Ok((a, int(doc.get("b")).unwrap_or(3), c.unwrap_or("x").to_owned()))
+    }
+
+    fn row(key: &str, default: &str) -> Row {
+        Row { key: key.into(), ty: "n".into(), default: default.into() }
+    }
+
+    #[test]
+    fn a_default_the_page_gives_is_checked_through_the_parser_and_its_variable() {
+        let rows = [row("a", "required"), row("b", "3"), row("t.c", "`x`"), row("d", "none")];
+        let checked = check_defaults(&rows, "a = 1", &[], parse_toy).expect("the page agrees");
+        let how: Vec<Checked> = checked.into_iter().map(|(_, h)| h).collect();
+        assert_eq!(how, [Checked::Required, Checked::Value, Checked::Value, Checked::Words]);
+        // A wrong default, a required key that is not, and a wrong string are each named.
+        let rows = [row("b", "4"), row("t.c", "`y`")];
+        let problems = check_defaults(&rows, "a = 1", &[], parse_toy).expect_err("disagrees");
+        assert!(
+            problems[0].starts_with("b: the page says its default is 4, but HORIZON_CONFIG__B=4")
+        );
+        assert!(problems[1].contains("HORIZON_CONFIG__T__C=y changes the configuration"));
+        let rows = [row("b", "required")];
+        let problems = check_defaults(&rows, "a = 1\nb = 3", &[], parse_toy).expect_err("taken");
+        assert!(problems[0].contains("a configuration without it is taken"), "{problems:?}");
+        // Words in backquotes that name another key, and prose, are not values.
+        assert_eq!(default_value("`listen.admin`"), None);
+        assert_eq!(default_value("the whole world"), None);
+        assert_eq!(default_value("`[\"gameserver\"]`").as_deref(), Some("[\"gameserver\"]"));
+        assert_eq!(default_value("0.05").as_deref(), Some("0.05"));
+        assert_eq!(default_value("`/horizon`").as_deref(), Some("/horizon"));
+    }
+
     #[test]
     fn keys_are_read_from_the_code_and_from_the_page() {
         assert_eq!(accepted_keys::<Outer>(""), ["a", "inner"]);
@@ -72,5 +256,7 @@ mod tests {
         let page = "# x\n\n## One\n\n| key | type |\n|---|---|\n| `a` | n |\n| `inner.b` | n |\n\n## Two\n\n| `z` | n |\n";
         let keys: Vec<String> = documented_keys(page, "## One").into_iter().collect();
         assert_eq!(keys, ["a", "inner.b"]);
+        let rows = documented_rows(page, "## One");
+        assert_eq!(rows[1], Row { key: "inner.b".into(), ty: "n".into(), default: String::new() });
     }
 }

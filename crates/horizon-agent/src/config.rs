@@ -358,6 +358,52 @@ mod tests {
         assert_eq!(code, documented_keys(page, "## An agent (`horizon agent`)"));
     }
 
+    /// docs/configuration.md gives every agent key's default as the code has it: a required key
+    /// left out is refused, and a default set explicitly (by its environment variable) changes
+    /// nothing.
+    #[test]
+    fn every_default_docs_configuration_md_gives_an_agent_is_the_codes() {
+        use horizon_admin::reference::{Checked, check_defaults, documented_rows};
+        const MINIMAL: &str = r#"
+            site = "MTL"
+            core = "10.0.0.1:7400"
+            core_site = "PAR"
+            [listen]
+            servers = "127.0.0.1:7411"
+            players = "0.0.0.0:7412"
+            transfer = "0.0.0.0:7413"
+            [tls]
+            ca = "ca.pem"
+            cert = "MTL.pem"
+            key = "MTL.key"
+            player_keys = "player.keys"
+        "#;
+        let page = include_str!("../../../docs/configuration.md");
+        let rows = documented_rows(page, "## An agent (`horizon agent`)");
+        let parse = |text: &str| AgentConfig::parse(text, Path::new("/etc/horizon"));
+        // `[servers.kubernetes]` is read only with the Kubernetes driver.
+        let kube = format!(
+            "{MINIMAL}\n[servers]\ndriver = \"kubernetes\"\n[servers.kubernetes]\n\
+             namespace = \"horizon\"\npod_template = \"pod.json\"\n"
+        );
+        let (of_kube, plain): (Vec<_>, Vec<_>) =
+            rows.into_iter().partition(|row| row.key.starts_with("servers.kubernetes."));
+        let mut checked = Vec::new();
+        for (rows, minimal) in [(plain, MINIMAL), (of_kube, kube.as_str())] {
+            match check_defaults(&rows, minimal, &[], parse) {
+                Ok(rows) => checked.extend(rows),
+                Err(problems) => panic!(
+                    "docs/configuration.md disagrees with the code:\n{}",
+                    problems.join("\n")
+                ),
+            }
+        }
+        let count = |how| checked.iter().filter(|(_, h)| *h == how).count();
+        // Every default that is a value is checked (the page's count, so a row turned to words
+        // is seen here).
+        assert_eq!((count(Checked::Required), count(Checked::Value)), (12, 10), "{checked:?}");
+    }
+
     const GOOD: &str = r#"
         site = "MTL"
         core = "10.0.0.1:7400"

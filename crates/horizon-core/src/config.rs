@@ -440,6 +440,54 @@ mod tests {
         assert_eq!(code, documented_keys(page, "## The core (`horizon core`)"));
     }
 
+    /// docs/configuration.md gives every core key's default as the code has it: a required key
+    /// left out is refused, and a default set explicitly (by its environment variable) changes
+    /// nothing.
+    #[test]
+    fn every_default_docs_configuration_md_gives_the_core_is_the_codes() {
+        use horizon_admin::reference::{Checked, check_defaults, documented_rows};
+        const MINIMAL: &str = r#"
+            [sites]
+            core = "PAR"
+            list = ["PAR"]
+            [listen]
+            control = "0.0.0.0:7400"
+            admin = "127.0.0.1:7480"
+            [tls]
+            ca = "ca.pem"
+            cert = "core.pem"
+            key = "core.key"
+            [store]
+            path = "state"
+        "#;
+        let page = include_str!("../../../docs/configuration.md");
+        let rows = documented_rows(page, "## The core (`horizon core`)");
+        let parse = |text: &str| CoreConfig::parse(text, Path::new("/etc/horizon"));
+        // The store's keys beyond `path` and `kind` are read only with etcd.
+        let etcd = MINIMAL.replace(
+            "path = \"state\"",
+            "path = \"state\"\nkind = \"etcd\"\nendpoints = [\"http://10.0.0.5:2379\"]",
+        );
+        let (of_etcd, plain): (Vec<_>, Vec<_>) = rows.into_iter().partition(|row| {
+            row.key.starts_with("store.") && row.key != "store.path" && row.key != "store.kind"
+        });
+        let arrays = ["zones", "delegations"];
+        let mut checked = Vec::new();
+        for (rows, minimal) in [(plain, MINIMAL), (of_etcd, etcd.as_str())] {
+            match check_defaults(&rows, minimal, &arrays, parse) {
+                Ok(rows) => checked.extend(rows),
+                Err(problems) => panic!(
+                    "docs/configuration.md disagrees with the code:\n{}",
+                    problems.join("\n")
+                ),
+            }
+        }
+        let count = |how| checked.iter().filter(|(_, h)| *h == how).count();
+        // Every default that is a value is checked (the page's count, so a row turned to words
+        // is seen here).
+        assert_eq!((count(Checked::Required), count(Checked::Value)), (8, 27), "{checked:?}");
+    }
+
     const GOOD: &str = r#"
         [sites]
         core = "PAR"
