@@ -111,10 +111,10 @@ impl AgentMachine {
                 bubble: p.session.route().map(|(b, _)| *b),
             })
             .collect();
-        self.joins.clear();
         // A restarted core has no probe table: each is sent again with the next report.
-        self.measured =
+        let measured =
             self.players.iter().filter(|(_, p)| p.probes.is_some()).map(|(&id, _)| id).collect();
+        self.outbox.resync(measured);
         self.ask_core(
             Then::Nothing("player resync (sent again at the next registration)"),
             control::Request::Players { players },
@@ -176,9 +176,10 @@ impl AgentMachine {
                 },
             })
             .collect();
+        let (joins, leaves) = self.outbox.take_changes();
         let report = control::Request::Report {
-            joins: std::mem::take(&mut self.joins),
-            leaves: std::mem::take(&mut self.leaves),
+            joins,
+            leaves,
             players,
             backbone,
             servers: self.server_loads(),
@@ -192,10 +193,9 @@ impl AgentMachine {
     /// player, after a registration), in requests of at most `MAX_MEASURED` players. Players
     /// gone since are left out.
     fn report_measured(&mut self) {
-        let mut pending = std::mem::take(&mut self.measured);
-        pending.sort_unstable();
-        pending.dedup();
-        let players: Vec<control::MeasuredPlayer> = pending
+        let players: Vec<control::MeasuredPlayer> = self
+            .outbox
+            .take_measured()
             .into_iter()
             .filter_map(|id| {
                 let p = self.players.get(&id)?;
@@ -218,7 +218,7 @@ impl AgentMachine {
     fn report_positions(&mut self) {
         let mut batch: Vec<control::RegionPositions> = Vec::new();
         let mut in_batch = 0;
-        for ((bubble, _), region) in std::mem::take(&mut self.positions) {
+        for ((bubble, _), region) in self.outbox.take_positions() {
             if self.bubbles.get(&bubble).is_none_or(|b| b.lease.epoch != region.lease.epoch) {
                 continue;
             }
@@ -242,12 +242,13 @@ impl AgentMachine {
     /// player alone at their spawn a bubble as soon as it hears of them. With the servers'
     /// loads (the core's capacity figures), without the other players' samples.
     pub(super) fn report_joins(&mut self) {
-        if !self.registered || self.joins.is_empty() {
+        if !self.registered || !self.outbox.has_joins() {
             return;
         }
+        let (joins, leaves) = self.outbox.take_changes();
         let report = control::Request::Report {
-            joins: std::mem::take(&mut self.joins),
-            leaves: std::mem::take(&mut self.leaves),
+            joins,
+            leaves,
             players: Vec::new(),
             backbone: Vec::new(),
             servers: self.server_loads(),

@@ -36,6 +36,7 @@ mod core_link;
 mod crossings;
 mod interface;
 mod lane;
+mod outbox;
 mod parts;
 mod peers;
 mod pending;
@@ -45,6 +46,7 @@ mod probes;
 mod rehome;
 mod routes;
 mod servers;
+mod sessions;
 #[cfg(test)]
 mod tests;
 
@@ -394,16 +396,10 @@ pub struct AgentMachine {
     servers: BTreeMap<Name, GameServer>,
     bubbles: BTreeMap<BubbleId, Local>,
     players: BTreeMap<PlayerId, Player>,
-    /// The player of each gateway connection.
-    sessions: BTreeMap<ConnId, PlayerId>,
-    /// The player each client joined as: a reconnecting client resumes it.
-    clients: BTreeMap<Client, PlayerId>,
-    /// The client of each gateway connection, from its hello.
-    conn_clients: BTreeMap<ConnId, Client>,
-    /// Player ids the core handed this agent and it has not given yet, oldest block first.
-    player_ids: VecDeque<std::ops::Range<u64>>,
-    /// A `PlayerIds` request is on its way.
-    asking_ids: bool,
+    /// Who is behind each gateway connection (`sessions.rs`).
+    sessions: sessions::Sessions,
+    /// Player ids the core handed this agent and it has not given yet (`sessions.rs`).
+    player_ids: sessions::PlayerIds,
     peers: BTreeMap<Name, PeerLink>,
     /// Every backbone link as the core last said (`control::Request::Links`).
     core_links: Vec<horizon_mesh::routes::LinkView>,
@@ -443,13 +439,8 @@ pub struct AgentMachine {
     waiting: VecDeque<Waiting>,
     /// The core's ordered lane.
     lane: lane::OrderLane,
-    joins: Vec<control::PlayerSample>,
-    leaves: Vec<PlayerId>,
-    /// Players whose believed probe table the core has not been sent yet.
-    measured: Vec<PlayerId>,
-    /// The newest `Positions` report of each region's server (one per part of a spread
-    /// bubble), for the next report to the core: at most one list per server and region.
-    positions: BTreeMap<(BubbleId, Name), control::RegionPositions>,
+    /// What the next report tells the core (`outbox.rs`).
+    outbox: outbox::Outbox,
 }
 
 impl std::fmt::Debug for AgentMachine {
@@ -489,11 +480,8 @@ impl AgentMachine {
             servers: BTreeMap::new(),
             bubbles: BTreeMap::new(),
             players: BTreeMap::new(),
-            sessions: BTreeMap::new(),
-            clients: BTreeMap::new(),
-            conn_clients: BTreeMap::new(),
-            player_ids: VecDeque::new(),
-            asking_ids: false,
+            sessions: sessions::Sessions::default(),
+            player_ids: sessions::PlayerIds::default(),
             peers: BTreeMap::new(),
             core_links: Vec::new(),
             routes: BTreeMap::new(),
@@ -512,10 +500,7 @@ impl AgentMachine {
             rehomes: BTreeMap::new(),
             waiting: VecDeque::new(),
             lane: lane::OrderLane::default(),
-            joins: Vec::new(),
-            measured: Vec::new(),
-            positions: BTreeMap::new(),
-            leaves: Vec::new(),
+            outbox: outbox::Outbox::default(),
         };
         machine.top_up_pool(now);
         machine
@@ -531,6 +516,12 @@ impl AgentMachine {
         let t = &self.timers;
         let due = t.report.min(t.renew).min(t.housekeeping).min(t.probe).min(t.backup);
         t.joins.map_or(due, |j| j.min(due))
+    }
+
+    /// New players are reported to the core [`JOIN_BATCH`] after the first of them, before the
+    /// next full report.
+    fn report_joins_soon(&mut self, now: Instant) {
+        self.timers.joins.get_or_insert(now + JOIN_BATCH);
     }
 
     /// Runs every timer due at `now`. A timer late by more than its period skips the ticks it
@@ -607,7 +598,7 @@ impl AgentMachine {
                 self.starting.remove(&server);
             }
             Input::PlayerUp { conn, client } => {
-                self.conn_clients.insert(conn, client);
+                self.sessions.connected(conn, client);
             }
             Input::PlayerRequest { conn, token, request, rtt_ms } => {
                 let result = self.player_request(conn, &request, rtt_ms, now);

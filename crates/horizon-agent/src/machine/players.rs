@@ -26,7 +26,7 @@ impl AgentMachine {
                 Ok(gateway::Reply::Done)
             }
             gateway::Request::Leave => {
-                if let Some(player) = self.sessions.remove(&conn) {
+                if let Some(player) = self.sessions.left(conn) {
                     self.remove_player(player);
                 }
                 Ok(gateway::Reply::Done)
@@ -51,12 +51,12 @@ impl AgentMachine {
             let why = "a position must be finite (docs/protocol.md, Vec3)";
             return Err(Fault::new(ErrorCode::Malformed, why));
         }
-        if let Some(&player) = self.sessions.get(&conn) {
+        if let Some(player) = self.sessions.player(conn) {
             let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
             return Ok(gateway::Reply::Joined { player, home, resume_after: Seq(acked.0 + 1) });
         }
-        let client = self.conn_clients.get(&conn).cloned();
-        let known = client.as_ref().and_then(|c| self.clients.get(c)).copied();
+        let client = self.sessions.client(conn);
+        let known = client.as_ref().and_then(|c| self.sessions.player_of(c));
         if let Some(player) = known
             && let Some(p) = self.players.get_mut(&player)
         {
@@ -65,8 +65,7 @@ impl AgentMachine {
             p.conn = conn;
             p.gone_since = None;
             let resume_after = Seq(p.session.acked().0 + 1);
-            self.sessions.retain(|_, p| *p != player);
-            self.sessions.insert(conn, player);
+            self.sessions.joined(conn, player, None);
             self.stats.resumes.fetch_add(1, Ordering::Relaxed);
             tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");
             return Ok(gateway::Reply::Joined { player, home, resume_after });
@@ -88,13 +87,10 @@ impl AgentMachine {
             gone_since: None,
             probes: None,
         };
-        if let Some(c) = client {
-            self.clients.insert(c, player);
-        }
-        self.joins.push(core_link::sample(player, &p));
-        self.timers.joins.get_or_insert(now + JOIN_BATCH);
+        self.sessions.joined(conn, player, client);
+        self.outbox.joined(core_link::sample(player, &p));
+        self.report_joins_soon(now);
         self.players.insert(player, p);
-        self.sessions.insert(conn, player);
         self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
         tracing::debug!(site = %home, player = player.0, rtt_ms, "player joined");
         if let Some(probes) = probes {
@@ -118,7 +114,7 @@ impl AgentMachine {
                 }
                 if let Some(p) = self.players.get_mut(&player) {
                     p.probes = Some(probes.to_vec());
-                    self.measured.push(player);
+                    self.outbox.measured(player);
                 }
             }
             Err(why) => {
@@ -131,9 +127,9 @@ impl AgentMachine {
     pub(super) fn session_player(&mut self, conn: ConnId) -> Result<&mut Player, Fault> {
         let player = self
             .sessions
-            .get(&conn)
+            .player(conn)
             .ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))?;
-        self.players.get_mut(player).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))
+        self.players.get_mut(&player).ok_or_else(|| Fault::new(ErrorCode::Unexpected, "join first"))
     }
 
     pub(super) fn player_datagram(&mut self, conn: ConnId, d: gateway::Datagram, rtt_ms: f32) {
@@ -162,7 +158,7 @@ impl AgentMachine {
 
     pub(super) fn player_item(&mut self, conn: ConnId, item: gateway::Item, now: Instant) {
         let gateway::Item::Input { seq, bytes } = item else { return };
-        let Some(&player) = self.sessions.get(&conn) else { return };
+        let Some(player) = self.sessions.player(conn) else { return };
         let Some(p) = self.players.get_mut(&player) else { return };
         self.stats.inputs_received.fetch_add(1, Ordering::Relaxed);
         match p.session.input(seq, bytes.clone(), now) {
@@ -265,45 +261,38 @@ impl AgentMachine {
     /// The next player id of the blocks the core handed out (more are asked for when few are
     /// left). `None` when there is none: the core was never reached since this agent started.
     fn next_player_id(&mut self) -> Option<PlayerId> {
-        let id = loop {
-            let block = self.player_ids.front_mut()?;
-            match block.next() {
-                Some(id) => break id,
-                None => {
-                    self.player_ids.pop_front();
-                }
-            }
-        };
+        let id = self.player_ids.next()?;
         self.ask_ids();
-        Some(PlayerId(id))
+        Some(id)
     }
 
     /// Asks the core for another block of player ids when few are left.
     pub(super) fn ask_ids(&mut self) {
-        let left: u64 = self.player_ids.iter().map(|r| r.end - r.start).sum();
-        if left >= ID_LOW || self.asking_ids || !self.registered {
+        if !self.registered || !self.player_ids.ask(ID_LOW) {
             return;
         }
-        self.asking_ids = true;
         self.ask_core(Then::PlayerIds, control::Request::PlayerIds { count: ID_BLOCK });
     }
 
     pub(super) fn ids_granted(&mut self, reply: Result<control::Reply, Failure>) {
-        self.asking_ids = false;
-        match reply {
-            Ok(control::Reply::PlayerIds { first, count }) => {
-                self.player_ids.push_back(first..first + u64::from(count));
+        let block = match reply {
+            Ok(control::Reply::PlayerIds { first, count }) => Some(first..first + u64::from(count)),
+            Ok(other) => {
+                tracing::warn!(?other, "unexpected reply to player ids");
+                None
             }
-            Ok(other) => tracing::warn!(?other, "unexpected reply to player ids"),
-            Err(e) => tracing::warn!(error = %e, "no player ids from the core; asked again later"),
-        }
+            Err(e) => {
+                tracing::warn!(error = %e, "no player ids from the core; asked again later");
+                None
+            }
+        };
+        self.player_ids.answered(block);
     }
 
     /// A gateway connection ended: its player stays [`RESUME_GRACE`] for its client to
     /// reconnect (without a client identity, it leaves at once).
     pub(super) fn player_gone(&mut self, conn: ConnId, now: Instant) {
-        self.conn_clients.remove(&conn);
-        let Some(player) = self.sessions.remove(&conn) else { return };
+        let Some(player) = self.sessions.ended(conn) else { return };
         match self.players.get_mut(&player) {
             Some(p) if p.client.is_some() => p.gone_since = Some(now),
             _ => self.remove_player(player),
@@ -328,11 +317,9 @@ impl AgentMachine {
     /// The player leaves: the core is told at the next report.
     pub(super) fn remove_player(&mut self, player: PlayerId) {
         if self.players.remove(&player).is_some() {
-            self.leaves.push(player);
-            self.joins.retain(|j| j.player != player);
+            self.outbox.left(player);
         }
-        self.clients.retain(|_, p| *p != player);
-        self.sessions.retain(|_, p| *p != player);
+        self.sessions.forget(player);
         self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
     }
 }

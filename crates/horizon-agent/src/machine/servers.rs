@@ -136,7 +136,7 @@ impl AgentMachine {
         }
         let players =
             players.into_iter().filter(|p| p.pos.is_finite() && p.vel.is_finite()).collect();
-        self.positions.insert((lease.bubble, server), control::RegionPositions { lease, players });
+        self.outbox.positions(server, control::RegionPositions { lease, players });
         Ok(server::Reply::Done)
     }
 

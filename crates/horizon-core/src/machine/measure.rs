@@ -57,10 +57,13 @@ impl Table {
     }
 }
 
-/// The tables of the players online.
+/// The tables of the players online, the tables refused since start, and when the figures are
+/// next counted into the metrics.
 #[derive(Debug, Default)]
 pub(crate) struct Measurements {
     tables: BTreeMap<PlayerId, Table>,
+    refused: u64,
+    next_count: Time,
 }
 
 /// Stage 1's figures for the players of one nearest site (`/status`'s `measure.by_home`).
@@ -123,7 +126,17 @@ impl Measurements {
             rtt_ms.push((gateway, access));
             self.tables.insert(m.player, Table { gateway, rtt_ms, received: now });
         }
+        self.refused += refused;
         refused
+    }
+
+    /// Whether the figures are due to be counted at `now` (then next after `every`).
+    pub(crate) fn count_due(&mut self, now: Time, every: horizon_mesh::Span) -> bool {
+        if now < self.next_count {
+            return false;
+        }
+        self.next_count = now + every;
+        true
     }
 
     pub(crate) fn forget(&mut self, player: PlayerId) {
@@ -136,7 +149,7 @@ impl Measurements {
         self.tables.retain(|&p, t| known(p) || now.since(t.received) < UNKNOWN_KEPT);
     }
 
-    pub(crate) fn status(&self, sites: &Sites, refused: u64) -> MeasureStatus {
+    pub(crate) fn status(&self, sites: &Sites) -> MeasureStatus {
         let mut by_home: BTreeMap<String, HomeMeasure> = BTreeMap::new();
         let (mut gaining, mut matching) = (0u64, 0u64);
         for t in self.tables.values() {
@@ -160,7 +173,7 @@ impl Measurements {
             by_home,
             would_gain_share: share(gaining),
             home_matches_lowest_rtt_share: share(matching),
-            refused,
+            refused: self.refused,
         }
     }
 
@@ -227,7 +240,7 @@ mod tests {
             measured(3, 190.0, &[("PAR", Some(5.0)), ("HKG", Some(9.0))]),
         ];
         assert_eq!(m.record(&sites, par, &players, |_| true, now), 0);
-        let status = m.status(&sites, 0);
+        let status = m.status(&sites);
         assert_eq!(status.players, 3);
         assert_eq!(
             status.by_home["PAR"],
@@ -257,7 +270,7 @@ mod tests {
         let mut m = Measurements::default();
         let players = [measured(7, 15.0, &[("PAR", Some(99.0)), ("MTL", Some(14.0))])];
         m.record(&sites, mtl, &players, |_| true, Time::ZERO);
-        let status = m.status(&sites, 0);
+        let status = m.status(&sites);
         assert_eq!(
             status.by_home["MTL"],
             HomeMeasure { players: 1, would_gain: 1, entered_here: 1 }
@@ -271,13 +284,13 @@ mod tests {
         let mut m = Measurements::default();
         let players = [measured(1, 12.0, &[("PAR", Some(11.0))]), measured(2, 12.0, &[])];
         assert_eq!(m.record(&sites, par, &players, |p| p.0 == 2, Time::ZERO), 1);
-        assert_eq!(m.status(&sites, 0).players, 1);
+        assert_eq!((m.status(&sites).players, m.status(&sites).refused), (1, 1));
         m.sweep(|_| false, Time::ZERO + Span::from_ms(29_000));
-        assert_eq!(m.status(&sites, 0).players, 1, "its join may still come");
+        assert_eq!(m.status(&sites).players, 1, "its join may still come");
         m.sweep(|_| false, Time::ZERO + Span::from_ms(31_000));
-        assert_eq!(m.status(&sites, 0).players, 0);
+        assert_eq!(m.status(&sites).players, 0);
         m.record(&sites, par, &players[1..], |_| true, Time::ZERO);
         m.forget(PlayerId(2));
-        assert_eq!(m.status(&sites, 0).players, 0);
+        assert_eq!(m.status(&sites).players, 0);
     }
 }

@@ -232,11 +232,8 @@ pub struct CoreMachine {
     next_player: u64,
     /// Who was handed which player ids (see `reports.rs`).
     pub(crate) ids: reports::IdBlocks,
-    /// Stage 1's probe tables of the players online (`measure.rs`), tables refused since
-    /// start, and when the figures are next counted.
+    /// Stage 1's probe tables of the players online, with their figures (`measure.rs`).
     pub(crate) measure: measure::Measurements,
-    pub(crate) measure_refused: u64,
-    next_measure_count: Time,
     /// Groups inside a fixed delegation waiting in a zone at the last tick.
     delegations_waiting: u32,
     /// The backbone between agents as their reports show it (`links.rs`).
@@ -311,8 +308,6 @@ impl CoreMachine {
             next_player: store.next_player.max(1),
             ids: reports::IdBlocks::new(store.next_player.max(1)),
             measure: measure::Measurements::default(),
-            measure_refused: 0,
-            next_measure_count: now,
             delegations_waiting: 0,
             links: links::Backbone::default(),
             effects: VecDeque::new(),
@@ -370,13 +365,12 @@ impl CoreMachine {
     /// Every 5 s: forgets the probe tables of players gone, and counts stage 1's figures into
     /// the metrics.
     fn count_measured(&mut self, now: Time) {
-        if now < self.next_measure_count {
+        if !self.measure.count_due(now, horizon_mesh::Span::from_ms(ABSENT_SWEEP_EVERY_MS)) {
             return;
         }
-        self.next_measure_count = now + horizon_mesh::Span::from_ms(ABSENT_SWEEP_EVERY_MS);
         let mesh = &self.mesh;
         self.measure.sweep(|p| mesh.player(p).is_some(), now);
-        let status = self.measure.status(self.mesh.sites(), self.measure_refused);
+        let status = self.measure.status(self.mesh.sites());
         for s in self.cfg.sites.ids() {
             let home =
                 status.by_home.get(self.cfg.sites.name(s).as_str()).copied().unwrap_or_default();
@@ -547,7 +541,6 @@ impl CoreMachine {
                     |p| ids.owns(site, p),
                     now,
                 );
-                self.measure_refused += refused;
                 for _ in 0..refused {
                     self.metrics.refused(site, "probe_table");
                 }

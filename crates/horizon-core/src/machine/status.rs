@@ -267,7 +267,7 @@ impl CoreMachine {
             generation: self.generation,
             leases_granted: self.leases_granted,
             stage: self.cfg.stage.as_str().to_owned(),
-            measure: self.measure.status(self.mesh.sites(), self.measure_refused),
+            measure: self.measure.status(self.mesh.sites()),
             uptime_s: now.as_secs_f64(),
             tick: self.mesh.last_stats(),
             handovers: HandoverCounts {

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Machines from typed parts (docs/ARCHITECTURE.md, "Machine and shell, per daemon"): each field
+of a machine's struct is touched (`self.field`) from one file of the machine, its part's; what
+other files need of it, they ask that part for.
+
+    python3 tests/checks/machine_parts.py          # the check (CI's lint stage)
+    python3 tests/checks/machine_parts.py --list   # every field and the files touching it
+
+A field whose type is a part — a struct of its own file (`sessions: sessions::Sessions`) whose
+fields are all private, so Rust stops any other file touching its state — may be asked from any
+file: its methods are the part's interface. Every other field is state, and is touched from one
+file. Fields still touched from several files are listed below as debt, machine by machine:
+the check fails on a field newly shared, and on a listed field no longer shared (take it off
+the list), so the list only shrinks. Test modules are not counted.
+"""
+
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+# (machine, its directory, the file declaring its struct, the fields read everywhere by design:
+# the configuration, the counters and the queue of effects out, which are the machine's plumbing)
+MACHINES = [
+    ("AgentMachine", "crates/horizon-agent/src/machine", "mod.rs", {"cfg", "stats", "effects"}),
+    ("CoreMachine", "crates/horizon-core/src/machine", "mod.rs", {"cfg", "metrics", "effects"}),
+    ("World", "crates/horizon-chaos/src", "world.rs", set()),
+]
+
+# The debt: fields still touched from more than one file, to become parts of their own.
+SHARED = {
+    "AgentMachine": {
+        "registered", "registered_at", "starting", "servers", "bubbles", "players", "peers",
+        "routes", "crossings", "awaiting", "forwards", "outbound", "mirrors", "relayed_mirrors",
+        "pending_restore", "regrants", "regroups", "waiting",
+    },
+    "CoreMachine": {
+        "mesh", "generation", "leases_granted", "agents", "registry", "placed", "trails", "loss",
+        "restored_from", "handovers", "awaiting", "decisions", "resynced", "timeline",
+    },
+    "World": {
+        "rng", "now", "thresholds", "next_seq", "queue", "origin", "site_ids", "clocks", "core",
+        "core_timer_at", "core_busy_until", "disk_us", "election", "agents", "controls",
+        "transfers", "servers", "players", "next_conn", "next_token", "core_calls", "orders",
+        "player_calls", "isolated_until", "route_watch", "checker", "stats",
+    },
+}
+
+
+def struct_body(path, struct):
+    text = open(path, encoding="utf-8").read()
+    m = re.search(r"^(?:pub(?:\([a-z]+\))? )?struct %s \{\n(.*?)^\}" % struct, text, re.M | re.S)
+    return m.group(1) if m else None
+
+
+def struct_fields(path, struct):
+    """The struct's fields, each with its type as written."""
+    body = struct_body(path, struct)
+    if body is None:
+        sys.exit(f"machine parts: no struct {struct} in {path}")
+    return re.findall(r"^    (?:pub(?:\([a-z]+\))? )?([a-z_][a-z0-9_]*): ([^\n]+?),?$", body, re.M)
+
+
+def is_part(directory, decl, ty):
+    """`module::Type`, declared in `module.rs` beside the machine with no public field."""
+    m = re.fullmatch(r"([a-z_]+)::([A-Z]\w*)", ty.strip())
+    if not m:
+        return False
+    base = os.path.dirname(os.path.join(directory, decl))
+    for path in (os.path.join(base, m.group(1) + ".rs"),
+                 os.path.join(base, os.path.splitext(decl)[0], m.group(1) + ".rs")):
+        if os.path.exists(path):
+            body = struct_body(path, m.group(2))
+            return body is not None and not re.search(r"^    pub", body, re.M)
+    return False
+
+
+def without_tests(text):
+    """The file's text before its test module, if any (`#[cfg(test)] mod tests { … }`)."""
+    return re.split(r"#\[cfg\(test\)\]\s*mod tests \{", text, maxsplit=1)[0]
+
+
+def touches(directory, fields):
+    out = {f: set() for f in fields}
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "tests"]
+        for name in sorted(files):
+            if not name.endswith(".rs"):
+                continue
+            path = os.path.join(root, name)
+            text = without_tests(open(path, encoding="utf-8").read())
+            for f in fields:
+                if re.search(r"\bself\.%s\b" % f, text):
+                    out[f].add(os.path.relpath(path, directory))
+    return out
+
+
+def main():
+    listing = "--list" in sys.argv[1:]
+    problems = []
+    for struct, directory, decl, plumbing in MACHINES:
+        directory = os.path.join(ROOT, directory)
+        typed = struct_fields(os.path.join(directory, decl), struct)
+        fields = [f for f, _ in typed]
+        parts = {f for f, ty in typed if is_part(directory, decl, ty)}
+        touched = touches(directory, fields)
+        shared = {f for f, files in touched.items()
+                  if len(files) > 1 and f not in plumbing and f not in parts}
+        debt = SHARED.get(struct, set())
+        for f in sorted(shared - debt):
+            problems.append(f"{struct}.{f} is touched from {', '.join(sorted(touched[f]))}: "
+                            "give it to one part and ask that part")
+        for f in sorted(debt - shared):
+            state = "gone" if f not in touched else "touched from one file now"
+            problems.append(f"{struct}.{f} is {state}: take it off the SHARED list")
+        own = len(fields) - len(shared) - len(parts) - len(plumbing & set(fields))
+        print(f"machine parts: {struct}: {len(fields)} fields: {len(parts)} parts, {own} state "
+              f"touched from one file, {len(shared)} state still shared, "
+              f"{len(plumbing & set(fields))} plumbing")
+        if listing:
+            for f in fields:
+                kind = "part" if f in parts else "plumbing" if f in plumbing else "state"
+                print(f"  {f:22} {kind:8} {' '.join(sorted(touched[f]))}")
+    for p in problems:
+        print(f"machine parts: {p}")
+    if problems:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
