@@ -317,24 +317,24 @@ impl AgentMachine {
         }
         for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
             // Back in a bubble it left: a crossing into it is for here again.
-            if let Some(f) = self.forwards.get_mut(&m.player) {
-                f.left.retain(|b| *b != lease.bubble);
-            }
+            self.transit.back_in(m.player, lease.bubble);
             // Its state may be here already (a crossing that came first), even when the list
             // does not say it crosses (a resync after this site was cut from the core).
-            let stashed = self.crossings.remove(&(m.player, lease.bubble));
+            let stashed = self.transit.unstash(m.player, lease.bubble);
             match stashed {
-                Some(c) => self.join(&server, held, m.player, c.last_applied, c.state),
+                Some((last_applied, state)) => {
+                    self.join(&server, held, m.player, last_applied, state)
+                }
                 // Its state is on its way out of here, never taken: the bubble it was sent to
                 // never heard the player comes (a core restarted before saying so, and put them
                 // back here). They play here now, and so does that state, not a fresh one.
-                None if self.outbound.contains_key(&m.player) => {
+                None if self.transit.sending(m.player) => {
                     let site = self.cfg.site.clone();
                     let d = control::Departure { player: m.player, to: held, site };
                     self.redirect_crossing(m.player, d, now);
                 }
                 None if m.crossing => {
-                    self.awaiting.insert(m.player, (lease.bubble, now));
+                    self.transit.await_state(m.player, lease.bubble, now);
                 }
                 None => self.join(&server, held, m.player, Seq(0), Blob::default()),
             }
@@ -360,10 +360,9 @@ impl AgentMachine {
             .collect();
         for (player, home) in &leaving {
             if let Some(d) = departed.get(player) {
-                self.forward_later(*player, lease.bubble, d.clone(), now);
+                self.transit.forward_later(*player, lease.bubble, d.clone(), now);
             }
-            if self.awaiting.get(player).is_some_and(|(b, _)| *b == lease.bubble) {
-                self.awaiting.remove(player);
+            if self.transit.stop_awaiting(*player, lease.bubble) {
                 // Its state never came here: it goes on to where the player went when it does.
                 if departed.remove(player).is_some() {
                     continue;
@@ -382,7 +381,7 @@ impl AgentMachine {
             // follows it.
             if home.is_none()
                 && let Some(d) = departed.get(player)
-                && self.outbound.contains_key(player)
+                && self.transit.sending(*player)
             {
                 self.redirect_crossing(*player, d.clone(), now);
                 departed.remove(player);
@@ -391,10 +390,10 @@ impl AgentMachine {
             // Its state came here and was never taken in (the list saying it comes never
             // arrived): it goes on from here.
             if home.is_none()
-                && let Some(c) = self.crossings.remove(&(*player, lease.bubble))
+                && let Some((last_applied, state)) = self.transit.unstash(*player, lease.bubble)
                 && let Some(d) = departed.remove(player)
             {
-                self.cross(*player, lease.bubble, d, c.last_applied, c.state, now);
+                self.cross(*player, lease.bubble, d, last_applied, state, now);
                 continue;
             }
             let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.holder.remove(player));

@@ -28,7 +28,7 @@ impl AgentMachine {
             match self.take_crossing(&request, now) {
                 // Taken, or kept until its bubble says the player comes: either way, kept in
                 // case that bubble is restored from a copy without them.
-                Ok(_) => self.keep_delivered(player, request, now),
+                Ok(_) => self.transit.keep_delivered(player, request, now),
                 Err(fault) => {
                     tracing::warn!(player = player.0, %fault, "crossing within the site lost")
                 }
@@ -37,49 +37,27 @@ impl AgentMachine {
         }
         // Sent until that site takes it into its bubble: its link may be down, the site
         // restarting, or not told yet that the player comes.
-        let crossing = Outbound { site: d.site, request, since: now, sent: None, retry_at: now };
-        self.outbound.insert(player, crossing);
+        self.transit.send(player, d.site, request, now);
         self.send_crossing(player, now);
     }
 
     /// Sends a crossing (again) if no answer is awaited: taken here if its bubble runs here now
     /// (restored here meanwhile), else sent to its site if the link is up.
     pub(super) fn send_crossing(&mut self, player: PlayerId, now: Instant) {
-        let Some(c) = self.outbound.get(&player) else { return };
-        if c.sent.is_some() || now < c.retry_at {
-            return;
-        }
-        if let transfer::Request::Cross { to, .. } = &c.request
+        let Some((site, request)) = self.transit.due(player, now) else { return };
+        if let transfer::Request::Cross { to, .. } = &request
             && self.bubbles.get(to).is_some_and(|b| b.phase == Phase::Running)
         {
-            let request = c.request.clone();
             if self.take_crossing(&request, now) == Ok(true) {
-                self.outbound.remove(&player);
-                self.keep_delivered(player, request, now);
+                self.transit.taken_here(player, request, now);
             }
             return;
         }
-        let Some(c) = self.outbound.get(&player) else { return };
-        let (site, request) = (c.site.clone(), c.request.clone());
         if !self.reaches(&site) {
             return;
         }
-        if let Some(c) = self.outbound.get_mut(&player) {
-            c.sent = Some(now);
-        }
+        self.transit.sent(player, now);
         self.ask_peer(&site, Pending(Then::Crossed { player }), request);
-    }
-
-    pub(super) fn keep_delivered(
-        &mut self,
-        player: PlayerId,
-        request: transfer::Request,
-        now: Instant,
-    ) {
-        if self.delivered.len() < MAX_CROSSINGS || self.delivered.contains_key(&player) {
-            let kept = Delivered { at: now, request, moved_on: false };
-            self.delivered.insert(player, kept);
-        }
     }
 
     /// A crossing still on its way — or taken not long ago, by a bubble since restored from a
@@ -90,22 +68,9 @@ impl AgentMachine {
         d: control::Departure,
         now: Instant,
     ) {
-        if !self.outbound.contains_key(&player)
-            && let Some(Delivered { request, .. }) = self.delivered.remove(&player)
-        {
-            let site = d.site.clone();
-            self.outbound
-                .insert(player, Outbound { site, request, since: now, sent: None, retry_at: now });
+        if self.transit.redirect(player, &d, now) {
+            self.send_crossing(player, now);
         }
-        let Some(c) = self.outbound.get_mut(&player) else { return };
-        if let transfer::Request::Cross { to, epoch, .. } = &mut c.request {
-            *to = d.to.bubble;
-            *epoch = d.to.epoch;
-        }
-        c.site = d.site;
-        c.sent = None;
-        c.retry_at = now;
-        self.send_crossing(player, now);
     }
 
     /// The bubble each of these players is in was restored from a copy that may lack them: a
@@ -113,7 +78,7 @@ impl AgentMachine {
     /// whichever bubble) goes to it. Its server keeps the state that applied more inputs.
     pub(super) fn recover(&mut self, routes: Vec<control::PlayerRoute>, now: Instant) {
         for r in routes {
-            if self.outbound.contains_key(&r.player) || self.delivered.contains_key(&r.player) {
+            if self.transit.holds(r.player) {
                 let to = LeaseRef { bubble: r.bubble, epoch: Epoch(0) };
                 let d = control::Departure { player: r.player, to, site: r.site };
                 self.redirect_crossing(r.player, d, now);
@@ -123,71 +88,21 @@ impl AgentMachine {
 
     /// The answer to a crossing: taken, or to be sent again (after [`CROSSING_BACKOFF`]).
     pub(super) fn crossed(&mut self, player: PlayerId, taken: bool, now: Instant) {
-        if taken {
-            if let Some(c) = self.outbound.remove(&player) {
-                self.keep_delivered(player, c.request, now);
-            }
-        } else if let Some(c) = self.outbound.get_mut(&player) {
-            c.sent = None;
-            c.retry_at = now + CROSSING_BACKOFF;
-        }
-    }
-
-    /// `player` left `bubble`: see `forwards`.
-    pub(super) fn forward_later(
-        &mut self,
-        player: PlayerId,
-        bubble: BubbleId,
-        d: control::Departure,
-        now: Instant,
-    ) {
-        if self.forwards.len() >= MAX_CROSSINGS && !self.forwards.contains_key(&player) {
-            return;
-        }
-        let f = self.forwards.entry(player).or_insert_with(|| Forward {
-            left: VecDeque::new(),
-            to: d.clone(),
-            at: now,
-        });
-        f.left.retain(|b| *b != bubble);
-        if f.left.len() >= MAX_FORWARD_BUBBLES {
-            f.left.pop_front();
-        }
-        f.left.push_back(bubble);
-        (f.to, f.at) = (d, now);
+        self.transit.answered(player, taken, now);
     }
 
     /// Crossings are retried until taken or [`CROSSING_DEADLINE`]; members whose crossing
     /// has not come by [`AWAIT_DEADLINE`] start afresh.
     pub(super) fn crossing_deadlines(&mut self, now: Instant) {
-        let late = |since: Instant| now.saturating_duration_since(since) >= CROSSING_DEADLINE;
-        self.delivered.retain(|_, d| now.saturating_duration_since(d.at) < CROSSING_KEEP);
-        self.forwards.retain(|_, f| !late(f.at));
-        let lost: Vec<PlayerId> =
-            self.outbound.iter().filter(|(_, c)| late(c.since)).map(|(p, _)| *p).collect();
+        let (lost, retry) = self.transit.deadlines(now);
         for player in lost {
-            self.outbound.remove(&player);
             self.stats.crossings_lost.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(player = player.0, "crossing not taken in time: given up");
         }
-        let retry: Vec<PlayerId> = self.outbound.keys().copied().collect();
         for player in retry {
-            // An answer not back after this is taken as lost (the request is idempotent).
-            if let Some(c) = self.outbound.get_mut(&player)
-                && c.sent.is_some_and(|t| now.saturating_duration_since(t) >= CROSSING_RETRY)
-            {
-                c.sent = None;
-            }
             self.send_crossing(player, now);
         }
-        let stale: Vec<(PlayerId, BubbleId)> = self
-            .awaiting
-            .iter()
-            .filter(|(_, (_, since))| now.saturating_duration_since(*since) >= AWAIT_DEADLINE)
-            .map(|(p, (b, _))| (*p, *b))
-            .collect();
-        for (player, bubble) in stale {
-            self.awaiting.remove(&player);
+        for (player, bubble) in self.transit.overdue(now) {
             let Some(local) = self.bubbles.get(&bubble) else { continue };
             let (server, lease) = (local.server_of(player).clone(), local.lease_ref());
             tracing::warn!(
@@ -203,21 +118,15 @@ impl AgentMachine {
         for r in routes {
             // The player's bubble runs elsewhere now (restored): a crossing into it from here,
             // on its way or taken not long ago, follows it.
-            let into = |req: &transfer::Request| matches!(req, transfer::Request::Cross { to, .. } if *to == r.bubble);
             // (Restored on the same site too, after a server crash: the copy may lack them. A
             // state the bubble already has is ignored there.) And a crossing from here not
             // taken yet, into any bubble: the player plays in this one now (the bubble it went
             // to never took it: its holder cut from the core, or gone), so its state goes here.
-            let moved = self.outbound.contains_key(&r.player)
-                || self.delivered.get(&r.player).is_some_and(|d| !d.moved_on && into(&d.request));
             // A crossing taken by a bubble the player has left since is of no use to where
             // they play now while that bubble hands their state on: never sent on a route
             // again (a route back into that bubble would send an old state), but kept for a
             // `Recover`, in case that bubble's holder dies before it does.
-            if let Some(d) = self.delivered.get_mut(&r.player).filter(|d| !into(&d.request)) {
-                d.moved_on = true;
-            }
-            if moved {
+            if self.transit.follows(r.player, r.bubble) {
                 // A crossing from here still on its way: it follows the player's bubble, under
                 // whatever epoch runs it there.
                 let to = LeaseRef { bubble: r.bubble, epoch: Epoch(0) };

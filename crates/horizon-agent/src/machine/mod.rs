@@ -49,6 +49,7 @@ mod servers;
 mod sessions;
 #[cfg(test)]
 mod tests;
+mod transit;
 
 use crate::AgentStats;
 use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
@@ -312,46 +313,6 @@ struct PeerLink {
     last_echo: Instant,
 }
 
-/// A player's state from another bubble that arrived before the core said where it goes.
-struct Crossing {
-    at: Instant,
-    last_applied: Seq,
-    state: Blob,
-}
-
-/// Where to send on a crossing that reaches a bubble its player has left (see `forwards`).
-#[derive(Debug)]
-struct Forward {
-    /// The bubbles here the player left (at most [`MAX_FORWARD_BUBBLES`], the latest kept).
-    left: VecDeque<BubbleId>,
-    /// Their last departure from here.
-    to: control::Departure,
-    at: Instant,
-}
-
-/// Bubbles remembered per player in [`Forward::left`].
-const MAX_FORWARD_BUBBLES: usize = 16;
-
-/// A player's state on its way to another site, until that site takes it.
-struct Outbound {
-    site: Name,
-    request: transfer::Request,
-    since: Instant,
-    /// When it was last sent, while an answer is awaited.
-    sent: Option<Instant>,
-    /// Not sent again before this.
-    retry_at: Instant,
-}
-
-/// A crossing taken, kept a while: its bubble may be restored from a copy without the player.
-struct Delivered {
-    at: Instant,
-    request: transfer::Request,
-    /// The player has moved on from the bubble that took it (that bubble hands their state
-    /// on): it goes again only when the core asks for it (`Recover`), never on a route.
-    moved_on: bool,
-}
-
 /// A core order waiting for a ready server.
 struct Waiting {
     received: Instant,
@@ -407,20 +368,8 @@ pub struct AgentMachine {
     routes: BTreeMap<Name, Name>,
     /// Sites this agent dials (the shell keeps those links up).
     dialed: BTreeSet<Name>,
-    /// Crossings that came before the member list saying their player comes, by (player, the
-    /// bubble they are for): a state sent on elsewhere never replaces one kept for here.
-    crossings: BTreeMap<(PlayerId, BubbleId), Crossing>,
-    /// Players whose state is on its way from another bubble: player → (bubble here, since).
-    awaiting: BTreeMap<PlayerId, (BubbleId, Instant)>,
-    /// Players who left bubbles here: which bubbles, and where they went last. A crossing into
-    /// one of those bubbles still on its way (its state may be newer than what the bubble had)
-    /// goes on to where the player went last; kept [`CROSSING_DEADLINE`] after the last
-    /// departure.
-    forwards: BTreeMap<PlayerId, Forward>,
-    /// Crossings this site sent another, not yet taken.
-    outbound: BTreeMap<PlayerId, Outbound>,
-    /// Crossings taken, kept [`CROSSING_KEEP`].
-    delivered: BTreeMap<PlayerId, Delivered>,
+    /// Players' states in transit between bubbles (`transit.rs`).
+    transit: transit::Transit,
     /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
     mirrors: BTreeMap<BubbleId, HandoverId>,
     /// Handover streams that go round through a third site: handover → (target, via).
@@ -486,11 +435,7 @@ impl AgentMachine {
             core_links: Vec::new(),
             routes: BTreeMap::new(),
             dialed: BTreeSet::new(),
-            crossings: BTreeMap::new(),
-            awaiting: BTreeMap::new(),
-            outbound: BTreeMap::new(),
-            delivered: BTreeMap::new(),
-            forwards: BTreeMap::new(),
+            transit: transit::Transit::default(),
             mirrors: BTreeMap::new(),
             relayed_mirrors: BTreeMap::new(),
             pending_prepare: BTreeMap::new(),

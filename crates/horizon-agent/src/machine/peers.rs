@@ -88,23 +88,17 @@ impl AgentMachine {
         // (a newer epoch) still takes the player's state, which its server keeps if it holds
         // more of the player's inputs than what is there.
         let here = self.bubbles.get(to).filter(|b| b.lease.epoch >= *epoch);
-        let expected = self.awaiting.get(player).is_some_and(|(b, _)| b == to)
+        let expected = self.transit.awaits(*player, *to)
             || here.is_some_and(|b| b.members.contains_key(player) && b.phase == Phase::Running);
         // The player left that bubble before this state came: it goes on to where they went
         // last (where it replaces an older state of theirs). It is kept here too, in case the
         // player is on their way back (the member list saying so not here yet). Each bubble
         // forwards once: a state never circles between sites.
-        let forward = match self.forwards.get_mut(player) {
-            Some(f) if !expected && f.left.contains(to) => {
-                f.left.retain(|b| b != to);
-                Some(f.to.clone())
-            }
-            _ => None,
-        };
+        let forward = self.transit.forward_from(*player, *to, expected);
         if let Some(local) = here
             && expected
         {
-            self.awaiting.remove(player);
+            self.transit.arrived(*player);
             let lease = local.lease_ref();
             let server = local.server_of(*player).clone();
             if !self.servers.contains_key(&server) {
@@ -122,16 +116,8 @@ impl AgentMachine {
                 self.resend(*player, true, now);
             }
             Ok(true)
-        } else if self.crossings.len() < MAX_CROSSINGS
-            || self.crossings.contains_key(&(*player, *to))
-        {
-            // Of two states of one player, the one that applied more of its inputs is newer.
-            let key = (*player, *to);
-            if self.crossings.get(&key).is_none_or(|c| c.last_applied <= *last_applied) {
-                let crossing =
-                    Crossing { at: now, last_applied: *last_applied, state: state.clone() };
-                self.crossings.insert(key, crossing);
-            }
+        } else if self.transit.stash(*player, *to, *last_applied, state, now) {
+            // Kept (of two states of one player, the one that applied more of its inputs).
             if let Some(d) = forward {
                 self.cross(*player, *to, d, *last_applied, state.clone(), now);
                 return Ok(true);

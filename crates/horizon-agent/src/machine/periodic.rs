@@ -112,7 +112,7 @@ impl AgentMachine {
                 self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
             }
         }
-        self.crossings.retain(|_, c| now.saturating_duration_since(c.at) < CROSSING_TTL);
+        self.transit.expire_stashed(now);
         while self
             .waiting
             .front()

@@ -115,13 +115,7 @@ impl AgentMachine {
         for player in players {
             self.resend(player, true, now);
         }
-        let crossings: Vec<PlayerId> =
-            self.outbound.iter().filter(|(_, c)| &c.site == site).map(|(&p, _)| p).collect();
-        for player in crossings {
-            if let Some(c) = self.outbound.get_mut(&player) {
-                c.sent = None;
-                c.retry_at = now;
-            }
+        for player in self.transit.again_towards(site, now) {
             self.send_crossing(player, now);
         }
     }

@@ -346,7 +346,7 @@ fn a_player_put_back_in_a_bubble_here_while_its_state_waits_to_cross_out_gets_th
     h.answer_servers(out, |_| {
         Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
     });
-    assert!(h.m.outbound.contains_key(&PlayerId(7)), "on its way to PAR");
+    assert!(h.m.transit.sending(PlayerId(7)), "on its way to PAR");
     let joined = std::cell::Cell::new(None);
     let (_, out) = h.order(back);
     h.answer_servers(out, |r| {
@@ -356,5 +356,5 @@ fn a_player_put_back_in_a_bubble_here_while_its_state_waits_to_cross_out_gets_th
         Ok(server::Reply::Done)
     });
     assert_eq!(joined.take(), Some((lref, Seq(12), vec![1, 2, 3])), "its state, not a fresh one");
-    assert!(!h.m.outbound.contains_key(&PlayerId(7)), "no longer sent to PAR");
+    assert!(!h.m.transit.sending(PlayerId(7)), "no longer sent to PAR");
 }
