@@ -32,8 +32,7 @@ MACHINES = [
 SHARED = {
     "AgentMachine": {
         "registered", "registered_at", "starting", "servers", "bubbles", "players", "peers",
-        "routes", "mirrors", "relayed_mirrors", "pending_restore", "regrants", "regroups",
-        "waiting",
+        "routes", "regrants", "regroups", "waiting",
     },
     "CoreMachine": {
         "mesh", "generation", "leases_granted", "agents", "registry", "placed", "trails", "loss",

@@ -218,7 +218,7 @@ impl AgentMachine {
         // The server's stream queue holds far more than one copy's chunks; a full one means
         // the server is stuck, and the deadline refuses the restore.
         self.effects.push_back(Effect::ServerStream { server, item: seal });
-        self.pending_restore.insert(bubble, (now, token));
+        self.restores.waiting(bubble, now, token);
     }
 
     /// A bubble here lacks states of `players` that a stored copy (of it or of another bubble)
@@ -503,7 +503,7 @@ impl AgentMachine {
             self.answer(token, Err(fault));
             return;
         }
-        self.pending_prepare.insert(handover, (bubble, token));
+        self.sources.opening(handover, bubble, token);
         let open = transfer::Request::Open { handover, bubble, epoch: lease.epoch };
         match self.routes.get(&target).filter(|via| **via != target).cloned() {
             Some(via) => {
@@ -531,7 +531,7 @@ impl AgentMachine {
     ) {
         let result = match result {
             Ok(transfer::Reply::Accepted { .. }) => {
-                self.relayed_mirrors.insert(handover, (target, via));
+                self.sources.relayed(handover, target, via);
                 Ok(())
             }
             Ok(other) => Err(Failure::Refused(Fault::new(
@@ -545,13 +545,13 @@ impl AgentMachine {
 
     /// A handover's state stream ends: the shell's, or the relayed one's record.
     fn close_mirror(&mut self, handover: HandoverId) {
-        if self.relayed_mirrors.remove(&handover).is_none() {
+        if !self.sources.close(handover) {
             self.effects.push_back(Effect::CloseMirror { handover });
         }
     }
 
     pub(super) fn mirror_opened(&mut self, handover: HandoverId, result: Result<(), Failure>) {
-        let Some((bubble, token)) = self.pending_prepare.remove(&handover) else {
+        let Some((bubble, token)) = self.sources.opened(handover) else {
             // Abandoned meanwhile (a regrant): the stream is not needed.
             self.close_mirror(handover);
             return;
@@ -573,7 +573,7 @@ impl AgentMachine {
         local.phase = Phase::Leaving { handover };
         let lease = local.lease_ref();
         let server = local.server.clone();
-        self.mirrors.insert(bubble, handover);
+        self.sources.stream(bubble, handover);
         let then = Then::Copying { token, handover, bubble };
         self.ask_server(&server, then, server::Request::Copy { lease, deltas: true });
     }
@@ -601,7 +601,7 @@ impl AgentMachine {
     }
 
     pub(super) fn stop_mirror(&mut self, bubble: BubbleId) {
-        if let Some(handover) = self.mirrors.remove(&bubble) {
+        if let Some(handover) = self.sources.stop(bubble) {
             self.close_mirror(handover);
         }
     }
@@ -672,17 +672,9 @@ impl AgentMachine {
         local.lease = job.lease;
         local.valid_until = job.received + Duration::from_millis(u64::from(job.lease.ttl_ms));
         self.stop_mirror(bubble);
-        let abandoned: Vec<HandoverId> = self
-            .pending_prepare
-            .iter()
-            .filter(|(_, (b, _))| *b == bubble)
-            .map(|(h, _)| *h)
-            .collect();
-        for h in abandoned {
-            if let Some((_, token)) = self.pending_prepare.remove(&h) {
-                let fault = Fault::new(ErrorCode::Conflict, "handover abandoned by the core");
-                self.answer(token, Err(fault));
-            }
+        for token in self.sources.abandon(bubble) {
+            let fault = Fault::new(ErrorCode::Conflict, "handover abandoned by the core");
+            self.answer(token, Err(fault));
         }
         tracing::info!(site = %self.cfg.site, bubble = bubble.0, epoch = job.lease.epoch.0, "bubble regranted");
         self.answer(job.token, Ok(control::Reply::Done));

@@ -44,6 +44,7 @@ mod periodic;
 mod players;
 mod probes;
 mod rehome;
+mod roles;
 mod routes;
 mod servers;
 mod sessions;
@@ -370,14 +371,10 @@ pub struct AgentMachine {
     dialed: BTreeSet<Name>,
     /// Players' states in transit between bubbles (`transit.rs`).
     transit: transit::Transit,
-    /// Handover sources: the bubble's snapshot, deltas and seal go on the handover's stream.
-    mirrors: BTreeMap<BubbleId, HandoverId>,
-    /// Handover streams that go round through a third site: handover → (target, via).
-    relayed_mirrors: BTreeMap<HandoverId, (Name, Name)>,
-    /// Handover sources waiting for their stream: handover → (bubble, the order's token).
-    pending_prepare: BTreeMap<HandoverId, (BubbleId, Token)>,
-    /// Restores waiting for their server's first update: bubble → (received, token).
-    pending_restore: BTreeMap<BubbleId, (Instant, Token)>,
+    /// Handover sources: their streams, opening or open (`roles.rs`).
+    sources: roles::Sources,
+    /// Restores waiting for their server's first update (`roles.rs`).
+    restores: roles::Restores,
     /// Regrants waiting for their servers.
     regrants: BTreeMap<BubbleId, Regrant>,
     /// Bubbles being spread or brought together.
@@ -436,10 +433,8 @@ impl AgentMachine {
             routes: BTreeMap::new(),
             dialed: BTreeSet::new(),
             transit: transit::Transit::default(),
-            mirrors: BTreeMap::new(),
-            relayed_mirrors: BTreeMap::new(),
-            pending_prepare: BTreeMap::new(),
-            pending_restore: BTreeMap::new(),
+            sources: roles::Sources::default(),
+            restores: roles::Restores::default(),
             regrants: BTreeMap::new(),
             regroups: BTreeMap::new(),
             rehomes: BTreeMap::new(),

@@ -402,8 +402,8 @@ impl AgentMachine {
         let busy = self.regroups.contains_key(&bubble)
             || self.rehoming(bubble)
             || self.regrants.contains_key(&bubble)
-            || self.mirrors.contains_key(&bubble)
-            || self.pending_restore.contains_key(&bubble);
+            || self.sources.streams(bubble)
+            || self.restores.is_waiting(bubble);
         !busy
             && self.bubbles.get(&bubble).is_some_and(|l| {
                 l.phase == Phase::Running

@@ -39,18 +39,9 @@ impl AgentMachine {
 
     /// Restores whose server did not run in time are refused: the core fails them over again.
     pub(super) fn restore_deadlines(&mut self, now: Instant) {
-        let late: Vec<BubbleId> = self
-            .pending_restore
-            .iter()
-            .filter(|(_, (at, _))| now.saturating_duration_since(*at) > RESTORE_DEADLINE)
-            .map(|(&b, _)| b)
-            .collect();
-        for bubble in late {
-            if let Some((_, token)) = self.pending_restore.remove(&bubble) {
-                let fault =
-                    Fault::new(ErrorCode::NotReady, "the restored server did not run in time");
-                self.answer(token, Err(fault));
-            }
+        for (bubble, token) in self.restores.late(now) {
+            let fault = Fault::new(ErrorCode::NotReady, "the restored server did not run in time");
+            self.answer(token, Err(fault));
             self.drop_bubble(bubble);
         }
     }

@@ -197,7 +197,7 @@ impl AgentMachine {
                 }
             }
             StateItem::Own(own) => self.own_out(server, own),
-            StateItem::Snapshot(s) if !self.mirrors.contains_key(&s.bubble) => {
+            StateItem::Snapshot(s) if !self.sources.streams(s.bubble) => {
                 let lease = LeaseRef { bubble: s.bubble, epoch: s.epoch };
                 let (tick, index, total, bytes) = (s.tick, s.index, s.total, s.bytes);
                 let local = self.bubbles.get(&s.bubble);
@@ -251,17 +251,19 @@ impl AgentMachine {
     }
 
     pub(super) fn mirror(&mut self, bubble: BubbleId, item: StateItem) {
-        let Some(&handover) = self.mirrors.get(&bubble) else { return };
-        match self.relayed_mirrors.get(&handover) {
+        match self.sources.stream_to(bubble) {
+            None => {}
             // Round through the relay it was opened through, in order behind what went before.
-            Some((target, via)) => {
+            Some(roles::StreamTo::Relayed { target, via }) => {
                 self.stats.relayed_sent.fetch_add(1, Ordering::Relaxed);
                 let (from, to) = (self.cfg.site.clone(), target.clone());
                 let relayed = horizon_proto::Relayed { from, to, hops: 1, item };
                 let item = StateItem::Relay(Box::new(relayed));
                 self.effects.push_back(Effect::PeerStream { site: via.clone(), item });
             }
-            None => self.effects.push_back(Effect::Mirror { handover, item }),
+            Some(roles::StreamTo::Direct(handover)) => {
+                self.effects.push_back(Effect::Mirror { handover, item });
+            }
         }
     }
 
@@ -288,7 +290,7 @@ impl AgentMachine {
             local.phase = Phase::Running;
             deferred = local.deferred.take().map(|d| (local.lease_ref(), d));
             tracing::info!(site = %self.cfg.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
-            restored = self.pending_restore.remove(&update.bubble).map(|(_, token)| token);
+            restored = self.restores.ended(update.bubble);
         }
         if let Phase::Standby { handover } = local.phase {
             // The first update under the new epoch: the target runs. Tell the core.
@@ -508,7 +510,7 @@ impl AgentMachine {
                 let fault = Fault::new(ErrorCode::NotReady, "the bubble's server is gone");
                 self.answer(token, Err(fault));
             }
-            if let Some((_, token)) = self.pending_restore.remove(&bubble) {
+            if let Some(token) = self.restores.ended(bubble) {
                 let fault = Fault::new(ErrorCode::NotReady, "the restored bubble's server is gone");
                 self.answer(token, Err(fault));
             }
