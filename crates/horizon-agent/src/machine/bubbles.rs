@@ -290,8 +290,7 @@ impl AgentMachine {
         departed: Vec<control::Departure>,
         now: Instant,
     ) -> Result<control::Reply, Fault> {
-        let moving = self.regroups.get(&lease.bubble).is_some_and(|r| r.relocates())
-            || self.rehome_granted(lease.bubble);
+        let moving = self.relocating(lease.bubble) || self.rehome_granted(lease.bubble);
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
         if b.phase == Phase::Restoring || moving {
             // Its server is still taking the copy, or its players are moving to another
@@ -344,7 +343,7 @@ impl AgentMachine {
         // Right after a registration the core may not know every member yet (a restarted core
         // learns them from each home's `Players`): a member missing without a departure stays
         // until the list is trusted again.
-        let trusting = self.registered_at.is_none_or(|t| now >= t + RESYNC_GRACE);
+        let trusting = self.trusting_members(now);
         let listed = |p: &PlayerId| players.iter().any(|m| m.player == *p);
         // A departure of a player this list never had: a restored copy may hold them.
         let unknown: Vec<(PlayerId, Option<Name>)> = departed
@@ -505,7 +504,7 @@ impl AgentMachine {
         }
         self.sources.opening(handover, bubble, token);
         let open = transfer::Request::Open { handover, bubble, epoch: lease.epoch };
-        match self.routes.get(&target).filter(|via| **via != target).cloned() {
+        match self.relay_towards(&target) {
             Some(via) => {
                 tracing::info!(site = %self.cfg.site, %target, %via, handover = handover.0, "handover state goes round through a third site");
                 let then = Then::MirrorRelayed { handover, target: target.clone(), via };
@@ -604,6 +603,16 @@ impl AgentMachine {
         if let Some(handover) = self.sources.stop(bubble) {
             self.close_mirror(handover);
         }
+    }
+
+    /// `bubble` waits on a regrant of its servers.
+    pub(super) fn regranting(&self, bubble: BubbleId) -> bool {
+        self.regrants.contains_key(&bubble)
+    }
+
+    /// `bubble`'s regrant, ended (its server is gone).
+    pub(super) fn take_regrant(&mut self, bubble: BubbleId) -> Option<Regrant> {
+        self.regrants.remove(&bubble)
     }
 
     /// The core abandoned a handover of this bubble before the freeze and re-granted it here

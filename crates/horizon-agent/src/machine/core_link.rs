@@ -3,6 +3,25 @@
 use super::*;
 
 impl AgentMachine {
+    /// The core heard this agent's `Register` on the current connection.
+    pub(super) fn is_registered(&self) -> bool {
+        self.registered
+    }
+
+    /// Whether the core's member lists are trusted at `now`: not for [`RESYNC_GRACE`] after a
+    /// registration, as orders may overtake its answer (a restarted core learns the members
+    /// from each home's `Players`).
+    pub(super) fn trusting_members(&self, now: Instant) -> bool {
+        self.registered_at.is_none_or(|t| now >= t + RESYNC_GRACE)
+    }
+
+    /// The core connection ended: the ordered lane's orders are dropped (the core resends what
+    /// matters at the next registration).
+    pub(super) fn core_lost(&mut self) {
+        self.registered = false;
+        self.drop_lane("the core connection ended");
+    }
+
     pub(super) fn register(&mut self, now: Instant) {
         // Orders may overtake the answer: the core's member lists are not trusted from now.
         self.registered_at = Some(now);
@@ -160,22 +179,7 @@ impl AgentMachine {
             return;
         }
         let players = self.players.iter().map(|(&id, p)| sample(id, p)).collect();
-        let backbone = self
-            .peers
-            .iter()
-            .map(|(site, p)| control::BackboneSample {
-                site: site.clone(),
-                // Silent, it is down: the core's `Links` tell the other sites to go round.
-                rtt_ms: p
-                    .rtt_ms
-                    .filter(|_| now.saturating_duration_since(p.last_echo) <= LINK_SILENT_AFTER),
-                loss: if p.probes_sent == 0 {
-                    0.0
-                } else {
-                    1.0 - p.probes_back.min(p.probes_sent) as f32 / p.probes_sent as f32
-                },
-            })
-            .collect();
+        let backbone = self.backbone_samples(now);
         let (joins, leaves) = self.outbox.take_changes();
         let report = control::Request::Report {
             joins,
@@ -326,14 +330,7 @@ impl AgentMachine {
     pub(super) fn serve_order(&mut self, w: Waiting, now: Instant) {
         use control::Request as R;
         if self.servers_needed(&w.order) > self.free_servers() {
-            // Served when a server is ready (the pool grows for it), or refused at the deadline.
-            if self.waiting.len() >= MAX_WAITING {
-                let fault = Fault::new(ErrorCode::Busy, "too many orders waiting for a server");
-                self.answer(w.token, Err(fault));
-                return;
-            }
-            self.waiting.push_back(w);
-            self.top_up_pool(now);
+            self.wait_for_server(w, now);
             return;
         }
         let Waiting { received, token, order } = w;

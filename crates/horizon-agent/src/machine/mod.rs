@@ -393,7 +393,7 @@ impl std::fmt::Debug for AgentMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentMachine")
             .field("site", &self.cfg.site)
-            .field("registered", &self.registered)
+            .field("registered", &self.is_registered())
             .field("servers", &self.servers.len())
             .field("bubbles", &self.bubbles.len())
             .field("players", &self.players.len())
@@ -505,8 +505,7 @@ impl AgentMachine {
             Input::CoreUp => self.register(now),
             Input::CoreDown { error } => {
                 tracing::warn!(site = %self.cfg.site, %error, "lost the core");
-                self.registered = false;
-                self.drop_lane("the core connection ended");
+                self.core_lost();
             }
             Input::CoreOrder { token, order } => self.core_order(token, order, now),
             Input::CoreReplied { pending, result } => self.core_replied(pending.0, result, now),
@@ -526,7 +525,7 @@ impl AgentMachine {
             }
             Input::ServerEnded { server, why } => {
                 tracing::warn!(site = %self.cfg.site, %server, %why, "game server ended");
-                self.starting.remove(&server);
+                self.not_starting(&server);
                 // Its exit is seen within a housekeeping period of the shell, long before its
                 // connection times out.
                 if let Ok(name) = Name::new(server) {
@@ -535,7 +534,7 @@ impl AgentMachine {
             }
             Input::ServerNotStarted { server, why } => {
                 tracing::warn!(site = %self.cfg.site, %server, %why, "cannot start a game server");
-                self.starting.remove(&server);
+                self.not_starting(&server);
             }
             Input::PlayerUp { conn, client } => {
                 self.sessions.connected(conn, client);
@@ -567,13 +566,7 @@ impl AgentMachine {
                     }
                 }
             },
-            Input::PeerGone { site, conn } => {
-                if self.peers.get(&site).is_some_and(|p| p.conn == conn) {
-                    self.peers.remove(&site);
-                    tracing::warn!(site = %self.cfg.site, peer = %site, "transfer link down");
-                    self.reroute(now);
-                }
-            }
+            Input::PeerGone { site, conn } => self.peer_down(site, conn, now),
             Input::MirrorOpened { handover, result } => self.mirror_opened(handover, result),
         }
         self.serve_lane(now);

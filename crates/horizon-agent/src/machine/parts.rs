@@ -61,6 +61,16 @@ impl Regroup {
 }
 
 impl AgentMachine {
+    /// `bubble` is being spread, brought together or moved between servers here.
+    pub(super) fn regrouping(&self, bubble: BubbleId) -> bool {
+        self.regroups.contains_key(&bubble)
+    }
+
+    /// `bubble` is moving, whole, to another server here (all its servers change).
+    pub(super) fn relocating(&self, bubble: BubbleId) -> bool {
+        self.regroups.get(&bubble).is_some_and(|r| r.relocates())
+    }
+
     /// Spreads a bubble over `parts.len()` servers of this site, or back onto fewer, and puts
     /// each member on their part's server. Answered when done.
     pub(super) fn spread(
@@ -381,7 +391,7 @@ impl AgentMachine {
         let players: u32 = regions.iter().map(|(_, p)| p).sum();
         tracing::info!(site = %self.cfg.site, %server, players, regions = regions.len(), moving = away.len(), "overfull game server gives regions away");
         for bubble in away {
-            if self.registered {
+            if self.is_registered() {
                 // With its state, under a newer epoch from the core (`rehome.rs`).
                 self.rehome(bubble, server, now);
                 continue;
@@ -401,7 +411,7 @@ impl AgentMachine {
     fn movable(&self, bubble: BubbleId, server: &Name) -> bool {
         let busy = self.regroups.contains_key(&bubble)
             || self.rehoming(bubble)
-            || self.regrants.contains_key(&bubble)
+            || self.regranting(bubble)
             || self.sources.streams(bubble)
             || self.restores.is_waiting(bubble);
         !busy

@@ -10,6 +10,66 @@ impl AgentMachine {
         self.reroute(now);
     }
 
+    /// The transfer link to `site` on `conn` closed (a newer link's late close changes nothing).
+    pub(super) fn peer_down(&mut self, site: Name, conn: ConnId, now: Instant) {
+        if self.peers.get(&site).is_some_and(|p| p.conn == conn) {
+            self.peers.remove(&site);
+            tracing::warn!(site = %self.cfg.site, peer = %site, "transfer link down");
+            self.reroute(now);
+        }
+    }
+
+    /// A transfer link to `site` is up (it may be silent: see [`Self::link_live`]).
+    pub(super) fn linked(&self, site: &Name) -> bool {
+        self.peers.contains_key(site)
+    }
+
+    /// Whether this agent's own link to `site` answers its probes.
+    pub(super) fn link_live(&self, site: &Name, now: Instant) -> bool {
+        self.peers
+            .get(site)
+            .is_some_and(|p| now.saturating_duration_since(p.last_echo) <= LINK_SILENT_AFTER)
+    }
+
+    /// The round trip measured to `site`'s agent, if any.
+    pub(super) fn peer_rtt_ms(&self, site: &str) -> Option<f32> {
+        self.peers.iter().find(|(name, _)| name.as_str() == site).and_then(|(_, l)| l.rtt_ms)
+    }
+
+    /// Every transfer link up, with its round trip if measured.
+    pub(super) fn peer_links(&self) -> Vec<(Name, Option<f32>)> {
+        self.peers.iter().map(|(site, p)| (site.clone(), p.rtt_ms)).collect()
+    }
+
+    /// This site's links as the core's report carries them: a silent one is down (the core's
+    /// `Links` tell the other sites to go round), with the share of probes lost.
+    pub(super) fn backbone_samples(&self, now: Instant) -> Vec<control::BackboneSample> {
+        self.peers
+            .iter()
+            .map(|(site, p)| control::BackboneSample {
+                site: site.clone(),
+                rtt_ms: p
+                    .rtt_ms
+                    .filter(|_| now.saturating_duration_since(p.last_echo) <= LINK_SILENT_AFTER),
+                loss: if p.probes_sent == 0 {
+                    0.0
+                } else {
+                    1.0 - p.probes_back.min(p.probes_sent) as f32 / p.probes_sent as f32
+                },
+            })
+            .collect()
+    }
+
+    /// A probe to every other site's agent.
+    pub(super) fn probe(&mut self, now: Instant) {
+        let sent_us = self.stamp_us(now);
+        for (site, peer) in self.peers.iter_mut() {
+            peer.probes_sent += 1;
+            let probe = transfer::Probe::Ping { seq: peer.probes_sent, sent_us };
+            self.effects.push_back(Effect::PeerDatagram { site: site.clone(), probe });
+        }
+    }
+
     pub(super) fn peer_probe(&mut self, site: &Name, probe: transfer::Probe, now: Instant) {
         let now_us = self.stamp_us(now);
         let Some(peer) = self.peers.get_mut(site) else { return };

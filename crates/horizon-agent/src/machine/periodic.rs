@@ -5,14 +5,12 @@ use super::*;
 impl AgentMachine {
     /// Asks each server for a copy of every bubble it runs; the copies go to the core.
     pub(super) fn backup(&mut self) {
-        if !self.registered {
+        if !self.is_registered() {
             return;
         }
         let mut copies = Vec::new();
         let running = self.bubbles.iter().filter(|(id, b)| {
-            b.phase == Phase::Running
-                && !self.regroups.contains_key(id)
-                && !self.rehome_granted(**id)
+            b.phase == Phase::Running && !self.regrouping(**id) && !self.rehome_granted(**id)
         });
         // A bubble whose players are changing servers is copied next time (a copy now would
         // miss the players in flight).
@@ -25,15 +23,6 @@ impl AgentMachine {
         for (server, lease) in copies {
             let request = server::Request::Copy { lease, deltas: false };
             self.ask_server(&server, Then::Nothing("backup copy"), request);
-        }
-    }
-
-    pub(super) fn probe(&mut self, now: Instant) {
-        let sent_us = self.stamp_us(now);
-        for (site, peer) in self.peers.iter_mut() {
-            peer.probes_sent += 1;
-            let probe = transfer::Probe::Ping { seq: peer.probes_sent, sent_us };
-            self.effects.push_back(Effect::PeerDatagram { site: site.clone(), probe });
         }
     }
 
@@ -89,7 +78,7 @@ impl AgentMachine {
         self.relieve_servers(now);
         let ready = self.servers.values().filter(|s| s.ready).count() as u64;
         self.stats.servers_ready.store(ready, Ordering::Relaxed);
-        self.stats.registered.store(u64::from(self.registered), Ordering::Relaxed);
+        self.stats.registered.store(u64::from(self.is_registered()), Ordering::Relaxed);
         let kept: usize = self.players.values().map(|p| p.session.kept()).sum();
         self.stats.inputs_unacked.store(kept as u64, Ordering::Relaxed);
         let players: Vec<PlayerId> = self.players.keys().copied().collect();
@@ -104,30 +93,7 @@ impl AgentMachine {
             }
         }
         self.transit.expire_stashed(now);
-        while self
-            .waiting
-            .front()
-            .is_some_and(|w| now.saturating_duration_since(w.received) > SERVER_WAIT)
-        {
-            if let Some(w) = self.waiting.pop_front() {
-                let fault = Fault::new(
-                    ErrorCode::NotReady,
-                    format!("no game server ready at {} in time", self.cfg.site),
-                );
-                self.answer(w.token, Err(fault));
-            }
-        }
-        let late: Vec<String> = self
-            .starting
-            .iter()
-            .filter(|(_, at)| now.saturating_duration_since(**at) > START_TIMEOUT)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for server in late {
-            tracing::warn!(site = %self.cfg.site, %server, "server never registered: stopped");
-            self.starting.remove(&server);
-            self.effects.push_back(Effect::StopServer { server });
-        }
+        self.server_deadlines(now);
         self.restore_deadlines(now);
         self.rehome_deadlines(now);
         self.crossing_deadlines(now);

@@ -103,9 +103,7 @@ impl AgentMachine {
     /// the next report) or contradicted by what this gateway measures (dropped, counted).
     fn probe_table(&mut self, player: PlayerId, probes: &[gateway::SiteProbe], rtt_ms: f32) {
         let site = self.cfg.site.as_str();
-        let verdict = probes::check(probes, site, rtt_ms, |s| {
-            self.peers.iter().find(|(name, _)| name.as_str() == s).and_then(|(_, l)| l.rtt_ms)
-        });
+        let verdict = probes::check(probes, site, rtt_ms, |s| self.peer_rtt_ms(s));
         match verdict {
             Ok(nearest) => {
                 self.stats.probe_tables_accepted.fetch_add(1, Ordering::Relaxed);
@@ -268,7 +266,7 @@ impl AgentMachine {
 
     /// Asks the core for another block of player ids when few are left.
     pub(super) fn ask_ids(&mut self) {
-        if !self.registered || !self.player_ids.ask(ID_LOW) {
+        if !self.is_registered() || !self.player_ids.ask(ID_LOW) {
             return;
         }
         self.ask_core(Then::PlayerIds, control::Request::PlayerIds { count: ID_BLOCK });

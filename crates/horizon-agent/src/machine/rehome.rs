@@ -139,7 +139,7 @@ impl AgentMachine {
         let Some(r) = self.rehomes.get(&old.bubble) else { return false };
         let from = r.from.clone();
         let can = matches!(r.step, Step::Asked)
-            && !self.regroups.contains_key(&old.bubble)
+            && !self.regrouping(old.bubble)
             && self.servers.contains_key(&from)
             && self.bubbles.get(&old.bubble).is_some_and(|l| {
                 l.lease.epoch == old.epoch

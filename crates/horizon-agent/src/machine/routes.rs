@@ -30,20 +30,13 @@ impl AgentMachine {
         self.reroute(now);
     }
 
-    /// Whether this agent's own link to `site` answers its probes.
-    fn link_live(&self, site: &Name, now: Instant) -> bool {
-        self.peers
-            .get(site)
-            .is_some_and(|p| now.saturating_duration_since(p.last_echo) <= LINK_SILENT_AFTER)
-    }
-
     /// Recomputes the first hop towards every site; a change sends again what the old route
     /// may have lost.
     pub(super) fn reroute(&mut self, now: Instant) {
         let me = self.cfg.site.as_str();
         let mut links: Vec<LinkView> =
             self.core_links.iter().filter(|l| l.a != me && l.b != me).cloned().collect();
-        for (site, peer) in &self.peers {
+        for (site, peer_rtt_ms) in self.peer_links() {
             // A link not measured yet is taken at the core's figure (or as the fastest).
             let known = || {
                 self.core_links
@@ -53,8 +46,8 @@ impl AgentMachine {
                     })
                     .and_then(|l| l.rtt_ms)
             };
-            let rtt = peer.rtt_ms.map(f64::from).or_else(known).unwrap_or(0.0);
-            let live = self.link_live(site, now);
+            let rtt = peer_rtt_ms.map(f64::from).or_else(known).unwrap_or(0.0);
+            let live = self.link_live(&site, now);
             links.push(LinkView {
                 a: me.to_owned(),
                 b: site.as_str().to_owned(),
@@ -120,9 +113,22 @@ impl AgentMachine {
         }
     }
 
+    /// The round trip between sites `a` and `b` as the core last said (`Links`), if measured.
+    pub(super) fn backbone_rtt_ms(&self, a: &str, b: &str) -> Option<f64> {
+        self.core_links
+            .iter()
+            .find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a))
+            .and_then(|l| l.rtt_ms)
+    }
+
+    /// The third site a transfer to `site` goes round through now, if it does not go direct.
+    pub(super) fn relay_towards(&self, site: &Name) -> Option<Name> {
+        self.routes.get(site).filter(|via| *via != site).cloned()
+    }
+
     /// Whether anything sent to `site` has a way there now.
     pub(super) fn reaches(&self, site: &Name) -> bool {
-        self.routes.contains_key(site) || self.peers.contains_key(site)
+        self.routes.contains_key(site) || self.linked(site)
     }
 
     /// The first hop towards `site`: the route, or the direct link while no route is known
@@ -130,7 +136,7 @@ impl AgentMachine {
     fn first_hop(&self, site: &Name) -> Option<Name> {
         match self.routes.get(site) {
             Some(via) => Some(via.clone()),
-            None => self.peers.contains_key(site).then(|| site.clone()),
+            None => self.linked(site).then(|| site.clone()),
         }
     }
 

@@ -3,6 +3,52 @@
 use super::*;
 
 impl AgentMachine {
+    /// `order` waits for a ready server (the pool grows for it), or is refused at the
+    /// deadline; refused at once when too many wait.
+    pub(super) fn wait_for_server(&mut self, w: Waiting, now: Instant) {
+        if self.waiting.len() >= MAX_WAITING {
+            let fault = Fault::new(ErrorCode::Busy, "too many orders waiting for a server");
+            self.answer(w.token, Err(fault));
+            return;
+        }
+        self.waiting.push_back(w);
+        self.top_up_pool(now);
+    }
+
+    /// `server` is no longer being started (it ended, or could not start).
+    pub(super) fn not_starting(&mut self, server: &str) {
+        self.starting.remove(server);
+    }
+
+    /// Orders waiting longer than [`SERVER_WAIT`] for a server are refused; servers that never
+    /// registered within [`START_TIMEOUT`] are stopped.
+    pub(super) fn server_deadlines(&mut self, now: Instant) {
+        while self
+            .waiting
+            .front()
+            .is_some_and(|w| now.saturating_duration_since(w.received) > SERVER_WAIT)
+        {
+            if let Some(w) = self.waiting.pop_front() {
+                let fault = Fault::new(
+                    ErrorCode::NotReady,
+                    format!("no game server ready at {} in time", self.cfg.site),
+                );
+                self.answer(w.token, Err(fault));
+            }
+        }
+        let late: Vec<String> = self
+            .starting
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) > START_TIMEOUT)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for server in late {
+            tracing::warn!(site = %self.cfg.site, %server, "server never registered: stopped");
+            self.starting.remove(&server);
+            self.effects.push_back(Effect::StopServer { server });
+        }
+    }
+
     pub(super) fn top_up_pool(&mut self, now: Instant) {
         let spare =
             self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
@@ -231,7 +277,7 @@ impl AgentMachine {
                         control::Backup::Part { lease, part, parts, tick, index, total, bytes }
                     }
                 };
-                if self.registered {
+                if self.is_registered() {
                     self.effects.push_back(Effect::Backup(chunk));
                     self.effects.extend(covers.map(Effect::Backup));
                 }
@@ -438,7 +484,7 @@ impl AgentMachine {
     /// for the pair it is not on. `None` while a round trip it needs is unknown.
     pub(super) fn freeze_floor(&self, from: &Name, to: &Name) -> Option<Duration> {
         let tick = self.cfg.server_tick;
-        let own = |site: &Name| Some(f64::from(self.peers.get(site)?.rtt_ms?.max(0.0)));
+        let own = |site: &Name| Some(f64::from(self.peer_rtt_ms(site.as_str())?.max(0.0)));
         let ms = if *to == self.cfg.site || from == to {
             // d(S,T) = d(S,h), or S = T: they cancel.
             0.0
@@ -448,11 +494,7 @@ impl AgentMachine {
         } else {
             // Neither end here: S to T by the core's table, then T to here, less S to here.
             let (a, b) = (from.as_str(), to.as_str());
-            let between = self
-                .core_links
-                .iter()
-                .find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a))
-                .and_then(|l| l.rtt_ms)?;
+            let between = self.backbone_rtt_ms(a, b)?;
             ((between + own(to)? - own(from)?) / 2.0).max(0.0)
         };
         Some(Duration::from_secs_f64(ms / 1000.0) + tick)
@@ -514,7 +556,7 @@ impl AgentMachine {
                 let fault = Fault::new(ErrorCode::NotReady, "the restored bubble's server is gone");
                 self.answer(token, Err(fault));
             }
-            if let Some(job) = self.regrants.remove(&bubble) {
+            if let Some(job) = self.take_regrant(bubble) {
                 let fault = Fault::new(ErrorCode::NotReady, "the bubble's server is gone");
                 self.answer(job.token, Err(fault));
             }

@@ -6,7 +6,7 @@ use horizon_mesh::{Command, MoveReason, Time};
 use horizon_proto::control;
 use horizon_proto::{BubbleId, Epoch, LeaseRef, Region, WorldId};
 
-use super::{CoreMachine, RECENT_DECISIONS};
+use super::CoreMachine;
 use crate::machine::registry::{Hosted, Phase};
 use crate::store::Record;
 
@@ -82,7 +82,7 @@ impl CoreMachine {
         // One taken back after a restart has no members until its players' agents say where
         // they play: it waits for them (or the lease), or their state would be dropped with it.
         let ttl = self.cfg.thresholds.lease_ttl_ms;
-        let all_resynced = self.resynced.len() == self.cfg.sites.len();
+        let all_resynced = self.all_resynced();
         let ended: Vec<BubbleId> = self
             .registry
             .iter()
@@ -95,13 +95,13 @@ impl CoreMachine {
             .map(|(b, _)| *b)
             .collect();
         for bubble in ended {
-            self.restored_from.remove(&bubble);
+            self.forget_restore(bubble);
             if let Some(reg) = self.registry.remove(&bubble) {
                 self.persist(Record::Gone { bubble: bubble.0 });
                 let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
                 let revoke = control::Request::Revoke { leases: vec![lease] };
-                let heard = self.agents.get(&reg.site).is_some_and(|a| a.registered)
-                    && self.order(reg.site, revoke).is_some();
+                let heard =
+                    self.agents.registered(reg.site) && self.order(reg.site, revoke).is_some();
                 // A holder that did not hear never lets its players go: see `drain.rs`.
                 self.bubble_ended(bubble, &reg, heard);
             }
@@ -127,7 +127,7 @@ impl CoreMachine {
             && let Some(reg) = self.registry.get_mut(&bubble)
         {
             reg.phase = Phase::Creating;
-            self.awaiting.insert(order, super::Awaiting::Create(bubble));
+            self.track(Some(order), super::Awaiting::Create(bubble));
         }
     }
 
@@ -182,9 +182,6 @@ impl CoreMachine {
                 obj.insert("players".into(), players.as_array().map_or(0, Vec::len).into());
             }
         }
-        self.decisions.push_back(v);
-        while self.decisions.len() > RECENT_DECISIONS {
-            self.decisions.pop_front();
-        }
+        self.decisions.push(v);
     }
 }

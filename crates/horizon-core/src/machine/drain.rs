@@ -111,10 +111,9 @@ impl CoreMachine {
     /// A bubble restored from a copy that may lack players who crossed into it since: the
     /// ended bubbles they came from are drained for them (see the module documentation).
     pub(crate) fn drain_arrivals(&mut self, bubble: BubbleId, now: Time) {
-        let Some(arrived) = self.trails.get(&bubble).map(|t| &t.arrived) else { return };
         let mut wanted: BTreeMap<BubbleId, BTreeSet<PlayerId>> = BTreeMap::new();
-        for (&player, &super::registry::Arrival { from, .. }) in arrived {
-            if self.placed.get(&player) == Some(&bubble) && self.drains.ended.contains_key(&from) {
+        for (player, from) in self.arrivals_still_in(bubble) {
+            if self.drains.ended.contains_key(&from) {
                 wanted.entry(from).or_default().insert(player);
             }
         }
@@ -234,7 +233,7 @@ impl CoreMachine {
     /// went over (see `Ended::drained_on`).
     fn pinned(&self, e: &Ended) -> Option<SiteId> {
         let (site, conn) = e.drained_on?;
-        self.agents.get(&site).filter(|a| a.conn == conn && a.registered).map(|_| site)
+        (self.agents.speaks(site, conn) && self.agents.registered(site)).then_some(site)
     }
 
     /// Where a drain runs: where it ran before (see `Ended::drained_on`), else the live site
@@ -252,7 +251,7 @@ impl CoreMachine {
             // Its last drain's site may still run it: wait until it is quiet.
             return None;
         }
-        let live = |s: &SiteId| self.agents.get(s).is_some_and(|a| a.registered);
+        let live = |s: &SiteId| self.agents.registered(*s);
         let mut count: BTreeMap<SiteId, usize> = BTreeMap::new();
         for d in departures {
             if let Some(site) = self.cfg.sites.id(d.site.as_str()).filter(live) {
@@ -260,7 +259,7 @@ impl CoreMachine {
             }
         }
         let best = count.iter().max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)));
-        best.map(|(s, _)| *s).or_else(|| self.agents.keys().copied().find(live))
+        best.map(|(s, _)| *s).or_else(|| self.agents.sites().find(live))
     }
 
     /// Its copy is being read for a drain.
@@ -334,7 +333,7 @@ impl CoreMachine {
         // The drain site holds it now, until its `Revoke` (or its lease's end).
         let ttl = Span::from_ms(self.cfg.thresholds.lease_ttl_ms);
         let drift = Span::from_ms(self.cfg.thresholds.lease_drift_margin_ms);
-        let conn = self.agents.get(&site).map(|a| a.conn);
+        let conn = self.agents.get(site).map(|a| a.conn);
         if let Some(e) = self.drains.ended.get_mut(&bubble) {
             e.holder = site;
             e.quiet_at = e.quiet_at.max(now + ttl + drift);

@@ -137,6 +137,16 @@ impl CoreMachine {
         }
     }
 
+    /// Why `bubble`, being failed over, was lost (its lease expired, unless said otherwise).
+    pub(crate) fn loss_reason(&self, bubble: BubbleId) -> FailoverReason {
+        self.loss.get(&bubble).copied().unwrap_or(FailoverReason::LeaseExpired)
+    }
+
+    /// `bubble` ended: which copy it was restored from no longer matters.
+    pub(crate) fn forget_restore(&mut self, bubble: BubbleId) {
+        self.restored_from.remove(&bubble);
+    }
+
     /// Members of a bubble just restored whose best stored copy is not the one it was
     /// restored from (they crossed in after it, or it holds fewer of their inputs): that copy
     /// is read, and adopted by the holder (`keep.rs`).

@@ -139,6 +139,16 @@ impl Handover {
 // ---- orchestration -------------------------------------------------------------------------
 
 impl CoreMachine {
+    /// The handover `id`, while it is under way.
+    pub(crate) fn handover(&self, id: HandoverId) -> Option<&Handover> {
+        self.handovers.get(&id)
+    }
+
+    /// Handovers under way.
+    pub(crate) fn handovers_in_flight(&self) -> usize {
+        self.handovers.len()
+    }
+
     /// The brain moved `bubble` from `from` to `to` under `epoch`: start the handover with its
     /// first step, `Prepare` to the target.
     pub(crate) fn start_handover(
@@ -151,7 +161,7 @@ impl CoreMachine {
         now: Time,
     ) {
         let Some(players) = self.registry.get(&bubble).map(|r| r.members.len()) else { return };
-        if !self.agents.contains_key(&from) || !self.agents.contains_key(&to) {
+        if !self.agents.has(from) || !self.agents.has(to) {
             tracing::warn!(bubble = bubble.0, "handover abandoned: it needs both agents connected");
             self.metrics.handover(from, to, HandoverOutcome::Abandoned, None);
             self.abandon_move(bubble, from, epoch, now);
@@ -187,7 +197,7 @@ impl CoreMachine {
             target: machine.site_name(h.to),
             target_addr: machine
                 .agents
-                .get(&h.to)
+                .get(h.to)
                 .map(|a| a.transfer_addr.clone())
                 .unwrap_or_default(),
             lease,

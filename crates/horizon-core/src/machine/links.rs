@@ -100,7 +100,7 @@ impl CoreMachine {
         if let Some(table) = self.links.changed_since_sent() {
             let links = self.link_states(&table);
             let registered: Vec<SiteId> =
-                self.agents.iter().filter(|(_, a)| a.registered).map(|(&s, _)| s).collect();
+                self.agents.sites().filter(|&s| self.agents.registered(s)).collect();
             for to in registered {
                 self.order(to, control::Request::Links { links: links.clone() });
             }

@@ -20,10 +20,12 @@ pub(crate) mod handover;
 pub(crate) mod keep;
 pub(crate) mod links;
 pub mod measure;
+mod recent;
 pub(crate) mod registry;
 mod rehome;
 mod rejoin;
 mod reports;
+mod sessions;
 pub(crate) mod status;
 mod timeline;
 
@@ -163,20 +165,6 @@ pub struct MachineConfig {
     pub delegations: Vec<horizon_mesh::Delegation>,
 }
 
-/// An agent connection.
-#[derive(Debug)]
-pub(crate) struct AgentSession {
-    pub(crate) conn: ConnId,
-    pub(crate) transfer_addr: String,
-    /// Where operators reach its admin API (`host:port`), as it said; empty until then.
-    pub(crate) admin: String,
-    /// Its pool's bounds, as it said (`Pool`): (warm, max) servers.
-    pub(crate) pool: Option<(u32, u32)>,
-    /// Its Register arrived: it is told about peers, and peers about it.
-    pub(crate) registered: bool,
-    pub(crate) servers: Vec<control::ServerLoad>,
-}
-
 /// What an order's result is for.
 #[derive(Clone, Copy, Debug)]
 enum Awaiting {
@@ -198,7 +186,8 @@ pub struct CoreMachine {
     pub(crate) generation: u32,
     /// Leases kept at registrations and renewed since this core began to lead.
     pub(crate) leases_granted: u64,
-    pub(crate) agents: BTreeMap<SiteId, AgentSession>,
+    /// The agents' sessions (`sessions.rs`).
+    pub(crate) agents: sessions::Sessions,
     pub(crate) registry: BTreeMap<BubbleId, Hosted>,
     /// Where each player's membership was last sent: player → bubble.
     pub(crate) placed: BTreeMap<PlayerId, BubbleId>,
@@ -218,12 +207,12 @@ pub struct CoreMachine {
     next_handover: u64,
     next_order: u64,
     awaiting: BTreeMap<OrderId, Awaiting>,
-    pub(crate) decisions: VecDeque<serde_json::Value>,
+    pub(crate) decisions: recent::Recent<serde_json::Value>,
     /// Sites whose agent said who plays where (`Players`) since this core started: until all
     /// have, the members of a bubble taken back are not all known.
     pub(crate) resynced: BTreeSet<SiteId>,
     /// What happened, in words, for the console (`timeline.rs`).
-    pub(crate) timeline: VecDeque<crate::status::TimelineEvent>,
+    pub(crate) timeline: recent::Recent<crate::status::TimelineEvent>,
     pub(crate) assembling: backup::Assembly,
     /// Metadata of the copies in the store (the bytes stay in the store).
     pub(crate) stored: BTreeMap<u64, crate::store::StoredBackup>,
@@ -285,7 +274,7 @@ impl CoreMachine {
             cfg,
             mesh,
             generation,
-            agents: BTreeMap::new(),
+            agents: sessions::Sessions::default(),
             registry: BTreeMap::new(),
             placed: BTreeMap::new(),
             leases_granted: 0,
@@ -300,8 +289,8 @@ impl CoreMachine {
             next_handover: (u64::from(generation) << 32) | 1,
             next_order: 1,
             awaiting: BTreeMap::new(),
-            decisions: VecDeque::new(),
-            timeline: VecDeque::new(),
+            decisions: recent::Recent::new(RECENT_DECISIONS),
+            timeline: recent::Recent::new(timeline::TIMELINE),
             resynced: BTreeSet::new(),
             assembling: backup::Assembly::default(),
             stored: store.backups.clone(),
@@ -414,9 +403,8 @@ impl CoreMachine {
         match input {
             Input::AgentConnected { site, conn } => self.agent_connected(site, conn),
             Input::AgentDisconnected { site, conn } => {
-                if self.agents.get(&site).is_some_and(|a| a.conn == conn) {
+                if self.agents.disconnected(site, conn) {
                     tracing::warn!(site = %self.cfg.sites.name(site), "agent disconnected");
-                    self.agents.remove(&site);
                     self.mesh.handle_site_link(site, false);
                     let name = self.cfg.sites.name(site);
                     let text = format!(
@@ -426,7 +414,7 @@ impl CoreMachine {
                 }
             }
             Input::AgentRequest { site, conn, token, request } => {
-                let reply = if self.agents.get(&site).is_some_and(|a| a.conn == conn) {
+                let reply = if self.agents.speaks(site, conn) {
                     self.agent_request(site, request, now)
                 } else {
                     Err(Fault::new(ErrorCode::Conflict, "a newer connection of this site serves"))
@@ -434,7 +422,7 @@ impl CoreMachine {
                 self.effects.push_back(Effect::Reply { token, reply });
             }
             Input::Backup { site, conn, item } => {
-                if self.agents.get(&site).is_some_and(|a| a.conn == conn) {
+                if self.agents.speaks(site, conn) {
                     self.backup(site, item, now);
                 }
             }
@@ -448,25 +436,12 @@ impl CoreMachine {
     // ---- agents ------------------------------------------------------------------------------
 
     fn agent_connected(&mut self, site: SiteId, conn: ConnId) {
-        if let Some(old) = self.agents.get(&site)
-            && old.conn != conn
-        {
+        // Registration completes with the agent's Register request.
+        if !self.agents.connected(site, conn) {
             // The transport closes the connection a newer one replaces; its late events are
             // ignored by connection id.
             tracing::info!(site = %self.cfg.sites.name(site), "agent reconnected");
         }
-        // Registration completes with the agent's Register request.
-        self.agents.insert(
-            site,
-            AgentSession {
-                conn,
-                transfer_addr: String::new(),
-                admin: String::new(),
-                pool: None,
-                registered: false,
-                servers: Vec::new(),
-            },
-        );
     }
 
     fn agent_request(
@@ -493,7 +468,7 @@ impl CoreMachine {
                 self.started(site, handover, bubble, epoch, now)
             }
             R::Failed { handover, reason } => {
-                let Some(h) = self.handovers.get(&handover) else {
+                let Some(h) = self.handover(handover) else {
                     // Already ended (a retried request), or never one of ours.
                     return Ok(control::Reply::Done);
                 };
@@ -512,10 +487,8 @@ impl CoreMachine {
             }
             R::PlayerIds { count } => Ok(self.player_ids(site, count)),
             R::Admin { addr } => {
-                if let Some(session) = self.agents.get_mut(&site) {
-                    // For operators only, shown as given (bounded by the frame limit).
-                    session.admin = addr.chars().take(256).collect();
-                }
+                // For operators only, shown as given (bounded by the frame limit).
+                self.agents.admin(site, addr.chars().take(256).collect());
                 Ok(control::Reply::Done)
             }
             R::Pool { warm, max } => {
@@ -523,9 +496,7 @@ impl CoreMachine {
                     let why = format!("a pool of at most {max} servers cannot keep {warm} warm");
                     return Err(Fault::new(ErrorCode::Malformed, why));
                 }
-                if let Some(session) = self.agents.get_mut(&site) {
-                    session.pool = Some((warm, max));
-                }
+                self.agents.pool(site, warm, max);
                 Ok(control::Reply::Done)
             }
             R::Players { players } => {
@@ -590,7 +561,7 @@ impl CoreMachine {
     }
 
     fn send(&mut self, site: SiteId, lane: Lane, request: control::Request) -> Option<OrderId> {
-        let Some(agent) = self.agents.get(&site) else {
+        let Some(agent) = self.agents.get(site) else {
             self.metrics.order_failures.inc(site.index());
             tracing::warn!(site = %self.cfg.sites.name(site), order = horizon_proto::Message::kind(&request), "order for a site without agent dropped");
             return None;
@@ -670,7 +641,7 @@ impl CoreMachine {
             }
             let given_up = reg
                 .moving()
-                .and_then(|h| self.handovers.get(&h))
+                .and_then(|h| self.handover(h))
                 .is_some_and(|h| h.given_up && h.to == site && h.epoch == l.epoch.0);
             if given_up {
                 refused.push(*l);
@@ -686,7 +657,7 @@ impl CoreMachine {
             }
         }
         self.metrics.renewals.inc(site.index());
-        self.leases_granted += granted.len() as u64;
+        self.granted(granted.len());
         self.metrics.leases_refused.add(site.index(), refused.len() as u64);
         control::Reply::Renewed {
             ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,

@@ -175,6 +175,33 @@ pub(crate) struct Arrival {
 const MAX_CROSSING_HOPS: usize = 4;
 
 impl CoreMachine {
+    /// The bubble `player`'s membership was last sent to, if any.
+    pub(crate) fn placed_in(&self, player: PlayerId) -> Option<BubbleId> {
+        self.placed.get(&player).copied()
+    }
+
+    /// `player` plays in `bubble`, as its holder knows (an agent's resync said so).
+    pub(crate) fn place(&mut self, player: PlayerId, bubble: BubbleId) {
+        self.placed.insert(player, bubble);
+    }
+
+    /// The last departures remembered from `bubble` left it while `site` held it.
+    pub(crate) fn departures_remembered_for(&self, bubble: BubbleId, site: SiteId) -> bool {
+        self.trails.get(&bubble).and_then(|t| t.departed.as_ref()).is_some_and(|d| d.site == site)
+    }
+
+    /// The players who crossed into `bubble` and are still placed there, each with the bubble
+    /// they came from.
+    pub(crate) fn arrivals_still_in(&self, bubble: BubbleId) -> Vec<(PlayerId, BubbleId)> {
+        let Some(trail) = self.trails.get(&bubble) else { return Vec::new() };
+        trail
+            .arrived
+            .iter()
+            .filter(|(p, _)| self.placed.get(p) == Some(&bubble))
+            .map(|(&p, a)| (p, a.from))
+            .collect()
+    }
+
     /// Brings every bubble's member list and every player's route in line with the brain.
     /// Players whose old or new bubble is in a handover or a restore wait for it to finish.
     pub(crate) fn reconcile(&mut self) {

@@ -11,6 +11,21 @@ use crate::metrics::FailoverReason;
 use crate::store::{Record, StoreState};
 
 impl CoreMachine {
+    /// This core's generation: the high half of every epoch it grants.
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Leases granted (kept at registrations and renewed) since this core began to lead.
+    pub(crate) fn leases_granted(&self) -> u64 {
+        self.leases_granted
+    }
+
+    /// `n` more leases were granted.
+    pub(crate) fn granted(&mut self, n: usize) {
+        self.leases_granted += n as u64;
+    }
+
     /// After a restart: every bubble the store says was granted is taken back, under its id
     /// and epoch, on the site that held it (design.md §6: a relay within its lease keeps
     /// playing). Its holder re-registers holding it and its players' agents say who plays in
@@ -135,7 +150,7 @@ impl CoreMachine {
                 confirmed.push(bubble);
             } else if source == site {
                 r.fallback = None;
-                if self.agents.get(&r.site).is_some_and(|a| a.registered) {
+                if self.agents.registered(r.site) {
                     failed_over.push((r.site, LeaseRef { bubble, epoch: Epoch(r.epoch) }));
                 } else {
                     // The target alone may run it: the lease says so from now on.
@@ -150,12 +165,7 @@ impl CoreMachine {
                 .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring());
             if current {
                 keep.push(self.lease(h.lease.bubble, h.lease.epoch.0, now));
-            } else if self
-                .trails
-                .get(&h.lease.bubble)
-                .and_then(|t| t.departed.as_ref())
-                .is_some_and(|d| d.site == site)
-            {
+            } else if self.departures_remembered_for(h.lease.bubble, site) {
                 // Players left it while this site was away: their state crosses on first.
                 hand_over.push(h.lease);
             } else {
@@ -167,28 +177,24 @@ impl CoreMachine {
             self.order(site, control::Request::Members { lease, players: Vec::new(), departed });
             self.order(site, control::Request::Revoke { leases: vec![lease] });
         }
-        let others: Vec<SiteId> = self
-            .agents
-            .iter()
-            .filter(|(s, a)| **s != site && a.registered)
-            .map(|(s, _)| *s)
-            .collect();
+        let others: Vec<SiteId> =
+            self.agents.sites().filter(|&s| s != site && self.agents.registered(s)).collect();
         let peers: Vec<control::Peer> = others
             .iter()
             .map(|&s| control::Peer {
                 site: self.site_name(s),
-                transfer_addr: self.agents[&s].transfer_addr.clone(),
+                transfer_addr: self
+                    .agents
+                    .get(s)
+                    .map(|a| a.transfer_addr.clone())
+                    .unwrap_or_default(),
             })
             .collect();
         let me = control::Peer { site: self.site_name(site), transfer_addr: transfer_addr.clone() };
         for other in others {
             self.order(other, control::Request::Peers { peers: vec![me.clone()] });
         }
-        if let Some(agent) = self.agents.get_mut(&site) {
-            agent.transfer_addr = transfer_addr;
-            agent.servers = servers;
-            agent.registered = true;
-        }
+        self.agents.register(site, transfer_addr, servers);
         self.send_links(site);
         self.update_capacity(site);
         for bubble in confirmed {
@@ -229,7 +235,7 @@ impl CoreMachine {
         // its bubbles and where its players are simulated.
         self.resync(site);
         tracing::info!(site = %self.cfg.sites.name(site), kept = keep.len(), stopped = stop.len(), "agent registered");
-        self.leases_granted += keep.len() as u64;
+        self.granted(keep.len());
         control::Reply::Registered {
             generation: self.generation,
             tick_ms: self.cfg.thresholds.period_ms as u32,
@@ -240,7 +246,7 @@ impl CoreMachine {
     }
 
     pub(super) fn update_capacity(&mut self, site: SiteId) {
-        let Some(agent) = self.agents.get(&site) else { return };
+        let Some(agent) = self.agents.get(site) else { return };
         let ready = agent.servers.iter().filter(|s| s.ready || !s.bubbles.is_empty()).count();
         self.mesh.handle_site_capacity(site, Some(ready as u32));
     }

@@ -67,6 +67,12 @@ impl CoreMachine {
         control::Reply::PlayerIds { first, count }
     }
 
+    /// Whether every site's agent said who plays where (`Players`) since this core started:
+    /// until then, the members of a bubble taken back are not all known.
+    pub(crate) fn all_resynced(&self) -> bool {
+        self.resynced.len() == self.cfg.sites.len()
+    }
+
     /// An agent's full list of its players (after each registration): those the brain does not
     /// know join — into the bubble they play in, if it is still the one simulating them —, and
     /// the brain's players of this site missing from the list leave.
@@ -108,7 +114,7 @@ impl CoreMachine {
                 (Ok(_), Some(b)) => {
                     // It plays there now, as its holder knows: where its membership is. A move
                     // from there is a crossing that carries its state.
-                    self.placed.insert(j.player, b);
+                    self.place(j.player, b);
                     if let Some(r) = self.registry.get_mut(&b) {
                         r.members.insert(j.player, site);
                         joined_in.insert(b);
@@ -248,9 +254,7 @@ impl CoreMachine {
                 let _ = self.mesh.handle_server_load(bubble, part, f64::from(t));
             }
         }
-        if let Some(agent) = self.agents.get_mut(&site) {
-            agent.servers = servers.to_vec();
-        }
+        self.agents.servers(site, servers.to_vec());
         self.update_capacity(site);
     }
 }

@@ -50,7 +50,7 @@ impl CoreMachine {
             players[p.home.index()] += 1;
         }
         // In no bubble (few): simulated if the core placed them in their zone.
-        for p in self.mesh.unsimulated().filter(|p| !self.placed.contains_key(&p.id)) {
+        for p in self.mesh.unsimulated().filter(|p| self.placed_in(p.id).is_none()) {
             unsimulated[p.home.index()] += 1;
         }
         self.metrics.zones.set(self.mesh.zones().count() as i64);
@@ -60,7 +60,7 @@ impl CoreMachine {
             self.metrics.players.set(i, players[i]);
             self.metrics.players_simulated.set(i, simulated[i]);
             self.metrics.unsimulated.set(i, unsimulated[i]);
-            let agent = self.agents.get(&s);
+            let agent = self.agents.get(s);
             self.metrics.agent_connected.set(i, u64::from(agent.is_some()));
             let servers = agent.map_or(&[][..], |a| &a.servers[..]);
             let ready = servers.iter().filter(|s| s.ready).count() as u64;
@@ -140,7 +140,7 @@ impl CoreMachine {
     /// Where region `id` runs (the servers its holder last reported), since when, and its
     /// last change.
     fn life(&self, id: horizon_proto::BubbleId, r: &Hosted, now: Time) -> RegionLife {
-        let servers = self.agents.get(&r.site).map_or_else(Vec::new, |agent| {
+        let servers = self.agents.get(r.site).map_or_else(Vec::new, |agent| {
             agent
                 .servers
                 .iter()
@@ -177,7 +177,7 @@ impl CoreMachine {
             .sites
             .ids()
             .map(|s| {
-                let agent = self.agents.get(&s);
+                let agent = self.agents.get(s);
                 let servers = agent.map(|a| {
                     a.servers
                         .iter()
@@ -253,7 +253,7 @@ impl CoreMachine {
                 home: name(p.home),
                 world: p.world.0,
                 pos: [p.position.x, p.position.y, p.position.z],
-                bubble: self.placed.get(&PlayerId(p.id.0)).map(|b| b.0),
+                bubble: self.placed_in(PlayerId(p.id.0)).map(|b| b.0),
                 latency_ms: self.mesh.latency_of(p.id),
             })
             .collect();
@@ -264,8 +264,8 @@ impl CoreMachine {
         let (links, routes) = self.links_status();
         CoreStatus {
             core: name(self.cfg.sites.core()),
-            generation: self.generation,
-            leases_granted: self.leases_granted,
+            generation: self.generation(),
+            leases_granted: self.leases_granted(),
             stage: self.cfg.stage.as_str().to_owned(),
             measure: self.measure.status(self.mesh.sites()),
             uptime_s: now.as_secs_f64(),
@@ -273,7 +273,7 @@ impl CoreMachine {
             handovers: HandoverCounts {
                 committed: ended(HandoverOutcome::Committed),
                 failed: ended(HandoverOutcome::Abandoned) + ended(HandoverOutcome::GivenUp),
-                in_flight: self.handovers.len(),
+                in_flight: self.handovers_in_flight(),
             },
             stale_refused: StaleRefused {
                 copies: per_site(&self.metrics.backups_refused),
@@ -315,8 +315,8 @@ impl CoreMachine {
             players,
             players_total: self.mesh.players().len(),
             players_next: next,
-            recent_decisions: self.decisions.iter().rev().take(50).cloned().collect(),
-            timeline: self.timeline.iter().rev().cloned().collect(),
+            recent_decisions: self.decisions.newest_first().take(50).cloned().collect(),
+            timeline: self.timeline.newest_first().cloned().collect(),
             rules: Rules {
                 cap_ms: self.cfg.thresholds.cap_ms,
                 gain_ms: self.cfg.thresholds.gain_ms,

@@ -25,10 +25,7 @@ impl CoreMachine {
             reg.changed = Some((now, text.clone()));
         }
         let event = TimelineEvent { t_ms: now.as_ms(), kind, region: region.map(|r| r.0), text };
-        self.timeline.push_back(event);
-        while self.timeline.len() > TIMELINE {
-            self.timeline.pop_front();
-        }
+        self.timeline.push(event);
     }
 
     /// A brain's command in words, if it is worth a line (a border that follows its players
@@ -65,13 +62,12 @@ impl CoreMachine {
             Command::Move {
                 bubble, from, to, players: p, reason: MoveReason::Failover, ..
             } => {
-                let cause =
-                    match self.loss.get(bubble).copied().unwrap_or(FailoverReason::LeaseExpired) {
-                        FailoverReason::LeaseExpired => "its lease ran out",
-                        FailoverReason::ServerLost => "its game server was lost",
-                        FailoverReason::NotHeld => "its agent restarted without it",
-                        FailoverReason::RestoreFailed => "a restore elsewhere did not happen",
-                    };
+                let cause = match self.loss_reason(*bubble) {
+                    FailoverReason::LeaseExpired => "its lease ran out",
+                    FailoverReason::ServerLost => "its game server was lost",
+                    FailoverReason::NotHeld => "its agent restarted without it",
+                    FailoverReason::RestoreFailed => "a restore elsewhere did not happen",
+                };
                 let text = format!(
                     "{} fails over {} → {} with {} ({cause}): restored from its copy.",
                     bubble.label(),

@@ -72,7 +72,7 @@ impl Harness {
     }
 
     fn conn(&self, site: &str) -> ConnId {
-        self.core.agents[&self.site(site)].conn
+        self.core.agents.get(self.site(site)).expect("a session").conn
     }
 
     fn connect(&mut self, name: &str) {
@@ -135,7 +135,7 @@ impl Harness {
             .filter(|(b, r)| b.is_zone() && r.site == par && r.settled())
             .map(|(&b, r)| r.lease_ref(b))
             .collect();
-        if zones.is_empty() || !self.core.agents.contains_key(&par) {
+        if zones.is_empty() || !self.core.agents.has(par) {
             return;
         }
         let _ = self.request("PAR", control::Request::Renew { leases: zones });
