@@ -6,6 +6,9 @@ other files need of it, they ask that part for.
     python3 tests/checks/machine_parts.py          # the check (CI's lint stage)
     python3 tests/checks/machine_parts.py --list   # every field and the files touching it
 
+It also checks that a machine names no transport, tokio or prometheus type (SHELL_DEBT lists
+what is still named).
+
 A field whose type is a part — a struct of its own file (`sessions: sessions::Sessions`) whose
 fields are all private, so Rust stops any other file touching its state — may be asked from any
 file: its methods are the part's interface. Every other field is state, and is touched from one
@@ -28,6 +31,14 @@ MACHINES = [
     ("CoreMachine", "crates/horizon-core/src/machine", "mod.rs", {"cfg", "metrics", "effects"}),
     ("World", "crates/horizon-chaos/src", "world.rs", set()),
 ]
+
+# A machine names no transport, tokio or prometheus type: those are its shell's. Still named,
+# as debt like SHARED: the agent's clock type (tokio's `Instant`, so the shell's paused-clock
+# tests drive it) and the core's metrics (prometheus types, where the agent reads plain
+# counters at scrape).
+SHELL_CRATES = ("horizon_transport", "tokio", "prometheus")
+# (The chaos world is no daemon's machine: it stands in for the shells, so it is not checked.)
+SHELL_DEBT = {"AgentMachine": {"tokio"}, "CoreMachine": {"prometheus"}}
 
 # Parts that are crates of their own (their state private there): asked from any file.
 PARTS_ELSEWHERE = {
@@ -114,6 +125,21 @@ def touches(directory, struct, fields):
     return out
 
 
+def shell_crate_files(directory, crate):
+    """The machine's files (tests aside) that name `crate` (`crate::` paths or `use crate`)."""
+    named = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "tests"]
+        for name in sorted(files):
+            if name.endswith(".rs"):
+                path = os.path.join(root, name)
+                code = "\n".join(line.split("//")[0] for line in
+                                 without_tests(open(path, encoding="utf-8").read()).splitlines())
+                if re.search(r"\b%s::" % crate, code):
+                    named.append(os.path.relpath(path, directory))
+    return named
+
+
 def main():
     listing = "--list" in sys.argv[1:]
     problems = []
@@ -142,6 +168,14 @@ def main():
             for f in fields:
                 kind = "part" if f in parts else "plumbing" if f in plumbing else "state"
                 print(f"  {f:22} {kind:8} {' '.join(sorted(touched[f]))}")
+        for crate in SHELL_CRATES if struct in SHELL_DEBT else ():
+            named = shell_crate_files(directory, crate)
+            debt = crate in SHELL_DEBT.get(struct, set())
+            if named and not debt:
+                problems.append(f"{struct}'s machine names {crate} in {', '.join(named)}: "
+                                "that belongs to its shell")
+            if debt and not named:
+                problems.append(f"{struct} no longer names {crate}: take it off SHELL_DEBT")
     for p in problems:
         print(f"machine parts: {p}")
     if problems:

@@ -256,7 +256,7 @@ impl<C: Channel> Supervisor<C> {
         let dial = &self.dial;
         let fail = |why: String| Error::Connect { addr: peer.to_string(), why };
         let ipv4 = dial.endpoint.local_addr().map_or(true, |a| a.is_ipv4());
-        let addr = peer.resolve(ipv4).await.map_err(fail)?;
+        let addr = crate::target::resolve(peer, ipv4).await.map_err(fail)?;
         let connecting = dial
             .endpoint
             .connect_with(self.tls.borrow().clone(), addr, &dial.server_name)

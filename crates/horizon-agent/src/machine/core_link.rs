@@ -161,7 +161,7 @@ impl AgentMachine {
                 .peers
                 .get(peer.site.as_str())
                 .cloned()
-                .or_else(|| horizon_transport::Target::parse(&peer.transfer_addr).ok());
+                .or_else(|| horizon_types::Target::parse(&peer.transfer_addr).ok());
             match addr {
                 Some(addr) => {
                     self.dialed.insert(peer.site.clone());

@@ -215,7 +215,7 @@ pub enum Effect {
     /// Keep a transfer link to `site` at `addr` (reported back as [`Input::PeerUp`]).
     DialPeer {
         site: Name,
-        addr: horizon_transport::Target,
+        addr: horizon_types::Target,
     },
     ToPeer {
         site: Name,

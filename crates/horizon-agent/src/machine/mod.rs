@@ -156,7 +156,7 @@ pub struct MachineConfig {
     /// Where other agents reach this one's transfer endpoint (told to the core).
     pub advertise_transfer: String,
     /// Transfer addresses of other sites, overriding what the core says.
-    pub peers: BTreeMap<String, horizon_transport::Target>,
+    pub peers: BTreeMap<String, horizon_types::Target>,
     pub warm_pool: usize,
     /// The most game servers the site runs (`servers.max`; the driver refuses beyond it).
     pub max_servers: usize,
