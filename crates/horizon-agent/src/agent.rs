@@ -34,11 +34,9 @@ use crate::config::AgentConfig;
 use crate::driver::ServerDriver;
 use crate::events::{AgentError, Event, Outbound};
 use crate::machine::{AgentMachine, ConnId, Effect, Input, MachineConfig, Pending, Token};
-use crate::plumbing::{
-    accept_loop, forward_stream, open_stream_task, pump, pump_link, rtt_ms, server_lane,
-    stream_task,
-};
+use crate::plumbing::{open_stream_task, pump_link, rtt_ms, server_lane, stream_task};
 use crate::stats::{AgentStats, FreezeSample};
+use horizon_transport::plumbing::{accept_loop, forward_stream, pump};
 
 /// Game servers stopping with the agent get this long after SIGTERM before SIGKILL.
 const SERVER_STOP_GRACE: Duration = Duration::from_secs(5);
@@ -161,11 +159,12 @@ pub async fn start(
     ];
     crate::credentials::forward_reloads(&cfg, events_tx.clone());
     pump_link(core.events, core.inbound, events_tx.clone());
-    accept_loop(servers, events_tx.clone(), Event::ServerUp);
-    accept_loop(players, events_tx.clone(), Event::PlayerUp);
-    accept_loop(transfers, events_tx.clone(), |p: Peer<Transfer>| {
-        Event::PeerUp(p.conn, Some(p.inbound))
-    });
+    // The loop's end (a shutdown, or a crash in a drill) ends the listeners at once.
+    let never = std::future::pending::<()>;
+    accept_loop(servers, events_tx.clone(), Event::ServerUp, never(), "agent stopping");
+    accept_loop(players, events_tx.clone(), Event::PlayerUp, never(), "agent stopping");
+    let peer = |p: Peer<Transfer>| Event::PeerUp(p.conn, Some(p.inbound));
+    accept_loop(transfers, events_tx.clone(), peer, never(), "agent stopping");
     let machine_cfg = MachineConfig {
         site: site.clone(),
         advertise_transfer: cfg.advertise_transfer.clone(),

@@ -1,11 +1,12 @@
-//! How connections' traffic reaches the agent's loop and leaves it: pumps from each
-//! connection's inbound queue into the loop's one queue, tasks owning outbound streams, a game
-//! server's ordered request lane, the listeners' accept loops. No logic: bytes and events.
+//! How connections' traffic reaches the agent's loop and leaves it, beyond what every shell
+//! shares (`horizon_transport::plumbing`: accept loops, pumps, stream forwarders): tasks owning
+//! outbound streams, a game server's ordered request lane, the core link's pump. No logic:
+//! bytes and events.
 
 use horizon_proto::Name;
 use horizon_proto::control::Control;
 use horizon_proto::server::{self, Server};
-use horizon_transport::{Conn, Inbound, LinkEvent, Listener, Peer, StreamReceiver, StreamSender};
+use horizon_transport::{Conn, Inbound, LinkEvent, StreamSender};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::events::{Event, Outbound, STREAM_QUEUE};
@@ -76,45 +77,6 @@ async fn feed<C: horizon_proto::Channel>(
     }
 }
 
-/// Forwards one stream's items into the loop, each wrapped by `wrap`, until it ends.
-pub(crate) fn forward_stream<C: horizon_proto::Channel>(
-    mut rx: StreamReceiver<C>,
-    events: mpsc::Sender<Event>,
-    wrap: impl Fn(C::Stream) -> Event + Send + 'static,
-) {
-    tokio::spawn(async move {
-        while let Ok(Some(item)) = rx.next().await {
-            if events.send(wrap(item)).await.is_err() {
-                break;
-            }
-        }
-    });
-}
-
-/// Forwards a connection's inbound traffic into the loop — its streams' items through `item`,
-/// requests and datagrams through `other` — then `gone` once the connection has ended.
-pub(crate) fn pump<C: horizon_proto::Channel>(
-    mut inbound: mpsc::Receiver<Inbound<C>>,
-    events: mpsc::Sender<Event>,
-    item: impl Fn(C::Stream) -> Event + Clone + Send + 'static,
-    other: impl Fn(Inbound<C>) -> Event + Send + 'static,
-    gone: Event,
-) {
-    tokio::spawn(async move {
-        while let Some(i) = inbound.recv().await {
-            match i {
-                Inbound::Stream(rx) => forward_stream(rx, events.clone(), item.clone()),
-                i => {
-                    if events.send(other(i)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = events.send(gone).await;
-    });
-}
-
 pub(crate) fn pump_link(
     mut link_events: mpsc::Receiver<LinkEvent<Control>>,
     mut inbound: mpsc::Receiver<Inbound<Control>>,
@@ -130,26 +92,5 @@ pub(crate) fn pump_link(
                 break;
             }
         }
-    });
-}
-
-pub(crate) fn accept_loop<C: horizon_proto::Channel>(
-    mut listener: Listener<C>,
-    events: mpsc::Sender<Event>,
-    wrap: impl Fn(Peer<C>) -> Event + Send + 'static,
-) {
-    tokio::spawn(async move {
-        loop {
-            // The loop's end (a shutdown, or a crash in a drill) ends the listener at once.
-            let peer = tokio::select! {
-                peer = listener.accept() => peer,
-                _ = events.closed() => break,
-            };
-            let Some(peer) = peer else { break };
-            if events.send(wrap(peer)).await.is_err() {
-                break;
-            }
-        }
-        listener.close("agent stopping");
     });
 }

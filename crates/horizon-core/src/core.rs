@@ -14,6 +14,7 @@ use std::time::Duration;
 use horizon_mesh::{SiteId, Time};
 use horizon_proto::control::{self, Control};
 use horizon_proto::{ChannelId, ErrorCode, Failure, Name};
+use horizon_transport::plumbing;
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{Conn, Inbound, InboundRequest, Limits, Listener, Peer, SiteCertificate};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -235,23 +236,12 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         stopped,
     ));
     let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
-    let accept_events = events_tx.clone();
-    let mut listener = listener;
+    // The port is free again once the core has stopped (a restart binds it anew).
     let mut accept_stop = stop_rx.clone();
-    tokio::spawn(async move {
-        loop {
-            let peer = tokio::select! {
-                _ = accept_stop.changed() => break,
-                p = listener.accept() => p,
-            };
-            let Some(peer) = peer else { break };
-            if accept_events.send(Event::AgentUp(peer)).await.is_err() {
-                break;
-            }
-        }
-        // The port is free again once the core has stopped (a restart binds it anew).
-        listener.close("core stopping");
-    });
+    let stopping = async move {
+        let _ = accept_stop.changed().await;
+    };
+    plumbing::accept_loop(listener, events_tx.clone(), Event::AgentUp, stopping, "core stopping");
     tracing::info!(site = %core_name, %control_addr, %admin_addr, generation, stage = cfg.stage.as_str(), "core serving");
     let writer = Writer::start(Box::new(store), events_tx.clone(), Event::Stored)
         .map_err(|e| CoreError::Config(format!("cannot start the store thread: {e}")))?;
@@ -512,16 +502,10 @@ impl Shell {
                 self.replies.insert(token, req);
                 Input::AgentRequest { site, conn, token, request }
             }
-            Event::AgentInbound(site, conn, Inbound::Stream(mut rx)) => {
+            Event::AgentInbound(site, conn, Inbound::Stream(rx)) => {
                 // The universe backup: chunks of state copies, checked against current epochs.
-                let events = self.events.clone();
-                tokio::spawn(async move {
-                    while let Ok(Some(item)) = rx.next().await {
-                        if events.send(Event::Backup(site, conn, item)).await.is_err() {
-                            break;
-                        }
-                    }
-                });
+                let backup = move |item| Event::Backup(site, conn, item);
+                plumbing::forward_stream(rx, self.events.clone(), backup);
                 return;
             }
             Event::AgentInbound(_, _, Inbound::Datagram(never)) => match never {},
@@ -567,16 +551,14 @@ impl Shell {
             return None;
         };
         let id = peer.conn.id();
-        let events = self.events.clone();
-        let mut inbound = peer.inbound;
-        tokio::spawn(async move {
-            while let Some(i) = inbound.recv().await {
-                if events.send(Event::AgentInbound(site, id, i)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = events.send(Event::AgentGone(site, id)).await;
-        });
+        // Its backup streams' items reach the loop directly; requests as they come.
+        plumbing::pump(
+            peer.inbound,
+            self.events.clone(),
+            move |item| Event::Backup(site, id, item),
+            move |i| Event::AgentInbound(site, id, i),
+            Event::AgentGone(site, id),
+        );
         let (ordered, orders) = mpsc::channel::<(OrderId, control::Request)>(AGENT_QUEUE);
         let site_name = self.sites.name(site).to_string();
         tokio::spawn(ordered_lane(peer.conn.clone(), orders, self.events.clone(), site_name));

@@ -21,6 +21,7 @@ mod link;
 mod listener;
 pub mod metrics;
 pub mod netem;
+pub mod plumbing;
 pub mod reload;
 mod target;
 pub mod tls;
