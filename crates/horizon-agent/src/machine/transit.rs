@@ -234,14 +234,18 @@ impl Transit {
         }
     }
 
-    /// `request`, `player`'s crossing, was taken here: no longer sent, kept as delivered.
+    /// `request`, `player`'s crossing, was taken here: no longer sent, kept as delivered. A
+    /// crossing that replaced it meanwhile (taking it sent the state on, to where the player
+    /// went from that bubble) stays on its way.
     pub(super) fn taken_here(
         &mut self,
         player: PlayerId,
         request: transfer::Request,
         now: Instant,
     ) {
-        self.outbound.remove(&player);
+        if self.outbound.get(&player).is_some_and(|c| c.request == request) {
+            self.outbound.remove(&player);
+        }
         self.keep_delivered(player, request, now);
     }
 
@@ -421,6 +425,19 @@ mod tests {
         let (site, request) = t.due(P, now).expect("due at once");
         assert_eq!(site, name("MTL"));
         assert!(matches!(request, transfer::Request::Cross { epoch: Epoch(3), .. }));
+    }
+
+    #[test]
+    fn a_crossing_taken_here_leaves_the_one_that_replaced_it_on_its_way() {
+        let (mut t, now) = (Transit::default(), Instant::now());
+        t.send(P, name("MTL"), cross(2, 9), now);
+        t.taken_here(P, cross(2, 9), now);
+        assert!(!t.sending(P) && t.holds(P), "taken: kept delivered");
+        // Taking it sent the state on (the player had left bubble 2): that one stays.
+        t.send(P, name("MTL"), cross(2, 9), now);
+        t.send(P, name("PAR"), cross(4, 9), now);
+        t.taken_here(P, cross(2, 9), now);
+        assert_eq!(t.due(P, now).map(|(site, _)| site), Some(name("PAR")));
     }
 
     #[test]

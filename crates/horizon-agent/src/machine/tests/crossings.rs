@@ -358,3 +358,40 @@ fn a_player_put_back_in_a_bubble_here_while_its_state_waits_to_cross_out_gets_th
     assert_eq!(joined.take(), Some((lref, Seq(12), vec![1, 2, 3])), "its state, not a fresh one");
     assert!(!h.m.transit.sending(PlayerId(7)), "no longer sent to PAR");
 }
+
+#[test]
+fn a_state_sent_on_from_a_bubble_here_its_player_left_is_still_sent_until_taken() {
+    // Player 7 left bubble 1 here for PAR's bubble 2; PAR is unreachable, so their state waits
+    // here. The core then says bubble 1 (restored from a copy that may lack them) should get
+    // it back (`Recover`): the state reaches bubble 1, which the player has left, so it goes on
+    // to where they went — and that crossing, sent anew to PAR, must stay on its way until
+    // taken, not be forgotten as "taken here".
+    let mut h = running(10_000);
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let joined = control::Request::Members { lease: lref, players: vec![member], departed: vec![] };
+    let (_, out) = h.order(joined);
+    h.answer_servers(out, done);
+    let (_, out) = h.order(leaves_for_par(lref));
+    h.answer_servers(out, |_| {
+        Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![1, 2, 3]) })
+    });
+    assert!(h.m.transit.sending(PlayerId(7)), "on its way to PAR, which is unreachable");
+    let route = control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(1), site: n(SITE) };
+    let (_, out) = h.order(control::Request::Recover { routes: vec![route] });
+    h.answer_servers(out, done);
+    assert!(h.m.transit.sending(PlayerId(7)), "still on its way to PAR");
+    // PAR comes back: the state goes there.
+    let mut out = h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    out.extend(h.advance(Duration::from_secs(1)));
+    let sent = out.iter().any(|e| {
+        matches!(e, Effect::ToPeer { site, request: transfer::Request::Cross { to, .. }, .. }
+            if site.as_str() == "PAR" && to == &BubbleId(2))
+    });
+    assert!(sent, "sent to PAR's bubble 2: {out:?}");
+}
