@@ -36,14 +36,7 @@ pub fn accepted_keys<T: DeserializeOwned>(within: &str) -> Vec<String> {
 /// The keys a section of the page lists: the first column of its tables, in backquotes, from
 /// the line `heading` to the next `## ` heading.
 pub fn documented_keys(page: &str, heading: &str) -> BTreeSet<String> {
-    let Some(start) = page.lines().position(|l| l == heading) else {
-        panic!("no section {heading:?} in the page");
-    };
-    page.lines()
-        .skip(start + 1)
-        .take_while(|l| !l.starts_with("## "))
-        .filter_map(|l| l.strip_prefix("| `")?.split_once('`').map(|(key, _)| key.to_owned()))
-        .collect()
+    documented_rows(page, heading).into_iter().map(|row| row.key).collect()
 }
 
 /// One row of the page's tables: the key, its type and its default, as written.
@@ -173,6 +166,30 @@ pub fn check_defaults<C: std::fmt::Debug>(
         checked.push((row.key.clone(), how));
     }
     if problems.is_empty() { Ok(checked) } else { Err(problems) }
+}
+
+/// [`check_defaults`] over groups of rows, each against its own minimal configuration (keys read
+/// only in some mode: `[servers.kubernetes]` with its driver); panics naming every row that
+/// disagrees. Returns how each row was checked.
+pub fn assert_defaults<C: std::fmt::Debug>(
+    groups: &[(Vec<Row>, &str)],
+    arrays: &[&str],
+    parse: impl Fn(&str) -> Result<C, Vec<String>>,
+) -> Vec<(String, Checked)> {
+    let mut checked = Vec::new();
+    let mut problems = Vec::new();
+    for (rows, minimal) in groups {
+        match check_defaults(rows, minimal, arrays, &parse) {
+            Ok(rows) => checked.extend(rows),
+            Err(p) => problems.extend(p),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/configuration.md disagrees with the code:\n{}",
+        problems.join("\n")
+    );
+    checked
 }
 
 /// Removes the key at `path` from `table`; whether it was there.

@@ -25,6 +25,17 @@ fn leaves_for_par(lref: LeaseRef) -> control::Request {
     control::Request::Members { lease: lref, players: Vec::new(), departed: vec![departure] }
 }
 
+/// The core's member list of `lref`'s bubble: player 7, homed here, alone.
+fn seven_in(lref: LeaseRef) -> control::Request {
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: false,
+    };
+    control::Request::Members { lease: lref, players: vec![member], departed: vec![] }
+}
+
 #[test]
 fn a_departed_players_state_crosses_to_its_new_site_once_the_server_let_it_go() {
     let mut h = running(10_000);
@@ -332,14 +343,8 @@ fn a_player_put_back_in_a_bubble_here_while_its_state_waits_to_cross_out_gets_th
     // their state (seq 12) was sent to PAR again and again, never taken.
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
-    let member = control::Member {
-        player: PlayerId(7),
-        home: n(SITE),
-        pos: Vec3::default(),
-        crossing: false,
-    };
     let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
-    let back = control::Request::Members { lease: lref, players: vec![member], departed: vec![] };
+    let back = seven_in(lref);
     let (_, out) = h.order(back.clone());
     h.answer_servers(out, done);
     let (_, out) = h.order(leaves_for_par(lref));
@@ -367,15 +372,8 @@ fn a_state_sent_on_from_a_bubble_here_its_player_left_is_still_sent_until_taken(
     // to where they went — and that crossing, sent anew to PAR, must stay on its way until
     // taken, not be forgotten as "taken here".
     let mut h = running(10_000);
-    let member = control::Member {
-        player: PlayerId(7),
-        home: n(SITE),
-        pos: Vec3::default(),
-        crossing: false,
-    };
     let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
-    let joined = control::Request::Members { lease: lref, players: vec![member], departed: vec![] };
-    let (_, out) = h.order(joined);
+    let (_, out) = h.order(seven_in(lref));
     h.answer_servers(out, done);
     let (_, out) = h.order(leaves_for_par(lref));
     h.answer_servers(out, |_| {
