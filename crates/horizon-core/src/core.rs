@@ -504,6 +504,8 @@ impl Shell {
             }
             Event::AgentInbound(site, conn, Inbound::Stream(rx)) => {
                 // The universe backup: chunks of state copies, checked against current epochs.
+                // (The connection's pump forwards its streams itself; this arm only completes
+                // the match, forwarding the same way.)
                 let backup = move |item| Event::Backup(site, conn, item);
                 plumbing::forward_stream(rx, self.events.clone(), backup);
                 return;
