@@ -9,19 +9,19 @@ impl AgentMachine {
     /// Ready servers that take a new region now: empty, or with a seat left (several regions
     /// share a server, design.md §8).
     pub(super) fn free_servers(&self) -> usize {
-        self.servers.iter().filter(|(n, s)| self.takes_regions(n, s)).count()
+        self.fleet.iter().filter(|(n, s)| self.takes_regions(n, s)).count()
     }
 
-    pub(super) fn takes_regions(&self, name: &Name, s: &GameServer) -> bool {
-        s.ready && (s.bubbles.is_empty() || self.seated(name, s) < self.cfg.seats_per_server)
+    pub(super) fn takes_regions(&self, name: &Name, s: &fleet::GameServer) -> bool {
+        s.ready() && (s.regions().is_empty() || self.seated(name, s) < self.cfg.seats_per_server)
     }
 
     /// The players a server simulates: the larger of what it reported and the members placed
     /// on it since (a report lags by up to a second); a region takes at least one seat (its
     /// players follow it), as in the brain.
-    pub(super) fn seated(&self, name: &Name, s: &GameServer) -> u32 {
-        let given: u32 = s.bubbles.iter().map(|&b| self.players_on(name, b)).sum();
-        s.players.max(given)
+    pub(super) fn seated(&self, name: &Name, s: &fleet::GameServer) -> u32 {
+        let given: u32 = s.regions().iter().map(|&b| self.players_on(name, b)).sum();
+        s.load().1.max(given)
     }
 
     /// The members of `bubble` that `server` simulates, at least one: a region takes a seat,
@@ -46,13 +46,11 @@ impl AgentMachine {
     /// of the same bubble), if any.
     pub(super) fn server_for(&self, bubble: BubbleId, players: u32) -> Option<Name> {
         let offered =
-            self.servers.iter().filter(|(_, s)| s.ready && !s.bubbles.contains(&bubble)).map(
-                |(n, s)| Seat {
-                    server: n,
-                    players: self.seated(n, s),
-                    regions: s.bubbles.len() as u32,
-                },
-            );
+            self.fleet.iter().filter(|(_, s)| s.ready() && !s.holds(bubble)).map(|(n, s)| Seat {
+                server: n,
+                players: self.seated(n, s),
+                regions: s.regions().len() as u32,
+            });
         pick(offered, players, self.cfg.seats_per_server).cloned()
     }
 
@@ -73,12 +71,9 @@ impl AgentMachine {
         let server = self.server_for(lease.bubble, players).ok_or_else(|| {
             Fault::new(ErrorCode::NotReady, format!("no ready server at {}", self.cfg.site))
         })?;
-        if let Some(s) = self.servers.get_mut(&server) {
-            if s.bubbles.is_empty() {
-                let hosting = Effect::SetHosting { server: server.clone(), hosting: true };
-                self.effects.push_back(hosting);
-            }
-            s.bubbles.push(lease.bubble);
+        if self.fleet.give(&server, lease.bubble) {
+            let hosting = Effect::SetHosting { server: server.clone(), hosting: true };
+            self.effects.push_back(hosting);
         }
         let lease = remaining(lease, received, now);
         let request = match job {
@@ -311,7 +306,7 @@ impl AgentMachine {
             // The snapshot holds the players; the list only says where their updates go.
             return Ok(control::Reply::Done);
         }
-        if !self.servers.contains_key(&server) {
+        if !self.fleet.contains(&server) {
             return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
         }
         for m in players.iter().filter(|m| !old.contains_key(&m.player)) {
@@ -642,7 +637,7 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::Conflict, "a regrant of this bubble is under way"));
         }
         let servers: Vec<Name> = local.servers().cloned().collect();
-        if let Some(gone) = servers.iter().find(|s| !self.servers.contains_key(*s)) {
+        if let Some(gone) = servers.iter().find(|s| !self.fleet.contains(s)) {
             return Err(Fault::new(ErrorCode::NotReady, format!("server {gone} is gone")));
         }
         let job = Regrant { token, lease, received, waiting: servers.len(), fault: None };
@@ -696,7 +691,7 @@ impl AgentMachine {
         let local = &self.bubbles[&bubble];
         let lease = local.lease_ref();
         let server = local.server.clone();
-        if !self.servers.contains_key(&server) {
+        if !self.fleet.contains(&server) {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble's server is gone"));
         }
         let then = Then::Frozen { token, handover, bubble };

@@ -61,18 +61,19 @@ impl AgentMachine {
             }
         };
         let mut loads: Vec<_> = self
-            .servers
+            .fleet
             .iter()
             .map(|(n, s)| {
+                let (tps, players) = s.load();
                 let load = control::ServerLoad {
                     server: n.clone(),
-                    tps: s.tps,
-                    players: s.players,
+                    tps,
+                    players,
                     chunks_loading: 0,
                     ready: self.takes_regions(n, s),
-                    bubbles: s.bubbles.clone(),
+                    bubbles: s.regions().to_vec(),
                 };
-                (part(n, &s.bubbles), load)
+                (part(n, s.regions()), load)
             })
             .collect();
         loads.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.server.cmp(&b.1.server)));

@@ -34,6 +34,7 @@ mod bubbles;
 mod carve;
 mod core_link;
 mod crossings;
+mod fleet;
 mod interface;
 mod lane;
 mod outbox;
@@ -171,24 +172,6 @@ pub struct MachineConfig {
     pub server_tick: Duration,
     /// Where operators reach this agent's admin API (told to the core for its status and console).
     pub advertise_admin: Option<String>,
-}
-
-struct GameServer {
-    conn: ConnId,
-    ready: bool,
-    /// Its `Ready`, held until its platform agrees (a pod's Ready condition): asked with
-    /// [`Effect::AskPlatformReady`] until [`Input::PlatformReady`] comes.
-    platform_wait: Option<Token>,
-    tps: f32,
-    players: u32,
-    bubbles: Vec<BubbleId>,
-    /// Ready and holding nothing since (seen at housekeeping); `None` while it holds a region.
-    idle_since: Option<Instant>,
-    /// Simulating more than `players_per_server` with several regions since (seen at
-    /// housekeeping).
-    over_since: Option<Instant>,
-    /// It gave regions away at this time: no other move before [`RELIEVE_SETTLE`].
-    relieved_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,9 +336,8 @@ pub struct AgentMachine {
     registered: bool,
     /// When the core link last came up (and Register left).
     registered_at: Option<Instant>,
-    next_server: u32,
-    starting: BTreeMap<String, Instant>,
-    servers: BTreeMap<Name, GameServer>,
+    /// The game servers, connected or starting, and the regions each holds (`fleet.rs`).
+    fleet: fleet::Fleet,
     bubbles: BTreeMap<BubbleId, Local>,
     players: BTreeMap<PlayerId, Player>,
     /// Who is behind each gateway connection (`sessions.rs`).
@@ -394,7 +376,7 @@ impl std::fmt::Debug for AgentMachine {
         f.debug_struct("AgentMachine")
             .field("site", &self.cfg.site)
             .field("registered", &self.is_registered())
-            .field("servers", &self.servers.len())
+            .field("servers", &self.fleet.len())
             .field("bubbles", &self.bubbles.len())
             .field("players", &self.players.len())
             .field("effects", &self.effects.len())
@@ -421,9 +403,7 @@ impl AgentMachine {
             effects: VecDeque::new(),
             registered: false,
             registered_at: None,
-            next_server: 0,
-            starting: BTreeMap::new(),
-            servers: BTreeMap::new(),
+            fleet: fleet::Fleet::default(),
             bubbles: BTreeMap::new(),
             players: BTreeMap::new(),
             sessions: sessions::Sessions::default(),
@@ -519,7 +499,7 @@ impl AgentMachine {
                 self.server_replied(server, pending.0, result, now)
             }
             Input::ServerGone { server, conn } => {
-                if self.servers.get(&server).is_some_and(|s| s.conn == conn) {
+                if self.fleet.on(&server, conn) {
                     self.server_lost(&server, "connection closed", now);
                 }
             }
@@ -589,11 +569,11 @@ impl AgentMachine {
         });
     }
 
+    /// `server` lets `bubble` go (it no longer hosts once it holds nothing): `false` when no
+    /// such server is connected.
     fn release(&mut self, server: &Name, bubble: BubbleId) -> bool {
-        let Some(srv) = self.servers.get_mut(server) else { return false };
-        let held = !srv.bubbles.is_empty();
-        srv.bubbles.retain(|b| *b != bubble);
-        if held && srv.bubbles.is_empty() {
+        let Some(emptied) = self.fleet.release(server, bubble) else { return false };
+        if emptied {
             let server = server.clone();
             self.effects.push_back(Effect::SetHosting { server, hosting: false });
         }

@@ -179,9 +179,7 @@ impl AgentMachine {
                 let to = regroup.servers[part].clone();
                 (to != from).then_some((p, from, to))
             })
-            .filter(|(_, from, to)| {
-                self.servers.contains_key(from) && self.servers.contains_key(to)
-            })
+            .filter(|(_, from, to)| self.fleet.contains(from) && self.fleet.contains(to))
             .collect();
         let lease = local.lease_ref();
         if let Some(regroup) = self.regroups.get_mut(&bubble) {
@@ -336,7 +334,7 @@ impl AgentMachine {
         let current: Vec<Name> =
             self.bubbles.get(&bubble).map(|b| b.servers().cloned().collect()).unwrap_or_default();
         for name in regroup.servers.iter().filter(|s| !current.contains(s)) {
-            let holds = self.servers.get(name).is_some_and(|s| s.bubbles.contains(&bubble));
+            let holds = self.fleet.get(name).is_some_and(|s| s.holds(bubble));
             if holds && self.release(name, bubble) {
                 let request = server::Request::Release { lease: regroup.lease };
                 self.ask_server(name, Then::Nothing("release"), request);
@@ -350,20 +348,15 @@ impl AgentMachine {
     pub(super) fn relieve_servers(&mut self, now: Instant) {
         let cap = self.cfg.players_per_server;
         let over: Vec<(Name, bool)> = self
-            .servers
+            .fleet
             .iter()
-            .map(|(n, s)| (n.clone(), s.ready && s.bubbles.len() >= 2 && self.seated(n, s) > cap))
+            .map(|(n, s)| {
+                (n.clone(), s.ready() && s.regions().len() >= 2 && self.seated(n, s) > cap)
+            })
             .collect();
         let mut due = Vec::new();
         for (name, over) in over {
-            let Some(s) = self.servers.get_mut(&name) else { continue };
-            if !over {
-                s.over_since = None;
-                continue;
-            }
-            let since = *s.over_since.get_or_insert(now);
-            let settled = s.relieved_at.is_none_or(|t| now >= t + RELIEVE_SETTLE);
-            if settled && now >= since + RELIEVE_AFTER {
+            if self.fleet.overfull_due(&name, over, now, RELIEVE_AFTER, RELIEVE_SETTLE) {
                 due.push(name);
             }
         }
@@ -373,9 +366,9 @@ impl AgentMachine {
     }
 
     fn relieve(&mut self, server: &Name, now: Instant) {
-        let Some(s) = self.servers.get(server) else { return };
+        let Some(s) = self.fleet.get(server) else { return };
         let regions: Vec<(BubbleId, u32)> =
-            s.bubbles.iter().map(|&b| (b, self.members_on(server, b))).collect();
+            s.regions().iter().map(|&b| (b, self.members_on(server, b))).collect();
         let away: Vec<BubbleId> = give_away(&regions, self.cfg.players_per_server)
             .into_iter()
             .filter(|&b| self.movable(b, server))
@@ -384,10 +377,7 @@ impl AgentMachine {
             // What it would give is busy (a handover, a regrant): tried again next time.
             return;
         }
-        if let Some(s) = self.servers.get_mut(server) {
-            s.relieved_at = Some(now);
-            s.over_since = None;
-        }
+        self.fleet.relieved(server, now);
         let players: u32 = regions.iter().map(|(_, p)| p).sum();
         tracing::info!(site = %self.cfg.site, %server, players, regions = regions.len(), moving = away.len(), "overfull game server gives regions away");
         for bubble in away {

@@ -161,7 +161,7 @@ impl AgentMachine {
             self.transit.arrived(*player);
             let lease = local.lease_ref();
             let server = local.server_of(*player).clone();
-            if !self.servers.contains_key(&server) {
+            if !self.fleet.contains(&server) {
                 return Err(Fault::new(ErrorCode::NotReady, format!("server {server} is gone")));
             }
             self.join(&server, lease, *player, *last_applied, state.clone());

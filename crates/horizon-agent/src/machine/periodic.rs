@@ -16,7 +16,7 @@ impl AgentMachine {
         // miss the players in flight).
         for (_, local) in running {
             // A spread bubble: every part's server copies its own state.
-            for name in local.servers().filter(|n| self.servers.contains_key(*n)) {
+            for name in local.servers().filter(|n| self.fleet.contains(n)) {
                 copies.push((name.clone(), local.lease_ref()));
             }
         }
@@ -76,7 +76,7 @@ impl AgentMachine {
         self.ask_platforms();
         self.stop_idle_servers(now);
         self.relieve_servers(now);
-        let ready = self.servers.values().filter(|s| s.ready).count() as u64;
+        let ready = self.fleet.ready_count() as u64;
         self.stats.servers_ready.store(ready, Ordering::Relaxed);
         self.stats.registered.store(u64::from(self.is_registered()), Ordering::Relaxed);
         let kept: usize = self.players.values().map(|p| p.session.kept()).sum();

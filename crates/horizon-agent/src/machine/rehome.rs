@@ -140,7 +140,7 @@ impl AgentMachine {
         let from = r.from.clone();
         let can = matches!(r.step, Step::Asked)
             && !self.regrouping(old.bubble)
-            && self.servers.contains_key(&from)
+            && self.fleet.contains(&from)
             && self.bubbles.get(&old.bubble).is_some_and(|l| {
                 l.lease.epoch == old.epoch
                     && l.phase == Phase::Running

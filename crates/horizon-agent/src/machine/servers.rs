@@ -17,7 +17,7 @@ impl AgentMachine {
 
     /// `server` is no longer being started (it ended, or could not start).
     pub(super) fn not_starting(&mut self, server: &str) {
-        self.starting.remove(server);
+        self.fleet.not_starting(server);
     }
 
     /// Orders waiting longer than [`SERVER_WAIT`] for a server are refused; servers that never
@@ -36,79 +36,56 @@ impl AgentMachine {
                 self.answer(w.token, Err(fault));
             }
         }
-        let late: Vec<String> = self
-            .starting
-            .iter()
-            .filter(|(_, at)| now.saturating_duration_since(**at) > START_TIMEOUT)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for server in late {
+        for server in self.fleet.late_starts(now, START_TIMEOUT) {
             tracing::warn!(site = %self.cfg.site, %server, "server never registered: stopped");
-            self.starting.remove(&server);
             self.effects.push_back(Effect::StopServer { server });
         }
     }
 
     pub(super) fn top_up_pool(&mut self, now: Instant) {
-        let spare =
-            self.servers.values().filter(|s| s.bubbles.is_empty()).count() + self.starting.len();
+        let spare = self.fleet.spare();
         // The warm pool, or more while orders wait for several servers at once.
         let demand = self.waiting.iter().map(|w| self.servers_needed(&w.order)).max();
         let want = self.cfg.warm_pool.max(demand.unwrap_or(0));
         for _ in spare..want {
-            let site = self.cfg.site.as_str().to_ascii_lowercase();
-            let server = format!("{site}-gs-{}", self.next_server);
-            self.next_server += 1;
-            self.starting.insert(server.clone(), now);
+            let server = self.fleet.start(&self.cfg.site, now);
             self.effects.push_back(Effect::StartServer { server });
         }
     }
 
     pub(super) fn server_up(&mut self, server: Name, conn: ConnId) {
-        self.starting.remove(server.as_str());
-        let srv = GameServer {
-            conn,
-            ready: false,
-            platform_wait: None,
-            tps: 0.0,
-            players: 0,
-            bubbles: Vec::new(),
-            idle_since: None,
-            over_since: None,
-            relieved_at: None,
-        };
         // A new server waits in the warm pool until it holds a region.
         self.effects.push_back(Effect::SetHosting { server: server.clone(), hosting: false });
-        self.servers.insert(server, srv);
-        self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
+        self.fleet.connected(server, conn);
+        self.stats.servers.store(self.fleet.len() as u64, Ordering::Relaxed);
     }
 
     /// A server is ready when it says so and its platform agrees: its `Ready` waits for
     /// [`Input::PlatformReady`], one per server.
     fn hold_ready(&mut self, server: Name, token: Token) {
-        let Some(srv) = self.servers.get_mut(&server) else { return };
-        if srv.platform_wait.is_some() {
-            let fault = Fault::new(ErrorCode::Unexpected, "Ready twice");
-            self.effects.push_back(Effect::AnswerServer { token, result: Err(fault) });
-            return;
+        match self.fleet.hold_ready(&server, token) {
+            fleet::ReadyHold::Unknown => {}
+            fleet::ReadyHold::Twice => {
+                let fault = Fault::new(ErrorCode::Unexpected, "Ready twice");
+                self.effects.push_back(Effect::AnswerServer { token, result: Err(fault) });
+            }
+            fleet::ReadyHold::Asked => self.effects.push_back(Effect::AskPlatformReady { server }),
         }
-        srv.platform_wait = Some(token);
-        self.effects.push_back(Effect::AskPlatformReady { server });
     }
 
     /// The platform counts `server` ready: its held `Ready` counts now.
     pub(super) fn platform_ready(&mut self, server: Name, now: Instant) {
-        let Some(token) = self.servers.get_mut(&server).and_then(|s| s.platform_wait.take()) else {
-            return;
-        };
+        let Some(token) = self.fleet.platform_agrees(&server) else { return };
         self.server_ready(server, token, now);
     }
 
     /// A server is ready (it said so, its platform agrees): the oldest order waiting for one
     /// is served.
     fn server_ready(&mut self, server: Name, token: Token, now: Instant) {
-        let Some(srv) = self.servers.get_mut(&server) else { return };
-        srv.ready = true;
+        if !self.fleet.contains(&server) {
+            return;
+        }
+        self.fleet.set_ready(&server);
         tracing::info!(site = %self.cfg.site, %server, "game server ready");
         self.effects.push_back(Effect::AnswerServer { token, result: Ok(server::Reply::Done) });
         if let Some(waiting) = self.waiting.pop_front() {
@@ -118,9 +95,11 @@ impl AgentMachine {
 
     /// Asks again for every server whose `Ready` waits for its platform.
     pub(super) fn ask_platforms(&mut self) {
-        let waiting = self.servers.iter().filter(|(_, s)| s.platform_wait.is_some());
-        let asks: Vec<Effect> =
-            waiting.map(|(n, _)| Effect::AskPlatformReady { server: n.clone() }).collect();
+        let asks: Vec<Effect> = self
+            .fleet
+            .awaiting_platform()
+            .map(|n| Effect::AskPlatformReady { server: n.clone() })
+            .collect();
         self.effects.extend(asks);
     }
 
@@ -131,11 +110,11 @@ impl AgentMachine {
         token: Token,
         request: server::Request,
     ) {
-        let Some(srv) = self.servers.get_mut(&server).filter(|s| s.conn == conn) else {
+        if !self.fleet.on(&server, conn) {
             let fault = Fault::new(ErrorCode::Unexpected, "not this agent's server");
             self.effects.push_back(Effect::AnswerServer { token, result: Err(fault) });
             return;
-        };
+        }
         let result = match request {
             server::Request::Register { .. } => {
                 Ok(server::Reply::Registered { load_every_ms: 1000 })
@@ -145,8 +124,7 @@ impl AgentMachine {
                 return;
             }
             server::Request::Load { tps, players, .. } => {
-                srv.tps = tps;
-                srv.players = players;
+                self.fleet.set_load(&server, tps, players);
                 Ok(server::Reply::Done)
             }
             server::Request::Positions { lease, players } => {
@@ -504,41 +482,25 @@ impl AgentMachine {
     /// are stopped (the longest idle first): the pool follows the load, not the peak. Never
     /// while orders wait for a server.
     pub(super) fn stop_idle_servers(&mut self, now: Instant) {
-        for s in self.servers.values_mut() {
-            if s.ready && s.bubbles.is_empty() {
-                s.idle_since.get_or_insert(now);
-            } else {
-                s.idle_since = None;
-            }
-        }
-        if !self.waiting.is_empty() {
-            return;
-        }
-        let mut idle: Vec<(Instant, Name)> =
-            self.servers.iter().filter_map(|(n, s)| s.idle_since.map(|t| (t, n.clone()))).collect();
-        idle.sort();
-        let surplus = idle.len().saturating_sub(self.cfg.warm_pool);
-        for (since, name) in idle.into_iter().take(surplus) {
-            if now < since + IDLE_STOP_AFTER {
-                break;
-            }
+        let stop = self.waiting.is_empty();
+        let stopped = self.fleet.stop_idle(now, self.cfg.warm_pool, IDLE_STOP_AFTER, stop);
+        for name in stopped {
             tracing::info!(site = %self.cfg.site, server = %name, "idle game server stopped: more than the warm pool");
-            self.servers.remove(&name);
             self.effects.push_back(Effect::StopServer { server: name.as_str().to_owned() });
             self.stats.servers_stopped_idle.fetch_add(1, Ordering::Relaxed);
         }
-        self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
+        self.stats.servers.store(self.fleet.len() as u64, Ordering::Relaxed);
     }
 
     /// A game server is gone (its process exited, or its connection ended): its bubbles stop
     /// here and the core is told at once, so it restores them from their latest copy on a
     /// spare server of this site, or on another site (design.md §6).
     pub(super) fn server_lost(&mut self, name: &Name, why: &str, now: Instant) {
-        let Some(srv) = self.servers.remove(name) else { return };
-        self.stats.servers.store(self.servers.len() as u64, Ordering::Relaxed);
+        let Some(regions) = self.fleet.remove(name) else { return };
+        self.stats.servers.store(self.fleet.len() as u64, Ordering::Relaxed);
         self.effects.push_back(Effect::StopServer { server: name.as_str().to_owned() });
         let mut lost = Vec::new();
-        for bubble in srv.bubbles {
+        for bubble in regions {
             tracing::error!(site = %self.cfg.site, server = %name, bubble = bubble.0, %why, "server gone with its bubble");
             if self.rehome_server_lost(name, bubble, now) {
                 // It stood by for a region moving here: the region stays where it was.

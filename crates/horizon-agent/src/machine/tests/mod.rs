@@ -993,7 +993,7 @@ fn an_overfull_server_cut_from_its_core_gives_its_lighter_region_away_with_every
     assert_eq!(local.server, n("mtl-gs-1"));
     assert!(local.holder.is_empty() && local.extra.is_empty());
     assert_eq!(h.m.bubbles[&BubbleId(1)].server, n("mtl-gs-0"), "the heavier stays");
-    assert_eq!(h.m.servers[&n("mtl-gs-0")].bubbles, [BubbleId(1)]);
+    assert_eq!(h.m.fleet.get(&n("mtl-gs-0")).unwrap().regions(), [BubbleId(1)]);
     assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 1);
     // Within its settle window, and then under its 4 players, the server gives nothing more.
     let out = h.advance(Duration::from_secs(30));
@@ -1153,7 +1153,7 @@ fn positions_go_to_the_core_only_from_the_server_running_the_region_under_its_le
                   server: &str,
                   epoch: u64,
                   players: Vec<server::PlayerPosition>| {
-        let conn = h.m.servers[&n(server)].conn;
+        let conn = h.m.fleet.get(&n(server)).unwrap().conn();
         let token = h.token();
         let lease = LeaseRef { bubble: BubbleId(1), epoch: Epoch(epoch) };
         let request = server::Request::Positions { lease, players };
