@@ -130,9 +130,9 @@ impl CoreMachine {
         let current = self.registry.get(&bubble).is_some_and(|r| {
             let cut = match c.part {
                 None => true,
-                Some((part, parts)) => r.parts.len() == parts as usize && part < parts,
+                Some((part, parts)) => r.parts().len() == parts as usize && part < parts,
             };
-            r.site == site && r.epoch == c.lease.epoch.0 && r.settled() && cut
+            r.site() == site && r.epoch() == c.lease.epoch.0 && r.settled() && cut
         });
         if !current || c.total == 0 || c.total > MAX_BACKUP_CHUNKS || c.index >= c.total {
             self.metrics.backups_refused.inc(site.index());
@@ -201,7 +201,11 @@ impl CoreMachine {
         let bubble = lease.bubble;
         let stored = self.assembling.stored_whole.get(&bubble) == Some(&(lease.epoch.0, tick));
         let Some(reg) = self.registry.get(&bubble) else { return };
-        if !stored || reg.site != site || reg.epoch != lease.epoch.0 || acked.len() > MAX_COVERED {
+        if !stored
+            || reg.site() != site
+            || reg.epoch() != lease.epoch.0
+            || acked.len() > MAX_COVERED
+        {
             return;
         }
         let at = super::CopyAt { bubble, epoch: lease.epoch.0, tick };
@@ -216,7 +220,7 @@ impl CoreMachine {
         // were told): they adopt it from that copy (seed 9014480).
         for (from, players) in self.keep.behind(at, &acked) {
             let players: Vec<PlayerId> =
-                players.into_iter().filter(|p| reg.members.contains_key(p)).collect();
+                players.into_iter().filter(|p| reg.members().contains_key(p)).collect();
             if !players.is_empty() {
                 let adopt = super::Adoption { bubble, epoch: at.epoch, from, players };
                 self.effects.push_back(Effect::ReadPinned { adopt });
@@ -224,7 +228,7 @@ impl CoreMachine {
         }
         let mut per_home: BTreeMap<SiteId, Vec<control::CoveredInput>> = BTreeMap::new();
         for (player, seq) in acked {
-            if let Some(&home) = reg.members.get(&player) {
+            if let Some(&home) = reg.members().get(&player) {
                 per_home.entry(home).or_default().push(control::CoveredInput { player, seq });
             }
         }

@@ -15,12 +15,12 @@ impl CoreMachine {
         // (zone, what it is worked out from now, whether to tell its holder)
         let mut changed: Vec<(BubbleId, Carved, bool)> = Vec::new();
         for (&id, reg) in &self.registry {
-            if !id.is_zone() || reg.phase != Phase::Running || reg.ending_since.is_some() {
+            if !id.is_zone() || reg.phase() != Phase::Running || reg.ending_since().is_some() {
                 continue;
             }
             let Some(zone) = self.mesh.zone_by_id(id) else { continue };
-            let unchanged = reg.holes.as_ref().is_some_and(|c| {
-                c.epoch == reg.epoch && c.bounds == zone.bounds && c.boxes == boxes
+            let unchanged = reg.holes().as_ref().is_some_and(|c| {
+                c.epoch == reg.epoch() && c.bounds == zone.bounds && c.boxes == boxes
             });
             if unchanged {
                 continue;
@@ -36,27 +36,27 @@ impl CoreMachine {
                 holes.truncate(MAX_HOLES);
             }
             // What its current holder has: nothing under a new epoch.
-            let told: &[Aabb] = match &reg.holes {
-                Some(c) if c.epoch == reg.epoch => &c.holes,
+            let told: &[Aabb] = match &reg.holes() {
+                Some(c) if c.epoch == reg.epoch() => &c.holes,
                 _ => &[],
             };
             let tell = told != holes.as_slice();
             changed.push((
                 id,
-                Carved { epoch: reg.epoch, bounds: zone.bounds, boxes, holes },
+                Carved { epoch: reg.epoch(), bounds: zone.bounds, boxes, holes },
                 tell,
             ));
         }
         for (zone, carved, tell) in changed {
             let Some(reg) = self.registry.get(&zone) else { continue };
-            let (site, lease) = (reg.site, reg.lease_ref(zone));
+            let (site, lease) = (reg.site(), reg.lease_ref(zone));
             // Not sent (the holder is away): told once it registers again (`resync`).
             let told = !tell || {
                 let request = control::Request::Carve { lease, holes: carved.holes.clone() };
                 self.order(site, request).is_some()
             };
             if told && let Some(reg) = self.registry.get_mut(&zone) {
-                reg.holes = Some(carved);
+                reg.carved(carved);
             }
         }
     }

@@ -74,7 +74,7 @@ impl CoreMachine {
         self.reconcile();
         for bubble in revokes {
             if let Some(r) = self.registry.get_mut(&bubble) {
-                r.ending_since.get_or_insert(now);
+                r.ending(now);
             }
         }
         // A merged or deleted bubble ends once its members have left it with their state (a
@@ -87,9 +87,9 @@ impl CoreMachine {
             .registry
             .iter()
             .filter(|(_, r)| {
-                let Some(since) = r.ending_since else { return false };
-                let known = all_resynced || r.members_unknown_until.is_none_or(|t| now >= t);
-                let left = known && r.members.is_empty();
+                let Some(since) = r.ending_since() else { return false };
+                let known = all_resynced || r.members_unknown_until().is_none_or(|t| now >= t);
+                let left = known && r.members().is_empty();
                 left || now.as_ms().saturating_sub(since.as_ms()) >= ttl
             })
             .map(|(b, _)| *b)
@@ -98,10 +98,10 @@ impl CoreMachine {
             self.forget_restore(bubble);
             if let Some(reg) = self.registry.remove(&bubble) {
                 self.persist(Record::Gone { bubble: bubble.0 });
-                let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch) };
+                let lease = LeaseRef { bubble, epoch: Epoch(reg.epoch()) };
                 let revoke = control::Request::Revoke { leases: vec![lease] };
                 let heard =
-                    self.agents.registered(reg.site) && self.order(reg.site, revoke).is_some();
+                    self.agents.registered(reg.site()) && self.order(reg.site(), revoke).is_some();
                 // A holder that did not hear never lets its players go: see `drain.rs`.
                 self.bubble_ended(bubble, &reg, heard);
             }
@@ -126,7 +126,7 @@ impl CoreMachine {
         if let Some(order) = self.order(site, control::Request::Create { bubble, region, lease })
             && let Some(reg) = self.registry.get_mut(&bubble)
         {
-            reg.phase = Phase::Creating;
+            reg.creating();
             self.track(Some(order), super::Awaiting::Create(bubble));
         }
     }
@@ -135,9 +135,9 @@ impl CoreMachine {
     /// players crossing into it go now.
     pub(crate) fn created(&mut self, bubble: BubbleId) {
         if let Some(reg) = self.registry.get_mut(&bubble)
-            && reg.phase == Phase::Creating
+            && reg.phase() == Phase::Creating
         {
-            reg.phase = Phase::Running;
+            reg.running();
             self.reconcile();
         }
     }
@@ -146,8 +146,8 @@ impl CoreMachine {
     /// or a restore gets its box with it).
     fn resize(&mut self, bubble: BubbleId, bounds: horizon_proto::Aabb) {
         let Some(reg) = self.registry.get_mut(&bubble) else { return };
-        reg.bounds = bounds;
-        let (site, epoch, world, settled) = (reg.site, reg.epoch, reg.world, reg.settled());
+        reg.resized(bounds);
+        let (site, epoch, world, settled) = (reg.site(), reg.epoch(), reg.world(), reg.settled());
         if settled {
             let region = Region { world: WorldId(world), bounds: Some(bounds) };
             let lease = LeaseRef { bubble, epoch: Epoch(epoch) };

@@ -94,16 +94,16 @@ impl CoreMachine {
         }
         let drift = Span::from_ms(self.cfg.thresholds.lease_drift_margin_ms);
         let ended = Ended {
-            holder: reg.site,
-            world: reg.world,
-            bounds: reg.bounds,
-            quiet_at: reg.lease_until + drift,
+            holder: reg.site(),
+            world: reg.world(),
+            bounds: reg.bounds(),
+            quiet_at: reg.lease_until() + drift,
             cleared: false,
             drained_on: None,
         };
         d.ended.insert(bubble, ended);
         if !heard && !self.remembered_departures(bubble).is_empty() {
-            tracing::info!(bubble = bubble.0, holder = %self.cfg.sites.name(reg.site), "bubble ended while its holder is away: its players' states will be handed on from its copy");
+            tracing::info!(bubble = bubble.0, holder = %self.cfg.sites.name(reg.site()), "bubble ended while its holder is away: its players' states will be handed on from its copy");
             self.want_drain(bubble, None);
         }
     }

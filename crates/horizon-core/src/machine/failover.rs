@@ -19,7 +19,6 @@ use horizon_mesh::{SiteId, Time};
 use horizon_proto::control;
 use horizon_proto::{Blob, BubbleId, Failure, LeaseRef, PlayerId, Region, WorldId};
 
-use super::registry::Phase;
 use super::{Adoption, Awaiting, CopyAt, CoreMachine, Effect, StoredCopy};
 use crate::metrics::FailoverReason;
 
@@ -34,12 +33,8 @@ impl CoreMachine {
         _now: Time,
     ) {
         let Some(reg) = self.registry.get_mut(&bubble) else { return };
-        let old_epoch = reg.epoch;
-        reg.site = to;
-        reg.epoch = epoch;
-        reg.phase = Phase::Restoring;
-        reg.parts.clear();
-        reg.part_of.clear();
+        let old_epoch = reg.epoch();
+        reg.restoring_at(to, epoch);
         self.forget_handover(bubble);
         let reason = self.loss.remove(&bubble).unwrap_or(FailoverReason::LeaseExpired);
         self.metrics.failover(to, reason);
@@ -60,8 +55,8 @@ impl CoreMachine {
             return self.drain_read(bubble, copy, now);
         }
         let Some(reg) = self.registry.get(&bubble).filter(|r| r.restoring()) else { return };
-        let (site, epoch) = (reg.site, reg.epoch);
-        let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
+        let (site, epoch) = (reg.site(), reg.epoch());
+        let region = Region { world: WorldId(reg.world()), bounds: Some(reg.bounds()) };
         // A copy from a newer epoch than the one being granted cannot exist (fencing); an
         // older one is what we restore from.
         let copy = copy.filter(|c| c.epoch < epoch).unwrap_or_else(|| {
@@ -106,15 +101,15 @@ impl CoreMachine {
         result: Result<control::Reply, Failure>,
         now: Time,
     ) {
-        if self.registry.get(&bubble).is_none_or(|r| !r.restoring() || r.epoch != epoch) {
+        if self.registry.get(&bubble).is_none_or(|r| !r.restoring() || r.epoch() != epoch) {
             return;
         }
         match result {
             Ok(control::Reply::Done) => {
                 let Some(reg) = self.registry.get_mut(&bubble) else { return };
-                reg.phase = Phase::Running;
-                let site = reg.site;
-                let players: Vec<PlayerId> = reg.members.keys().copied().collect();
+                reg.running();
+                let site = reg.site();
+                let players: Vec<PlayerId> = reg.members().keys().copied().collect();
                 tracing::info!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, players = players.len(), "bubble restored");
                 // The copy may hold players who left since it was made: their state crosses on.
                 self.send_full_members(bubble);
@@ -130,7 +125,7 @@ impl CoreMachine {
                 // registers without it, or the lease runs out (then it fails over).
                 tracing::warn!(bubble = bubble.0, epoch, %why, "restore unanswered: its site holds it until it says otherwise or its lease runs out");
                 if let Some(reg) = self.registry.get_mut(&bubble) {
-                    reg.phase = Phase::Running;
+                    reg.running();
                 }
             }
             Err(why) => self.restore_failed(bubble, epoch, &why.to_string(), now),
@@ -153,11 +148,11 @@ impl CoreMachine {
     fn adopt_kept_copies(&mut self, bubble: BubbleId, epoch: u64) {
         let Some((at_epoch, from)) = self.restored_from.remove(&bubble) else { return };
         let Some(reg) =
-            self.registry.get(&bubble).filter(|r| r.epoch == epoch && at_epoch == epoch)
+            self.registry.get(&bubble).filter(|r| r.epoch() == epoch && at_epoch == epoch)
         else {
             return;
         };
-        for (copy, players) in self.keep.wanted(from, reg.members.keys().copied()) {
+        for (copy, players) in self.keep.wanted(from, reg.members().keys().copied()) {
             tracing::info!(
                 bubble = bubble.0,
                 from_bubble = copy.bubble.0,
@@ -180,18 +175,18 @@ impl CoreMachine {
             return;
         };
         let Some(reg) = self.registry.get(&adopt.bubble) else { return };
-        if reg.epoch != adopt.epoch || !reg.settled() {
+        if reg.epoch() != adopt.epoch || !reg.settled() {
             return;
         }
         // Only those still members (the brain may have moved some on meanwhile).
         let players: Vec<PlayerId> =
-            adopt.players.into_iter().filter(|p| reg.members.contains_key(p)).collect();
+            adopt.players.into_iter().filter(|p| reg.members().contains_key(p)).collect();
         if players.is_empty() {
             return;
         }
-        self.metrics.adoptions.inc(reg.site.index());
+        self.metrics.adoptions.inc(reg.site().index());
         let lease = reg.lease_ref(adopt.bubble);
-        let site = reg.site;
+        let site = reg.site();
         self.order(site, control::Request::Adopt { lease, players, copy: Blob(copy) });
     }
 
@@ -219,7 +214,7 @@ impl CoreMachine {
             let current = self
                 .registry
                 .get(&l.bubble)
-                .is_some_and(|r| r.site == site && r.epoch == l.epoch.0 && r.settled());
+                .is_some_and(|r| r.site() == site && r.epoch() == l.epoch.0 && r.settled());
             if !current {
                 self.ended_bubble_lost(site, l.bubble, now);
                 continue;

@@ -22,7 +22,6 @@ use horizon_proto::{
     WorldId,
 };
 
-use super::registry::Phase;
 use super::{Awaiting, CoreMachine, Lane};
 
 /// How long a handover target has to get ready, from `Prepare`.
@@ -160,7 +159,7 @@ impl CoreMachine {
         reason: &str,
         now: Time,
     ) {
-        let Some(players) = self.registry.get(&bubble).map(|r| r.members.len()) else { return };
+        let Some(players) = self.registry.get(&bubble).map(|r| r.members().len()) else { return };
         if !self.agents.has(from) || !self.agents.has(to) {
             tracing::warn!(bubble = bubble.0, "handover abandoned: it needs both agents connected");
             self.metrics.handover(from, to, HandoverOutcome::Abandoned, None);
@@ -171,7 +170,7 @@ impl CoreMachine {
         self.next_handover += 1;
         tracing::info!(handover = id.0, bubble = bubble.0, from = %self.cfg.sites.name(from), to = %self.cfg.sites.name(to), reason, players, "handover starting");
         if let Some(r) = self.registry.get_mut(&bubble) {
-            r.phase = Phase::Moving(id);
+            r.moving_by(id);
         }
         let phase = HandoverPhase::PreparingTarget;
         let handover =
@@ -183,7 +182,7 @@ impl CoreMachine {
     /// Sends the order of the handover's current phase.
     fn send_step(&mut self, id: HandoverId, now: Time) {
         let Some(h) = self.handovers.get(&id).cloned() else { return };
-        let Some(reg_epoch) = self.registry.get(&h.bubble).map(|r| r.epoch) else { return };
+        let Some(reg_epoch) = self.registry.get(&h.bubble).map(|r| r.epoch()) else { return };
         let lease = match h.phase {
             HandoverPhase::PreparingTarget => Some(self.lease(h.bubble, h.epoch, now)),
             HandoverPhase::PreparingSource => Some(self.lease(h.bubble, reg_epoch, now)),
@@ -267,7 +266,7 @@ impl CoreMachine {
     ) -> Result<control::Reply, Fault> {
         let Some(ho) = self.handovers.get(&h).cloned() else {
             // A retried request of a committed handover, or the start of an abandoned one.
-            let committed = self.registry.get(&bubble).is_some_and(|r| r.epoch == epoch.0);
+            let committed = self.registry.get(&bubble).is_some_and(|r| r.epoch() == epoch.0);
             return if committed {
                 Ok(control::Reply::Done)
             } else {
@@ -283,17 +282,13 @@ impl CoreMachine {
         }
         self.handovers.remove(&h);
         let Some(reg) = self.registry.get_mut(&bubble) else { return Ok(control::Reply::Done) };
-        reg.site = site;
-        reg.epoch = epoch.0;
-        reg.phase = Phase::Running;
-        self.persist_lease(bubble);
-        let Some(reg) = self.registry.get_mut(&bubble) else { return Ok(control::Reply::Done) };
         // The source brought the bubble back to one server for the snapshot; the new holder
         // gets its own `Parts` at the next reconciliation.
-        reg.parts.clear();
-        reg.part_of.clear();
-        let region = Region { world: WorldId(reg.world), bounds: Some(reg.bounds) };
-        let players: Vec<PlayerId> = reg.members.keys().copied().collect();
+        reg.moved_to(site, epoch.0);
+        self.persist_lease(bubble);
+        let Some(reg) = self.registry.get(&bubble) else { return Ok(control::Reply::Done) };
+        let region = Region { world: WorldId(reg.world()), bounds: Some(reg.bounds()) };
+        let players: Vec<PlayerId> = reg.members().keys().copied().collect();
         self.order(ho.from, control::Request::Commit { handover: h });
         self.order(site, control::Request::Resize { lease: LeaseRef { bubble, epoch }, region });
         self.send_routes(players);
@@ -309,7 +304,7 @@ impl CoreMachine {
         let homes: Vec<SiteId> = self
             .registry
             .get(&bubble)
-            .map_or_else(Vec::new, |r| r.members.values().copied().collect());
+            .map_or_else(Vec::new, |r| r.members().values().copied().collect());
         let text = format!(
             "{} handed over {} → {} in {:.2} s{}; players' floors (plus a server tick): {}.",
             bubble.label(),
@@ -370,17 +365,14 @@ impl CoreMachine {
     /// put it back on `source`, which still simulates it, under a fresh epoch (`Regrant`).
     pub(crate) fn abandon_move(&mut self, bubble: BubbleId, source: SiteId, epoch: u64, now: Time) {
         let Some(reg) = self.registry.get_mut(&bubble) else { return };
-        reg.phase = Phase::Running;
         // The source brought a spread bubble back onto one server for the snapshot.
-        reg.parts.clear();
-        reg.part_of.clear();
+        reg.stays();
         let old = reg.lease_ref(bubble);
         let back = self.mesh.handle_move_aborted(bubble, horizon_mesh::Epoch(epoch), source, now);
         match back {
             Ok(epoch) => {
                 if let Some(reg) = self.registry.get_mut(&bubble) {
-                    reg.regrant = Some((reg.epoch, epoch.0));
-                    reg.epoch = epoch.0;
+                    reg.regranted(epoch.0);
                 }
                 self.persist_lease(bubble);
                 let lease = self.lease(bubble, epoch.0, now);

@@ -5,7 +5,7 @@
 //!
 //! One owner per fact: the brain ([`Mesh`]) decides where a bubble *should* run; the
 //! registry (`registry.rs`) says where it *does* run (it lags the brain during a handover or a
-//! restore) and which players were told to whom. Handovers are explicit state machines
+//! restore), and the reconciliation (`reconcile.rs`) which players were told to whom. Handovers are explicit state machines
 //! (`handover.rs`), failovers restore the latest copy of the universe backup (`failover.rs`),
 //! the brain's commands are carried out in `commands.rs`, ended bubbles whose holder was
 //! away are drained from their copy (`drain.rs`), and each player's last stored copy is kept
@@ -21,6 +21,7 @@ pub(crate) mod keep;
 pub(crate) mod links;
 pub mod measure;
 mod recent;
+mod reconcile;
 pub(crate) mod registry;
 mod rehome;
 mod rejoin;
@@ -41,7 +42,6 @@ use crate::metrics::{FailoverReason, Metrics};
 pub use crate::store::StoredCopy;
 use crate::store::{Record, StoreState};
 use handover::{Handover, HandoverPhase};
-use registry::Hosted;
 
 /// Decisions kept for `/status` (`recent_decisions`).
 const RECENT_DECISIONS: usize = 200;
@@ -188,11 +188,12 @@ pub struct CoreMachine {
     pub(crate) leases_granted: u64,
     /// The agents' sessions (`sessions.rs`).
     pub(crate) agents: sessions::Sessions,
-    pub(crate) registry: BTreeMap<BubbleId, Hosted>,
+    /// Where each region really runs (`registry.rs`).
+    pub(crate) registry: registry::Registry,
     /// Where each player's membership was last sent: player → bubble.
     pub(crate) placed: BTreeMap<PlayerId, BubbleId>,
-    /// Who crossed each region's border, kept after the region ends (`registry::Trail`).
-    pub(crate) trails: BTreeMap<BubbleId, registry::Trail>,
+    /// Who crossed each region's border, kept after the region ends (`reconcile::Trail`).
+    pub(crate) trails: BTreeMap<BubbleId, reconcile::Trail>,
     /// Why each bubble being failed over was lost (default: its lease expired).
     pub(crate) loss: BTreeMap<BubbleId, FailoverReason>,
     /// Ended bubbles, and those whose players' states are handed on from their copy.
@@ -275,7 +276,7 @@ impl CoreMachine {
             mesh,
             generation,
             agents: sessions::Sessions::default(),
-            registry: BTreeMap::new(),
+            registry: registry::Registry::default(),
             placed: BTreeMap::new(),
             leases_granted: 0,
             trails: BTreeMap::new(),
@@ -544,7 +545,7 @@ impl CoreMachine {
     pub(crate) fn leased_until(&mut self, bubble: BubbleId, now: Time) {
         let until = now + horizon_mesh::Span::from_ms(self.cfg.thresholds.lease_ttl_ms);
         if let Some(reg) = self.registry.get_mut(&bubble) {
-            reg.lease_until = reg.lease_until.max(until);
+            reg.leased_until(until);
         }
     }
 
@@ -601,16 +602,16 @@ impl CoreMachine {
     /// Persists a bubble's lease as the registry holds it (holder, epoch, region).
     pub(crate) fn persist_lease(&mut self, bubble: BubbleId) {
         let Some(reg) = self.registry.get(&bubble) else { return };
-        let (min, max) = (reg.bounds.min, reg.bounds.max);
+        let (min, max) = (reg.bounds().min, reg.bounds().max);
         let region = crate::store::StoredRegion {
-            world: reg.world,
+            world: reg.world(),
             min: [min.x, min.y, min.z],
             max: [max.x, max.y, max.z],
         };
         self.persist(Record::Lease {
             bubble: bubble.0,
-            epoch: reg.epoch,
-            site: self.cfg.sites.name(reg.site).to_string(),
+            epoch: reg.epoch(),
+            site: self.cfg.sites.name(reg.site()).to_string(),
             region: Some(region),
         });
     }
@@ -626,16 +627,16 @@ impl CoreMachine {
         let mut refused = Vec::new();
         for l in leases {
             let Some(reg) = self.registry.get(&l.bubble) else { continue };
-            if reg.moving().is_some() && reg.site == site && reg.epoch == l.epoch.0 {
+            if reg.moving().is_some() && reg.site() == site && reg.epoch() == l.epoch.0 {
                 continue;
             }
-            if reg.site == site && reg.regrant == Some((l.epoch.0, reg.epoch)) {
+            if reg.site() == site && reg.regrant() == Some((l.epoch.0, reg.epoch())) {
                 // Superseded by the `Regrant` on its way to this same holder (a handover given
                 // up before its freeze), behind this renewal: a refusal would stop the bubble
                 // before it arrives.
                 continue;
             }
-            if reg.ending_since.is_some() {
+            if reg.ending_since().is_some() {
                 // Ended by the brain, its members still leaving: see `carry_out_commands`.
                 continue;
             }

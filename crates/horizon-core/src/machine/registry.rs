@@ -1,48 +1,12 @@
-//! What really runs where: each bubble's holder, epoch, box, members and parts, and the
-//! reconciliation that brings the agents in line with the brain after every change.
+//! What really runs where: each region's holder, epoch, box, members, parts and phase, as the
+//! core drives it. The brain's view changes first (a handover already places the bubble at its
+//! target); the registry follows what the agents have done. Only this file changes a region:
+//! every change is a named step below.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use horizon_mesh::{SiteId, Time};
-use horizon_proto::control;
-use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId, Vec3};
-
-use super::CoreMachine;
-
-/// Departures remembered per bubble, and bubbles remembered (see `remembered_departures`).
-const MAX_DEPARTED: usize = 1024;
-const MAX_REMEMBERED_BUBBLES: usize = 4096;
-
-/// Players who left a bubble, and the site that held it then.
-#[derive(Clone, Debug)]
-pub(crate) struct Departed {
-    pub(crate) site: SiteId,
-    pub(crate) players: BTreeSet<PlayerId>,
-}
-
-/// Who crossed a region's border, remembered after the region ends (its last holder, or a
-/// copy of it, may still hold their states). At most [`MAX_REMEMBERED_BUBBLES`] regions, the
-/// oldest forgotten first, and [`MAX_DEPARTED`] players each way.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Trail {
-    /// Who left it (see [`CoreMachine::remembered_departures`]).
-    pub(crate) departed: Option<Departed>,
-    /// Who crossed into it, from which region and the site that held that one when they left
-    /// (see [`CoreMachine::redirect_arrivals`]).
-    pub(crate) arrived: BTreeMap<PlayerId, Arrival>,
-}
-
-/// The trail of `bubble`, made when missing: the oldest region's is forgotten first when
-/// [`MAX_REMEMBERED_BUBBLES`] are kept.
-fn trail_of(trails: &mut BTreeMap<BubbleId, Trail>, bubble: BubbleId) -> &mut Trail {
-    if !trails.contains_key(&bubble)
-        && trails.len() >= MAX_REMEMBERED_BUBBLES
-        && let Some(&oldest) = trails.keys().next()
-    {
-        trails.remove(&oldest);
-    }
-    trails.entry(bubble).or_default()
-}
+use horizon_proto::{Aabb, BubbleId, Epoch, HandoverId, LeaseRef, PlayerId};
 
 /// Where a region is in its life, as the core drives it. One at a time: a handover or a
 /// failover takes over from a `Create` not answered yet.
@@ -80,41 +44,41 @@ pub(crate) struct Carved {
 /// its server runs).
 #[derive(Clone, Debug)]
 pub(crate) struct Hosted {
-    pub(crate) site: SiteId,
-    pub(crate) epoch: u64,
-    pub(crate) world: u32,
-    pub(crate) bounds: Aabb,
+    site: SiteId,
+    epoch: u64,
+    world: u32,
+    bounds: Aabb,
     /// Each member and their home site.
-    pub(crate) members: BTreeMap<PlayerId, SiteId>,
-    pub(crate) phase: Phase,
+    members: BTreeMap<PlayerId, SiteId>,
+    phase: Phase,
     /// Taken back after a restart during a handover's freeze, at the target under the epoch it
     /// was pre-authorised for: the source and the epoch it held the bubble under, until that
     /// source registers. Until then either may be running it (the source if it never froze,
     /// the target if the seal reached it): it fails over only once both have said they do not.
-    pub(crate) fallback: Option<(SiteId, u64)>,
+    fallback: Option<(SiteId, u64)>,
     /// The parts last sent to the holder (`Parts`) and each member's part; empty while the
     /// bubble is on one server.
-    pub(crate) parts: Vec<Aabb>,
-    pub(crate) part_of: BTreeMap<PlayerId, u32>,
+    parts: Vec<Aabb>,
+    part_of: BTreeMap<PlayerId, u32>,
     /// No lease the core gave for this bubble (grant, renewal, handover, restore) runs past
     /// this, by the core's clock: after it plus the drift margin, nobody writes it any more.
-    pub(crate) lease_until: Time,
+    lease_until: Time,
     /// (old, new) epochs of the last `Regrant` to the holder (a handover given up before its
     /// freeze): a renewal of the old one may still cross it (see `renew`).
-    pub(crate) regrant: Option<(u64, u64)>,
+    regrant: Option<(u64, u64)>,
     /// When this core created it, or took it back after a restart.
-    pub(crate) since: Time,
+    since: Time,
     /// Its last change worth a line on the console, and when (`timeline.rs`).
-    pub(crate) changed: Option<(Time, String)>,
+    changed: Option<(Time, String)>,
     /// The brain ended it (merged, deleted) and its members are still leaving, since then: it
     /// ends once they have left, or after a lease (see `carry_out_commands`).
-    pub(crate) ending_since: Option<Time>,
+    ending_since: Option<Time>,
     /// A zone's: the bubbles carved out of it last told to its holder (`carve.rs`).
-    pub(crate) holes: Option<Carved>,
+    holes: Option<Carved>,
     /// Taken back after a restart: until this time, or until every site has said who plays
     /// where (`Players`), its members are not known yet, so an empty member list does not end
     /// it (see `carry_out_commands`).
-    pub(crate) members_unknown_until: Option<Time>,
+    members_unknown_until: Option<Time>,
 }
 
 impl Hosted {
@@ -139,6 +103,93 @@ impl Hosted {
         }
     }
 
+    /// Taken back after a restart (`rejoin.rs`): maybe still running at `fallback`'s source
+    /// (see the field), its members not known before `members_unknown_until`.
+    pub(crate) fn taken_back(
+        mut self,
+        fallback: Option<(SiteId, u64)>,
+        unknown_until: Time,
+    ) -> Self {
+        self.fallback = fallback;
+        self.members_unknown_until = Some(unknown_until);
+        self
+    }
+
+    pub(crate) fn site(&self) -> SiteId {
+        self.site
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub(crate) fn world(&self) -> u32 {
+        self.world
+    }
+
+    pub(crate) fn bounds(&self) -> Aabb {
+        self.bounds
+    }
+
+    /// Each member and their home site.
+    pub(crate) fn members(&self) -> &BTreeMap<PlayerId, SiteId> {
+        &self.members
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// See the field.
+    pub(crate) fn fallback(&self) -> Option<(SiteId, u64)> {
+        self.fallback
+    }
+
+    /// The parts last sent to the holder; empty while the bubble is on one server.
+    pub(crate) fn parts(&self) -> &[Aabb] {
+        &self.parts
+    }
+
+    /// Each member's part, as last sent to the holder.
+    pub(crate) fn part_of(&self) -> &BTreeMap<PlayerId, u32> {
+        &self.part_of
+    }
+
+    /// No lease the core gave for it runs past this, by the core's clock.
+    pub(crate) fn lease_until(&self) -> Time {
+        self.lease_until
+    }
+
+    /// (old, new) epochs of the last `Regrant` to the holder.
+    pub(crate) fn regrant(&self) -> Option<(u64, u64)> {
+        self.regrant
+    }
+
+    /// When this core created it, or took it back after a restart.
+    pub(crate) fn since(&self) -> Time {
+        self.since
+    }
+
+    /// Its last change worth a line on the console, and when.
+    pub(crate) fn changed(&self) -> Option<&(Time, String)> {
+        self.changed.as_ref()
+    }
+
+    /// Since when the brain has ended it while its members leave.
+    pub(crate) fn ending_since(&self) -> Option<Time> {
+        self.ending_since
+    }
+
+    /// A zone's bubbles carved out of it, as last told to its holder.
+    pub(crate) fn holes(&self) -> Option<&Carved> {
+        self.holes.as_ref()
+    }
+
+    /// Until when its members are not known (taken back after a restart).
+    pub(crate) fn members_unknown_until(&self) -> Option<Time> {
+        self.members_unknown_until
+    }
+
     /// No handover or restore in flight: orders for it may go out.
     pub(crate) fn settled(&self) -> bool {
         matches!(self.phase, Phase::Running | Phase::Creating)
@@ -160,417 +211,281 @@ impl Hosted {
     pub(crate) fn lease_ref(&self, bubble: BubbleId) -> LeaseRef {
         LeaseRef { bubble, epoch: Epoch(self.epoch) }
     }
-}
 
-/// Where a player's state came from into a bubble: the bubble it left, and the site that held
-/// that bubble then. The site is kept, not looked up later: the bubble it left may have moved
-/// since (a handover), while the crossing stays at the site that sent it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Arrival {
-    pub(crate) from: BubbleId,
-    pub(crate) site: SiteId,
-}
+    // The steps. Each is one change of what runs where, named for what happened.
 
-/// How far back the sites a player's state came through are told where it plays now.
-const MAX_CROSSING_HOPS: usize = 4;
-
-impl CoreMachine {
-    /// The bubble `player`'s membership was last sent to, if any.
-    pub(crate) fn placed_in(&self, player: PlayerId) -> Option<BubbleId> {
-        self.placed.get(&player).copied()
+    /// Its `Create` is on its way: players cross in once it runs.
+    pub(crate) fn creating(&mut self) {
+        self.phase = Phase::Creating;
     }
 
-    /// `player` plays in `bubble`, as its holder knows (an agent's resync said so).
-    pub(crate) fn place(&mut self, player: PlayerId, bubble: BubbleId) {
-        self.placed.insert(player, bubble);
+    /// Its holder runs it: it was created, restored, or a handover of it was given up.
+    pub(crate) fn running(&mut self) {
+        self.phase = Phase::Running;
     }
 
-    /// The last departures remembered from `bubble` left it while `site` held it.
-    pub(crate) fn departures_remembered_for(&self, bubble: BubbleId, site: SiteId) -> bool {
-        self.trails.get(&bubble).and_then(|t| t.departed.as_ref()).is_some_and(|d| d.site == site)
+    /// A handover of it began.
+    pub(crate) fn moving_by(&mut self, handover: HandoverId) {
+        self.phase = Phase::Moving(handover);
     }
 
-    /// The players who crossed into `bubble` and are still placed there, each with the bubble
-    /// they came from.
-    pub(crate) fn arrivals_still_in(&self, bubble: BubbleId) -> Vec<(PlayerId, BubbleId)> {
-        let Some(trail) = self.trails.get(&bubble) else { return Vec::new() };
-        trail
-            .arrived
-            .iter()
-            .filter(|(p, _)| self.placed.get(p) == Some(&bubble))
-            .map(|(&p, a)| (p, a.from))
-            .collect()
+    /// A failover restores it at `site` under `epoch`, on one server, from its copy.
+    pub(crate) fn restoring_at(&mut self, site: SiteId, epoch: u64) {
+        (self.site, self.epoch, self.phase) = (site, epoch, Phase::Restoring);
+        self.one_server();
     }
 
-    /// Brings every bubble's member list and every player's route in line with the brain.
-    /// Players whose old or new bubble is in a handover or a restore wait for it to finish.
-    pub(crate) fn reconcile(&mut self) {
-        let mut touched: BTreeSet<BubbleId> = BTreeSet::new();
-        let mut departures: BTreeMap<BubbleId, Vec<(PlayerId, BubbleId)>> = BTreeMap::new();
-        let mut crossing: BTreeSet<PlayerId> = BTreeSet::new();
-        let mut routes: Vec<PlayerId> = Vec::new();
-        let mut unfinished: Vec<(PlayerId, BubbleId, BubbleId)> = Vec::new();
-        let mut present: BTreeSet<PlayerId> = BTreeSet::new();
-        let unsettled = |r: &BTreeMap<BubbleId, Hosted>, b: Option<BubbleId>| {
-            b.and_then(|b| r.get(&b)).is_some_and(|r| !r.settled())
-        };
-        for p in self.mesh.players() {
-            let player = PlayerId(p.id.0);
-            present.insert(player);
-            let have = self.placed.get(&player).copied();
-            let want = self.mesh.region_of(p.id, have).filter(|b| self.registry.contains_key(b));
-            let creating = have.is_some()
-                && want
-                    .and_then(|w| self.registry.get(&w))
-                    .is_some_and(|r| r.phase == Phase::Creating);
-            if want == have
-                || creating
-                || unsettled(&self.registry, want)
-                || unsettled(&self.registry, have)
-            {
-                continue;
-            }
-            let left =
-                have.and_then(|h| self.registry.get_mut(&h).map(|r| (h, r))).map(|(h, r)| {
-                    r.members.remove(&player);
-                    (h, r.site)
-                });
-            if let Some((h, site)) = left {
-                touched.insert(h);
-                if let Some(w) = want {
-                    unfinished.push((player, h, w));
-                    departures.entry(h).or_default().push((player, w));
-                    remember_departure(&mut self.trails, h, site, player);
-                    let arrived = &mut trail_of(&mut self.trails, w).arrived;
-                    if arrived.len() < MAX_DEPARTED || arrived.contains_key(&player) {
-                        arrived.insert(player, Arrival { from: h, site });
-                    }
-                }
-            }
-            match want {
-                Some(w) => {
-                    if let Some(r) = self.registry.get_mut(&w) {
-                        r.members.insert(player, p.home);
-                    }
-                    if let Some(d) = self.trails.get_mut(&w).and_then(|t| t.departed.as_mut()) {
-                        d.players.remove(&player);
-                    }
-                    touched.insert(w);
-                    if have.is_some_and(|h| self.registry.contains_key(&h)) {
-                        crossing.insert(player);
-                    }
-                    self.placed.insert(player, w);
-                    routes.push(player);
-                }
-                None => {
-                    self.placed.remove(&player);
-                }
-            }
-        }
-        let gone: Vec<PlayerId> =
-            self.placed.keys().filter(|p| !present.contains(p)).copied().collect();
-        for player in gone {
-            if let Some(b) = self.placed.remove(&player)
-                && let Some(r) = self.registry.get_mut(&b)
-            {
-                r.members.remove(&player);
-                touched.insert(b);
-            }
-            for t in self.trails.values_mut() {
-                if let Some(d) = &mut t.departed {
-                    d.players.remove(&player);
-                }
-                t.arrived.remove(&player);
-            }
-            if let Some(super::keep::Pin::Release(at)) = self.keep.forget(player) {
-                self.effects.push_back(super::Effect::UnpinBackup { at });
-            }
-        }
-        // The bubbles players enter hear of them before the bubbles they leave. A site serves
-        // its orders one at a time, in order: on a site holding both, the player's state then
-        // crosses to a bubble that expects them and they play on within a tick or two, instead
-        // of waiting, unseen, for the next order.
-        let (leaving, entering): (Vec<BubbleId>, Vec<BubbleId>) =
-            touched.into_iter().partition(|b| departures.contains_key(b));
-        for bubble in entering.into_iter().chain(leaving) {
-            let Some(reg) = self.registry.get(&bubble) else { continue };
-            let players = self.member_list(reg, &crossing);
-            let departed = departures
-                .remove(&bubble)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|(player, to)| {
-                    let r = self.registry.get(&to)?;
-                    Some(control::Departure {
-                        player,
-                        to: r.lease_ref(to),
-                        site: self.site_name(r.site),
-                    })
-                })
-                .collect();
-            let (lease, site) = (reg.lease_ref(bubble), reg.site);
-            self.order(site, control::Request::Members { lease, players, departed });
-        }
-        self.send_routes(routes);
-        for (player, left, to) in unfinished {
-            self.follow_unfinished_crossing(player, left, to);
-        }
-        self.reconcile_parts();
-        self.carve_zones();
+    /// A handover of it committed: `site` runs it under `epoch`, on one server.
+    pub(crate) fn moved_to(&mut self, site: SiteId, epoch: u64) {
+        (self.site, self.epoch, self.phase) = (site, epoch, Phase::Running);
+        self.one_server();
     }
 
-    /// `player` left `left` for `to`, maybe before its state ever reached `left` (its holder
-    /// cut from the core, or gone): the sites its state came from on the way into `left` are
-    /// told where it plays now (a `Route`), so a crossing still on its way from one of them
-    /// follows it instead of waiting for a bubble that will never take it. A site with no
-    /// such crossing ignores the route.
-    fn follow_unfinished_crossing(&mut self, player: PlayerId, left: BubbleId, to: BubbleId) {
-        let Some(reg) = self.registry.get(&to) else { return };
-        let route = control::PlayerRoute { player, bubble: to, site: self.site_name(reg.site) };
-        for site in self.sources_of(player, left) {
-            self.order(site, control::Request::Route { routes: vec![route.clone()] });
+    /// A handover given up: its source runs it on, on one server.
+    pub(crate) fn stays(&mut self) {
+        self.phase = Phase::Running;
+        self.one_server();
+    }
+
+    /// Its holder was regranted it under `epoch` (a newer one).
+    pub(crate) fn regranted(&mut self, epoch: u64) {
+        self.regrant = Some((self.epoch, epoch));
+        self.epoch = epoch;
+    }
+
+    /// Taken back at a handover's target, which registered holding it under `epoch`: the
+    /// fallback is over.
+    pub(crate) fn held_at(&mut self, site: SiteId, epoch: u64) {
+        (self.site, self.epoch, self.fallback) = (site, epoch, None);
+    }
+
+    /// The fallback's source said whether it runs it: either way, there is no fallback now.
+    pub(crate) fn fallback_settled(&mut self) {
+        self.fallback = None;
+    }
+
+    /// A lease running to `until` was given for it.
+    pub(crate) fn leased_until(&mut self, until: Time) {
+        self.lease_until = self.lease_until.max(until);
+    }
+
+    /// The brain resized it.
+    pub(crate) fn resized(&mut self, bounds: Aabb) {
+        self.bounds = bounds;
+    }
+
+    /// The brain ended it at `now` (kept while its members leave): since when, the first time.
+    pub(crate) fn ending(&mut self, now: Time) -> Time {
+        *self.ending_since.get_or_insert(now)
+    }
+
+    /// `player`, whose home is `home`, is a member.
+    pub(crate) fn joined(&mut self, player: PlayerId, home: SiteId) {
+        self.members.insert(player, home);
+    }
+
+    /// `player` is no longer a member.
+    pub(crate) fn left(&mut self, player: PlayerId) {
+        self.members.remove(&player);
+    }
+
+    /// The holder was told these parts and which part holds each member (one part: none).
+    pub(crate) fn spread(&mut self, parts: Vec<Aabb>, part_of: BTreeMap<PlayerId, u32>) {
+        if parts.len() > 1 {
+            (self.parts, self.part_of) = (parts, part_of);
+        } else {
+            self.one_server();
         }
     }
 
-    /// Tells each holder how the brain spreads its bubbles over servers (design.md §4, within
-    /// a site) and which part holds each member, whenever that changed. Bubbles in a handover
-    /// or a restore wait for it.
-    fn reconcile_parts(&mut self) {
-        let mut orders = Vec::new();
-        for (&bubble, reg) in self.registry.iter_mut() {
-            if !reg.settled() {
-                continue;
-            }
-            let Some(b) = self.mesh.bubble_by_id(bubble) else {
-                continue;
-            };
-            if b.servers() <= 1 && reg.parts.is_empty() {
-                continue;
-            }
-            let parts = b.parts();
-            let part_of: BTreeMap<PlayerId, u32> = reg
-                .members
-                .keys()
-                .filter_map(|&p| {
-                    let at = self.mesh.player(p)?.position;
-                    Some((p, horizon_mesh::bubble::part_of(&parts, at) as u32))
-                })
-                .collect();
-            let boxes: Vec<Aabb> = parts.clone();
-            if boxes == reg.parts && part_of == reg.part_of {
-                continue;
-            }
-            let players = part_of
-                .iter()
-                .map(|(&player, &part)| control::PartMember { player, part })
-                .collect();
-            let lease = reg.lease_ref(bubble);
-            orders
-                .push((reg.site, control::Request::Parts { lease, parts: boxes.clone(), players }));
-            if boxes.len() > 1 {
-                (reg.parts, reg.part_of) = (boxes, part_of);
-            } else {
-                (reg.parts, reg.part_of) = (Vec::new(), BTreeMap::new());
-            }
-        }
-        for (site, order) in orders {
-            self.order(site, order);
-        }
+    fn one_server(&mut self) {
+        self.parts.clear();
+        self.part_of.clear();
     }
 
-    pub(crate) fn member_list(
-        &self,
-        reg: &Hosted,
-        crossing: &BTreeSet<PlayerId>,
-    ) -> Vec<control::Member> {
-        reg.members
-            .iter()
-            .map(|(&player, &home)| control::Member {
-                player,
-                home: self.site_name(home),
-                pos: self.mesh.player(player).map_or(Vec3::default(), |p| p.position),
-                crossing: crossing.contains(&player),
-            })
-            .collect()
+    /// The zone's holder was told these holes.
+    pub(crate) fn carved(&mut self, holes: Carved) {
+        self.holes = Some(holes);
     }
 
-    /// Sends `bubble`'s holder its whole member list (nobody marked as crossing) with every
-    /// departure remembered: those who left while the holder could not hear, or after the copy
-    /// it was restored from, whose state still crosses on.
-    pub(crate) fn send_full_members(&mut self, bubble: BubbleId) {
-        let Some(reg) = self.registry.get(&bubble) else { return };
-        let players = self.member_list(reg, &BTreeSet::new());
-        let (lease, holder) = (reg.lease_ref(bubble), reg.site);
-        let departed = self.remembered_departures(bubble);
-        self.order(holder, control::Request::Members { lease, players, departed });
+    /// Its holder's servers may be new: its holes are to be told again.
+    pub(crate) fn forget_holes(&mut self) {
+        self.holes = None;
     }
 
-    /// The players who left `bubble` (and are in the game), each to where it plays now. Told
-    /// again to a holder at its registration and to a bubble restored from a copy: a holder
-    /// that missed the order (cut from the core), or a copy made before they left, still holds
-    /// their state, which crosses on (the target keeps the state with more applied inputs).
-    pub(crate) fn remembered_departures(&self, bubble: BubbleId) -> Vec<control::Departure> {
-        let Some(d) = self.trails.get(&bubble).and_then(|t| t.departed.as_ref()) else {
-            return Vec::new();
-        };
-        d.players
-            .iter()
-            .filter_map(|&player| {
-                let to = *self.placed.get(&player).filter(|b| **b != bubble)?;
-                let r = self.registry.get(&to)?;
-                Some(control::Departure {
-                    player,
-                    to: r.lease_ref(to),
-                    site: self.site_name(r.site),
-                })
-            })
-            .collect()
-    }
-
-    /// A bubble restored from a copy may lack players that crossed into it after the copy: the
-    /// sites their states came through on the way in (up to [`MAX_CROSSING_HOPS`] back: the
-    /// last one may have died with its copy-less bubbles) are told where it runs now
-    /// (`Recover`), so a crossing still on its way from one of them, or one delivered and kept
-    /// there, comes to it.
-    pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
-        let Some(arrived) = self.trails.get(&bubble).map(|t| &t.arrived) else { return };
-        let Some(holder) = self.registry.get(&bubble).map(|r| r.site) else { return };
-        let players: Vec<PlayerId> =
-            arrived.keys().filter(|p| self.placed.get(p) == Some(&bubble)).copied().collect();
-        let mut per_site: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
-        for player in players {
-            let route = control::PlayerRoute { player, bubble, site: self.site_name(holder) };
-            for site in self.sources_of(player, bubble) {
-                per_site.entry(site).or_default().push(route.clone());
-            }
-        }
-        for (site, routes) in per_site {
-            self.order(site, control::Request::Recover { routes });
-        }
-    }
-
-    /// The sites `player`'s state came through on its way into `bubble`, the last first (at
-    /// most [`MAX_CROSSING_HOPS`]).
-    fn sources_of(&self, player: PlayerId, bubble: BubbleId) -> Vec<SiteId> {
-        let (mut at, mut sites) = (bubble, Vec::new());
-        for _ in 0..MAX_CROSSING_HOPS {
-            let arrival = self.trails.get(&at).and_then(|t| t.arrived.get(&player));
-            let Some(&Arrival { from, site }) = arrival else {
-                break;
-            };
-            if !sites.contains(&site) {
-                sites.push(site);
-            }
-            if from == bubble {
-                break;
-            }
-            at = from;
-        }
-        sites
-    }
-
-    /// Tells home agents where their players are simulated now.
-    pub(crate) fn send_routes(&mut self, players: Vec<PlayerId>) {
-        let mut per_home: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
-        for player in players {
-            let Some(&bubble) = self.placed.get(&player) else { continue };
-            let Some(reg) = self.registry.get(&bubble) else { continue };
-            let Some(&home) = reg.members.get(&player) else { continue };
-            per_home.entry(home).or_default().push(control::PlayerRoute {
-                player,
-                bubble,
-                site: self.site_name(reg.site),
-            });
-        }
-        for (home, routes) in per_home {
-            self.order(home, control::Request::Route { routes });
-        }
-    }
-
-    /// After an agent (re-)registered: the member lists of the bubbles it runs (with the
-    /// departures it may have missed) and the routes of its players. A bubble with no member
-    /// known and no departure is left alone: after a core restart its members are not known
-    /// until the agents' `Players` (and the agent does not trust a list dropping players
-    /// without a departure for a while after it registered).
-    pub(crate) fn resync(&mut self, site: SiteId) {
-        // Its zones' servers may be new: their holes are told again.
-        for reg in self.registry.values_mut().filter(|r| r.site == site) {
-            reg.holes = None;
-        }
-        let bubbles: Vec<BubbleId> = self
-            .registry
-            .iter()
-            .filter(|(b, r)| {
-                r.site == site
-                    && r.settled()
-                    && (!r.members.is_empty()
-                        || self.trails.get(b).is_some_and(|t| t.departed.is_some()))
-            })
-            .map(|(&b, _)| b)
-            .collect();
-        for bubble in bubbles {
-            self.send_full_members(bubble);
-        }
-        let homed: Vec<PlayerId> = self
-            .placed
-            .iter()
-            .filter(|(p, b)| self.registry.get(b).is_some_and(|r| r.members.get(p) == Some(&site)))
-            .map(|(&p, _)| p)
-            .collect();
-        self.send_routes(homed);
-        self.carve_zones();
+    /// A change worth a line on the console.
+    pub(crate) fn note(&mut self, now: Time, text: String) {
+        self.changed = Some((now, text));
     }
 }
 
-/// A player as the brain takes them in, from their home agent's sample.
-pub(crate) fn player_join(home: SiteId, j: &control::PlayerSample) -> horizon_mesh::PlayerJoin {
-    horizon_mesh::PlayerJoin {
-        id: j.player,
-        home,
-        access_rtt_ms: f64::from(j.access_rtt_ms),
-        role: j.role,
-        world: j.world,
-        position: j.pos,
-        velocity: j.vel,
+/// Every region as it really runs. Its regions change only through [`Hosted`]'s steps.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    regions: BTreeMap<BubbleId, Hosted>,
+}
+
+impl Registry {
+    pub(crate) fn get(&self, bubble: &BubbleId) -> Option<&Hosted> {
+        self.regions.get(bubble)
+    }
+
+    /// The region, to take one of its steps.
+    pub(crate) fn get_mut(&mut self, bubble: &BubbleId) -> Option<&mut Hosted> {
+        self.regions.get_mut(bubble)
+    }
+
+    pub(crate) fn contains(&self, bubble: &BubbleId) -> bool {
+        self.regions.contains_key(bubble)
+    }
+
+    /// A region created, or taken back after a restart.
+    pub(crate) fn insert(&mut self, bubble: BubbleId, region: Hosted) {
+        self.regions.insert(bubble, region);
+    }
+
+    /// A region ended.
+    pub(crate) fn remove(&mut self, bubble: &BubbleId) -> Option<Hosted> {
+        self.regions.remove(bubble)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&BubbleId, &Hosted)> {
+        self.regions.iter()
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&BubbleId, &mut Hosted)> {
+        self.regions.iter_mut()
     }
 }
 
-/// Remembers that `player` left `bubble` (held at `site`), for a holder that may not have
-/// heard: see [`CoreMachine::remembered_departures`]. Bounded per bubble and in bubbles.
-fn remember_departure(
-    trails: &mut BTreeMap<BubbleId, Trail>,
-    bubble: BubbleId,
-    site: SiteId,
-    player: PlayerId,
-) {
-    let trail = trail_of(trails, bubble);
-    let d = trail.departed.get_or_insert_with(|| Departed { site, players: BTreeSet::new() });
-    d.site = site;
-    if d.players.len() < MAX_DEPARTED {
-        d.players.insert(player);
+impl std::ops::Index<&BubbleId> for Registry {
+    type Output = Hosted;
+
+    fn index(&self, bubble: &BubbleId) -> &Hosted {
+        &self.regions[bubble]
+    }
+}
+
+impl<'a> IntoIterator for &'a Registry {
+    type Item = (&'a BubbleId, &'a Hosted);
+    type IntoIter = std::collections::btree_map::Iter<'a, BubbleId, Hosted>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.regions.iter()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use horizon_mesh::Span;
+    use horizon_proto::Vec3;
+
     use super::*;
 
-    /// Every region anyone crossed into used to keep an entry for good (the arrivals' map had
-    /// no bound in regions): a core running for weeks grew without end.
+    fn cube(side: f64) -> Aabb {
+        Aabb { min: Vec3::default(), max: Vec3 { x: side, y: side, z: side } }
+    }
+
+    fn site(name: &str) -> SiteId {
+        crate::machine::tests::sites().id(name).expect(name)
+    }
+
+    /// A region of PAR under epoch 3, spread over two parts with one member on each.
+    fn spread_region() -> Hosted {
+        let mut r = Hosted::new(site("PAR"), 3, 0, cube(100.0), Time::from_secs(1));
+        r.joined(PlayerId(1), site("PAR"));
+        r.joined(PlayerId(2), site("MTL"));
+        let part_of = BTreeMap::from([(PlayerId(1), 0), (PlayerId(2), 1)]);
+        r.spread(vec![cube(50.0), cube(100.0)], part_of);
+        r
+    }
+
     #[test]
-    fn trails_keep_the_newest_regions_and_forget_the_oldest_first() {
-        let site = crate::machine::tests::sites().id("PAR").expect("PAR");
-        let mut trails = BTreeMap::new();
-        let extra = 10;
-        for b in 0..(MAX_REMEMBERED_BUBBLES as u64 + extra) {
-            let arrival = Arrival { from: BubbleId(0), site };
-            trail_of(&mut trails, BubbleId(b)).arrived.insert(PlayerId(1), arrival);
-            remember_departure(&mut trails, BubbleId(b), site, PlayerId(2));
-        }
-        assert_eq!(trails.len(), MAX_REMEMBERED_BUBBLES);
-        assert!(!trails.contains_key(&BubbleId(extra - 1)));
-        let newest = &trails[&BubbleId(MAX_REMEMBERED_BUBBLES as u64 + extra - 1)];
-        assert_eq!(newest.arrived.len(), 1);
-        assert!(newest.departed.as_ref().is_some_and(|d| d.players.contains(&PlayerId(2))));
+    fn a_region_is_spread_over_several_parts_only() {
+        let mut r = spread_region();
+        assert_eq!(r.parts().len(), 2);
+        assert_eq!(r.part_of()[&PlayerId(2)], 1);
+        r.spread(vec![cube(100.0)], BTreeMap::from([(PlayerId(1), 0)]));
+        assert!(r.parts().is_empty() && r.part_of().is_empty(), "one part: one server");
+    }
+
+    #[test]
+    fn a_move_or_a_restore_lands_the_region_on_one_server_of_its_new_holder() {
+        let mut r = spread_region();
+        r.moving_by(HandoverId(7));
+        assert_eq!((r.moving(), r.settled()), (Some(HandoverId(7)), false));
+        r.moved_to(site("MTL"), 4);
+        assert_eq!((r.site(), r.epoch(), r.phase()), (site("MTL"), 4, Phase::Running));
+        assert!(r.parts().is_empty(), "the snapshot is made on one server");
+        assert_eq!(r.members().len(), 2, "its members move with it");
+
+        let mut r = spread_region();
+        r.restoring_at(site("HKG"), 5);
+        assert!(r.restoring() && !r.settled());
+        assert_eq!((r.site(), r.epoch()), (site("HKG"), 5));
+        assert!(r.parts().is_empty());
+        r.running();
+        assert!(r.settled());
+    }
+
+    #[test]
+    fn a_move_given_up_stays_with_its_source_under_a_regrant() {
+        let mut r = spread_region();
+        r.moving_by(HandoverId(7));
+        r.stays();
+        r.regranted(6);
+        assert_eq!((r.site(), r.epoch(), r.phase()), (site("PAR"), 6, Phase::Running));
+        assert_eq!(r.regrant(), Some((3, 6)), "a renewal of epoch 3 may still cross it");
+        assert!(r.parts().is_empty());
+    }
+
+    #[test]
+    fn a_region_taken_back_mid_handover_keeps_its_fallback_until_either_end_registers() {
+        let until = Time::from_secs(1) + Span::from_ms(10_000);
+        let r = Hosted::new(site("MTL"), 4, 0, cube(10.0), Time::from_secs(1))
+            .taken_back(Some((site("PAR"), 3)), until);
+        assert_eq!(r.fallback(), Some((site("PAR"), 3)));
+        assert_eq!(r.members_unknown_until(), Some(until));
+        // The source registered still holding it: it is the holder again.
+        let mut back = r.clone();
+        back.held_at(site("PAR"), 3);
+        assert_eq!((back.site(), back.epoch(), back.fallback()), (site("PAR"), 3, None));
+        // The target registered holding it.
+        let mut kept = r;
+        kept.fallback_settled();
+        assert_eq!((kept.site(), kept.epoch(), kept.fallback()), (site("MTL"), 4, None));
+    }
+
+    #[test]
+    fn leases_only_lengthen_and_an_ending_keeps_its_first_time() {
+        let mut r = spread_region();
+        r.leased_until(Time::from_secs(20));
+        r.leased_until(Time::from_secs(15));
+        assert_eq!(r.lease_until(), Time::from_secs(20));
+        assert_eq!(r.ending(Time::from_secs(30)), Time::from_secs(30));
+        assert_eq!(r.ending(Time::from_secs(40)), Time::from_secs(30));
+        assert_eq!(r.ending_since(), Some(Time::from_secs(30)));
+    }
+
+    #[test]
+    fn the_registry_holds_each_region_once() {
+        let mut reg = Registry::default();
+        assert!(reg.is_empty());
+        reg.insert(BubbleId(1), spread_region());
+        reg.insert(BubbleId(2), spread_region());
+        reg.get_mut(&BubbleId(2)).expect("2").left(PlayerId(1));
+        assert_eq!(reg.len(), 2);
+        assert_eq!(reg[&BubbleId(1)].members().len(), 2);
+        assert_eq!(reg.get(&BubbleId(2)).map(|r| r.members().len()), Some(1));
+        assert!(reg.remove(&BubbleId(1)).is_some() && !reg.contains(&BubbleId(1)));
+        assert_eq!(reg.iter().map(|(b, _)| *b).collect::<Vec<_>>(), [BubbleId(2)]);
     }
 }

@@ -21,16 +21,17 @@ impl CoreMachine {
             let why = format!("{} is not a region this core runs", bubble.label());
             return Err(Fault::new(ErrorCode::UnknownBubble, why));
         };
-        if reg.site != site || reg.epoch != lease.epoch.0 {
+        if reg.site() != site || reg.epoch() != lease.epoch.0 {
             let why = format!(
                 "{} is held by {} under epoch {}",
                 bubble.label(),
-                self.cfg.sites.name(reg.site),
-                reg.epoch
+                self.cfg.sites.name(reg.site()),
+                reg.epoch()
             );
             return Err(Fault::new(ErrorCode::StaleEpoch, why));
         }
-        if reg.phase != Phase::Running || reg.ending_since.is_some() || !reg.parts.is_empty() {
+        if reg.phase() != Phase::Running || reg.ending_since().is_some() || !reg.parts().is_empty()
+        {
             let why = format!("{} is changing already: it moves later", bubble.label());
             return Err(Fault::new(ErrorCode::Conflict, why));
         }
@@ -40,8 +41,7 @@ impl CoreMachine {
             .map_err(|e| Fault::new(ErrorCode::Conflict, e.to_string()))?;
         if let Some(reg) = self.registry.get_mut(&bubble) {
             // A renewal of the old epoch may still cross the `Regrant` (see `renew`).
-            reg.regrant = Some((reg.epoch, epoch.0));
-            reg.epoch = epoch.0;
+            reg.regranted(epoch.0);
         }
         self.persist_lease(bubble);
         let new = self.lease(bubble, epoch.0, now);

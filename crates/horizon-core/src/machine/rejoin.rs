@@ -72,10 +72,9 @@ impl CoreMachine {
             };
             match taken {
                 Ok(()) => {
-                    let mut hosted = Hosted::new(site, lease.epoch, region.world, bounds, now);
-                    hosted.fallback = fallback;
                     let ttl = horizon_mesh::Span::from_ms(self.cfg.thresholds.lease_ttl_ms);
-                    hosted.members_unknown_until = Some(now + ttl);
+                    let hosted = Hosted::new(site, lease.epoch, region.world, bounds, now)
+                        .taken_back(fallback, now + ttl);
                     if let Some((source, epoch)) = fallback {
                         tracing::warn!(bubble = id, source = %self.cfg.sites.name(source), source_epoch = epoch, target = %lease.site, epoch = lease.epoch, "taken back in the middle of a handover's freeze: the target holds it unless its source never froze");
                     }
@@ -131,10 +130,10 @@ impl CoreMachine {
         let mut taken_back = Vec::new();
         for h in held {
             if let Some(r) = self.registry.get_mut(&h.lease.bubble)
-                && r.fallback == Some((site, h.lease.epoch.0))
+                && r.fallback() == Some((site, h.lease.epoch.0))
             {
-                taken_back.push((h.lease.bubble, r.epoch));
-                (r.site, r.epoch, r.fallback) = (site, h.lease.epoch.0, None);
+                taken_back.push((h.lease.bubble, r.epoch()));
+                r.held_at(site, h.lease.epoch.0);
             }
         }
         // The other end of such a handover registered: a target holding it is its holder; a
@@ -143,15 +142,16 @@ impl CoreMachine {
         let mut failed_over = Vec::new();
         let mut confirmed = Vec::new();
         for (&bubble, r) in self.registry.iter_mut() {
-            let Some((source, _)) = r.fallback else { continue };
-            let holds = held.iter().any(|h| h.lease.bubble == bubble && h.lease.epoch.0 == r.epoch);
-            if r.site == site && holds {
-                r.fallback = None;
+            let Some((source, _)) = r.fallback() else { continue };
+            let holds =
+                held.iter().any(|h| h.lease.bubble == bubble && h.lease.epoch.0 == r.epoch());
+            if r.site() == site && holds {
+                r.fallback_settled();
                 confirmed.push(bubble);
             } else if source == site {
-                r.fallback = None;
-                if self.agents.registered(r.site) {
-                    failed_over.push((r.site, LeaseRef { bubble, epoch: Epoch(r.epoch) }));
+                r.fallback_settled();
+                if self.agents.registered(r.site()) {
+                    failed_over.push((r.site(), LeaseRef { bubble, epoch: Epoch(r.epoch()) }));
                 } else {
                     // The target alone may run it: the lease says so from now on.
                     confirmed.push(bubble);
@@ -159,10 +159,9 @@ impl CoreMachine {
             }
         }
         for h in held {
-            let current = self
-                .registry
-                .get(&h.lease.bubble)
-                .is_some_and(|r| r.site == site && r.epoch == h.lease.epoch.0 && !r.restoring());
+            let current = self.registry.get(&h.lease.bubble).is_some_and(|r| {
+                r.site() == site && r.epoch() == h.lease.epoch.0 && !r.restoring()
+            });
             if current {
                 keep.push(self.lease(h.lease.bubble, h.lease.epoch.0, now));
             } else if self.departures_remembered_for(h.lease.bubble, site) {
@@ -215,17 +214,18 @@ impl CoreMachine {
             .registry
             .iter()
             .filter(|(b, r)| {
-                r.site == site
+                r.site() == site
                     && r.settled()
-                    && r.fallback.is_none()
+                    && r.fallback().is_none()
                     && !held.iter().any(|h| {
                         let e = h.lease.epoch.0;
                         h.lease.bubble == **b
-                            && (e == r.epoch
-                                || (r.regrant == Some((e, r.epoch)) && regranted_now.contains(b)))
+                            && (e == r.epoch()
+                                || (r.regrant() == Some((e, r.epoch()))
+                                    && regranted_now.contains(b)))
                     })
             })
-            .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch) })
+            .map(|(b, r)| LeaseRef { bubble: *b, epoch: Epoch(r.epoch()) })
             .collect();
         if !missing.is_empty() {
             self.lost(site, &missing, FailoverReason::NotHeld, now);

@@ -11,7 +11,7 @@ use horizon_proto::control;
 use horizon_proto::server::MAX_POSITIONS;
 use horizon_proto::{BubbleId, PlayerId};
 
-use super::{CoreMachine, MAX_ID_BLOCK, registry};
+use super::{CoreMachine, MAX_ID_BLOCK, reconcile};
 use crate::store::Record;
 
 /// Blocks remembered per site: far more than a site asks for while its players come and go
@@ -101,8 +101,8 @@ impl CoreMachine {
                 continue;
             }
             let j = &p.sample;
-            let join = registry::player_join(site, j);
-            let bubble = p.bubble.filter(|b| self.registry.contains_key(b));
+            let join = reconcile::player_join(site, j);
+            let bubble = p.bubble.filter(|b| self.registry.contains(b));
             let joined = match bubble {
                 Some(b) => self.mesh.handle_join_in(join, b),
                 None => self.mesh.handle_join(join),
@@ -116,7 +116,7 @@ impl CoreMachine {
                     // from there is a crossing that carries its state.
                     self.place(j.player, b);
                     if let Some(r) = self.registry.get_mut(&b) {
-                        r.members.insert(j.player, site);
+                        r.joined(j.player, site);
                         joined_in.insert(b);
                     }
                 }
@@ -140,10 +140,9 @@ impl CoreMachine {
     /// their new region's server.
     pub(super) fn positions(&mut self, site: SiteId, regions: &[control::RegionPositions]) {
         for region in regions {
-            let holder = self
-                .registry
-                .get(&region.lease.bubble)
-                .filter(|r| r.site == site && r.epoch == region.lease.epoch.0 && !r.restoring());
+            let holder = self.registry.get(&region.lease.bubble).filter(|r| {
+                r.site() == site && r.epoch() == region.lease.epoch.0 && !r.restoring()
+            });
             let Some(r) = holder else {
                 self.metrics.refused(site, "positions_not_its_region");
                 continue;
@@ -152,8 +151,8 @@ impl CoreMachine {
                 self.metrics.refused(site, "too_many_positions");
                 continue;
             }
-            let world = Some(horizon_mesh::WorldId(r.world));
-            for p in region.players.iter().filter(|p| r.members.contains_key(&p.player)) {
+            let world = Some(horizon_mesh::WorldId(r.world()));
+            for p in region.players.iter().filter(|p| r.members().contains_key(&p.player)) {
                 let update = PlayerUpdate {
                     world,
                     position: Some(p.pos),
@@ -184,7 +183,7 @@ impl CoreMachine {
                 tracing::warn!(site = %self.cfg.sites.name(site), player = j.player.0, "a join of a player id not handed to this site: refused");
                 continue;
             }
-            if let Err(e) = self.mesh.handle_join(registry::player_join(site, j)) {
+            if let Err(e) = self.mesh.handle_join(reconcile::player_join(site, j)) {
                 tracing::debug!(player = j.player.0, error = %e, "join refused");
             }
         }
@@ -245,7 +244,7 @@ impl CoreMachine {
         }
         for (bubble, tps) in by_bubble {
             let in_force = self.registry.get(&bubble).is_some_and(|r| {
-                r.site == site && r.settled() && r.parts.len().max(1) == tps.len()
+                r.site() == site && r.settled() && r.parts().len().max(1) == tps.len()
             });
             if !in_force {
                 continue;

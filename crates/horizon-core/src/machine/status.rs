@@ -42,8 +42,8 @@ impl CoreMachine {
         let n = self.cfg.sites.len();
         let (mut bubbles, mut simulated) = (vec![0u64; n], vec![0u64; n]);
         for (b, r) in &self.registry {
-            bubbles[r.site.index()] += u64::from(!b.is_zone());
-            simulated[r.site.index()] += r.members.len() as u64;
+            bubbles[r.site().index()] += u64::from(!b.is_zone());
+            simulated[r.site().index()] += r.members().len() as u64;
         }
         let (mut players, mut unsimulated) = (vec![0u64; n], vec![0u64; n]);
         for p in self.mesh.players() {
@@ -140,7 +140,7 @@ impl CoreMachine {
     /// Where region `id` runs (the servers its holder last reported), since when, and its
     /// last change.
     fn life(&self, id: horizon_proto::BubbleId, r: &Hosted, now: Time) -> RegionLife {
-        let servers = self.agents.get(r.site).map_or_else(Vec::new, |agent| {
+        let servers = self.agents.get(r.site()).map_or_else(Vec::new, |agent| {
             agent
                 .servers
                 .iter()
@@ -150,9 +150,9 @@ impl CoreMachine {
         });
         RegionLife {
             servers,
-            age_s: now.since(r.since).as_secs_f64(),
+            age_s: now.since(r.since()).as_secs_f64(),
             last_change: r
-                .changed
+                .changed()
                 .as_ref()
                 .map(|(t, text)| Change { t_ms: t.as_ms(), text: text.clone() }),
         }
@@ -166,7 +166,7 @@ impl CoreMachine {
         let bounds =
             |b: &horizon_proto::Aabb| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]];
         let homes = |r: &Hosted| {
-            r.members.values().fold(BTreeMap::new(), |mut m, h| {
+            r.members().values().fold(BTreeMap::new(), |mut m, h| {
                 *m.entry(name(*h)).or_default() += 1;
                 m
             })
@@ -199,7 +199,7 @@ impl CoreMachine {
                     bubbles: self
                         .registry
                         .iter()
-                        .filter(|(b, r)| r.site == s && !b.is_zone())
+                        .filter(|(b, r)| r.site() == s && !b.is_zone())
                         .count(),
                     servers,
                     backbone_rtt_ms: self
@@ -221,16 +221,16 @@ impl CoreMachine {
             .filter(|(id, _)| !id.is_zone())
             .map(|(id, r)| BubbleStatus {
                 bubble: id.0,
-                site: name(r.site),
-                epoch: r.epoch,
-                world: r.world,
-                bounds: bounds(&r.bounds),
-                players: r.members.len(),
+                site: name(r.site()),
+                epoch: r.epoch(),
+                world: r.world(),
+                bounds: bounds(&r.bounds()),
+                players: r.members().len(),
                 homes: homes(r),
                 moving: r.moving().map(|h| h.0),
                 restoring: r.restoring(),
                 tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps().to_vec()),
-                parts: r.parts.iter().map(bounds).collect(),
+                parts: r.parts().iter().map(bounds).collect(),
                 life: self.life(*id, r, now),
                 explain: explained.get(id).map(|e| self.explain(e)),
             })
@@ -299,9 +299,9 @@ impl CoreMachine {
                         world: z.world.0,
                         bounds: bounds(&z.bounds),
                         players: z.players,
-                        members: reg.map_or(0, |r| r.members.len()),
+                        members: reg.map_or(0, |r| r.members().len()),
                         restoring: reg.is_some_and(Hosted::restoring),
-                        site: name(reg.map_or(self.cfg.sites.core(), |r| r.site)),
+                        site: name(reg.map_or(self.cfg.sites.core(), |r| r.site())),
                         homes: reg.map(homes).unwrap_or_default(),
                         life: reg.map(|r| self.life(z.id, r, now)).unwrap_or_default(),
                     }

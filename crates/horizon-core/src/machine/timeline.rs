@@ -22,7 +22,7 @@ impl CoreMachine {
         text: String,
     ) {
         if let Some(reg) = region.and_then(|r| self.registry.get_mut(&r)) {
-            reg.changed = Some((now, text.clone()));
+            reg.note(now, text.clone());
         }
         let event = TimelineEvent { t_ms: now.as_ms(), kind, region: region.map(|r| r.0), text };
         self.timeline.push(event);

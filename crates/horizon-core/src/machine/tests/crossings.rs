@@ -82,10 +82,13 @@ fn a_restored_bubble_asks_the_site_a_crossing_came_from_even_after_its_bubble_mo
     // The bubble it crossed from runs on MTL now (handed over after the player left; here
     // it had ended, so it is put back as if it had moved instead).
     let mtl = h.site("MTL");
-    let moved = h.core.registry[&h.hosted(4).0].clone();
-    h.core
-        .registry
-        .insert(at_par, registry::Hosted { site: mtl, members: Default::default(), ..moved });
+    let mut moved = h.core.registry[&h.hosted(4).0].clone();
+    moved.moved_to(mtl, moved.epoch());
+    let members: Vec<PlayerId> = moved.members().keys().copied().collect();
+    for player in members {
+        moved.left(player);
+    }
+    h.core.registry.insert(at_par, moved);
     h.log.clear();
     let (_, _, epoch) = h.hosted(3);
     h.lose("HKG", at_hkg, epoch, None);

@@ -132,7 +132,7 @@ impl Harness {
             .core
             .registry
             .iter()
-            .filter(|(b, r)| b.is_zone() && r.site == par && r.settled())
+            .filter(|(b, r)| b.is_zone() && r.site() == par && r.settled())
             .map(|(&b, r)| r.lease_ref(b))
             .collect();
         if zones.is_empty() || !self.core.agents.has(par) {
@@ -187,7 +187,7 @@ impl Harness {
     fn hosted(&self, player: u64) -> (BubbleId, String, u64) {
         let bubble = self.core.placed[&PlayerId(player)];
         let r = &self.core.registry[&bubble];
-        (bubble, self.core.cfg.sites.name(r.site).to_string(), r.epoch)
+        (bubble, self.core.cfg.sites.name(r.site()).to_string(), r.epoch())
     }
 }
 
@@ -551,14 +551,14 @@ fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_regist
     h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
     h.drain(|_| {});
     for _ in 0..4 {
-        if h.core.registry[&bubble].regrant.is_some() {
+        if h.core.registry[&bubble].regrant().is_some() {
             break;
         }
         h.run_until(h.now.as_ms() + 5_000);
     }
     let reg = &h.core.registry[&bubble];
-    assert_eq!(reg.site, mtl);
-    assert_eq!(reg.regrant, Some((old.epoch.0, reg.epoch)), "regranted to MTL, not delivered");
+    assert_eq!(reg.site(), mtl);
+    assert_eq!(reg.regrant(), Some((old.epoch.0, reg.epoch())), "regranted to MTL, not delivered");
     h.log.clear();
     h.core.handle(Input::AgentConnected { site: mtl, conn: conn + 1000 }, h.now);
     let again = register("MTL", vec![server("MTL-0", &[bubble])], &[old]);
@@ -658,7 +658,7 @@ fn a_core_restarted_after_sending_a_freeze_its_source_never_got_gives_the_bubble
     assert_eq!(old, held[0]);
     assert!(lease.epoch.0 > epoch + 1, "the target's epoch is fenced off");
     assert!(!failed_over(&h2, bubble));
-    let holder = h2.core.registry[&bubble].site;
+    let holder = h2.core.registry[&bubble].site();
     assert_eq!(h2.core.cfg.sites.name(holder).to_string(), "MTL");
 }
 
@@ -733,7 +733,7 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     // The world's zone comes back as a zone, under its id and epoch (the layout persists).
     let zones: Vec<_> = core.mesh.zones().map(|z| (z.id, z.epoch.0)).collect();
     let [(zone, zone_epoch)] = zones[..] else { panic!("{zones:?}") };
-    assert_eq!(core.registry[&zone].epoch, zone_epoch);
+    assert_eq!(core.registry[&zone].epoch(), zone_epoch);
     assert!(core.mesh.bubble_by_id(zone).is_none());
     assert!(matches!(core.poll_effect(), Some(Effect::Persist(Record::Gone { bubble: 99 }))));
     let mut h2 = Harness::around(core, Time::ZERO);
@@ -898,7 +898,7 @@ fn a_bubble_ended_while_its_holder_is_away_is_drained_from_its_copy_once_nobody_
     h.log.clear();
     h.run_until(quiet - 1);
     assert_eq!(h.hosted(1).0, paris, "the Montrealer plays with the Parisian now");
-    assert!(!h.core.registry.contains_key(&old), "the brain ended the bubble");
+    assert!(!h.core.registry.contains(&old), "the brain ended the bubble");
     assert!(
         !h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })),
         "not drained while its holder may still write it"
@@ -952,7 +952,7 @@ fn an_ended_bubble_whose_server_is_lost_is_drained_at_once() {
         h.run_until(h.now.as_ms() + 5_000);
         h.settle();
     }
-    assert!(!h.core.registry.contains_key(&old), "the brain ended the bubble, its holder heard");
+    assert!(!h.core.registry.contains(&old), "the brain ended the bubble, its holder heard");
     assert!(!h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })), "no drain yet");
     let lost = control::Request::Lost {
         leases: vec![LeaseRef { bubble: old, epoch: Epoch(epoch) }],
@@ -993,8 +993,8 @@ impl Harness {
                 .core
                 .registry
                 .iter()
-                .filter(|(_, r)| r.site == self.site(site))
-                .map(|(&b, r)| LeaseRef { bubble: b, epoch: Epoch(r.epoch) })
+                .filter(|(_, r)| r.site() == self.site(site))
+                .map(|(&b, r)| LeaseRef { bubble: b, epoch: Epoch(r.epoch()) })
                 .collect();
             self.request(site, control::Request::Renew { leases }).unwrap();
         }
@@ -1303,10 +1303,10 @@ fn a_zone_whose_lease_runs_out_is_restored_on_another_server_of_the_core_site() 
     let read = h.log.iter().any(|e| matches!(e, Effect::ReadBackup { bubble } if *bubble == zone));
     assert!(read, "restored from its copy: {:?}", h.log);
     let reg = &h.core.registry[&zone];
-    assert_eq!((reg.site, reg.restoring()), (par, true), "on the core site, being restored");
-    assert!(reg.epoch > epoch, "under a new epoch that fences the old server off");
+    assert_eq!((reg.site(), reg.restoring()), (par, true), "on the core site, being restored");
+    assert!(reg.epoch() > epoch, "under a new epoch that fences the old server off");
     let z = h.core.mesh.zone_by_id(zone).unwrap();
-    assert_eq!((z.epoch.0, z.stalled_since), (reg.epoch, None));
+    assert_eq!((z.epoch.0, z.stalled_since), (reg.epoch(), None));
 }
 
 /// `site`'s agent reports its transfer links (`None`: down).
