@@ -48,10 +48,7 @@ PARTS_ELSEWHERE = {
 # The debt: fields still touched from more than one file, to become parts of their own.
 SHARED = {
     "AgentMachine": {
-        "bubbles", "players",
-    },
-    "CoreMachine": {
-        "registry",
+        "bubbles",
     },
     "World": {
         "rng", "now", "thresholds", "next_seq", "queue", "origin", "site_ids", "clocks", "core",

@@ -246,15 +246,6 @@ impl AgentMachine {
         Ok(control::Reply::Done)
     }
 
-    /// The core stored copies that include these players' inputs up to `seq`.
-    pub(super) fn covered(&mut self, players: &[control::CoveredInput]) {
-        for c in players {
-            if let Some(p) = self.players.get_mut(&c.player) {
-                p.session.covered(c.seq);
-            }
-        }
-    }
-
     pub(super) fn resize(
         &mut self,
         lease: LeaseRef,

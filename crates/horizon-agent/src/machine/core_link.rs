@@ -123,17 +123,9 @@ impl AgentMachine {
         self.adopt_peers(peers);
         self.ask_ids();
         // Full resync of this site's players: a restarted core puts them back where they play.
-        let players = self
-            .players
-            .iter()
-            .map(|(&id, p)| control::PlacedPlayer {
-                sample: sample(id, p),
-                bubble: p.session.route().map(|(b, _)| *b),
-            })
-            .collect();
+        let players = self.placed_players();
         // A restarted core has no probe table: each is sent again with the next report.
-        let measured =
-            self.players.iter().filter(|(_, p)| p.probes.is_some()).map(|(&id, _)| id).collect();
+        let measured = self.measured_players();
         self.outbox.resync(measured);
         self.ask_core(
             Then::Nothing("player resync (sent again at the next registration)"),
@@ -179,7 +171,7 @@ impl AgentMachine {
         if !self.registered {
             return;
         }
-        let players = self.players.iter().map(|(&id, p)| sample(id, p)).collect();
+        let players = self.player_samples();
         let backbone = self.backbone_samples(now);
         let (joins, leaves) = self.outbox.take_changes();
         let report = control::Request::Report {
@@ -198,19 +190,8 @@ impl AgentMachine {
     /// player, after a registration), in requests of at most `MAX_MEASURED` players. Players
     /// gone since are left out.
     fn report_measured(&mut self) {
-        let players: Vec<control::MeasuredPlayer> = self
-            .outbox
-            .take_measured()
-            .into_iter()
-            .filter_map(|id| {
-                let p = self.players.get(&id)?;
-                Some(control::MeasuredPlayer {
-                    player: id,
-                    access_rtt_ms: p.min_rtt_ms,
-                    probes: p.probes.clone()?,
-                })
-            })
-            .collect();
+        let players: Vec<control::MeasuredPlayer> =
+            self.outbox.take_measured().into_iter().filter_map(|id| self.measured(id)).collect();
         for chunk in players.chunks(control::MAX_MEASURED) {
             let request = control::Request::Measured { players: chunk.to_vec() };
             self.ask_core(Then::Nothing("probe tables"), request);
@@ -482,16 +463,5 @@ impl AgentMachine {
             },
             _ => 0,
         }
-    }
-}
-
-pub(super) fn sample(id: PlayerId, p: &Player) -> control::PlayerSample {
-    control::PlayerSample {
-        player: id,
-        access_rtt_ms: p.min_rtt_ms,
-        role: p.role,
-        world: p.world,
-        pos: p.pos,
-        vel: p.vel,
     }
 }

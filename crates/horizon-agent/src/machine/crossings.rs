@@ -133,12 +133,8 @@ impl AgentMachine {
                 let d = control::Departure { player: r.player, to, site: r.site.clone() };
                 self.redirect_crossing(r.player, d, now);
             }
-            let Some(p) = self.players.get_mut(&r.player) else { continue };
-            if p.session.set_route(r.bubble, r.site) {
-                // Every input kept goes to the new holder, which applies each (player, seq)
-                // once.
-                self.resend(r.player, true, now);
-            }
+            // Every input kept goes to the new holder, which applies each (player, seq) once.
+            self.follow_route(r.player, r.bubble, r.site, now);
         }
     }
 }

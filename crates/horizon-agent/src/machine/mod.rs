@@ -378,7 +378,7 @@ impl std::fmt::Debug for AgentMachine {
             .field("registered", &self.is_registered())
             .field("servers", &self.fleet.len())
             .field("bubbles", &self.bubbles.len())
-            .field("players", &self.players.len())
+            .field("players", &self.player_count())
             .field("effects", &self.effects.len())
             .finish_non_exhaustive()
     }

@@ -170,11 +170,7 @@ impl AgentMachine {
             // would drop the new bubble's updates. (Safe: a route elsewhere comes from the core
             // after the list that takes them out of this bubble, so none was taken yet.)
             let site = self.cfg.site.clone();
-            if let Some(p) = self.players.get_mut(player)
-                && p.session.set_route(*to, site)
-            {
-                self.resend(*player, true, now);
-            }
+            self.follow_route(*player, *to, site, now);
             Ok(true)
         } else if self.transit.stash(*player, *to, *last_applied, state, now) {
             // Kept (of two states of one player, the one that applied more of its inputs).

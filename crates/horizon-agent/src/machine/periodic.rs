@@ -38,6 +38,7 @@ impl AgentMachine {
     /// Bubbles whose lease ran out by this agent's clock have stopped (their servers stop by
     /// their own clocks): this site's players in them are told they are reconnecting.
     pub(super) fn lease_expiries(&mut self, now: Instant) {
+        let mut lapsed = Vec::new();
         for (&bubble, local) in self.bubbles.iter_mut() {
             if local.phase != Phase::Running || now < local.valid_until || local.told_reconnecting {
                 continue;
@@ -45,15 +46,10 @@ impl AgentMachine {
             local.told_reconnecting = true;
             self.stats.leases_lapsed.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = local.lease.epoch.0, "lease expired: the bubble stopped here");
-            for p in self.players.values_mut() {
-                if p.session.route().is_some_and(|(b, s)| *b == bubble && *s == self.cfg.site) {
-                    p.session.told();
-                    let reason =
-                        format!("{} lost its lease on this part of the universe", self.cfg.site);
-                    let item = gateway::Item::Reconnecting { reason };
-                    self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
-                }
-            }
+            lapsed.push(bubble);
+        }
+        for bubble in lapsed {
+            self.tell_reconnecting(bubble);
         }
     }
 
@@ -79,19 +75,7 @@ impl AgentMachine {
         let ready = self.fleet.ready_count() as u64;
         self.stats.servers_ready.store(ready, Ordering::Relaxed);
         self.stats.registered.store(u64::from(self.is_registered()), Ordering::Relaxed);
-        let kept: usize = self.players.values().map(|p| p.session.kept()).sum();
-        self.stats.inputs_unacked.store(kept as u64, Ordering::Relaxed);
-        let players: Vec<PlayerId> = self.players.keys().copied().collect();
-        for p in players {
-            self.resend(p, false, now);
-        }
-        for p in self.players.values_mut() {
-            if p.session.stalled(now) {
-                let reason = "the simulation is unreachable for now".to_owned();
-                let item = gateway::Item::Reconnecting { reason };
-                self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
-            }
-        }
+        self.players_housekeeping(now);
         self.transit.expire_stashed(now);
         self.server_deadlines(now);
         self.restore_deadlines(now);

@@ -88,7 +88,7 @@ impl AgentMachine {
             probes: None,
         };
         self.sessions.joined(conn, player, client);
-        self.outbox.joined(core_link::sample(player, &p));
+        self.outbox.joined(sample(player, &p));
         self.report_joins_soon(now);
         self.players.insert(player, p);
         self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
@@ -258,6 +258,199 @@ impl AgentMachine {
 
     /// The next player id of the blocks the core handed out (more are asked for when few are
     /// left). `None` when there is none: the core was never reached since this agent started.
+    /// Hands a player's own state from `site` to them, if the bubble and epoch are those of
+    /// their updates now (an own state never moves a route: the next update does).
+    pub(super) fn deliver_own(&mut self, own: &Own, site: &Name) {
+        let Some(p) = self.players.get(&own.player) else { return };
+        if !p.session.shows(own.bubble, own.epoch, site)
+            || p.last_acked
+                .is_some_and(|(b, e, s)| (b, e) == (own.bubble, own.epoch) && own.seq < s)
+        {
+            return;
+        }
+        let item = gateway::Item::Own {
+            bubble: own.bubble,
+            tick: own.tick,
+            seq: own.seq,
+            bytes: own.bytes.clone(),
+        };
+        self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+        self.stats.own_delivered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Hands an update from `site` to this site's players it concerns. An update of the
+    /// player's bubble under a newer epoch comes from its new holder (epochs fence: only the
+    /// current holder's server writes under the newest one): the route follows it — the core
+    /// may not be able to tell us (a failover while this site is cut from it) — and every input
+    /// kept is sent there, since a restored holder may lack some already applied.
+    pub(super) fn deliver(&mut self, update: &Update, site: &Name, now: Instant) {
+        let mut resend = Vec::new();
+        let mut freezes = Vec::new();
+        let mut crossings = Vec::new();
+        for (player, acked) in &update.acked {
+            let Some(p) = self.players.get_mut(player) else { continue };
+            // Within one epoch a player's acknowledgements never go back (the servers of a
+            // spread bubble tick on counts of their own, but pass each player on with its
+            // inputs applied): fewer is an older state, late.
+            let this = (update.bubble, update.epoch, *acked);
+            if p.last_acked.is_some_and(|(b, e, s)| (b, e) == (this.0, this.1) && this.2 < s) {
+                continue;
+            }
+            match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
+                UpdateVerdict::NotTheirs => continue,
+                UpdateVerdict::Deliver { resend_all } => {
+                    p.last_acked = Some(this);
+                    if resend_all {
+                        resend.push(*player);
+                    }
+                }
+            }
+            if let Some(moved) = p.session.take_moved() {
+                freezes.push(moved);
+            }
+            crossings.extend(p.session.take_crossed());
+            let delays = p.session.take_served();
+            if !delays.is_empty() {
+                let access_rtt = Duration::from_secs_f64(f64::from(p.min_rtt_ms.max(0.0)) / 1000.0);
+                self.effects.push_back(Effect::InputsServed { delays, access_rtt });
+            }
+            let item = gateway::Item::Update {
+                bubble: update.bubble,
+                tick: update.tick,
+                acked: *acked,
+                bytes: update.bytes.clone(),
+            };
+            self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+            self.stats.updates_delivered.fetch_add(1, Ordering::Relaxed);
+        }
+        for player in resend {
+            self.resend(player, true, now);
+        }
+        for m in freezes {
+            let floor = self.freeze_floor(&m.from, &m.to);
+            self.effects.push_back(Effect::Freeze { from: m.from, to: m.to, gap: m.gap, floor });
+        }
+        for c in crossings {
+            let floor = self.freeze_floor(&c.from, &c.to);
+            self.effects.push_back(Effect::Crossed { from: c.from, to: c.to, gap: c.gap, floor });
+        }
+    }
+
+    /// Whether `player` is one of this site's (it joined here).
+    pub(super) fn is_home_of(&self, player: PlayerId) -> bool {
+        self.players.contains_key(&player)
+    }
+
+    /// Every input kept of the players simulated at `site` goes again (the route there
+    /// changed; the server applies each once).
+    pub(super) fn resend_towards(&mut self, site: &Name, now: Instant) {
+        let players: Vec<PlayerId> = self
+            .players
+            .iter()
+            .filter(|(_, p)| p.session.route().is_some_and(|(_, s)| s == site))
+            .map(|(&id, _)| id)
+            .collect();
+        for player in players {
+            self.resend(player, true, now);
+        }
+    }
+
+    /// This site's players, for the debug view.
+    pub(super) fn player_count(&self) -> usize {
+        self.players.len()
+    }
+
+    /// The core stored copies that include these players' inputs up to `seq`.
+    pub(super) fn covered(&mut self, players: &[control::CoveredInput]) {
+        for c in players {
+            if let Some(p) = self.players.get_mut(&c.player) {
+                p.session.covered(c.seq);
+            }
+        }
+    }
+
+    /// `player`'s updates come from `bubble` at `site` from now on: every input kept goes
+    /// there (the new holder applies each (player, seq) once). Nothing for a player not homed
+    /// here or a route unchanged.
+    pub(super) fn follow_route(
+        &mut self,
+        player: PlayerId,
+        bubble: BubbleId,
+        site: Name,
+        now: Instant,
+    ) {
+        if let Some(p) = self.players.get_mut(&player)
+            && p.session.set_route(bubble, site)
+        {
+            self.resend(player, true, now);
+        }
+    }
+
+    /// Every player of this site as the core samples them, with the bubble each plays in as
+    /// their gateway knows (a registration's resync).
+    pub(super) fn placed_players(&self) -> Vec<control::PlacedPlayer> {
+        self.players
+            .iter()
+            .map(|(&id, p)| control::PlacedPlayer {
+                sample: sample(id, p),
+                bubble: p.session.route().map(|(b, _)| *b),
+            })
+            .collect()
+    }
+
+    /// Players whose probe table this gateway believed.
+    pub(super) fn measured_players(&self) -> Vec<PlayerId> {
+        self.players.iter().filter(|(_, p)| p.probes.is_some()).map(|(&id, _)| id).collect()
+    }
+
+    /// Every player of this site as the core samples them (a report).
+    pub(super) fn player_samples(&self) -> Vec<control::PlayerSample> {
+        self.players.iter().map(|(&id, p)| sample(id, p)).collect()
+    }
+
+    /// `player`'s believed probe table with their access round trip, if they are still here
+    /// and sent one.
+    pub(super) fn measured(&self, player: PlayerId) -> Option<control::MeasuredPlayer> {
+        let p = self.players.get(&player)?;
+        Some(control::MeasuredPlayer {
+            player,
+            access_rtt_ms: p.min_rtt_ms,
+            probes: p.probes.clone()?,
+        })
+    }
+
+    /// `bubble`'s lease ran out here: its players homed here and routed to it are told they
+    /// are reconnecting (once).
+    pub(super) fn tell_reconnecting(&mut self, bubble: BubbleId) {
+        for p in self.players.values_mut() {
+            if p.session.route().is_some_and(|(b, s)| *b == bubble && *s == self.cfg.site) {
+                p.session.told();
+                let reason =
+                    format!("{} lost its lease on this part of the universe", self.cfg.site);
+                let item = gateway::Item::Reconnecting { reason };
+                self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+            }
+        }
+    }
+
+    /// The players' part of housekeeping: the inputs kept counted, those not acknowledged in
+    /// time sent again, players whose simulation went silent told they are reconnecting.
+    pub(super) fn players_housekeeping(&mut self, now: Instant) {
+        let kept: usize = self.players.values().map(|p| p.session.kept()).sum();
+        self.stats.inputs_unacked.store(kept as u64, Ordering::Relaxed);
+        let players: Vec<PlayerId> = self.players.keys().copied().collect();
+        for p in players {
+            self.resend(p, false, now);
+        }
+        for p in self.players.values_mut() {
+            if p.session.stalled(now) {
+                let reason = "the simulation is unreachable for now".to_owned();
+                let item = gateway::Item::Reconnecting { reason };
+                self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
+            }
+        }
+    }
+
     fn next_player_id(&mut self) -> Option<PlayerId> {
         let id = self.player_ids.next()?;
         self.ask_ids();
@@ -346,4 +539,15 @@ fn batches(inputs: Vec<PlayerInput>) -> Vec<Vec<PlayerInput>> {
 /// Every coordinate is a number (not NaN, not infinite).
 fn finite(v: Vec3) -> bool {
     v.x.is_finite() && v.y.is_finite() && v.z.is_finite()
+}
+
+pub(super) fn sample(id: PlayerId, p: &Player) -> control::PlayerSample {
+    control::PlayerSample {
+        player: id,
+        access_rtt_ms: p.min_rtt_ms,
+        role: p.role,
+        world: p.world,
+        pos: p.pos,
+        vel: p.vel,
+    }
 }

@@ -99,15 +99,7 @@ impl AgentMachine {
     /// After a route change towards `site`: its players' inputs and the crossings to it go
     /// again, over the new route.
     fn send_again_towards(&mut self, site: &Name, now: Instant) {
-        let players: Vec<PlayerId> = self
-            .players
-            .iter()
-            .filter(|(_, p)| p.session.route().is_some_and(|(_, s)| s == site))
-            .map(|(&id, _)| id)
-            .collect();
-        for player in players {
-            self.resend(player, true, now);
-        }
+        self.resend_towards(site, now);
         for player in self.transit.again_towards(site, now) {
             self.send_crossing(player, now);
         }

@@ -366,7 +366,7 @@ impl AgentMachine {
             tracing::debug!(site = %self.cfg.site, %server, bubble = own.bubble.0, epoch = own.epoch.0, bytes = own.bytes.0.len(), "own state refused: not the bubble's holder under its current epoch, or too large");
             return;
         }
-        if self.players.contains_key(&own.player) {
+        if self.is_home_of(own.player) {
             let here = self.cfg.site.clone();
             self.deliver_own(&own, &here);
             return;
@@ -375,84 +375,6 @@ impl AgentMachine {
         let home = self.bubbles.get(&own.bubble).and_then(|local| local.members.get(&own.player));
         if let Some(site) = home.cloned() {
             self.stream_to(&site, StateItem::Own(own));
-        }
-    }
-
-    /// Hands a player's own state from `site` to them, if the bubble and epoch are those of
-    /// their updates now (an own state never moves a route: the next update does).
-    pub(super) fn deliver_own(&mut self, own: &Own, site: &Name) {
-        let Some(p) = self.players.get(&own.player) else { return };
-        if !p.session.shows(own.bubble, own.epoch, site)
-            || p.last_acked
-                .is_some_and(|(b, e, s)| (b, e) == (own.bubble, own.epoch) && own.seq < s)
-        {
-            return;
-        }
-        let item = gateway::Item::Own {
-            bubble: own.bubble,
-            tick: own.tick,
-            seq: own.seq,
-            bytes: own.bytes.clone(),
-        };
-        self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
-        self.stats.own_delivered.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Hands an update from `site` to this site's players it concerns. An update of the
-    /// player's bubble under a newer epoch comes from its new holder (epochs fence: only the
-    /// current holder's server writes under the newest one): the route follows it — the core
-    /// may not be able to tell us (a failover while this site is cut from it) — and every input
-    /// kept is sent there, since a restored holder may lack some already applied.
-    pub(super) fn deliver(&mut self, update: &Update, site: &Name, now: Instant) {
-        let mut resend = Vec::new();
-        let mut freezes = Vec::new();
-        let mut crossings = Vec::new();
-        for (player, acked) in &update.acked {
-            let Some(p) = self.players.get_mut(player) else { continue };
-            // Within one epoch a player's acknowledgements never go back (the servers of a
-            // spread bubble tick on counts of their own, but pass each player on with its
-            // inputs applied): fewer is an older state, late.
-            let this = (update.bubble, update.epoch, *acked);
-            if p.last_acked.is_some_and(|(b, e, s)| (b, e) == (this.0, this.1) && this.2 < s) {
-                continue;
-            }
-            match p.session.on_update(update.bubble, update.epoch, *acked, site, now) {
-                UpdateVerdict::NotTheirs => continue,
-                UpdateVerdict::Deliver { resend_all } => {
-                    p.last_acked = Some(this);
-                    if resend_all {
-                        resend.push(*player);
-                    }
-                }
-            }
-            if let Some(moved) = p.session.take_moved() {
-                freezes.push(moved);
-            }
-            crossings.extend(p.session.take_crossed());
-            let delays = p.session.take_served();
-            if !delays.is_empty() {
-                let access_rtt = Duration::from_secs_f64(f64::from(p.min_rtt_ms.max(0.0)) / 1000.0);
-                self.effects.push_back(Effect::InputsServed { delays, access_rtt });
-            }
-            let item = gateway::Item::Update {
-                bubble: update.bubble,
-                tick: update.tick,
-                acked: *acked,
-                bytes: update.bytes.clone(),
-            };
-            self.effects.push_back(Effect::ToPlayer { conn: p.conn, item });
-            self.stats.updates_delivered.fetch_add(1, Ordering::Relaxed);
-        }
-        for player in resend {
-            self.resend(player, true, now);
-        }
-        for m in freezes {
-            let floor = self.freeze_floor(&m.from, &m.to);
-            self.effects.push_back(Effect::Freeze { from: m.from, to: m.to, gap: m.gap, floor });
-        }
-        for c in crossings {
-            let floor = self.freeze_floor(&c.from, &c.to);
-            self.effects.push_back(Effect::Crossed { from: c.from, to: c.to, gap: c.gap, floor });
         }
     }
 
