@@ -47,9 +47,6 @@ PARTS_ELSEWHERE = {
 
 # The debt: fields still touched from more than one file, to become parts of their own.
 SHARED = {
-    "AgentMachine": {
-        "bubbles",
-    },
     "World": {
         "rng", "now", "thresholds", "next_seq", "queue", "origin", "site_ids", "clocks", "core",
         "core_timer_at", "core_busy_until", "disk_us", "election", "agents", "controls",

@@ -34,11 +34,11 @@ impl AgentMachine {
     pub(super) fn members_on(&self, server: &Name, bubble: BubbleId) -> u32 {
         self.bubbles
             .get(&bubble)
-            .map_or(0, |l| l.members.keys().filter(|p| l.server_of(**p) == server).count() as u32)
+            .map_or(0, |l| l.members().keys().filter(|p| l.server_of(**p) == server).count() as u32)
     }
 
     pub(super) fn bubble_in(&self, pred: impl Fn(Phase) -> bool) -> Option<BubbleId> {
-        self.bubbles.iter().find(|(_, b)| pred(b.phase)).map(|(&id, _)| id)
+        self.bubbles.iter().find(|(_, b)| pred(b.phase())).map(|(&id, _)| id)
     }
 
     /// The ready server for a new region of `players` players of `bubble` ([`pick`]: the
@@ -165,11 +165,11 @@ impl AgentMachine {
     ) -> Result<(), Fault> {
         let bubble = lease.bubble;
         match self.bubbles.get(&bubble) {
-            Some(b) if b.lease.epoch == lease.epoch => {
+            Some(b) if b.lease().epoch == lease.epoch => {
                 self.answer(token, Ok(control::Reply::Done));
                 return Ok(());
             }
-            Some(b) if b.lease.epoch > lease.epoch => {
+            Some(b) if b.lease().epoch > lease.epoch => {
                 return Err(Fault::new(ErrorCode::StaleEpoch, "a newer epoch runs here"));
             }
             // An older holder here (a stalled copy of this very bubble): it stops for good.
@@ -228,17 +228,17 @@ impl AgentMachine {
         copy: Blob,
     ) -> Result<control::Reply, Fault> {
         let b = self.bubbles.get(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
-        if b.lease.epoch != lease.epoch {
+        if b.lease().epoch != lease.epoch {
             return Err(Fault::new(ErrorCode::StaleEpoch, "another epoch of the bubble runs here"));
         }
-        if b.phase != Phase::Running {
+        if b.phase() != Phase::Running {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble is not running here yet"));
         }
-        if !b.extra.is_empty() {
+        if !b.extra().is_empty() {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble is spread over servers"));
         }
         tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, players = players.len(), copy_bytes = copy.0.len(), "players adopted from a stored copy");
-        let server = b.server.clone();
+        let server = b.server().clone();
         for chunk in chunked(lease.bubble, lease.epoch, Tick(0), &copy) {
             let item = StateItem::Adopt(horizon_proto::Adopt { chunk, players: players.clone() });
             self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
@@ -252,13 +252,13 @@ impl AgentMachine {
         region: Region,
     ) -> Result<control::Reply, Fault> {
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
-        b.region = region;
+        b.resized(region);
         let lease = b.lease_ref();
-        if !b.extra.is_empty() {
+        if !b.extra().is_empty() {
             // Spread: the parts' boxes follow in the next `Parts`.
             return Ok(control::Reply::Done);
         }
-        let server = b.server.clone();
+        let server = b.server().clone();
         self.ask_server(
             &server,
             Then::Nothing("resize"),
@@ -278,21 +278,16 @@ impl AgentMachine {
     ) -> Result<control::Reply, Fault> {
         let moving = self.relocating(lease.bubble) || self.rehome_granted(lease.bubble);
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
-        if b.phase == Phase::Restoring || moving {
+        if b.phase() == Phase::Restoring || moving {
             // Its server is still taking the copy, or its players are moving to another
             // server: the changes wait for it to run there.
-            let (_, gone) = b.deferred.get_or_insert_with(Default::default);
-            let mut all: Vec<control::Departure> = std::mem::take(gone);
-            all.retain(|d| !departed.iter().any(|n| n.player == d.player));
-            all.extend(departed);
-            b.deferred = Some((players, all));
+            b.defer(players, departed);
             return Ok(control::Reply::Done);
         }
         let held = b.lease_ref();
-        let standby = matches!(b.phase, Phase::Standby { .. });
-        let server = b.server.clone();
-        let old: BTreeMap<PlayerId, Name> = std::mem::take(&mut b.members);
-        b.members = players.iter().map(|m| (m.player, m.home.clone())).collect();
+        let standby = matches!(b.phase(), Phase::Standby { .. });
+        let server = b.server().clone();
+        let old = b.replace_members(players.iter().map(|m| (m.player, m.home.clone())).collect());
         if standby {
             // The snapshot holds the players; the list only says where their updates go.
             return Ok(control::Reply::Done);
@@ -358,7 +353,7 @@ impl AgentMachine {
                 && !departed.contains_key(player)
             {
                 if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
-                    b.members.insert(*player, home.clone());
+                    b.joined(*player, home.clone());
                 }
                 continue;
             }
@@ -381,7 +376,7 @@ impl AgentMachine {
                 self.cross(*player, lease.bubble, d, last_applied, state, now);
                 continue;
             }
-            let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.holder.remove(player));
+            let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.unheld(*player));
             let from = holder.unwrap_or_else(|| server.clone());
             let then = match departed.remove(player) {
                 Some(d) => AfterLeave::Cross(d),
@@ -426,7 +421,7 @@ impl AgentMachine {
                     let lease = local.lease_ref();
                     self.join(&to, lease, player, last_applied, state);
                     if let Some(local) = self.bubbles.get_mut(&bubble) {
-                        local.holder.insert(player, to);
+                        local.held_on(player, to);
                     }
                 }
                 self.part_moved(bubble, now);
@@ -457,7 +452,7 @@ impl AgentMachine {
         lease: Lease,
         now: Instant,
     ) -> Result<bool, Fault> {
-        if self.bubbles.get(&bubble).is_some_and(|b| b.phase == Phase::Standby { handover }) {
+        if self.bubbles.get(&bubble).is_some_and(|b| b.phase() == Phase::Standby { handover }) {
             return Ok(false);
         }
         let region = Region { world: WorldId(0), bounds: None };
@@ -476,7 +471,7 @@ impl AgentMachine {
         target: Name,
         lease: Lease,
     ) {
-        if self.bubbles.get(&bubble).is_none_or(|b| b.lease.epoch != lease.epoch) {
+        if self.bubbles.get(&bubble).is_none_or(|b| b.lease().epoch != lease.epoch) {
             self.answer(token, Err(unknown(bubble)));
             return;
         }
@@ -555,9 +550,9 @@ impl AgentMachine {
                 return;
             }
         };
-        local.phase = Phase::Leaving { handover };
+        local.leaving(handover);
         let lease = local.lease_ref();
-        let server = local.server.clone();
+        let server = local.server().clone();
         self.sources.stream(bubble, handover);
         let then = Then::Copying { token, handover, bubble };
         self.ask_server(&server, then, server::Request::Copy { lease, deltas: true });
@@ -576,9 +571,9 @@ impl AgentMachine {
             Err(e) => {
                 self.stop_mirror(bubble);
                 if let Some(local) = self.bubbles.get_mut(&bubble)
-                    && local.phase == (Phase::Leaving { handover })
+                    && local.phase() == (Phase::Leaving { handover })
                 {
-                    local.phase = Phase::Running;
+                    local.running();
                 }
                 self.answer(token, Err(Fault::new(ErrorCode::NotReady, format!("snapshot: {e}"))));
             }
@@ -619,9 +614,9 @@ impl AgentMachine {
         let local = self
             .bubbles
             .get(&old.bubble)
-            .filter(|b| b.lease.epoch == old.epoch)
+            .filter(|b| b.lease().epoch == old.epoch)
             .ok_or_else(|| unknown(old.bubble))?;
-        if !matches!(local.phase, Phase::Running | Phase::Leaving { .. }) {
+        if !matches!(local.phase(), Phase::Running | Phase::Leaving { .. }) {
             return Err(Fault::new(ErrorCode::Conflict, "regrant of a bubble not running here"));
         }
         if self.regrants.contains_key(&old.bubble) {
@@ -663,9 +658,7 @@ impl AgentMachine {
             self.answer(job.token, Err(unknown(bubble)));
             return;
         };
-        local.phase = Phase::Running;
-        local.lease = job.lease;
-        local.valid_until = job.received + Duration::from_millis(u64::from(job.lease.ttl_ms));
+        local.regranted(job.lease, job.received);
         self.stop_mirror(bubble);
         for token in self.sources.abandon(bubble) {
             let fault = Fault::new(ErrorCode::Conflict, "handover abandoned by the core");
@@ -681,7 +674,7 @@ impl AgentMachine {
         })?;
         let local = &self.bubbles[&bubble];
         let lease = local.lease_ref();
-        let server = local.server.clone();
+        let server = local.server().clone();
         if !self.fleet.contains(&server) {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble's server is gone"));
         }
@@ -700,9 +693,9 @@ impl AgentMachine {
         let result = match result {
             Ok(server::Reply::Frozen { tick }) => {
                 if let Some(local) = self.bubbles.get_mut(&bubble)
-                    && local.phase == (Phase::Leaving { handover })
+                    && local.phase() == (Phase::Leaving { handover })
                 {
-                    local.phase = Phase::Sealed { handover };
+                    local.sealed(handover);
                 }
                 Ok(control::Reply::Frozen { handover, tick })
             }
@@ -720,7 +713,7 @@ impl AgentMachine {
         if let Some(b) = self.bubble_in(|p| p == Phase::Leaving { handover }) {
             self.stop_mirror(b);
             if let Some(local) = self.bubbles.get_mut(&b) {
-                local.phase = Phase::Running;
+                local.running();
             }
         }
         if let Some(b) = self.bubble_in(|p| p == Phase::Sealed { handover }) {

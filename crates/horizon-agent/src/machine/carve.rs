@@ -16,8 +16,8 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::TooLarge, why));
         }
         let local = self.bubbles.get(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
-        if local.lease.epoch != lease.epoch {
-            let why = format!("epoch {} runs here", local.lease.epoch.0);
+        if local.lease().epoch != lease.epoch {
+            let why = format!("epoch {} runs here", local.lease().epoch.0);
             return Err(Fault::new(ErrorCode::StaleEpoch, why));
         }
         let servers: Vec<Name> = local.servers().cloned().collect();

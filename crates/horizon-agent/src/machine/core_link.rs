@@ -31,7 +31,7 @@ impl AgentMachine {
         let held = self
             .bubbles
             .values()
-            .filter(|b| matches!(b.phase, Phase::Running | Phase::Leaving { .. }))
+            .filter(|b| matches!(b.phase(), Phase::Running | Phase::Leaving { .. }))
             .map(|b| control::Held { lease: b.lease_ref(), tick: Tick(0) })
             .collect();
         let register = control::Request::Register {
@@ -114,7 +114,7 @@ impl AgentMachine {
         tracing::info!(site = %self.cfg.site, generation, peers = peers.len(), "registered with the core");
         for lease in keep {
             if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
-                b.lease = lease;
+                b.kept(lease);
             }
         }
         for lref in stop {
@@ -205,7 +205,7 @@ impl AgentMachine {
         let mut batch: Vec<control::RegionPositions> = Vec::new();
         let mut in_batch = 0;
         for ((bubble, _), region) in self.outbox.take_positions() {
-            if self.bubbles.get(&bubble).is_none_or(|b| b.lease.epoch != region.lease.epoch) {
+            if self.bubbles.get(&bubble).is_none_or(|b| b.lease().epoch != region.lease.epoch) {
                 continue;
             }
             if in_batch + region.players.len() > server::MAX_POSITIONS && !batch.is_empty() {
@@ -252,8 +252,8 @@ impl AgentMachine {
         let leases: Vec<LeaseRef> = self
             .bubbles
             .values()
-            .filter(|b| !matches!(b.phase, Phase::Leaving { .. } | Phase::Sealed { .. }))
-            .filter(|b| b.refused_at.is_none())
+            .filter(|b| !matches!(b.phase(), Phase::Leaving { .. } | Phase::Sealed { .. }))
+            .filter(|b| b.refused_at().is_none())
             .map(Local::lease_ref)
             .collect();
         if leases.is_empty() {
@@ -269,9 +269,9 @@ impl AgentMachine {
         let mut per_server: BTreeMap<Name, Vec<LeaseRef>> = BTreeMap::new();
         let until = sent + Duration::from_millis(u64::from(ttl_ms));
         for l in granted {
-            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease.epoch == l.epoch) {
-                b.valid_until = b.valid_until.max(until);
-                b.told_reconnecting = false;
+            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease().epoch == l.epoch)
+            {
+                b.renewed(until);
                 for server in b.servers() {
                     per_server.entry(server.clone()).or_default().push(l);
                 }
@@ -287,12 +287,10 @@ impl AgentMachine {
             // Refused: the core's view of the lease ran out, so its servers (counting from an
             // earlier send) have stopped by their clocks. Their players' states stay a while
             // for the departures the core may order.
-            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease.epoch == l.epoch)
-                && b.refused_at.is_none()
+            if let Some(b) = self.bubbles.get_mut(&l.bubble).filter(|b| b.lease().epoch == l.epoch)
+                && b.refused(now)
             {
                 tracing::warn!(bubble = l.bubble.0, epoch = l.epoch.0, "renewal refused: stopped");
-                b.refused_at = Some(now);
-                b.valid_until = b.valid_until.min(now);
             }
         }
     }
@@ -318,7 +316,7 @@ impl AgentMachine {
         let Waiting { received, token, order } = w;
         let result = match order {
             R::Create { bubble, region, lease } => {
-                if self.bubbles.get(&bubble).is_some_and(|b| b.lease.epoch == lease.epoch) {
+                if self.bubbles.get(&bubble).is_some_and(|b| b.lease().epoch == lease.epoch) {
                     Ok(control::Reply::Done)
                 } else {
                     let lease = Lease { bubble, ..lease };
@@ -417,7 +415,7 @@ impl AgentMachine {
             }
             R::Revoke { leases } => {
                 for l in leases {
-                    if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease.epoch == l.epoch) {
+                    if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease().epoch == l.epoch) {
                         self.drop_bubble(l.bubble);
                     }
                 }
@@ -449,15 +447,15 @@ impl AgentMachine {
     pub(super) fn servers_needed(&self, body: &control::Request) -> usize {
         use control::Request as R;
         match body {
-            R::Create { bubble, .. } => usize::from(!self.bubbles.contains_key(bubble)),
+            R::Create { bubble, .. } => usize::from(!self.bubbles.contains(bubble)),
             R::Restore { lease, .. } | R::RestoreParts { lease, .. } => usize::from(
-                self.bubbles.get(&lease.bubble).is_none_or(|b| b.lease.epoch != lease.epoch),
+                self.bubbles.get(&lease.bubble).is_none_or(|b| b.lease().epoch != lease.epoch),
             ),
             R::Prepare { target, .. } => usize::from(target == &self.cfg.site),
             // Nothing for a bubble not held here or a cut beyond the limit: refused at once.
             R::Parts { lease, parts, .. } => match self.bubbles.get(&lease.bubble) {
                 Some(b) if parts.len() <= MAX_PARTS => {
-                    parts.len().saturating_sub(1 + b.extra.len())
+                    parts.len().saturating_sub(1 + b.extra().len())
                 }
                 _ => 0,
             },

@@ -46,7 +46,7 @@ impl AgentMachine {
     pub(super) fn send_crossing(&mut self, player: PlayerId, now: Instant) {
         let Some((site, request)) = self.transit.due(player, now) else { return };
         if let transfer::Request::Cross { to, .. } = &request
-            && self.bubbles.get(to).is_some_and(|b| b.phase == Phase::Running)
+            && self.bubbles.get(to).is_some_and(|b| b.phase() == Phase::Running)
         {
             if self.take_crossing(&request, now) == Ok(true) {
                 self.transit.taken_here(player, request, now);

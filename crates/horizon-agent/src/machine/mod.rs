@@ -37,6 +37,7 @@ mod crossings;
 mod fleet;
 mod interface;
 mod lane;
+mod local;
 mod outbox;
 mod parts;
 mod peers;
@@ -56,6 +57,7 @@ mod transit;
 use crate::AgentStats;
 use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
 pub use interface::{Effect, Input};
+use local::{Local, Phase};
 pub use pending::Pending;
 use pending::{AfterLeave, AssignJob, BackupCopy, RestoreJob, Then};
 
@@ -174,93 +176,6 @@ pub struct MachineConfig {
     pub advertise_admin: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Running,
-    /// Target of a handover: fed by the source, starts at the seal.
-    Standby {
-        handover: HandoverId,
-    },
-    /// Source of a handover: still simulating until the freeze.
-    Leaving {
-        handover: HandoverId,
-    },
-    /// Source of a handover after the freeze: sealed, waiting for the commit. Never runs again.
-    Sealed {
-        handover: HandoverId,
-    },
-    /// Restored from a copy (a failover): the server has the copy and its seal; the bubble
-    /// runs from the server's first update under the new epoch, which answers the core.
-    Restoring,
-}
-
-/// A bubble simulated (or standing by) here.
-struct Local {
-    lease: Lease,
-    /// The lease's end by this agent's clock: `ttl_ms` from when the granting renewal was sent
-    /// (or the granting order received). Past it the servers have stopped by their own clocks.
-    valid_until: Instant,
-    /// This site's players in the bubble were told `Reconnecting` since it stopped.
-    told_reconnecting: bool,
-    /// The core refused its renewal then: it is never renewed again, and released after
-    /// [`REFUSED_KEEP`] (see there).
-    refused_at: Option<Instant>,
-    /// The acknowledgements of the bubble's last update (its tick): what a copy made after it
-    /// includes at least.
-    acked_at: Option<(Tick, Vec<(PlayerId, Seq)>)>,
-    region: Region,
-    /// The bubble's server; when spread over several (design.md §4, within a site), the
-    /// server of part 0, which takes new players and makes the handover snapshot.
-    server: Name,
-    members: BTreeMap<PlayerId, Name>,
-    phase: Phase,
-    /// Parts 1.. when the bubble is spread over several servers (part 0 is `server`).
-    extra: Vec<Name>,
-    /// Where each member is simulated while the bubble is spread; absent: `server`.
-    holder: BTreeMap<PlayerId, Name>,
-    /// The member list (and departures) that came while the bubble was being restored: its
-    /// server has not taken the copy yet, so joins and leaves wait for its first update.
-    deferred: Option<(Vec<control::Member>, Vec<control::Departure>)>,
-}
-
-impl Local {
-    fn new(lease: Lease, region: Region, server: Name, phase: Phase, received: Instant) -> Self {
-        Local {
-            lease,
-            valid_until: received + Duration::from_millis(u64::from(lease.ttl_ms)),
-            told_reconnecting: false,
-            refused_at: None,
-            acked_at: None,
-            region,
-            server,
-            members: BTreeMap::new(),
-            phase,
-            extra: Vec::new(),
-            holder: BTreeMap::new(),
-            deferred: None,
-        }
-    }
-
-    fn server_of(&self, player: PlayerId) -> &Name {
-        self.holder.get(&player).unwrap_or(&self.server)
-    }
-
-    /// Every server simulating part of the bubble, part 0 first.
-    fn servers(&self) -> impl Iterator<Item = &Name> {
-        std::iter::once(&self.server).chain(&self.extra)
-    }
-
-    fn lease_ref(&self) -> LeaseRef {
-        LeaseRef { bubble: self.lease.bubble, epoch: self.lease.epoch }
-    }
-
-    /// Whether `server` writing the bubble under `epoch` is its holder here (fencing, design.md
-    /// §6): one of its servers, under the lease's epoch.
-    fn written_by(&self, server: &Name, epoch: Epoch) -> bool {
-        self.lease.epoch == epoch && self.servers().any(|s| s == server)
-    }
-}
-
 /// A player this site is the home of.
 struct Player {
     /// Its gateway connection (the latest, after a resume).
@@ -338,7 +253,8 @@ pub struct AgentMachine {
     registered_at: Option<Instant>,
     /// The game servers, connected or starting, and the regions each holds (`fleet.rs`).
     fleet: fleet::Fleet,
-    bubbles: BTreeMap<BubbleId, Local>,
+    /// The bubbles simulated (or standing by) here (`local.rs`).
+    bubbles: local::Locals,
     players: BTreeMap<PlayerId, Player>,
     /// Who is behind each gateway connection (`sessions.rs`).
     sessions: sessions::Sessions,
@@ -404,7 +320,7 @@ impl AgentMachine {
             registered: false,
             registered_at: None,
             fleet: fleet::Fleet::default(),
-            bubbles: BTreeMap::new(),
+            bubbles: local::Locals::default(),
             players: BTreeMap::new(),
             sessions: sessions::Sessions::default(),
             player_ids: sessions::PlayerIds::default(),

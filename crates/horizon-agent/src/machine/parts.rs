@@ -88,14 +88,14 @@ impl AgentMachine {
         let local = self
             .bubbles
             .get(&lease.bubble)
-            .filter(|b| b.lease.epoch == lease.epoch)
+            .filter(|b| b.lease().epoch == lease.epoch)
             .ok_or_else(|| unknown(lease.bubble))?;
-        if local.phase != Phase::Running {
+        if local.phase() != Phase::Running {
             return Err(Fault::new(ErrorCode::Conflict, "parts of a bubble not running here"));
         }
-        let world = local.region.world;
+        let world = local.region().world;
         let regions: Vec<Region> = if parts.len() == 1 {
-            vec![local.region]
+            vec![local.region()]
         } else {
             parts.iter().map(|&b| Region { world, bounds: Some(b) }).collect()
         };
@@ -113,12 +113,12 @@ impl AgentMachine {
         now: Instant,
     ) -> Result<(), Fault> {
         let local = self.bubbles.get(&bubble).ok_or_else(|| unknown(bubble))?;
-        if local.extra.is_empty() {
+        if local.extra().is_empty() {
             self.regrouped(bubble, then);
             return Ok(());
         }
-        let region = local.region;
-        let place = local.members.keys().map(|&p| (p, 0)).collect();
+        let region = local.region();
+        let place = local.members().keys().map(|&p| (p, 0)).collect();
         self.start_regroup(bubble, vec![region], place, then, now)
     }
 
@@ -153,23 +153,23 @@ impl AgentMachine {
         };
         if regroup.servers.len() < regroup.regions.len() {
             let part = regroup.servers.len();
-            let (lease, region) = (local.lease, regroup.regions[part]);
+            let (lease, region) = (local.lease(), regroup.regions[part]);
             let players = regroup.place.values().filter(|&&p| p == part).count() as u32;
             let from_tick = regroup.relocates().then(|| {
-                let last = local.acked_at.as_ref().map_or(0, |(t, _)| t.0);
+                let last = local.acked_at().as_ref().map_or(0, |(t, _)| t.0);
                 Tick(last + RELOCATE_TICK_GAP)
             });
             let job = AssignJob::Part { lease: local.lease_ref(), from_tick };
             // The new server's lease ends when this site's does, not `ttl_ms` from now.
             let ttl = Duration::from_millis(u64::from(lease.ttl_ms));
-            let granted = local.valid_until.checked_sub(ttl).unwrap_or(now);
+            let granted = local.valid_until().checked_sub(ttl).unwrap_or(now);
             if let Err(fault) = self.assign(lease, region, players, false, job, granted, now) {
                 self.regroup_failed(bubble, fault, now);
             }
             return;
         }
         let moves: Vec<(PlayerId, Name, Name)> = local
-            .members
+            .members()
             .keys()
             .filter_map(|&p| {
                 let from = local.server_of(p).clone();
@@ -235,7 +235,7 @@ impl AgentMachine {
         // A region moving whole: players who joined its old server meanwhile (a crossing that
         // came, a fresh start) move too, in another round.
         if let AfterRegroup::Relieve { rounds, .. } = &mut regroup.then {
-            let behind = local.members.keys().any(|p| !keep.contains(local.server_of(*p)));
+            let behind = local.members().keys().any(|p| !keep.contains(local.server_of(*p)));
             if behind && *rounds < RELOCATE_ROUNDS {
                 *rounds += 1;
                 self.regroups.insert(bubble, regroup);
@@ -251,9 +251,9 @@ impl AgentMachine {
         // Servers taken now hold the lease as it was when they were: brought up to date (a
         // renewal or a regrant may have come meanwhile, and went only to the old servers).
         let taken: Vec<Name> = keep.iter().filter(|s| !old.contains(s)).cloned().collect();
-        let ttl_ms = local.valid_until.saturating_duration_since(now).as_millis();
-        let ttl_ms = ttl_ms.min(u128::from(local.lease.ttl_ms)) as u32;
-        let current = Lease { ttl_ms, ..local.lease };
+        let ttl_ms = local.valid_until().saturating_duration_since(now).as_millis();
+        let ttl_ms = ttl_ms.min(u128::from(local.lease().ttl_ms)) as u32;
+        let current = Lease { ttl_ms, ..local.lease() };
         for name in released {
             if self.release(&name, bubble) {
                 self.ask_server(
@@ -276,11 +276,8 @@ impl AgentMachine {
             self.ask_server(name, Then::Nothing("resize"), request);
         }
         if let Some(local) = self.bubbles.get_mut(&bubble) {
-            local.server = keep[0].clone();
-            local.extra = keep[1..].to_vec();
-            let main = local.server.clone();
-            let extra = &local.extra;
-            local.holder.retain(|_, s| *s != main && extra.contains(s));
+            local.spread_over(&keep);
+            let main = local.server();
             tracing::debug!(site = %self.cfg.site, bubble = bubble.0, parts, server = %main, "bubble parts changed");
         }
         self.apply_deferred(bubble, now);
@@ -296,7 +293,7 @@ impl AgentMachine {
             }
             AfterRegroup::Relieve { from, rounds } => {
                 self.stats.regions_moved.fetch_add(1, Ordering::Relaxed);
-                let to = self.bubbles.get(&bubble).map(|b| b.server.clone());
+                let to = self.bubbles.get(&bubble).map(|b| b.server().clone());
                 tracing::info!(site = %self.cfg.site, bubble = bubble.0, %from, to = ?to, rounds, "region moved off an overfull server");
             }
         }
@@ -304,11 +301,11 @@ impl AgentMachine {
 
     /// The member changes that waited for a region's move (see the module), now.
     pub(super) fn apply_deferred(&mut self, bubble: BubbleId, now: Instant) {
-        let Some(local) = self.bubbles.get_mut(&bubble).filter(|b| b.phase == Phase::Running)
+        let Some(local) = self.bubbles.get_mut(&bubble).filter(|b| b.phase() == Phase::Running)
         else {
             return;
         };
-        if let Some((players, departed)) = local.deferred.take() {
+        if let Some((players, departed)) = local.take_deferred() {
             let lease = local.lease_ref();
             let _ = self.members(lease, players, departed, now);
         }
@@ -387,8 +384,8 @@ impl AgentMachine {
                 continue;
             }
             let Some(local) = self.bubbles.get(&bubble) else { continue };
-            let region = local.region;
-            let place = local.members.keys().map(|&p| (p, 0)).collect();
+            let region = local.region();
+            let place = local.members().keys().map(|&p| (p, 0)).collect();
             let then = AfterRegroup::Relieve { from: server.clone(), rounds: 0 };
             if let Err(fault) = self.start_regroup(bubble, vec![region], place, then, now) {
                 tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "region not moved off its server");
@@ -406,11 +403,11 @@ impl AgentMachine {
             || self.restores.is_waiting(bubble);
         !busy
             && self.bubbles.get(&bubble).is_some_and(|l| {
-                l.phase == Phase::Running
-                    && l.extra.is_empty()
-                    && l.server == *server
-                    && l.refused_at.is_none()
-                    && !l.told_reconnecting
+                l.phase() == Phase::Running
+                    && l.extra().is_empty()
+                    && l.server() == server
+                    && l.refused_at().is_none()
+                    && !l.told_reconnecting()
             })
     }
 }

@@ -102,14 +102,14 @@ impl AgentMachine {
                 let local = self
                     .bubbles
                     .get(bubble)
-                    .filter(|b| b.phase == Phase::Standby { handover: *handover });
+                    .filter(|b| b.phase() == Phase::Standby { handover: *handover });
                 let local = local.ok_or_else(|| {
                     Fault::new(
                         ErrorCode::NotReady,
                         format!("no standby for handover {}", handover.0),
                     )
                 })?;
-                if *epoch >= local.lease.epoch {
+                if *epoch >= local.lease().epoch {
                     return Err(Fault::new(
                         ErrorCode::StaleEpoch,
                         "the source's epoch is not older",
@@ -147,9 +147,10 @@ impl AgentMachine {
         // The crossing names the target's epoch when the player left; a target restored since
         // (a newer epoch) still takes the player's state, which its server keeps if it holds
         // more of the player's inputs than what is there.
-        let here = self.bubbles.get(to).filter(|b| b.lease.epoch >= *epoch);
+        let here = self.bubbles.get(to).filter(|b| b.lease().epoch >= *epoch);
         let expected = self.transit.awaits(*player, *to)
-            || here.is_some_and(|b| b.members.contains_key(player) && b.phase == Phase::Running);
+            || here
+                .is_some_and(|b| b.members().contains_key(player) && b.phase() == Phase::Running);
         // The player left that bubble before this state came: it goes on to where they went
         // last (where it replaces an older state of theirs). It is kept here too, in case the
         // player is on their way back (the member list saying so not here yet). Each bubble
@@ -212,11 +213,11 @@ impl AgentMachine {
 
     pub(super) fn feed_standby(&mut self, from: &Name, bubble: BubbleId, item: StateItem) {
         let Some(local) = self.bubbles.get(&bubble) else { return };
-        if !matches!(local.phase, Phase::Standby { .. }) {
+        if !matches!(local.phase(), Phase::Standby { .. }) {
             tracing::warn!(peer = %from, bubble = bubble.0, "state for a bubble not standing by");
             return;
         }
-        let server = local.server.clone();
+        let server = local.server().clone();
         self.effects.push_back(Effect::ServerStream { server, item });
     }
 }

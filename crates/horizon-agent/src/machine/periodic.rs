@@ -10,7 +10,7 @@ impl AgentMachine {
         }
         let mut copies = Vec::new();
         let running = self.bubbles.iter().filter(|(id, b)| {
-            b.phase == Phase::Running && !self.regrouping(**id) && !self.rehome_granted(**id)
+            b.phase() == Phase::Running && !self.regrouping(**id) && !self.rehome_granted(**id)
         });
         // A bubble whose players are changing servers is copied next time (a copy now would
         // miss the players in flight).
@@ -40,12 +40,11 @@ impl AgentMachine {
     pub(super) fn lease_expiries(&mut self, now: Instant) {
         let mut lapsed = Vec::new();
         for (&bubble, local) in self.bubbles.iter_mut() {
-            if local.phase != Phase::Running || now < local.valid_until || local.told_reconnecting {
+            if local.phase() != Phase::Running || now < local.valid_until() || !local.lapsed() {
                 continue;
             }
-            local.told_reconnecting = true;
             self.stats.leases_lapsed.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = local.lease.epoch.0, "lease expired: the bubble stopped here");
+            tracing::warn!(site = %self.cfg.site, bubble = bubble.0, epoch = local.lease().epoch.0, "lease expired: the bubble stopped here");
             lapsed.push(bubble);
         }
         for bubble in lapsed {
@@ -59,7 +58,7 @@ impl AgentMachine {
             .bubbles
             .iter()
             .filter(|(_, b)| {
-                b.refused_at.is_some_and(|t| now.saturating_duration_since(t) >= REFUSED_KEEP)
+                b.refused_at().is_some_and(|t| now.saturating_duration_since(t) >= REFUSED_KEEP)
             })
             .map(|(&id, _)| id)
             .collect();

@@ -219,8 +219,8 @@ impl AgentMachine {
     /// Inputs of a bubble simulated here, each to the server holding its player.
     pub(super) fn inputs_to_servers(&mut self, inputs: Inputs) {
         let Some(local) = self.bubbles.get(&inputs.bubble) else { return };
-        if local.extra.is_empty() {
-            let server = local.server.clone();
+        if local.extra().is_empty() {
+            let server = local.server().clone();
             self.effects
                 .push_back(Effect::ServerStream { server, item: StateItem::Inputs(inputs) });
             return;

@@ -142,10 +142,10 @@ impl AgentMachine {
             && !self.regrouping(old.bubble)
             && self.fleet.contains(&from)
             && self.bubbles.get(&old.bubble).is_some_and(|l| {
-                l.lease.epoch == old.epoch
-                    && l.phase == Phase::Running
-                    && l.extra.is_empty()
-                    && l.server == from
+                l.lease().epoch == old.epoch
+                    && l.phase() == Phase::Running
+                    && l.extra().is_empty()
+                    && *l.server() == from
             });
         if !can {
             self.rehomes.remove(&old.bubble);
@@ -154,7 +154,7 @@ impl AgentMachine {
         let step = Step::Granted { token, lease, received, to: None, frozen: false };
         self.rehomes.insert(old.bubble, Rehome { from, at: now, step });
         let local = &self.bubbles[&old.bubble];
-        let (region, players) = (local.region, local.members.len().max(1) as u32);
+        let (region, players) = (local.region(), local.members().len().max(1) as u32);
         let job = AssignJob::Rehome { lease: LeaseRef { bubble: old.bubble, epoch: lease.epoch } };
         if let Err(fault) = self.assign(lease, region, players, true, job, received, now) {
             self.move_back(old.bubble, &fault.message, now);
@@ -244,10 +244,7 @@ impl AgentMachine {
         };
         let Some(local) = self.bubbles.get_mut(&bubble) else { return false };
         let old = local.lease_ref();
-        local.lease = lease;
-        local.valid_until = received + Duration::from_millis(u64::from(lease.ttl_ms));
-        local.server = to.unwrap_or_else(|| server.clone());
-        local.acked_at = None;
+        local.rehomed(lease, received, to.unwrap_or_else(|| server.clone()));
         if self.release(&from, bubble) {
             self.ask_server(
                 &from,
@@ -266,7 +263,11 @@ impl AgentMachine {
     pub(super) fn rehome_settled(&mut self, bubble: BubbleId, now: Instant) {
         self.apply_deferred(bubble, now);
         let ours: Vec<PlayerId> = self.bubbles.get(&bubble).map_or_else(Vec::new, |l| {
-            l.members.iter().filter(|(_, home)| **home == self.cfg.site).map(|(&p, _)| p).collect()
+            l.members()
+                .iter()
+                .filter(|(_, home)| **home == self.cfg.site)
+                .map(|(&p, _)| p)
+                .collect()
         });
         for player in ours {
             self.resend(player, true, now);

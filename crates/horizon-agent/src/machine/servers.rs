@@ -150,7 +150,7 @@ impl AgentMachine {
         }
         let runs = self.bubbles.get(&lease.bubble).is_some_and(|b| {
             b.written_by(&server, lease.epoch)
-                && matches!(b.phase, Phase::Running | Phase::Leaving { .. })
+                && matches!(b.phase(), Phase::Running | Phase::Leaving { .. })
         });
         if !runs {
             self.stats.positions_refused.fetch_add(1, Ordering::Relaxed);
@@ -236,21 +236,21 @@ impl AgentMachine {
                     .bubbles
                     .get(&s.bubble)
                     .filter(|b| {
-                        b.extra.is_empty() && b.lease.epoch == s.epoch && index + 1 == total
+                        b.extra().is_empty() && b.lease().epoch == s.epoch && index + 1 == total
                     })
-                    .and_then(|b| b.acked_at.as_ref())
+                    .and_then(|b| b.acked_at())
                     .filter(|(at, _)| *at == tick)
                     .map(|(_, acked)| control::Backup::Covers {
                         lease,
                         tick,
                         acked: acked.clone(),
                     });
-                let spread = self.bubbles.get(&s.bubble).filter(|b| !b.extra.is_empty());
+                let spread = self.bubbles.get(&s.bubble).filter(|b| !b.extra().is_empty());
                 let chunk = match spread {
                     None => control::Backup::Chunk { lease, tick, index, total, bytes },
                     Some(local) => {
                         let Some(part) = local.servers().position(|n| n == server) else { return };
-                        let parts = 1 + local.extra.len() as u32;
+                        let parts = 1 + local.extra().len() as u32;
                         let part = part as u32;
                         control::Backup::Part { lease, part, parts, tick, index, total, bytes }
                     }
@@ -302,23 +302,23 @@ impl AgentMachine {
             tracing::debug!(site = %self.cfg.site, %server, bubble = update.bubble.0, epoch = update.epoch.0, "update refused: not the bubble's holder under its current epoch");
             return;
         }
-        if local.extra.is_empty() {
-            local.acked_at = Some((update.tick, update.acked.clone()));
+        if local.extra().is_empty() {
+            local.acked(update.tick, update.acked.clone());
         }
-        if now > local.valid_until + WRITE_ALLOWANCE {
+        if now > local.valid_until() + WRITE_ALLOWANCE {
             self.stats.writes_after_lease.fetch_add(1, Ordering::Relaxed);
         }
         let mut deferred = None;
         let mut restored = None;
-        if local.phase == Phase::Restoring {
-            local.phase = Phase::Running;
-            deferred = local.deferred.take().map(|d| (local.lease_ref(), d));
+        if local.phase() == Phase::Restoring {
+            local.running();
+            deferred = local.take_deferred().map(|d| (local.lease_ref(), d));
             tracing::info!(site = %self.cfg.site, bubble = update.bubble.0, tick = update.tick.0, "restored bubble running");
             restored = self.restores.ended(update.bubble);
         }
-        if let Phase::Standby { handover } = local.phase {
+        if let Phase::Standby { handover } = local.phase() {
             // The first update under the new epoch: the target runs. Tell the core.
-            local.phase = Phase::Running;
+            local.running();
             let started = control::Request::Started {
                 handover,
                 bubble: update.bubble,
@@ -341,7 +341,7 @@ impl AgentMachine {
         let Some(local) = self.bubbles.get(&update.bubble) else { return };
         let mut remote: Vec<Name> = Vec::new();
         for (player, _) in &update.acked {
-            if let Some(home) = local.members.get(player)
+            if let Some(home) = local.members().get(player)
                 && home != &self.cfg.site
                 && !remote.contains(home)
             {
@@ -372,7 +372,7 @@ impl AgentMachine {
             return;
         }
         // Another site's player: one copy to their home gateway.
-        let home = self.bubbles.get(&own.bubble).and_then(|local| local.members.get(&own.player));
+        let home = self.bubbles.get(&own.bubble).and_then(|local| local.members().get(&own.player));
         if let Some(site) = home.cloned() {
             self.stream_to(&site, StateItem::Own(own));
         }
@@ -445,7 +445,7 @@ impl AgentMachine {
                 self.answer(job.token, Err(fault));
             }
             let lease = local.lease_ref();
-            if matches!(local.phase, Phase::Running) {
+            if matches!(local.phase(), Phase::Running) {
                 lost.push(moving.unwrap_or(lease));
             }
             for other in local.servers().filter(|s| *s != name) {

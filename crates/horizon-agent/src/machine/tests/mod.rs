@@ -649,7 +649,7 @@ fn a_granted_renewal_counts_from_its_send_and_reaches_the_server_with_its_age() 
         renew[..],
         [(_, server::Request::Renew { sent_ago_ms: 300, ttl_ms: 3_000, .. })]
     ));
-    assert_eq!(h.m.bubbles[&BubbleId(1)].valid_until, sent + Duration::from_millis(3_000));
+    assert_eq!(h.m.bubbles[&BubbleId(1)].valid_until(), sent + Duration::from_millis(3_000));
 }
 
 #[test]
@@ -660,7 +660,7 @@ fn a_regrant_answers_once_every_server_of_the_bubble_took_the_new_epoch() {
     assert!(answers(&out).is_empty(), "waits for the server");
     let out = h.answer_servers(out, done);
     assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
-    assert_eq!(h.m.bubbles[&BubbleId(1)].lease.epoch, Epoch(2));
+    assert_eq!(h.m.bubbles[&BubbleId(1)].lease().epoch, Epoch(2));
 }
 
 #[test]
@@ -728,9 +728,9 @@ fn a_registration_holds_the_source_of_a_handover_not_frozen_yet_but_not_a_sealed
     };
     assert_eq!(held(&mut h), [1], "running");
     let handover = HandoverId(4);
-    h.m.bubbles.get_mut(&BubbleId(1)).unwrap().phase = Phase::Leaving { handover };
+    h.m.bubbles.get_mut(&BubbleId(1)).unwrap().leaving(handover);
     assert_eq!(held(&mut h), [1], "still simulating until the freeze");
-    h.m.bubbles.get_mut(&BubbleId(1)).unwrap().phase = Phase::Sealed { handover };
+    h.m.bubbles.get_mut(&BubbleId(1)).unwrap().sealed(handover);
     assert!(held(&mut h).is_empty(), "sealed: never runs again");
 }
 
@@ -885,7 +885,7 @@ fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
     });
     assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
     let local = &h.m.bubbles[&BubbleId(1)];
-    assert_eq!(local.extra, [n("mtl-gs-1")]);
+    assert_eq!(local.extra(), [n("mtl-gs-1")]);
     assert_eq!(local.server_of(PlayerId(2)), &n("mtl-gs-1"));
     assert_eq!(local.server_of(PlayerId(1)), &n("mtl-gs-0"));
 }
@@ -990,9 +990,9 @@ fn an_overfull_server_cut_from_its_core_gives_its_lighter_region_away_with_every
     assert!(seen.iter().any(|(s, r)| s == "mtl-gs-1"
         && matches!(r, server::Request::Renew { leases, .. } if leases == &[lref(2)])));
     let local = &h.m.bubbles[&BubbleId(2)];
-    assert_eq!(local.server, n("mtl-gs-1"));
-    assert!(local.holder.is_empty() && local.extra.is_empty());
-    assert_eq!(h.m.bubbles[&BubbleId(1)].server, n("mtl-gs-0"), "the heavier stays");
+    assert_eq!(local.server(), &n("mtl-gs-1"));
+    assert!(local.holder().is_empty() && local.extra().is_empty());
+    assert_eq!(h.m.bubbles[&BubbleId(1)].server(), &n("mtl-gs-0"), "the heavier stays");
     assert_eq!(h.m.fleet.get(&n("mtl-gs-0")).unwrap().regions(), [BubbleId(1)]);
     assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 1);
     // Within its settle window, and then under its 4 players, the server gives nothing more.
@@ -1025,7 +1025,7 @@ fn a_move_the_new_server_refuses_is_given_up_and_the_member_list_that_waited_app
         })
         .collect();
     assert_eq!(joined, [("mtl-gs-0".to_owned(), 6)]);
-    assert_eq!(h.m.bubbles[&BubbleId(2)].server, n("mtl-gs-0"));
+    assert_eq!(h.m.bubbles[&BubbleId(2)].server(), &n("mtl-gs-0"));
     assert!(h.m.regroups.is_empty());
     assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
 }
