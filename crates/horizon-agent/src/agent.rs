@@ -45,6 +45,12 @@ const EVENT_QUEUE: usize = 8192;
 /// How often the driver is asked which servers ended.
 const DRIVER_POLL: Duration = Duration::from_millis(200);
 
+/// The time as the machine takes it: a plain `std` instant, read from tokio's clock (so the
+/// shell's tests with a paused clock drive the machine too).
+fn machine_now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
 /// A running agent.
 #[derive(Debug)]
 pub struct AgentHandle {
@@ -183,7 +189,7 @@ pub async fn start(
             .or_else(|| admin_addr.filter(|a| !a.ip().is_unspecified()).map(|a| a.to_string())),
     };
     let shell = Shell {
-        machine: AgentMachine::new(machine_cfg, stats.clone(), Instant::now()),
+        machine: AgentMachine::new(machine_cfg, stats.clone(), machine_now()),
         stats: stats.clone(),
         metrics,
         site: site.clone(),

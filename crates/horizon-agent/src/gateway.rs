@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use horizon_proto::{Blob, BubbleId, Epoch, Name, Seq};
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Inputs kept per player until a stored copy covers them. Beyond it the oldest applied ones are
 /// forgotten (a restore could no longer replay them; counted); if none is applied yet, new
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn inputs_are_kept_after_their_ack_until_a_copy_covers_them() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = routed(t);
         for seq in 1..=5 {
             assert_eq!(s.input(Seq(seq), blob(), t), InputVerdict::Kept { forgot_applied: false });
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn the_timer_resends_only_the_unacknowledged_and_a_new_route_gets_everything_kept() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = routed(t);
         for seq in 1..=4 {
             s.input(Seq(seq), blob(), t);
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn an_update_under_a_newer_epoch_moves_the_route_and_replays_what_the_restore_lacks() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = six_applied_two_covered(t);
         // Restored on PAR from the copy covering seq 2; MTL cannot hear the core.
         let v = s.on_update(BubbleId(7), Epoch(9), Seq(2), &name("PAR"), t);
@@ -397,7 +397,7 @@ mod tests {
     /// on the timer until it applies them.
     #[test]
     fn a_new_bubble_that_applied_less_than_was_acknowledged_gets_the_kept_inputs_again() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = six_applied_two_covered(t);
         assert!(s.set_route(BubbleId(8), name("PAR")));
         assert_eq!(seqs(&s.resend(true, t)), vec![3, 4, 5, 6], "sent on the route change");
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn an_input_over_the_size_limit_is_refused_and_kept_bytes_are_bounded() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = routed(t);
         let big = Blob(vec![0; MAX_INPUT_BYTES + 1]);
         assert_eq!(s.input(Seq(1), big, t), InputVerdict::TooLarge);
@@ -441,7 +441,7 @@ mod tests {
 
     #[test]
     fn kept_inputs_are_bounded_forgetting_applied_ones_first() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = routed(t);
         for seq in 1..=MAX_KEPT as u64 {
             s.input(Seq(seq), blob(), t);
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_silent_route_is_noticed_once_per_silence() {
-        let t = Instant::now();
+        let t = tokio::time::Instant::now().into_std();
         let mut s = routed(t);
         assert!(!s.stalled(t + STALL_NOTICE / 2));
         assert!(s.stalled(t + STALL_NOTICE));
@@ -469,7 +469,7 @@ mod tests {
 
     #[test]
     fn each_input_is_timed_once_from_the_gateway_to_the_update_that_acknowledges_it() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let mut s = routed(t0);
         for seq in 1..=3 {
             s.input(Seq(seq), blob(), t0 + Duration::from_millis(10 * seq));
@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_change_of_bubble_is_measured_once_as_the_gap_between_the_two_bubbles_updates() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let mut s = routed(t0);
         assert_eq!(s.take_crossed(), None, "the first bubble is no crossing");
         assert!(s.set_route(BubbleId(8), name("PAR")));
@@ -506,7 +506,7 @@ mod tests {
 
     #[test]
     fn a_move_to_a_new_holder_is_measured_once_as_the_gap_in_updates() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let mut s = PlayerSession::new(t0);
         s.set_route(BubbleId(7), name("MTL"));
         let mtl = name("MTL");

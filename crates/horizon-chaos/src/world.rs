@@ -45,7 +45,7 @@ use horizon_proto::{
 };
 use horizon_sdk::reference::{self, Reference, View};
 use horizon_sdk::{Counters, OwnState, ServerMachine};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::checks::{Checker, LIVENESS_S, ROUTE_ROUND_S, update_of};
 use crate::faults::{Direction, Fault, SITES, Timed};
@@ -555,6 +555,12 @@ impl World {
 
     fn instant(&self, site: usize) -> Instant {
         self.origin + Duration::from_micros(self.clocks[site].local(self.now))
+    }
+
+    /// [`World::instant`] as the game-server SDK takes it (tokio's type: its shells run on a
+    /// paused tokio clock in their tests).
+    fn server_instant(&self, site: usize) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.instant(site))
     }
 
     fn local_us(&self, site: usize) -> u64 {

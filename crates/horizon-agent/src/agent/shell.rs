@@ -17,12 +17,12 @@ impl Shell {
             tokio::select! {
                 _ = stop.changed() => break,
                 Some(event) = events.recv() => self.event(event),
-                _ = tokio::time::sleep_until(deadline) => {
-                    self.machine.handle_timeout(Instant::now());
+                _ = tokio::time::sleep_until(Instant::from_std(deadline)) => {
+                    self.machine.handle_timeout(machine_now());
                 }
                 _ = driver_poll.tick() => {
                     for (server, why) in self.driver.poll_ended() {
-                        self.machine.handle(Input::ServerEnded { server, why }, Instant::now());
+                        self.machine.handle(Input::ServerEnded { server, why }, machine_now());
                     }
                 }
             }
@@ -51,7 +51,7 @@ impl Shell {
     }
 
     fn feed(&mut self, input: Input) {
-        self.machine.handle(input, Instant::now());
+        self.machine.handle(input, machine_now());
     }
 
     fn event(&mut self, event: Event) {

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use horizon_proto::{BubbleId, Name};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{ConnId, Token};
 
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn starting_servers_count_as_spare_until_they_register_or_are_late() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let mut fleet = Fleet::default();
         let a = fleet.start(&n("MTL"), t0);
         let b = fleet.start(&n("MTL"), t0 + Duration::from_secs(10));
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn idle_servers_beyond_the_pool_stop_longest_idle_first_after_the_wait() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let after = Duration::from_secs(30);
         let mut fleet = Fleet::default();
         for (i, s) in ["gs-0", "gs-1", "gs-2"].into_iter().enumerate() {
@@ -376,7 +376,7 @@ mod tests {
 
     #[test]
     fn an_overfull_server_is_due_after_the_wait_and_not_again_within_the_settle() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let (after, settle) = (Duration::from_secs(10), Duration::from_secs(15));
         let at = |s| t0 + Duration::from_secs(s);
         let mut fleet = Fleet::default();

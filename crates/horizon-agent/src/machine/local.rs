@@ -11,7 +11,7 @@ use horizon_proto::control;
 use horizon_proto::{
     BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick,
 };
-use tokio::time::Instant;
+use std::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_lease_runs_to_its_latest_renewal_and_stops_at_a_refusal() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let mut b = local(t0);
         assert_eq!(b.valid_until(), t0 + Duration::from_secs(10));
         b.renewed(t0 + Duration::from_secs(5));
@@ -390,7 +390,7 @@ mod tests {
 
     #[test]
     fn a_deferred_list_keeps_the_newest_members_and_every_departure_once() {
-        let mut b = local(Instant::now());
+        let mut b = local(tokio::time::Instant::now().into_std());
         b.defer(vec![member(1), member(2)], vec![departure(3, 7)]);
         b.defer(vec![member(2)], vec![departure(3, 8), departure(1, 7)]);
         let (members, departed) = b.take_deferred().expect("deferred");
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn spread_over_fewer_servers_brings_their_members_back_to_part_zero() {
-        let mut b = local(Instant::now());
+        let mut b = local(tokio::time::Instant::now().into_std());
         b.spread_over(&[n("gs-0"), n("gs-1"), n("gs-2")]);
         b.held_on(PlayerId(1), n("gs-1"));
         b.held_on(PlayerId(2), n("gs-2"));
@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_regrant_or_a_move_to_another_server_runs_under_the_new_lease() {
-        let t0 = Instant::now();
+        let t0 = tokio::time::Instant::now().into_std();
         let mut b = local(t0);
         b.acked(Tick(5), vec![(PlayerId(1), Seq(3))]);
         b.leaving(HandoverId(2));
@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn a_new_member_list_replaces_the_old_one() {
-        let mut b = local(Instant::now());
+        let mut b = local(tokio::time::Instant::now().into_std());
         b.joined(PlayerId(1), n("MTL"));
         let new = BTreeMap::from([(PlayerId(2), n("PAR"))]);
         let old = b.replace_members(new);

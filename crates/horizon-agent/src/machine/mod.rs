@@ -28,7 +28,7 @@ use horizon_proto::{
     Inputs, Lease, LeaseRef, MAX_OWN_BYTES, Name, Own, PlayerId, Region, Role, Seq, StateItem,
     Tick, Update, Vec3, WorldId,
 };
-use tokio::time::Instant;
+use std::time::Instant;
 
 mod bubbles;
 mod carve;

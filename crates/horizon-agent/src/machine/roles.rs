@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use horizon_proto::{BubbleId, HandoverId, Name};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{RESTORE_DEADLINE, Token};
 
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_restore_not_running_by_its_deadline_is_late_once() {
-        let (mut r, now) = (Restores::default(), Instant::now());
+        let (mut r, now) = (Restores::default(), tokio::time::Instant::now().into_std());
         r.waiting(BubbleId(9), now, 5);
         assert!(r.is_waiting(BubbleId(9)));
         assert!(r.late(now + RESTORE_DEADLINE).is_empty(), "at the deadline: still in time");

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use horizon_proto::{Blob, BubbleId, Name, PlayerId, Seq, control, transfer};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{
     AWAIT_DEADLINE, CROSSING_BACKOFF, CROSSING_DEADLINE, CROSSING_KEEP, CROSSING_RETRY,
@@ -382,7 +382,7 @@ mod tests {
 
     #[test]
     fn of_two_stashed_states_the_one_that_applied_more_inputs_is_kept_and_the_stash_is_bounded() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         assert!(t.stash(P, BubbleId(2), Seq(5), &Blob::default(), now));
         assert!(t.stash(P, BubbleId(2), Seq(3), &Blob::default(), now), "older: not kept");
         assert_eq!(t.unstash(P, BubbleId(2)).map(|(s, _)| s), Some(Seq(5)));
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_state_reaching_a_bubble_its_player_left_goes_on_once_unless_expected_or_back() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.forward_later(P, BubbleId(2), departure(4, "MTL"), now);
         assert_eq!(t.forward_from(P, BubbleId(2), true), None, "expected there: stays");
         assert_eq!(t.forward_from(P, BubbleId(2), false).map(|d| d.to.bubble), Some(BubbleId(4)));
@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn a_crossing_is_sent_until_taken_then_kept_delivered_and_follows_its_bubble_when_redirected() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.send(P, name("PAR"), cross(2, 9), now);
         assert_eq!(t.due(P, now).map(|(site, _)| site), Some(name("PAR")));
         t.sent(P, now);
@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_crossing_taken_here_leaves_the_one_that_replaced_it_on_its_way() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.send(P, name("MTL"), cross(2, 9), now);
         t.taken_here(P, cross(2, 9), now);
         assert!(!t.sending(P) && t.holds(P), "taken: kept delivered");
@@ -442,7 +442,7 @@ mod tests {
 
     #[test]
     fn an_unanswered_crossing_is_sent_again_and_given_up_at_its_deadline() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.send(P, name("PAR"), cross(2, 9), now);
         t.sent(P, now);
         let (lost, retry) = t.deadlines(now + CROSSING_RETRY - Duration::from_millis(1));
@@ -457,7 +457,7 @@ mod tests {
 
     #[test]
     fn a_route_into_the_bubble_a_state_was_delivered_to_sends_it_and_another_marks_it_moved_on() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.keep_delivered(P, cross(2, 9), now);
         assert!(t.follows(P, BubbleId(2)), "the player's bubble was restored: the state follows");
         assert!(!t.follows(P, BubbleId(5)), "the player moved on: not on a route");
@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn a_member_whose_state_never_comes_is_no_longer_awaited_after_the_deadline() {
-        let (mut t, now) = (Transit::default(), Instant::now());
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.await_state(P, BubbleId(2), now);
         assert!(t.awaits(P, BubbleId(2)) && !t.awaits(P, BubbleId(3)));
         assert!(t.overdue(now).is_empty());

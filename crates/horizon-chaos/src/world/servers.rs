@@ -67,7 +67,7 @@ impl World {
             }
             return;
         }
-        let now = self.instant(site);
+        let now = self.server_instant(site);
         let Some(s) = self.servers[site].get_mut(&server) else { return };
         match what {
             ToServer::Item(item) => {
@@ -118,7 +118,7 @@ impl World {
     }
 
     pub(super) fn server_tick(&mut self, site: usize, server: &str, inc: u64) {
-        let now = self.instant(site);
+        let now = self.server_instant(site);
         let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
         s.machine.tick(now);
         self.server_items(site, server, inc);
@@ -130,7 +130,7 @@ impl World {
 
     /// The load report, then where the game put the players of each region it runs.
     pub(super) fn server_second(&mut self, site: usize, server: &str, inc: u64) {
-        let now = self.instant(site);
+        let now = self.server_instant(site);
         let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
         let mut requests = vec![s.machine.load()];
         requests.extend(s.machine.positions(now));

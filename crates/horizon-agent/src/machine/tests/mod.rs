@@ -56,7 +56,7 @@ impl Harness {
             server_tick: Duration::from_millis(33),
             advertise_admin: None,
         };
-        let now = Instant::now();
+        let now = tokio::time::Instant::now().into_std();
         let m = AgentMachine::new(cfg, Arc::new(AgentStats::default()), now);
         Harness { m, now, next_token: 0, next_conn: 0 }
     }
