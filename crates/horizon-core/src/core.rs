@@ -224,7 +224,8 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let stopped = async move {
         let _ = admin_stop.changed().await;
     };
-    let registry = machine.registry();
+    let metrics = crate::metrics::Metrics::new(&cfg.sites, machine.stats());
+    let registry = metrics.registry.clone();
     leader_gauge(&registry, Some(generation));
     let access = horizon_admin::Access::from_env(admin_addr);
     tokio::spawn(horizon_admin::serve(
@@ -248,6 +249,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let shell = Shell {
         sites: cfg.sites.clone(),
         machine,
+        metrics,
         writer: Some(writer),
         barrier: Barrier::default(),
         started: Instant::now(),
@@ -418,6 +420,9 @@ struct AgentConn {
 struct Shell {
     sites: horizon_mesh::Sites,
     machine: CoreMachine,
+    /// The registry's own measurements (the tick's wall time); the machine's figures are read
+    /// from its stats at each scrape.
+    metrics: crate::metrics::Metrics,
     /// The store, on its thread (`None` once closed).
     writer: Option<Writer>,
     /// The machine's effects not carried out yet (they wait behind a write).
@@ -460,7 +465,7 @@ impl Shell {
                 _ = tokio::time::sleep_until(next) => {
                     let t0 = Instant::now();
                     self.machine.handle_timeout(self.now());
-                    self.machine.record_tick(t0.elapsed().as_secs_f64());
+                    self.metrics.record_tick(t0.elapsed().as_secs_f64());
                     self.machine.refresh_gauges();
                 }
             }

@@ -22,6 +22,7 @@ mod config;
 mod core;
 pub mod machine;
 mod metrics;
+mod stats;
 pub mod status;
 pub mod store;
 mod writer;

@@ -135,7 +135,7 @@ impl CoreMachine {
             r.site() == site && r.epoch() == c.lease.epoch.0 && r.settled() && cut
         });
         if !current || c.total == 0 || c.total > MAX_BACKUP_CHUNKS || c.index >= c.total {
-            self.metrics.backups_refused.inc(site.index());
+            self.stats.backups_refused.inc(site.index());
             return;
         }
         let key = (bubble, c.lease.epoch.0, c.tick, c.part.map_or(u32::MAX, |p| p.0));
@@ -143,7 +143,7 @@ impl CoreMachine {
             Added::Whole(bytes) => bytes,
             Added::Waiting => return,
             Added::Refused => {
-                self.metrics.backups_refused.inc(site.index());
+                self.stats.backups_refused.inc(site.index());
                 return;
             }
         };
@@ -186,7 +186,7 @@ impl CoreMachine {
                 self.assembling.stored_whole.remove(&bubble);
             }
         }
-        self.metrics.backups.inc(site.index());
+        self.stats.backups.inc(site.index());
         self.effects.push_back(Effect::PutBackup { bubble, epoch, tick, part: c.part, bytes });
     }
 

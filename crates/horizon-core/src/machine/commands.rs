@@ -20,7 +20,7 @@ impl CoreMachine {
             match command {
                 Command::Create { bubble, site, world, bounds, epoch, .. } => {
                     self.host(bubble, site, world, bounds, epoch.0, now);
-                    self.metrics.bubbles_created.inc(site.index());
+                    self.stats.bubbles_created.inc(site.index());
                 }
                 Command::Move { bubble, from, to, epoch, reason, .. } => {
                     if reason == MoveReason::Failover {
@@ -54,12 +54,12 @@ impl CoreMachine {
                 } => {
                     self.resize(zone, bounds);
                     self.host(new_zone, site, world, new_bounds, new_epoch.0, now);
-                    self.metrics.zone_changed(true);
+                    self.stats.zone_changed(true);
                 }
                 Command::ZoneMerge { into, from, bounds, .. } => {
                     self.resize(into, bounds);
                     revokes.push(from);
-                    self.metrics.zone_changed(false);
+                    self.stats.zone_changed(false);
                 }
                 Command::Stalled { bubble, site, .. } => {
                     tracing::error!(bubble = bubble.0, site = %self.cfg.sites.name(site), "bubble stalled: its lease expired");

@@ -297,7 +297,7 @@ impl CoreMachine {
             epoch: Epoch(epoch),
             ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,
         };
-        self.metrics.restore(site, copy.kind());
+        self.stats.restore(site, copy.kind());
         let restore =
             copy.restore(lease, Region { world: WorldId(e.world), bounds: Some(e.bounds) });
         tracing::info!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, players = departures.len(), "draining an ended bubble from its copy");
@@ -348,7 +348,7 @@ impl CoreMachine {
                     players = departed.len(),
                     "drained: its players' states cross on"
                 );
-                self.metrics.drains.inc(site.index());
+                self.stats.drains.inc(site.index());
                 self.order(
                     site,
                     control::Request::Members { lease, players: Vec::new(), departed },

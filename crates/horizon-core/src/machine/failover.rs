@@ -20,7 +20,7 @@ use horizon_proto::control;
 use horizon_proto::{Blob, BubbleId, Failure, LeaseRef, PlayerId, Region, WorldId};
 
 use super::{Adoption, Awaiting, CopyAt, CoreMachine, Effect, StoredCopy};
-use crate::metrics::FailoverReason;
+use crate::stats::FailoverReason;
 
 impl CoreMachine {
     /// The brain failed `bubble` over from `from` to `to` under `epoch`.
@@ -37,7 +37,7 @@ impl CoreMachine {
         reg.restoring_at(to, epoch);
         self.forget_handover(bubble);
         let reason = self.loss.remove(&bubble).unwrap_or(FailoverReason::LeaseExpired);
-        self.metrics.failover(to, reason);
+        self.stats.failover(to, reason);
         self.persist_lease(bubble);
         // The old holder, if it can hear us, stops at once (it stopped by its own clock
         // anyway, or its server is gone).
@@ -63,7 +63,7 @@ impl CoreMachine {
             tracing::warn!(bubble = bubble.0, "no copy in the backup: restored empty");
             StoredCopy { epoch: 0, tick: 0, bytes: Vec::new(), parts: Vec::new() }
         });
-        self.metrics.restore(site, copy.kind());
+        self.stats.restore(site, copy.kind());
         let text = match copy.kind() {
             "none" => format!(
                 "{} restored on {} with no copy in the backup: it starts empty.",
@@ -184,7 +184,7 @@ impl CoreMachine {
         if players.is_empty() {
             return;
         }
-        self.metrics.adoptions.inc(reg.site().index());
+        self.stats.adoptions.inc(reg.site().index());
         let lease = reg.lease_ref(adopt.bubble);
         let site = reg.site();
         self.order(site, control::Request::Adopt { lease, players, copy: Blob(copy) });

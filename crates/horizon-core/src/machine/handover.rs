@@ -11,7 +11,7 @@
 //!  renewed: its lease runs out and the brain fails the bubble over (restore from the backup)
 //! ```
 
-use crate::metrics::HandoverOutcome;
+use crate::stats::HandoverOutcome;
 use crate::status::EventKind;
 use std::collections::BTreeSet;
 
@@ -162,7 +162,7 @@ impl CoreMachine {
         let Some(players) = self.registry.get(&bubble).map(|r| r.members().len()) else { return };
         if !self.agents.has(from) || !self.agents.has(to) {
             tracing::warn!(bubble = bubble.0, "handover abandoned: it needs both agents connected");
-            self.metrics.handover(from, to, HandoverOutcome::Abandoned, None);
+            self.stats.handover(from, to, HandoverOutcome::Abandoned, None);
             self.abandon_move(bubble, from, epoch, now);
             return;
         }
@@ -300,7 +300,7 @@ impl CoreMachine {
             HandoverPhase::Frozen { at } => Some(now.since(at).as_secs_f64() * 1000.0),
             _ => None,
         };
-        self.metrics.handover(ho.from, ho.to, HandoverOutcome::Committed, Some(total));
+        self.stats.handover(ho.from, ho.to, HandoverOutcome::Committed, Some(total));
         let homes: Vec<SiteId> = self
             .registry
             .get(&bubble)
@@ -353,7 +353,7 @@ impl CoreMachine {
             self.cfg.sites.name(ho.from)
         );
         self.note(now, EventKind::Handover, Some(ho.bubble), text);
-        self.metrics.handover(ho.from, ho.to, HandoverOutcome::Abandoned, None);
+        self.stats.handover(ho.from, ho.to, HandoverOutcome::Abandoned, None);
         let abort = control::Request::Abort { handover: h, reason: why.to_owned() };
         self.order(ho.to, abort.clone());
         self.order(ho.from, abort);
@@ -402,7 +402,7 @@ impl CoreMachine {
             }
             if let Some(h) = self.handovers.get_mut(&id) {
                 h.given_up = true;
-                self.metrics.handover(h.from, h.to, HandoverOutcome::GivenUp, None);
+                self.stats.handover(h.from, h.to, HandoverOutcome::GivenUp, None);
                 given_up.push((h.bubble, h.from, h.to));
                 tracing::error!(
                     handover = id.0,

@@ -38,10 +38,11 @@ use horizon_proto::{
     BubbleId, Epoch, ErrorCode, Failure, Fault, HandoverId, Lease, LeaseRef, Name, PlayerId,
 };
 
-use crate::metrics::{FailoverReason, Metrics};
+use crate::stats::{CoreStats, FailoverReason};
 pub use crate::store::StoredCopy;
 use crate::store::{Record, StoreState};
 use handover::{Handover, HandoverPhase};
+use std::sync::Arc;
 
 /// Decisions kept for `/status` (`recent_decisions`).
 const RECENT_DECISIONS: usize = 200;
@@ -217,7 +218,8 @@ pub struct CoreMachine {
     pub(crate) assembling: backup::Assembly,
     /// Metadata of the copies in the store (the bytes stay in the store).
     pub(crate) stored: BTreeMap<u64, crate::store::StoredBackup>,
-    pub(crate) metrics: Metrics,
+    /// What the core counts: plain atomics the metrics read at each scrape (`stats.rs`).
+    pub(crate) stats: Arc<CoreStats>,
     /// The first player id not handed out yet.
     next_player: u64,
     /// Who was handed which player ids (see `reports.rs`).
@@ -271,7 +273,7 @@ impl CoreMachine {
             mesh.handle_site_link(site, false);
         }
         let mut machine = CoreMachine {
-            metrics: Metrics::new(&cfg.sites),
+            stats: Arc::new(CoreStats::new(cfg.sites.len())),
             cfg,
             mesh,
             generation,
@@ -343,7 +345,7 @@ impl CoreMachine {
                 tracing::info!("every delegation's region runs on its site");
             }
             self.delegations_waiting = waiting;
-            self.metrics.delegations_waiting.set(i64::from(waiting));
+            self.stats.delegations_waiting.set(u64::from(waiting));
         }
     }
 
@@ -364,8 +366,8 @@ impl CoreMachine {
         for s in self.cfg.sites.ids() {
             let home =
                 status.by_home.get(self.cfg.sites.name(s).as_str()).copied().unwrap_or_default();
-            self.metrics.players_measured.set(s.index(), home.players);
-            self.metrics.players_would_gain.set(s.index(), home.would_gain);
+            self.stats.players_measured.set(s.index(), home.players);
+            self.stats.players_would_gain.set(s.index(), home.would_gain);
         }
     }
 
@@ -391,12 +393,6 @@ impl CoreMachine {
         let mesh = &self.mesh;
         let gone = self.keep.forget_unless(|p| mesh.player(p).is_some());
         self.effects.extend(gone.into_iter().map(|at| Effect::UnpinBackup { at }));
-    }
-
-    /// The shell measured the last [`CoreMachine::handle_timeout`] that ran a tick.
-    pub fn record_tick(&mut self, seconds: f64) {
-        self.metrics.ticks.inc();
-        self.metrics.tick_seconds.observe(seconds);
     }
 
     /// Takes one input.
@@ -430,7 +426,7 @@ impl CoreMachine {
             Input::OrderDone { order, result } => self.order_done(order, result, now),
             Input::BackupRead { bubble, copy } => self.backup_read(bubble, copy, now),
             Input::PinnedRead { adopt, copy } => self.pinned_read(adopt, copy),
-            Input::StoreFailed => self.metrics.store_failures.inc(),
+            Input::StoreFailed => self.stats.store_failures.inc(),
         }
     }
 
@@ -474,7 +470,7 @@ impl CoreMachine {
                     return Ok(control::Reply::Done);
                 };
                 if h.from != site && h.to != site {
-                    self.metrics.refused(site, "handover_not_its_own");
+                    self.stats.refused(site, "handover_not_its_own");
                     let why = format!(
                         "site {} takes no part in handover {}",
                         self.cfg.sites.name(site),
@@ -514,7 +510,7 @@ impl CoreMachine {
                     now,
                 );
                 for _ in 0..refused {
-                    self.metrics.refused(site, "probe_table");
+                    self.stats.refused(site, "probe_table");
                 }
                 Ok(control::Reply::Done)
             }
@@ -563,7 +559,7 @@ impl CoreMachine {
 
     fn send(&mut self, site: SiteId, lane: Lane, request: control::Request) -> Option<OrderId> {
         let Some(agent) = self.agents.get(site) else {
-            self.metrics.order_failures.inc(site.index());
+            self.stats.order_failures.inc(site.index());
             tracing::warn!(site = %self.cfg.sites.name(site), order = horizon_proto::Message::kind(&request), "order for a site without agent dropped");
             return None;
         };
@@ -581,7 +577,7 @@ impl CoreMachine {
             Some(Awaiting::Create(bubble)) => {
                 if let Err(why) = result {
                     tracing::debug!(bubble = bubble.0, %why, "create failed");
-                    self.metrics.order_failures.inc(0);
+                    self.stats.order_failures.inc(0);
                 }
                 self.created(bubble);
             }
@@ -589,7 +585,7 @@ impl CoreMachine {
                 if let Err(why) = result {
                     // The shell logs which order; the count is per core (the site is in the log).
                     tracing::debug!(%why, "order failed");
-                    self.metrics.order_failures.inc(0);
+                    self.stats.order_failures.inc(0);
                 }
             }
         }
@@ -657,9 +653,9 @@ impl CoreMachine {
                 _ => refused.push(*l),
             }
         }
-        self.metrics.renewals.inc(site.index());
+        self.stats.renewals.inc(site.index());
         self.granted(granted.len());
-        self.metrics.leases_refused.add(site.index(), refused.len() as u64);
+        self.stats.leases_refused.add(site.index(), refused.len() as u64);
         control::Reply::Renewed {
             ttl_ms: self.cfg.thresholds.lease_ttl_ms as u32,
             granted,

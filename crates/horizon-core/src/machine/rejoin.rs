@@ -7,7 +7,7 @@ use horizon_proto::{BubbleId, Epoch, LeaseRef};
 
 use super::CoreMachine;
 use super::registry::Hosted;
-use crate::metrics::FailoverReason;
+use crate::stats::FailoverReason;
 use crate::store::{Record, StoreState};
 
 impl CoreMachine {

@@ -97,7 +97,7 @@ impl CoreMachine {
                 continue;
             }
             if !self.ids.owns(site, p.sample.player) {
-                self.metrics.refused(site, "player_id_not_its_own");
+                self.stats.refused(site, "player_id_not_its_own");
                 continue;
             }
             let j = &p.sample;
@@ -144,11 +144,11 @@ impl CoreMachine {
                 r.site() == site && r.epoch() == region.lease.epoch.0 && !r.restoring()
             });
             let Some(r) = holder else {
-                self.metrics.refused(site, "positions_not_its_region");
+                self.stats.refused(site, "positions_not_its_region");
                 continue;
             };
             if region.players.len() > MAX_POSITIONS {
-                self.metrics.refused(site, "too_many_positions");
+                self.stats.refused(site, "too_many_positions");
                 continue;
             }
             let world = Some(horizon_mesh::WorldId(r.world()));
@@ -179,7 +179,7 @@ impl CoreMachine {
     ) {
         for j in joins {
             if !self.ids.owns(site, j.player) {
-                self.metrics.refused(site, "player_id_not_its_own");
+                self.stats.refused(site, "player_id_not_its_own");
                 tracing::warn!(site = %self.cfg.sites.name(site), player = j.player.0, "a join of a player id not handed to this site: refused");
                 continue;
             }
@@ -196,7 +196,7 @@ impl CoreMachine {
         self.carry_out_commands(now);
         for p in players {
             if !self.homed_at(p.player, site) {
-                self.metrics.refused(site, "not_its_player");
+                self.stats.refused(site, "not_its_player");
                 continue;
             }
             // What a client claims of its place (`pos`, `vel`, `world`) is never read: players
@@ -210,7 +210,7 @@ impl CoreMachine {
         }
         for l in leaves {
             if !self.homed_at(*l, site) {
-                self.metrics.refused(site, "not_its_player");
+                self.stats.refused(site, "not_its_player");
                 continue;
             }
             let _ = self.mesh.handle_leave(*l);
@@ -223,9 +223,9 @@ impl CoreMachine {
             {
                 let rtt = f64::from(rtt);
                 match self.mesh.handle_backbone_rtt(site, other, rtt) {
-                    Ok(()) => self.metrics.backbone(site, other, rtt),
+                    Ok(()) => self.stats.backbone(site, other, rtt),
                     Err(floor) => {
-                        self.metrics.below_floor(site, other);
+                        self.stats.below_floor(site, other);
                         tracing::debug!(from = %self.site_name(site), to = %self.site_name(other), rtt_ms = rtt, floor_ms = floor, "a backbone round trip below its physical floor: not used");
                     }
                 }

@@ -1,5 +1,5 @@
-//! The status document (`/status`) and the gauges refreshed before `/metrics` is rendered:
-//! read-only views of the machine.
+//! The status document (`/status`) and the gauges the metrics read (`stats.rs`), refreshed
+//! after every step of the shell's loop: read-only views of the machine.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,7 +8,7 @@ use horizon_proto::PlayerId;
 
 use super::CoreMachine;
 use super::registry::Hosted;
-use crate::metrics::HandoverOutcome;
+use crate::stats::HandoverOutcome;
 use crate::status::{
     BubbleStatus, Candidate, Change, CoreStatus, Explain, GroupStatus, HandoverCounts,
     PlayerStatus, PoolBounds, RegionLife, Rules, ServerStatus, SiteStatus, StaleRefused,
@@ -19,21 +19,15 @@ use crate::status::{
 const STATUS_GROUPS: usize = 500;
 
 impl CoreMachine {
-    /// The exposition text served at `/metrics`.
-    pub fn metrics_text(&mut self) -> String {
-        self.refresh_gauges();
-        horizon_admin::render(&self.metrics.registry)
-    }
-
-    /// The core's metrics registry (rendered by the admin API; gauges refreshed by
+    /// What the core counts, read by its metrics at each scrape (gauges refreshed by
     /// [`CoreMachine::refresh_gauges`]).
-    pub fn registry(&self) -> prometheus::Registry {
-        self.metrics.registry.clone()
+    pub(crate) fn stats(&self) -> std::sync::Arc<crate::stats::CoreStats> {
+        self.stats.clone()
     }
 
     /// Zone splits and merges this core carried out: `(splits, merges)`.
     pub fn zone_changes(&self) -> (u64, u64) {
-        self.metrics.zone_changes()
+        self.stats.zone_changes()
     }
 
     /// Sets the gauges from the registry and the agents' reports (after every step of the
@@ -53,19 +47,19 @@ impl CoreMachine {
         for p in self.mesh.unsimulated().filter(|p| self.placed_in(p.id).is_none()) {
             unsimulated[p.home.index()] += 1;
         }
-        self.metrics.zones.set(self.mesh.zones().count() as i64);
+        self.stats.zones.set(self.mesh.zones().count() as u64);
         for s in self.cfg.sites.ids() {
             let i = s.index();
-            self.metrics.bubbles.set(i, bubbles[i]);
-            self.metrics.players.set(i, players[i]);
-            self.metrics.players_simulated.set(i, simulated[i]);
-            self.metrics.unsimulated.set(i, unsimulated[i]);
+            self.stats.bubbles.set(i, bubbles[i]);
+            self.stats.players.set(i, players[i]);
+            self.stats.players_simulated.set(i, simulated[i]);
+            self.stats.unsimulated.set(i, unsimulated[i]);
             let agent = self.agents.get(s);
-            self.metrics.agent_connected.set(i, u64::from(agent.is_some()));
+            self.stats.agent_connected.set(i, u64::from(agent.is_some()));
             let servers = agent.map_or(&[][..], |a| &a.servers[..]);
             let ready = servers.iter().filter(|s| s.ready).count() as u64;
             let busy = servers.iter().filter(|s| !s.bubbles.is_empty()).count() as u64;
-            self.metrics.servers(s, ready, busy);
+            self.stats.servers(s, ready, busy);
         }
     }
 
@@ -257,10 +251,9 @@ impl CoreMachine {
                 latency_ms: self.mesh.latency_of(p.id),
             })
             .collect();
-        let ended = |o| self.metrics.handovers_ended(o);
-        let per_site = |c: &crate::metrics::PerSite<prometheus::IntCounter>| {
-            self.cfg.sites.ids().map(|s| c.get(s.index())).sum::<u64>()
-        };
+        let ended = |o| self.stats.handovers_ended(o);
+        let per_site =
+            |c: &crate::stats::PerSite| self.cfg.sites.ids().map(|s| c.get(s.index())).sum::<u64>();
         let (links, routes) = self.links_status();
         CoreStatus {
             core: name(self.cfg.sites.core()),
@@ -276,16 +269,16 @@ impl CoreMachine {
                 in_flight: self.handovers_in_flight(),
             },
             stale_refused: StaleRefused {
-                copies: per_site(&self.metrics.backups_refused),
-                renewals: per_site(&self.metrics.leases_refused),
+                copies: per_site(&self.stats.backups_refused),
+                renewals: per_site(&self.stats.leases_refused),
             },
             failovers: self
                 .cfg
                 .sites
                 .ids()
-                .map(|s| (name(s), self.metrics.failovers_to(s)))
+                .map(|s| (name(s), self.stats.failovers_to(s)))
                 .collect(),
-            restores: self.metrics.restores_by_copy(),
+            restores: self.stats.restores_by_copy(),
             sites,
             bubbles,
             zones: self
@@ -308,7 +301,7 @@ impl CoreMachine {
                 })
                 .collect(),
             zone_changes: {
-                let (splits, merges) = self.metrics.zone_changes();
+                let (splits, merges) = self.stats.zone_changes();
                 ZoneChanges { splits, merges }
             },
             groups: self.groups(page.private),

@@ -6,7 +6,7 @@ use horizon_mesh::{Command, CreateReason, DeleteReason, LoadReason, MoveReason, 
 use horizon_proto::BubbleId;
 
 use super::CoreMachine;
-use crate::metrics::FailoverReason;
+use crate::stats::FailoverReason;
 use crate::status::{EventKind, TimelineEvent};
 
 /// Events kept for `/status`.

@@ -149,7 +149,7 @@ fn a_bubble_restored_from_a_copy_without_a_member_adopts_it_from_the_copy_kept_f
         orders,
         vec![("PAR".to_string(), at_par, vec![PlayerId(3)], horizon_proto::Blob(vec![10; 8]))]
     );
-    assert_eq!(h.core.metrics.adoptions.get(h.site("PAR").index()), 1);
+    assert_eq!(h.core.stats.adoptions.get(h.site("PAR").index()), 1);
     // A copy of the Paris bubble holding the Hongkonger releases the kept one.
     let (_, _, epoch) = h.hosted(3);
     copy_of(&mut h, "PAR", at_par, epoch, 30, &[(3, 9), (4, 5)]);
