@@ -2,6 +2,7 @@
 //! until it is taken (retried, redirected when the target bubble moves, kept a while after
 //! delivery), sent on from a bubble the player has left, and the deadlines of each.
 
+use super::peers::Took;
 use super::*;
 
 impl AgentMachine {
@@ -28,7 +29,10 @@ impl AgentMachine {
             match self.take_crossing(&request, now) {
                 // Taken, or kept until its bubble says the player comes: either way, kept in
                 // case that bubble is restored from a copy without them.
-                Ok(_) => self.transit.keep_delivered(player, request, now),
+                Ok(Took::Joined | Took::Kept) => self.transit.keep_delivered(player, request, now),
+                // Sent on: the crossing that carried it on keeps it, as delivered where it went
+                // (or on its way there), not this one into a bubble the player left.
+                Ok(Took::SentOn) => {}
                 Err(fault) => {
                     tracing::warn!(player = player.0, %fault, "crossing within the site lost")
                 }
@@ -48,8 +52,11 @@ impl AgentMachine {
         if let transfer::Request::Cross { to, .. } = &request
             && self.bubbles.get(to).is_some_and(|b| b.phase() == Phase::Running)
         {
-            if self.take_crossing(&request, now) == Ok(true) {
-                self.transit.taken_here(player, request, now);
+            match self.take_crossing(&request, now) {
+                Ok(Took::Joined) => self.transit.taken_here(player, request, now, true),
+                // The crossing that carried it on keeps it (see `cross`).
+                Ok(Took::SentOn) => self.transit.taken_here(player, request, now, false),
+                Ok(Took::Kept) | Err(_) => {}
             }
             return;
         }

@@ -2,6 +2,18 @@
 
 use super::*;
 
+/// What became of a state crossing into a bubble here ([`AgentMachine::take_crossing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Took {
+    /// Joined into the bubble, which expected the player.
+    Joined,
+    /// The player left that bubble before it came: kept here, and sent on to where they went
+    /// (a crossing of its own, which keeps what it sent).
+    SentOn,
+    /// Kept until the core says the player comes.
+    Kept,
+}
+
 impl AgentMachine {
     pub(super) fn peer_up(&mut self, site: Name, conn: ConnId, now: Instant) {
         tracing::info!(site = %self.cfg.site, peer = %site, "transfer link up");
@@ -118,7 +130,7 @@ impl AgentMachine {
                 Ok(transfer::Reply::Accepted { from_tick: Tick(0) })
             }
             transfer::Request::Cross { player, to, .. } => {
-                if self.take_crossing(request, now)? {
+                if self.take_crossing(request, now)? != Took::Kept {
                     Ok(transfer::Reply::Done)
                 } else {
                     // Kept, and used as soon as the core says the player comes; the sender
@@ -133,16 +145,16 @@ impl AgentMachine {
         }
     }
 
-    /// A player's state crossing into a bubble here: joined now if the core already said so
-    /// (`true`), else kept until it does (`false`).
+    /// A player's state crossing into a bubble here: joined now if the core already said so,
+    /// sent on if the player left that bubble since, else kept until the core says so.
     pub(super) fn take_crossing(
         &mut self,
         request: &transfer::Request,
         now: Instant,
-    ) -> Result<bool, Fault> {
+    ) -> Result<Took, Fault> {
         let transfer::Request::Cross { player, to, epoch, last_applied, state, .. } = request
         else {
-            return Ok(false);
+            return Ok(Took::Kept);
         };
         // The crossing names the target's epoch when the player left; a target restored since
         // (a newer epoch) still takes the player's state, which its server keeps if it holds
@@ -172,14 +184,14 @@ impl AgentMachine {
             // after the list that takes them out of this bubble, so none was taken yet.)
             let site = self.cfg.site.clone();
             self.follow_route(*player, *to, site, now);
-            Ok(true)
+            Ok(Took::Joined)
         } else if self.transit.stash(*player, *to, *last_applied, state, now) {
             // Kept (of two states of one player, the one that applied more of its inputs).
             if let Some(d) = forward {
                 self.cross(*player, *to, d, *last_applied, state.clone(), now);
-                return Ok(true);
+                return Ok(Took::SentOn);
             }
-            Ok(false)
+            Ok(Took::Kept)
         } else {
             Err(Fault::new(ErrorCode::Busy, "too many crossings waiting"))
         }

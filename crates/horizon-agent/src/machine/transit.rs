@@ -234,19 +234,23 @@ impl Transit {
         }
     }
 
-    /// `request`, `player`'s crossing, was taken here: no longer sent, kept as delivered. A
-    /// crossing that replaced it meanwhile (taking it sent the state on, to where the player
-    /// went from that bubble) stays on its way.
+    /// `request`, `player`'s crossing, was taken here: no longer sent, and kept as delivered
+    /// when `keep`. Taking it may have sent the state on, to where the player went from that
+    /// bubble: the crossing that carried it on replaced this one (on its way, or kept as
+    /// delivered), and stays (`keep` is then false).
     pub(super) fn taken_here(
         &mut self,
         player: PlayerId,
         request: transfer::Request,
         now: Instant,
+        keep: bool,
     ) {
         if self.outbound.get(&player).is_some_and(|c| c.request == request) {
             self.outbound.remove(&player);
         }
-        self.keep_delivered(player, request, now);
+        if keep {
+            self.keep_delivered(player, request, now);
+        }
     }
 
     /// The answer to `player`'s crossing: taken (kept as delivered), or to be sent again after
@@ -431,13 +435,19 @@ mod tests {
     fn a_crossing_taken_here_leaves_the_one_that_replaced_it_on_its_way() {
         let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
         t.send(P, name("MTL"), cross(2, 9), now);
-        t.taken_here(P, cross(2, 9), now);
+        t.taken_here(P, cross(2, 9), now, true);
         assert!(!t.sending(P) && t.holds(P), "taken: kept delivered");
         // Taking it sent the state on (the player had left bubble 2): that one stays.
         t.send(P, name("MTL"), cross(2, 9), now);
         t.send(P, name("PAR"), cross(4, 9), now);
-        t.taken_here(P, cross(2, 9), now);
+        t.taken_here(P, cross(2, 9), now, false);
         assert_eq!(t.due(P, now).map(|(site, _)| site), Some(name("PAR")));
+        // Sent on into a bubble here (kept as delivered there): that one stays too.
+        let mut t = Transit::default();
+        t.send(P, name("MTL"), cross(2, 9), now);
+        t.keep_delivered(P, cross(4, 9), now);
+        t.taken_here(P, cross(2, 9), now, false);
+        assert!(t.follows(P, BubbleId(4)), "the state delivered into bubble 4 follows it");
     }
 
     #[test]

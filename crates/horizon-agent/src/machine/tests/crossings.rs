@@ -393,3 +393,66 @@ fn a_state_sent_on_from_a_bubble_here_its_player_left_is_still_sent_until_taken(
     });
     assert!(sent, "sent to PAR's bubble 2: {out:?}");
 }
+
+#[test]
+fn a_state_sent_on_between_two_bubbles_here_is_kept_as_delivered_into_the_last() {
+    // Player 7 left bubble 1 for bubble 2, then bubble 2 for bubble 3, all three here, before
+    // bubble 1's server let them go. Their state reaches bubble 2 after they left it, so it
+    // goes on into bubble 3, which takes it. What is kept as delivered must be that last
+    // crossing: when bubble 3 is restored elsewhere, the state follows it there.
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    for bubble in [2, 3] {
+        let (_, out) = h.order(control::Request::Create {
+            bubble: BubbleId(bubble),
+            region: region(),
+            lease: lease(bubble, 1, 10_000),
+        });
+        h.answer_servers(out, done);
+    }
+    let lref = |b| LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
+    let (_, out) = h.order(seven_in(lref(1)));
+    h.answer_servers(out, done);
+    let member = control::Member {
+        player: PlayerId(7),
+        home: n(SITE),
+        pos: Vec3::default(),
+        crossing: true,
+    };
+    let to = |b| control::Departure { player: PlayerId(7), to: lref(b), site: n(SITE) };
+    // The core's lists, entered bubble first each time: 2 expects the player and 1 lets them
+    // go; then 3 expects them and 2 lets them go. Bubble 1's server answers only after.
+    let members = |b, players: Vec<control::Member>, departed: Vec<control::Departure>| {
+        control::Request::Members { lease: lref(b), players, departed }
+    };
+    let (_, out) = h.order(members(2, vec![member.clone()], vec![]));
+    h.answer_servers(out, done);
+    let (_, leave) = h.order(members(1, vec![], vec![to(2)]));
+    let (_, out) = h.order(members(3, vec![member], vec![]));
+    h.answer_servers(out, done);
+    let (_, out) = h.order(members(2, vec![], vec![to(3)]));
+    h.answer_servers(out, done);
+    let joined = std::cell::Cell::new(None);
+    h.answer_servers(leave, |r| match r {
+        server::Request::Leave { .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(12), state: Blob(vec![7]) })
+        }
+        server::Request::Join { lease, .. } => {
+            joined.set(Some(lease.bubble));
+            Ok(server::Reply::Done)
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    assert_eq!(joined.get(), Some(BubbleId(3)), "the state went on into bubble 3");
+    // Their server dies; bubble 3 is restored at PAR, from a copy that may lack the player:
+    // the state kept here follows it there.
+    h.feed(Input::ServerEnded { server: "mtl-gs-0".into(), why: "signal 9".into() });
+    let routes =
+        vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(3), site: n("PAR") }];
+    let (_, out) = h.order(control::Request::Route { routes });
+    let sent = out.iter().any(|e| {
+        matches!(e, Effect::ToPeer { site, request: transfer::Request::Cross { to, .. }, .. }
+            if site.as_str() == "PAR" && to == &BubbleId(3))
+    });
+    assert!(sent, "sent to PAR's bubble 3: {out:?}");
+}
