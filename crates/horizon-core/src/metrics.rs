@@ -17,7 +17,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
 
 use crate::stats::{
     CoreStats, FailoverReason, HandoverOutcome, PerSite, REFUSED_REASONS, RESTORE_COPIES,
-    SERVER_STATES, ZONE_CHANGES,
+    SERVER_STATES, Table, ZONE_CHANGES,
 };
 
 fn unreachable_metric<T>(e: prometheus::Error) -> T {
@@ -278,6 +278,24 @@ impl StatsCollector {
     fn sites(&self) -> impl Iterator<Item = (usize, &str)> {
         self.names.iter().enumerate().map(|(i, n)| (i, n.as_str()))
     }
+
+    /// A family of `table`'s cells, labelled `site` and `label` (one of `values`, column by
+    /// column).
+    fn by_site(
+        &self,
+        table: &Table,
+        label: &str,
+        values: &[&str],
+        kind: MetricType,
+    ) -> Vec<proto::Metric> {
+        self.sites()
+            .flat_map(|(i, site)| {
+                values.iter().enumerate().map(move |(c, value)| {
+                    series(&[("site", site), (label, value)], kind, table.get(i, c) as f64)
+                })
+            })
+            .collect()
+    }
 }
 
 /// One series: its labels (sorted by name, as Prometheus' own vectors write them) and value.
@@ -350,15 +368,7 @@ impl Collector for StatsCollector {
                 "horizon_store_failures_total" => {
                     vec![series(&[], kind, s.store_failures.get() as f64)]
                 }
-                "horizon_servers" => self
-                    .sites()
-                    .flat_map(|(i, site)| {
-                        SERVER_STATES.iter().enumerate().map(move |(c, state)| {
-                            let n = s.servers.get(i, c) as f64;
-                            series(&[("site", site), ("state", state)], kind, n)
-                        })
-                    })
-                    .collect(),
+                "horizon_servers" => self.by_site(&s.servers, "state", &SERVER_STATES, kind),
                 "horizon_core_zone_changes_total" => ZONE_CHANGES
                     .iter()
                     .enumerate()
@@ -402,33 +412,16 @@ impl Collector for StatsCollector {
                         m
                     })
                     .collect(),
-                "horizon_failovers_total" => self
-                    .sites()
-                    .flat_map(|(i, site)| {
-                        FailoverReason::ALL.iter().enumerate().map(move |(c, reason)| {
-                            let labels = [("site", site), ("reason", reason.as_str())];
-                            series(&labels, kind, s.failovers.get(i, c) as f64)
-                        })
-                    })
-                    .collect(),
-                "horizon_restores_total" => self
-                    .sites()
-                    .flat_map(|(i, site)| {
-                        RESTORE_COPIES.iter().enumerate().map(move |(c, copy)| {
-                            let labels = [("site", site), ("copy", copy)];
-                            series(&labels, kind, s.restores.get(i, c) as f64)
-                        })
-                    })
-                    .collect(),
-                "horizon_core_refused_total" => self
-                    .sites()
-                    .flat_map(|(i, site)| {
-                        REFUSED_REASONS.iter().enumerate().map(move |(c, reason)| {
-                            let labels = [("site", site), ("reason", reason)];
-                            series(&labels, kind, s.refused.get(i, c) as f64)
-                        })
-                    })
-                    .collect(),
+                "horizon_failovers_total" => {
+                    let reasons = FailoverReason::ALL.map(FailoverReason::as_str);
+                    self.by_site(&s.failovers, "reason", &reasons, kind)
+                }
+                "horizon_restores_total" => {
+                    self.by_site(&s.restores, "copy", &RESTORE_COPIES, kind)
+                }
+                "horizon_core_refused_total" => {
+                    self.by_site(&s.refused, "reason", &REFUSED_REASONS, kind)
+                }
                 // Absent until first measured: a round trip of 0 would be a lie.
                 "horizon_backbone_rtt_seconds" => self
                     .pairs()
@@ -466,6 +459,23 @@ mod tests {
         stats.backbone(par, mtl, 85.0);
         stats.servers(par, 2, 1);
         m.record_tick(0.01);
+        let text = horizon_admin::render(&m.registry);
+        for line in [
+            "horizon_handover_seconds_bucket{from=\"PAR\",to=\"MTL\",le=\"0.1\"} 0",
+            "horizon_handover_seconds_bucket{from=\"PAR\",to=\"MTL\",le=\"0.25\"} 1",
+            "horizon_handover_seconds_bucket{from=\"PAR\",to=\"MTL\",le=\"+Inf\"} 1",
+            "horizon_handover_seconds_sum{from=\"PAR\",to=\"MTL\"} 0.2",
+            "horizon_handover_seconds_count{from=\"MTL\",to=\"PAR\"} 0",
+            "horizon_handovers_total{from=\"PAR\",outcome=\"committed\",to=\"MTL\"} 1",
+            "horizon_failovers_total{reason=\"lease_expired\",site=\"MTL\"} 1",
+            "horizon_servers{site=\"PAR\",state=\"busy\"} 1",
+            "horizon_backbone_rtt_seconds{from=\"PAR\",to=\"MTL\"} 0.085",
+            "# TYPE horizon_handover_seconds histogram",
+            "# TYPE horizon_core_ticks_total counter",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("horizon_backbone_rtt_seconds{from=\"MTL\""), "not measured");
         let docs = include_str!("../../../docs/metrics.md");
         let names = horizon_admin::metric_names(&m.registry);
         assert!(names.len() >= 21, "{names:?}");
