@@ -17,6 +17,7 @@ impl AgentMachine {
         now: Instant,
     ) {
         self.stats.crossings.fetch_add(1, Ordering::Relaxed);
+        self.transit.newer_state(player, last_applied);
         let request = transfer::Request::Cross {
             player,
             from,

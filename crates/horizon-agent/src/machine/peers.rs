@@ -156,6 +156,7 @@ impl AgentMachine {
         else {
             return Ok(Took::Kept);
         };
+        self.transit.newer_state(*player, *last_applied);
         // The crossing names the target's epoch when the player left; a target restored since
         // (a newer epoch) still takes the player's state, which its server keeps if it holds
         // more of the player's inputs than what is there.

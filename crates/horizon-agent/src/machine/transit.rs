@@ -93,6 +93,22 @@ impl Transit {
         true
     }
 
+    /// A state of `player` that applied their inputs up to `last_applied` passes through here
+    /// (it leaves a bubble, or comes into one): a state of theirs stashed for any bubble that
+    /// applied fewer is older than it, and is forgotten. Joined later (the player coming back
+    /// to that bubble, their newer state on its way) it would set them back.
+    pub(super) fn newer_state(&mut self, player: PlayerId, last_applied: Seq) {
+        let older: Vec<(PlayerId, BubbleId)> = self
+            .stashed
+            .range((player, BubbleId(0))..=(player, BubbleId(u64::MAX)))
+            .filter(|(_, c)| c.last_applied < last_applied)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in older {
+            self.stashed.remove(&key);
+        }
+    }
+
     /// The state stashed for `player` in `bubble`, taken out.
     pub(super) fn unstash(&mut self, player: PlayerId, bubble: BubbleId) -> Option<(Seq, Blob)> {
         self.stashed.remove(&(player, bubble)).map(|c| (c.last_applied, c.state))
@@ -429,6 +445,19 @@ mod tests {
         let (site, request) = t.due(P, now).expect("due at once");
         assert_eq!(site, name("MTL"));
         assert!(matches!(request, transfer::Request::Cross { epoch: Epoch(3), .. }));
+    }
+
+    #[test]
+    fn a_newer_state_of_a_player_makes_their_older_stashed_states_forgotten() {
+        let (mut t, now) = (Transit::default(), tokio::time::Instant::now().into_std());
+        let other = PlayerId(P.0 + 1);
+        t.stash(P, BubbleId(1), Seq(40), &Blob(vec![1]), now);
+        t.stash(P, BubbleId(2), Seq(95), &Blob(vec![2]), now);
+        t.stash(other, BubbleId(1), Seq(10), &Blob(vec![3]), now);
+        t.newer_state(P, Seq(90));
+        assert_eq!(t.unstash(P, BubbleId(1)), None, "older: forgotten");
+        assert_eq!(t.unstash(P, BubbleId(2)).map(|(s, _)| s), Some(Seq(95)), "newer: kept");
+        assert_eq!(t.unstash(other, BubbleId(1)).map(|(s, _)| s), Some(Seq(10)), "not theirs");
     }
 
     #[test]

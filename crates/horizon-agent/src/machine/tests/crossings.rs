@@ -456,3 +456,58 @@ fn a_state_sent_on_between_two_bubbles_here_is_kept_as_delivered_into_the_last()
     });
     assert!(sent, "sent to PAR's bubble 3: {out:?}");
 }
+
+#[test]
+fn a_state_kept_for_a_bubble_is_not_used_once_a_newer_state_of_its_player_came_through() {
+    // Player 7's state reached bubble 1 after they had left it for PAR: it went on, and was
+    // kept in bubble 1 too, in case they came back. Later their newer state crosses from PAR
+    // into bubble 3 here. When the core then says they come back into bubble 1 (their state on
+    // its way from bubble 3), the old copy kept there must not be joined: it would set them back
+    // (seed 900588 of `sim chaos --standby`: 600 acknowledged inputs shown undone).
+    let mut h = running(10_000);
+    h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let (_, out) = h.order(control::Request::Create {
+        bubble: BubbleId(3),
+        region: region(),
+        lease: lease(3, 1, 10_000),
+    });
+    h.answer_servers(out, done);
+    let lref = |b| LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
+    h.order(comes_from_hkg(lref(1)));
+    h.order(leaves_for_par(lref(1)));
+    let cross = |from, to, seq| transfer::Request::Cross {
+        player: PlayerId(7),
+        from: BubbleId(from),
+        to: BubbleId(to),
+        epoch: Epoch(1),
+        last_applied: Seq(seq),
+        state: Blob(vec![seq as u8]),
+    };
+    let token = h.token();
+    h.feed(Input::PeerRequest { site: n("HKG"), token, request: cross(9, 1, 40) });
+    // Bubble 3 expects them from PAR; their state comes, newer.
+    let member = |crossing| control::Member {
+        player: PlayerId(7),
+        home: n("HKG"),
+        pos: Vec3::default(),
+        crossing,
+    };
+    let members =
+        |b, players| control::Request::Members { lease: lref(b), players, departed: vec![] };
+    let (_, out) = h.order(members(3, vec![member(true)]));
+    h.answer_servers(out, done);
+    let token = h.token();
+    let out = h.feed(Input::PeerRequest { site: n("PAR"), token, request: cross(2, 3, 90) });
+    h.answer_servers(out, done);
+    // Back into bubble 1, entered bubble first: its state is on its way from bubble 3.
+    let (_, out) = h.order(members(1, vec![member(true)]));
+    let joins: Vec<Seq> = to_servers(&out)
+        .into_iter()
+        .filter_map(|(_, r)| match r {
+            server::Request::Join { player: PlayerId(7), last_applied, .. } => Some(*last_applied),
+            _ => None,
+        })
+        .collect();
+    assert!(joins.is_empty(), "joined from the old copy: {joins:?}");
+}
