@@ -62,7 +62,9 @@ impl Default for ChaosOptions {
 }
 
 /// Seeds that once broke an invariant with `standby`, replayed by `--regressions` in that mode.
-pub const STANDBY_REGRESSION_SEEDS: &[u64] = &[];
+/// 900588: a player's state kept for a bubble they had left was joined when they came back to
+/// it, though a newer state of theirs had passed through since (I4 at the run's end).
+pub const STANDBY_REGRESSION_SEEDS: &[u64] = &[900588];
 
 /// `players_per_server` under [`Stage::Relay`]: small enough that the world's groups (four to
 /// five players each) cut their zone, and a crowd gathering or leaving cuts or joins zones.
