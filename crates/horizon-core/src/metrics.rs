@@ -27,183 +27,203 @@ fn unreachable_metric<T>(e: prometheus::Error) -> T {
 /// Tick durations: the brain's tick is budgeted well under its 5 s period; buckets go past it.
 const TICK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Counter,
-    Gauge,
-}
-
 /// The families with one series per site: (name, help, label, kind, figure).
 type SiteFigure = fn(&CoreStats) -> &PerSite;
-const PER_SITE: &[(&str, &str, &str, Kind, SiteFigure)] = &[
-    ("horizon_players", "Connected players by home site.", "home_site", Kind::Gauge, |s| {
+const PER_SITE: &[(&str, &str, &str, MetricType, SiteFigure)] = &[
+    ("horizon_players", "Connected players by home site.", "home_site", MetricType::GAUGE, |s| {
         &s.players
     }),
     (
         "horizon_core_players_simulated",
         "Players the core routes to a region running on the site (its bubbles, and on the core site its zones too), by the site that simulates them.",
         "site",
-        Kind::Gauge,
+        MetricType::GAUGE,
         |s| &s.players_simulated,
     ),
     (
         "horizon_core_players_unsimulated",
         "Counted players (not NPCs) in no running region, by home site: in no bubble and not routed to their core-site zone (the zone not hosted yet, or being restored). 0 in steady state.",
         "home_site",
-        Kind::Gauge,
+        MetricType::GAUGE,
         |s| &s.unsimulated,
     ),
     (
         "horizon_core_players_measured",
         "Players online whose gateway believed their probe table (stage 1), by the site of their lowest measured RTT.",
         "home",
-        Kind::Gauge,
+        MetricType::GAUGE,
         |s| &s.players_measured,
     ),
     (
         "horizon_core_players_would_gain",
         "Of horizon_core_players_measured, those who would gain at least 25 ms if a relay site simulated them (stage 1's question), by the site of their lowest measured RTT.",
         "home",
-        Kind::Gauge,
+        MetricType::GAUGE,
         |s| &s.players_would_gain,
     ),
-    ("horizon_bubbles", "Bubbles by the site that simulates them.", "site", Kind::Gauge, |s| {
-        &s.bubbles
-    }),
+    (
+        "horizon_bubbles",
+        "Bubbles by the site that simulates them.",
+        "site",
+        MetricType::GAUGE,
+        |s| &s.bubbles,
+    ),
     (
         "horizon_agent_connected",
         "1 when the site's agent is connected to the core.",
         "site",
-        Kind::Gauge,
+        MetricType::GAUGE,
         |s| &s.agent_connected,
     ),
-    ("horizon_bubbles_created_total", "Bubbles created, by site.", "site", Kind::Counter, |s| {
-        &s.bubbles_created
-    }),
+    (
+        "horizon_bubbles_created_total",
+        "Bubbles created, by site.",
+        "site",
+        MetricType::COUNTER,
+        |s| &s.bubbles_created,
+    ),
     (
         "horizon_lease_renewals_total",
         "Batched lease renewals received, by site.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.renewals,
     ),
     (
         "horizon_leases_refused_total",
         "Lease renewals refused (fenced or expired), by site.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.leases_refused,
     ),
     (
         "horizon_agent_order_failures_total",
         "Orders to an agent that failed or could not be queued, by site.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.order_failures,
     ),
     (
         "horizon_backups_total",
         "State copies accepted into the universe backup, by site.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.backups,
     ),
     (
         "horizon_backups_refused_total",
         "State copies refused (not the current holder or epoch, or malformed), by site.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.backups_refused,
     ),
     (
         "horizon_drains_total",
         "Ended bubbles restored from their copy for a moment so their players' states could leave (their holder was away), by the site that ran it.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.drains,
     ),
     (
         "horizon_adoptions_total",
         "Copies kept for players sent to a bubble just restored from a copy that lacked them (they crossed in after it, or it held fewer of their inputs), by the site of the bubble.",
         "site",
-        Kind::Counter,
+        MetricType::COUNTER,
         |s| &s.adoptions,
     ),
 ];
 
-/// The families with a fixed set of labels: (name, help, kind, label names).
-const LABELLED: &[(&str, &str, MetricType, &[&str])] = &[
+/// How a family of [`LABELLED`] reads its series from the figures.
+type Read = fn(&StatsCollector, MetricType) -> Vec<proto::Metric>;
+
+/// The families with a fixed set of labels: (name, help, kind, label names, how it is read).
+const LABELLED: &[(&str, &str, MetricType, &[&str], Read)] = &[
     (
         "horizon_core_zones",
         "Zones of the core site (each run on a core-site game server like any region).",
         MetricType::GAUGE,
         &[],
+        |c, kind| vec![series(&[], kind, c.stats.zones.get() as f64)],
     ),
     (
         "horizon_core_delegations_waiting",
         "Under the fixed stage: delegations whose region is not on their site at the last tick (no server ready there yet, or failed over to the core site while the site is cut from it). 0 in steady state.",
         MetricType::GAUGE,
         &[],
+        |c, kind| vec![series(&[], kind, c.stats.delegations_waiting.get() as f64)],
     ),
     (
         "horizon_store_failures_total",
         "Writes the durable store could not make.",
         MetricType::COUNTER,
         &[],
+        |c, kind| vec![series(&[], kind, c.stats.store_failures.get() as f64)],
     ),
     (
         "horizon_servers",
         "Game servers by site and state, as agents report them.",
         MetricType::GAUGE,
         &["site", "state"],
+        |c, kind| c.by_site(&c.stats.servers, "state", &SERVER_STATES, kind),
     ),
     (
         "horizon_core_zone_changes_total",
         "Zones of the core site split (overloaded) or merged back (quiet), by change.",
         MetricType::COUNTER,
         &["change"],
+        StatsCollector::zone_changes,
     ),
     (
         "horizon_handovers_total",
         "Handovers ended, by source, target and outcome.",
         MetricType::COUNTER,
         &["from", "to", "outcome"],
+        StatsCollector::handovers,
     ),
     (
         "horizon_handover_seconds",
         "From the decision to the commit of a handover, by source and target.",
         MetricType::HISTOGRAM,
         &["from", "to"],
+        |c, _| c.handover_seconds(),
     ),
     (
         "horizon_failovers_total",
         "Bubbles restored from the universe backup after their holder was lost, by the site that took them and why.",
         MetricType::COUNTER,
         &["site", "reason"],
+        |c, kind| {
+            let reasons = FailoverReason::ALL.map(FailoverReason::as_str);
+            c.by_site(&c.stats.failovers, "reason", &reasons, kind)
+        },
     ),
     (
         "horizon_restores_total",
         "Bubbles restored from the universe backup (failovers and drains), by the site that took them and the copy: whole, parts (copied spread over servers) or none (no copy: restored empty, its players' states lost unless a crossing holds them).",
         MetricType::COUNTER,
         &["site", "copy"],
+        |c, kind| c.by_site(&c.stats.restores, "copy", &RESTORE_COPIES, kind),
     ),
     (
         "horizon_core_refused_total",
         "Parts of agents' requests refused, by site and reason: player_id_not_its_own (a join of an id handed to another site), not_its_player (a move or leave of a player homed elsewhere), handover_not_its_own (a Failed for a handover the site takes no part in), positions_not_its_region (positions reported for a region the site does not hold), too_many_positions (more positions than a report may carry), probe_table (a probe table the core could not take).",
         MetricType::COUNTER,
         &["site", "reason"],
+        |c, kind| c.by_site(&c.stats.refused, "reason", &REFUSED_REASONS, kind),
     ),
     (
         "horizon_backbone_rtt_seconds",
         "Round trip between two sites' agents, as the `from` agent measures it.",
         MetricType::GAUGE,
         &["from", "to"],
+        StatsCollector::backbone_rtt,
     ),
     (
         "horizon_backbone_below_floor_total",
         "Backbone round trips measured below the pair's physical floor (great circle at fibre speed, `[sites.coordinates]`): a probe or clock bug; not used.",
         MetricType::COUNTER,
         &["from", "to"],
+        StatsCollector::below_floor,
     ),
 ];
 
@@ -263,7 +283,7 @@ impl StatsCollector {
         };
         let mut descs: Vec<Desc> =
             PER_SITE.iter().map(|(name, help, label, _, _)| desc(name, help, &[label])).collect();
-        descs.extend(LABELLED.iter().map(|(name, help, _, labels)| desc(name, help, labels)));
+        descs.extend(LABELLED.iter().map(|(name, help, _, labels, _)| desc(name, help, labels)));
         StatsCollector { names, stats, descs }
     }
 
@@ -277,6 +297,69 @@ impl StatsCollector {
 
     fn sites(&self) -> impl Iterator<Item = (usize, &str)> {
         self.names.iter().enumerate().map(|(i, n)| (i, n.as_str()))
+    }
+
+    fn zone_changes(&self, kind: MetricType) -> Vec<proto::Metric> {
+        let changes = &self.stats.zone_changes;
+        let read = |(c, change)| series(&[("change", change)], kind, changes.get(0, c) as f64);
+        ZONE_CHANGES.into_iter().enumerate().map(read).collect()
+    }
+
+    fn handovers(&self, kind: MetricType) -> Vec<proto::Metric> {
+        self.pairs()
+            .flat_map(|(p, from, to)| {
+                HandoverOutcome::ALL.iter().enumerate().map(move |(c, outcome)| {
+                    let labels = [("from", from), ("to", to), ("outcome", outcome.as_str())];
+                    series(&labels, kind, self.stats.handovers.get(p, c) as f64)
+                })
+            })
+            .collect()
+    }
+
+    fn handover_seconds(&self) -> Vec<proto::Metric> {
+        let histogram = &self.stats.handover_seconds;
+        self.pairs()
+            .map(|(p, from, to)| {
+                let (cumulative, count, sum) = histogram.read(p);
+                let buckets = histogram
+                    .bounds
+                    .iter()
+                    .zip(cumulative)
+                    .map(|(&bound, n)| {
+                        let mut b = proto::Bucket::default();
+                        b.set_upper_bound(bound);
+                        b.set_cumulative_count(n);
+                        b
+                    })
+                    .collect();
+                let mut h = proto::Histogram::default();
+                h.set_sample_count(count);
+                h.set_sample_sum(sum);
+                h.set_bucket(buckets);
+                let mut m = proto::Metric::from_label(label_pairs(&[("from", from), ("to", to)]));
+                m.set_histogram(h);
+                m
+            })
+            .collect()
+    }
+
+    /// Absent until first measured: a round trip of 0 would be a lie.
+    fn backbone_rtt(&self, kind: MetricType) -> Vec<proto::Metric> {
+        self.pairs()
+            .filter_map(|(p, from, to)| {
+                let rtt = self.stats.backbone_seconds(p)?;
+                Some(series(&[("from", from), ("to", to)], kind, rtt))
+            })
+            .collect()
+    }
+
+    fn below_floor(&self, kind: MetricType) -> Vec<proto::Metric> {
+        let floor = &self.stats.below_floor;
+        self.pairs()
+            .map(|(p, from, to)| {
+                series(&[("from", from), ("to", to)], kind, floor.get(p, 0) as f64)
+            })
+            .collect()
     }
 
     /// A family of `table`'s cells, labelled `site` and `label` (one of `values`, column by
@@ -348,97 +431,14 @@ impl Collector for StatsCollector {
         let s = &*self.stats;
         let mut out = Vec::with_capacity(PER_SITE.len() + LABELLED.len());
         for (name, help, label, kind, figure) in PER_SITE {
-            let kind = match kind {
-                Kind::Counter => MetricType::COUNTER,
-                Kind::Gauge => MetricType::GAUGE,
-            };
             let metrics = self
                 .sites()
-                .map(|(i, site)| series(&[(label, site)], kind, figure(s).get(i) as f64))
+                .map(|(i, site)| series(&[(label, site)], *kind, figure(s).get(i) as f64))
                 .collect();
-            out.push(family(name, help, kind, metrics));
+            out.push(family(name, help, *kind, metrics));
         }
-        for (name, help, kind, _) in LABELLED {
-            let kind = *kind;
-            let metrics: Vec<proto::Metric> = match *name {
-                "horizon_core_zones" => vec![series(&[], kind, s.zones.get() as f64)],
-                "horizon_core_delegations_waiting" => {
-                    vec![series(&[], kind, s.delegations_waiting.get() as f64)]
-                }
-                "horizon_store_failures_total" => {
-                    vec![series(&[], kind, s.store_failures.get() as f64)]
-                }
-                "horizon_servers" => self.by_site(&s.servers, "state", &SERVER_STATES, kind),
-                "horizon_core_zone_changes_total" => ZONE_CHANGES
-                    .iter()
-                    .enumerate()
-                    .map(|(c, change)| {
-                        series(&[("change", change)], kind, s.zone_changes.get(0, c) as f64)
-                    })
-                    .collect(),
-                "horizon_handovers_total" => self
-                    .pairs()
-                    .flat_map(|(p, from, to)| {
-                        HandoverOutcome::ALL.iter().enumerate().map(move |(c, outcome)| {
-                            let labels =
-                                [("from", from), ("to", to), ("outcome", outcome.as_str())];
-                            series(&labels, kind, s.handovers.get(p, c) as f64)
-                        })
-                    })
-                    .collect(),
-                "horizon_handover_seconds" => self
-                    .pairs()
-                    .map(|(p, from, to)| {
-                        let (cumulative, count, sum) = s.handover_seconds.read(p);
-                        let buckets = s
-                            .handover_seconds
-                            .bounds
-                            .iter()
-                            .zip(cumulative)
-                            .map(|(&bound, n)| {
-                                let mut b = proto::Bucket::default();
-                                b.set_upper_bound(bound);
-                                b.set_cumulative_count(n);
-                                b
-                            })
-                            .collect();
-                        let mut h = proto::Histogram::default();
-                        h.set_sample_count(count);
-                        h.set_sample_sum(sum);
-                        h.set_bucket(buckets);
-                        let mut m =
-                            proto::Metric::from_label(label_pairs(&[("from", from), ("to", to)]));
-                        m.set_histogram(h);
-                        m
-                    })
-                    .collect(),
-                "horizon_failovers_total" => {
-                    let reasons = FailoverReason::ALL.map(FailoverReason::as_str);
-                    self.by_site(&s.failovers, "reason", &reasons, kind)
-                }
-                "horizon_restores_total" => {
-                    self.by_site(&s.restores, "copy", &RESTORE_COPIES, kind)
-                }
-                "horizon_core_refused_total" => {
-                    self.by_site(&s.refused, "reason", &REFUSED_REASONS, kind)
-                }
-                // Absent until first measured: a round trip of 0 would be a lie.
-                "horizon_backbone_rtt_seconds" => self
-                    .pairs()
-                    .filter_map(|(p, from, to)| {
-                        let rtt = s.backbone_seconds(p)?;
-                        Some(series(&[("from", from), ("to", to)], kind, rtt))
-                    })
-                    .collect(),
-                "horizon_backbone_below_floor_total" => self
-                    .pairs()
-                    .map(|(p, from, to)| {
-                        series(&[("from", from), ("to", to)], kind, s.below_floor.get(p, 0) as f64)
-                    })
-                    .collect(),
-                other => unreachable!("a family without a reading: {other}"),
-            };
-            out.push(family(name, help, kind, metrics));
+        for (name, help, kind, _, read) in LABELLED {
+            out.push(family(name, help, *kind, read(self, *kind)));
         }
         out
     }

@@ -8,11 +8,14 @@
 //! Requests to one game server are carried out in the order they leave, one at a time (the
 //! shell's per-server lane): a `Join` sent before a `Leave` of the same player arrives first.
 //!
-//! What goes in and out is in [`interface`]. Each part of the state has its file: [`core_link`] (register, report, renew, the core's
-//! orders), [`bubbles`] (what this site simulates, handovers, restores), [`parts`] (a bubble
-//! spread over several servers), [`servers`] (the game servers and their updates),
-//! [`players`] (the gateway; a player's session is `crate::gateway`), [`peers`] (other
-//! sites), [`periodic`] (timers).
+//! What goes in and out is in [`interface`]. The state is made of parts, each a struct of its
+//! own file that alone changes it: [`local`] (the bubbles simulated here), [`fleet`] (the game
+//! servers), [`transit`] (players' states between bubbles), [`sessions`], [`outbox`],
+//! [`roles`], [`lane`]. The decisions are in files by subject: [`core_link`] (register, report,
+//! renew, the core's orders), [`bubbles`] (creation, restores, members, handovers), [`parts`]
+//! (a bubble spread over several servers), [`servers`] (the servers' requests and updates),
+//! [`players`] (the gateway; a player's session is `crate::gateway`), [`crossings`],
+//! [`peers`] (other sites), [`routes`], [`rehome`], [`periodic`] (timers).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
