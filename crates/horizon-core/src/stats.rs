@@ -159,6 +159,10 @@ impl HandoverOutcome {
     pub(crate) const ALL: [HandoverOutcome; 3] =
         [HandoverOutcome::Committed, HandoverOutcome::Abandoned, HandoverOutcome::GivenUp];
 
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|o| *o == self).unwrap_or(0)
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             HandoverOutcome::Committed => "committed",
@@ -330,7 +334,7 @@ impl CoreStats {
         seconds: Option<f64>,
     ) {
         let pair = self.pair(from.index(), to.index());
-        let col = HandoverOutcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        let col = outcome.index();
         self.handovers.inc(pair, col);
         if let Some(s) = seconds {
             self.handover_seconds.observe(pair, s);
@@ -339,7 +343,7 @@ impl CoreStats {
 
     /// Handovers that ended with `outcome`, every pair together.
     pub(crate) fn handovers_ended(&self, outcome: HandoverOutcome) -> u64 {
-        let col = HandoverOutcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        let col = outcome.index();
         self.handovers.col_sum(col)
     }
 

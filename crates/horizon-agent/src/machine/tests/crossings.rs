@@ -25,6 +25,14 @@ fn leaves_for_par(lref: LeaseRef) -> control::Request {
     control::Request::Members { lease: lref, players: Vec::new(), departed: vec![departure] }
 }
 
+/// Whether `out` sends a crossing to `site`'s bubble `bubble`.
+fn crossed_to(out: &[Effect], site: &str, bubble: u64) -> bool {
+    out.iter().any(|e| {
+        matches!(e, Effect::ToPeer { site: s, request: transfer::Request::Cross { to, .. }, .. }
+            if s.as_str() == site && *to == BubbleId(bubble))
+    })
+}
+
 /// The core's member list of `lref`'s bubble: player 7, homed here, alone.
 fn seven_in(lref: LeaseRef) -> control::Request {
     let member = control::Member {
@@ -244,11 +252,7 @@ fn a_crossing_between_two_bubbles_of_this_site_is_timed_against_one_tick() {
     with_ids(&mut h);
     let (player, _) = join_player(&mut h);
     // Bubble 2 on this site too (it shares bubble 1's server).
-    let (_, out) = h.order(control::Request::Create {
-        bubble: BubbleId(2),
-        region: region(),
-        lease: lease(2, 1, 10_000),
-    });
+    let (_, out) = h.order(create(2));
     h.answer_servers(out, done);
     let member = control::Member { player, home: n(SITE), pos: Vec3::default(), crossing: false };
     let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
@@ -278,11 +282,7 @@ fn a_player_homed_here_crossing_between_two_bubbles_here_is_shown_the_new_one_wi
     let mut h = running(10_000);
     with_ids(&mut h);
     let (player, conn) = join_player(&mut h);
-    let (_, out) = h.order(control::Request::Create {
-        bubble: BubbleId(2),
-        region: region(),
-        lease: lease(2, 1, 10_000),
-    });
+    let (_, out) = h.order(create(2));
     h.answer_servers(out, done);
     let member =
         |crossing| control::Member { player, home: n(SITE), pos: Vec3::default(), crossing };
@@ -387,11 +387,7 @@ fn a_state_sent_on_from_a_bubble_here_its_player_left_is_still_sent_until_taken(
     // PAR comes back: the state goes there.
     let mut out = h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
     out.extend(h.advance(Duration::from_secs(1)));
-    let sent = out.iter().any(|e| {
-        matches!(e, Effect::ToPeer { site, request: transfer::Request::Cross { to, .. }, .. }
-            if site.as_str() == "PAR" && to == &BubbleId(2))
-    });
-    assert!(sent, "sent to PAR's bubble 2: {out:?}");
+    assert!(crossed_to(&out, "PAR", 2), "sent to PAR's bubble 2: {out:?}");
 }
 
 #[test]
@@ -403,11 +399,7 @@ fn a_state_sent_on_between_two_bubbles_here_is_kept_as_delivered_into_the_last()
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
     for bubble in [2, 3] {
-        let (_, out) = h.order(control::Request::Create {
-            bubble: BubbleId(bubble),
-            region: region(),
-            lease: lease(bubble, 1, 10_000),
-        });
+        let (_, out) = h.order(create(bubble));
         h.answer_servers(out, done);
     }
     let lref = |b| LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
@@ -450,11 +442,7 @@ fn a_state_sent_on_between_two_bubbles_here_is_kept_as_delivered_into_the_last()
     let routes =
         vec![control::PlayerRoute { player: PlayerId(7), bubble: BubbleId(3), site: n("PAR") }];
     let (_, out) = h.order(control::Request::Route { routes });
-    let sent = out.iter().any(|e| {
-        matches!(e, Effect::ToPeer { site, request: transfer::Request::Cross { to, .. }, .. }
-            if site.as_str() == "PAR" && to == &BubbleId(3))
-    });
-    assert!(sent, "sent to PAR's bubble 3: {out:?}");
+    assert!(crossed_to(&out, "PAR", 3), "sent to PAR's bubble 3: {out:?}");
 }
 
 #[test]
@@ -467,11 +455,7 @@ fn a_state_kept_for_a_bubble_is_not_used_once_a_newer_state_of_its_player_came_t
     let mut h = running(10_000);
     h.feed(Input::PeerUp { site: n("PAR"), conn: 99 });
     h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
-    let (_, out) = h.order(control::Request::Create {
-        bubble: BubbleId(3),
-        region: region(),
-        lease: lease(3, 1, 10_000),
-    });
+    let (_, out) = h.order(create(3));
     h.answer_servers(out, done);
     let lref = |b| LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
     h.order(comes_from_hkg(lref(1)));

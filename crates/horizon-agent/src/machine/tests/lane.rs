@@ -12,10 +12,6 @@ fn in_lane(lane: u64, seq: u64, order: control::Request) -> control::Request {
     control::Request::InOrder { lane, seq, order: Box::new(order) }
 }
 
-fn create(b: u64) -> control::Request {
-    control::Request::Create { bubble: BubbleId(b), region: region(), lease: lease(b, 1, 10_000) }
-}
-
 fn members(b: u64) -> control::Request {
     let lease = LeaseRef { bubble: BubbleId(b), epoch: Epoch(1) };
     control::Request::Members { lease, players: Vec::new(), departed: Vec::new() }

@@ -169,6 +169,11 @@ impl Harness {
     }
 }
 
+/// The core's `Create` of bubble `b` here under epoch 1, with a 10 s lease.
+fn create(b: u64) -> control::Request {
+    control::Request::Create { bubble: BubbleId(b), region: region(), lease: lease(b, 1, 10_000) }
+}
+
 fn done(_: &server::Request) -> Result<server::Reply, Failure> {
     Ok(server::Reply::Done)
 }
