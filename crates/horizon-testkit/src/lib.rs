@@ -10,11 +10,13 @@
 pub mod bots;
 mod cut;
 mod etcd;
+mod ports;
 mod sandbox;
 pub mod stats;
 mod tapped;
 
 pub use cut::TcpCut;
 pub use etcd::{EtcdCluster, EtcdServer, EtcdTls};
+pub use ports::ReservedPort;
 pub use sandbox::{DriverFactory, MakeDriver, Sandbox, SandboxError, SandboxOptions};
 pub use tapped::TappedDriver;

@@ -13,6 +13,8 @@ use horizon_mesh::{SiteName, Sites, Thresholds};
 use horizon_transport::netem::{Netem, NetemConfig};
 use horizon_transport::tls::DevCa;
 
+use crate::ReservedPort;
+
 use crate::TcpCut;
 
 /// Why a sandbox could not start.
@@ -155,6 +157,9 @@ pub struct Sandbox {
     leader: usize,
     /// The core standing by (its index in `cores`), campaigning.
     standby: Option<(usize, StandingBy)>,
+    /// The ports the core(s) and agents listen on, kept from every other reservation while
+    /// the sandbox lives (a daemon restarted, or a standby elected, binds its own again).
+    _reserved: Vec<ReservedPort>,
 }
 
 /// One of the two cores of a sandbox with a standby.
@@ -172,15 +177,13 @@ struct CoreSlot {
 /// A core campaigning to lead: its `start` resolves once elected.
 type StandingBy = tokio::task::JoinHandle<Result<CoreHandle, horizon_core::CoreError>>;
 
-/// A free loopback port, UDP (a control port) or TCP (an admin API).
-fn free_port(udp: bool) -> Result<SocketAddr, SandboxError> {
-    let any = SocketAddr::from((LOCALHOST, 0));
-    let found = if udp {
-        std::net::UdpSocket::bind(any).and_then(|s| s.local_addr())
-    } else {
-        std::net::TcpListener::bind(any).and_then(|s| s.local_addr())
-    };
-    found.map_err(|e| setup("a free port")(&e))
+/// A loopback port for a daemon that may bind it again later (a restart, a standby elected),
+/// held in `held` for the sandbox's life: see [`ReservedPort`].
+fn reserve(held: &mut Vec<ReservedPort>) -> Result<SocketAddr, SandboxError> {
+    let port = ReservedPort::new().map_err(|e| setup("a reserved port")(&e))?;
+    let addr = port.addr();
+    held.push(port);
+    Ok(addr)
 }
 
 /// A forwarder that can be cut in front of every endpoint of `etcd`, and the options that
@@ -265,11 +268,15 @@ impl Sandbox {
                 site,
             });
         }
+        // Every port a core or agent listens on is reserved: it is bound again after a restart.
+        let mut reserved = Vec::new();
+        let listen_admin =
+            if opts.admin.port() == 0 { reserve(&mut reserved)? } else { opts.admin };
         let mut core_config = CoreConfig {
             sites,
             thresholds: opts.thresholds.clone(),
-            listen_control: SocketAddr::from((LOCALHOST, 0)),
-            listen_admin: opts.admin,
+            listen_control: reserve(&mut reserved)?,
+            listen_admin,
             // Agents reach each core through an emulator of their own: no redirect.
             advertise_control: None,
             ca: ca.ca_cert(),
@@ -303,8 +310,8 @@ impl Sandbox {
                 let (through, cuts) = store_cuts(etcd).await?;
                 let mut config = core_config.clone();
                 config.store_kind = horizon_core::StoreKind::Etcd(through);
-                config.listen_control = free_port(true)?;
-                config.listen_admin = free_port(false)?;
+                config.listen_control = reserve(&mut reserved)?;
+                config.listen_admin = reserve(&mut reserved)?;
                 let control = config.listen_control;
                 cores.push(CoreSlot {
                     config: config.clone(),
@@ -361,16 +368,15 @@ impl Sandbox {
                 transfer_links.insert(pair(site, other), netems.len());
                 netems.push(n);
             }
-            let any = SocketAddr::from((LOCALHOST, 0));
             let cfg = AgentConfig {
                 site: site.clone(),
                 core: core_addrs,
                 core_site: core_site.clone(),
-                listen_servers: any,
-                listen_players: any,
-                listen_transfer: any,
-                listen_admin: Some(any),
-                listen_beacon: Some(any),
+                listen_servers: reserve(&mut reserved)?,
+                listen_players: reserve(&mut reserved)?,
+                listen_transfer: reserve(&mut reserved)?,
+                listen_admin: Some(reserve(&mut reserved)?),
+                listen_beacon: Some(reserve(&mut reserved)?),
                 advertise_admin: None,
                 advertise_transfer: String::new(),
                 ca: ca.ca_cert(),
@@ -435,6 +441,7 @@ impl Sandbox {
             standby: standby.map(|(_, task)| (1, task)),
             cores,
             leader: 0,
+            _reserved: reserved,
         })
     }
 

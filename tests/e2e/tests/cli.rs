@@ -152,10 +152,9 @@ fn netem_delays_packets_and_obeys_commands_on_stdin() {
 
     let upstream = UdpSocket::bind("127.0.0.1:0").unwrap();
     let upstream_addr = upstream.local_addr().unwrap();
-    let port = {
-        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
+    // Kept from every other test until the emulator binds it.
+    let reserved = horizon_testkit::ReservedPort::new().unwrap();
+    let port = reserved.addr().port();
     let mut child = horizon()
         .args(["netem", "--delay-ms", "40", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--upstream", &upstream_addr.to_string()])

@@ -10,7 +10,7 @@ use std::time::Duration;
 use horizon_core::store::etcd::lead;
 use horizon_core::store::{Record, StoreState};
 use horizon_core::{CoreConfig, EtcdOptions, StoreKind};
-use horizon_testkit::EtcdServer;
+use horizon_testkit::{EtcdServer, ReservedPort};
 use horizon_transport::tls::DevCa;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -136,9 +136,9 @@ async fn a_standby_core_says_so_until_the_leader_stops_then_leads_under_the_next
     let a = horizon_core::start(core_config(&dir.join("a"), &etcd, any)).await;
     let a = a.expect("the first core leads");
     assert_eq!(a.generation, 1);
-    let b_admin = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
-    let b_admin = b_admin.expect("a free port");
-    let b_cfg = core_config(&dir.join("b"), &etcd, b_admin);
+    let b_admin = ReservedPort::new().expect("a reserved port");
+    let b_cfg = core_config(&dir.join("b"), &etcd, b_admin.addr());
+    let b_admin = b_admin.addr();
     let b = tokio::spawn(horizon_core::start(b_cfg));
     // The standby's admin API answers from its start; it learns who leads once etcd answers.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -358,10 +358,9 @@ async fn a_standby_core_takes_over_when_the_leader_dies_and_nobody_stops_playing
     );
 }
 
-/// A free loopback UDP port (a control port chosen before its core binds it).
-fn free_udp() -> SocketAddr {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free port");
-    socket.local_addr().expect("its address")
+/// A loopback port chosen before its core binds it, kept from every other test's meanwhile.
+fn reserved() -> ReservedPort {
+    ReservedPort::new().expect("a reserved port")
 }
 
 /// The MTL agent of `core_config`'s mesh, given only `core` to dial; no game server.
@@ -431,15 +430,14 @@ async fn a_standby_sends_an_agent_to_the_leader_and_serves_it_once_it_leads() {
     let etcd = etcd("redirect").await;
     let dir = std::env::temp_dir().join(format!("horizon-redirect-{}", std::process::id()));
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    let (a_control, b_control) = (free_udp(), free_udp());
+    let ports = [reserved(), reserved(), reserved()];
+    let [a_control, b_control, b_admin] = [0, 1, 2].map(|i| ports[i].addr());
     let mut a_cfg = core_config(&dir.join("a"), &etcd, any);
     a_cfg.listen_control = a_control;
     a_cfg.advertise_control = Some(a_control.to_string());
     // The same certificates for both cores and the agent (one CA); the copies shared.
     let mut b_cfg = a_cfg.clone();
     let a = horizon_core::start(a_cfg).await.expect("a leads");
-    let b_admin = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
-    let b_admin = b_admin.expect("a free port");
     b_cfg.listen_admin = b_admin;
     b_cfg.listen_control = b_control;
     b_cfg.advertise_control = Some(b_control.to_string());
