@@ -1,8 +1,12 @@
-//! What keeps docs/configuration.md current. Each daemon's tests compare the page with the code
-//! two ways:
+//! The configuration reference, generated from the code and kept true by tests.
+//!
+//! Each daemon lists its keys as [`Key`]s (`horizon_core`'s and `horizon_agent`'s
+//! `config/keys.rs`); `horizon config-reference` renders them ([`table`]) into
+//! docs/configuration.md, and a test keeps the page equal to that output. Each daemon's tests
+//! check its list against its parser two ways:
 //! - the keys: those its configuration accepts, read from the code ([`accepted_keys`]), are
-//!   exactly those the page lists ([`documented_keys`]);
-//! - every row's default, through the daemon's own parser and its environment overrides
+//!   exactly those listed;
+//! - every key's default, through the daemon's own parser and its environment overrides
 //!   ([`check_defaults`]): a key said to be required is refused when left out, and a key whose
 //!   default is a value gives the very same configuration when that value is set explicitly,
 //!   as `HORIZON_CONFIG__<TABLE>__<KEY>` (so the variable's name is checked too).
@@ -33,38 +37,62 @@ pub fn accepted_keys<T: DeserializeOwned>(within: &str) -> Vec<String> {
     line.split('`').skip(1).step_by(2).map(str::to_owned).collect()
 }
 
-/// The keys a section of the page lists: the first column of its tables, in backquotes, from
-/// the line `heading` to the next `## ` heading.
-pub fn documented_keys(page: &str, heading: &str) -> BTreeSet<String> {
-    documented_rows(page, heading).into_iter().map(|row| row.key).collect()
+/// One key of a daemon's configuration file, as the reference gives it (Markdown cells).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    /// Its TOML path (`thresholds.cap_ms`; `zones.min` for `min` in each `[[zones]]`).
+    pub key: &'static str,
+    /// What its value is, in words (`ms`, `ip:port`, `` `file`, `etcd` ``).
+    pub ty: &'static str,
+    /// `required`; a value (`180`, `` `file` ``), checked against the parser; or words
+    /// (`none`, "the core site's name", another key in backquotes), not checked.
+    pub default: &'static str,
+    /// What it does.
+    pub what: &'static str,
 }
 
-/// One row of the page's tables: the key, its type and its default, as written.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Row {
-    pub key: String,
-    pub ty: String,
-    pub default: String,
+/// The Markdown table of `keys`: key, type, default, environment variable, what it does. Keys
+/// under `arrays` (tables of arrays of tables, `["zones"]`) have no variable.
+pub fn table(keys: &[Key], arrays: &[&str]) -> String {
+    let mut out = String::from(
+        "| key | type | default | environment | what it does |\n|---|---|---|---|---|\n",
+    );
+    for key in keys {
+        let top = key.key.split('.').next().unwrap_or_default();
+        let env = if arrays.contains(&top) {
+            "—".to_owned()
+        } else {
+            format!("`{}`", variable(key.key))
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {env} | {} |\n",
+            key.key, key.ty, key.default, key.what
+        ));
+    }
+    out
 }
 
-/// The rows of a section of the page (from the line `heading` to the next `## ` heading).
-pub fn documented_rows(page: &str, heading: &str) -> Vec<Row> {
-    let Some(start) = page.lines().position(|l| l == heading) else {
-        panic!("no section {heading:?} in the page");
-    };
-    page.lines()
-        .skip(start + 1)
-        .take_while(|l| !l.starts_with("## "))
-        .filter(|l| l.starts_with("| `"))
-        .map(|l| {
-            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
-            Row {
-                key: cells[0].trim_matches('`').to_owned(),
-                ty: cells.get(1).copied().unwrap_or_default().to_owned(),
-                default: cells.get(2).copied().unwrap_or_default().to_owned(),
+/// Problems of a list of keys that no parser check would see: a key listed twice, or a cell
+/// that would break the table (a `|` or a line break in it) or leaves it blank (only what a key
+/// does may be, continuing the row above), one line each.
+pub fn malformed(keys: &[Key]) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut problems = Vec::new();
+    for key in keys {
+        if !seen.insert(key.key) {
+            problems.push(format!("{}: listed twice", key.key));
+        }
+        for cell in [key.key, key.ty, key.default, key.what] {
+            if cell.contains('|') || cell.contains('\n') {
+                problems.push(format!("{}: the cell {cell:?} breaks the table", key.key));
             }
-        })
-        .collect()
+        }
+        if key.key.is_empty() || key.ty.is_empty() || key.default.is_empty() {
+            problems
+                .push(format!("{:?}: a key, its type and its default are never empty", key.key));
+        }
+    }
+    problems
 }
 
 /// How a row's default was checked against the code.
@@ -104,7 +132,7 @@ pub fn variable(key: &str) -> String {
 /// the required keys and nothing else; `arrays` the tables that are arrays of tables
 /// (`["zones"]`). Returns how each row was checked, or what disagrees, one line per row.
 pub fn check_defaults<C: std::fmt::Debug>(
-    rows: &[Row],
+    rows: &[Key],
     minimal: &str,
     arrays: &[&str],
     parse: impl Fn(&str) -> Result<C, Vec<String>>,
@@ -142,8 +170,8 @@ pub fn check_defaults<C: std::fmt::Debug>(
                 Err(_) => {}
             }
             Checked::Required
-        } else if let (Some(value), false) = (default_value(&row.default), array) {
-            let name = variable(&row.key);
+        } else if let (Some(value), false) = (default_value(row.default), array) {
+            let name = variable(row.key);
             let text = match crate::overrides::apply(minimal, [(name.clone(), value.clone())]) {
                 Ok(text) => text,
                 Err(e) => {
@@ -163,7 +191,7 @@ pub fn check_defaults<C: std::fmt::Debug>(
         } else {
             Checked::Words
         };
-        checked.push((row.key.clone(), how));
+        checked.push((row.key.to_owned(), how));
     }
     if problems.is_empty() { Ok(checked) } else { Err(problems) }
 }
@@ -172,7 +200,7 @@ pub fn check_defaults<C: std::fmt::Debug>(
 /// only in some mode: `[servers.kubernetes]` with its driver); panics naming every row that
 /// disagrees. Returns how each row was checked.
 pub fn assert_defaults<C: std::fmt::Debug>(
-    groups: &[(Vec<Row>, &str)],
+    groups: &[(Vec<Key>, &str)],
     arrays: &[&str],
     parse: impl Fn(&str) -> Result<C, Vec<String>>,
 ) -> Vec<(String, Checked)> {
@@ -186,7 +214,7 @@ pub fn assert_defaults<C: std::fmt::Debug>(
     }
     assert!(
         problems.is_empty(),
-        "docs/configuration.md disagrees with the code:\n{}",
+        "the configuration reference disagrees with the parser:\n{}",
         problems.join("\n")
     );
     checked
@@ -238,8 +266,8 @@ mod tests {
         Ok((a, int(doc.get("b")).unwrap_or(3), c.unwrap_or("x").to_owned()))
     }
 
-    fn row(key: &str, default: &str) -> Row {
-        Row { key: key.into(), ty: "n".into(), default: default.into() }
+    fn row(key: &'static str, default: &'static str) -> Key {
+        Key { key, ty: "n", default, what: "" }
     }
 
     #[test]
@@ -267,13 +295,32 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_read_from_the_code_and_from_the_page() {
+    fn keys_are_read_from_the_code() {
         assert_eq!(accepted_keys::<Outer>(""), ["a", "inner"]);
         assert_eq!(accepted_keys::<Outer>("inner"), ["b", "c"]);
-        let page = "# x\n\n## One\n\n| key | type |\n|---|---|\n| `a` | n |\n| `inner.b` | n |\n\n## Two\n\n| `z` | n |\n";
-        let keys: Vec<String> = documented_keys(page, "## One").into_iter().collect();
-        assert_eq!(keys, ["a", "inner.b"]);
-        let rows = documented_rows(page, "## One");
-        assert_eq!(rows[1], Row { key: "inner.b".into(), ty: "n".into(), default: String::new() });
+    }
+
+    #[test]
+    fn the_table_names_each_keys_variable_and_refuses_what_would_break_it() {
+        let keys = [
+            Key { key: "a", ty: "n", default: "required", what: "an `a`" },
+            Key { key: "zones.min", ty: "`[x, y, z]`", default: "required", what: "" },
+        ];
+        assert_eq!(
+            table(&keys, &["zones"]),
+            "| key | type | default | environment | what it does |\n|---|---|---|---|---|\n\
+             | `a` | n | required | `HORIZON_CONFIG__A` | an `a` |\n\
+             | `zones.min` | `[x, y, z]` | required | — |  |\n"
+        );
+        assert!(malformed(&keys).is_empty());
+        let bad = [keys[0], keys[0], Key { key: "b", ty: "x | y", default: "", what: "z" }];
+        assert_eq!(
+            malformed(&bad),
+            [
+                "a: listed twice",
+                "b: the cell \"x | y\" breaks the table",
+                "\"b\": a key, its type and its default are never empty"
+            ]
+        );
     }
 }

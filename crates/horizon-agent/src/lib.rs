@@ -47,6 +47,8 @@ mod plumbing;
 mod stats;
 
 pub use agent::{AgentHandle, start};
+/// Every key of an agent's configuration file (docs/configuration.md is printed from it).
+pub use config::keys::{ARRAYS as CONFIG_ARRAYS, KEYS as CONFIG_KEYS};
 pub use config::{AgentConfig, DriverChoice, KubernetesConfig, SERVER_TOKEN_ENV};
 pub use credentials::load_files;
 pub use driver::{DriverError, ProcessDriver, ProcessOptions, ServerDriver};

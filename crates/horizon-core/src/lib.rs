@@ -27,6 +27,8 @@ pub mod status;
 pub mod store;
 mod writer;
 
+/// Every key of the core's configuration file (docs/configuration.md is printed from it).
+pub use crate::config::keys::{ARRAYS as CONFIG_ARRAYS, KEYS as CONFIG_KEYS};
 pub use crate::config::{CoreConfig, EtcdOptions, EtcdTls, Stage, StoreKind};
 pub use crate::core::{CoreError, CoreHandle, load_tls, start};
 pub use crate::status::CoreStatus;

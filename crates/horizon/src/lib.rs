@@ -9,6 +9,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 
 mod chaos;
+mod config_reference;
 mod daemons;
 mod demo;
 mod faults;
@@ -71,6 +72,9 @@ enum Command {
     /// A WAN emulator: a UDP proxy adding delay, jitter, loss and partitions, changed at run time
     /// by commands on stdin (`delay 100`, `loss 0.01 forward`, `partition on`, `stats`, `help`).
     Netem(NetemArgs),
+    /// Print the configuration reference (docs/configuration.md): every key of the core's and
+    /// the agents' files, with its type, default, environment variable and meaning.
+    ConfigReference,
     /// Measure the round trip to sites' probe beacons (their agents' `listen.beacon`), as a
     /// game client does before it joins: median and loss per site, and the nearest.
     Probe(ProbeArgs),
@@ -312,6 +316,10 @@ pub fn main() -> ExitCode {
         Command::Keys(keys) => keys_command(keys),
         Command::Netem(args) => netem_command(args),
         Command::Probe(args) => probe_command(args),
+        Command::ConfigReference => {
+            print!("{}", config_reference::page());
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -751,3 +751,18 @@ fn probe_refuses_a_beacon_that_is_not_site_equals_address() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SITE=HOST:PORT"));
 }
+
+#[test]
+fn config_reference_prints_docs_configuration_md() {
+    let out = horizon().arg("config-reference").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), page);
+    // An argument it does not take is a usage error.
+    let out = horizon().args(["config-reference", "--core"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
