@@ -24,7 +24,7 @@ use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{
     Conn, Dial, HelloParams, Inbound, InboundRequest, Limits, Link, LinkEvent, Listener, Peer,
-    SiteCertificate, client_endpoint,
+    SiteCertificate, TransportStats, client_endpoint,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -63,6 +63,8 @@ pub struct AgentHandle {
     /// The probe beacon's address, if configured.
     pub beacon_addr: Option<SocketAddr>,
     pub stats: Arc<AgentStats>,
+    /// What its listeners and links saw (refusals, replays, credential reloads).
+    pub transport: TransportStats,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -106,12 +108,16 @@ pub async fn start(
     let server_keys = SharedKeyring::new(Keyring::random("agent"));
     let site = Name::new(cfg.site.clone()).map_err(|e| AgentError::Name(cfg.site.clone(), e))?;
     let limits = Limits::default();
+    // What this agent's endpoints see, counted apart from any other daemon in the process.
+    let transport = TransportStats::default();
+    let agent_transport = transport.clone();
     let servers = Listener::<Server>::bind(
         cfg.listen_servers,
         tls::server_config(&identity, None, ChannelId::Server, &limits)?,
         site.clone(),
         Arc::new(SignedToken { keys: server_keys.clone(), kind: Kind::Server }),
         limits.clone(),
+        transport.clone(),
     )?;
     let players = Listener::<Gateway>::bind(
         cfg.listen_players,
@@ -119,6 +125,7 @@ pub async fn start(
         site.clone(),
         Arc::new(SignedToken { keys: player_keys.clone(), kind: Kind::Player }),
         limits.clone(),
+        transport.clone(),
     )?;
     let transfers = Listener::<Transfer>::bind(
         cfg.listen_transfer,
@@ -126,6 +133,7 @@ pub async fn start(
         site.clone(),
         Arc::new(SiteCertificate),
         limits.clone(),
+        transport.clone(),
     )?;
     let (servers_addr, players_addr, transfer_addr) =
         (servers.local_addr()?, players.local_addr()?, transfers.local_addr()?);
@@ -140,11 +148,13 @@ pub async fn start(
         config: tls::client_config(&roots, Some(&identity), ChannelId::Control, &control)?,
         hello: HelloParams::new(site.clone()),
         limits: control,
+        stats: transport.clone(),
     });
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let stats = Arc::new(AgentStats::default());
     let (stop, stop_rx) = watch::channel(false);
-    let metrics = crate::metrics::AgentMetrics::new(&cfg.site, &cfg.core_site, stats.clone());
+    let metrics =
+        crate::metrics::AgentMetrics::new(&cfg.site, &cfg.core_site, stats.clone(), &transport);
     let admin_addr = match cfg.listen_admin {
         Some(addr) => Some(serve_admin(addr, &cfg.site, metrics.clone(), stop_rx.clone()).await?),
         None => None,
@@ -207,6 +217,7 @@ pub async fn start(
             server_keys,
         },
         limits,
+        transport,
         events: events_tx,
         next_token: 0,
         core_orders: HashMap::new(),
@@ -228,6 +239,7 @@ pub async fn start(
         admin_addr,
         beacon_addr,
         stats,
+        transport: agent_transport,
         stop,
         task,
     })
@@ -297,6 +309,8 @@ struct Shell {
     identity: Identity,
     credentials: crate::credentials::Credentials,
     limits: Limits,
+    /// The transport's counters (every listener's and link's of this agent).
+    transport: TransportStats,
     events: mpsc::Sender<Event>,
     next_token: Token,
     core_orders: HashMap<Token, InboundRequest<Control>>,

@@ -249,11 +249,14 @@ fn valid<T>(r: prometheus::Result<T>) -> T {
 
 impl AgentMetrics {
     /// The agent's metrics; `core_site` is known from the start, like this `site`.
-    pub(crate) fn new(site: &str, core_site: &str, stats: Arc<AgentStats>) -> Self {
+    pub(crate) fn new(
+        site: &str,
+        core_site: &str,
+        stats: Arc<AgentStats>,
+        transport: &horizon_transport::TransportStats,
+    ) -> Self {
         let registry = horizon_admin::registry("agent");
-        for collector in horizon_transport::metrics::collectors() {
-            horizon_admin::register(&registry, collector);
-        }
+        horizon_admin::register(&registry, transport.collector());
         let opts = |name: &str, help: &str| Opts::new(name, help).const_label("site", site);
         let counters = COUNTERS
             .iter()
@@ -479,7 +482,7 @@ mod tests {
         let stats = Arc::new(AgentStats::default());
         stats.inputs_received.store(41, Ordering::Relaxed);
         stats.players.store(3, Ordering::Relaxed);
-        let m = AgentMetrics::new("MTL", "PAR", stats.clone());
+        let m = AgentMetrics::new("MTL", "PAR", stats.clone(), &Default::default());
         m.refresh();
         stats.inputs_received.fetch_add(1, Ordering::Relaxed);
         m.refresh();
@@ -491,7 +494,8 @@ mod tests {
 
     #[test]
     fn every_metric_an_agent_exports_is_documented() {
-        let m = AgentMetrics::new("MTL", "PAR", Arc::new(AgentStats::default()));
+        let m =
+            AgentMetrics::new("MTL", "PAR", Arc::new(AgentStats::default()), &Default::default());
         m.inputs_served(&[Duration::from_millis(40)], Duration::from_millis(10));
         m.crossed(crate::FreezeSample {
             from: "MTL".into(),
@@ -533,7 +537,8 @@ mod tests {
 
     #[test]
     fn freeze_series_exist_for_every_known_pair_before_their_first_event() {
-        let m = AgentMetrics::new("MTL", "PAR", Arc::new(AgentStats::default()));
+        let m =
+            AgentMetrics::new("MTL", "PAR", Arc::new(AgentStats::default()), &Default::default());
         let series = |m: &AgentMetrics| {
             let families = m.registry.gather();
             let f = families.iter().find(|f| f.name() == "horizon_agent_freeze_seconds");

@@ -16,7 +16,9 @@ use horizon_proto::control::{self, Control};
 use horizon_proto::{ChannelId, ErrorCode, Failure, Name};
 use horizon_transport::plumbing;
 use horizon_transport::tls::{self, Identity, Roots};
-use horizon_transport::{Conn, Inbound, InboundRequest, Limits, Listener, Peer, SiteCertificate};
+use horizon_transport::{
+    Conn, Inbound, InboundRequest, Limits, Listener, Peer, SiteCertificate, TransportStats,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -56,6 +58,8 @@ pub struct CoreHandle {
     pub control_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub generation: u32,
+    /// What its control listener saw (refusals, replays, credential reloads).
+    pub transport: TransportStats,
     queries: mpsc::Sender<AdminQuery>,
     stop: watch::Sender<bool>,
     /// The shell's loop: it ends with why, if it stopped on its own (fenced).
@@ -125,6 +129,7 @@ fn reload_tls(
     cfg: &CoreConfig,
     handle: horizon_transport::ServerTls,
     limits: Limits,
+    transport: TransportStats,
     mut stop: watch::Receiver<bool>,
 ) {
     use horizon_transport::reload;
@@ -143,11 +148,11 @@ fn reload_tls(
             match loaded {
                 Ok(config) => {
                     handle.set(config);
-                    horizon_transport::metrics::reloaded(true);
+                    transport.reloaded(true);
                     tracing::info!(cause = cause.as_str(), "certificate and CA reloaded");
                 }
                 Err(e) => {
-                    horizon_transport::metrics::reloaded(false);
+                    transport.reloaded(false);
                     tracing::error!(cause = cause.as_str(), error = %e, "reload failed: what was loaded before stays in use");
                 }
             }
@@ -180,6 +185,8 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
     let core_name = cfg.sites.name(cfg.sites.core()).as_str().to_owned();
     let name = Name::new(core_name.clone()).map_err(|e| CoreError::Config(e.to_string()))?;
     let limits = Limits::default();
+    // What the control listener sees, for this core's `/metrics`.
+    let transport = TransportStats::default();
     // A standby that redirected agents closed that listener as it was elected: its port may
     // take a moment to be free.
     let bind_until = Instant::now() + CONTROL_PORT_FREE_WITHIN;
@@ -190,6 +197,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
             name.clone(),
             Arc::new(SiteCertificate),
             limits.clone(),
+            transport.clone(),
         );
         match bound {
             Err(_) if fence.is_some() && Instant::now() < bind_until => {
@@ -218,13 +226,13 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         .local_addr()
         .map_err(|e| CoreError::Admin { addr: cfg.listen_admin, why: e.to_string() })?;
     let (stop, stop_rx) = watch::channel(false);
-    reload_tls(&cfg, listener.tls(), limits, stop_rx.clone());
+    reload_tls(&cfg, listener.tls(), limits, transport.clone(), stop_rx.clone());
     let source = Arc::new(CoreSource { queries: queries_tx.clone() });
     let mut admin_stop = stop_rx.clone();
     let stopped = async move {
         let _ = admin_stop.changed().await;
     };
-    let metrics = crate::metrics::Metrics::new(&cfg.sites, machine.stats());
+    let metrics = crate::metrics::Metrics::new(&cfg.sites, machine.stats(), &transport);
     let registry = metrics.registry.clone();
     leader_gauge(&registry, Some(generation));
     let access = horizon_admin::Access::from_env(admin_addr);
@@ -265,6 +273,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         control_addr,
         admin_addr,
         generation,
+        transport,
         queries: queries_tx,
         stop,
         task,
@@ -344,6 +353,9 @@ async fn stand_by(
     let admin_addr = listener.local_addr().map_err(admin_fail)?;
     let registry = horizon_admin::registry("core");
     leader_gauge(&registry, None);
+    // The redirecting listener's refusals, on the standby's `/metrics`.
+    let transport = TransportStats::default();
+    horizon_admin::register(&registry, transport.collector());
     let standing = Arc::new(std::sync::Mutex::new(crate::admin::Standing::Connecting));
     let source = Arc::new(crate::admin::StandbySource { standing: standing.clone() });
     // Bound before the admin API is served: a port in use fails the start with nothing left
@@ -359,6 +371,7 @@ async fn stand_by(
                 name,
                 Arc::new(crate::admin::Redirect { standing: standing.clone() }),
                 limits,
+                transport.clone(),
             )?)
         }
         None => None,

@@ -237,11 +237,13 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(sites: &Sites, stats: Arc<CoreStats>) -> Self {
+    pub(crate) fn new(
+        sites: &Sites,
+        stats: Arc<CoreStats>,
+        transport: &horizon_transport::TransportStats,
+    ) -> Self {
         let registry = horizon_admin::registry("core");
-        for collector in horizon_transport::metrics::collectors() {
-            horizon_admin::register(&registry, collector);
-        }
+        horizon_admin::register(&registry, transport.collector());
         let names = sites.ids().map(|s| sites.name(s).to_string()).collect();
         horizon_admin::register(&registry, Box::new(StatsCollector::new(names, stats)));
         let ticks = IntCounter::new("horizon_core_ticks_total", "Scoring ticks run.")
@@ -452,7 +454,7 @@ mod tests {
     fn every_metric_the_core_exports_is_documented() {
         let sites = crate::machine::tests::sites();
         let stats = Arc::new(CoreStats::new(sites.len()));
-        let m = Metrics::new(&sites, stats.clone());
+        let m = Metrics::new(&sites, stats.clone(), &Default::default());
         let (par, mtl) = (sites.core(), sites.id("MTL").expect("MTL"));
         stats.handover(par, mtl, HandoverOutcome::Committed, Some(0.2));
         stats.failover(mtl, FailoverReason::LeaseExpired);
@@ -494,7 +496,7 @@ mod series_tests {
     #[test]
     fn labelled_series_exist_at_zero_before_their_first_event() {
         let sites = crate::machine::tests::sites();
-        let m = Metrics::new(&sites, Arc::new(CoreStats::new(sites.len())));
+        let m = Metrics::new(&sites, Arc::new(CoreStats::new(sites.len())), &Default::default());
         let families = m.registry.gather();
         let series = |name: &str| {
             families.iter().find(|f| f.name() == name).map_or(0, |f| f.get_metric().len())

@@ -74,6 +74,7 @@ pub async fn run<G: Game>(
         config,
         hello,
         limits,
+        stats: horizon_transport::TransportStats::default(),
     });
     let (items_tx, items_rx) = mpsc::channel(ITEM_QUEUE);
     let own_state = opts.own_state;

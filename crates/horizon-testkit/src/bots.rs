@@ -352,6 +352,7 @@ async fn run(
         config,
         hello: HelloParams::new(name).with_token(token),
         limits,
+        stats: horizon_transport::TransportStats::default(),
     });
     let mut conn =
         parts.link.connected(Duration::from_secs(15)).await.map_err(|e| format!("connect: {e}"))?;

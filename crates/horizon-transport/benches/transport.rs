@@ -54,6 +54,7 @@ impl Sites {
             Name::new("PAR").unwrap(),
             Arc::new(SiteCertificate),
             self.limits.clone(),
+            horizon_transport::TransportStats::default(),
         )
         .unwrap()
     }
@@ -73,6 +74,7 @@ impl Sites {
             config,
             hello: HelloParams::new(Name::new("MTL").unwrap()),
             limits: self.limits.clone(),
+            stats: horizon_transport::TransportStats::default(),
         });
         let Some(LinkEvent::Up(_)) = parts.events.recv().await else {
             panic!("link did not come up")

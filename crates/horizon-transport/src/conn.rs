@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::error::Error;
 use crate::limits::Limits;
+use crate::metrics::TransportStats;
 
 /// A connection of channel `C` after a successful hello. Cheap to clone.
 pub struct Conn<C: Channel> {
@@ -26,6 +27,8 @@ pub struct Conn<C: Channel> {
     pub(crate) limits: Arc<Limits>,
     pub(crate) ids: Arc<AtomicU64>,
     pub(crate) counters: Arc<Counters>,
+    /// The daemon's counters, which this connection adds to.
+    pub(crate) stats: TransportStats,
     serial: u64,
     _channel: PhantomData<fn() -> C>,
 }
@@ -43,6 +46,7 @@ impl<C: Channel> Clone for Conn<C> {
             limits: self.limits.clone(),
             ids: self.ids.clone(),
             counters: self.counters.clone(),
+            stats: self.stats.clone(),
             serial: self.serial,
             _channel: PhantomData,
         }
@@ -100,6 +104,7 @@ impl<C: Channel> Conn<C> {
         peer: Name,
         limits: Arc<Limits>,
         ids: Arc<AtomicU64>,
+        stats: TransportStats,
     ) -> Self {
         let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
         Conn {
@@ -109,6 +114,7 @@ impl<C: Channel> Conn<C> {
             limits,
             ids,
             counters: Arc::default(),
+            stats,
             serial,
             _channel: PhantomData,
         }
@@ -688,7 +694,7 @@ async fn serve_request<C: Channel>(
         }
         Seen::Replied(bytes) => {
             conn.counters.replays.fetch_add(1, Ordering::Relaxed);
-            crate::metrics::replayed(C::ID);
+            conn.stats.replayed(C::ID);
             bytes
         }
         Seen::Running => {
@@ -742,7 +748,7 @@ async fn accept_datagrams<C: Channel>(conn: Conn<C>, inbound: mpsc::Sender<Inbou
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 conn.counters.datagrams_dropped.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::datagram_dropped(C::ID);
+                conn.stats.datagram_dropped(C::ID);
             }
             Err(mpsc::error::TrySendError::Closed(_)) => return,
         }

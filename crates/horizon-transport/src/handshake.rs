@@ -13,6 +13,7 @@ use horizon_proto::{
 use crate::conn::{Conn, ReadFailure, read_payload};
 use crate::error::Error;
 use crate::limits::Limits;
+use crate::metrics::TransportStats;
 use crate::tls::certificate_names_site;
 
 /// What a client says in its hello.
@@ -120,6 +121,7 @@ pub(crate) async fn client<C: Channel>(
     hello: &HelloParams,
     limits: Arc<Limits>,
     ids: Arc<AtomicU64>,
+    stats: TransportStats,
 ) -> Result<Conn<C>, Error> {
     let run = async {
         let (mut send, mut recv) = quic.open_bi().await?;
@@ -155,7 +157,7 @@ pub(crate) async fn client<C: Channel>(
         Welcome::Accepted { version, peer, .. }
             if (hello.min_version..=hello.max_version).contains(&version) =>
         {
-            Ok(Conn::new(quic, version, peer, limits, ids))
+            Ok(Conn::new(quic, version, peer, limits, ids, stats))
         }
         Welcome::Accepted { version, .. } => {
             let fault = Fault::new(
@@ -180,6 +182,7 @@ pub(crate) async fn server<C: Channel>(
     auth: &dyn Authenticator,
     limits: Arc<Limits>,
     ids: Arc<AtomicU64>,
+    stats: TransportStats,
 ) -> Result<(Conn<C>, Hello, Option<Name>), Error> {
     let read = async {
         let (send, mut recv) = quic.accept_bi().await?;
@@ -213,7 +216,7 @@ pub(crate) async fn server<C: Channel>(
             let welcome = Welcome::Accepted { version, peer: ours.clone(), session };
             send.write_all(&to_frame(&welcome, version, C::ID, MAX_HELLO_BYTES)?).await?;
             let _ = send.finish();
-            Ok((Conn::new(quic, version, hello.peer.clone(), limits, ids), hello, identity))
+            Ok((Conn::new(quic, version, hello.peer.clone(), limits, ids, stats), hello, identity))
         }
         Err(fault) => {
             tracing::info!(channel = C::ID.as_str(), peer = %hello.peer, code = fault.code.as_str(), "hello refused");

@@ -35,5 +35,6 @@ pub use handshake::{Authenticator, HelloParams, SharedToken, SiteCertificate};
 pub use limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
 pub use link::{Dial, Link, LinkEvent, LinkParts, client_endpoint};
 pub use listener::{Listener, Peer, ServerTls};
+pub use metrics::{Refusal, TransportStats};
 pub use target::{BadTarget, Target};
 pub use tls::site_dns_name;

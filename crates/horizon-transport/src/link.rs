@@ -15,6 +15,7 @@ use crate::conn::{Conn, Inbound, Replies, serve_inbound};
 use crate::error::Error;
 use crate::handshake::{self, HelloParams};
 use crate::limits::{Limits, MAX_UDP_PAYLOAD_BYTES};
+use crate::metrics::TransportStats;
 
 /// Where and how to connect.
 #[derive(Debug)]
@@ -30,6 +31,9 @@ pub struct Dial {
     pub config: quinn::ClientConfig,
     pub hello: HelloParams,
     pub limits: Limits,
+    /// The daemon's counters, which the link's connections add to (a fresh
+    /// `TransportStats::default()` where nothing reads them).
+    pub stats: TransportStats,
 }
 
 /// A change of the link's state. After every `Up`, the owner resynchronises its full state
@@ -266,7 +270,14 @@ impl<C: Channel> Supervisor<C> {
             Ok(Err(e)) => return Err(fail(e.to_string())),
             Err(_) => return Err(fail("handshake timed out".to_owned())),
         };
-        handshake::client::<C>(quic, &dial.hello, self.limits.clone(), self.ids.clone()).await
+        handshake::client::<C>(
+            quic,
+            &dial.hello,
+            self.limits.clone(),
+            self.ids.clone(),
+            dial.stats.clone(),
+        )
+        .await
     }
 }
 

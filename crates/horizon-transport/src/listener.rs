@@ -13,6 +13,7 @@ use crate::conn::{Conn, Inbound, Replies, serve_inbound};
 use crate::error::Error;
 use crate::handshake::{self, Authenticator};
 use crate::limits::Limits;
+use crate::metrics::{Refusal, TransportStats};
 
 /// A peer that completed its hello. A reconnection of the same peer arrives as a new `Peer`
 /// (the previous connection is closed): that is the server side's cue to resynchronise.
@@ -63,17 +64,20 @@ struct PeerBook {
 }
 
 impl<C: Channel> Listener<C> {
-    /// Binds `addr` and starts accepting. `name` is what the welcome tells clients we are.
+    /// Binds `addr` and starts accepting. `name` is what the welcome tells clients we are;
+    /// what its connections see is counted in `stats` (the daemon's).
     pub fn bind(
         addr: SocketAddr,
         config: quinn::ServerConfig,
         name: Name,
         auth: Arc<dyn Authenticator>,
         limits: Limits,
+        stats: TransportStats,
     ) -> Result<Self, Error> {
         let endpoint = crate::link::endpoint(addr, Some(config))?;
         let (tx, peers) = mpsc::channel(limits.inbound_queue);
-        tokio::spawn(accept_loop::<C>(endpoint.clone(), name, auth, Arc::new(limits), tx));
+        let limits = Arc::new(limits);
+        tokio::spawn(accept_loop::<C>(endpoint.clone(), name, auth, limits, stats, tx));
         Ok(Listener { endpoint, peers })
     }
 
@@ -114,6 +118,7 @@ async fn accept_loop<C: Channel>(
     name: Name,
     auth: Arc<dyn Authenticator>,
     limits: Arc<Limits>,
+    stats: TransportStats,
     peers: mpsc::Sender<Peer<C>>,
 ) {
     let book = Arc::new(Mutex::new(PeerBook::default()));
@@ -130,38 +135,41 @@ async fn accept_loop<C: Channel>(
     while let Some(incoming) = endpoint.accept().await {
         let remote = incoming.remote_address();
         if !incoming.remote_address_validated() && incoming.may_retry() {
-            crate::metrics::retried(C::ID);
+            stats.retried(C::ID);
             if let Err(e) = incoming.retry() {
                 tracing::debug!(channel = C::ID.as_str(), %remote, error = %e, "retry not sent");
             }
             continue;
         }
         let Some(source) = SourceSlot::take(&sources, remote.ip(), per_source) else {
-            crate::metrics::refused(C::ID, "per_source");
+            stats.refused(C::ID, Refusal::PerSource);
             tracing::warn!(channel = C::ID.as_str(), %remote, "too many handshakes from this address, refused");
             incoming.refuse();
             continue;
         };
         let Ok(permit) = pending.clone().try_acquire_owned() else {
-            crate::metrics::refused(C::ID, "pending_full");
+            stats.refused(C::ID, Refusal::PendingFull);
             tracing::warn!(channel = C::ID.as_str(), %remote, "too many pending connections, refused");
             incoming.refuse();
             continue;
         };
         let (name, auth, limits, peers, book, ids) =
             (name.clone(), auth.clone(), limits.clone(), peers.clone(), book.clone(), ids.clone());
+        let stats = stats.clone();
         tokio::spawn(async move {
             // The QUIC handshake and the hello share one deadline.
             let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
-            let refused = |reason: &'static str, why: &dyn std::fmt::Display| {
-                crate::metrics::refused(C::ID, reason);
+            let refused = |reason: Refusal, why: &dyn std::fmt::Display| {
+                stats.refused(C::ID, reason);
                 tracing::info!(channel = C::ID.as_str(), %remote, error = %why, "connection refused");
             };
             let quic = match tokio::time::timeout_at(deadline, incoming).await {
                 Ok(Ok(quic)) => quic,
-                Ok(Err(e)) => return refused("handshake_failed", &e),
+                Ok(Err(e)) => return refused(Refusal::HandshakeFailed, &e),
                 // No QUIC connection to close with a code: dropping the attempt ends it.
-                Err(_) => return refused("handshake_timeout", &"QUIC handshake not done in time"),
+                Err(_) => {
+                    return refused(Refusal::HandshakeTimeout, &"QUIC handshake not done in time");
+                }
             };
             let hello = handshake::server::<C>(
                 quic.clone(),
@@ -170,14 +178,15 @@ async fn accept_loop<C: Channel>(
                 auth.as_ref(),
                 limits.clone(),
                 ids,
+                stats.clone(),
             );
             let (conn, hello, identity) = match tokio::time::timeout_at(deadline, hello).await {
                 Ok(Ok(done)) => done,
-                Ok(Err(e)) => return refused("hello_refused", &e),
+                Ok(Err(e)) => return refused(Refusal::HelloRefused, &e),
                 Err(_) => {
                     let why = format!("no hello within {:?}", limits.handshake_timeout);
                     quic.close(quinn::VarInt::from(ErrorCode::Timeout.to_u16()), why.as_bytes());
-                    return refused("handshake_timeout", &why);
+                    return refused(Refusal::HandshakeTimeout, &why);
                 }
             };
             // A peer now: its source's slot goes to the next handshake from there (the pending

@@ -14,7 +14,7 @@ use horizon_proto::server::{self, Server};
 use horizon_proto::transfer::{self, Transfer};
 use horizon_proto::{BubbleId, Epoch, ErrorCode, Fault, LeaseRef, Tick};
 use horizon_transport::netem::{Netem, NetemConfig, Shape};
-use horizon_transport::{Conn, Error, HelloParams, Inbound, Listener, SharedToken};
+use horizon_transport::{Conn, Error, HelloParams, Inbound, Listener, Refusal, SharedToken};
 
 fn lease(n: u64) -> LeaseRef {
     LeaseRef { bubble: BubbleId(n), epoch: Epoch(1 << 32 | n) }
@@ -574,11 +574,10 @@ async fn a_flood_of_connections_that_never_say_hello_locks_nobody_out() {
     let pki = Pki::new();
     let limits =
         horizon_transport::Limits { inbound_queue: 16, pending_per_source: 8, ..quick_limits() };
-    let mut listener = token_listener::<Server>(&pki, "MTL", SharedToken("s3cret".into()), &limits);
+    let stats = horizon_transport::TransportStats::default();
+    let token = SharedToken("s3cret".into());
+    let mut listener = token_listener_counted::<Server>(&pki, "MTL", token, &limits, stats.clone());
     let addr = listener.local_addr().unwrap();
-    let per_source = horizon_transport::metrics::refused_count(ChannelId::Server, "per_source");
-    let timed_out =
-        horizon_transport::metrics::refused_count(ChannelId::Server, "handshake_timeout");
     // 40 clients from one address finish their QUIC handshake and never say hello.
     let flooder = horizon_transport::client_endpoint("127.0.0.2".parse().unwrap()).unwrap();
     let config = horizon_transport::tls::client_config(
@@ -604,16 +603,12 @@ async fn a_flood_of_connections_that_never_say_hello_locks_nobody_out() {
     wait_up(&mut good, Duration::from_secs(1)).await;
     assert!(started.elapsed() < Duration::from_secs(1), "let in after {:?}", started.elapsed());
     assert_eq!(listener.accept().await.unwrap().hello.peer.as_str(), "mtl-gs-0");
-    let refused = horizon_transport::metrics::refused_count(ChannelId::Server, "per_source");
-    assert!(
-        refused - per_source >= 32,
-        "one address holds 8 handshakes at most: {}",
-        refused - per_source
-    );
+    let refused = stats.refused_count(ChannelId::Server, Refusal::PerSource);
+    assert!(refused >= 32, "one address holds 8 handshakes at most: {refused} refused");
     // The ones held are dropped at the handshake deadline.
     tokio::time::sleep(limits.handshake_timeout + Duration::from_millis(500)).await;
-    let dropped = horizon_transport::metrics::refused_count(ChannelId::Server, "handshake_timeout");
-    assert!(dropped - timed_out >= 8, "{} dropped at the deadline", dropped - timed_out);
+    let dropped = stats.refused_count(ChannelId::Server, Refusal::HandshakeTimeout);
+    assert!(dropped >= 8, "{dropped} dropped at the deadline");
     assert!(held.iter().all(|c| c.close_reason().is_some()), "every silent connection closed");
     // Closed as docs/protocol.md says: `timeout` (10), with the reason.
     for c in &held {
@@ -730,6 +725,7 @@ async fn the_core_site_s_certificate_does_not_pass_for_the_core_nor_the_core_s_f
         name("PAR"),
         std::sync::Arc::new(horizon_transport::SiteCertificate),
         limits.clone(),
+        horizon_transport::TransportStats::default(),
     )
     .unwrap();
     assert!(connect(&core, CORE_DNS_NAME).await.expect("an answer").is_ok());

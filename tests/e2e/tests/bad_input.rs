@@ -17,7 +17,9 @@ use horizon_proto::{Blob, ChannelId, ErrorCode, Name, Role, Seq, Vec3, WorldId};
 use horizon_testkit::bots;
 use horizon_testkit::{Sandbox, SandboxOptions};
 use horizon_transport::tls::{self, Roots};
-use horizon_transport::{Dial, Error, HelloParams, Limits, Link, LinkEvent, client_endpoint};
+use horizon_transport::{
+    Dial, Error, HelloParams, Limits, Link, LinkEvent, Refusal, client_endpoint,
+};
 
 // Shared by the mesh tests; this one uses only `bot`.
 #[allow(dead_code)]
@@ -38,6 +40,7 @@ fn dial<C: horizon_proto::Channel>(
         config,
         hello,
         limits,
+        stats: horizon_transport::TransportStats::default(),
     })
 }
 
@@ -102,6 +105,7 @@ async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
     let (sandbox, roots, dir, _one_at_a_time) = mesh("bad-input", |_| {}).await;
     let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
     let (gateway_addr, servers_addr) = (mtl.players_addr, mtl.servers_addr);
+    let mtl_transport = mtl.transport.clone();
 
     // 1. Three hundred connections from one address (more than a listener's 256 handshake
     // slots) try their QUIC handshake at MTL's gateway and never say hello; meanwhile a
@@ -132,8 +136,7 @@ async fn bad_input_locks_nobody_out_and_touches_nobody_else() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let joined_after = started.elapsed();
-    let refused_per_source =
-        horizon_transport::metrics::refused_count(ChannelId::Gateway, "per_source");
+    let refused_per_source = mtl_transport.refused_count(ChannelId::Gateway, Refusal::PerSource);
 
     // 2. A player next to them sends an input over 16 KiB: its connection alone is closed.
     let hello = HelloParams::new(Name::new("oversized").expect("name"))
@@ -217,7 +220,8 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     use horizon_transport::Keyring;
     use horizon_transport::credential::Kind;
     let (sandbox, roots, dir, _one_at_a_time) = mesh("identities", |_| {}).await;
-    let gateway_addr = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL").players_addr;
+    let mtl = sandbox.agents.iter().find(|a| a.site == "MTL").expect("MTL");
+    let (gateway_addr, mtl_transport) = (mtl.players_addr, mtl.transport.clone());
     let tokens = sandbox.player_tokens.clone();
     let hello = |peer: &str, token: String| {
         HelloParams::new(Name::new(peer).expect("name")).with_token(token)
@@ -259,8 +263,8 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     let old = std::fs::read_to_string(&keys_file).expect("keys");
     let new_key = Keyring::generate_file("k2");
     let new_line = new_key.lines().find(|l| !l.starts_with('#')).expect("a key line").to_owned();
-    let reloads_before = horizon_transport::metrics::reload_count(true);
-    let failed_before = horizon_transport::metrics::reload_count(false);
+    let reloads_before = mtl_transport.reload_count(true);
+    let failed_before = mtl_transport.reload_count(false);
     // In one step, as `horizon keys rotate` and a kubelet updating a Secret write it.
     horizon_transport::reload::replace_file(&keys_file, &format!("{new_line}\n{old}"), 0o600)
         .expect("rotated");
@@ -285,8 +289,8 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     let k2_accepted_after = since.elapsed();
     let rotation = format!(
         "{attempts} joins tried, the slowest {slowest:?}, the last refusal {last:?}; reloads since the rotation: {} ok, {} failed",
-        horizon_transport::metrics::reload_count(true) - reloads_before,
-        horizon_transport::metrics::reload_count(false) - failed_before,
+        mtl_transport.reload_count(true) - reloads_before,
+        mtl_transport.reload_count(false) - failed_before,
     );
     let k1_still = join_as(&roots, gateway_addr, hello("dave", tokens.mint("dave"))).await;
     horizon_transport::reload::replace_file(&keys_file, &format!("{new_line}\n"), 0o600)
@@ -305,11 +309,11 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     }
     // 4. MTL's certificate re-issued (as a renewal writes it): the agent reloads it, new
     // players connect under it, Alice plays on.
-    let reloads_mid = horizon_transport::metrics::reload_count(true);
+    let reloads_mid = mtl_transport.reload_count(true);
     let ca_dir = sandbox.ca.parent().expect("the certificates' directory").to_owned();
     horizon_transport::tls::DevCa::new(&ca_dir).add_site("MTL").expect("re-issued");
     let since = tokio::time::Instant::now();
-    while horizon_transport::metrics::reload_count(true) == reloads_mid
+    while mtl_transport.reload_count(true) == reloads_mid
         && since.elapsed() < Duration::from_secs(10)
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -322,7 +326,7 @@ async fn a_player_is_who_their_token_says_and_player_keys_rotate_without_a_resta
     stop.send(true).expect("bot listening");
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     let r = report.lock().expect("report").clone();
-    let reloads = horizon_transport::metrics::reload_count(true) - reloads_before;
+    let reloads = mtl_transport.reload_count(true) - reloads_before;
     drop((mallory_link, carol, k1_still));
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -394,6 +398,7 @@ async fn a_site_is_believed_only_about_the_players_it_owns() {
         config,
         hello: HelloParams::new(Name::new("HKG").expect("name")),
         limits,
+        stats: horizon_transport::TransportStats::default(),
     });
     let conn = rogue.link.connected(Duration::from_secs(10)).await.expect("connected as HKG");
     let register = control::Request::Register {
@@ -532,8 +537,6 @@ async fn a_game_server_writing_under_an_old_epoch_or_a_bubble_it_does_not_hold_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_at_the_core_locks_out_no_agent_reconnecting() {
     let (mut sandbox, roots, dir, _one_at_a_time) = mesh("core-flood", |_| {}).await;
-    let refused_before =
-        horizon_transport::metrics::refused_count(ChannelId::Control, "per_source");
 
     // Three hundred connections from one address at the core's control port, each with a
     // good site certificate (a site compromised), none ever saying hello...
@@ -572,8 +575,7 @@ async fn a_flood_at_the_core_locks_out_no_agent_reconnecting() {
             held.push(c);
         }
     }
-    let refused = horizon_transport::metrics::refused_count(ChannelId::Control, "per_source")
-        - refused_before;
+    let refused = sandbox.core.transport.refused_count(ChannelId::Control, Refusal::PerSource);
     drop(held);
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -147,6 +147,7 @@ async fn client(
         hello: HelloParams::new(Name::new(format!("today-{site}-{join_after_ms}")).expect("name"))
             .with_token(token),
         limits,
+        stats: horizon_transport::TransportStats::default(),
     });
     let conn = parts.link.connected(Duration::from_secs(15)).await.expect("connected");
     let join =

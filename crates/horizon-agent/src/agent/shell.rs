@@ -170,11 +170,11 @@ impl Shell {
                     link.set_tls(new.transfer.clone());
                 }
                 (self.roots, self.identity) = (new.roots, new.identity);
-                horizon_transport::metrics::reloaded(true);
+                self.transport.reloaded(true);
                 tracing::info!(site = %self.site, cause = cause.as_str(), player_key = %new.signing, "certificate, CA and player keys reloaded");
             }
             Err(why) => {
-                horizon_transport::metrics::reloaded(false);
+                self.transport.reloaded(false);
                 tracing::error!(site = %self.site, cause = cause.as_str(), %why, "reload failed: what was loaded before stays in use");
             }
         }
@@ -418,6 +418,7 @@ impl Shell {
             config,
             hello: HelloParams::new(self.site.clone()),
             limits: self.limits.clone(),
+            stats: self.transport.clone(),
         });
         let events = self.events.clone();
         let mut link_events = parts.events;

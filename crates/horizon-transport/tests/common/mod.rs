@@ -11,7 +11,7 @@ use horizon_proto::{Channel, Name};
 use horizon_transport::tls::{DevCa, Identity, client_config, server_config};
 use horizon_transport::{
     Authenticator, Dial, HelloParams, Limits, Link, LinkEvent, LinkParts, Listener,
-    SiteCertificate, client_endpoint, site_dns_name,
+    SiteCertificate, TransportStats, client_endpoint, site_dns_name,
 };
 
 pub struct Pki {
@@ -79,7 +79,8 @@ pub fn site_listener<C: Channel>(pki: &Pki, site: &str, limits: &Limits) -> List
         limits,
     )
     .unwrap();
-    Listener::bind(loopback(), config, name(site), Arc::new(SiteCertificate), limits.clone())
+    let stats = TransportStats::default();
+    Listener::bind(loopback(), config, name(site), Arc::new(SiteCertificate), limits.clone(), stats)
         .unwrap()
 }
 
@@ -90,8 +91,19 @@ pub fn token_listener<C: Channel>(
     auth: impl Authenticator,
     limits: &Limits,
 ) -> Listener<C> {
+    token_listener_counted(pki, site, auth, limits, TransportStats::default())
+}
+
+/// [`token_listener`], counting in `stats`.
+pub fn token_listener_counted<C: Channel>(
+    pki: &Pki,
+    site: &str,
+    auth: impl Authenticator,
+    limits: &Limits,
+    stats: TransportStats,
+) -> Listener<C> {
     let config = server_config(&pki.ca.identity(site).unwrap(), None, C::ID, limits).unwrap();
-    Listener::bind(loopback(), config, name(site), Arc::new(auth), limits.clone()).unwrap()
+    Listener::bind(loopback(), config, name(site), Arc::new(auth), limits.clone(), stats).unwrap()
 }
 
 /// A link from `from` (presenting its site certificate from `pki`) to `to` at `addr`.
@@ -122,6 +134,7 @@ pub fn site_link_to_any<C: Channel>(
         config,
         hello: HelloParams::new(name(from)),
         limits: limits.clone(),
+        stats: TransportStats::default(),
     })
 }
 
@@ -143,6 +156,7 @@ pub fn dial<C: Channel>(
         config,
         hello,
         limits: limits.clone(),
+        stats: TransportStats::default(),
     })
 }
 

@@ -1383,6 +1383,6 @@ fn a_link_reported_down_is_told_to_every_agent_and_the_status_shows_the_route_ro
 /// shell does after a tick).
 fn metrics_text(core: &mut CoreMachine) -> String {
     core.refresh_gauges();
-    let metrics = crate::metrics::Metrics::new(&core.cfg.sites, core.stats());
+    let metrics = crate::metrics::Metrics::new(&core.cfg.sites, core.stats(), &Default::default());
     horizon_admin::render(&metrics.registry)
 }
