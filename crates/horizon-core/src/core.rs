@@ -46,6 +46,9 @@ pub enum CoreError {
     Transport(#[from] horizon_transport::Error),
     #[error("configuration: {0}")]
     Config(String),
+    /// What the brain refuses in the configuration (sites, zones, delegations), each problem.
+    #[error("configuration: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Mesh(Vec<horizon_mesh::ConfigError>),
     #[error("admin API on {addr}: {why}")]
     Admin { addr: SocketAddr, why: String },
     #[error("{}: not a certificate for the core: {why}", cert.display())]
@@ -216,7 +219,7 @@ pub async fn start(cfg: CoreConfig) -> Result<CoreHandle, CoreError> {
         delegations: cfg.delegations.clone(),
     };
     let mut machine = CoreMachine::new(machine_cfg, generation, store.state(), Time::ZERO)
-        .map_err(CoreError::Config)?;
+        .map_err(CoreError::Mesh)?;
     machine.take_kept_copies(store.pinned());
     let (queries_tx, queries) = mpsc::channel(64);
     let admin_listener = tokio::net::TcpListener::bind(cfg.listen_admin)

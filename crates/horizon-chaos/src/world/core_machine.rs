@@ -21,7 +21,7 @@ impl World {
                 machine.take_kept_copies(self.store.pinned());
                 self.core = Some(machine);
             }
-            Err(e) => unreachable!("core configuration: {e}"),
+            Err(e) => unreachable!("core configuration: {e:?}"),
         }
         self.note(format!("core up, generation {generation}"));
         self.lead();

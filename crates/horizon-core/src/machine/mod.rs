@@ -248,7 +248,7 @@ impl CoreMachine {
         generation: u32,
         store: &StoreState,
         now: Time,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Vec<horizon_mesh::ConfigError>> {
         // The layout persists: once the store holds zones, they are taken back (`take_back`)
         // and the configured boxes are not opened again.
         let zones_stored = store.leases.keys().any(|&id| BubbleId(id).is_zone());
@@ -261,12 +261,9 @@ impl CoreMachine {
                 zones: if zones_stored { Vec::new() } else { cfg.zones.clone() },
             },
             now,
-        )
-        .map_err(|e| format!("{e:?}"))?;
+        )?;
         let mut mesh = mesh;
-        mesh.set_delegations(cfg.delegations.clone()).map_err(|errors| {
-            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
-        })?;
+        mesh.set_delegations(cfg.delegations.clone())?;
         // A relay site hosts nothing new until its agent has registered (`register` brings its
         // link up): a fixed delegation's region is not created on a site nobody runs yet.
         for site in cfg.sites.ids().filter(|&s| s != cfg.sites.core()) {
