@@ -1,0 +1,101 @@
+//! Handovers seen from the core: a freeze never started, a regrant lost with its
+//! connection, and how the status tells them.
+
+use super::*;
+
+#[test]
+fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = handover_at_its_freeze(&mut h);
+    let reply = reply_step;
+    reply(&mut h, control::Reply::Frozen { handover: HandoverId(1), tick: Tick(5) });
+    let target = LeaseRef { bubble, epoch: Epoch(epoch + 1) };
+    let renew = |h: &mut Harness| {
+        let req = control::Request::Renew { leases: vec![target] };
+        match h.request("PAR", req).unwrap() {
+            control::Reply::Renewed { granted, refused, .. } => (granted, refused),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(renew(&mut h).0, vec![target], "renewed while the handover may still commit");
+    h.run_until(h.now.as_ms() + handover::HANDOVER_DEADLINE.as_ms() + 5_000);
+    assert_eq!(renew(&mut h).1, vec![target], "given up: the target's lease must run out");
+    let started = control::Request::Started {
+        handover: HandoverId(1),
+        bubble,
+        epoch: Epoch(epoch + 1),
+        tick: Tick(6),
+    };
+    assert!(h.request("PAR", started).is_err(), "too late to commit");
+}
+
+#[test]
+fn the_status_explains_why_a_bubble_is_where_it_is_and_tells_its_handover_in_words() {
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, epoch) = handover_at_its_freeze(&mut h);
+    let public = horizon_admin::Page { after: None, limit: 100, private: false };
+    // Mid-handover the brain already places it on PAR, the best site for 3 Parisians and
+    // a Montrealer.
+    let doc = h.core.status(h.now, public);
+    let b = doc.bubble(bubble.0).unwrap();
+    let explain = b.explain.as_ref().unwrap();
+    assert_eq!((explain.best.as_str(), explain.rule.as_str()), ("PAR", "scored"));
+    assert_eq!(explain.candidates.len(), 3);
+    assert!(explain.words.contains("PAR is the best site"), "{}", explain.words);
+    let moving = format!("bubble {} moves MTL → PAR with 4 players", bubble.0);
+    assert!(doc.timeline.iter().any(|e| e.text.starts_with(&moving)), "{:?}", doc.timeline);
+    let handover = *h.core.handovers.keys().next().unwrap();
+    let started =
+        control::Request::Started { handover, bubble, epoch: Epoch(epoch + 1), tick: Tick(6) };
+    h.request("PAR", started).unwrap();
+    let doc = h.core.status(h.now, public);
+    let committed = &doc.timeline[0];
+    assert_eq!((committed.kind, committed.region), (EventKind::Handover, Some(bubble.0)));
+    // The test sites' backbone: PAR–MTL 85 ms, so 42.5 ms each way; for the Parisians the
+    // seal's way and their own cancel out, the Montrealer's updates come from farther.
+    for part in [&format!("bubble {} handed over MTL → PAR", bubble.0), "PAR 0 ms", "MTL 85 ms"] {
+        assert!(committed.text.contains(part), "{part} in {}", committed.text);
+    }
+    let b = doc.bubble(bubble.0).unwrap();
+    assert_eq!(b.life.last_change.as_ref().map(|c| &c.text), Some(&committed.text));
+    assert_eq!(b.site, "PAR");
+}
+
+#[test]
+fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_registers_again() {
+    // Seed 1883: a handover MTL → PAR was given up before its freeze while the core could not
+    // reach MTL, so its `Regrant` (the bubble back to MTL under a new epoch) was dropped. MTL
+    // came back holding the old epoch: it was told to stop the bubble, while the core counted
+    // it as held (a regrant "on its way") and waited for the lease to run out: its players
+    // saw nothing for a minute.
+    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let (bubble, _) = montrealer_in_a_bubble(&mut h);
+    for p in 2..5 {
+        h.join("PAR", p, 1.0 + p as f64);
+    }
+    let old = h.core.registry[&bubble].lease_ref(bubble);
+    let mtl = h.site("MTL");
+    // MTL's connection dies; the brain moves the bubble to PAR at its next tick. The handover
+    // needs both agents: it is given up at once, and the regrant to MTL dropped.
+    let conn = h.conn("MTL");
+    h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
+    h.drain(|_| {});
+    for _ in 0..4 {
+        if h.core.registry[&bubble].regrant().is_some() {
+            break;
+        }
+        h.run_until(h.now.as_ms() + 5_000);
+    }
+    let reg = &h.core.registry[&bubble];
+    assert_eq!(reg.site(), mtl);
+    assert_eq!(reg.regrant(), Some((old.epoch.0, reg.epoch())), "regranted to MTL, not delivered");
+    h.log.clear();
+    h.core.handle(Input::AgentConnected { site: mtl, conn: conn + 1000 }, h.now);
+    let again = register("MTL", vec![server("MTL-0", &[bubble])], &[old]);
+    let control::Reply::Registered { keep, stop, .. } = h.request("MTL", again).unwrap() else {
+        panic!()
+    };
+    assert!(keep.is_empty());
+    assert_eq!(stop, vec![old], "the old epoch stops");
+    assert!(failed_over(&h, bubble), "and the bubble fails over now: {:?}", h.log);
+}
