@@ -1,0 +1,173 @@
+//! A bubble spread over servers, and an overfull server giving a region away.
+
+use super::*;
+
+/// `h` registered with `mtl-gs-0` and `mtl-gs-1` ready, and bubble 1 (epoch 1, a lease of
+/// `ttl_ms`) running on `mtl-gs-0`.
+fn one_bubble_two_servers(mut h: Harness, ttl_ms: u32) -> Harness {
+    h.effects();
+    h.register();
+    h.server_ready("mtl-gs-0");
+    h.server_ready("mtl-gs-1");
+    let (_, out) = h.order(control::Request::Create {
+        bubble: BubbleId(1),
+        region: region(),
+        lease: lease(1, 1, ttl_ms),
+    });
+    h.answer_servers(out, done);
+    h
+}
+
+#[test]
+fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
+    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
+    let lref = lref(1);
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member(1), member(2)],
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    let half = |x0: f64, x1: f64| Aabb {
+        min: Vec3 { x: x0, y: 0.0, z: 0.0 },
+        max: Vec3 { x: x1, y: 1.0, z: 1.0 },
+    };
+    let (token, out) = h.order(control::Request::Parts {
+        lease: lref,
+        parts: vec![half(0.0, 1.0), half(1.0, 2.0)],
+        players: vec![
+            control::PartMember { player: PlayerId(1), part: 0 },
+            control::PartMember { player: PlayerId(2), part: 1 },
+        ],
+    });
+    let sent: Vec<String> =
+        to_servers(&out).iter().map(|(s, r)| format!("{s}:{}", kind(r))).collect();
+    assert_eq!(sent, ["mtl-gs-1:assign"]);
+    let out = h.answer_servers(out, |r| match r {
+        server::Request::Leave { .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(3), state: Blob(vec![9]) })
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+    let local = &h.m.bubbles[&BubbleId(1)];
+    assert_eq!(local.extra(), [n("mtl-gs-1")]);
+    assert_eq!(local.server_of(PlayerId(2)), &n("mtl-gs-1"));
+    assert_eq!(local.server_of(PlayerId(1)), &n("mtl-gs-0"));
+}
+
+/// [`overfull_server`], cut from the core: a region moves players only, by a regroup.
+fn overfull_server_without_its_core() -> Harness {
+    let mut h = overfull_server();
+    h.feed(Input::CoreDown { error: "cut".into() });
+    h
+}
+
+#[test]
+fn an_overfull_server_cut_from_its_core_gives_its_lighter_region_away_with_every_players_state() {
+    let mut h = overfull_server_without_its_core();
+    // Over its 4 players for less than 10 s: nothing moves.
+    let out = h.advance(Duration::from_secs(9));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Continue { .. })));
+    // Past 10 s: the lighter bubble (2, of 2 players) goes to the other server, which counts
+    // its ticks on from far past the old server's last update (tick 0 here: none came).
+    let out = h.advance(Duration::from_secs(2));
+    let sent: Vec<String> = to_servers(&out)
+        .iter()
+        .filter(|(_, r)| !matches!(r, server::Request::Renew { .. } | server::Request::Copy { .. }))
+        .map(|(s, r)| format!("{s}:{}", kind(r)))
+        .collect();
+    assert_eq!(sent, ["mtl-gs-1:continue"]);
+    assert!(to_servers(&out).iter().any(|(_, r)| matches!(
+        r,
+        server::Request::Continue { tick, .. } if tick.0 == RELOCATE_TICK_GAP
+    )));
+    // A member list that comes meanwhile waits for the move: player 6 joins where the bubble
+    // runs once it moved.
+    let players = [4, 5, 6].into_iter().map(member).collect();
+    let (_, waiting) =
+        h.order(control::Request::Members { lease: lref(2), players, departed: Vec::new() });
+    assert!(to_servers(&waiting).is_empty(), "{waiting:?}");
+    let (seen, _) = h.answer_servers_seen(out, |r| match r {
+        server::Request::Leave { player, .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(7), state: Blob(vec![player.0 as u8]) })
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    let mut sent: Vec<String> = Vec::new();
+    let mut joined = Vec::new();
+    for (s, r) in &seen {
+        sent.push(format!("{s}:{}", kind(r)));
+        if let server::Request::Join { player, last_applied, state, .. } = r {
+            joined.push((s.clone(), player.0, last_applied.0, state.0.clone()));
+        }
+    }
+    // 4 and 5 left with their state and joined with it; the old server let the region go; the
+    // new one got the lease as it stands and its box; then 6 joined afresh on the new server.
+    assert_eq!(
+        joined,
+        [
+            ("mtl-gs-1".to_owned(), 4, 7, vec![4]),
+            ("mtl-gs-1".to_owned(), 5, 7, vec![5]),
+            ("mtl-gs-1".to_owned(), 6, 0, vec![]),
+        ]
+    );
+    assert!(sent.contains(&"mtl-gs-0:release".to_owned()), "{sent:?}");
+    assert!(sent.contains(&"mtl-gs-1:resize".to_owned()), "{sent:?}");
+    assert!(seen.iter().any(|(s, r)| s == "mtl-gs-1"
+        && matches!(r, server::Request::Renew { leases, .. } if leases == &[lref(2)])));
+    let local = &h.m.bubbles[&BubbleId(2)];
+    assert_eq!(local.server(), &n("mtl-gs-1"));
+    assert!(local.holder().is_empty() && local.extra().is_empty());
+    assert_eq!(h.m.bubbles[&BubbleId(1)].server(), &n("mtl-gs-0"), "the heavier stays");
+    assert_eq!(h.m.fleet.get(&n("mtl-gs-0")).unwrap().regions(), [BubbleId(1)]);
+    assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 1);
+    // Within its settle window, and then under its 4 players, the server gives nothing more.
+    let out = h.advance(Duration::from_secs(30));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Continue { .. })));
+}
+
+#[test]
+fn a_move_the_new_server_refuses_is_given_up_and_the_member_list_that_waited_applies() {
+    let mut h = overfull_server_without_its_core();
+    let out = h.advance(Duration::from_secs(11));
+    assert!(to_servers(&out).iter().any(|(s, r)| s == "mtl-gs-1" && kind(r) == "continue"));
+    // A member list waits for the move...
+    let players = [4, 5, 6].into_iter().map(member).collect();
+    let (_, waiting) =
+        h.order(control::Request::Members { lease: lref(2), players, departed: Vec::new() });
+    assert!(to_servers(&waiting).is_empty());
+    // ... which the new server refuses: the bubble stays, and player 6 joins it where it runs.
+    let (seen, _) = h.answer_servers_seen(out, |r| match r {
+        server::Request::Continue { .. } => {
+            Err(Failure::Refused(Fault::new(ErrorCode::NotReady, "refused")))
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    let joined: Vec<(String, u64)> = seen
+        .iter()
+        .filter_map(|(s, r)| match r {
+            server::Request::Join { player, .. } => Some((s.clone(), player.0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joined, [("mtl-gs-0".to_owned(), 6)]);
+    assert_eq!(h.m.bubbles[&BubbleId(2)].server(), &n("mtl-gs-0"));
+    assert!(h.m.regroups.is_empty());
+    assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
+    let mut h = one_bubble_two_servers(Harness::with_limits(1, 4, 4), 60_000);
+    let players = (1..=9).map(member).collect();
+    let (_, out) =
+        h.order(control::Request::Members { lease: lref(1), players, departed: Vec::new() });
+    h.answer_servers(out, done);
+    let out = h.advance(Duration::from_secs(30));
+    assert!(!to_servers(&out).iter().any(|(_, r)| matches!(
+        r,
+        server::Request::Assign { .. } | server::Request::Continue { .. }
+    )));
+    assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
+}
