@@ -1,0 +1,251 @@
+//! Crashes and restarts: a game server, a relay cut from the core, the core into each stage,
+//! a player's connection, an agent.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_within_3_s() {
+    let m = lone_montrealer("crash", |_| {}).await;
+    let (sandbox, player, bubble, server) = (&m.sandbox, m.player, m.bubble, m.server.clone());
+    let epoch = epoch_of(&sandbox.core.status().await.unwrap(), player);
+    assert!(sandbox.kill_server("MTL", &server), "{server} killed");
+    let restored = wait_for(sandbox, 10, |s| {
+        let (b, site, now) = holder_of(s, player)?;
+        (b == bubble && now != server && epoch_of(s, player) > epoch).then_some((site, s.clone()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reports = finish(m.sandbox, &m.dir, m.stop, m.running).await;
+    let (site, status) = restored.expect("the bubble was restored on another server");
+    assert_eq!(site, "MTL", "on a spare server of the same site");
+    assert_eq!(status.failovers.get("MTL"), Some(&1), "{:?}", status.failovers);
+    let r = &reports[0];
+    assert!(r.restores_seen >= 1, "the player's simulation went back to the copy: {r:?}");
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("server crash: longest update gap {:.0} ms", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_the_core_site() {
+    let m = lone_montrealer("cut", |opts| {
+        opts.thresholds.lease_ttl_ms = 10_000;
+        opts.thresholds.lease_drift_margin_ms = 2_000;
+    })
+    .await;
+    let (sandbox, player, bubble) = (&m.sandbox, m.player, m.bubble);
+    let updates = || m.running[0].0.lock().unwrap().updates;
+    let cut = tokio::time::Instant::now();
+    assert!(sandbox.partition_core("MTL", true));
+    // Lease (10 s) + margin (2 s) after the last renewal (at most 5 s before the cut), then
+    // the restore on PAR.
+    let moved = wait_for(sandbox, 30, |s| {
+        let restored = s.bubble(bubble).is_some_and(|b| !b.restoring);
+        (site_of(s, player).as_deref() == Some("PAR") && restored).then_some(())
+    })
+    .await;
+    let moved_after = cut.elapsed();
+    let updates_then = updates();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let updates_after = updates();
+    assert!(sandbox.partition_core("MTL", false));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = sandbox.core.status().await.unwrap();
+    let reports = finish(m.sandbox, &m.dir, m.stop, m.running).await;
+    moved.expect("restored on the core site");
+    assert!(moved_after < Duration::from_secs(22), "restored {moved_after:?} after the cut");
+    assert!(
+        updates_after > updates_then + 20,
+        "playing again on PAR: {updates_then} → {updates_after}"
+    );
+    let r = &reports[0];
+    assert!(r.reconnecting_seen >= 1, "the player was told: {r:?}");
+    assert_eq!(site_of(&status, player).as_deref(), Some("PAR"), "stays after heal");
+    // The freeze spans the lease's end to the restore: under lease + margin + a few seconds.
+    played_through_a_failover(r, 20_000.0);
+    eprintln!(
+        "relay cut: restored {moved_after:?} after the cut; longest gap {:.0} ms",
+        r.max_gap_ms
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_restarted_within_the_leases_finds_the_relay_playing_and_takes_its_bubble_back() {
+    let m = lone_montrealer("restart", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
+    let before = sandbox.core.status().await.expect("status");
+    let (generation, epoch) = (before.generation, epoch_of(&before, player));
+    sandbox.restart_core(Duration::from_secs(5)).await.expect("the core restarts");
+    let back = tokio::time::Instant::now();
+    let status = wait_for(&sandbox, 15, |s| {
+        (holder_of(s, player)?.0 == bubble && s.site("MTL").is_some_and(|m| m.agent_connected))
+            .then(|| s.clone())
+    })
+    .await;
+    let back_after = back.elapsed();
+    let (_, _, last, reports) = play_on_3_s_and_finish(sandbox, &dir, stop, running).await;
+    let status = status.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!(
+            "the player is back in their bubble at the restarted core: sites {:?} bubbles {:?} players {:?} decisions {:?}",
+            l.sites, l.bubbles, l.players, l.recent_decisions
+        )
+    });
+    assert_eq!(status.generation, generation + 1, "a new generation");
+    assert_eq!(epoch_of(&status, player), epoch, "the relay kept its lease: same epoch");
+    assert_eq!(site_of(&status, player).as_deref(), Some("MTL"));
+    assert!(back_after < Duration::from_secs(15), "taken back {back_after:?} after the restart");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "the relay's bubble never stopped: {r:?}");
+    played_through_a_failover(r, 1_000.0);
+    eprintln!("core restart: bubble taken back {back_after:?} after the core was back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_restarted_into_the_relay_stage_hands_the_relays_bubble_back_to_a_core_zone() {
+    let m = lone_montrealer("restage", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
+    sandbox.restart_core_at(Stage::Relay, Duration::from_secs(2)).await.expect("the core restarts");
+    // The bubble is taken back, then ended: its player crosses into the core site's zone with
+    // their state, as a player walking out of a bubble does.
+    let zoned = wait_for(&sandbox, 30, |s| {
+        let in_zone = s.zones.iter().any(|z| z.members == 1 && !z.restoring);
+        (s.bubbles.is_empty() && in_zone && site_of(s, player).is_none()).then(|| s.clone())
+    })
+    .await;
+    let (updates_then, updates_after, last, reports) =
+        play_on_3_s_and_finish(sandbox, &dir, stop, running).await;
+    let status = zoned.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!("the player plays in a zone: bubbles {:?} zones {:?}", l.bubbles, l.zones)
+    });
+    assert_eq!(status.stage, "relay");
+    assert!(status.bubble(bubble).is_none(), "the relay's bubble ended");
+    assert!(updates_after > updates_then + 20, "playing on: {updates_then} → {updates_after}");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "a crossing, not a restore: {r:?}");
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("relay stage: longest update gap {:.0} ms across the restart", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_restarted_into_the_fixed_stage_makes_the_bubble_in_a_delegation_its_region_and_hands_it_to_its_site()
+ {
+    let m = lone_montrealer("refix", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, bubble, .. } = m;
+    // The box around the Montrealer (world 1, x = 0) delegated to HKG from the restart on.
+    let region = horizon_mesh::Aabb {
+        min: horizon_mesh::Vec3 { x: -5_000.0, y: -5_000.0, z: -5_000.0 },
+        max: horizon_mesh::Vec3 { x: 5_000.0, y: 5_000.0, z: 5_000.0 },
+    };
+    let hkg = sandbox.core_config().sites.id("HKG").expect("HKG is a site");
+    sandbox
+        .restart_core_with(
+            |config| {
+                config.stage = Stage::Fixed;
+                config.delegations = vec![horizon_mesh::Delegation {
+                    world: horizon_mesh::WorldId(1),
+                    bounds: Some(region),
+                    site: hkg,
+                }];
+            },
+            Duration::from_secs(2),
+        )
+        .await
+        .expect("the core restarts");
+    // The bubble taken back becomes the delegation's region (its box) and goes to HKG by a
+    // handover: the player keeps their bubble, nothing restored, nothing lost.
+    let placed = wait_for(&sandbox, 40, |s| {
+        let b = s.bubble(bubble)?;
+        let handed = b.site == "HKG" && b.moving.is_none() && !b.restoring;
+        (handed && site_of(s, player).as_deref() == Some("HKG")).then(|| s.clone())
+    })
+    .await;
+    let (updates_then, updates_after, last, reports) =
+        play_on_3_s_and_finish(sandbox, &dir, stop, running).await;
+    let status = placed.unwrap_or_else(|| {
+        let l = last.unwrap_or_default();
+        panic!("the region on HKG: bubbles {:?} decisions {:?}", l.bubbles, l.recent_decisions)
+    });
+    assert_eq!(status.stage, "fixed");
+    assert_eq!(status.bubbles.len(), 1, "one region: {:?}", status.bubbles);
+    let b = status.bubble(bubble).expect("the region");
+    assert_eq!(b.bounds, [[-5_000.0; 3], [5_000.0; 3]], "the delegation's box");
+    assert!(updates_after > updates_then + 20, "playing on: {updates_then} → {updates_after}");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "a handover, not a restore: {r:?}");
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("fixed stage: longest update gap {:.0} ms across the restart", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_whose_connection_drops_resumes_as_the_same_player_with_nothing_lost() {
+    let (sandbox, dir, roots) = three_sites("blip", |_| {}).await;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut spec = bot("mtl-blip", "MTL", &sandbox, 0.0, 0);
+    spec.reconnect_after = Some(Duration::from_secs(8));
+    let running = vec![bots::spawn(spec, roots, sandbox.player_tokens.clone(), stop_rx)];
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let status = sandbox.core.status().await.expect("status");
+    let resumes =
+        sandbox.agent_stats("MTL").map(|s| s.resumes.load(std::sync::atomic::Ordering::Relaxed));
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let r = &reports[0];
+    assert_eq!(r.resumed, 1, "rejoined as the same player: {r:?}");
+    assert_eq!(resumes, Some(1));
+    let player = r.player.expect("joined");
+    assert_eq!(site_of(&status, player).as_deref(), Some("MTL"), "still in its bubble");
+    let players = status.players.len();
+    assert_eq!(players, 1, "one player, not a second one for the new connection");
+    played_through_a_failover(r, 2_000.0);
+    eprintln!("reconnect: longest gap {:.0} ms", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_agent_takes_its_game_servers_with_it_and_its_players_join_again_as_new_players()
+{
+    let m = lone_montrealer("agent-crash", |_| {}).await;
+    let LoneMontrealer { mut sandbox, dir, stop, running, player, .. } = m;
+    let servers_before = sandbox.server_processes("MTL");
+    assert!(!servers_before.is_empty(), "MTL runs game servers");
+    sandbox.restart_agent("MTL", Duration::from_secs(3)).await.expect("the agent restarts");
+    let back = tokio::time::Instant::now();
+    let report = running[0].0.clone();
+    // The new session plays: simulated, its inputs acknowledged as they go. Waited for, not
+    // slept on: the restarted agent starts its game servers afresh, slow on a loaded machine.
+    let new_session = move || {
+        let r = report.lock().expect("bot report");
+        let playing = r.acked > 20 && r.inputs_sent.saturating_sub(r.acked) < 20;
+        r.player.filter(|p| *p != player && playing)
+    };
+    let again = wait_for(&sandbox, 20, |s| {
+        let p = new_session()?;
+        (holder_of(s, p).is_some() && s.players.iter().all(|x| x.player != player)).then_some(p)
+    })
+    .await;
+    let back_after = back.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let alive: Vec<u32> = servers_before
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .filter(|pid| {
+            // A zombie not reaped yet is dead.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.split(' ').nth(2).is_none_or(|state| state != "Z"))
+        })
+        .collect();
+    let reports = finish(sandbox, &dir, stop, running).await;
+    let again = again.expect("the player joined again and is simulated");
+    assert!(again > player, "a new id, never one handed out before: {player} then {again}");
+    assert!(alive.is_empty(), "the crashed agent's game servers died with it: {alive:?} still run");
+    assert!(back_after < Duration::from_secs(15), "playing again {back_after:?} after the restart");
+    let r = &reports[0];
+    assert_eq!(r.error, None);
+    assert_eq!(r.sessions_ended, 1, "{r:?}");
+    assert_eq!(r.resumed, 0, "a new session, not a resumed one: {r:?}");
+    assert_eq!(r.applied_twice, 0);
+    assert_eq!(r.chain_breaks, 0);
+    assert_eq!(r.applied, r.acked, "the new session's inputs applied once each: {r:?}");
+    assert!(r.acked > 20 && r.inputs_sent - r.acked < 20, "the new session plays: {r:?}");
+    eprintln!("agent crash: playing again {back_after:?} after the agent was back");
+}
