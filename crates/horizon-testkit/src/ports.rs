@@ -26,18 +26,27 @@ pub struct ReservedPort {
 }
 
 impl ReservedPort {
-    /// Reserves a loopback port below the kernel's ephemeral range. Fails if none is free
-    /// there, or the lock directory cannot be written.
+    /// Reserves a loopback port below the kernel's ephemeral range. A kernel whose range was
+    /// widened to leave no room below it gets ports the kernel picks instead, locked all the
+    /// same (free of other reservations, not of every process). Fails if no port is free, or
+    /// the lock directory cannot be written.
     pub fn new() -> io::Result<ReservedPort> {
-        let (first, end) = range()?;
-        let count = end - first;
-        let start = fastrand::u16(0..count);
-        let candidates = (0..count).map(|step| first + (start + step) % count);
-        ReservedPort::first_free(candidates)?.ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::AddrNotAvailable,
-                format!("no loopback port free for TCP and UDP in {first}..{end}"),
-            )
+        ReservedPort::given(ephemeral_range().as_deref())
+    }
+
+    /// [`ReservedPort::new`] with the kernel's range as `range` says ("low high").
+    fn given(range: Option<&str>) -> io::Result<ReservedPort> {
+        let found = match range.and_then(below) {
+            Some((first, end)) => {
+                let count = end - first;
+                let start = fastrand::u16(0..count);
+                let candidates = (0..count).map(|step| first + (start + step) % count);
+                ReservedPort::first_free(candidates)?
+            }
+            None => ReservedPort::first_free((0..64).filter_map(|_| kernel_pick()))?,
+        };
+        found.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::AddrNotAvailable, "no loopback port free for TCP and UDP")
         })
     }
 
@@ -69,20 +78,20 @@ fn lock_dir() -> PathBuf {
     std::env::temp_dir().join("horizon-reserved-ports")
 }
 
-/// The ports reservations choose from: the `SPAN` just below the ephemeral range.
-fn range() -> io::Result<(u16, u16)> {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .unwrap_or_else(|_| "32768 60999".into());
-    parse_range(&text).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("ip_local_port_range leaves no room below it: {}", text.trim()),
-        )
-    })
+/// The kernel's ephemeral range, "low high" (`None` off Linux).
+fn ephemeral_range() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()
 }
 
-/// `[low - SPAN, low)` from the kernel's "low high", if at least `SPAN` ports above 1024 fit.
-fn parse_range(text: &str) -> Option<(u16, u16)> {
+/// A port the kernel picks for a `bind(0)`, from its ephemeral range.
+fn kernel_pick() -> Option<u16> {
+    let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    UdpSocket::bind(any).and_then(|s| s.local_addr()).ok().map(|a| a.port())
+}
+
+/// The ports reservations choose from, `[low - SPAN, low)` from the kernel's "low high", if
+/// at least `SPAN` ports above 1024 fit below it.
+fn below(text: &str) -> Option<(u16, u16)> {
     let low: u16 = text.split_whitespace().next()?.parse().ok()?;
     let first = low.checked_sub(SPAN).filter(|&f| f >= 1024)?;
     Some((first, low))
@@ -94,7 +103,8 @@ mod tests {
 
     #[test]
     fn reservations_are_below_the_ephemeral_range_and_never_shared() {
-        let (first, end) = range().unwrap();
+        let range = ephemeral_range().expect("Linux");
+        let (first, end) = below(&range).expect("room below the ephemeral range");
         let held: Vec<ReservedPort> = (0..50).map(|_| ReservedPort::new().unwrap()).collect();
         let mut ports: Vec<u16> = held.iter().map(|r| r.addr().port()).collect();
         assert!(ports.iter().all(|p| (first..end).contains(p)), "{ports:?}");
@@ -123,10 +133,19 @@ mod tests {
     }
 
     #[test]
+    fn a_range_widened_to_leave_no_room_below_it_gets_the_kernels_picks_locked() {
+        let range = ephemeral_range().expect("Linux");
+        let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+        let picked = ReservedPort::given(Some("1024 65535")).expect("a port");
+        assert!(picked.addr().port() >= low, "{picked:?} is the kernel's pick");
+        let again = ReservedPort::given(Some("1024 65535")).expect("another port");
+        assert_ne!(picked.addr().port(), again.addr().port(), "never one held");
+    }
+
+    #[test]
     fn the_range_is_the_span_below_the_kernels() {
-        let (first, end) = parse_range("32768 60999").unwrap();
-        assert_eq!((first, end), (20768, 32768));
-        assert_eq!(parse_range("5000 60999"), None);
-        assert_eq!(parse_range("garbage"), None);
+        assert_eq!(below("32768\t60999\n"), Some((20768, 32768)));
+        assert_eq!(below("5000 60999"), None, "widened: the kernel picks instead");
+        assert_eq!(below("garbage"), None);
     }
 }
