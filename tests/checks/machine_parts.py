@@ -47,10 +47,9 @@ PARTS_ELSEWHERE = {
 # The debt: fields still touched from more than one file, to become parts of their own.
 SHARED = {
     "World": {
-        "rng", "now", "thresholds", "next_seq", "queue", "origin", "site_ids", "clocks", "core",
-        "core_timer_at", "core_busy_until", "disk_us", "election", "agents", "controls",
-        "transfers", "servers", "players", "next_conn", "next_token", "core_calls", "orders",
-        "player_calls", "isolated_until", "route_watch", "checker", "stats",
+        "rng", "thresholds", "site_ids", "core", "core_timer_at", "core_busy_until", "disk_us",
+        "election", "agents", "controls", "transfers", "servers", "players", "core_calls",
+        "orders", "player_calls", "isolated_until", "route_watch", "checker", "stats",
     },
 }
 

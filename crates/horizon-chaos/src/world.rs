@@ -23,8 +23,7 @@
 //!
 //! Not modelled: bandwidth and message sizes, QUIC flow control, TLS, the admin API.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,45 +158,6 @@ enum ToPlayer {
     Item(gateway::Item),
 }
 
-struct Scheduled {
-    at: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
-}
-
-/// A site's clock: `offset + rate · t`.
-#[derive(Clone, Copy, Debug)]
-struct Clock {
-    offset_us: u64,
-    rate: f64,
-}
-
-impl Clock {
-    fn local(&self, t: u64) -> u64 {
-        self.offset_us + (t as f64 * self.rate) as u64
-    }
-    fn global(&self, local: u64) -> u64 {
-        (local.saturating_sub(self.offset_us) as f64 / self.rate).ceil() as u64
-    }
-}
-
 /// An agent's link to the core.
 #[derive(Default)]
 struct Control {
@@ -300,17 +260,12 @@ fn is_zero(n: &u64) -> bool {
 /// One run.
 pub(crate) struct World {
     rng: Rng,
-    now: u64,
-    end: u64,
+    time: timeline::Timeline,
     stage: Stage,
     /// The core's thresholds; the agents seat `seats_per_server` of them per server.
     thresholds: Thresholds,
-    next_seq: u64,
-    queue: BinaryHeap<Reverse<Scheduled>>,
-    origin: Instant,
     sites: Sites,
     site_ids: Vec<SiteId>,
-    clocks: Vec<Clock>,
     core: Option<CoreMachine>,
     core_timer_at: u64,
     core_busy_until: u64,
@@ -323,8 +278,7 @@ pub(crate) struct World {
     transfers: BTreeMap<(usize, usize), Transfer>,
     servers: Vec<BTreeMap<String, Server>>,
     players: Vec<Player>,
-    next_conn: u64,
-    next_token: u64,
+    ids: ids::Ids,
     /// Agent requests at the core: core token → (site, conn, what waits).
     core_calls: BTreeMap<u64, CoreCall>,
     /// Core orders at an agent: agent token → (site, conn, order).
@@ -338,8 +292,6 @@ pub(crate) struct World {
     mirrors: BTreeMap<HandoverId, (usize, usize)>,
     /// Gateway requests at an agent: token → player.
     player_calls: BTreeMap<u64, usize>,
-    /// Per ordered stream, the time of its last delivery (streams stay in order).
-    fifo: BTreeMap<(u8, usize, usize, u64), u64>,
     faults: Vec<Timed>,
     /// Sites isolated until (global µs).
     isolated_until: Vec<u64>,
@@ -398,7 +350,7 @@ impl World {
         let site_ids =
             names.iter().map(|n| sites.id(n.as_str()).unwrap_or_else(|| unreachable!())).collect();
         let clocks = (0..SITES.len())
-            .map(|_| Clock {
+            .map(|_| timeline::Clock {
                 offset_us: rng.below(1_000_000),
                 rate: 1.0 + rng.range(-0.005, 0.005),
             })
@@ -409,8 +361,7 @@ impl World {
         let origin = Instant::now();
         let mut world = World {
             rng,
-            now: 0,
-            end: (opts.seconds * 1e6) as u64,
+            time: timeline::Timeline::new((opts.seconds * 1e6) as u64, origin, clocks),
             stage: opts.stage,
             thresholds: match opts.stage {
                 Stage::Measure | Stage::Relay | Stage::Fixed => Thresholds {
@@ -419,12 +370,8 @@ impl World {
                 },
                 Stage::Dynamic => Thresholds::default(),
             },
-            next_seq: 0,
-            queue: BinaryHeap::new(),
-            origin,
             sites,
             site_ids,
-            clocks,
             core: None,
             core_timer_at: u64::MAX,
             core_busy_until: 0,
@@ -436,15 +383,13 @@ impl World {
             transfers: BTreeMap::new(),
             servers: (0..SITES.len()).map(|_| BTreeMap::new()).collect(),
             players: Vec::new(),
-            next_conn: 0,
-            next_token: 0,
+            ids: ids::Ids::default(),
             core_calls: BTreeMap::new(),
             orders: BTreeMap::new(),
             answers: BTreeMap::new(),
             peer_calls: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             player_calls: BTreeMap::new(),
-            fifo: BTreeMap::new(),
             faults,
             isolated_until: vec![0; SITES.len()],
             in_force: BTreeSet::new(),
@@ -545,16 +490,15 @@ impl World {
     // ---- time and scheduling ----
 
     fn schedule(&mut self, after: u64, event: Event) {
-        self.schedule_at(self.now + after, event);
+        self.schedule_at(self.time.now() + after, event);
     }
 
     fn schedule_at(&mut self, at: u64, event: Event) {
-        self.next_seq += 1;
-        self.queue.push(Reverse(Scheduled { at: at.max(self.now), seq: self.next_seq, event }));
+        self.time.schedule_at(at, event);
     }
 
     fn instant(&self, site: usize) -> Instant {
-        self.origin + Duration::from_micros(self.clocks[site].local(self.now))
+        self.time.instant(site)
     }
 
     /// [`World::instant`] as the game-server SDK takes it (tokio's type: its shells run on a
@@ -564,7 +508,7 @@ impl World {
     }
 
     fn local_us(&self, site: usize) -> u64 {
-        self.clocks[site].local(self.now)
+        self.time.local_us(site)
     }
 
     /// How long a store write takes now: a slow disk's, or (the leader cut from the store) a
@@ -575,11 +519,11 @@ impl World {
     }
 
     fn core_now(&self) -> Time {
-        Time::from_ms(self.now / 1000)
+        Time::from_ms(self.time.now() / 1000)
     }
 
     fn note(&mut self, what: String) {
-        self.trace.push(format!("{:>9.3} s  {what}", self.now as f64 / 1e6));
+        self.trace.push(format!("{:>9.3} s  {what}", self.time.now() as f64 / 1e6));
     }
 
     fn jitter(&mut self, base: u64) -> u64 {
@@ -606,25 +550,17 @@ impl World {
 
     /// `at` for an item of an ordered stream: never before the stream's previous item.
     fn in_order(&mut self, key: (u8, usize, usize, u64), at: u64) -> u64 {
-        let last = self.fifo.entry(key).or_insert(0);
-        let at = at.max(*last);
-        *last = at;
-        at
+        self.time.in_order(key, at)
     }
 
     // ---- the run ----
 
     /// Runs to the end; returns the invariants' verdicts in `checker`.
     pub(crate) fn run(&mut self) {
-        while let Some(Reverse(next)) = self.queue.pop() {
-            if next.at > self.end {
-                break;
-            }
-            self.now = next.at;
+        while let Some(event) = self.time.next() {
             self.stats.events += 1;
-            self.event(next.event);
+            self.event(event);
         }
-        self.now = self.end;
         self.count_zone_changes();
         self.stats.region_moves =
             self.agent_stats.regions_moved.load(std::sync::atomic::Ordering::Relaxed);
@@ -637,17 +573,17 @@ impl World {
     fn event(&mut self, event: Event) {
         match event {
             Event::CoreTimer => {
-                if self.now >= self.core_timer_at
+                if self.time.now() >= self.core_timer_at
                     && let Some(core) = self.core.as_mut()
                 {
                     self.core_timer_at = u64::MAX;
-                    core.handle_timeout(Time::from_ms(self.now / 1000));
+                    core.handle_timeout(Time::from_ms(self.time.now() / 1000));
                     self.check_leads("its timer");
                     self.after_core();
                 }
             }
             Event::AgentTimer(site) => {
-                if self.agents[site].alive && self.now >= self.agents[site].timer_at {
+                if self.agents[site].alive && self.time.now() >= self.agents[site].timer_at {
                     self.agents[site].timer_at = u64::MAX;
                     let now = self.instant(site);
                     self.agents[site].machine.handle_timeout(now);
@@ -710,6 +646,8 @@ mod agents;
 mod core_link;
 mod core_machine;
 mod election;
+mod ids;
 mod outages;
 mod players;
 mod servers;
+mod timeline;

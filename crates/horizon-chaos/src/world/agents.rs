@@ -17,9 +17,7 @@ impl World {
         while let Some(effect) = self.agents[site].machine.poll_effect() {
             self.agent_effect(site, effect);
         }
-        let at = self.clocks[site].global(
-            self.agents[site].machine.poll_timeout().duration_since(self.origin).as_micros() as u64,
-        );
+        let at = self.time.global_of(site, self.agents[site].machine.poll_timeout());
         if at < self.agents[site].timer_at {
             self.agents[site].timer_at = at;
             self.schedule_at(at, Event::AgentTimer(site));
@@ -40,8 +38,7 @@ impl World {
                     );
                     return;
                 }
-                self.next_token += 1;
-                let token = self.next_token;
+                let token = self.ids.token();
                 if let control::Request::Started { bubble, epoch, .. } = &request {
                     self.stats.handovers_started += 1;
                     self.note(format!(
@@ -79,8 +76,7 @@ impl World {
                 }
             }
             E::StartServer { server } => {
-                self.next_conn += 1;
-                let inc = self.next_conn;
+                let inc = self.ids.conn();
                 self.schedule(SERVER_START_US, Event::ServerStarts(site, server, inc));
             }
             E::StopServer { server } => self.kill_server(site, &server, false),
@@ -130,7 +126,7 @@ impl World {
             E::ServerStream { server, item } => {
                 let Some(s) = self.servers[site].get(server.as_str()) else { return };
                 let inc = s.inc;
-                let at = self.in_order((3, site, 0, inc), self.now + LOCAL_US);
+                let at = self.in_order((3, site, 0, inc), self.time.now() + LOCAL_US);
                 let d = Delivery::ToServer {
                     site,
                     server: server.to_string(),
@@ -142,7 +138,7 @@ impl World {
             E::AnswerServer { .. } => {}
             E::ToPlayer { conn, item } => {
                 let Some(player) = self.players.iter().position(|p| p.conn == conn) else { return };
-                let at = self.in_order((4, site, 0, conn), self.now + ACCESS_US);
+                let at = self.in_order((4, site, 0, conn), self.time.now() + ACCESS_US);
                 let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Item(item) };
                 self.schedule_at(at, Event::Deliver(Box::new(d)));
             }
@@ -262,8 +258,7 @@ impl World {
             );
             return;
         }
-        self.next_token += 1;
-        let token = self.next_token;
+        let token = self.ids.token();
         self.peer_calls.insert(token, (from, to, conn, wait));
         let input = agent::Input::PeerRequest { site: name(SITES[from]), token, request };
         self.send_to_peer(from, to, conn, input, None);
@@ -297,7 +292,7 @@ impl World {
             t.held.push(d);
             return;
         }
-        let mut at = self.now + delay;
+        let mut at = self.time.now() + delay;
         if let Some(kind) = stream {
             at = self.in_order((kind, from, to, conn), at);
         }
@@ -312,7 +307,7 @@ impl World {
                 if self.core.is_none() {
                     return;
                 }
-                if self.now < self.core_busy_until {
+                if self.time.now() < self.core_busy_until {
                     // The core is writing to its store.
                     let at = self.core_busy_until;
                     self.schedule_at(
@@ -336,7 +331,7 @@ impl World {
                 }
                 self.core_input(input);
                 if lane_room {
-                    self.send_in_order(site, self.now);
+                    self.send_in_order(site, self.time.now());
                 }
             }
             Delivery::CoreToAgent { site, conn, input } => {
@@ -447,7 +442,7 @@ impl World {
             }
             _ => return,
         };
-        self.checker.order_lease(self.now, what, lease.bubble, lease.epoch);
+        self.checker.order_lease(self.time.now(), what, lease.bubble, lease.epoch);
         let until = local + u64::from(lease.ttl_ms) * 1000;
         self.checker.granted(site, lease.bubble, lease.epoch, until);
         self.note(format!(
@@ -468,8 +463,7 @@ impl World {
             self.schedule(REDIAL_US, Event::Redial(site));
             return;
         }
-        self.next_conn += 1;
-        let conn = self.next_conn;
+        let conn = self.ids.conn();
         self.controls[site].conn = conn;
         self.controls[site].next_in_order = 0;
         self.controls[site].unanswered.clear();
@@ -537,8 +531,7 @@ impl World {
             self.schedule(REDIAL_US, Event::RedialPeer(pair));
             return;
         }
-        self.next_conn += 1;
-        let conn = self.next_conn;
+        let conn = self.ids.conn();
         if let Some(t) = self.transfers.get_mut(&pair) {
             t.conn = conn;
         }

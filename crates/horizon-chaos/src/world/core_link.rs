@@ -52,8 +52,7 @@ impl World {
         request: control::Request,
         at: u64,
     ) {
-        self.next_token += 1;
-        let token = self.next_token;
+        let token = self.ids.token();
         self.orders.insert(token, (site, conn, order));
         let input = agent::Input::CoreOrder { token, order: request };
         self.send_to_agent(site, conn, input, at);
@@ -61,13 +60,8 @@ impl World {
 
     pub(super) fn core_input_later(&mut self, input: core::Input, at: u64) {
         // Results the core's own shell produces at once (no connection to carry them).
-        self.next_seq += 1;
         let d = Delivery::ToCore { site: usize::MAX, conn: 0, input };
-        self.queue.push(Reverse(Scheduled {
-            at: at.max(self.now),
-            seq: self.next_seq,
-            event: Event::Deliver(Box::new(d)),
-        }));
+        self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 
     pub(super) fn send_to_agent(&mut self, site: usize, conn: u64, input: agent::Input, at: u64) {
@@ -101,7 +95,7 @@ impl World {
             self.controls[site].held.push((true, d));
             return;
         }
-        let mut at = self.now + delay;
+        let mut at = self.time.now() + delay;
         if ordered_stream {
             at = self.in_order((2, site, 0, conn), at);
         }

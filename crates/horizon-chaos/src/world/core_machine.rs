@@ -7,7 +7,7 @@ impl World {
     /// The core starts (or restarts) on its store, under the next generation.
     pub(super) fn start_core(&mut self) {
         let generation = self.store.next_generation();
-        self.checker.generation(self.now, generation);
+        self.checker.generation(self.time.now(), generation);
         self.stats.core_generations = generation;
         let cfg = core::MachineConfig {
             sites: self.sites.clone(),
@@ -31,7 +31,7 @@ impl World {
     /// One input to the core, and everything it does then.
     pub(super) fn core_input(&mut self, input: core::Input) {
         let Some(core) = self.core.as_mut() else { return };
-        core.handle(input, Time::from_ms(self.now / 1000));
+        core.handle(input, Time::from_ms(self.time.now() / 1000));
         self.check_leads("an input");
         self.after_core();
     }
@@ -39,7 +39,7 @@ impl World {
     /// The core's effects carried out: orders and replies over the links, writes to the
     /// store (each taking its time: the core does nothing else meanwhile), and its next timer.
     pub(super) fn after_core(&mut self) {
-        let mut cursor = self.now;
+        let mut cursor = self.time.now();
         while let Some(effect) = self.core.as_mut().and_then(CoreMachine::poll_effect) {
             match effect {
                 core::Effect::Send { site, conn, lane, order, request } => {
@@ -68,7 +68,7 @@ impl World {
                 }
                 core::Effect::PutBackup { bubble, epoch, tick, part, bytes } => {
                     cursor += self.write_us();
-                    self.checker.stored(self.now, bubble, Epoch(epoch));
+                    self.checker.stored(self.time.now(), bubble, Epoch(epoch));
                     let _ = match part {
                         None => self.store.put_backup(bubble.0, epoch, tick, &bytes),
                         Some(part) => {

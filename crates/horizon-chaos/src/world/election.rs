@@ -18,6 +18,7 @@
 //! standby's own link to the store (it is always reachable), a slow store's keep-alives (etcd's
 //! leader answers them from memory; a slow disk slows the log's writes only).
 
+use super::timeline::Clock;
 use super::*;
 
 /// The election lease, µs: `[store] election_ttl_s`'s default (3 s).
@@ -84,7 +85,7 @@ impl Election {
 impl World {
     /// A core starts leading at `now`: its lease granted, kept alive from here on.
     pub(super) fn lead(&mut self) {
-        let now = self.now;
+        let now = self.time.now();
         let Some(e) = self.election.as_mut() else { return };
         e.term += 1;
         e.expires = Some(e.clock.local(now) + TTL_US);
@@ -109,13 +110,13 @@ impl World {
         let Some(e) = &self.election else { return };
         let at = match e.expires {
             Some(local) => e.clock.global(local),
-            None => self.now,
+            None => self.time.now(),
         };
-        self.schedule_at(at.max(self.now) + CAMPAIGN_US, Event::Election(Step::Campaign));
+        self.schedule_at(at.max(self.time.now()) + CAMPAIGN_US, Event::Election(Step::Campaign));
     }
 
     pub(super) fn election_step(&mut self, step: Step) {
-        let now = self.now;
+        let now = self.time.now();
         let Some(e) = self.election.as_ref() else { return };
         let (term_now, cut, lapsed, lease) = (e.term, e.cut(), e.lapsed(now), e.lease);
         match step {
@@ -181,7 +182,7 @@ impl World {
 
     /// The store changes leader: every lease's TTL starts again in full.
     pub(super) fn store_leader_change(&mut self) {
-        let now = self.now;
+        let now = self.time.now();
         if let Some(e) = self.election.as_mut() {
             let local = e.clock.local(now);
             if let Some(expires) = e.expires.as_mut()
@@ -195,7 +196,7 @@ impl World {
     /// I7: the running core is about to act (an input, a tick); its lease must be live at the
     /// store.
     pub(super) fn check_leads(&mut self, what: &str) {
-        let now = self.now;
+        let now = self.time.now();
         let Some(e) = &self.election else { return };
         if self.core.is_none() || !e.lapsed(now) {
             return;

@@ -7,7 +7,7 @@ impl World {
         let fault = self.faults[i].fault.clone();
         self.note(format!("FAULT {fault:?}"));
         let settled =
-            self.last_fault_end.is_none_or(|end| self.now > end + (LIVENESS_S * 1e6) as u64);
+            self.last_fault_end.is_none_or(|end| self.time.now() > end + (LIVENESS_S * 1e6) as u64);
         let alone = self.in_force.is_empty() && settled;
         self.in_force.insert(i);
         // Another fault: the cut's players may be held up by it.
@@ -16,7 +16,7 @@ impl World {
             && alone
         {
             let cut = [index(sites[0]), index(sites[1])];
-            let now = self.now;
+            let now = self.time.now();
             let players = (0..self.players.len())
                 .filter(|&p| {
                     let pl = &self.players[p];
@@ -33,7 +33,7 @@ impl World {
         for site in fault.isolates() {
             if let Some(s) = SITES.iter().position(|n| *n == site) {
                 // Its players cannot be expected to play meanwhile, nor for a while after.
-                let until = self.now + for_us + (LIVENESS_S * 1e6) as u64;
+                let until = self.time.now() + for_us + (LIVENESS_S * 1e6) as u64;
                 self.isolated_until[s] = self.isolated_until[s].max(until);
             }
         }
@@ -81,7 +81,7 @@ impl World {
         let fault = self.faults[i].fault.clone();
         self.note(format!("HEALED {fault:?}"));
         self.in_force.remove(&i);
-        self.last_fault_end = Some(self.now);
+        self.last_fault_end = Some(self.time.now());
         if let Some(w) = self.route_watch.take_if(|w| w.fault == i)
             && !w.late
         {
@@ -97,7 +97,8 @@ impl World {
                 for (to_core, d) in held {
                     let delay = self.control_delay(s);
                     let kind = if to_core { 2 } else { 1 };
-                    let at = self.in_order((kind, s, 0, self.controls[s].conn), self.now + delay);
+                    let at =
+                        self.in_order((kind, s, 0, self.controls[s].conn), self.time.now() + delay);
                     self.schedule_at(at, Event::Deliver(Box::new(d)));
                 }
             }
@@ -113,7 +114,7 @@ impl World {
                 };
                 for d in held {
                     let delay = self.peer_delay(a, b);
-                    let at = self.in_order((8, a, b, 0), self.now + delay);
+                    let at = self.in_order((8, a, b, 0), self.time.now() + delay);
                     self.schedule_at(at, Event::Deliver(Box::new(d)));
                 }
             }

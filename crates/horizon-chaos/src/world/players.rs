@@ -12,8 +12,7 @@ impl World {
         if !self.agents[home].alive {
             return;
         }
-        self.next_conn += 1;
-        let conn = self.next_conn;
+        let conn = self.ids.conn();
         let player = &mut self.players[p];
         player.conn = conn;
         player.id = None;
@@ -22,13 +21,12 @@ impl World {
         player.told = 0;
         player.entity = None;
         player.playing = false;
-        player.live_from = self.now;
-        player.last_update = self.now;
+        player.live_from = self.time.now();
+        player.last_update = self.time.now();
         let (pos, role) = (player.pos, player.role);
         let client = name(&format!("bot-{p}-{conn}"));
         self.agent_input(home, agent::Input::PlayerUp { conn, client });
-        self.next_token += 1;
-        let token = self.next_token;
+        let token = self.ids.token();
         self.player_calls.insert(token, p);
         let request = gateway::Request::Join { role, world: WorldId(0), pos };
         let input = agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 };
@@ -42,7 +40,7 @@ impl World {
         }
         match what {
             ToPlayer::Answer(Ok(gateway::Reply::Joined { player, .. })) => {
-                self.checker.player_id(self.now, player, p);
+                self.checker.player_id(self.time.now(), player, p);
                 self.players[p].id = Some(player);
                 self.note(format!("player {} joined at {}", player.0, SITES[self.players[p].home]));
             }
@@ -53,7 +51,7 @@ impl World {
             }
             ToPlayer::Item(gateway::Item::Update { acked, bytes, .. }) => {
                 self.stats.updates_to_players += 1;
-                let now = self.now;
+                let now = self.time.now();
                 if let Some(w) = self.route_watch.as_ref().filter(|w| w.players.contains(&p)) {
                     let gap = now - self.players[p].last_update.max(w.since);
                     self.stats.cut_gap_max_ms = self.stats.cut_gap_max_ms.max(gap / 1000);
@@ -91,7 +89,7 @@ impl World {
         let item = gateway::Item::Input { seq: Seq(seq), bytes: horizon_proto::Blob(bytes) };
         self.stats.inputs_sent += 1;
         let input = agent::Input::PlayerItem { conn, item };
-        let at = self.in_order((7, home, 0, conn), self.now + ACCESS_US);
+        let at = self.in_order((7, home, 0, conn), self.time.now() + ACCESS_US);
         self.schedule_at(
             at,
             Event::Deliver(Box::new(Delivery::PlayerToAgent {
@@ -123,7 +121,7 @@ impl World {
     /// two sites whose transfer link is cut (no other fault in force or recent) at least
     /// every [`ROUTE_ROUND_S`]: traffic goes round through the third site.
     pub(super) fn liveness(&mut self) {
-        let now = self.now;
+        let now = self.time.now();
         if let Some(w) = &self.route_watch {
             let limit = (ROUTE_ROUND_S * 1e6) as u64;
             let mut late = Vec::new();
@@ -172,7 +170,7 @@ impl World {
 
     /// At the end: every player plays, and none lost an acknowledged input (I4).
     pub(super) fn final_checks(&mut self) {
-        let now = self.now;
+        let now = self.time.now();
         for p in 0..self.players.len() {
             let player = &self.players[p];
             let Some(id) = player.id else {

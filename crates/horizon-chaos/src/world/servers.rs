@@ -40,7 +40,7 @@ impl World {
         let Some((pending, request)) = s.lane.pop_front() else { return };
         s.lane_busy = true;
         let inc = s.inc;
-        let at = self.in_order((3, site, 0, inc), self.now + LOCAL_US);
+        let at = self.in_order((3, site, 0, inc), self.time.now() + LOCAL_US);
         let what = ToServer::Request { pending: Box::new(pending), request };
         let d = Delivery::ToServer { site, server: server.to_owned(), inc, what };
         self.schedule_at(at, Event::Deliver(Box::new(d)));
@@ -86,7 +86,7 @@ impl World {
                     _ => None,
                 };
                 if let Some((bubble, epoch)) = accepted {
-                    self.checker.accepted(self.now, site, &server, bubble, epoch);
+                    self.checker.accepted(self.time.now(), site, &server, bubble, epoch);
                 }
                 self.server_items(site, &server, inc);
                 let input = agent::Input::ServerReplied {
@@ -94,7 +94,7 @@ impl World {
                     pending: *pending,
                     result: result.map_err(Failure::Refused),
                 };
-                let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+                let at = self.in_order((6, site, 0, inc), self.time.now() + LOCAL_US);
                 let d = Delivery::ServerToAgent { site, server, inc, input };
                 self.schedule_at(at, Event::Deliver(Box::new(d)));
             }
@@ -108,10 +108,10 @@ impl World {
         {
             if let Some(update) = update_of(&item) {
                 let local = self.local_us(site);
-                self.checker.tick(self.now, local, site, server, update);
+                self.checker.tick(self.time.now(), local, site, server, update);
             }
             let input = agent::Input::ServerItem { server: name(server), item };
-            let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+            let at = self.in_order((6, site, 0, inc), self.time.now() + LOCAL_US);
             let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
             self.schedule_at(at, Event::Deliver(Box::new(d)));
         }
@@ -124,7 +124,7 @@ impl World {
         self.server_items(site, server, inc);
         // The server's tick timer runs on its site's clock.
         let tick_local = u64::from(TICK_MS) * 1000;
-        let next = self.clocks[site].global(self.local_us(site) + tick_local);
+        let next = self.time.global(site, self.local_us(site) + tick_local);
         self.schedule_at(next, Event::ServerTick(site, server.to_owned(), inc));
     }
 
@@ -147,14 +147,10 @@ impl World {
         requests: Vec<server::Request>,
     ) {
         for request in requests {
-            self.next_token += 1;
-            let input = agent::Input::ServerRequest {
-                server: name(server),
-                conn: inc,
-                token: self.next_token,
-                request,
-            };
-            let at = self.in_order((6, site, 0, inc), self.now + LOCAL_US);
+            let token = self.ids.token();
+            let input =
+                agent::Input::ServerRequest { server: name(server), conn: inc, token, request };
+            let at = self.in_order((6, site, 0, inc), self.time.now() + LOCAL_US);
             let d = Delivery::ServerToAgent { site, server: server.to_owned(), inc, input };
             self.schedule_at(at, Event::Deliver(Box::new(d)));
         }
