@@ -511,13 +511,6 @@ impl World {
         self.time.local_us(site)
     }
 
-    /// How long a store write takes now: a slow disk's, or (the leader cut from the store) a
-    /// full election TTL, by which time it has fenced itself.
-    fn write_us(&self) -> u64 {
-        let cut = self.election.as_ref().is_some_and(election::Election::cut);
-        self.disk_us + if cut { election::TTL_US } else { 0 }
-    }
-
     fn core_now(&self) -> Time {
         Time::from_ms(self.time.now() / 1000)
     }
@@ -572,16 +565,7 @@ impl World {
 
     fn event(&mut self, event: Event) {
         match event {
-            Event::CoreTimer => {
-                if self.time.now() >= self.core_timer_at
-                    && let Some(core) = self.core.as_mut()
-                {
-                    self.core_timer_at = u64::MAX;
-                    core.handle_timeout(Time::from_ms(self.time.now() / 1000));
-                    self.check_leads("its timer");
-                    self.after_core();
-                }
-            }
+            Event::CoreTimer => self.core_timer(),
             Event::AgentTimer(site) => {
                 if self.agents[site].alive && self.time.now() >= self.agents[site].timer_at {
                     self.agents[site].timer_at = u64::MAX;

@@ -52,7 +52,7 @@ impl World {
                     }
                     _ => None,
                 };
-                self.core_calls.insert(token, (site, conn, pending, renew));
+                self.core_call(token, (site, conn, pending, renew));
                 let input =
                     core::Input::AgentRequest { site: self.site_ids[site], conn, token, request };
                 self.send_to_core(site, conn, input, false);
@@ -304,12 +304,11 @@ impl World {
     pub(super) fn deliver(&mut self, d: Delivery) {
         match d {
             Delivery::ToCore { site, conn, input } => {
-                if self.core.is_none() {
+                if !self.core_up() {
                     return;
                 }
-                if self.time.now() < self.core_busy_until {
+                if let Some(at) = self.core_busy() {
                     // The core is writing to its store.
-                    let at = self.core_busy_until;
                     self.schedule_at(
                         at,
                         Event::Deliver(Box::new(Delivery::ToCore { site, conn, input })),
@@ -459,7 +458,7 @@ impl World {
             return;
         }
         let c = &self.controls[site];
-        if self.core.is_none() || c.cut_to_core || c.cut_from_core {
+        if !self.core_up() || c.cut_to_core || c.cut_from_core {
             self.schedule(REDIAL_US, Event::Redial(site));
             return;
         }
@@ -509,13 +508,9 @@ impl World {
             self.core_input(core::Input::OrderDone { order, result });
         }
         self.core_input(core::Input::AgentDisconnected { site: self.site_ids[site], conn });
-        let calls: Vec<u64> =
-            self.core_calls.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
-        for t in calls {
-            if let Some((_, _, pending, _)) = self.core_calls.remove(&t) {
-                let result = Err(Failure::Gone("connection lost".into()));
-                self.agent_input(site, agent::Input::CoreReplied { pending, result });
-            }
+        for pending in self.core_calls_lost(conn) {
+            let result = Err(Failure::Gone("connection lost".into()));
+            self.agent_input(site, agent::Input::CoreReplied { pending, result });
         }
         self.agent_input(site, agent::Input::CoreDown { error: why.into() });
         self.schedule(REDIAL_US, Event::Redial(site));

@@ -119,4 +119,66 @@ impl World {
             self.stats.zone_merges += merges;
         }
     }
+
+    /// Whether a core runs (none between its death and its restart, or a standby's lead).
+    pub(super) fn core_up(&self) -> bool {
+        self.core.is_some()
+    }
+
+    /// Until when (global µs) the core is busy writing its store, if it is now.
+    pub(super) fn core_busy(&self) -> Option<u64> {
+        (self.time.now() < self.core_busy_until).then_some(self.core_busy_until)
+    }
+
+    /// The core's timer fired: it runs its timeout if one is due.
+    pub(super) fn core_timer(&mut self) {
+        if self.time.now() >= self.core_timer_at
+            && let Some(core) = self.core.as_mut()
+        {
+            self.core_timer_at = u64::MAX;
+            core.handle_timeout(Time::from_ms(self.time.now() / 1000));
+            self.check_leads("its timer");
+            self.after_core();
+        }
+    }
+
+    /// An agent's request goes to the core under `token`; its answer goes back as `call` says.
+    pub(super) fn core_call(&mut self, token: u64, call: CoreCall) {
+        self.core_calls.insert(token, call);
+    }
+
+    /// The agent requests at the core that came over `conn`, which is gone: what waited on
+    /// each, in token order.
+    pub(super) fn core_calls_lost(&mut self, conn: u64) -> Vec<Pending> {
+        let tokens: Vec<u64> =
+            self.core_calls.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
+        tokens.into_iter().filter_map(|t| self.core_calls.remove(&t)).map(|c| c.2).collect()
+    }
+
+    /// How long a store write takes now: a slow disk's, or (the leader cut from the store) a
+    /// full election TTL, by which time it has fenced itself.
+    pub(super) fn write_us(&self) -> u64 {
+        self.disk_us + if self.store_cut() { election::TTL_US } else { 0 }
+    }
+
+    /// The store's disk takes `us` per write from now on (0: a healthy disk).
+    pub(super) fn slow_disk(&mut self, us: u64) {
+        self.disk_us = us;
+    }
+
+    /// The core dies (or, with a standby, fences itself); its store stays. Agents see their
+    /// connections refused within a second.
+    pub(super) fn kill_core(&mut self) {
+        self.count_zone_changes();
+        self.core = None;
+        self.core_timer_at = u64::MAX;
+        self.core_busy_until = 0;
+        self.note("core killed".into());
+        for site in 0..SITES.len() {
+            self.control_down(site, "core killed");
+        }
+        self.core_calls.clear();
+        self.orders.clear();
+        self.leader_gone();
+    }
 }

@@ -121,7 +121,7 @@ impl World {
         let (term_now, cut, lapsed, lease) = (e.term, e.cut(), e.lapsed(now), e.lease);
         match step {
             Step::KeepAlive(term) => {
-                let Some(lease) = lease.filter(|_| term == term_now && self.core.is_some()) else {
+                let Some(lease) = lease.filter(|_| term == term_now && self.core_up()) else {
                     return;
                 };
                 let next = us(lease.next_keep_alive(Duration::from_micros(now)));
@@ -153,7 +153,7 @@ impl World {
             }
             Step::FenceCheck(term) => {
                 let fenced = lease.is_some_and(|l| l.fenced(Duration::from_micros(now)));
-                if term != term_now || !fenced || self.core.is_none() {
+                if term != term_now || !fenced || !self.core_up() {
                     return;
                 }
                 self.stats.fences += 1;
@@ -168,7 +168,7 @@ impl World {
                     self.schedule_campaign();
                     return;
                 }
-                if self.core.is_some() {
+                if self.core_up() {
                     // The leader never fenced itself (I7 failed at its last act): it is
                     // replaced, as the standby would be elected beside it.
                     self.kill_core();
@@ -198,7 +198,7 @@ impl World {
     pub(super) fn check_leads(&mut self, what: &str) {
         let now = self.time.now();
         let Some(e) = &self.election else { return };
-        if self.core.is_none() || !e.lapsed(now) {
+        if !self.core_up() || !e.lapsed(now) {
             return;
         }
         let generation = self.stats.core_generations;
@@ -206,5 +206,22 @@ impl World {
             "core generation {generation} acts ({what}) after its election lease expired at the store: a standby may lead"
         );
         self.checker.i7(now, detail);
+    }
+
+    /// Whether a standby core campaigns on the store (`--standby`).
+    pub(super) fn has_standby(&self) -> bool {
+        self.election.is_some()
+    }
+
+    /// Whether the leading core is cut from the store.
+    pub(super) fn store_cut(&self) -> bool {
+        self.election.as_ref().is_some_and(Election::cut)
+    }
+
+    /// Cuts (or heals) the leading core's link to the store.
+    pub(super) fn cut_store(&mut self, cut: bool) {
+        if let Some(e) = self.election.as_mut() {
+            e.set_cut(cut);
+        }
     }
 }

@@ -64,12 +64,8 @@ impl World {
             Fault::RestartAgent { site, .. } => self.kill_agent(index(site)),
             Fault::RestartCore { .. } => self.kill_core(),
             Fault::Loss { site, rate, .. } => self.controls[index(site)].loss = rate,
-            Fault::SlowDisk { ms, .. } => self.disk_us = (ms * 1000.0) as u64,
-            Fault::StoreCut { .. } => {
-                if let Some(e) = self.election.as_mut() {
-                    e.set_cut(true);
-                }
-            }
+            Fault::SlowDisk { ms, .. } => self.slow_disk((ms * 1000.0) as u64),
+            Fault::StoreCut { .. } => self.cut_store(true),
             Fault::StoreLeaderChange => self.store_leader_change(),
         }
         if for_us > 0 {
@@ -121,15 +117,11 @@ impl World {
             Fault::KillServer { .. } => {}
             Fault::RestartAgent { site, .. } => self.schedule(0, Event::AgentBack(index(site))),
             // With a standby, it has taken over already (`election.rs`).
-            Fault::RestartCore { .. } if self.election.is_some() => {}
+            Fault::RestartCore { .. } if self.has_standby() => {}
             Fault::RestartCore { .. } => self.schedule(0, Event::CoreBack),
             Fault::Loss { site, .. } => self.controls[index(site)].loss = 0.0,
-            Fault::SlowDisk { .. } => self.disk_us = 0,
-            Fault::StoreCut { .. } => {
-                if let Some(e) = self.election.as_mut() {
-                    e.set_cut(false);
-                }
-            }
+            Fault::SlowDisk { .. } => self.slow_disk(0),
+            Fault::StoreCut { .. } => self.cut_store(false),
             Fault::StoreLeaderChange => {}
         }
     }
@@ -179,22 +171,6 @@ impl World {
                 self.schedule(after, Event::PlayerJoin(p));
             }
         }
-    }
-
-    /// The core dies (or, with a standby, fences itself); its store stays. Agents see their
-    /// connections refused within a second.
-    pub(super) fn kill_core(&mut self) {
-        self.count_zone_changes();
-        self.core = None;
-        self.core_timer_at = u64::MAX;
-        self.core_busy_until = 0;
-        self.note("core killed".into());
-        for site in 0..SITES.len() {
-            self.control_down(site, "core killed");
-        }
-        self.core_calls.clear();
-        self.orders.clear();
-        self.leader_gone();
     }
 }
 
