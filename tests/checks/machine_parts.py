@@ -47,8 +47,7 @@ PARTS_ELSEWHERE = {
 # The debt: fields still touched from more than one file, to become parts of their own.
 SHARED = {
     "World": {
-        "rng", "thresholds", "site_ids", "agents", "controls", "transfers", "servers", "players",
-        "orders", "player_calls", "isolated_until", "route_watch", "checker", "stats",
+        "rng", "agents", "controls", "transfers", "servers", "players", "checker", "stats",
     },
 }
 

@@ -476,8 +476,8 @@ impl World {
             // The agent's default: what the agent tells the core (the simulated driver starts
             // every server it is asked for).
             max_servers: 64,
-            seats_per_server: self.thresholds.seats_per_server(),
-            players_per_server: self.thresholds.players_per_server,
+            seats_per_server: self.thresholds().seats_per_server(),
+            players_per_server: self.thresholds().players_per_server,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
             server_tick: Duration::from_millis(100),
@@ -610,6 +610,16 @@ impl World {
 
     fn site_index(&self, id: SiteId) -> usize {
         self.site_ids.iter().position(|s| *s == id).unwrap_or(CORE_SITE)
+    }
+
+    /// The core's id of `site`.
+    fn site_id(&self, site: usize) -> SiteId {
+        self.site_ids[site]
+    }
+
+    /// The run's thresholds: the core's, and the agents' seats per server.
+    fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
     }
 }
 

@@ -54,11 +54,11 @@ impl World {
                 };
                 self.core_call(token, (site, conn, pending, renew));
                 let input =
-                    core::Input::AgentRequest { site: self.site_ids[site], conn, token, request };
+                    core::Input::AgentRequest { site: self.site_id(site), conn, token, request };
                 self.send_to_core(site, conn, input, false);
             }
             E::AnswerCore { token, result } => {
-                let Some((s, conn, order)) = self.orders.remove(&token) else { return };
+                let Some((s, conn, order)) = self.order_answered(token) else { return };
                 debug_assert_eq!(s, site);
                 if conn != self.controls[site].conn {
                     return;
@@ -71,7 +71,7 @@ impl World {
             E::Backup(item) => {
                 let conn = self.controls[site].conn;
                 if conn != 0 {
-                    let input = core::Input::Backup { site: self.site_ids[site], conn, item };
+                    let input = core::Input::Backup { site: self.site_id(site), conn, item };
                     self.send_to_core(site, conn, input, true);
                 }
             }
@@ -146,7 +146,7 @@ impl World {
             // Only for an input over the size limit, which the simulated players never send.
             E::ClosePlayer { .. } => {}
             E::AnswerPlayer { token, result } => {
-                let Some(player) = self.player_calls.remove(&token) else { return };
+                let Some(player) = self.player_answered(token) else { return };
                 let conn = self.players[player].conn;
                 let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Answer(result) };
                 self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
@@ -468,7 +468,7 @@ impl World {
         self.controls[site].unanswered.clear();
         self.controls[site].waiting.clear();
         self.note(format!("{} connected to the core (conn {conn})", SITES[site]));
-        self.core_input(core::Input::AgentConnected { site: self.site_ids[site], conn });
+        self.core_input(core::Input::AgentConnected { site: self.site_id(site), conn });
         self.agent_input(site, agent::Input::CoreUp);
     }
 
@@ -492,13 +492,7 @@ impl World {
         for order in &failed_orders {
             self.answers.remove(order);
         }
-        let tokens: Vec<u64> =
-            self.orders.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
-        for t in tokens {
-            if let Some((_, _, order)) = self.orders.remove(&t) {
-                failed_orders.push(order);
-            }
-        }
+        failed_orders.extend(self.orders_lost(conn));
         for order in failed_orders {
             let result = Err(Failure::Gone("agent connection gone".into()));
             self.core_input(core::Input::OrderDone { order, result });
@@ -507,7 +501,7 @@ impl World {
             let result = Err(Failure::Unreachable("agent connection gone".into()));
             self.core_input(core::Input::OrderDone { order, result });
         }
-        self.core_input(core::Input::AgentDisconnected { site: self.site_ids[site], conn });
+        self.core_input(core::Input::AgentDisconnected { site: self.site_id(site), conn });
         for pending in self.core_calls_lost(conn) {
             let result = Err(Failure::Gone("connection lost".into()));
             self.agent_input(site, agent::Input::CoreReplied { pending, result });

@@ -102,3 +102,22 @@ impl World {
         self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
 }
+
+impl World {
+    /// The order the core sent under agent `token`, answered now: (site, connection, order).
+    pub(super) fn order_answered(&mut self, token: u64) -> Option<(usize, u64, OrderId)> {
+        self.orders.remove(&token)
+    }
+
+    /// The orders that reached an agent over `conn`, which is gone, unanswered: in token order.
+    pub(super) fn orders_lost(&mut self, conn: u64) -> Vec<OrderId> {
+        let tokens: Vec<u64> =
+            self.orders.iter().filter(|(_, v)| v.1 == conn).map(|(t, _)| *t).collect();
+        tokens.into_iter().filter_map(|t| self.orders.remove(&t)).map(|(_, _, o)| o).collect()
+    }
+
+    /// Every order at the agents, forgotten with the core that sent them.
+    pub(super) fn forget_orders(&mut self) {
+        self.orders.clear();
+    }
+}

@@ -11,7 +11,7 @@ impl World {
         self.stats.core_generations = generation;
         let cfg = core::MachineConfig {
             sites: self.sites.clone(),
-            thresholds: self.thresholds.clone(),
+            thresholds: self.thresholds().clone(),
             zones: Vec::new(),
             stage: self.stage,
             delegations: Vec::new(),
@@ -178,7 +178,7 @@ impl World {
             self.control_down(site, "core killed");
         }
         self.core_calls.clear();
-        self.orders.clear();
+        self.forget_orders();
         self.leader_gone();
     }
 }

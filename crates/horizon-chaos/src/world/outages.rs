@@ -155,7 +155,7 @@ impl World {
                 t.wanted = false;
             }
         }
-        self.player_calls.retain(|_, p| self.players[*p].home != site);
+        self.forget_player_calls(site);
     }
 
     /// The agent starts again, knowing nothing; its players join again as new players.
@@ -176,4 +176,49 @@ impl World {
 
 fn index(site: &str) -> usize {
     SITES.iter().position(|s| *s == site).unwrap_or_else(|| unreachable!("site {site}"))
+}
+
+impl World {
+    /// Until when (global µs) `site` was last isolated by a partition (0: never).
+    pub(super) fn isolated_until(&self, site: usize) -> u64 {
+        self.isolated_until[site]
+    }
+
+    /// An update reached player `p` at `now`: with a transfer cut watched, the gap it ends
+    /// counts towards the longest a cut made a player wait.
+    pub(super) fn note_route_gap(&mut self, p: usize, now: u64) {
+        if let Some(w) = self.route_watch.as_ref().filter(|w| w.players.contains(&p)) {
+            let gap = now - self.players[p].last_update.max(w.since);
+            self.stats.cut_gap_max_ms = self.stats.cut_gap_max_ms.max(gap / 1000);
+        }
+    }
+
+    /// With a transfer cut watched: each of its players goes [`ROUTE_ROUND_S`] at most without
+    /// an update (traffic goes round through the third site), or the checker hears of it.
+    pub(super) fn route_liveness(&mut self, now: u64) {
+        let Some(w) = &self.route_watch else { return };
+        let limit = (ROUTE_ROUND_S * 1e6) as u64;
+        let mut late = Vec::new();
+        for &p in &w.players {
+            let player = &self.players[p];
+            let since = player.last_update.max(w.since);
+            if player.conn != 0 && !player.reported && now > since + limit {
+                late.push((p, since));
+            }
+        }
+        for (p, since) in late {
+            let player = &self.players[p];
+            let detail = format!(
+                "player {} of {} has had no update for {:.1} s while its site's transfer link was cut: not routed round",
+                player.id.map_or(0, |i| i.0),
+                SITES[player.home],
+                (now - since) as f64 / 1e6
+            );
+            self.players[p].reported = true;
+            self.checker.not_routed_round(now, detail);
+            if let Some(w) = self.route_watch.as_mut() {
+                w.late = true;
+            }
+        }
+    }
 }

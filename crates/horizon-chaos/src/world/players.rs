@@ -52,10 +52,7 @@ impl World {
             ToPlayer::Item(gateway::Item::Update { acked, bytes, .. }) => {
                 self.stats.updates_to_players += 1;
                 let now = self.time.now();
-                if let Some(w) = self.route_watch.as_ref().filter(|w| w.players.contains(&p)) {
-                    let gap = now - self.players[p].last_update.max(w.since);
-                    self.stats.cut_gap_max_ms = self.stats.cut_gap_max_ms.max(gap / 1000);
-                }
+                self.note_route_gap(p, now);
                 let player = &mut self.players[p];
                 player.told = player.told.max(acked.0);
                 player.last_update = now;
@@ -122,31 +119,7 @@ impl World {
     /// every [`ROUTE_ROUND_S`]: traffic goes round through the third site.
     pub(super) fn liveness(&mut self) {
         let now = self.time.now();
-        if let Some(w) = &self.route_watch {
-            let limit = (ROUTE_ROUND_S * 1e6) as u64;
-            let mut late = Vec::new();
-            for &p in &w.players {
-                let player = &self.players[p];
-                let since = player.last_update.max(w.since);
-                if player.conn != 0 && !player.reported && now > since + limit {
-                    late.push((p, since));
-                }
-            }
-            for (p, since) in late {
-                let player = &self.players[p];
-                let detail = format!(
-                    "player {} of {} has had no update for {:.1} s while its site's transfer link was cut: not routed round",
-                    player.id.map_or(0, |i| i.0),
-                    SITES[player.home],
-                    (now - since) as f64 / 1e6
-                );
-                self.players[p].reported = true;
-                self.checker.not_routed_round(now, detail);
-                if let Some(w) = self.route_watch.as_mut() {
-                    w.late = true;
-                }
-            }
-        }
+        self.route_liveness(now);
         let limit = (LIVENESS_S * 1e6) as u64;
         for p in 0..self.players.len() {
             let player = &self.players[p];
@@ -154,7 +127,7 @@ impl World {
                 continue;
             }
             let since =
-                player.last_update.max(player.live_from).max(self.isolated_until[player.home]);
+                player.last_update.max(player.live_from).max(self.isolated_until(player.home));
             if now > since + limit {
                 let detail = format!(
                     "player {} of {} has had no update for {:.0} s",
@@ -174,7 +147,7 @@ impl World {
         for p in 0..self.players.len() {
             let player = &self.players[p];
             let Some(id) = player.id else {
-                if self.isolated_until[player.home] < now {
+                if self.isolated_until(player.home) < now {
                     let detail = format!("player {p} of {} never joined", SITES[player.home]);
                     self.checker.not_live(now, detail);
                 }
@@ -200,5 +173,17 @@ impl World {
                 _ => {}
             }
         }
+    }
+}
+
+impl World {
+    /// The player whose gateway request had agent `token`, answered now.
+    pub(super) fn player_answered(&mut self, token: u64) -> Option<usize> {
+        self.player_calls.remove(&token)
+    }
+
+    /// The gateway requests of `site`'s players, forgotten with its agent.
+    pub(super) fn forget_player_calls(&mut self, site: usize) {
+        self.player_calls.retain(|_, p| self.players[*p].home != site);
     }
 }
