@@ -566,14 +566,7 @@ impl World {
     fn event(&mut self, event: Event) {
         match event {
             Event::CoreTimer => self.core_timer(),
-            Event::AgentTimer(site) => {
-                if self.agents[site].alive && self.time.now() >= self.agents[site].timer_at {
-                    self.agents[site].timer_at = u64::MAX;
-                    let now = self.instant(site);
-                    self.agents[site].machine.handle_timeout(now);
-                    self.after_agent(site);
-                }
-            }
+            Event::AgentTimer(site) => self.agent_timer(site),
             Event::ServerTick(site, name, inc) => self.server_tick(site, &name, inc),
             Event::ServerSecond(site, name, inc) => self.server_second(site, &name, inc),
             Event::ServerStarts(site, name, inc) => self.server_starts(site, name, inc),

@@ -566,3 +566,30 @@ impl World {
 pub(super) fn index_of(site: &Name) -> Option<usize> {
     SITES.iter().position(|s| *s == site.as_str())
 }
+
+impl World {
+    /// `site`'s agent's timer fired: it runs its timeout if alive and due.
+    pub(super) fn agent_timer(&mut self, site: usize) {
+        if self.agents[site].alive && self.time.now() >= self.agents[site].timer_at {
+            self.agents[site].timer_at = u64::MAX;
+            let now = self.instant(site);
+            self.agents[site].machine.handle_timeout(now);
+            self.after_agent(site);
+        }
+    }
+
+    /// Whether `site`'s agent runs.
+    pub(super) fn agent_alive(&self, site: usize) -> bool {
+        self.agents[site].alive
+    }
+
+    /// `site`'s agent dies (its machine is replaced when it starts again).
+    pub(super) fn agent_down(&mut self, site: usize) {
+        self.agents[site].alive = false;
+    }
+
+    /// `site`'s agent starts again as `machine`, knowing nothing.
+    pub(super) fn agent_started(&mut self, site: usize, machine: AgentMachine) {
+        self.agents[site] = Agent { machine, alive: true, timer_at: u64::MAX };
+    }
+}

@@ -129,7 +129,7 @@ impl World {
     /// The agent dies with its game servers (they never outlive it) and its players'
     /// connections; its links end.
     fn kill_agent(&mut self, site: usize) {
-        self.agents[site].alive = false;
+        self.agent_down(site);
         let servers: Vec<String> = self.servers[site].keys().cloned().collect();
         for server in servers {
             self.servers[site].remove(&server);
@@ -161,7 +161,7 @@ impl World {
     /// The agent starts again, knowing nothing; its players join again as new players.
     pub(super) fn agent_back(&mut self, site: usize) {
         let machine = self.new_agent(site);
-        self.agents[site] = Agent { machine, alive: true, timer_at: u64::MAX };
+        self.agent_started(site, machine);
         self.note(format!("{} agent started again", SITES[site]));
         self.after_agent(site);
         self.redial(site);

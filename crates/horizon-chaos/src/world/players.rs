@@ -9,7 +9,7 @@ use super::*;
 impl World {
     pub(super) fn player_join(&mut self, p: usize) {
         let home = self.players[p].home;
-        if !self.agents[home].alive {
+        if !self.agent_alive(home) {
             return;
         }
         let conn = self.ids.conn();

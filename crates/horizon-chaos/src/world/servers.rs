@@ -6,7 +6,7 @@ use super::*;
 impl World {
     /// A started server connects to its agent, registers and says it is ready.
     pub(super) fn server_starts(&mut self, site: usize, server: String, inc: u64) {
-        if !self.agents[site].alive {
+        if !self.agent_alive(site) {
             return;
         }
         let counters = Arc::new(Counters::default());
