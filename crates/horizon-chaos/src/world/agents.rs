@@ -99,33 +99,28 @@ impl World {
                     );
                     self.note(note);
                 }
-                match self.servers[site].get_mut(server.as_str()) {
-                    Some(s) => {
-                        s.lane.push_back((pending, request));
-                        self.next_in_lane(site, server.as_str());
-                    }
-                    None => {
-                        // Gone: the request fails when its connection times out.
-                        let input = agent::Input::ServerReplied {
-                            server: server.clone(),
-                            pending,
-                            result: Err(Failure::Unreachable("the server is gone".into())),
-                        };
-                        self.schedule(
-                            IDLE_US,
-                            Event::Deliver(Box::new(Delivery::ServerToAgent {
-                                site,
-                                server: server.to_string(),
-                                inc: 0,
-                                input,
-                            })),
-                        );
-                    }
+                if let Some(pending) =
+                    self.queue_server_request(site, server.as_str(), pending, request)
+                {
+                    // Gone: the request fails when its connection times out.
+                    let input = agent::Input::ServerReplied {
+                        server: server.clone(),
+                        pending,
+                        result: Err(Failure::Unreachable("the server is gone".into())),
+                    };
+                    self.schedule(
+                        IDLE_US,
+                        Event::Deliver(Box::new(Delivery::ServerToAgent {
+                            site,
+                            server: server.to_string(),
+                            inc: 0,
+                            input,
+                        })),
+                    );
                 }
             }
             E::ServerStream { server, item } => {
-                let Some(s) = self.servers[site].get(server.as_str()) else { return };
-                let inc = s.inc;
+                let Some(inc) = self.server_inc(site, server.as_str()) else { return };
                 let at = self.in_order((3, site, 0, inc), self.time.now() + LOCAL_US);
                 let d = Delivery::ToServer {
                     site,
@@ -353,15 +348,10 @@ impl World {
                 self.server_delivery(site, server, inc, what)
             }
             Delivery::ServerToAgent { site, server, inc, input } => {
-                if let agent::Input::ServerReplied { .. } = &input
-                    && let Some(s) = self.servers[site].get_mut(&server)
-                    && s.inc == inc
-                {
-                    s.lane_busy = false;
-                    self.next_in_lane(site, &server);
+                if let agent::Input::ServerReplied { .. } = &input {
+                    self.server_lane_free(site, &server, inc);
                 }
-                let live =
-                    inc == 0 || self.servers[site].get(&server).is_some_and(|s| s.inc == inc);
+                let live = inc == 0 || self.server_inc(site, &server) == Some(inc);
                 if live
                     || matches!(
                         input,

@@ -130,10 +130,7 @@ impl World {
     /// connections; its links end.
     fn kill_agent(&mut self, site: usize) {
         self.agent_down(site);
-        let servers: Vec<String> = self.servers[site].keys().cloned().collect();
-        for server in servers {
-            self.servers[site].remove(&server);
-        }
+        self.servers_gone(site);
         for p in 0..self.players.len() {
             if self.players[p].home == site && self.players[p].conn != 0 {
                 self.players[p].conn = 0;

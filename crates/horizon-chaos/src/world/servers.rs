@@ -199,3 +199,40 @@ impl World {
             .map(|(n, _)| n.clone())
     }
 }
+
+impl World {
+    /// The incarnation of `site`'s game server `server`, if it runs.
+    pub(super) fn server_inc(&self, site: usize, server: &str) -> Option<u64> {
+        self.servers[site].get(server).map(|s| s.inc)
+    }
+
+    /// The agent's `request` joins the lane to `server`; `Some(pending)`, handed back, if the
+    /// server is gone.
+    pub(super) fn queue_server_request(
+        &mut self,
+        site: usize,
+        server: &str,
+        pending: Pending,
+        request: server::Request,
+    ) -> Option<Pending> {
+        let Some(s) = self.servers[site].get_mut(server) else { return Some(pending) };
+        s.lane.push_back((pending, request));
+        self.next_in_lane(site, server);
+        None
+    }
+
+    /// `server` (incarnation `inc`) answered its lane's request: the next one goes out.
+    pub(super) fn server_lane_free(&mut self, site: usize, server: &str, inc: u64) {
+        if let Some(s) = self.servers[site].get_mut(server)
+            && s.inc == inc
+        {
+            s.lane_busy = false;
+            self.next_in_lane(site, server);
+        }
+    }
+
+    /// Every game server of `site` is gone with its agent.
+    pub(super) fn servers_gone(&mut self, site: usize) {
+        self.servers[site].clear();
+    }
+}
