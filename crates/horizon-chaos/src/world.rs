@@ -440,8 +440,7 @@ impl World {
             // An NPC is homed on MTL or HKG in turn (its home routes its inputs, nothing more).
             let npc = npc.then_some((1 + x as usize / 20_000 % 2, Role::Npc));
             for (i, (home, role)) in roles.chain(npc).enumerate() {
-                let idx = self.players.len();
-                self.players.push(Player {
+                let idx = self.add_player(Player {
                     home,
                     role,
                     pos: Vec3 { x: x + 10.0 * i as f64, y: 0.0, z: 0.0 },

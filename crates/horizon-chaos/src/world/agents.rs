@@ -132,7 +132,7 @@ impl World {
             }
             E::AnswerServer { .. } => {}
             E::ToPlayer { conn, item } => {
-                let Some(player) = self.players.iter().position(|p| p.conn == conn) else { return };
+                let Some(player) = self.player_on(conn) else { return };
                 let at = self.in_order((4, site, 0, conn), self.time.now() + ACCESS_US);
                 let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Item(item) };
                 self.schedule_at(at, Event::Deliver(Box::new(d)));
@@ -142,7 +142,7 @@ impl World {
             E::ClosePlayer { .. } => {}
             E::AnswerPlayer { token, result } => {
                 let Some(player) = self.player_answered(token) else { return };
-                let conn = self.players[player].conn;
+                let conn = self.player_conn(player);
                 let d = Delivery::ToPlayer { player, conn, what: ToPlayer::Answer(result) };
                 self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
             }
@@ -365,7 +365,7 @@ impl World {
             }
             Delivery::ToPlayer { player, conn, what } => self.player_delivery(player, conn, what),
             Delivery::PlayerToAgent { site, player, conn, input } => {
-                if self.players[player].conn == conn {
+                if self.player_conn(player) == conn {
                     self.agent_input(site, input);
                 }
             }

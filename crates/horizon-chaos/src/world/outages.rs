@@ -17,16 +17,7 @@ impl World {
         {
             let cut = [index(sites[0]), index(sites[1])];
             let now = self.time.now();
-            let players = (0..self.players.len())
-                .filter(|&p| {
-                    let pl = &self.players[p];
-                    cut.contains(&pl.home)
-                        && pl.conn != 0
-                        && pl.id.is_some()
-                        && !pl.reported
-                        && pl.last_update + 1_000_000 >= now
-                })
-                .collect();
+            let players = self.players_playing_at(&cut, now);
             self.route_watch = Some(RouteWatch { fault: i, since: now, players, late: false });
         }
         let for_us = (fault.duration_s() * 1e6) as u64;
@@ -131,12 +122,7 @@ impl World {
     fn kill_agent(&mut self, site: usize) {
         self.agent_down(site);
         self.servers_gone(site);
-        for p in 0..self.players.len() {
-            if self.players[p].home == site && self.players[p].conn != 0 {
-                self.players[p].conn = 0;
-                self.players[p].id = None;
-            }
-        }
+        self.players_disconnected(site);
         // The core sees the connection end when the port refuses (at once, here).
         self.control_down(site, "agent killed");
         let pairs: Vec<(usize, usize)> =
@@ -162,11 +148,9 @@ impl World {
         self.note(format!("{} agent started again", SITES[site]));
         self.after_agent(site);
         self.redial(site);
-        for p in 0..self.players.len() {
-            if self.players[p].home == site {
-                let after = 500_000 + self.rng.below(3_000_000);
-                self.schedule(after, Event::PlayerJoin(p));
-            }
+        for p in self.players_of(site) {
+            let after = 500_000 + self.rng.below(3_000_000);
+            self.schedule(after, Event::PlayerJoin(p));
         }
     }
 }
@@ -181,41 +165,16 @@ impl World {
         self.isolated_until[site]
     }
 
-    /// An update reached player `p` at `now`: with a transfer cut watched, the gap it ends
-    /// counts towards the longest a cut made a player wait.
-    pub(super) fn note_route_gap(&mut self, p: usize, now: u64) {
-        if let Some(w) = self.route_watch.as_ref().filter(|w| w.players.contains(&p)) {
-            let gap = now - self.players[p].last_update.max(w.since);
-            self.stats.cut_gap_max_ms = self.stats.cut_gap_max_ms.max(gap / 1000);
-        }
+    /// The transfer cut watched, if one is: since when, and the players it holds to
+    /// [`ROUTE_ROUND_S`].
+    pub(super) fn route_watched(&self) -> Option<(u64, &[usize])> {
+        self.route_watch.as_ref().map(|w| (w.since, w.players.as_slice()))
     }
 
-    /// With a transfer cut watched: each of its players goes [`ROUTE_ROUND_S`] at most without
-    /// an update (traffic goes round through the third site), or the checker hears of it.
-    pub(super) fn route_liveness(&mut self, now: u64) {
-        let Some(w) = &self.route_watch else { return };
-        let limit = (ROUTE_ROUND_S * 1e6) as u64;
-        let mut late = Vec::new();
-        for &p in &w.players {
-            let player = &self.players[p];
-            let since = player.last_update.max(w.since);
-            if player.conn != 0 && !player.reported && now > since + limit {
-                late.push((p, since));
-            }
-        }
-        for (p, since) in late {
-            let player = &self.players[p];
-            let detail = format!(
-                "player {} of {} has had no update for {:.1} s while its site's transfer link was cut: not routed round",
-                player.id.map_or(0, |i| i.0),
-                SITES[player.home],
-                (now - since) as f64 / 1e6
-            );
-            self.players[p].reported = true;
-            self.checker.not_routed_round(now, detail);
-            if let Some(w) = self.route_watch.as_mut() {
-                w.late = true;
-            }
+    /// A player of the watched cut went [`ROUTE_ROUND_S`] without an update.
+    pub(super) fn route_late(&mut self) {
+        if let Some(w) = self.route_watch.as_mut() {
+            w.late = true;
         }
     }
 }

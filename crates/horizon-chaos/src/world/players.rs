@@ -187,3 +187,89 @@ impl World {
         self.player_calls.retain(|_, p| self.players[*p].home != site);
     }
 }
+
+impl World {
+    /// A new player (or NPC), not joined yet: its index.
+    pub(super) fn add_player(&mut self, player: Player) -> usize {
+        self.players.push(player);
+        self.players.len() - 1
+    }
+
+    /// The player connected over gateway connection `conn`, if any.
+    pub(super) fn player_on(&self, conn: u64) -> Option<usize> {
+        self.players.iter().position(|p| p.conn == conn)
+    }
+
+    /// Player `p`'s gateway connection (0: none).
+    pub(super) fn player_conn(&self, p: usize) -> u64 {
+        self.players[p].conn
+    }
+
+    /// Every player homed at `site`, in order.
+    pub(super) fn players_of(&self, site: usize) -> Vec<usize> {
+        (0..self.players.len()).filter(|&p| self.players[p].home == site).collect()
+    }
+
+    /// The players of `sites` playing at `now`: joined, connected, updated within the last
+    /// second, and not reported already.
+    pub(super) fn players_playing_at(&self, sites: &[usize], now: u64) -> Vec<usize> {
+        (0..self.players.len())
+            .filter(|&p| {
+                let pl = &self.players[p];
+                sites.contains(&pl.home)
+                    && pl.conn != 0
+                    && pl.id.is_some()
+                    && !pl.reported
+                    && pl.last_update + 1_000_000 >= now
+            })
+            .collect()
+    }
+
+    /// `site`'s agent died: its players' connections and sessions with it.
+    pub(super) fn players_disconnected(&mut self, site: usize) {
+        for player in &mut self.players {
+            if player.home == site && player.conn != 0 {
+                player.conn = 0;
+                player.id = None;
+            }
+        }
+    }
+
+    /// An update reached player `p` at `now`: with a transfer cut watched, the gap it ends
+    /// counts towards the longest a cut made a player wait.
+    fn note_route_gap(&mut self, p: usize, now: u64) {
+        if let Some((since, watched)) = self.route_watched()
+            && watched.contains(&p)
+        {
+            let gap = now - self.players[p].last_update.max(since);
+            self.stats.cut_gap_max_ms = self.stats.cut_gap_max_ms.max(gap / 1000);
+        }
+    }
+
+    /// With a transfer cut watched: each of its players goes [`ROUTE_ROUND_S`] at most without
+    /// an update (traffic goes round through the third site), or the checker hears of it.
+    fn route_liveness(&mut self, now: u64) {
+        let Some((since, watched)) = self.route_watched() else { return };
+        let limit = (ROUTE_ROUND_S * 1e6) as u64;
+        let mut late = Vec::new();
+        for &p in watched {
+            let player = &self.players[p];
+            let since = player.last_update.max(since);
+            if player.conn != 0 && !player.reported && now > since + limit {
+                late.push((p, since));
+            }
+        }
+        for (p, since) in late {
+            let player = &self.players[p];
+            let detail = format!(
+                "player {} of {} has had no update for {:.1} s while its site's transfer link was cut: not routed round",
+                player.id.map_or(0, |i| i.0),
+                SITES[player.home],
+                (now - since) as f64 / 1e6
+            );
+            self.players[p].reported = true;
+            self.checker.not_routed_round(now, detail);
+            self.route_late();
+        }
+    }
+}
