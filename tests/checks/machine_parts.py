@@ -49,7 +49,7 @@ PARTS_ELSEWHERE = {
 # The debt: fields still touched from more than one file, to become parts of their own.
 SHARED = {
     "World": {
-        "controls", "transfers",
+        "controls",
     },
 }
 

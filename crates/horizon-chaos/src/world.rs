@@ -581,11 +581,7 @@ impl World {
                     self.control_down(site, "idle timeout");
                 }
             }
-            Event::TransferIdle(pair, conn) => {
-                if self.transfers.get(&pair).is_some_and(|t| t.conn == conn && t.cut) {
-                    self.transfer_down(pair, "idle timeout");
-                }
-            }
+            Event::TransferIdle(pair, conn) => self.transfer_idle(pair, conn),
             Event::Redial(site) => self.redial(site),
             Event::RedialPeer(pair) => self.redial_peer(pair),
             Event::CoreBack => self.start_core(),

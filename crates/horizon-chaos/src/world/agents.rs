@@ -583,3 +583,47 @@ impl World {
         self.agents[site] = Agent { machine, alive: true, timer_at: u64::MAX };
     }
 }
+
+impl World {
+    /// A transfer link's idle timer fired: a connection still cut then is down.
+    pub(super) fn transfer_idle(&mut self, pair: (usize, usize), conn: u64) {
+        if self.transfers.get(&pair).is_some_and(|t| t.conn == conn && t.cut) {
+            self.transfer_down(pair, "idle timeout");
+        }
+    }
+
+    /// Cuts the transfer link `pair` (both ways): its connection, if there is a link.
+    pub(super) fn cut_transfer(&mut self, pair: (usize, usize)) -> Option<u64> {
+        let t = self.transfers.get_mut(&pair)?;
+        t.cut = true;
+        Some(t.conn)
+    }
+
+    /// Heals the transfer link `pair`: what the cut held, to deliver now.
+    pub(super) fn heal_transfer(&mut self, pair: (usize, usize)) -> Vec<Delivery> {
+        match self.transfers.get_mut(&pair) {
+            Some(t) => {
+                t.cut = false;
+                std::mem::take(&mut t.held)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// `site`'s agent died: its transfer links are down, and those it dialed are no longer
+    /// wanted (its next incarnation dials again when the core names its peers).
+    pub(super) fn transfers_gone(&mut self, site: usize) {
+        let pairs: Vec<(usize, usize)> =
+            self.transfers.keys().copied().filter(|(a, b)| *a == site || *b == site).collect();
+        for pair in pairs {
+            self.transfer_down(pair, "agent killed");
+            // The dialer is the site whose name sorts first.
+            let dialer = if SITES[pair.0] < SITES[pair.1] { pair.0 } else { pair.1 };
+            if dialer == site
+                && let Some(t) = self.transfers.get_mut(&pair)
+            {
+                t.wanted = false;
+            }
+        }
+    }
+}

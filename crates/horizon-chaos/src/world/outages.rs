@@ -40,9 +40,7 @@ impl World {
             Fault::CutTransfer { sites, .. } => {
                 let (a, b) = (index(sites[0]), index(sites[1]));
                 let pair = (a.min(b), a.max(b));
-                if let Some(t) = self.transfers.get_mut(&pair) {
-                    t.cut = true;
-                    let conn = t.conn;
+                if let Some(conn) = self.cut_transfer(pair) {
                     self.schedule(IDLE_US, Event::TransferIdle(pair, conn));
                 }
             }
@@ -92,14 +90,7 @@ impl World {
             Fault::CutTransfer { sites, .. } => {
                 let (a, b) = (index(sites[0]), index(sites[1]));
                 let pair = (a.min(b), a.max(b));
-                let held = match self.transfers.get_mut(&pair) {
-                    Some(t) => {
-                        t.cut = false;
-                        std::mem::take(&mut t.held)
-                    }
-                    None => Vec::new(),
-                };
-                for d in held {
+                for d in self.heal_transfer(pair) {
                     let delay = self.peer_delay(a, b);
                     let at = self.in_order((8, a, b, 0), self.time.now() + delay);
                     self.schedule_at(at, Event::Deliver(Box::new(d)));
@@ -125,19 +116,7 @@ impl World {
         self.players_disconnected(site);
         // The core sees the connection end when the port refuses (at once, here).
         self.control_down(site, "agent killed");
-        let pairs: Vec<(usize, usize)> =
-            self.transfers.keys().copied().filter(|(a, b)| *a == site || *b == site).collect();
-        for pair in pairs {
-            self.transfer_down(pair, "agent killed");
-            // The dialer (the site whose name sorts first) is gone with its link: its next
-            // incarnation dials again when the core names its peers.
-            let dialer = if SITES[pair.0] < SITES[pair.1] { pair.0 } else { pair.1 };
-            if dialer == site
-                && let Some(t) = self.transfers.get_mut(&pair)
-            {
-                t.wanted = false;
-            }
-        }
+        self.transfers_gone(site);
         self.forget_player_calls(site);
     }
 
