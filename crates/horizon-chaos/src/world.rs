@@ -527,7 +527,7 @@ impl World {
         let base =
             if site == CORE_SITE { LOCAL_US } else { (RTT_MS[CORE_SITE][site] * 500.0) as u64 };
         let mut d = self.jitter(base);
-        let loss = self.controls[site].loss;
+        let loss = self.control_loss(site);
         let rto = (base * 6).max(200_000);
         while loss > 0.0 && self.rng.unit() < loss {
             d += rto;
@@ -575,12 +575,7 @@ impl World {
             Event::Deliver(d) => self.deliver(*d),
             Event::FaultStart(i) => self.fault_start(i),
             Event::FaultEnd(i) => self.fault_end(i),
-            Event::ControlIdle(site, conn) => {
-                let c = &self.controls[site];
-                if c.conn == conn && (c.cut_to_core || c.cut_from_core) {
-                    self.control_down(site, "idle timeout");
-                }
-            }
+            Event::ControlIdle(site, conn) => self.control_idle(site, conn),
             Event::TransferIdle(pair, conn) => self.transfer_idle(pair, conn),
             Event::Redial(site) => self.redial(site),
             Event::RedialPeer(pair) => self.redial_peer(pair),

@@ -28,7 +28,7 @@ impl World {
         use agent::Effect as E;
         match effect {
             E::ToCore { pending, request } => {
-                let conn = self.controls[site].conn;
+                let conn = self.control_conn(site);
                 if conn == 0 {
                     let result = Err(Failure::Unreachable("not connected".into()));
                     let input = agent::Input::CoreReplied { pending, result };
@@ -60,7 +60,7 @@ impl World {
             E::AnswerCore { token, result } => {
                 let Some((s, conn, order)) = self.order_answered(token) else { return };
                 debug_assert_eq!(s, site);
-                if conn != self.controls[site].conn {
+                if conn != self.control_conn(site) {
                     return;
                 }
                 let result = result.map_err(Failure::Refused);
@@ -69,7 +69,7 @@ impl World {
                 self.send_to_core(site, conn, input, false);
             }
             E::Backup(item) => {
-                let conn = self.controls[site].conn;
+                let conn = self.control_conn(site);
                 if conn != 0 {
                     let input = core::Input::Backup { site: self.site_id(site), conn, item };
                     self.send_to_core(site, conn, input, true);
@@ -310,7 +310,7 @@ impl World {
                     );
                     return;
                 }
-                if site != usize::MAX && self.controls[site].conn != conn {
+                if site != usize::MAX && self.control_conn(site) != conn {
                     return;
                 }
                 let mut lane_room = false;
@@ -321,7 +321,7 @@ impl World {
                         // Its connection died on the way: the core learnt it failed then.
                         return;
                     }
-                    lane_room = self.controls[site].unanswered.remove(order);
+                    lane_room = self.control_answered(site, order);
                 }
                 self.core_input(input);
                 if lane_room {
@@ -329,7 +329,7 @@ impl World {
                 }
             }
             Delivery::CoreToAgent { site, conn, input } => {
-                if conn != 0 && self.controls[site].conn != conn {
+                if conn != 0 && self.control_conn(site) != conn {
                     return;
                 }
                 if let agent::Input::CoreOrder { order, .. } = &input {
@@ -442,39 +442,10 @@ impl World {
 
     // ---- links ----
 
-    /// An agent (re)dials the core.
-    pub(super) fn redial(&mut self, site: usize) {
-        if !self.agents[site].alive || self.controls[site].conn != 0 {
-            return;
-        }
-        let c = &self.controls[site];
-        if !self.core_up() || c.cut_to_core || c.cut_from_core {
-            self.schedule(REDIAL_US, Event::Redial(site));
-            return;
-        }
-        let conn = self.ids.conn();
-        self.controls[site].conn = conn;
-        self.controls[site].next_in_order = 0;
-        self.controls[site].unanswered.clear();
-        self.controls[site].waiting.clear();
-        self.note(format!("{} connected to the core (conn {conn})", SITES[site]));
-        self.core_input(core::Input::AgentConnected { site: self.site_id(site), conn });
-        self.agent_input(site, agent::Input::CoreUp);
-    }
-
     /// The agent–core connection ended: both sides learn it, every request on it fails.
     pub(super) fn control_down(&mut self, site: usize, why: &str) {
-        let conn = self.controls[site].conn;
-        if conn == 0 {
-            return;
-        }
+        let Some((conn, never_sent)) = self.control_closed(site) else { return };
         self.note(format!("{} lost the core: {why}", SITES[site]));
-        let c = &mut self.controls[site];
-        c.conn = 0;
-        c.held.clear();
-        c.next_in_order = 0;
-        c.unanswered.clear();
-        let never_sent: Vec<OrderId> = c.waiting.drain(..).map(|(o, _)| o).collect();
         // Answers on their way die with the connection: their orders fail at the core, with
         // those never answered; then those never sent.
         let mut failed_orders: Vec<OrderId> =

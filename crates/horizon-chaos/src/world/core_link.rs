@@ -121,3 +121,88 @@ impl World {
         self.orders.clear();
     }
 }
+
+impl World {
+    /// An agent (re)dials the core.
+    pub(super) fn redial(&mut self, site: usize) {
+        if !self.agent_alive(site) || self.controls[site].conn != 0 {
+            return;
+        }
+        let c = &self.controls[site];
+        if !self.core_up() || c.cut_to_core || c.cut_from_core {
+            self.schedule(REDIAL_US, Event::Redial(site));
+            return;
+        }
+        let conn = self.ids.conn();
+        self.controls[site].conn = conn;
+        self.controls[site].next_in_order = 0;
+        self.controls[site].unanswered.clear();
+        self.controls[site].waiting.clear();
+        self.note(format!("{} connected to the core (conn {conn})", SITES[site]));
+        self.core_input(core::Input::AgentConnected { site: self.site_id(site), conn });
+        self.agent_input(site, agent::Input::CoreUp);
+    }
+
+    /// `site`'s connection to the core (0: none).
+    pub(super) fn control_conn(&self, site: usize) -> u64 {
+        self.controls[site].conn
+    }
+
+    /// The site whose connection to the core is `conn`.
+    pub(super) fn control_site_of(&self, conn: u64) -> Option<usize> {
+        self.controls.iter().position(|c| c.conn == conn)
+    }
+
+    /// `site`'s connection to the core closes: its id and the orders queued never sent, or
+    /// `None` if there was none. What the link held and its lane are forgotten.
+    pub(super) fn control_closed(&mut self, site: usize) -> Option<(u64, Vec<OrderId>)> {
+        let c = &mut self.controls[site];
+        if c.conn == 0 {
+            return None;
+        }
+        let conn = std::mem::take(&mut c.conn);
+        c.held.clear();
+        c.next_in_order = 0;
+        c.unanswered.clear();
+        Some((conn, c.waiting.drain(..).map(|(o, _)| o).collect()))
+    }
+
+    /// The agent answered lane order `order` of `site`: whether the lane had it out (room now).
+    pub(super) fn control_answered(&mut self, site: usize, order: &OrderId) -> bool {
+        self.controls[site].unanswered.remove(order)
+    }
+
+    /// A control link's idle timer fired: a connection still cut then is down.
+    pub(super) fn control_idle(&mut self, site: usize, conn: u64) {
+        let c = &self.controls[site];
+        if c.conn == conn && (c.cut_to_core || c.cut_from_core) {
+            self.control_down(site, "idle timeout");
+        }
+    }
+
+    /// The loss rate of `site`'s link to the core, each way.
+    pub(super) fn control_loss(&self, site: usize) -> f64 {
+        self.controls[site].loss
+    }
+
+    /// Sets the loss rate of `site`'s link to the core.
+    pub(super) fn set_control_loss(&mut self, site: usize, rate: f64) {
+        self.controls[site].loss = rate;
+    }
+
+    /// Cuts `site`'s link to the core the ways given: its connection.
+    pub(super) fn cut_control(&mut self, site: usize, to_core: bool, from_core: bool) -> u64 {
+        let c = &mut self.controls[site];
+        c.cut_to_core = to_core;
+        c.cut_from_core = from_core;
+        c.conn
+    }
+
+    /// Heals `site`'s link to the core: what the cut held, (towards the core, delivery), in order.
+    pub(super) fn heal_control(&mut self, site: usize) -> Vec<(bool, Delivery)> {
+        let c = &mut self.controls[site];
+        c.cut_to_core = false;
+        c.cut_from_core = false;
+        std::mem::take(&mut c.held)
+    }
+}

@@ -95,7 +95,7 @@ impl World {
                     }
                 }
                 core::Effect::Close { conn, .. } => {
-                    if let Some(site) = self.controls.iter().position(|c| c.conn == conn) {
+                    if let Some(site) = self.control_site_of(conn) {
                         self.control_down(site, "closed by the core");
                     }
                 }

@@ -31,10 +31,9 @@ impl World {
         match fault {
             Fault::Partition { site, direction, .. } => {
                 let s = index(site);
-                let c = &mut self.controls[s];
-                c.cut_to_core = matches!(direction, Direction::Both | Direction::ToCore);
-                c.cut_from_core = matches!(direction, Direction::Both | Direction::FromCore);
-                let conn = c.conn;
+                let to_core = matches!(direction, Direction::Both | Direction::ToCore);
+                let from_core = matches!(direction, Direction::Both | Direction::FromCore);
+                let conn = self.cut_control(s, to_core, from_core);
                 self.schedule(CONTROL_IDLE_US, Event::ControlIdle(s, conn));
             }
             Fault::CutTransfer { sites, .. } => {
@@ -52,7 +51,7 @@ impl World {
             }
             Fault::RestartAgent { site, .. } => self.kill_agent(index(site)),
             Fault::RestartCore { .. } => self.kill_core(),
-            Fault::Loss { site, rate, .. } => self.controls[index(site)].loss = rate,
+            Fault::Loss { site, rate, .. } => self.set_control_loss(index(site), rate),
             Fault::SlowDisk { ms, .. } => self.slow_disk((ms * 1000.0) as u64),
             Fault::StoreCut { .. } => self.cut_store(true),
             Fault::StoreLeaderChange => self.store_leader_change(),
@@ -75,15 +74,11 @@ impl World {
         match fault {
             Fault::Partition { site, .. } => {
                 let s = index(site);
-                let c = &mut self.controls[s];
-                c.cut_to_core = false;
-                c.cut_from_core = false;
-                let held = std::mem::take(&mut c.held);
-                for (to_core, d) in held {
+                for (to_core, d) in self.heal_control(s) {
                     let delay = self.control_delay(s);
                     let kind = if to_core { 2 } else { 1 };
                     let at =
-                        self.in_order((kind, s, 0, self.controls[s].conn), self.time.now() + delay);
+                        self.in_order((kind, s, 0, self.control_conn(s)), self.time.now() + delay);
                     self.schedule_at(at, Event::Deliver(Box::new(d)));
                 }
             }
@@ -101,7 +96,7 @@ impl World {
             // With a standby, it has taken over already (`election.rs`).
             Fault::RestartCore { .. } if self.has_standby() => {}
             Fault::RestartCore { .. } => self.schedule(0, Event::CoreBack),
-            Fault::Loss { site, .. } => self.controls[index(site)].loss = 0.0,
+            Fault::Loss { site, .. } => self.set_control_loss(index(site), 0.0),
             Fault::SlowDisk { .. } => self.slow_disk(0),
             Fault::StoreCut { .. } => self.cut_store(false),
             Fault::StoreLeaderChange => {}
