@@ -475,8 +475,8 @@ impl World {
             // The agent's default: what the agent tells the core (the simulated driver starts
             // every server it is asked for).
             max_servers: 64,
-            seats_per_server: self.thresholds().seats_per_server(),
-            players_per_server: self.thresholds().players_per_server,
+            seats_per_server: self.thresholds.seats_per_server(),
+            players_per_server: self.thresholds.players_per_server,
             report_every: Duration::from_secs(1),
             renew_every: Duration::from_secs(5),
             server_tick: Duration::from_millis(100),

@@ -522,13 +522,7 @@ impl World {
         self.agent_input(b, agent::Input::PeerGone { site: name(SITES[a]), conn });
         self.schedule(REDIAL_US, Event::RedialPeer(pair));
     }
-}
 
-pub(super) fn index_of(site: &Name) -> Option<usize> {
-    SITES.iter().position(|s| *s == site.as_str())
-}
-
-impl World {
     /// `site`'s agent's timer fired: it runs its timeout if alive and due.
     pub(super) fn agent_timer(&mut self, site: usize) {
         if self.agents[site].alive && self.time.now() >= self.agents[site].timer_at {
@@ -553,9 +547,7 @@ impl World {
     pub(super) fn agent_started(&mut self, site: usize, machine: AgentMachine) {
         self.agents[site] = Agent { machine, alive: true, timer_at: u64::MAX };
     }
-}
 
-impl World {
     /// A transfer link's idle timer fired: a connection still cut then is down.
     pub(super) fn transfer_idle(&mut self, pair: (usize, usize), conn: u64) {
         if self.transfers.get(&pair).is_some_and(|t| t.conn == conn && t.cut) {
@@ -597,4 +589,8 @@ impl World {
             }
         }
     }
+}
+
+pub(super) fn index_of(site: &Name) -> Option<usize> {
+    SITES.iter().position(|s| *s == site.as_str())
 }

@@ -101,9 +101,7 @@ impl World {
         }
         self.schedule_at(at, Event::Deliver(Box::new(d)));
     }
-}
 
-impl World {
     /// The order the core sent under agent `token`, answered now: (site, connection, order).
     pub(super) fn order_answered(&mut self, token: u64) -> Option<(usize, u64, OrderId)> {
         self.orders.remove(&token)
@@ -120,9 +118,7 @@ impl World {
     pub(super) fn forget_orders(&mut self) {
         self.orders.clear();
     }
-}
 
-impl World {
     /// An agent (re)dials the core.
     pub(super) fn redial(&mut self, site: usize) {
         if !self.agent_alive(site) || self.controls[site].conn != 0 {

@@ -127,13 +127,7 @@ impl World {
             self.schedule(after, Event::PlayerJoin(p));
         }
     }
-}
 
-fn index(site: &str) -> usize {
-    SITES.iter().position(|s| *s == site).unwrap_or_else(|| unreachable!("site {site}"))
-}
-
-impl World {
     /// Until when (global µs) `site` was last isolated by a partition (0: never).
     pub(super) fn isolated_until(&self, site: usize) -> u64 {
         self.isolated_until[site]
@@ -151,4 +145,8 @@ impl World {
             w.late = true;
         }
     }
+}
+
+fn index(site: &str) -> usize {
+    SITES.iter().position(|s| *s == site).unwrap_or_else(|| unreachable!("site {site}"))
 }

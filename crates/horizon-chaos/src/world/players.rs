@@ -174,9 +174,7 @@ impl World {
             }
         }
     }
-}
 
-impl World {
     /// The player whose gateway request had agent `token`, answered now.
     pub(super) fn player_answered(&mut self, token: u64) -> Option<usize> {
         self.player_calls.remove(&token)
@@ -186,9 +184,7 @@ impl World {
     pub(super) fn forget_player_calls(&mut self, site: usize) {
         self.player_calls.retain(|_, p| self.players[*p].home != site);
     }
-}
 
-impl World {
     /// A new player (or NPC), not joined yet: its index.
     pub(super) fn add_player(&mut self, player: Player) -> usize {
         self.players.push(player);

@@ -198,9 +198,7 @@ impl World {
             .max_by_key(|(n, s)| (s.machine.regions(), std::cmp::Reverse((*n).clone())))
             .map(|(n, _)| n.clone())
     }
-}
 
-impl World {
     /// The incarnation of `site`'s game server `server`, if it runs.
     pub(super) fn server_inc(&self, site: usize, server: &str) -> Option<u64> {
         self.servers[site].get(server).map(|s| s.inc)
