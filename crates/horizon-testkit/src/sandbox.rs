@@ -177,6 +177,36 @@ struct CoreSlot {
 /// A core campaigning to lead: its `start` resolves once elected.
 type StandingBy = tokio::task::JoinHandle<Result<CoreHandle, horizon_core::CoreError>>;
 
+/// How long a restarted daemon waits for its ports, at most.
+const PORTS_FREE_WITHIN: Duration = Duration::from_secs(15);
+
+/// Waits (at most `within`) until every one of `ports` can be bound again, UDP and TCP. A
+/// daemon stopped in this process lets its QUIC sockets go only once its connections have
+/// drained (quinn keeps an endpoint's socket for its connections' closing periods, about three
+/// round-trip timeouts, seconds on the emulated backbone), where a restarted process would find
+/// them free at once; the ports are reserved, so nothing else takes them meanwhile.
+async fn until_free(ports: &[SocketAddr], within: Duration) -> Result<(), SandboxError> {
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let busy: Vec<SocketAddr> = ports
+            .iter()
+            .copied()
+            .filter(|&a| {
+                std::net::UdpSocket::bind(a).is_err() || std::net::TcpListener::bind(a).is_err()
+            })
+            .collect();
+        if busy.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= until {
+            return Err(SandboxError::Setup(format!(
+                "ports {busy:?} still in use {within:?} after their daemon stopped"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A loopback port for a daemon that may bind it again later (a restart, a standby elected),
 /// held in `held` for the sandbox's life: see [`ReservedPort`].
 fn reserve(held: &mut Vec<ReservedPort>) -> Result<SocketAddr, SandboxError> {
@@ -574,6 +604,9 @@ impl Sandbox {
         self.retired.push((old.site.clone(), old.stats.clone()));
         old.kill().await;
         tokio::time::sleep(down_for).await;
+        let ports = [cfg.listen_servers, cfg.listen_players, cfg.listen_transfer];
+        let ports = ports.into_iter().chain(cfg.listen_admin).chain(cfg.listen_beacon);
+        until_free(&ports.collect::<Vec<_>>(), PORTS_FREE_WITHIN).await?;
         let driver = make_driver(self.drivers.as_ref(), &process)?;
         let handle = horizon_agent::start(cfg, driver).await.map_err(|e| setup("agent")(&e))?;
         self.agents.insert(i, handle);
@@ -657,6 +690,8 @@ impl Sandbox {
     pub async fn restart_core(&mut self, down_for: Duration) -> Result<(), SandboxError> {
         self.core.stop().await;
         tokio::time::sleep(down_for).await;
+        let ports = [self.core_config.listen_control, self.core_config.listen_admin];
+        until_free(&ports, PORTS_FREE_WITHIN).await?;
         self.core =
             horizon_core::start(self.core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         Ok(())
