@@ -433,9 +433,26 @@ impl Sandbox {
                 tick_ms: opts.server_tick_ms,
                 max_servers: 64,
             };
-            let driver = make_driver(opts.drivers.as_ref(), &process)?;
-            let handle =
-                horizon_agent::start(cfg.clone(), driver).await.map_err(|e| setup("agent")(&e))?;
+            let mut cfg = cfg;
+            let mut attempts = 0;
+            let handle = loop {
+                let driver = make_driver(opts.drivers.as_ref(), &process)?;
+                match horizon_agent::start(cfg.clone(), driver).await {
+                    Ok(handle) => break handle,
+                    // A port taken between its reservation and the bind (CI's lanes run side by
+                    // side; once, an agent's beacon port was): the agent again on fresh ones.
+                    Err(e) if attempts < 5 && e.to_string().contains("Address already in use") => {
+                        attempts += 1;
+                        tracing::warn!(%site, error = %e, "a reserved port was taken: fresh ones");
+                        cfg.listen_servers = reserve(&mut reserved)?;
+                        cfg.listen_players = reserve(&mut reserved)?;
+                        cfg.listen_transfer = reserve(&mut reserved)?;
+                        cfg.listen_admin = Some(reserve(&mut reserved)?);
+                        cfg.listen_beacon = Some(reserve(&mut reserved)?);
+                    }
+                    Err(e) => return Err(setup("agent")(&e)),
+                }
+            };
             // A restarted agent comes back on the same ports (the emulators point at them).
             let fixed = AgentConfig {
                 listen_servers: handle.servers_addr,
