@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// How many ports below the ephemeral range reservations choose from.
 const SPAN: u16 = 12_000;
@@ -76,6 +77,36 @@ impl ReservedPort {
 /// Where the lock files live: one per port, shared by every process of this user.
 fn lock_dir() -> PathBuf {
     std::env::temp_dir().join("horizon-reserved-ports")
+}
+
+/// How long a restarted daemon waits for its ports, at most.
+const PORTS_FREE_WITHIN: Duration = Duration::from_secs(15);
+
+/// Waits (at most [`PORTS_FREE_WITHIN`]) until every one of `ports` can be bound again, UDP and TCP. A
+/// daemon stopped in this process lets its QUIC sockets go only once its connections have
+/// drained (quinn keeps an endpoint's socket for its connections' closing periods, about three
+/// round-trip timeouts, seconds on the emulated backbone), where a restarted process would find
+/// them free at once; the ports are reserved, so nothing else takes them meanwhile.
+pub(crate) async fn until_free(ports: &[SocketAddr]) -> io::Result<()> {
+    let within = PORTS_FREE_WITHIN;
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let busy: Vec<SocketAddr> = ports
+            .iter()
+            .copied()
+            .filter(|&a| UdpSocket::bind(a).is_err() || TcpListener::bind(a).is_err())
+            .collect();
+        if busy.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= until {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("ports {busy:?} still in use {within:?} after their daemon stopped"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The kernel's ephemeral range, "low high" (`None` off Linux).

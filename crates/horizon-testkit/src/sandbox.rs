@@ -14,6 +14,7 @@ use horizon_transport::netem::{Netem, NetemConfig};
 use horizon_transport::tls::DevCa;
 
 use crate::ReservedPort;
+use crate::ports::until_free;
 
 use crate::TcpCut;
 
@@ -176,36 +177,6 @@ struct CoreSlot {
 
 /// A core campaigning to lead: its `start` resolves once elected.
 type StandingBy = tokio::task::JoinHandle<Result<CoreHandle, horizon_core::CoreError>>;
-
-/// How long a restarted daemon waits for its ports, at most.
-const PORTS_FREE_WITHIN: Duration = Duration::from_secs(15);
-
-/// Waits (at most `within`) until every one of `ports` can be bound again, UDP and TCP. A
-/// daemon stopped in this process lets its QUIC sockets go only once its connections have
-/// drained (quinn keeps an endpoint's socket for its connections' closing periods, about three
-/// round-trip timeouts, seconds on the emulated backbone), where a restarted process would find
-/// them free at once; the ports are reserved, so nothing else takes them meanwhile.
-async fn until_free(ports: &[SocketAddr], within: Duration) -> Result<(), SandboxError> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        let busy: Vec<SocketAddr> = ports
-            .iter()
-            .copied()
-            .filter(|&a| {
-                std::net::UdpSocket::bind(a).is_err() || std::net::TcpListener::bind(a).is_err()
-            })
-            .collect();
-        if busy.is_empty() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= until {
-            return Err(SandboxError::Setup(format!(
-                "ports {busy:?} still in use {within:?} after their daemon stopped"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// A loopback port for a daemon that may bind it again later (a restart, a standby elected),
 /// held in `held` for the sandbox's life: see [`ReservedPort`].
@@ -398,15 +369,17 @@ impl Sandbox {
                 transfer_links.insert(pair(site, other), netems.len());
                 netems.push(n);
             }
-            let cfg = AgentConfig {
+            // Its ports are reserved at each attempt to start it, below.
+            let any = SocketAddr::from((LOCALHOST, 0));
+            let mut cfg = AgentConfig {
                 site: site.clone(),
                 core: core_addrs,
                 core_site: core_site.clone(),
-                listen_servers: reserve(&mut reserved)?,
-                listen_players: reserve(&mut reserved)?,
-                listen_transfer: reserve(&mut reserved)?,
-                listen_admin: Some(reserve(&mut reserved)?),
-                listen_beacon: Some(reserve(&mut reserved)?),
+                listen_servers: any,
+                listen_players: any,
+                listen_transfer: any,
+                listen_admin: Some(any),
+                listen_beacon: Some(any),
                 advertise_admin: None,
                 advertise_transfer: String::new(),
                 ca: ca.ca_cert(),
@@ -433,9 +406,13 @@ impl Sandbox {
                 tick_ms: opts.server_tick_ms,
                 max_servers: 64,
             };
-            let mut cfg = cfg;
             let mut attempts = 0;
             let handle = loop {
+                cfg.listen_servers = reserve(&mut reserved)?;
+                cfg.listen_players = reserve(&mut reserved)?;
+                cfg.listen_transfer = reserve(&mut reserved)?;
+                cfg.listen_admin = Some(reserve(&mut reserved)?);
+                cfg.listen_beacon = Some(reserve(&mut reserved)?);
                 let driver = make_driver(opts.drivers.as_ref(), &process)?;
                 match horizon_agent::start(cfg.clone(), driver).await {
                     Ok(handle) => break handle,
@@ -444,11 +421,6 @@ impl Sandbox {
                     Err(e) if attempts < 5 && e.to_string().contains("Address already in use") => {
                         attempts += 1;
                         tracing::warn!(%site, error = %e, "a reserved port was taken: fresh ones");
-                        cfg.listen_servers = reserve(&mut reserved)?;
-                        cfg.listen_players = reserve(&mut reserved)?;
-                        cfg.listen_transfer = reserve(&mut reserved)?;
-                        cfg.listen_admin = Some(reserve(&mut reserved)?);
-                        cfg.listen_beacon = Some(reserve(&mut reserved)?);
                     }
                     Err(e) => return Err(setup("agent")(&e)),
                 }
@@ -623,7 +595,7 @@ impl Sandbox {
         tokio::time::sleep(down_for).await;
         let ports = [cfg.listen_servers, cfg.listen_players, cfg.listen_transfer];
         let ports = ports.into_iter().chain(cfg.listen_admin).chain(cfg.listen_beacon);
-        until_free(&ports.collect::<Vec<_>>(), PORTS_FREE_WITHIN).await?;
+        until_free(&ports.collect::<Vec<_>>()).await.map_err(|e| setup("restart")(&e))?;
         let driver = make_driver(self.drivers.as_ref(), &process)?;
         let handle = horizon_agent::start(cfg, driver).await.map_err(|e| setup("agent")(&e))?;
         self.agents.insert(i, handle);
@@ -708,7 +680,7 @@ impl Sandbox {
         self.core.stop().await;
         tokio::time::sleep(down_for).await;
         let ports = [self.core_config.listen_control, self.core_config.listen_admin];
-        until_free(&ports, PORTS_FREE_WITHIN).await?;
+        until_free(&ports).await.map_err(|e| setup("restart")(&e))?;
         self.core =
             horizon_core::start(self.core_config.clone()).await.map_err(|e| setup("core")(&e))?;
         Ok(())
