@@ -69,6 +69,13 @@ const PER_SITE: &[(&str, &str, &str, MetricType, SiteFigure)] = &[
         |s| &s.bubbles,
     ),
     (
+        "horizon_core_regions_over_capacity",
+        "Regions (the core site's zones, bubbles' parts) holding more players than thresholds.players_per_server at the last tick, by the site simulating them. SMD's rule cuts each within split_after_samples samples and the settle window; one that stays is waiting for a server of its site, or cannot be cut (a crowd stacked on one point, a region thinner than twice the exit margin).",
+        "site",
+        MetricType::GAUGE,
+        |s| &s.regions_over_capacity,
+    ),
+    (
         "horizon_agent_connected",
         "1 when the site's agent is connected to the core.",
         "site",

@@ -1,8 +1,10 @@
-//! Bubbles: regions a site simulates, and how a bubble is cut across servers of its site.
+//! Bubbles: regions a site simulates, and how a bubble is cut across servers of its site (by
+//! SMD's rule, `crate::split`, as zones are).
 
 use crate::geom::{Aabb, Vec3};
 use crate::region::Region;
 use crate::scoring::Hysteresis;
+use crate::split::{EXIT_MARGIN_M, Load, Quiet};
 use crate::time::Time;
 
 /// One axis-aligned cut of a bubble part; part indices follow the order cuts were made.
@@ -14,14 +16,13 @@ pub struct Cut {
     pub at: f64,
 }
 
-/// Load bookkeeping for the within-site split and merge of design.md §4.
+/// A bubble's load, counted by SMD's rule (`crate::split`) part by part, as zones are.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct LoadState {
-    pub(crate) overloaded_since: Option<Time>,
-    pub(crate) low_since: Option<Time>,
-    pub(crate) last_change: Option<Time>,
-    /// Latest tick rate reported per part (by the game servers); `None` until reported.
-    pub(crate) tps: Vec<Option<f64>>,
+    /// One per part, in part order (filled up to the bubble's parts at its next sample).
+    pub(crate) parts: Vec<Load>,
+    /// The samples the two halves of the most recent cut have stayed quiet for together.
+    pub(crate) quiet: Quiet,
 }
 
 /// A region of the universe delegated to a site, around one unit of players.
@@ -54,8 +55,18 @@ impl Bubble {
 
     /// The tick rate last reported for each part (`None` until its server reported one since
     /// the last split or merge).
-    pub fn part_tps(&self) -> &[Option<f64>] {
-        &self.kind.load.tps
+    pub fn part_tps(&self) -> Vec<Option<f64>> {
+        (0..self.servers() as usize).map(|i| self.part_load(i).and_then(|l| l.tps)).collect()
+    }
+
+    /// Counted players in each part at the last sample.
+    pub fn part_players(&self) -> Vec<u32> {
+        (0..self.servers() as usize).map(|i| self.part_load(i).map_or(0, |l| l.players)).collect()
+    }
+
+    /// Part `part`'s load (`None` before its first sample).
+    pub fn part_load(&self, part: usize) -> Option<&Load> {
+        self.kind.load.parts.get(part)
     }
 
     /// The boxes each server simulates, in part order.
@@ -80,71 +91,19 @@ pub fn part_of(parts: &[Aabb], p: Vec3) -> usize {
     parts.iter().rposition(|b| b.contains(p)).unwrap_or(0)
 }
 
-/// Where to cut a population so no group is cut: the widest gap between groups' extents on any
-/// axis; among gaps equally wide (within a metre), the one that splits the players most evenly.
-/// `groups` gives each group's box and player count. Returns `(axis, at, gap width)`, or `None`
-/// when every axis is covered end to end by overlapping groups (nothing can be cut without
-/// cutting a group).
-pub fn widest_gap(groups: &[(Aabb, u32)]) -> Option<(usize, f64, f64)> {
-    const SAME_WIDTH_M: f64 = 1.0;
-    let total: u32 = groups.iter().map(|g| g.1).sum();
-    // (axis, at, width, imbalance)
-    let mut best: Option<(usize, f64, f64, u32)> = None;
-    let mut spans: Vec<(f64, f64, u32)> = Vec::with_capacity(groups.len());
-    for axis in 0..3 {
-        spans.clear();
-        spans.extend(groups.iter().map(|(b, n)| (b.min.axis(axis), b.max.axis(axis), *n)));
-        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut reach = f64::NEG_INFINITY;
-        let mut below = 0u32;
-        for &(lo, hi, n) in &spans {
-            if reach.is_finite() && lo > reach {
-                let width = lo - reach;
-                let imbalance = below.abs_diff(total - below);
-                let better = best.is_none_or(|b| {
-                    width > b.2 + SAME_WIDTH_M || (width > b.2 - SAME_WIDTH_M && imbalance < b.3)
-                });
-                if better {
-                    best = Some((axis, (lo + reach) / 2.0, width, imbalance));
-                }
-            }
-            reach = reach.max(hi);
-            below += n;
-        }
+/// The part of a player at `p` who was in part `current`: `current` while `p` is within
+/// [`EXIT_MARGIN_M`] of its box (SMD's `out_of_zone`: one standing on a median cut does not
+/// cross with every step), else [`part_of`].
+pub fn part_around(parts: &[Aabb], p: Vec3, current: Option<usize>) -> usize {
+    match current {
+        Some(c) if parts.get(c).is_some_and(|b| b.expand(EXIT_MARGIN_M).contains(p)) => c,
+        _ => part_of(parts, p),
     }
-    best.map(|(axis, at, width, _)| (axis, at, width))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn boxed(x0: f64, x1: f64) -> Aabb {
-        Aabb { min: Vec3::new(x0, 0.0, 0.0), max: Vec3::new(x1, 10.0, 10.0) }
-    }
-
-    #[test]
-    fn widest_gap_picks_the_largest_hole_and_never_cuts_a_group() {
-        let groups = [
-            (boxed(0.0, 10.0), 3),
-            (boxed(5.0, 20.0), 3),
-            (boxed(100.0, 110.0), 3),
-            (boxed(30.0, 40.0), 3),
-        ];
-        let (axis, at, width) = widest_gap(&groups).unwrap();
-        assert_eq!((axis, at, width), (0, 70.0, 60.0));
-        for (g, _) in &groups {
-            assert!(!(g.min.x < at && at < g.max.x), "the cut crosses a group");
-        }
-        assert_eq!(widest_gap(&[(boxed(0.0, 10.0), 1), (boxed(5.0, 20.0), 1)]), None);
-    }
-
-    #[test]
-    fn equal_gaps_are_broken_towards_the_even_split() {
-        let groups: Vec<(Aabb, u32)> =
-            (0..4).map(|g| (boxed(g as f64 * 100.0, g as f64 * 100.0 + 10.0), 30)).collect();
-        assert_eq!(widest_gap(&groups), Some((0, 155.0, 90.0)));
-    }
 
     #[test]
     fn cuts_partition_the_bounds() {
@@ -155,5 +114,17 @@ mod tests {
         assert_eq!(part_of(&parts, Vec3::new(10.0, 90.0, 5.0)), 0);
         assert_eq!(part_of(&parts, Vec3::new(60.0, 10.0, 5.0)), 1);
         assert_eq!(part_of(&parts, Vec3::new(60.0, 30.0, 5.0)), 2);
+    }
+
+    #[test]
+    fn a_player_on_a_cut_keeps_its_part_until_the_exit_margin() {
+        let b = Aabb { min: Vec3::ZERO, max: Vec3::new(100.0, 100.0, 100.0) };
+        let parts = parts_of(b, &[Cut { part: 0, axis: 0, at: 50.0 }]);
+        let just_past = Vec3::new(50.0 + EXIT_MARGIN_M / 2.0, 5.0, 5.0);
+        assert_eq!(part_around(&parts, just_past, Some(0)), 0, "within the margin");
+        assert_eq!(part_around(&parts, just_past, None), 1);
+        let beyond = Vec3::new(50.0 + EXIT_MARGIN_M * 2.0, 5.0, 5.0);
+        assert_eq!(part_around(&parts, beyond, Some(0)), 1, "past the margin: crossed");
+        assert_eq!(part_around(&parts, beyond, Some(7)), 1, "a part that is gone");
     }
 }

@@ -299,20 +299,17 @@ pub struct Thresholds {
     pub players_per_server: u32,
     /// A server below this tick rate is overloaded.
     pub tps_min: f64,
-    /// Overload must last this long before a split.
-    pub split_sustain_ms: u64,
-    /// Combined load must stay low this long before a merge (30 one-second samples).
-    pub merge_low_ms: u64,
     /// Two parts merge when their players fit in this share of one server.
     pub merge_fill_ratio: f64,
     /// A game server takes new regions while its players fill less than this share of
     /// `players_per_server` (design.md §8, "Cost"): the rest is headroom for regions that grow.
     pub pack_fill_ratio: f64,
-    /// A zone is split once it has been overloaded for this many load samples, each weighing
-    /// the time since the previous one in seconds (a slow reporter still splits after ~10 s).
+    /// A region (a zone, a bubble's part) is split once it has been overloaded for this many
+    /// load samples, each weighing the time since the previous one in seconds (a slow reporter
+    /// still splits after ~10 s): `crate::split`.
     pub split_after_samples: u32,
-    /// Two halves of a zone are joined once their combined players have stayed within
-    /// `merge_fill_ratio × players_per_server` for this many samples.
+    /// The two halves of a region's most recent cut are joined once their combined players
+    /// have stayed within `merge_fill_ratio × players_per_server` for this many samples.
     pub merge_after_samples: u32,
     /// No split or merge in a bubble or zone for this long after its last change.
     pub settle_ms: u64,
@@ -337,8 +334,6 @@ impl Default for Thresholds {
             lead_s: 30.0,
             players_per_server: 75,
             tps_min: 20.0,
-            split_sustain_ms: 10_000,
-            merge_low_ms: 30_000,
             merge_fill_ratio: 0.8,
             pack_fill_ratio: 0.8,
             split_after_samples: 10,

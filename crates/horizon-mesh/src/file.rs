@@ -56,8 +56,6 @@ pub struct ThresholdsTable {
     lead_s: Option<f64>,
     players_per_server: Option<u32>,
     tps_min: Option<f64>,
-    split_sustain_s: Option<f64>,
-    merge_low_s: Option<f64>,
     merge_fill_ratio: Option<f64>,
     pack_fill_ratio: Option<f64>,
     split_after_samples: Option<u32>,
@@ -147,8 +145,6 @@ pub fn thresholds(raw: &ThresholdsTable, tick_ms: u64, problems: &mut Vec<Proble
     };
     t.dwell_ms = ms("dwell_s", raw.dwell_s, t.dwell_ms);
     t.hold_ms = ms("hold_s", raw.hold_s, t.hold_ms);
-    t.split_sustain_ms = ms("split_sustain_s", raw.split_sustain_s, t.split_sustain_ms);
-    t.merge_low_ms = ms("merge_low_s", raw.merge_low_s, t.merge_low_ms);
     t.settle_ms = ms("settle_s", raw.settle_s, t.settle_ms);
     t.lease_ttl_ms = ms("lease_ttl_s", raw.lease_ttl_s, t.lease_ttl_ms);
     t.lease_drift_margin_ms =

@@ -8,6 +8,7 @@
 //! - [`grouping`]: proximity groups with speed-scaled radii (hash grid + union-find).
 //! - [`scoring`]: `cost(S) = Σ w · latency`, the fairness cap, tie-breaks and hysteresis.
 //! - [`mesh`]: bubbles — creation, moving borders, preventive merge, splits — and placement.
+//! - [`split`]: SMD's split and merge rule, one for every region (zones and bubbles' parts).
 //! - [`zones`]: the core site's zones, split and merged as today's SMD does.
 //! - [`packing`]: which game server of a site takes a new region (several per server).
 //! - [`routes`]: first hops over the backbone's live links (a cut heals through a third site).
@@ -31,6 +32,7 @@ pub mod region;
 pub mod rng;
 pub mod routes;
 pub mod scoring;
+pub mod split;
 pub mod time;
 pub mod zones;
 
@@ -42,8 +44,8 @@ pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
     BorderReason, Candidate, Command, CreateReason, DeleteReason, Explanation, InputError,
-    LoadReason, Mesh, MeshConfig, Placement, PlacementRule, RestoredBubble, TickStats,
-    ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason,
+    EXIT_MARGIN_M, LoadReason, MIN_GAP_M, Mesh, MeshConfig, Placement, PlacementRule,
+    RestoredBubble, TickStats, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Standing, Tally, Verdict};

@@ -10,8 +10,8 @@
 //! zone of a position is a walk down the tree, so a world cut into hundreds of zones costs a
 //! few comparisons per player.
 //!
-//! The rules that decide *when* (load samples, settle window) and *where* (the cut through the
-//! widest gap) live in `mesh/zones.rs`; this module is only the layout.
+//! The rule that decides *when* and *where* (`crate::split`, the same for a bubble's parts) is
+//! applied in `mesh/zones.rs`; this module is only the layout.
 
 use rustc_hash::FxHashMap;
 
@@ -19,6 +19,7 @@ use crate::config::ConfigError;
 use crate::geom::{Aabb, Vec3};
 use crate::ids::{BubbleId, Epoch, SiteId, WorldId};
 use crate::region::Region;
+use crate::split::{Load, Quiet};
 use crate::time::Time;
 
 /// A configured zone box (`[[zones]]`): in the world's local coordinates.
@@ -69,12 +70,8 @@ pub type Zone = Region<ZoneState>;
 /// What only a zone has.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ZoneState {
-    /// The tick rate its server last reported (`None` until then, and after a split or merge).
-    pub tps: Option<f64>,
-    /// Load samples (each weighing the time since the previous one) it has been overloaded for.
-    pub(crate) overloaded: f64,
-    /// When it was last split or merged (the settle window runs from there).
-    pub(crate) changed_at: Option<Time>,
+    /// Its load, as SMD counts it (`crate::split`, as a bubble's part's).
+    pub load: Load,
 }
 
 /// A zone of the core site `site`, empty, under `epoch`.
@@ -94,7 +91,7 @@ fn new_zone(
         epoch,
         stalled_since: None,
         players: 0,
-        kind: ZoneState { tps: None, overloaded: 0.0, changed_at: now },
+        kind: ZoneState { load: now.map_or_else(Load::default, Load::changed) },
     }
 }
 
@@ -108,8 +105,8 @@ enum Node {
         high: u32,
         /// Order of the splits: the most recent is undone first.
         seq: u64,
-        /// Load samples both halves have stayed low for together.
-        low_samples: f64,
+        /// The samples both halves have stayed quiet for together.
+        quiet: Quiet,
     },
 }
 
@@ -269,9 +266,7 @@ impl ZoneLayout {
         let (low_box, high_box) = slot.bounds.cut(axis, at);
         let mut kept = zone;
         kept.bounds = low_box;
-        kept.kind.overloaded = 0.0;
-        kept.kind.tps = None;
-        kept.kind.changed_at = Some(now);
+        kept.kind.load = Load::changed(now);
         let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
         let high = self.alloc(Slot {
             bounds: high_box,
@@ -286,7 +281,7 @@ impl ZoneLayout {
         });
         self.seq += 1;
         self.slot_mut(leaf).node =
-            Node::Cut { axis: axis as u8, at, low, high, seq: self.seq, low_samples: 0.0 };
+            Node::Cut { axis: axis as u8, at, low, high, seq: self.seq, quiet: Quiet::default() };
         self.leaf_of.insert(kept.id, low);
         self.leaf_of.insert(new_id, high);
         Split { kept: low, new: high }
@@ -365,7 +360,7 @@ impl ZoneLayout {
                 self.seq += 1;
                 let seq = self.seq;
                 let (low, high) = (self.build(*low), self.build(*high));
-                let cut = Node::Cut { axis: axis as u8, at, low, high, seq, low_samples: 0.0 };
+                let cut = Node::Cut { axis: axis as u8, at, low, high, seq, quiet: Quiet::default() };
                 self.alloc(Slot { bounds, node: cut })
             }
         }
@@ -385,10 +380,10 @@ impl ZoneLayout {
         cuts.into_iter().map(|(_, c, l, h)| (c, l, h)).collect()
     }
 
-    /// The samples a cut's halves have stayed low for together.
-    pub(crate) fn low_samples_mut(&mut self, cut: u32) -> &mut f64 {
+    /// The samples a cut's halves have stayed quiet for together.
+    pub(crate) fn quiet_mut(&mut self, cut: u32) -> &mut Quiet {
         match &mut self.slot_mut(cut).node {
-            Node::Cut { low_samples, .. } => low_samples,
+            Node::Cut { quiet, .. } => quiet,
             Node::Leaf(_) => panic!("zone node {cut} is a zone, not a cut"),
         }
     }
@@ -403,9 +398,7 @@ impl ZoneLayout {
         let ended = self.zone(high).id;
         kept.players += self.zone(high).players;
         kept.bounds = self.slot(cut).bounds;
-        kept.kind.overloaded = 0.0;
-        kept.kind.tps = None;
-        kept.kind.changed_at = Some(now);
+        kept.kind.load = Load::changed(now);
         for n in [low, high] {
             self.slots[n as usize] = None;
             self.free.push(n);

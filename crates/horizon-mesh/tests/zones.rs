@@ -381,8 +381,8 @@ fn a_player_crosses_into_the_next_zone_only_once_past_the_edge_by_smds_margin() 
         })
         .collect();
     let (low, high) = (ids[0], ids[1]);
-    let inside = horizon_mesh::ZONE_EXIT_MARGIN_M / 2.0;
-    let past = horizon_mesh::ZONE_EXIT_MARGIN_M * 2.0;
+    let inside = horizon_mesh::EXIT_MARGIN_M / 2.0;
+    let past = horizon_mesh::EXIT_MARGIN_M * 2.0;
     m.handle_join(join(1, PAR, 10.0, Role::Player, at(1e3 + inside))).unwrap();
     m.handle_join(join(2, PAR, 10.0, Role::Player, at(1e3 + past))).unwrap();
     ticks(&mut m, 0, 0);
@@ -582,10 +582,10 @@ fn an_npc_is_simulated_by_the_bubble_holding_it_else_by_its_zone_and_loads_neith
         let update = horizon_mesh::PlayerUpdate { position: Some(at(x)), ..Default::default() };
         m.handle_update(PlayerId(4), &update).unwrap();
     };
-    walk(&mut m, edge + horizon_mesh::ZONE_EXIT_MARGIN_M / 2.0);
+    walk(&mut m, edge + horizon_mesh::EXIT_MARGIN_M / 2.0);
     assert_eq!(m.region_of(PlayerId(4), Some(bubble.id)), Some(bubble.id));
     assert_eq!(m.region_of(PlayerId(4), None), Some(zone), "a newcomer there is the zone's");
-    walk(&mut m, edge + horizon_mesh::ZONE_EXIT_MARGIN_M * 2.0);
+    walk(&mut m, edge + horizon_mesh::EXIT_MARGIN_M * 2.0);
     assert_eq!(m.region_of(PlayerId(4), Some(bubble.id)), Some(zone));
     // A bubble that ends gives its NPCs back to the zone around them.
     m.handle_leave(PlayerId(1)).unwrap();

@@ -48,9 +48,9 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     opts.thresholds.dwell_ms = 4_000;
     opts.thresholds.hold_ms = 6_000;
     opts.thresholds.players_per_server = 4;
-    opts.thresholds.split_sustain_ms = 2_000;
+    opts.thresholds.split_after_samples = 2;
     opts.thresholds.settle_ms = 2_000;
-    opts.thresholds.merge_low_ms = 120_000;
+    opts.thresholds.merge_after_samples = 120;
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(2, Duration::from_secs(60)).await, "Godot servers ready");
     let engines: Vec<(u32, String)> =

@@ -115,22 +115,10 @@ pub const KEYS: &[Key] = &[
         what: "a server ticking slower is overloaded",
     },
     Key {
-        key: "thresholds.split_sustain_s",
-        ty: "seconds",
-        default: "10",
-        what: "how long a bubble stays overloaded before it is cut across servers",
-    },
-    Key {
-        key: "thresholds.merge_low_s",
-        ty: "seconds",
-        default: "30",
-        what: "how long a cut bubble stays quiet before its latest cut is undone",
-    },
-    Key {
         key: "thresholds.merge_fill_ratio",
         ty: "ratio",
         default: "0.8",
-        what: "two zones whose load stays under this share of a server are joined",
+        what: "the two halves of a region's latest cut are joined when their load stays under this share of a server",
     },
     Key {
         key: "thresholds.pack_fill_ratio",
@@ -142,13 +130,13 @@ pub const KEYS: &[Key] = &[
         key: "thresholds.split_after_samples",
         ty: "samples",
         default: "10",
-        what: "an overloaded zone is split after this many load samples in a row",
+        what: "an overloaded region (a zone, a bubble's part) is split after this many load samples in a row (one a second; SMD's rule)",
     },
     Key {
         key: "thresholds.merge_after_samples",
         ty: "samples",
         default: "30",
-        what: "two quiet zones are joined after this many",
+        what: "the halves of a region's latest cut are joined after this many quiet samples",
     },
     Key {
         key: "thresholds.settle_s",

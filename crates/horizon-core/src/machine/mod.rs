@@ -325,6 +325,14 @@ impl CoreMachine {
         self.forget_absent_players(now);
         self.count_measured(now);
         self.watch_delegations();
+        self.count_over_capacity();
+    }
+
+    /// The gauge of regions over a server's capacity, per site (`Mesh::regions_over_capacity`).
+    fn count_over_capacity(&mut self) {
+        for (site, n) in self.mesh.regions_over_capacity().into_iter().enumerate() {
+            self.stats.regions_over_capacity.set(site, u64::from(n));
+        }
     }
 
     /// Under `fixed`: a delegation whose region is not on its site (not created yet for want

@@ -233,12 +233,17 @@ impl CoreMachine {
                 continue;
             }
             let parts = b.parts();
+            // A member stays in its part until the exit margin past its edge (SMD's rule: one
+            // standing on a median cut does not cross with every step), while that part's box
+            // stands.
             let part_of: BTreeMap<PlayerId, u32> = reg
                 .members()
                 .keys()
                 .filter_map(|&p| {
                     let at = self.mesh.player(p)?.position;
-                    Some((p, horizon_mesh::bubble::part_of(&parts, at) as u32))
+                    let current = reg.part_of().get(&p).map(|&c| c as usize);
+                    let current = current.filter(|&c| reg.parts().get(c) == parts.get(c));
+                    Some((p, horizon_mesh::bubble::part_around(&parts, at, current) as u32))
                 })
                 .collect();
             let boxes: Vec<Aabb> = parts.clone();

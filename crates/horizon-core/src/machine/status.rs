@@ -223,7 +223,7 @@ impl CoreMachine {
                 homes: homes(r),
                 moving: r.moving().map(|h| h.0),
                 restoring: r.restoring(),
-                tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps().to_vec()),
+                tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps()),
                 parts: r.parts().iter().map(bounds).collect(),
                 life: self.life(*id, r, now),
                 explain: explained.get(id).map(|e| self.explain(e)),

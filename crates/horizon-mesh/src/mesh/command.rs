@@ -169,6 +169,11 @@ pub struct TickStats {
     pub deleted: u32,
     pub borders: u32,
     pub load_changes: u32,
+    /// Regions (zones and bubbles' parts) due a split that SMD's rule could not cut (too few
+    /// players, all on one point, or too thin): they stay over capacity
+    /// ([`Mesh::regions_over_capacity`](crate::Mesh::regions_over_capacity)).
+    #[serde(default)]
+    pub uncut: u32,
     /// Fixed delegations whose region is not on their site after this tick: not created yet
     /// because the site has no server ready for it, or failed over to the core site while
     /// the site is cut from it or full (their players play in the zones, or at the core).

@@ -1,14 +1,22 @@
-//! Within a site (SMD): split an overloaded bubble across more servers, undo the latest split.
+//! Within a site (SMD): a bubble's parts split and joined by the rule every region obeys
+//! (`crate::split`, as the core site's zones in `zones.rs`).
 
 use super::*;
+use crate::split::{Load, Uncut};
 
 impl Mesh {
-    /// Splits a bubble whose part is overloaded (more players than a server holds, or a low tick
-    /// rate) for the sustain time, through the widest gap between its groups; undoes the latest
-    /// split once its two parts have stayed low long enough. A settle window follows each change.
-    pub(super) fn balance_load(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
-        let pps = self.th.players_per_server;
-        let settle = Span::from_ms(self.th.settle_ms);
+    /// Samples every part of every bubble (`weight`: this tick's sample's): a part overloaded
+    /// for `split_after_samples` samples and settled is cut by SMD's rule, each such part of a
+    /// bubble in the same tick (as each overloaded zone is) while its site has a server for
+    /// it; with none due, the most recent cut is undone once its two halves have stayed quiet
+    /// for `merge_after_samples` samples and are both settled.
+    pub(super) fn balance_load(
+        &mut self,
+        sc: &mut Scratch,
+        weight: f64,
+        now: Time,
+        stats: &mut TickStats,
+    ) {
         for slot in 0..self.bubbles.len() as u32 {
             let members = sc.members(slot);
             let Some(b) = self.bubbles[slot as usize].as_mut() else {
@@ -22,108 +30,99 @@ impl Mesh {
                 continue;
             }
             // Counted players per part; a bubble on one server needs no geometry.
-            let parts = if b.kind.cuts.is_empty() { vec![] } else { b.parts() };
-            let counts: Vec<u32> = if parts.is_empty() {
-                vec![b.players]
+            let parts = b.parts();
+            let mut counts = vec![0u32; parts.len()];
+            if parts.len() == 1 {
+                counts[0] = b.players;
             } else {
-                let mut counts = vec![0; parts.len()];
                 for &pi in members {
                     counts[part_of(&parts, self.items[pi as usize].pos)] += 1;
                 }
-                counts
-            };
-            let low_tps = |i: usize| {
-                b.kind.load.tps.get(i).copied().flatten().is_some_and(|t| t < self.th.tps_min)
-            };
-            let hottest = (0..counts.len())
-                .filter(|&i| counts[i] > pps || low_tps(i))
-                .max_by_key(|&i| counts[i]);
-            let settled = b.kind.load.last_change.is_none_or(|t| now.since(t) >= settle);
-            if let Some(part) = hottest {
-                b.kind.load.low_since = None;
-                let since = *b.kind.load.overloaded_since.get_or_insert(now);
-                if now.since(since) < Span::from_ms(self.th.split_sustain_ms) || !settled {
-                    continue;
+            }
+            b.kind.load.parts.resize(parts.len(), Load::default());
+            let due: Vec<usize> = (0..parts.len())
+                .filter(|&i| b.kind.load.parts[i].sample(counts[i], weight, now, &self.th))
+                .collect();
+            let site = b.site;
+            let mut cut = false;
+            for part in due {
+                if !self.can_host(site, 1) {
+                    break;
                 }
-                let parts = if parts.is_empty() { vec![b.bounds] } else { parts };
-                if !self.can_host(self.bubble(slot).site, 1) {
-                    continue;
+                match self.cut_part(sc, slot, &parts, part, now) {
+                    Ok(()) => cut = true,
+                    Err(_) => stats.uncut += 1,
                 }
-                let Some(cut) = self.cut_for(sc, slot, &parts, part) else {
-                    continue;
-                };
-                self.bubble_mut(slot).kind.cuts.push(cut);
-                self.after_load_change(slot, LoadReason::Overload, now);
+            }
+            if cut {
+                self.bubble_mut(slot).kind.load.quiet = Default::default();
+                self.load_changed(slot, LoadReason::Overload);
                 stats.load_changes += 1;
-            } else if let Some(last) = b.kind.cuts.last().copied() {
-                b.kind.load.overloaded_since = None;
-                let pair = counts[last.part as usize] + counts[b.kind.cuts.len()];
-                if (pair as f64) > pps as f64 * self.th.merge_fill_ratio {
-                    b.kind.load.low_since = None;
-                    continue;
-                }
-                let since = *b.kind.load.low_since.get_or_insert(now);
-                if now.since(since) < Span::from_ms(self.th.merge_low_ms) || !settled {
-                    continue;
-                }
+                continue;
+            }
+            let th = &self.th;
+            let Some(b) = self.bubbles[slot as usize].as_mut() else { continue };
+            let Some(last) = b.kind.cuts.last().copied() else { continue };
+            let (low, high) = (last.part as usize, b.kind.cuts.len());
+            let quiet = b.kind.load.quiet.sample(counts[low] + counts[high], weight, th);
+            let loads = &b.kind.load.parts;
+            if quiet && loads[low].settled(now, th) && loads[high].settled(now, th) {
                 b.kind.cuts.pop();
-                self.after_load_change(slot, LoadReason::Underload, now);
+                b.kind.load.parts.truncate(high);
+                b.kind.load.parts[low] = Load::changed(now);
+                b.kind.load.quiet = Default::default();
+                self.load_changed(slot, LoadReason::Underload);
                 stats.load_changes += 1;
-            } else {
-                b.kind.load.overloaded_since = None;
-                b.kind.load.low_since = None;
             }
         }
     }
 
-    pub(super) fn after_load_change(&mut self, slot: u32, reason: LoadReason, now: Time) {
-        let b = self.bubble_mut(slot);
-        b.kind.load.last_change = Some(now);
-        b.kind.load.overloaded_since = None;
-        b.kind.load.low_since = None;
-        b.kind.load.tps = vec![None; b.servers() as usize];
-        let (id, site, parts) = (b.id, b.site, b.parts());
-        // Seats do not change: the same players, on more servers (or fewer).
-        self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });
-    }
-
-    /// Where to cut part `part` of a bubble: the widest gap between its groups (grouping radius),
-    /// so that no group is ever cut. `None` if its players form one unbroken group.
-    pub(super) fn cut_for(
-        &self,
+    /// Cuts part `part` of the bubble at `slot` (its boxes `parts`) by SMD's rule through its
+    /// members there: the low half keeps the part's index, the high half is a new last part.
+    fn cut_part(
+        &mut self,
         sc: &Scratch,
         slot: u32,
         parts: &[Aabb],
         part: usize,
-    ) -> Option<Cut> {
-        let bx = parts[part];
-        let members: Vec<&Player> = sc
+        now: Time,
+    ) -> Result<(), Uncut> {
+        let positions: Vec<Vec3> = sc
             .members(slot)
             .iter()
-            .map(|&place| self.player_at(place))
-            .filter(|p| part_of(parts, p.position) == part)
+            .map(|&pi| self.items[pi as usize].pos)
+            .filter(|&p| parts.len() == 1 || part_of(parts, p) == part)
             .collect();
-        let items: Vec<Item> = members
-            .iter()
-            .map(|p| Item {
-                world: p.world,
-                pos: p.position,
-                radius: self.th.scaled(self.th.group_radius_m, p.speed()),
-            })
-            .collect();
-        let groups = Grouper::new().group(&items, self.th.group_radius_m);
-        let boxes: Vec<(Aabb, u32)> = (0..groups.len())
-            .map(|g| {
-                let m = groups.members(g);
-                let first = Aabb::point(items[m[0] as usize].pos);
-                (m.iter().fold(first, |b, &i| b.include(items[i as usize].pos)), m.len() as u32)
-            })
-            .collect();
-        let (axis, at, _) = widest_gap(&boxes)?;
-        (bx.min.axis(axis) < at && at < bx.max.axis(axis)).then_some(Cut {
-            part: part as u16,
-            axis: axis as u8,
-            at,
-        })
+        let (axis, at) = crate::split::cut(parts[part], &positions)?;
+        let b = self.bubble_mut(slot);
+        b.kind.cuts.push(Cut { part: part as u16, axis: axis as u8, at });
+        b.kind.load.parts[part] = Load::changed(now);
+        b.kind.load.parts.push(Load::changed(now));
+        Ok(())
+    }
+
+    /// The bubble at `slot` is spread over other parts: its holder is told.
+    fn load_changed(&mut self, slot: u32, reason: LoadReason) {
+        let b = self.bubble(slot);
+        let (id, site, parts) = (b.id, b.site, b.parts());
+        // Seats do not change: the same players, on more servers (or fewer).
+        self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });
+    }
+}
+
+impl Mesh {
+    /// Regions holding more counted players than a server takes at the last tick, per site
+    /// index: the core site's zones and every bubble's parts (design.md §4). SMD's rule cuts
+    /// each within `split_after_samples` samples and the settle window; one counted here
+    /// longer is waiting for a server of its site, or cannot be cut ([`TickStats::uncut`]:
+    /// a crowd stacked on one point, a region too thin).
+    pub fn regions_over_capacity(&self) -> Vec<u32> {
+        let cap = self.th.players_per_server;
+        let mut over = vec![0u32; self.sites.len()];
+        over[self.sites.core().index()] = self.zones().filter(|z| z.players > cap).count() as u32;
+        for b in self.bubbles() {
+            over[b.site.index()] += b.part_players().iter().filter(|&&n| n > cap).count() as u32;
+        }
+        over
     }
 }

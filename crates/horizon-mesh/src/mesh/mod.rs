@@ -16,11 +16,11 @@
 //! 3. **Borders.** A member within half its margin of its bubble's edge moves the border; a stale
 //!    box that overlaps another region is reset to its claim, so no two regions ever overlap.
 //! 4. **Scoring and hysteresis** pick each bubble's site; failover ignores hold and dwell.
-//! 5. **Load** (`load.rs`). Within a site, an overloaded bubble is cut across more servers through
-//!    the widest gap between its groups; the latest cut is undone when load stays low.
+//! 5. **Load** (`load.rs`). Within a site, a bubble's part overloaded for `split_after_samples`
+//!    load samples is cut across one more server, and the latest cut is undone when its halves
+//!    stay quiet: SMD's rule (`crate::split`), a dense crowd cut at its median.
 //! 6. **Zones** (`zones.rs`). Counted players in no bubble play in the core site's zone around
-//!    them; a zone overloaded for `split_after_samples` load samples is cut in two, and two
-//!    halves that stay quiet are joined again, as today's SMD does.
+//!    them; zones are split and joined by the very same rule, as today's SMD does.
 //!
 //! A tick that finds players or bubbles scattered in memory ends by storing them again in unit
 //! order (`order.rs`), so the passes above read them in sequence.
@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::bubble::{Bubble, BubbleState, Cut, LoadState, part_of, widest_gap};
+use crate::bubble::{Bubble, BubbleState, Cut, LoadState, part_of};
 use crate::config::{ConfigError, Sites, Thresholds};
 use crate::geom::{Aabb, Vec3};
 use crate::grouping::{Grouper, Groups, Item};
@@ -179,8 +179,9 @@ pub struct Mesh {
     /// Under [`Placement::Fixed`]: the configured delegations.
     delegations: Vec<crate::Delegation>,
     next_zone: u64,
-    /// When zone load was last sampled (each sample weighs the time since the previous one).
-    zone_sampled_at: Option<Time>,
+    /// When regions' load was last sampled (each sample weighs the time since the previous
+    /// one, `crate::split`).
+    load_sampled_at: Option<Time>,
     /// (zone leaf, place) of the players counted in zones at the last tick.
     zone_members: Vec<(u32, u32)>,
     /// The latest time an input carried (zones opened between ticks are leased from it).
@@ -205,7 +206,8 @@ mod tick;
 mod units;
 mod zones;
 
-pub use zones::{MIN_GAP_M, ZONE_EXIT_MARGIN_M, ZONE_IDS_FROM, ZoneReason};
+pub use crate::split::{EXIT_MARGIN_M, MIN_GAP_M};
+pub use zones::{ZONE_IDS_FROM, ZoneReason};
 
 /// Per-tick buffers, kept to avoid reallocating a million-entry vector every 5 s.
 #[derive(Debug, Default)]
@@ -305,7 +307,7 @@ impl Mesh {
             zones: ZoneLayout::default(),
             delegations: Vec::new(),
             next_zone: ZONE_IDS_FROM,
-            zone_sampled_at: None,
+            load_sampled_at: None,
             zone_members: Vec::new(),
             now_hint: now,
         };
@@ -445,15 +447,15 @@ impl Mesh {
         }
         if let Some(leaf) = self.zones.leaf(bubble) {
             // A zone runs on one server: its rate is part 0's.
-            self.zones.zone_mut(leaf).kind.tps = Some(tps);
+            self.zones.zone_mut(leaf).kind.load.tps = Some(tps);
             return Ok(());
         }
         let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let b = self.bubbles[slot as usize].as_mut().ok_or(InputError::UnknownBubble(bubble))?;
         let n = b.servers() as usize;
-        b.kind.load.tps.resize(n, None);
-        if let Some(t) = b.kind.load.tps.get_mut(part) {
-            *t = Some(tps);
+        b.kind.load.parts.resize(n, crate::split::Load::default());
+        if let Some(load) = b.kind.load.parts.get_mut(part) {
+            load.tps = Some(tps);
         }
         Ok(())
     }
@@ -700,11 +702,6 @@ impl Mesh {
             self.changed_flag[place] = true;
             self.changed.push(place as u32);
         }
-    }
-
-    /// The record of the player at `place`.
-    fn player_at(&self, place: u32) -> &Player {
-        &self.players[self.player_at[place as usize] as usize]
     }
 
     /// A player as grouping and scoring read it.

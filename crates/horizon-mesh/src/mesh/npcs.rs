@@ -7,11 +7,11 @@ use super::*;
 
 impl Mesh {
     /// The region simulating the NPC at `place`: the bubble `current` while it is within
-    /// [`ZONE_EXIT_MARGIN_M`] of its box (so that one on a border does not cross with every
+    /// [`EXIT_MARGIN_M`] of its box (so that one on a border does not cross with every
     /// step), else the bubble whose box holds it, else the zone around it.
     pub(super) fn npc_region(&self, place: usize, current: Option<BubbleId>) -> Option<BubbleId> {
         let item = &self.items[place];
-        let near = |b: &&Bubble| b.holds(item.world, item.pos, ZONE_EXIT_MARGIN_M);
+        let near = |b: &&Bubble| b.holds(item.world, item.pos, EXIT_MARGIN_M);
         if let Some(b) = current.and_then(|c| self.bubble_by_id(c)).filter(near) {
             return Some(b.id);
         }

@@ -20,10 +20,13 @@ impl Mesh {
         self.open_delegations(&mut sc, now, &mut stats);
         // 4. Scoring, hysteresis and failover.
         self.score_bubbles(&mut sc, now, &mut stats);
-        // 5. Load: split across more servers of the site, or undo the latest split.
-        self.balance_load(&mut sc, now, &mut stats);
-        // 6. Zones: count who plays in them, split and merge them (`zones.rs`).
-        self.balance_zones(&sc, now, &mut stats);
+        // 5. Load: a bubble's parts split across more servers of the site, or the latest
+        //    split undone; 6. zones: count who plays in them, split and merge them. One rule
+        //    for both (`crate::split`), one load sample for every region.
+        let weight = crate::split::sample_weight(self.load_sampled_at, now, &self.th);
+        self.load_sampled_at = Some(now);
+        self.balance_load(&mut sc, weight, now, &mut stats);
+        self.balance_zones(&sc, weight, now, &mut stats);
 
         self.free_slots.append(&mut self.retired_slots);
         if self.fresh_count > 0 {

@@ -1,17 +1,7 @@
 //! Zones in the tick (design.md §4, "Within a site (SMD, kept)"; `crate::zones` keeps the
 //! layout). After bubbles are placed, every counted player in no bubble is counted in the zone
-//! holding their position, and each zone's load is sampled:
-//!
-//! - **Split.** A zone with more players than `players_per_server`, or whose server reports a
-//!   tick rate below `tps_min`, for `split_after_samples` samples is cut on the axis where its players spread most: through the widest gap between
-//!   consecutive players in the middle half of them if it is at least [`MIN_GAP_M`] wide, else
-//!   at the median (today's SMD rule, so a studio's zones are cut where they are cut today). A
-//!   cut that would leave one side empty is skipped.
-//! - **Merge.** The two halves of a cut, both still zones, whose players together stay within
-//!   `merge_fill_ratio × players_per_server` for `merge_after_samples` samples are joined again,
-//!   the most recent split first.
-//! - A sample weighs the seconds since the previous one (a tick every 5 s weighs 5), and no zone
-//!   splits or merges within `settle_ms` of its last change.
+//! holding their position, and each zone's load is sampled and split or merged by SMD's rule,
+//! the one every region obeys (`crate::split`: a bubble's parts are cut by the same function).
 //!
 //! Zones live on the core site and are never scored or moved to another site. Each holds a lease
 //! like any region: a zone whose lease expires (its server lost, the core site's agent silent)
@@ -21,18 +11,10 @@
 //! whatever its kind, and a zone id never collides with a bubble's, even across a core restart.
 
 use super::*;
+use crate::split::{EXIT_MARGIN_M, Uncut};
 use crate::zones::{Zone, ZoneSpec, validate_specs};
 
-/// A gap between two players narrower than this is no place for a cut (SMD's rule).
-pub const MIN_GAP_M: f64 = 20.0;
-
-/// How far past its zone's edge a player walks before crossing into the next (SMD's rule).
-pub const ZONE_EXIT_MARGIN_M: f64 = 0.4;
-
 pub use crate::ids::ZONE_IDS_FROM;
-
-/// One load sample (a game server's `serverinfo` comes once a second).
-const SAMPLE_MS: f64 = 1000.0;
 
 /// Why a zone was split or merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -166,13 +148,15 @@ impl Mesh {
         id
     }
 
-    /// Counts every zone's players and splits or merges zones (see the module documentation).
-    pub(super) fn balance_zones(&mut self, sc: &Scratch, now: Time, stats: &mut TickStats) {
-        let weight = match self.zone_sampled_at {
-            Some(t) => now.since(t).as_ms() as f64 / SAMPLE_MS,
-            None => self.th.period_ms as f64 / SAMPLE_MS,
-        };
-        self.zone_sampled_at = Some(now);
+    /// Counts every zone's players and splits or merges zones (see the module documentation);
+    /// `weight` is this tick's load sample's.
+    pub(super) fn balance_zones(
+        &mut self,
+        sc: &Scratch,
+        weight: f64,
+        now: Time,
+        stats: &mut TickStats,
+    ) {
         let leaves = self.zones.leaves();
         let stalled: Vec<u32> = leaves
             .iter()
@@ -207,40 +191,36 @@ impl Mesh {
             stats.moved += 1;
         }
 
-        let (cap, settle) = (self.th.players_per_server, Span::from_ms(self.th.settle_ms));
-        let settled = |z: &Zone| z.kind.changed_at.is_none_or(|t| now.since(t) >= settle);
-        let mut overloaded = Vec::new();
-        let tps_min = self.th.tps_min;
+        let mut due = Vec::new();
         for &leaf in &leaves {
             let z = self.zones.zone_mut(leaf);
-            let slow = z.kind.tps.is_some_and(|t| t < tps_min);
-            z.kind.overloaded =
-                if z.players > cap || slow { z.kind.overloaded + weight } else { 0.0 };
-            if z.kind.overloaded >= f64::from(self.th.split_after_samples) && settled(z) {
-                overloaded.push(leaf);
+            if z.kind.load.sample(z.players, weight, now, &self.th) {
+                due.push(leaf);
             }
         }
-        if !overloaded.is_empty() {
+        if !due.is_empty() {
             members.sort_unstable();
         }
-        for leaf in overloaded {
+        for leaf in due {
             let from = members.partition_point(|m| m.0 < leaf);
             let to = members.partition_point(|m| m.0 <= leaf);
             let places: Vec<u32> = members[from..to].iter().map(|m| m.1).collect();
-            if self.split_zone(leaf, &places, now) {
-                stats.zone_splits += 1;
+            match self.split_zone(leaf, &places, now) {
+                Ok(true) => stats.zone_splits += 1,
+                Ok(false) => {}
+                Err(_) => stats.uncut += 1,
             }
         }
 
-        let fill = self.th.merge_fill_ratio * f64::from(cap);
         for (cut, low, high) in self.zones.mergeable() {
             let (a, b) = (self.zones.zone(low), self.zones.zone(high));
-            let quiet = f64::from(a.players + b.players) <= fill;
-            let ready =
-                settled(a) && settled(b) && a.stalled_since.is_none() && b.stalled_since.is_none();
-            let samples = self.zones.low_samples_mut(cut);
-            *samples = if quiet { *samples + weight } else { 0.0 };
-            if *samples >= f64::from(self.th.merge_after_samples) && ready {
+            let ready = a.kind.load.settled(now, &self.th)
+                && b.kind.load.settled(now, &self.th)
+                && a.stalled_since.is_none()
+                && b.stalled_since.is_none();
+            let together = a.players + b.players;
+            let quiet = self.zones.quiet_mut(cut).sample(together, weight, &self.th);
+            if quiet && ready {
                 let (ended, ended_epoch) = (self.zones.zone(high).id, self.zones.zone(high).epoch);
                 let moving = self.zone_players(&members, high);
                 let _ = self.leases.revoke(ended, ended_epoch);
@@ -260,19 +240,21 @@ impl Mesh {
         self.zone_members = members;
     }
 
-    /// Cuts zone `leaf`, whose players stand at `places`; false when no cut leaves players on
-    /// both sides inside its box.
-    fn split_zone(&mut self, leaf: u32, places: &[u32], now: Time) -> bool {
-        let Some((axis, at)) = self.zone_cut(places) else { return false };
-        let bounds = self.zones.zone(leaf).bounds;
-        if !(bounds.min.axis(axis) < at && at < bounds.max.axis(axis)) {
-            return false;
-        }
+    /// Cuts zone `leaf`, whose players stand at `places`, by SMD's rule: false while it waits
+    /// for its lease (stalled); why not, when it cannot be cut (it stays over capacity and is
+    /// tried again at the next sample).
+    fn split_zone(&mut self, leaf: u32, places: &[u32], now: Time) -> Result<bool, Uncut> {
         if self.zones.zone(leaf).stalled_since.is_some() {
-            return false;
+            return Ok(false);
         }
+        let bounds = self.zones.zone(leaf).bounds;
+        let positions: Vec<Vec3> = places.iter().map(|&p| self.items[p as usize].pos).collect();
+        let (axis, at) = crate::split::cut(bounds, &positions)?;
         let new_id = self.mint_zone_id();
-        let Ok(lease) = self.leases.grant(new_id, self.sites.core(), now) else { return false };
+        let Ok(lease) = self.leases.grant(new_id, self.sites.core(), now) else {
+            // Invariant: a new id has no lease yet, so the grant cannot be refused.
+            return Ok(false);
+        };
         let split = self.zones.split(leaf, axis, at, new_id, lease.epoch, now);
         let moving: Vec<PlayerId> = places
             .iter()
@@ -294,36 +276,7 @@ impl Mesh {
             players: sorted(moving),
             reason: ZoneReason::Overload,
         });
-        true
-    }
-
-    /// Where SMD cuts a zone whose players stand at `places`: `(axis, at)`, or `None` when
-    /// every cut leaves one side empty.
-    fn zone_cut(&self, places: &[u32]) -> Option<(usize, f64)> {
-        let spread = |axis: usize| {
-            let (lo, hi) =
-                places.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &p| {
-                    let v = self.items[p as usize].pos.axis(axis);
-                    (lo.min(v), hi.max(v))
-                });
-            hi - lo
-        };
-        let axis = (0..3).max_by(|&a, &b| spread(a).total_cmp(&spread(b)))?;
-        let mut v: Vec<f64> =
-            places.iter().map(|&p| self.items[p as usize].pos.axis(axis)).collect();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n < 2 {
-            return None;
-        }
-        let (lo, hi) = (n / 4, (3 * n / 4).max(n / 4 + 1).min(n - 1));
-        let widest = (lo..hi).max_by(|&i, &j| (v[i + 1] - v[i]).total_cmp(&(v[j + 1] - v[j])));
-        let at = match widest {
-            Some(i) if v[i + 1] - v[i] >= MIN_GAP_M => (v[i] + v[i + 1]) / 2.0,
-            _ => v[n / 2],
-        };
-        // Players at `at` or beyond go to the high half: both halves must keep someone.
-        (v[0] < at && at <= v[n - 1]).then_some((axis, at))
+        Ok(true)
     }
 
     /// The ids of the counted players in no bubble whose position is in zone `leaf` now, sorted.
@@ -347,7 +300,7 @@ impl Mesh {
     // ---- reading ------------------------------------------------------------------------------
 
     /// The region simulating a player: their bubble, else the zone around them. A
-    /// player in zone `current` stays in it until [`ZONE_EXIT_MARGIN_M`] past its edge (SMD's
+    /// player in zone `current` stays in it until [`EXIT_MARGIN_M`] past its edge (SMD's
     /// `out_of_zone`), so one standing on a cut — a median cut runs through a player — does not
     /// cross back and forth with every step.
     /// An NPC is simulated by the bubble whose box holds it, else by the zone around it
@@ -364,11 +317,11 @@ impl Mesh {
         }
     }
 
-    /// The zone around the player at `place`: `current` while within [`ZONE_EXIT_MARGIN_M`]
+    /// The zone around the player at `place`: `current` while within [`EXIT_MARGIN_M`]
     /// of its box, else the zone whose box holds them.
     pub(super) fn zone_around(&self, place: usize, current: Option<BubbleId>) -> Option<BubbleId> {
         let item = &self.items[place];
-        let near = |z: &&Zone| z.holds(item.world, item.pos, ZONE_EXIT_MARGIN_M);
+        let near = |z: &&Zone| z.holds(item.world, item.pos, EXIT_MARGIN_M);
         if let Some(c) = current.and_then(|c| self.zone_by_id(c)).filter(near) {
             return Some(c.id);
         }

@@ -13,9 +13,9 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
     );
     opts.thresholds.period_ms = 1_000;
     opts.thresholds.players_per_server = 4;
-    opts.thresholds.split_sustain_ms = 2_000;
+    opts.thresholds.split_after_samples = 2;
     opts.thresholds.settle_ms = 2_000;
-    opts.thresholds.merge_low_ms = 120_000;
+    opts.thresholds.merge_after_samples = 120;
     let sandbox = Sandbox::start(opts).await.expect("sandbox starts");
     assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
