@@ -66,6 +66,11 @@ pub struct RunStats {
     pub max_bubbles: u64,
     pub max_servers: u64,
     pub max_zones: u64,
+    /// The most counted players one region (a zone, a bubble's part) held at a tick.
+    pub largest_region: u64,
+    /// Region-seconds over `players_per_server`: at each tick, the regions over it times the
+    /// tick (design.md §4: SMD's rule cuts each within its samples and the settle window).
+    pub over_capacity_region_s: f64,
 }
 
 /// The result of a run. Serialised as the `--json` document.
@@ -518,7 +523,14 @@ impl Run<'_> {
             *max = (*max).max(n);
         }
         let zones = self.mesh.zones().count() as u64;
+        let zone_players = self.mesh.zones().map(|z| u64::from(z.players));
+        let part_players =
+            self.mesh.bubbles().flat_map(|b| b.part_players()).map(u64::from);
+        let largest = zone_players.chain(part_players).max().unwrap_or(0);
+        let over: u32 = self.mesh.regions_over_capacity().iter().sum();
         let s = &mut self.report.stats;
+        s.largest_region = s.largest_region.max(largest);
+        s.over_capacity_region_s += f64::from(over) * self.report.tick_s;
         s.max_bubbles = s.max_bubbles.max(bubbles);
         s.max_servers = s.max_servers.max(servers);
         s.max_zones = s.max_zones.max(zones);

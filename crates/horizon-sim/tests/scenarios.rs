@@ -275,3 +275,36 @@ fn bad_zones_are_refused_each_by_its_key() {
         "{problems:?}"
     );
 }
+
+/// The servers a bubble was spread over, by time: `(t_s, servers)` of each `servers` line.
+fn spreads(r: &Report) -> Vec<(f64, u32)> {
+    r.timeline
+        .iter()
+        .filter(|e| e.kind == "servers")
+        .map(|e| {
+            let n = e.text.split(": ").nth(1).and_then(|t| t.split(' ').next());
+            (e.t_s, n.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{e:?}")))
+        })
+        .collect()
+}
+
+#[test]
+fn a_dense_crowd_is_cut_across_servers_of_its_site_and_joined_back_when_it_leaves() {
+    // 160 players of one home gathered within 400 m at 10 s, gone at 130 s (design.md §4:
+    // SMD's rule for every region, so a crowd with no gap is cut at the median).
+    for (file, home) in [("paris-crowd.toml", "PAR"), ("montreal-crowd.toml", "MTL")] {
+        let r = report(file);
+        assert_eq!(r.bubbles_by_site.get(home), Some(&1), "{file}: one group, one bubble");
+        let spreads = spreads(&r);
+        let three_by = spreads.iter().find(|s| s.1 >= 3).map(|s| s.0);
+        assert!(three_by.is_some_and(|t| t <= 10.0 + 30.0), "{file}: {spreads:?}");
+        assert_eq!(spreads.last().map(|s| s.1), Some(1), "{file}: back on one server");
+        assert_eq!(r.servers_by_site.get(home), Some(&1), "{file}");
+        // Each region over capacity at most 10 samples + the 15 s settle window: the first
+        // 5 s of the whole crowd, then its two halves for 15 s (counted at their samples).
+        assert_eq!(r.stats.over_capacity_region_s, 5.0 + 2.0 * 10.0, "{file}");
+        assert!(r.stats.largest_region <= 161, "{file}");
+        assert_eq!(r.max_servers_by_site[home], 4, "{file}: 161 players, ≤ 75 a server");
+        assert!(r.final_players.values().all(|f| f.site == home), "{file}");
+    }
+}
