@@ -89,7 +89,8 @@ pub fn cut(bounds: Aabb, positions: &[Vec3]) -> Result<(usize, f64), Uncut> {
 
 /// `(axis, at)` if both halves of `bounds` cut there are at least the exit margin thick.
 fn thick(bounds: Aabb, axis: usize, at: f64) -> Result<(usize, f64), Uncut> {
-    let ok = at - bounds.min.axis(axis) >= EXIT_MARGIN_M && bounds.max.axis(axis) - at >= EXIT_MARGIN_M;
+    let ok =
+        at - bounds.min.axis(axis) >= EXIT_MARGIN_M && bounds.max.axis(axis) - at >= EXIT_MARGIN_M;
     if ok { Ok((axis, at)) } else { Err(Uncut::TooThin) }
 }
 
@@ -118,9 +119,10 @@ pub struct Load {
 }
 
 impl Load {
-    /// A region just made by a split or a merge at `now`: nothing counted, settling.
-    pub fn changed(now: Time) -> Load {
-        Load { changed_at: Some(now), ..Load::default() }
+    /// A region just made by a split or a merge at `now`, holding `players`: nothing
+    /// counted yet, settling.
+    pub fn changed(now: Time, players: u32) -> Load {
+        Load { players, changed_at: Some(now), ..Load::default() }
     }
 
     /// Takes a sample of `weight`: the region holds `players`. Returns whether a split is due
@@ -188,8 +190,9 @@ mod tests {
     #[test]
     fn a_dense_crowd_is_cut_at_the_median() {
         // 160 players on a 16 × 10 grid 2 m apart: no gap of 20 m anywhere.
-        let ps: Vec<Vec3> =
-            (0..160).map(|i| Vec3::new((i % 16) as f64 * 2.0, (i / 16) as f64 * 2.0, 0.0)).collect();
+        let ps: Vec<Vec3> = (0..160)
+            .map(|i| Vec3::new((i % 16) as f64 * 2.0, (i / 16) as f64 * 2.0, 0.0))
+            .collect();
         let (axis, at) = cut(field(), &ps).unwrap();
         assert_eq!((axis, at), (0, 16.0), "x spreads most; the median column");
         let high = ps.iter().filter(|p| p.axis(axis) >= at).count();
@@ -199,8 +202,9 @@ mod tests {
     #[test]
     fn of_two_gaps_as_wide_the_one_nearer_the_median_is_cut() {
         // Four groups of 30, 600 m apart: the gaps at 25 % and 50 % are as wide.
-        let ps: Vec<Vec3> =
-            (0..120).map(|i| Vec3::new((i / 30) as f64 * 600.0 + (i % 6) as f64, 0.0, 0.0)).collect();
+        let ps: Vec<Vec3> = (0..120)
+            .map(|i| Vec3::new((i / 30) as f64 * 600.0 + (i % 6) as f64, 0.0, 0.0))
+            .collect();
         let (_, at) = cut(field(), &ps).unwrap();
         assert_eq!(ps.iter().filter(|p| p.x >= at).count(), 60, "cut at {at}");
     }
@@ -233,7 +237,7 @@ mod tests {
     #[test]
     fn samples_weigh_the_time_between_them_and_the_settle_window_holds_a_split() {
         let th = Thresholds::default();
-        let mut load = Load::changed(Time::ZERO);
+        let mut load = Load::changed(Time::ZERO, 0);
         // 5 s ticks: 10 samples after two overloaded ticks, but settling until 15 s.
         assert!(!load.sample(80, 5.0, Time::from_secs(5), &th));
         assert!(!load.sample(80, 5.0, Time::from_secs(10), &th), "still settling");

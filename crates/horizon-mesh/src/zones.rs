@@ -91,7 +91,7 @@ fn new_zone(
         epoch,
         stalled_since: None,
         players: 0,
-        kind: ZoneState { load: now.map_or_else(Load::default, Load::changed) },
+        kind: ZoneState { load: now.map_or_else(Load::default, |t| Load::changed(t, 0)) },
     }
 }
 
@@ -266,7 +266,7 @@ impl ZoneLayout {
         let (low_box, high_box) = slot.bounds.cut(axis, at);
         let mut kept = zone;
         kept.bounds = low_box;
-        kept.kind.load = Load::changed(now);
+        kept.kind.load = Load::changed(now, 0);
         let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
         let high = self.alloc(Slot {
             bounds: high_box,
@@ -360,7 +360,8 @@ impl ZoneLayout {
                 self.seq += 1;
                 let seq = self.seq;
                 let (low, high) = (self.build(*low), self.build(*high));
-                let cut = Node::Cut { axis: axis as u8, at, low, high, seq, quiet: Quiet::default() };
+                let cut =
+                    Node::Cut { axis: axis as u8, at, low, high, seq, quiet: Quiet::default() };
                 self.alloc(Slot { bounds, node: cut })
             }
         }
@@ -398,7 +399,7 @@ impl ZoneLayout {
         let ended = self.zone(high).id;
         kept.players += self.zone(high).players;
         kept.bounds = self.slot(cut).bounds;
-        kept.kind.load = Load::changed(now);
+        kept.kind.load = Load::changed(now, kept.players);
         for n in [low, high] {
             self.slots[n as usize] = None;
             self.free.push(n);

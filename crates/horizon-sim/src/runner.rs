@@ -524,8 +524,7 @@ impl Run<'_> {
         }
         let zones = self.mesh.zones().count() as u64;
         let zone_players = self.mesh.zones().map(|z| u64::from(z.players));
-        let part_players =
-            self.mesh.bubbles().flat_map(|b| b.part_players()).map(u64::from);
+        let part_players = self.mesh.bubbles().flat_map(|b| b.part_players()).map(u64::from);
         let largest = zone_players.chain(part_players).max().unwrap_or(0);
         let over: u32 = self.mesh.regions_over_capacity().iter().sum();
         let s = &mut self.report.stats;

@@ -380,7 +380,7 @@ impl World {
             // Served in its turn; its lease counts from its receipt all the same.
             R::InOrder { order, .. } => return self.order_received(site, order),
             R::Create { lease, .. } => ("create", *lease),
-            R::Restore { lease, copy, tick, .. } => {
+            R::Restore { lease, copy, tick, .. } | R::RestoreParts { lease, copy, tick, .. } => {
                 self.stats.restores += 1;
                 self.note(format!(
                     "{} restore copy: {} bytes at tick {}",

@@ -69,7 +69,7 @@ impl Mesh {
             if quiet && loads[low].settled(now, th) && loads[high].settled(now, th) {
                 b.kind.cuts.pop();
                 b.kind.load.parts.truncate(high);
-                b.kind.load.parts[low] = Load::changed(now);
+                b.kind.load.parts[low] = Load::changed(now, counts[low] + counts[high]);
                 b.kind.load.quiet = Default::default();
                 self.load_changed(slot, LoadReason::Underload);
                 stats.load_changes += 1;
@@ -94,10 +94,12 @@ impl Mesh {
             .filter(|&p| parts.len() == 1 || part_of(parts, p) == part)
             .collect();
         let (axis, at) = crate::split::cut(parts[part], &positions)?;
+        let high = positions.iter().filter(|p| p.axis(axis) >= at).count() as u32;
         let b = self.bubble_mut(slot);
         b.kind.cuts.push(Cut { part: part as u16, axis: axis as u8, at });
-        b.kind.load.parts[part] = Load::changed(now);
-        b.kind.load.parts.push(Load::changed(now));
+        let low = positions.len() as u32 - high;
+        b.kind.load.parts[part] = Load::changed(now, low);
+        b.kind.load.parts.push(Load::changed(now, high));
         Ok(())
     }
 

@@ -58,6 +58,14 @@ pub struct PolicyReport {
     /// The most servers simulating more than `players_per_server` at one sample (regions grew
     /// after they were seated; a server over it for 10 s gives whole regions away).
     pub max_overfull_servers: u32,
+    /// Server-seconds over `players_per_server`, every site together; and of them, those past
+    /// the grace a region needs to be cut by SMD's rule (`split_after_samples` samples and the
+    /// settle window): 0 when nothing stays over capacity longer than the rule allows.
+    pub overfull_server_s: f64,
+    pub overfull_server_s_beyond_grace: f64,
+    /// The most counted players one region (a bubble's part, a zone) held at a tick: what one
+    /// game server carried.
+    pub largest_region_players: u32,
     /// Regions moved whole off overfull servers to another server of their site.
     pub region_moves: u64,
     /// The most counted players in one bubble, and the widest side of one bubble grown around
@@ -313,7 +321,11 @@ impl PopulationReport {
              too (under `all_core`, today's SMD, they are all there is). *Players per server* is the most players \
              simulated at one sample over the most servers running at one sample. SMD at one \
              site, full to 80 % of 75, seats 60. A server over 75 for 10 s gives whole regions \
-             away to another server of its site (*region moves*), as the agents do.\n\n",
+             away to another server of its site (*region moves*), as the agents do. A region \
+             over 75 is cut by SMD's rule (every kind alike: zones and bubbles' parts) after 10 \
+             load samples and the 15 s settle window: *overfull server-seconds* counts every \
+             second a server spent over 75, and in brackets those past that grace. The \
+             *largest region* is what one server carried at most.\n\n",
         );
         table_header(
             &mut md,
@@ -321,6 +333,8 @@ impl PopulationReport {
                 "servers at peak (all sites)".to_owned(),
                 "players per server at peak".to_owned(),
                 "overfull servers (max)".to_owned(),
+                "overfull server-seconds (beyond sustain + settle)".to_owned(),
+                "largest region (players)".to_owned(),
                 "region moves".to_owned(),
                 "zones (max)".to_owned(),
                 "zone splits / merges".to_owned(),
@@ -329,10 +343,13 @@ impl PopulationReport {
         for (name, r) in self.ordered().filter(|(n, _)| *n != "nearest") {
             let _ = writeln!(
                 md,
-                "| `{name}` | {} | {:.1} | {} | {} | {} | {} / {} |",
+                "| `{name}` | {} | {:.1} | {} | {:.0} ({:.0}) | {} | {} | {} | {} / {} |",
                 r.max_servers,
                 r.players_per_server_at_peak,
                 r.max_overfull_servers,
+                r.overfull_server_s,
+                r.overfull_server_s_beyond_grace,
+                r.largest_region_players,
                 r.region_moves,
                 r.max_zones,
                 r.zone_splits,

@@ -577,6 +577,7 @@ fn build_report(
     let name =
         |s: usize| cfg.sites.name(cfg.sites.ids().nth(s).unwrap_or(cfg.sites.core())).to_string();
     let hours = cfg.hours;
+    let tick_s = cfg.tick_ms as f64 / 1000.0;
     let st = &population.stats;
     let mean_online = st.online_tick_sum as f64 / st.ticks.max(1) as f64;
     let all_core = trackers.iter().find(|t| t.policy == Policy::Brain(Placement::AllCore));
@@ -636,6 +637,10 @@ fn build_report(
                 players_per_server_at_peak: f64::from(t.peak_players)
                     / f64::from(t.peak_servers.max(1)),
                 max_overfull_servers: t.max_overfull,
+                overfull_server_s: t.pool.overfull().ticks as f64 * tick_s,
+                overfull_server_s_beyond_grace: t.pool.overfull().beyond_grace_ticks as f64
+                    * tick_s,
+                largest_region_players: t.pool.largest_region(),
                 region_moves: t.pool.moved(),
                 largest_bubble_players: t.largest_bubble,
                 widest_bubble_km: (t.widest_bubble_m / 100.0).round() / 10.0,

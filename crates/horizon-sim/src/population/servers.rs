@@ -5,8 +5,8 @@
 //! Called every tick with the regions on each site: a part of a bubble is seated when first
 //! seen (with the players it has then), keeps its server while it stays on the site, and
 //! leaves it when the bubble ends or moves away. A server holding nothing is given back. A
-//! bubble spread over several servers counts as that many regions, its players shared evenly
-//! between them. The core site's zones are regions too, seated alike: a zone that splits keeps
+//! bubble spread over several servers counts as that many regions, each with the players the
+//! brain counted in that part. The core site's zones are regions too, seated alike: a zone that splits keeps
 //! its server and its new half is seated as a new region, as SMD gives it to another server.
 //!
 //! A server over `players_per_server` with several regions for 10 s gives whole regions away
@@ -30,6 +30,8 @@ struct Server {
     regions: u32,
     /// Ticks in a row over `players_per_server` with several regions.
     over_ticks: u32,
+    /// Ticks in a row over `players_per_server`, however many regions it holds.
+    overfull_ticks: u32,
     /// The tick it last gave regions away.
     relieved: Option<u64>,
 }
@@ -152,6 +154,17 @@ pub(crate) struct SiteServers {
     pub overfull: u32,
 }
 
+/// Server-ticks over `players_per_server` over a run, every site together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Overfull {
+    /// Every tick a server spent over it.
+    pub ticks: u64,
+    /// Only the ticks past the grace a region needs to be cut or moved (design.md §4: split
+    /// after `split_after_samples` samples, the settle window, a server's start): a server
+    /// over capacity this long is one SMD's rule left there.
+    pub beyond_grace_ticks: u64,
+}
+
 /// Every site's servers, kept from tick to tick.
 #[derive(Debug)]
 pub(crate) struct Servers {
@@ -162,11 +175,22 @@ pub(crate) struct Servers {
     relief: Relief,
     /// Regions moved whole off overfull servers so far.
     moved: u64,
+    overfull: Overfull,
+    /// Ticks a server may stay over capacity while its region is cut or moved.
+    grace_ticks: u32,
+    /// The most counted players one region (a bubble's part, a zone) held at a tick.
+    largest_region: u32,
 }
 
 /// The agents' `RELIEVE_AFTER` and `RELIEVE_SETTLE` (`horizon-agent` `machine/mod.rs`).
 const RELIEVE_AFTER_S: f64 = 10.0;
 const RELIEVE_SETTLE_S: f64 = 15.0;
+
+/// How long a server may be over capacity while SMD's rule cuts its region: the overload
+/// samples (one a second), then the settle window.
+fn grace_s(th: &Thresholds) -> f64 {
+    f64::from(th.split_after_samples) + th.settle_ms as f64 / 1000.0
+}
 
 impl Servers {
     /// `tick_s`: the seconds between two calls of [`Servers::update`].
@@ -184,7 +208,20 @@ impl Servers {
                 settle_ticks: ticks(RELIEVE_SETTLE_S) as u64,
             },
             moved: 0,
+            overfull: Overfull::default(),
+            grace_ticks: ticks(grace_s(th)) as u32,
+            largest_region: 0,
         }
+    }
+
+    /// Server-ticks over capacity so far.
+    pub(crate) fn overfull(&self) -> Overfull {
+        self.overfull
+    }
+
+    /// The most counted players one region held at a tick so far.
+    pub(crate) fn largest_region(&self) -> u32 {
+        self.largest_region
     }
 
     /// Regions moved whole off overfull servers so far.
@@ -198,21 +235,41 @@ impl Servers {
         let tick = self.tick;
         for b in mesh.bubbles() {
             let parts = b.servers();
+            let counted = b.part_players();
+            // Before the brain's first sample of it (its parts' counts not summing up yet):
+            // even shares, the remainder on the first parts.
+            let even = counted.iter().sum::<u32>() != b.players;
             let pool = &mut self.sites[b.site.index()];
             for part in 0..parts {
-                // Even shares, the remainder on the first parts.
-                let players = b.players / parts + u32::from(part < b.players % parts);
+                let players = if even {
+                    b.players / parts + u32::from(part < b.players % parts)
+                } else {
+                    counted[part as usize]
+                };
+                self.largest_region = self.largest_region.max(players);
                 pool.seat((b.id, part), players, self.seats, tick);
             }
         }
         let core = &mut self.sites[mesh.sites().core().index()];
         // An empty zone takes no seat: its box rides along on a server already running.
         for z in mesh.zones().filter(|z| z.players > 0) {
+            self.largest_region = self.largest_region.max(z.players);
             core.seat((z.id, 0), z.players, self.seats, tick);
         }
         for pool in &mut self.sites {
             pool.sweep(tick);
             self.moved += pool.relieve(tick, self.relief);
+            for s in &mut pool.servers {
+                if s.players <= self.players_per_server {
+                    s.overfull_ticks = 0;
+                    continue;
+                }
+                s.overfull_ticks += 1;
+                self.overfull.ticks += 1;
+                if s.overfull_ticks > self.grace_ticks {
+                    self.overfull.beyond_grace_ticks += 1;
+                }
+            }
         }
     }
 
