@@ -71,8 +71,11 @@ pub const STANDBY_REGRESSION_SEEDS: &[u64] = &[900588];
 pub const RELAY_PLAYERS_PER_SERVER: u32 = 3;
 
 /// Seeds that once broke an invariant under [`Stage::Relay`], replayed by `--regressions`
-/// under it.
-pub const RELAY_REGRESSION_SEEDS: &[u64] = &[30002318];
+/// under it. 9600998: a zone's move off an overfull server was given up and the zone regranted
+/// in place; a crossing's state arriving meanwhile was joined under the old epoch, which the
+/// server (regranted first) refused, and the player stayed a member nobody simulated (no
+/// update for 60 s).
+pub const RELAY_REGRESSION_SEEDS: &[u64] = &[30002318, 9600998];
 
 /// Seeds that once broke an invariant under [`Stage::Relay`] with `overlapping`, replayed by
 /// `--regressions` in that mode. 50000396: a region moved to another server of its site ran

@@ -276,11 +276,14 @@ impl AgentMachine {
         departed: Vec<control::Departure>,
         now: Instant,
     ) -> Result<control::Reply, Fault> {
-        let moving = self.relocating(lease.bubble) || self.rehome_granted(lease.bubble);
+        let moving = self.relocating(lease.bubble)
+            || self.rehome_granted(lease.bubble)
+            || self.regrants.contains_key(&lease.bubble);
         let b = self.bubbles.get_mut(&lease.bubble).ok_or_else(|| unknown(lease.bubble))?;
         if b.phase() == Phase::Restoring || moving {
-            // Its server is still taking the copy, or its players are moving to another
-            // server: the changes wait for it to run there.
+            // Its server is still taking the copy, its players are moving to another server,
+            // or its servers are taking a newer epoch: the changes wait for it to run there
+            // (under that epoch).
             b.defer(players, departed);
             return Ok(control::Reply::Done);
         }
@@ -437,6 +440,11 @@ impl AgentMachine {
         last_applied: Seq,
         state: Blob,
     ) {
+        if let Some(job) = self.regrants.get_mut(&lease.bubble) {
+            let server = server.clone();
+            job.joins.push(HeldJoin { server, player, last_applied, state });
+            return;
+        }
         let request = server::Request::Join { lease, player, last_applied, state };
         self.ask_server(server, Then::Joined { player }, request);
     }
@@ -626,7 +634,8 @@ impl AgentMachine {
         if let Some(gone) = servers.iter().find(|s| !self.fleet.contains(s)) {
             return Err(Fault::new(ErrorCode::NotReady, format!("server {gone} is gone")));
         }
-        let job = Regrant { token, lease, received, waiting: servers.len(), fault: None };
+        let waiting = servers.len();
+        let job = Regrant { token, lease, received, waiting, fault: None, joins: Vec::new() };
         self.regrants.insert(old.bubble, job);
         for server in servers {
             let then = Then::Regranted { bubble: old.bubble };
@@ -635,7 +644,12 @@ impl AgentMachine {
         Ok(())
     }
 
-    pub(super) fn regranted(&mut self, bubble: BubbleId, result: Result<server::Reply, Failure>) {
+    pub(super) fn regranted(
+        &mut self,
+        bubble: BubbleId,
+        result: Result<server::Reply, Failure>,
+        now: Instant,
+    ) {
         let Some(job) = self.regrants.get_mut(&bubble) else { return };
         job.waiting = job.waiting.saturating_sub(1);
         let fault = match result {
@@ -649,7 +663,19 @@ impl AgentMachine {
         if job.waiting > 0 {
             return;
         }
-        let Some(job) = self.regrants.remove(&bubble) else { return };
+        let Some(mut job) = self.regrants.remove(&bubble) else { return };
+        let joins = std::mem::take(&mut job.joins);
+        self.regrant_done(bubble, job);
+        // What waited for the servers to hold the new epoch (or, refused, to keep the old).
+        if let Some(lease) = self.bubbles.get(&bubble).map(|b| b.lease_ref()) {
+            for j in joins {
+                self.join(&j.server, lease, j.player, j.last_applied, j.state);
+            }
+        }
+        self.apply_deferred(bubble, now);
+    }
+
+    fn regrant_done(&mut self, bubble: BubbleId, job: Regrant) {
         if let Some(fault) = job.fault {
             self.answer(job.token, Err(fault));
             return;

@@ -229,6 +229,19 @@ struct Regrant {
     received: Instant,
     waiting: usize,
     fault: Option<Fault>,
+    /// Joins asked for meanwhile (a crossing's state arriving, an overdue crossing): sent once
+    /// every server holds the new epoch, under it. Sent under the old epoch now, a server
+    /// that took the regrant first would refuse them as for a bubble it does not hold, and the
+    /// player would be a member nobody simulates (`sim chaos --stage relay` seed 9600998).
+    joins: Vec<HeldJoin>,
+}
+
+/// A join of `player` to a server, held while its bubble's regrant is under way.
+struct HeldJoin {
+    server: Name,
+    player: PlayerId,
+    last_applied: Seq,
+    state: Blob,
 }
 
 /// The timers.

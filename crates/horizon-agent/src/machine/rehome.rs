@@ -297,10 +297,14 @@ impl AgentMachine {
             self.answer(token, Err(unknown(bubble)));
             return;
         };
-        if let Err(fault) = self.regrant(token, old, lease, received, now) {
-            self.answer(token, Err(fault));
+        match self.regrant(token, old, lease, received, now) {
+            // The member changes that waited for the move apply once the regrant is done.
+            Ok(()) => {}
+            Err(fault) => {
+                self.answer(token, Err(fault));
+                self.apply_deferred(bubble, now);
+            }
         }
-        self.apply_deferred(bubble, now);
     }
 
     /// A move that failed after the old server froze: the region runs nowhere here. The core

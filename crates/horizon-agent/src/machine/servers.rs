@@ -175,7 +175,7 @@ impl AgentMachine {
         match then {
             Then::Assigned { server, job } => self.assigned(server, job, result, now),
             Then::Left { bubble, player, then } => self.left(bubble, player, then, result, now),
-            Then::Regranted { bubble } => self.regranted(bubble, result),
+            Then::Regranted { bubble } => self.regranted(bubble, result, now),
             Then::Frozen { token, handover, bubble } => {
                 self.frozen(token, handover, bubble, result)
             }

@@ -232,3 +232,27 @@ fn a_restore_whose_server_never_runs_is_refused_at_its_deadline() {
     assert_eq!(answers(&out), [(token, Err(ErrorCode::NotReady))]);
     assert!(to_servers(&out).iter().any(|(_, r)| matches!(r, server::Request::Release { .. })));
 }
+
+#[test]
+fn joins_asked_for_while_a_regrant_is_under_way_go_to_the_server_under_the_new_epoch() {
+    // `sim chaos --stage relay` seed 9600998: a join sent under the old epoch after the server
+    // took the regrant was refused, and the player stayed a member nobody simulated.
+    let mut h = running(10_000);
+    let old = lref(1);
+    let (_, regrant) = h.order(control::Request::Regrant { old, lease: lease(1, 2, 10_000) });
+    let asked = to_servers(&regrant);
+    assert!(matches!(asked[..], [(_, server::Request::Regrant { .. })]), "{regrant:?}");
+    // Meanwhile the core's member list brings player 7 in: it waits for the new epoch.
+    let members =
+        control::Request::Members { lease: old, players: vec![member(7)], departed: vec![] };
+    let (_, out) = h.order(members);
+    assert!(to_servers(&out).is_empty(), "no join under the epoch the server is leaving");
+    // The server takes the new epoch: the join follows, under it.
+    let (seen, _) = h.answer_servers_seen(regrant, done);
+    let joins: Vec<&server::Request> =
+        seen.iter().map(|(_, r)| r).filter(|r| kind(r) == "join").collect();
+    assert!(
+        matches!(joins[..], [server::Request::Join { lease, player: PlayerId(7), .. }] if lease.epoch == Epoch(2)),
+        "{seen:?}"
+    );
+}
