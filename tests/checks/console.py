@@ -12,7 +12,8 @@ library, nothing downloaded). It checks, as an operator would see them:
 1. without a token the page says players are hidden, a wrong token is refused, the right one
    shows them;
 2. the region table lists every region `/status` lists;
-3. a click on a bubble's row shows why it is where it is, with the best site `/status` gives;
+3. a click on a bubble's row shows why it is where it is, with the best site `/status` gives,
+   and its load as SMD's rule counts it (a line per server, the capacity `/status` gives);
 4. a handover `/status` tells appears in the page's timeline within one refresh;
 
 then writes a screenshot, waits for the demo to end and exits with 1 on any failure (the demo's
@@ -229,6 +230,19 @@ def check(browser, status, screenshot):
     assert rows >= 2, f"a row per candidate site: {rows}"
     assert browser.js("document.querySelector('#regions tr.selected') !== null"), "the row is selected"
     print(f"console: bubble {bubble} explained, best {shown['best']}: {shown['words']!r}")
+
+    # 4b. Its load, as SMD's rule counts it: a line per server of the bubble, with the
+    # players and the capacity /status gives.
+    def load_shown():
+        doc = status.doc()
+        b = next((b for b in doc["bubbles"] if b["bubble"] == bubble), None)
+        lines = browser.js("""[...document.querySelectorAll('#explain .load')].map(l =>
+            ({players: +l.dataset.players, capacity: +l.dataset.capacity, words: l.textContent}))""")
+        if b is None or not lines or len(lines) != len(b["load"]):
+            return None
+        return lines if all(l["capacity"] == c["capacity"] for l, c in zip(lines, b["load"])) else None
+    lines = wait("the bubble's load, a line per server", load_shown, 10)
+    print(f"console: bubble {bubble} load: {lines[0]['words']!r}")
 
     time.sleep(REFRESH_S + 0.5)  # a fresh draw for the picture
     browser.screenshot(screenshot)

@@ -267,6 +267,10 @@ pub struct ZoneStatus {
     /// Its members by home site.
     #[serde(default)]
     pub homes: BTreeMap<String, usize>,
+    /// What SMD's rule counts for it: its load against a server's capacity and the split or
+    /// merge it counts towards.
+    #[serde(default)]
+    pub load: Option<horizon_mesh::split::Counting>,
     #[serde(flatten)]
     pub life: RegionLife,
 }
@@ -303,6 +307,10 @@ pub struct BubbleStatus {
     pub tps: Option<Vec<Option<f64>>>,
     /// The parts' boxes when spread over several servers.
     pub parts: Vec<Bounds>,
+    /// What SMD's rule counts for each part (one when on one server): its load against a
+    /// server's capacity and the split or merge it counts towards.
+    #[serde(default)]
+    pub load: Vec<horizon_mesh::split::Counting>,
     #[serde(flatten)]
     pub life: RegionLife,
     /// Why it is where it is (absent while the brain does not know it: during a restart).

@@ -151,6 +151,56 @@ impl Load {
     }
 }
 
+/// What SMD's rule is counting for one region (a zone, a bubble's part), for operators: its
+/// load against a server's capacity and the split or merge it is counting towards (the
+/// console's region panel, `/status`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Counting {
+    /// Counted players at the last sample, and what one server takes.
+    pub players: u32,
+    pub capacity: u32,
+    /// The tick rate its server last reported, and the rate below which it is overloaded.
+    pub tps: Option<f64>,
+    pub tps_min: f64,
+    /// Overloaded samples so far, of the `split_after_samples` a split needs.
+    pub overloaded_samples: f64,
+    pub split_after_samples: u32,
+    /// Seconds left of the settle window after its last change (0: settled).
+    pub settle_left_s: f64,
+    /// The most recent cut this region is a half of, when both halves still stand: the other
+    /// half, and the quiet samples so far of the `merge_after_samples` a merge needs.
+    pub merge: Option<MergeCounting>,
+}
+
+/// The merge a region counts towards: with `with` (a zone's id, or a bubble's part index).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MergeCounting {
+    pub with: u64,
+    pub quiet_samples: f64,
+    pub merge_after_samples: u32,
+}
+
+impl Load {
+    /// What it counts at `now`, with the merge it counts towards.
+    pub fn counting(&self, merge: Option<MergeCounting>, now: Time, th: &Thresholds) -> Counting {
+        let settle = Span::from_ms(th.settle_ms);
+        let left = self.changed_at.map_or(0.0, |t| {
+            let since = now.since(t);
+            if since >= settle { 0.0 } else { (settle.as_ms() - since.as_ms()) as f64 / 1000.0 }
+        });
+        Counting {
+            players: self.players,
+            capacity: th.players_per_server,
+            tps: self.tps,
+            tps_min: th.tps_min,
+            overloaded_samples: self.overloaded,
+            split_after_samples: th.split_after_samples,
+            settle_left_s: left,
+            merge,
+        }
+    }
+}
+
 /// The samples the two halves of a cut have stayed quiet for together.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Quiet(f64);

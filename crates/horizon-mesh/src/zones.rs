@@ -381,6 +381,18 @@ impl ZoneLayout {
         cuts.into_iter().map(|(_, c, l, h)| (c, l, h)).collect()
     }
 
+    /// The other half of the most recent cut zone `leaf` is a half of, if both halves are
+    /// zones, with the samples they have stayed quiet for together.
+    pub(crate) fn merge_partner(&self, leaf: u32) -> Option<(u32, Quiet)> {
+        self.slots.iter().flatten().find_map(|s| match s.node {
+            Node::Cut { low, high, quiet, .. } if low == leaf || high == leaf => {
+                let other = if low == leaf { high } else { low };
+                matches!(self.slot(other).node, Node::Leaf(_)).then_some((other, quiet))
+            }
+            _ => None,
+        })
+    }
+
     /// The samples a cut's halves have stayed quiet for together.
     pub(crate) fn quiet_mut(&mut self, cut: u32) -> &mut Quiet {
         match &mut self.slot_mut(cut).node {

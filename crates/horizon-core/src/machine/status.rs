@@ -225,6 +225,7 @@ impl CoreMachine {
                 restoring: r.restoring(),
                 tps: self.mesh.bubble_by_id(*id).map(|b| b.part_tps()),
                 parts: r.parts().iter().map(bounds).collect(),
+                load: self.mesh.bubble_counting(*id, now).unwrap_or_default(),
                 life: self.life(*id, r, now),
                 explain: explained.get(id).map(|e| self.explain(e)),
             })
@@ -296,6 +297,7 @@ impl CoreMachine {
                         restoring: reg.is_some_and(Hosted::restoring),
                         site: name(reg.map_or(self.cfg.sites.core(), |r| r.site())),
                         homes: reg.map(homes).unwrap_or_default(),
+                        load: self.mesh.zone_counting(z.id, now),
                         life: reg.map(|r| self.life(z.id, r, now)).unwrap_or_default(),
                     }
                 })

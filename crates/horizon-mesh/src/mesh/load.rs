@@ -2,7 +2,7 @@
 //! (`crate::split`, as the core site's zones in `zones.rs`).
 
 use super::*;
-use crate::split::{Load, Uncut};
+use crate::split::{Load, MergeCounting, Uncut};
 
 impl Mesh {
     /// Samples every part of every bubble (`weight`: this tick's sample's): a part overloaded
@@ -126,5 +126,46 @@ impl Mesh {
             over[b.site.index()] += b.part_players().iter().filter(|&&n| n > cap).count() as u32;
         }
         over
+    }
+}
+
+impl Mesh {
+    /// What SMD's rule counts for zone `id` at `now` (`None`: no such zone).
+    pub fn zone_counting(&self, id: BubbleId, now: Time) -> Option<crate::split::Counting> {
+        let leaf = self.zones.leaf(id)?;
+        let z = self.zones.zone(leaf);
+        let merge = self.zones.merge_partner(leaf).map(|(other, quiet)| MergeCounting {
+            with: self.zones.zone(other).id.0,
+            quiet_samples: quiet.samples(),
+            merge_after_samples: self.th.merge_after_samples,
+        });
+        let mut load = z.kind.load.clone();
+        load.players = z.players;
+        Some(load.counting(merge, now, &self.th))
+    }
+
+    /// What SMD's rule counts for each part of bubble `id` at `now`, in part order (`None`:
+    /// no such bubble).
+    pub fn bubble_counting(&self, id: BubbleId, now: Time) -> Option<Vec<crate::split::Counting>> {
+        let b = self.bubble_by_id(id)?;
+        let last = b.kind.cuts.last().map(|c| (c.part as usize, b.kind.cuts.len()));
+        let counts = (0..b.servers() as usize).map(|i| {
+            let merge = last.and_then(|(low, high)| {
+                let with = if i == low {
+                    high
+                } else if i == high {
+                    low
+                } else {
+                    return None;
+                };
+                Some(MergeCounting {
+                    with: with as u64,
+                    quiet_samples: b.kind.load.quiet.samples(),
+                    merge_after_samples: self.th.merge_after_samples,
+                })
+            });
+            b.part_load(i).cloned().unwrap_or_default().counting(merge, now, &self.th)
+        });
+        Some(counts.collect())
     }
 }
