@@ -86,18 +86,30 @@ pub fn parts_of(bounds: Aabb, cuts: &[Cut]) -> Vec<Aabb> {
     parts
 }
 
-/// The index of the part holding `p` (the last part on shared faces; part 0 if outside all).
-pub fn part_of(parts: &[Aabb], p: Vec3) -> usize {
-    parts.iter().rposition(|b| b.contains(p)).unwrap_or(0)
+/// The index of the part holding `p` after `cuts`: the cuts replayed in order, as a zone's
+/// tree is walked, a point at a cut's `at` or beyond going to its high half (the part the cut
+/// appended). Exact on faces, where a median cut puts players; a point outside the box lands
+/// in the part nearest it along the cuts.
+pub fn part_of(cuts: &[Cut], p: Vec3) -> usize {
+    let mut part = 0;
+    for (i, c) in cuts.iter().enumerate() {
+        if c.part as usize == part && p.axis(c.axis as usize) >= c.at {
+            part = i + 1;
+        }
+    }
+    part
 }
 
-/// The part of a player at `p` who was in part `current`: `current` while `p` is within
-/// [`EXIT_MARGIN_M`] of its box (SMD's `out_of_zone`: one standing on a median cut does not
-/// cross with every step), else [`part_of`].
-pub fn part_around(parts: &[Aabb], p: Vec3, current: Option<usize>) -> usize {
-    match current {
-        Some(c) if parts.get(c).is_some_and(|b| b.expand(EXIT_MARGIN_M).contains(p)) => c,
-        _ => part_of(parts, p),
+impl Bubble {
+    /// The part of a player at `p` who was in part `current`: `current` while `p` is within
+    /// [`EXIT_MARGIN_M`] of its box (SMD's `out_of_zone`: one standing on a median cut does
+    /// not cross with every step), else the part holding `p` ([`part_of`]).
+    pub fn part_around(&self, p: Vec3, current: Option<usize>) -> usize {
+        let parts = self.parts();
+        match current {
+            Some(c) if parts.get(c).is_some_and(|b| b.expand(EXIT_MARGIN_M).contains(p)) => c,
+            _ => part_of(&self.kind.cuts, p),
+        }
     }
 }
 
@@ -111,20 +123,53 @@ mod tests {
         let cuts = [Cut { part: 0, axis: 0, at: 50.0 }, Cut { part: 1, axis: 1, at: 20.0 }];
         let parts = parts_of(b, &cuts);
         assert_eq!(parts.len(), 3);
-        assert_eq!(part_of(&parts, Vec3::new(10.0, 90.0, 5.0)), 0);
-        assert_eq!(part_of(&parts, Vec3::new(60.0, 10.0, 5.0)), 1);
-        assert_eq!(part_of(&parts, Vec3::new(60.0, 30.0, 5.0)), 2);
+        assert_eq!(part_of(&cuts, Vec3::new(10.0, 90.0, 5.0)), 0);
+        assert_eq!(part_of(&cuts, Vec3::new(60.0, 10.0, 5.0)), 1);
+        assert_eq!(part_of(&cuts, Vec3::new(60.0, 30.0, 5.0)), 2);
+        for (i, p) in parts.iter().enumerate() {
+            assert!(
+                p.contains((p.min + p.max) * 0.5) && part_of(&cuts, (p.min + p.max) * 0.5) == i
+            );
+        }
     }
 
     #[test]
     fn a_player_on_a_cut_keeps_its_part_until_the_exit_margin() {
+        let bounds = Aabb { min: Vec3::ZERO, max: Vec3::new(100.0, 100.0, 100.0) };
+        let b = Bubble {
+            id: crate::ids::BubbleId(1),
+            site: crate::ids::SiteId(0),
+            world: crate::ids::WorldId(0),
+            bounds,
+            epoch: crate::ids::Epoch(1),
+            stalled_since: None,
+            players: 2,
+            kind: BubbleState {
+                hysteresis: Hysteresis::default(),
+                created_at: Time::ZERO,
+                cuts: vec![Cut { part: 0, axis: 0, at: 50.0 }],
+                kept_empty_until: None,
+                load: LoadState::default(),
+            },
+        };
+        let just_below = Vec3::new(50.0 - EXIT_MARGIN_M / 2.0, 5.0, 5.0);
+        assert_eq!(b.part_around(just_below, Some(1)), 1, "within the margin of part 1");
+        assert_eq!(b.part_around(just_below, None), 0);
+        let beyond = Vec3::new(50.0 - EXIT_MARGIN_M * 2.0, 5.0, 5.0);
+        assert_eq!(b.part_around(beyond, Some(1)), 0, "past the margin: crossed");
+        assert_eq!(b.part_around(beyond, Some(7)), 0, "a part that is gone");
+    }
+
+    #[test]
+    fn a_point_on_a_cut_belongs_to_its_high_half_however_the_low_half_was_cut_since() {
         let b = Aabb { min: Vec3::ZERO, max: Vec3::new(100.0, 100.0, 100.0) };
-        let parts = parts_of(b, &[Cut { part: 0, axis: 0, at: 50.0 }]);
-        let just_past = Vec3::new(50.0 + EXIT_MARGIN_M / 2.0, 5.0, 5.0);
-        assert_eq!(part_around(&parts, just_past, Some(0)), 0, "within the margin");
-        assert_eq!(part_around(&parts, just_past, None), 1);
-        let beyond = Vec3::new(50.0 + EXIT_MARGIN_M * 2.0, 5.0, 5.0);
-        assert_eq!(part_around(&parts, beyond, Some(0)), 1, "past the margin: crossed");
-        assert_eq!(part_around(&parts, beyond, Some(7)), 1, "a part that is gone");
+        // x = 50 cut first (high half: part 1), then the low half cut again on y.
+        let cuts = [Cut { part: 0, axis: 0, at: 50.0 }, Cut { part: 0, axis: 1, at: 20.0 }];
+        let parts = parts_of(b, &cuts);
+        let on_face = Vec3::new(50.0, 30.0, 5.0);
+        assert!(parts[2].contains(on_face) && parts[1].contains(on_face), "on both faces");
+        assert_eq!(part_of(&cuts, on_face), 1, "the high half of the cut it lies on");
+        assert_eq!(part_of(&cuts, Vec3::new(10.0, 30.0, 5.0)), 2);
+        assert_eq!(part_of(&cuts, Vec3::new(10.0, 10.0, 5.0)), 0);
     }
 }

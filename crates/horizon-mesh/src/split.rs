@@ -14,8 +14,9 @@
 //!   wide, else at the median. A crowd too dense to have a gap (a market, a battle, an event) is
 //!   still cut; a group cut this way stays one group for scoring (the cut is within a site,
 //!   never a site border), and its players cross between the parts with [`EXIT_MARGIN_M`].
-//! - **Not at all** ([`Uncut`]). Fewer than two players, every player on one point, or a cut
-//!   that would leave a part thinner than the exit margin: the region stays over capacity, is
+//! - **Not at all** ([`Uncut`]). Fewer than two players, every player on one point, a cut
+//!   that would leave a part thinner than the exit margin, or a bubble already spread over
+//!   [`MAX_PARTS`] servers: the region stays over capacity, is
 //!   counted (`Mesh::regions_over_capacity`, the metric `horizon_core_regions_over_capacity`)
 //!   and is tried again at the next sample, never in a loop.
 //! - **Merge.** The two halves of the most recent cut whose players together stay within
@@ -36,6 +37,10 @@ pub const EXIT_MARGIN_M: f64 = 0.4;
 /// One load sample: a game server's `serverinfo` comes once a second.
 pub const SAMPLE_MS: f64 = 1000.0;
 
+/// The most servers one bubble is spread over: 64 × 75 = 4,800 players in one crowd. A part
+/// over capacity beyond that is not cut ([`Uncut::TooManyParts`]).
+pub const MAX_PARTS: usize = 64;
+
 /// Why an overloaded region could not be cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -46,6 +51,8 @@ pub enum Uncut {
     Stacked,
     /// The cut would leave a part thinner than twice the exit margin.
     TooThin,
+    /// The bubble is already spread over [`MAX_PARTS`] servers.
+    TooManyParts,
 }
 
 /// Where SMD cuts a region of box `bounds` whose players stand at `positions`: `(axis, at)`,

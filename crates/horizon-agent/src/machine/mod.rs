@@ -121,8 +121,8 @@ const RESUME_GRACE: Duration = Duration::from_secs(30);
 const RESYNC_GRACE: Duration = Duration::from_secs(10);
 /// Snapshot chunk size when feeding a restored copy to a server.
 const RESTORE_CHUNK: usize = 64 * 1024;
-/// The most servers one bubble is spread over.
-const MAX_PARTS: usize = 64;
+/// The most servers one bubble is spread over (the brain cuts no further).
+const MAX_PARTS: usize = horizon_mesh::split::MAX_PARTS;
 /// How long a ready server beyond the warm pool stays idle (holding nothing) before it is
 /// stopped: regions share servers, so servers empty out as players leave.
 const IDLE_STOP_AFTER: Duration = Duration::from_secs(30);

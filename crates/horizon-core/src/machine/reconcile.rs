@@ -243,7 +243,7 @@ impl CoreMachine {
                     let at = self.mesh.player(p)?.position;
                     let current = reg.part_of().get(&p).map(|&c| c as usize);
                     let current = current.filter(|&c| reg.parts().get(c) == parts.get(c));
-                    Some((p, horizon_mesh::bubble::part_around(&parts, at, current) as u32))
+                    Some((p, b.part_around(at, current) as u32))
                 })
                 .collect();
             let boxes: Vec<Aabb> = parts.clone();

@@ -36,7 +36,7 @@ impl Mesh {
                 counts[0] = b.players;
             } else {
                 for &pi in members {
-                    counts[part_of(&parts, self.items[pi as usize].pos)] += 1;
+                    counts[part_of(&b.kind.cuts, self.items[pi as usize].pos)] += 1;
                 }
             }
             b.kind.load.parts.resize(parts.len(), Load::default());
@@ -87,11 +87,15 @@ impl Mesh {
         part: usize,
         now: Time,
     ) -> Result<(), Uncut> {
+        if self.bubble(slot).servers() as usize >= crate::split::MAX_PARTS {
+            return Err(Uncut::TooManyParts);
+        }
+        let cuts = &self.bubble(slot).kind.cuts;
         let positions: Vec<Vec3> = sc
             .members(slot)
             .iter()
             .map(|&pi| self.items[pi as usize].pos)
-            .filter(|&p| parts.len() == 1 || part_of(parts, p) == part)
+            .filter(|&p| part_of(cuts, p) == part)
             .collect();
         let (axis, at) = crate::split::cut(parts[part], &positions)?;
         let high = positions.iter().filter(|p| p.axis(axis) >= at).count() as u32;

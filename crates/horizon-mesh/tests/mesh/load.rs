@@ -34,12 +34,11 @@ fn a_large_event_stays_on_one_site_and_is_cut_between_groups_across_servers() {
     // 10 load samples: two ticks of 5 s each (the first sample weighs the period), as a zone.
     assert_eq!(first_split, Some(Time::from_secs(5)), "overload sustained 10 samples");
     // No group is cut: the four groups each sit in one part.
-    let parts = b.parts();
     for g in 0..4 {
         let ids: Vec<u64> = (g * 30 + 1..=g * 30 + 30).collect();
         let part_of = |id: u64| {
             let p = m.player(PlayerId(id)).unwrap().position;
-            horizon_mesh::bubble::part_of(&parts, p)
+            horizon_mesh::bubble::part_of(&b.kind.cuts, p)
         };
         assert!(ids.iter().all(|&id| part_of(id) == part_of(ids[0])), "group {g} was cut");
     }
@@ -126,4 +125,16 @@ fn a_crowd_stacked_on_one_point_is_not_cut_but_counted_over_capacity() {
     }
     let cmds = run(&mut m, 65, 70);
     assert_eq!(servers_over_time(&cmds), vec![(65, 2)]);
+}
+
+#[test]
+fn a_bubble_is_spread_over_64_servers_at_most() {
+    // Servers of one player each: 100 players would need 100.
+    let mut m = mesh(Thresholds { players_per_server: 1, ..th() });
+    crowd(&mut m, 1, 100, PAR, 0.0);
+    run(&mut m, 0, 300);
+    let b = m.bubbles().next().unwrap();
+    assert_eq!(b.servers() as usize, horizon_mesh::split::MAX_PARTS);
+    assert!(m.last_stats().uncut > 0, "counted, not cut");
+    assert!(m.regions_over_capacity()[site(PAR).index()] > 0);
 }
