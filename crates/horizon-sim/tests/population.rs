@@ -203,9 +203,18 @@ fn servers_are_shared_so_every_policy_seats_about_what_smd_does() {
         let by_site: u32 = p.max_servers_by_site.values().sum();
         assert!(p.max_servers <= by_site && p.max_servers > 0, "{name}: {p:?}");
     }
-    assert!(r.policies["all_core"].players_per_server_at_peak >= 50.0);
-    // Nobody seats more than a server's share: the rest is headroom.
-    assert!(r.policies["smdg"].max_overfull_servers <= 1);
+    // Today's SMD at one site seats about 51 a server at peak. A crowd over a server is now
+    // cut into enough zones at once (each half again while over 75): this run's event of 928
+    // players is on 16 zones of 58 within 10 samples, one server more at peak than when it
+    // was halved every settle window (49.7 a server here, from 50.x).
+    let all_core = &r.policies["all_core"];
+    assert!(all_core.players_per_server_at_peak >= 48.0, "{all_core:?}");
+    assert_eq!(all_core.overfull_server_s_beyond_grace, 0.0, "{all_core:?}");
+    // Nobody seats more than a server's share: the rest is headroom; and no server stays over
+    // it longer than SMD's rule takes to cut its region (10 samples and the settle window).
+    let smdg = &r.policies["smdg"];
+    assert!(smdg.max_overfull_servers <= 1);
+    assert_eq!(smdg.overfull_server_s_beyond_grace, 0.0, "{smdg:?}");
 }
 
 /// SPEC §2's physical floors: players placed at real cities reach their home site over the

@@ -7,9 +7,10 @@ use crate::split::{Load, MergeCounting, Uncut};
 impl Mesh {
     /// Samples every part of every bubble (`weight`: this tick's sample's): a part overloaded
     /// for `split_after_samples` samples and settled is cut by SMD's rule, each such part of a
-    /// bubble in the same tick (as each overloaded zone is) while its site has a server for
-    /// it; with none due, the most recent cut is undone once its two halves have stayed quiet
-    /// for `merge_after_samples` samples and are both settled.
+    /// bubble in the same tick (as each overloaded zone is), and its halves again while they
+    /// hold more than a server takes, while its site has a server for it; with none due, the
+    /// most recent cut is undone once its two halves have stayed quiet for
+    /// `merge_after_samples` samples and are both settled.
     pub(super) fn balance_load(
         &mut self,
         sc: &mut Scratch,
@@ -45,12 +46,19 @@ impl Mesh {
                 .collect();
             let site = b.site;
             let mut cut = false;
-            for part in due {
+            // A part due is cut, and its halves again while they hold more than a server
+            // takes: a crowd of any size is on enough servers after one split's samples.
+            let mut queue = due;
+            while let Some(part) = queue.pop() {
                 if !self.can_host(site, 1) {
                     break;
                 }
-                match self.cut_part(sc, slot, &parts, part, now) {
-                    Ok(()) => cut = true,
+                match self.cut_part(sc, slot, part, now) {
+                    Ok(halves) => {
+                        cut = true;
+                        let over = halves.into_iter().filter(|h| h.1 > self.th.players_per_server);
+                        queue.extend(over.map(|h| h.0));
+                    }
                     Err(_) => stats.uncut += 1,
                 }
             }
@@ -77,34 +85,36 @@ impl Mesh {
         }
     }
 
-    /// Cuts part `part` of the bubble at `slot` (its boxes `parts`) by SMD's rule through its
-    /// members there: the low half keeps the part's index, the high half is a new last part.
+    /// Cuts part `part` of the bubble at `slot` by SMD's rule through its members there: the
+    /// low half keeps the part's index, the high half is a new last part. Returns each half's
+    /// (index, players).
     fn cut_part(
         &mut self,
         sc: &Scratch,
         slot: u32,
-        parts: &[Aabb],
         part: usize,
         now: Time,
-    ) -> Result<(), Uncut> {
-        if self.bubble(slot).servers() as usize >= crate::split::MAX_PARTS {
+    ) -> Result<[(usize, u32); 2], Uncut> {
+        let b = self.bubble(slot);
+        if b.servers() as usize >= crate::split::MAX_PARTS {
             return Err(Uncut::TooManyParts);
         }
-        let cuts = &self.bubble(slot).kind.cuts;
+        let bounds = b.parts()[part];
+        let cuts = &b.kind.cuts;
         let positions: Vec<Vec3> = sc
             .members(slot)
             .iter()
             .map(|&pi| self.items[pi as usize].pos)
             .filter(|&p| part_of(cuts, p) == part)
             .collect();
-        let (axis, at) = crate::split::cut(parts[part], &positions)?;
+        let (axis, at) = crate::split::cut(bounds, &positions)?;
         let high = positions.iter().filter(|p| p.axis(axis) >= at).count() as u32;
         let b = self.bubble_mut(slot);
         b.kind.cuts.push(Cut { part: part as u16, axis: axis as u8, at });
         let low = positions.len() as u32 - high;
         b.kind.load.parts[part] = Load::changed(now, low);
         b.kind.load.parts.push(Load::changed(now, high));
-        Ok(())
+        Ok([(part, low), (b.kind.cuts.len(), high)])
     }
 
     /// The bubble at `slot` is spread over other parts: its holder is told.

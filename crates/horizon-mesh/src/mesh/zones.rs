@@ -205,10 +205,19 @@ impl Mesh {
             let from = members.partition_point(|m| m.0 < leaf);
             let to = members.partition_point(|m| m.0 <= leaf);
             let places: Vec<u32> = members[from..to].iter().map(|m| m.1).collect();
-            match self.split_zone(leaf, &places, now) {
-                Ok(true) => stats.zone_splits += 1,
-                Ok(false) => {}
-                Err(_) => stats.uncut += 1,
+            // Cut, and each half again while it holds more than a server takes: a crowd of any
+            // size is on enough servers after one split's samples.
+            let mut queue = vec![(leaf, places)];
+            while let Some((leaf, places)) = queue.pop() {
+                match self.split_zone(leaf, &places, now) {
+                    Ok(Some(halves)) => {
+                        stats.zone_splits += 1;
+                        let cap = self.th.players_per_server as usize;
+                        queue.extend(halves.into_iter().filter(|h| h.1.len() > cap));
+                    }
+                    Ok(None) => {}
+                    Err(_) => stats.uncut += 1,
+                }
             }
         }
 
@@ -240,12 +249,18 @@ impl Mesh {
         self.zone_members = members;
     }
 
-    /// Cuts zone `leaf`, whose players stand at `places`, by SMD's rule: false while it waits
-    /// for its lease (stalled); why not, when it cannot be cut (it stays over capacity and is
-    /// tried again at the next sample).
-    fn split_zone(&mut self, leaf: u32, places: &[u32], now: Time) -> Result<bool, Uncut> {
+    /// Cuts zone `leaf`, whose players stand at `places`, by SMD's rule: each half's leaf and
+    /// players' places; `None` while it waits for its lease (stalled); why not, when it cannot
+    /// be cut (it stays over capacity and is tried again at the next sample).
+    #[allow(clippy::type_complexity)]
+    fn split_zone(
+        &mut self,
+        leaf: u32,
+        places: &[u32],
+        now: Time,
+    ) -> Result<Option<[(u32, Vec<u32>); 2]>, Uncut> {
         if self.zones.zone(leaf).stalled_since.is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         let bounds = self.zones.zone(leaf).bounds;
         let positions: Vec<Vec3> = places.iter().map(|&p| self.items[p as usize].pos).collect();
@@ -253,17 +268,14 @@ impl Mesh {
         let new_id = self.mint_zone_id();
         let Ok(lease) = self.leases.grant(new_id, self.sites.core(), now) else {
             // Invariant: a new id has no lease yet, so the grant cannot be refused.
-            return Ok(false);
+            return Ok(None);
         };
         let split = self.zones.split(leaf, axis, at, new_id, lease.epoch, now);
-        let moving: Vec<PlayerId> = places
-            .iter()
-            .filter(|&&p| self.items[p as usize].pos.axis(axis) >= at)
-            .map(|&p| self.members[p as usize].id)
-            .collect();
-        let moved = moving.len() as u32;
-        self.zones.zone_mut(split.kept).players = places.len() as u32 - moved;
-        self.zones.zone_mut(split.new).players = moved;
+        let (high, low): (Vec<u32>, Vec<u32>) =
+            places.iter().partition(|&&p| self.items[p as usize].pos.axis(axis) >= at);
+        let moving: Vec<PlayerId> = high.iter().map(|&p| self.members[p as usize].id).collect();
+        self.zones.zone_mut(split.kept).players = low.len() as u32;
+        self.zones.zone_mut(split.new).players = high.len() as u32;
         let (kept, new) = (self.zones.zone(split.kept), self.zones.zone(split.new));
         self.commands.push_back(Command::ZoneSplit {
             zone: kept.id,
@@ -276,7 +288,7 @@ impl Mesh {
             players: sorted(moving),
             reason: ZoneReason::Overload,
         });
-        Ok(true)
+        Ok(Some([(split.kept, low), (split.new, high)]))
     }
 
     /// The ids of the counted players in no bubble whose position is in zone `leaf` now, sorted.
