@@ -177,6 +177,8 @@ enum Awaiting {
     Drain(BubbleId, u64),
     /// A new region's `Create`.
     Create(BubbleId),
+    /// A bubble's `Parts` under its epoch then.
+    Parts(BubbleId, u64),
 }
 
 /// The core. See the module documentation.
@@ -585,6 +587,12 @@ impl CoreMachine {
                     self.stats.order_failures.inc(0);
                 }
                 self.created(bubble);
+            }
+            Some(Awaiting::Parts(bubble, epoch)) => {
+                if let Err(why) = result {
+                    self.stats.order_failures.inc(0);
+                    self.parts_failed(bubble, epoch, &why);
+                }
             }
             None => {
                 if let Err(why) = result {

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use horizon_mesh::SiteId;
-use horizon_proto::control;
 use horizon_proto::{Aabb, BubbleId, PlayerId, Vec3};
+use horizon_proto::{Failure, control};
 
 use super::CoreMachine;
 use super::registry::{Hosted, Phase, Registry};
@@ -257,13 +257,26 @@ impl CoreMachine {
             let lease = reg.lease_ref(bubble);
             orders.push((
                 reg.site(),
+                (bubble, lease.epoch.0),
                 control::Request::Parts { lease, parts: boxes.clone(), players },
             ));
             reg.spread(boxes, part_of);
         }
-        for (site, order) in orders {
-            self.order(site, order);
+        for (site, (bubble, epoch), order) in orders {
+            let order = self.order(site, order);
+            self.track(order, super::Awaiting::Parts(bubble, epoch));
         }
+    }
+
+    /// The holder could not spread `bubble` as told (no server free in time, say): the spread
+    /// is forgotten, so the next tick's reconciliation sends it again (at most one `Parts` a
+    /// tick), instead of the core believing servers hold parts that no server holds.
+    pub(super) fn parts_failed(&mut self, bubble: BubbleId, epoch: u64, why: &Failure) {
+        let Some(reg) = self.registry.get_mut(&bubble).filter(|r| r.epoch() == epoch) else {
+            return;
+        };
+        tracing::warn!(bubble = bubble.0, %why, "spread over servers not made: sent again at the next tick");
+        reg.spread(Vec::new(), BTreeMap::new());
     }
 
     pub(crate) fn member_list(

@@ -404,6 +404,7 @@ mod positions;
 mod rehome;
 mod restart;
 mod routes;
+mod spread;
 mod trust;
 mod zones;
 
