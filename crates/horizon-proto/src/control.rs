@@ -93,8 +93,9 @@ pub enum Request {
     /// the bubble keeps running.
     Regrant { old: LeaseRef, lease: Lease },
     /// core → agent (simulating site): spread the bubble over `parts.len()` servers of the
-    /// site, part `i` simulating box `parts[i]` (the parts tile the bubble's box; cuts never go
-    /// through a group). `players` says which part holds each member; the agent moves a player
+    /// site, part `i` simulating box `parts[i]` (the parts tile the bubble's box, cut by SMD's
+    /// rule: a dense group is cut at its median). `players` says which part holds each member
+    /// (a member keeps its part until 0.4 m past its edge); the agent moves a player
     /// whose part changed (leave with state and last applied seq, join on the new part's
     /// server). Sent whenever the cut or a member's part changes; one part = one server again.
     Parts { lease: LeaseRef, parts: Vec<Aabb>, players: Vec<PartMember> },
