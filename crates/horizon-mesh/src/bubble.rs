@@ -100,16 +100,14 @@ pub fn part_of(cuts: &[Cut], p: Vec3) -> usize {
     part
 }
 
-impl Bubble {
-    /// The part of a player at `p` who was in part `current`: `current` while `p` is within
-    /// [`EXIT_MARGIN_M`] of its box (SMD's `out_of_zone`: one standing on a median cut does
-    /// not cross with every step), else the part holding `p` ([`part_of`]).
-    pub fn part_around(&self, p: Vec3, current: Option<usize>) -> usize {
-        let parts = self.parts();
-        match current {
-            Some(c) if parts.get(c).is_some_and(|b| b.expand(EXIT_MARGIN_M).contains(p)) => c,
-            _ => part_of(&self.kind.cuts, p),
-        }
+/// The part of a player at `p` who was in part `current` of a bubble cut by `cuts` into
+/// `parts` (its [`Bubble::parts`]): `current` while `p` is within [`EXIT_MARGIN_M`] of its box
+/// (SMD's `out_of_zone`: one standing on a median cut does not cross with every step), else
+/// the part holding `p` ([`part_of`]).
+pub fn part_around(parts: &[Aabb], cuts: &[Cut], p: Vec3, current: Option<usize>) -> usize {
+    match current {
+        Some(c) if parts.get(c).is_some_and(|b| b.expand(EXIT_MARGIN_M).contains(p)) => c,
+        _ => part_of(cuts, p),
     }
 }
 
@@ -136,28 +134,15 @@ mod tests {
     #[test]
     fn a_player_on_a_cut_keeps_its_part_until_the_exit_margin() {
         let bounds = Aabb { min: Vec3::ZERO, max: Vec3::new(100.0, 100.0, 100.0) };
-        let b = Bubble {
-            id: crate::ids::BubbleId(1),
-            site: crate::ids::SiteId(0),
-            world: crate::ids::WorldId(0),
-            bounds,
-            epoch: crate::ids::Epoch(1),
-            stalled_since: None,
-            players: 2,
-            kind: BubbleState {
-                hysteresis: Hysteresis::default(),
-                created_at: Time::ZERO,
-                cuts: vec![Cut { part: 0, axis: 0, at: 50.0 }],
-                kept_empty_until: None,
-                load: LoadState::default(),
-            },
-        };
+        let cuts = [Cut { part: 0, axis: 0, at: 50.0 }];
+        let parts = parts_of(bounds, &cuts);
+        let around = |p, current| part_around(&parts, &cuts, p, current);
         let just_below = Vec3::new(50.0 - EXIT_MARGIN_M / 2.0, 5.0, 5.0);
-        assert_eq!(b.part_around(just_below, Some(1)), 1, "within the margin of part 1");
-        assert_eq!(b.part_around(just_below, None), 0);
+        assert_eq!(around(just_below, Some(1)), 1, "within the margin of part 1");
+        assert_eq!(around(just_below, None), 0);
         let beyond = Vec3::new(50.0 - EXIT_MARGIN_M * 2.0, 5.0, 5.0);
-        assert_eq!(b.part_around(beyond, Some(1)), 0, "past the margin: crossed");
-        assert_eq!(b.part_around(beyond, Some(7)), 0, "a part that is gone");
+        assert_eq!(around(beyond, Some(1)), 0, "past the margin: crossed");
+        assert_eq!(around(beyond, Some(7)), 0, "a part that is gone");
     }
 
     #[test]

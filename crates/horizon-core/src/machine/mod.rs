@@ -332,7 +332,7 @@ impl CoreMachine {
 
     /// The gauge of regions over a server's capacity, per site (`Mesh::regions_over_capacity`).
     fn count_over_capacity(&mut self) {
-        for (site, n) in self.mesh.regions_over_capacity().into_iter().enumerate() {
+        for (site, &n) in self.mesh.regions_over_capacity().iter().enumerate() {
             self.stats.regions_over_capacity.set(site, u64::from(n));
         }
     }

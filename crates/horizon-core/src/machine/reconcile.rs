@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use horizon_mesh::SiteId;
+use horizon_mesh::bubble::part_around;
 use horizon_proto::{Aabb, BubbleId, PlayerId, Vec3};
 use horizon_proto::{Failure, control};
 
@@ -243,7 +244,7 @@ impl CoreMachine {
                     let at = self.mesh.player(p)?.position;
                     let current = reg.part_of().get(&p).map(|&c| c as usize);
                     let current = current.filter(|&c| reg.parts().get(c) == parts.get(c));
-                    Some((p, b.part_around(at, current) as u32))
+                    Some((p, part_around(&parts, &b.kind.cuts, at, current) as u32))
                 })
                 .collect();
             let boxes: Vec<Aabb> = parts.clone();

@@ -31,17 +31,17 @@ impl Mesh {
                 continue;
             }
             // Counted players per part; a bubble on one server needs no geometry.
-            let parts = b.parts();
-            let mut counts = vec![0u32; parts.len()];
-            if parts.len() == 1 {
+            let n = b.servers() as usize;
+            let mut counts = vec![0u32; n];
+            if n == 1 {
                 counts[0] = b.players;
             } else {
                 for &pi in members {
                     counts[part_of(&b.kind.cuts, self.items[pi as usize].pos)] += 1;
                 }
             }
-            b.kind.load.parts.resize(parts.len(), Load::default());
-            let due: Vec<usize> = (0..parts.len())
+            b.kind.load.parts.resize(n, Load::default());
+            let due: Vec<usize> = (0..n)
                 .filter(|&i| b.kind.load.parts[i].sample(counts[i], weight, now, &self.th))
                 .collect();
             let site = b.site;
@@ -124,26 +124,31 @@ impl Mesh {
         // Seats do not change: the same players, on more servers (or fewer).
         self.commands.push_back(Command::Servers { bubble: id, site, parts, reason });
     }
-}
 
-impl Mesh {
+    /// Counts, per site index, the regions holding more counted players than a server takes
+    /// after this tick's splits and merges (read through [`Mesh::regions_over_capacity`]).
+    pub(super) fn count_over_capacity(&mut self) {
+        let cap = self.th.players_per_server;
+        let mut over = std::mem::take(&mut self.over_capacity);
+        over.clear();
+        over.resize(self.sites.len(), 0);
+        over[self.sites.core().index()] = self.zones().filter(|z| z.players > cap).count() as u32;
+        for b in self.bubbles() {
+            let parts = b.kind.load.parts.iter().take(b.servers() as usize);
+            over[b.site.index()] += parts.filter(|l| l.players > cap).count() as u32;
+        }
+        self.over_capacity = over;
+    }
+
     /// Regions holding more counted players than a server takes at the last tick, per site
     /// index: the core site's zones and every bubble's parts (design.md §4). SMD's rule cuts
     /// each within `split_after_samples` samples and the settle window; one counted here
     /// longer is waiting for a server of its site, or cannot be cut ([`TickStats::uncut`]:
     /// a crowd stacked on one point, a region too thin).
-    pub fn regions_over_capacity(&self) -> Vec<u32> {
-        let cap = self.th.players_per_server;
-        let mut over = vec![0u32; self.sites.len()];
-        over[self.sites.core().index()] = self.zones().filter(|z| z.players > cap).count() as u32;
-        for b in self.bubbles() {
-            over[b.site.index()] += b.part_players().iter().filter(|&&n| n > cap).count() as u32;
-        }
-        over
+    pub fn regions_over_capacity(&self) -> &[u32] {
+        &self.over_capacity
     }
-}
 
-impl Mesh {
     /// What SMD's rule counts for zone `id` at `now` (`None`: no such zone).
     pub fn zone_counting(&self, id: BubbleId, now: Time) -> Option<crate::split::Counting> {
         let leaf = self.zones.leaf(id)?;

@@ -184,6 +184,8 @@ pub struct Mesh {
     load_sampled_at: Option<Time>,
     /// (zone leaf, place) of the players counted in zones at the last tick.
     zone_members: Vec<(u32, u32)>,
+    /// Per site index: regions over a server's capacity at the last tick (`load.rs`).
+    over_capacity: Vec<u32>,
     /// The latest time an input carried (zones opened between ticks are leased from it).
     now_hint: Time,
 }
@@ -309,6 +311,7 @@ impl Mesh {
             next_zone: ZONE_IDS_FROM,
             load_sampled_at: None,
             zone_members: Vec::new(),
+            over_capacity: Vec::new(),
             now_hint: now,
         };
         mesh.open_configured_zones(&config.zones, now)?;

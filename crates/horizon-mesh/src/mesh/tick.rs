@@ -27,6 +27,7 @@ impl Mesh {
         self.load_sampled_at = Some(now);
         self.balance_load(&mut sc, weight, now, &mut stats);
         self.balance_zones(&sc, weight, now, &mut stats);
+        self.count_over_capacity();
 
         self.free_slots.append(&mut self.retired_slots);
         if self.fresh_count > 0 {

@@ -16,6 +16,9 @@ use crate::zones::{Zone, ZoneSpec, validate_specs};
 
 pub use crate::ids::ZONE_IDS_FROM;
 
+/// One half of a zone just split: its leaf, and the places of the players in it.
+type Half = (u32, Vec<u32>);
+
 /// Why a zone was split or merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -252,13 +255,12 @@ impl Mesh {
     /// Cuts zone `leaf`, whose players stand at `places`, by SMD's rule: each half's leaf and
     /// players' places; `None` while it waits for its lease (stalled); why not, when it cannot
     /// be cut (it stays over capacity and is tried again at the next sample).
-    #[allow(clippy::type_complexity)]
     fn split_zone(
         &mut self,
         leaf: u32,
         places: &[u32],
         now: Time,
-    ) -> Result<Option<[(u32, Vec<u32>); 2]>, Uncut> {
+    ) -> Result<Option<[Half; 2]>, Uncut> {
         if self.zones.zone(leaf).stalled_since.is_some() {
             return Ok(None);
         }

@@ -235,16 +235,16 @@ impl Servers {
         let tick = self.tick;
         for b in mesh.bubbles() {
             let parts = b.servers();
-            let counted = b.part_players();
+            let counted = |part: u32| b.part_load(part as usize).map_or(0, |l| l.players);
             // Before the brain's first sample of it (its parts' counts not summing up yet):
             // even shares, the remainder on the first parts.
-            let even = counted.iter().sum::<u32>() != b.players;
+            let even = (0..parts).map(counted).sum::<u32>() != b.players;
             let pool = &mut self.sites[b.site.index()];
             for part in 0..parts {
                 let players = if even {
                     b.players / parts + u32::from(part < b.players % parts)
                 } else {
-                    counted[part as usize]
+                    counted(part)
                 };
                 self.largest_region = self.largest_region.max(players);
                 pool.seat((b.id, part), players, self.seats, tick);

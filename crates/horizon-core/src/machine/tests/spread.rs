@@ -70,3 +70,24 @@ fn a_spread_its_holder_could_not_make_is_sent_again_at_the_next_tick() {
     assert!(parts_orders(&h).is_empty(), "{:?}", h.sent());
     assert_eq!(h.core.registry[&bubble].parts().len(), 2);
 }
+
+#[test]
+fn a_crowd_on_one_point_is_counted_over_capacity_by_site() {
+    let mut h = Harness::with(Thresholds { players_per_server: 4, ..Thresholds::default() });
+    let crowd: Vec<(u64, f64)> = (1..=5).map(|p| (p, 0.0)).collect();
+    for &(p, x) in &crowd {
+        h.join("MTL", p, x);
+    }
+    h.run_until(6_000);
+    let (bubble, _, epoch) = h.hosted(1);
+    h.ack_all("MTL");
+    h.request("MTL", positions(bubble, epoch, &crowd)).unwrap();
+    let leases = vec![LeaseRef { bubble, epoch: Epoch(epoch) }];
+    h.request("MTL", control::Request::Renew { leases }).unwrap();
+    h.run_until(16_000);
+    // Five players for servers of four, all on one point: no cut leaves a player on each side.
+    assert!(parts_orders(&h).is_empty(), "{:?}", h.sent());
+    let text = metrics_text(&mut h.core);
+    assert!(text.contains("horizon_core_regions_over_capacity{site=\"MTL\"} 1"), "{text}");
+    assert!(text.contains("horizon_core_regions_over_capacity{site=\"PAR\"} 0"), "{text}");
+}
