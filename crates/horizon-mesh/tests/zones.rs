@@ -197,6 +197,34 @@ fn a_crowd_on_one_spot_cannot_be_cut_and_is_left_whole() {
 }
 
 #[test]
+fn under_smdg_a_paris_crowd_plays_in_zones_split_at_the_median_and_merged_back_when_it_leaves() {
+    // SMD-G, the default stage: 160 Parisians 3 m apart on a grid (48 m × 30 m, no gap).
+    let mut m = mesh(Thresholds::default());
+    for k in 0..160u64 {
+        let pos = Vec3::new((k % 16) as f64 * 3.0, (k / 16) as f64 * 3.0, 0.0);
+        m.handle_join(join(k + 1, PAR, 10.0, Role::Player, pos)).unwrap();
+    }
+    let cmds = ticks(&mut m, 0, 30);
+    assert!(m.bubbles().next().is_none(), "no bubble on the core site");
+    assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::Create { .. })), "{cmds:?}");
+    // As SMD cuts it: 160 → 80 + 80, each half again: four zones of 40 by 5 s (10 samples).
+    let at_5: Vec<_> = splits(&cmds).iter().map(|(t, _)| t.as_ms() / 1000).collect();
+    assert_eq!(at_5, vec![5, 5, 5], "{cmds:?}");
+    let mut seats: Vec<u32> = m.zones().map(|z| z.players).collect();
+    seats.sort_unstable();
+    assert_eq!(seats, vec![40, 40, 40, 40]);
+    assert!(m.regions_over_capacity().iter().all(|&n| n == 0));
+    // The crowd leaves but ten: the cuts are undone, most recent first, back to one zone.
+    for id in 11..=160 {
+        m.handle_leave(PlayerId(id)).unwrap();
+    }
+    let cmds = ticks(&mut m, 35, 300);
+    let merges = cmds.iter().filter(|(_, c)| matches!(c, Command::ZoneMerge { .. })).count();
+    assert_eq!((merges, m.zones().count()), (3, 1));
+    assert!(m.bubbles().next().is_none());
+}
+
+#[test]
 fn under_smdg_zones_hold_only_the_players_no_bubble_holds() {
     let mut m = mesh(Thresholds::default());
     m.handle_site_capacity(site(HKG), Some(0));

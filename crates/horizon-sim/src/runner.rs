@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use horizon_mesh::{
-    Command, ConfigError, Generation, Mesh, MeshConfig, MoveReason, PlayerId, PlayerUpdate, SiteId,
-    Time,
+    Command, ConfigError, DeleteReason, Generation, Mesh, MeshConfig, MoveReason, PlayerId,
+    PlayerUpdate, SiteId, Time,
 };
 use serde::Serialize;
 
@@ -424,9 +424,25 @@ impl Run<'_> {
                 );
                 self.note(now, "merge", text);
             }
-            Command::Delete { bubble, site, .. } => {
+            Command::Delete { bubble, site, reason, .. } => {
                 s.deleted += 1;
-                let text = format!("{bubble} on {} (empty)", self.site(site));
+                let why = match reason {
+                    DeleteReason::Empty => "empty",
+                    DeleteReason::Stage => "stage",
+                    DeleteReason::Dissolve => "dissolve",
+                };
+                if reason != DeleteReason::Empty {
+                    // Its players went back into the core site's zones: those recorded on its
+                    // site who are in no bubble now.
+                    let back: Vec<PlayerId> = self
+                        .site_of
+                        .iter()
+                        .filter(|&(&p, &s)| s == site && self.mesh.bubble_of(p).is_none())
+                        .map(|(&p, _)| p)
+                        .collect();
+                    self.record_move(now, &back, self.mesh.sites().core(), why);
+                }
+                let text = format!("{bubble} on {} ({why})", self.site(site));
                 self.note(now, "delete", text);
             }
             Command::Border { .. } => s.borders += 1,

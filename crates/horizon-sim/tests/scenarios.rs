@@ -29,10 +29,12 @@ fn three_montreal_and_one_paris_go_to_montreal_after_the_dwell() {
     for p in ["m1", "m2", "m3", "p1"] {
         assert_eq!(site(&r, p), "MTL");
     }
+    // The Parisian plays in a zone of PAR; the group's bubble is carved out of it for MTL.
     assert_eq!(r.moves.len(), 1);
     let m = &r.moves[0];
-    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("PAR", "MTL", "gain"));
+    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("PAR", "MTL", "carve"));
     assert_eq!(m.t_s, 35.0, "Montreal became best at 5 s; the dwell is 30 s");
+    assert_eq!(r.stats.created, 1, "no bubble on PAR before: the Parisian played in a zone");
     assert_eq!(latency(&r, "p1"), 95.0, "the Parisian pays ~90 ms: the price of the minority");
 }
 
@@ -58,8 +60,10 @@ fn a_large_event_stays_on_one_site_and_spreads_over_servers() {
     let r = report("large-event.toml");
     assert_eq!(r.final_players.len(), 100);
     assert!(r.final_players.values().all(|f| f.site == "PAR"), "one site for all");
-    assert_eq!(r.bubbles_by_site.get("PAR"), Some(&1));
-    assert_eq!(r.servers_by_site.get("PAR"), Some(&2), "100 players at 75 per server");
+    // The core site: its zones hold them, split once between the middle groups.
+    assert!(r.bubbles_by_site.is_empty(), "{:?}", r.bubbles_by_site);
+    assert_eq!((r.zones.count, r.zones.splits), (2, 1));
+    assert_eq!(r.max_servers_by_site.get("PAR"), Some(&2), "100 players at 75 per server");
     assert!(r.moves.is_empty());
 }
 
@@ -105,10 +109,12 @@ fn groups_from_two_sites_merge_before_they_meet() {
     let r = report("preventive-merge.toml");
     assert_eq!(r.moves.len(), 1);
     let m = &r.moves[0];
-    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("PAR", "MTL", "merge"));
+    // The Parisians play in the zones of PAR: scored with the Montrealers, their union's best
+    // site is MTL, and they enter the Montrealers' bubble from the zones.
+    assert_eq!((m.from.as_str(), m.to.as_str(), m.reason.as_str()), ("PAR", "MTL", "border"));
     // The Parisians drive at 10 m/s from 4 km away: at 170 s they are still 2.3 km apart.
     assert_eq!(m.t_s, 170.0);
-    assert!(r.stats.borders > 0, "their border moved with them before the merge");
+    assert_eq!(m.players, ["p1", "p2"]);
 }
 
 #[test]
@@ -139,7 +145,7 @@ fn the_json_report_has_the_documented_shape() {
     assert_eq!(m["players"], serde_json::json!(["m1", "m2", "m3", "p1"]));
     assert_eq!(
         (m["from"].as_str(), m["to"].as_str(), m["reason"].as_str()),
-        (Some("PAR"), Some("MTL"), Some("gain"))
+        (Some("PAR"), Some("MTL"), Some("carve"))
     );
     assert_eq!(v["final"]["m1"], serde_json::json!({"site": "MTL", "latency_ms": 10.0}));
 }
@@ -291,22 +297,29 @@ fn spreads(r: &Report) -> Vec<(f64, u32)> {
 #[test]
 fn a_dense_crowd_is_cut_across_servers_of_its_site_and_joined_back_when_it_leaves() {
     // 160 players of one home gathered within 400 m at 10 s, gone at 130 s (design.md §4:
-    // SMD's rule for every region, so a crowd with no gap is cut at the median).
-    for (file, home) in [("paris-crowd.toml", "PAR"), ("montreal-crowd.toml", "MTL")] {
-        let r = report(file);
-        assert_eq!(r.bubbles_by_site.get(home), Some(&1), "{file}: one group, one bubble");
-        let spreads = spreads(&r);
-        let three_by = spreads.iter().find(|s| s.1 >= 3).map(|s| s.0);
-        assert!(three_by.is_some_and(|t| t <= 10.0 + 30.0), "{file}: {spreads:?}");
-        assert_eq!(spreads[0], (15.0, 4), "{file}: four servers after 10 samples");
-        assert_eq!(spreads.last().map(|s| s.1), Some(1), "{file}: back on one server");
-        assert_eq!(r.servers_by_site.get(home), Some(&1), "{file}");
+    // SMD's rule for every region, so a crowd with no gap is cut at the median). In Montreal
+    // a bubble's parts; in Paris, the core site, its zones, as SMD does.
+    let r = report("montreal-crowd.toml");
+    assert_eq!(r.bubbles_by_site.get("MTL"), Some(&1), "one group, one bubble");
+    let spreads = spreads(&r);
+    let three_by = spreads.iter().find(|s| s.1 >= 3).map(|s| s.0);
+    assert!(three_by.is_some_and(|t| t <= 10.0 + 30.0), "{spreads:?}");
+    assert_eq!(spreads[0], (15.0, 4), "four servers after 10 samples");
+    assert_eq!(spreads.last().map(|s| s.1), Some(1), "back on one server");
+    assert_eq!(r.servers_by_site.get("MTL"), Some(&1));
+    let paris = report("paris-crowd.toml");
+    assert!(paris.bubbles_by_site.is_empty(), "no bubble on the core site");
+    let zone_splits: Vec<f64> =
+        paris.timeline.iter().filter(|e| e.kind == "zone_split").map(|e| e.t_s).collect();
+    assert_eq!(zone_splits, [15.0, 15.0, 15.0], "four zones after 10 samples");
+    assert_eq!((paris.zones.splits, paris.zones.merges, paris.zones.count), (3, 3, 1));
+    for (r, home) in [(&r, "MTL"), (&paris, "PAR")] {
         // Over capacity only for the 10 samples SMD's rule waits: the whole crowd from its
         // arrival at 10 s to its cut at 15 s (a tick counts its 5 s), into halves cut again at
         // once while over 75.
-        assert_eq!(r.stats.over_capacity_region_s, 5.0, "{file}");
-        assert!(r.stats.largest_region <= 161, "{file}");
-        assert_eq!(r.max_servers_by_site[home], 4, "{file}: 161 players, ≤ 75 a server");
-        assert!(r.final_players.values().all(|f| f.site == home), "{file}");
+        assert_eq!(r.stats.over_capacity_region_s, 5.0, "{home}");
+        assert!(r.stats.largest_region <= 161, "{home}");
+        assert_eq!(r.max_servers_by_site[home], 4, "{home}: 161 players, ≤ 75 a server");
+        assert!(r.final_players.values().all(|f| f.site == home), "{home}");
     }
 }

@@ -46,6 +46,9 @@ impl CoreMachine {
                     CreateReason::Split => "part of a bubble walked away from the rest",
                     CreateReason::Travel => "players arrived from another world",
                     CreateReason::Delegation => "a fixed delegation's region",
+                    CreateReason::Carve => {
+                        "carved out of the zones: the scoring placed the group on another site"
+                    }
                 };
                 let from = match previous_site {
                     Some(prev) if prev != site => format!(", their state from {}", name(*prev)),
@@ -124,6 +127,9 @@ impl CoreMachine {
                     DeleteReason::Empty => "its last player left",
                     DeleteReason::Stage => {
                         "this stage runs no bubble: its players go back to the zones"
+                    }
+                    DeleteReason::Dissolve => {
+                        "its group's best site is the core site: its players go back to the zones"
                     }
                 };
                 (

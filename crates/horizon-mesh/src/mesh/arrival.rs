@@ -15,7 +15,8 @@ impl Mesh {
     ///   their home site: a bubble around them there now (a [`Command::Create`] with reason
     ///   `Join` and no previous site); under [`Placement::AllCore`] (SMD) and
     ///   [`Placement::Fixed`] (where a delegation's region is entered as any bubble) they play
-    ///   in their zone instead;
+    ///   in their zone instead, and so do the core site's players under [`Placement::Smdg`]
+    ///   (bubbles are carved out of the zones only for groups placed off the core site);
     /// - otherwise (someone near, a stalled bubble, no seat, already placed, unknown) the next
     ///   tick places them, as after [`Mesh::handle_join`] alone.
     pub fn place_arrival(&mut self, id: PlayerId, now: Time) {
@@ -69,6 +70,9 @@ impl Mesh {
             // Fixed delegations: a delegation's region is a bubble of its own, entered above
             // when it runs; outside one (or before it runs), the zone around them.
             Placement::Fixed => return,
+            // SMD-G: a core-site player plays in the zone around them; a bubble is carved
+            // only for a group placed off the core site.
+            Placement::Smdg if home == self.sites.core() => return,
             _ => home,
         };
         if !self.can_host(site, 1) {

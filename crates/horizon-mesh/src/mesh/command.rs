@@ -22,6 +22,9 @@ pub enum CreateReason {
     Travel,
     /// A fixed delegation's region, created on its site as soon as it has a server for it.
     Delegation,
+    /// SMD-G: the scoring placed a group playing in the core site's zones on another site;
+    /// the bubble is carved out of the zones around it and handed to that site.
+    Carve,
 }
 
 impl CreateReason {
@@ -33,6 +36,7 @@ impl CreateReason {
             CreateReason::Split => "split",
             CreateReason::Travel => "travel",
             CreateReason::Delegation => "delegation",
+            CreateReason::Carve => "carve",
         }
     }
 }
@@ -46,6 +50,10 @@ pub enum DeleteReason {
     /// The placement allows no bubble (SMD: the relay stage, after a core of another stage):
     /// its players went back into the zones around them.
     Stage,
+    /// SMD-G: its group's best site became the core site (or it was there after a failover
+    /// and the scoring keeps it there): it dissolved into the zones around it, its players
+    /// crossing into them with their state.
+    Dissolve,
 }
 
 /// Why a bubble's server count changed within its site.

@@ -182,6 +182,11 @@ pub struct Mesh {
     /// When regions' load was last sampled (each sample weighs the time since the previous
     /// one, `crate::split`).
     load_sampled_at: Option<Time>,
+    /// SMD-G: groups playing in the core site's zones whose best site is another, by their
+    /// smallest player id: that site, since when, and the tick that last saw it. A group is
+    /// carved out once the same site has been best for the dwell time; entries a tick did
+    /// not see are dropped.
+    carving: FxHashMap<PlayerId, (SiteId, Time, Time)>,
     /// (zone leaf, place) of the players counted in zones at the last tick.
     zone_members: Vec<(u32, u32)>,
     /// Per site index: regions over a server's capacity at the last tick (`load.rs`).
@@ -310,6 +315,7 @@ impl Mesh {
             delegations: Vec::new(),
             next_zone: ZONE_IDS_FROM,
             load_sampled_at: None,
+            carving: FxHashMap::default(),
             zone_members: Vec::new(),
             over_capacity: Vec::new(),
             now_hint: now,

@@ -15,6 +15,7 @@ impl Mesh {
         stats.clusters = sc.units.len() as u32;
         // 2. Continuity with the bubbles of the previous tick.
         self.place_units(&mut sc, now, &mut stats);
+        self.carving.retain(|_, seen| seen.2 == now);
         // 3. Moving borders, and no two regions overlapping; fixed delegations' regions.
         self.settle_bounds(&mut sc, &mut stats);
         self.open_delegations(&mut sc, now, &mut stats);
@@ -103,8 +104,32 @@ impl Mesh {
                     .filter(|e| sc.owner[e.slot as usize].is_some_and(|o| o.0 == c as u32))
                     .map(|e| e.slot),
             );
+            // SMD-G: the core site's zones are a claim too, a bubble on the core site, and a
+            // unit with players in them and in bubbles plays where it scores best among them
+            // (as a merge keeps the union where it scores best): if that is the core site,
+            // the bubbles it owns dissolve into the zones. A stalled bubble fails over first.
+            let zones_win = may_own && !claim.is_empty() && {
+                let claimed: Vec<u32> = claim
+                    .iter()
+                    .filter(|e| owned.is_empty() || owned.contains(&e.slot))
+                    .map(|e| e.slot)
+                    .collect();
+                let stalled = |&s: &u32| {
+                    self.bubbles[s as usize].as_ref().is_some_and(|b| b.stalled_since.is_some())
+                };
+                let sites: Vec<SiteId> =
+                    claimed.iter().filter_map(|&s| sc.prior[s as usize].map(|p| p.0)).collect();
+                !claimed.iter().any(stalled)
+                    && self.zones_win(units.members(c), &sc.tallies[c], &sites)
+            };
+            if zones_win {
+                for &slot in &owned {
+                    self.delete(slot, DeleteReason::Dissolve);
+                    stats.deleted += 1;
+                }
+            }
             let slot = match owned.len() {
-                _ if !may_own => NONE,
+                _ if !may_own || zones_win => NONE,
                 0 if claim.is_empty() => self.create_new(c, &units, sc, now, stats),
                 0 => {
                     // Invariant: a non-empty claim list has a heaviest entry.
@@ -246,14 +271,40 @@ impl Mesh {
             let Some(b) = self.bubbles[slot as usize].as_mut() else {
                 continue;
             };
-            if let Verdict::Move(reason) = b.kind.hysteresis.decide(now, &current, &best, sum_w, th)
-            {
-                let epoch = b.epoch;
-                if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
-                    let players = member_ids(&self.members, sc.members(slot));
-                    self.relocate(slot, best.site, lease.epoch, reason, now, players);
-                    stats.moved += 1;
+            let core = self.sites.core();
+            let verdict = b.kind.hysteresis.decide(now, &current, &best, sum_w, th);
+            let held =
+                b.kind.hysteresis.last_move.is_some_and(|t| now.since(t).as_ms() < th.hold_ms);
+            match verdict {
+                // Its group's best site is the core site (or it is there, after a failover, and
+                // stays): it dissolves into the zones around it.
+                Verdict::Move(_) if best.site == core => self.dissolve(sc, slot, stats),
+                Verdict::Stay if site == core && !held => self.dissolve(sc, slot, stats),
+                Verdict::Move(reason) => {
+                    let epoch = b.epoch;
+                    if let Ok(lease) = self.leases.transfer(id, epoch, best.site, now) {
+                        let players = member_ids(&self.members, sc.members(slot));
+                        self.relocate(slot, best.site, lease.epoch, reason, now, players);
+                        stats.moved += 1;
+                    }
                 }
+                Verdict::Stay | Verdict::Wait => {}
+            }
+        }
+    }
+
+    /// SMD-G keeps no bubble on the core site: bubble `slot`'s group plays in the zones around
+    /// it from now on (the core's reconciliation moves each player's state into the zone it
+    /// stands in, as when a bubble ends under the relay stage).
+    fn dissolve(&mut self, sc: &mut Scratch, slot: u32, stats: &mut TickStats) {
+        let unit = sc.slot_unit[slot as usize];
+        self.delete(slot, DeleteReason::Dissolve);
+        stats.deleted += 1;
+        sc.slot_unit[slot as usize] = NONE;
+        if unit != NONE {
+            sc.cluster_bubble[unit as usize] = NONE;
+            for &it in sc.units.members(unit as usize) {
+                self.player_bubble[it as usize] = NONE;
             }
         }
     }
@@ -418,6 +469,7 @@ impl Mesh {
         let best = |mesh: &Self| {
             best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
+        let core = self.sites.core();
         let site = match (self.placement, home) {
             // SMD: the players play in the zone around them.
             (Placement::AllCore, _) => return NONE,
@@ -438,13 +490,78 @@ impl Mesh {
             (_, Some(_)) if travelled_from.is_none() => return NONE,
             _ => best(self),
         };
+        if self.placement == Placement::Smdg
+            && (site == core || !self.carve_due(members, tally, home, site, fresh, now))
+        {
+            // SMD-G: a group whose best site is the core site (or not better by the margin a
+            // move needs, or not yet for the dwell time) plays in the zones around it.
+            return NONE;
+        }
         let (previous_site, reason) = match travelled_from {
             _ if fresh => (None, CreateReason::Join),
             Some(site) => (Some(site), CreateReason::Travel),
-            None => (Some(self.sites.core()), CreateReason::ServerReady),
+            // From the zones: a group of one home waited for a server there; any other was
+            // playing there until the scoring placed it on another site.
+            None if home.is_some() => (Some(core), CreateReason::ServerReady),
+            None => (Some(core), CreateReason::Carve),
         };
-        let origin = Origin { previous_site, reason, hysteresis: Hysteresis::default() };
+        // A carve hands the group's simulation to another site, as a move does: hold counts
+        // from it, so the bubble does not dissolve back into the zones straight away.
+        let last_move = (reason == CreateReason::Carve).then_some(now);
+        let hysteresis = Hysteresis { best_since: None, last_move };
+        let origin = Origin { previous_site, reason, hysteresis };
         self.create_bubble(c, clusters, sc, site, origin, now, stats)
+    }
+
+    /// Whether a group in the core site's zones (or just connected) is carved out onto
+    /// `site`, its best site, now. A group of one home goes to its home site at once, as at
+    /// connection. Any other must gain what a move needs over the core site (`gain_ms` per
+    /// player, or fixing the fairness cap), as if the zones were its bubble there; and unless
+    /// all its players just connected (they have no state to hand over yet), `site` must have
+    /// been best for the dwell time, as for a move.
+    fn carve_due(
+        &mut self,
+        members: &[u32],
+        tally: &Tally,
+        home: Option<SiteId>,
+        site: SiteId,
+        fresh: bool,
+        now: Time,
+    ) -> bool {
+        if home.is_some() {
+            return true;
+        }
+        let current = SiteScore::of(tally, &self.sites, self.sites.core());
+        let best = SiteScore::of(tally, &self.sites, site);
+        let standing = Hysteresis::default().standing(now, &current, &best, tally.sum_w, &self.th);
+        if standing.verdict == Verdict::Stay {
+            return false;
+        }
+        if fresh {
+            return true;
+        }
+        // Invariant: a unit has members.
+        let key = members.iter().map(|&i| self.members[i as usize].id).min().expect("a member");
+        let entry = self.carving.entry(key).or_insert((site, now, now));
+        if entry.0 != site {
+            *entry = (site, now, now);
+        }
+        entry.2 = now;
+        now.since(entry.1).as_ms() >= self.th.dwell_ms
+    }
+
+    /// SMD-G: whether a unit whose `members` were in bubbles on `sites` (those it owns, else
+    /// those it walked out of) plays in the core site's zones instead: some of them played
+    /// there (not only just connected), and the core site scores best among those sites.
+    fn zones_win(&self, members: &[u32], tally: &Tally, sites: &[SiteId]) -> bool {
+        let in_zone = |&i: &u32| self.player_bubble[i as usize] == NONE && !self.fresh[i as usize];
+        if self.placement != Placement::Smdg || !members.iter().any(in_zone) {
+            return false;
+        }
+        let core = self.sites.core();
+        let best =
+            best_site(tally, &self.sites, self.th.cap_ms, Some(core), |s| sites.contains(&s));
+        best.site == core
     }
 
     /// The member who arrived first (ids are handed out in arrival order).
@@ -471,6 +588,8 @@ impl Mesh {
             best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
         let site = match self.placement {
+            // SMD-G keeps no bubble on the core site: they walk into the zones around them.
+            Placement::Smdg if parent_site == self.sites.core() => return NONE,
             // Its players are on the parent's site already: no seat more (only the site up).
             Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 0) => parent_site,
             // The baselines never re-place a bubble, so a group walking away is a new room or a

@@ -12,10 +12,18 @@ pub const HKG: usize = 2;
 
 /// PAR (core), MTL, HKG with the default backbone RTTs (design.md §2).
 pub fn sites() -> Sites {
+    sites_cored_at(PAR)
+}
+
+/// The same sites and backbone with the core at `core`. SMD-G keeps no bubble on the core
+/// site (its players play in its zones): tests of how bubbles move between PAR and MTL put
+/// the core at HKG, where none of their players is.
+pub fn sites_cored_at(core: usize) -> Sites {
     let n = |s: &str| SiteName::new(s).unwrap();
+    let names = [n("PAR"), n("MTL"), n("HKG")];
     Sites::new(
-        vec![n("PAR"), n("MTL"), n("HKG")],
-        &n("PAR"),
+        names.to_vec(),
+        &names[core],
         &[(n("PAR"), n("MTL"), 85.0), (n("PAR"), n("HKG"), 185.0), (n("MTL"), n("HKG"), 225.0)],
     )
     .unwrap()
@@ -27,6 +35,21 @@ pub fn site(i: usize) -> SiteId {
 
 pub fn mesh(th: Thresholds) -> Mesh {
     mesh_placing(th, Placement::Smdg)
+}
+
+/// A dynamic mesh whose core is at `core` (see [`sites_cored_at`]).
+pub fn mesh_cored_at(th: Thresholds, core: usize) -> Mesh {
+    Mesh::new(
+        MeshConfig {
+            sites: sites_cored_at(core),
+            thresholds: th,
+            generation: Generation(1),
+            placement: Placement::Smdg,
+            zones: Vec::new(),
+        },
+        Time::ZERO,
+    )
+    .unwrap()
 }
 
 pub fn mesh_placing(th: Thresholds, placement: Placement) -> Mesh {

@@ -25,6 +25,22 @@ fn a_silent_relay_fails_over_to_the_core_only_after_lease_and_margin() {
     assert_eq!(failover.1, site(PAR));
     assert!(failover.2 > old);
     assert!(!m.leases().is_current(m.bubble_of(PlayerId(1)).unwrap().id, old));
+    // SMD-G keeps no bubble on the core site: once hold is over (180 s from the failover), with
+    // MTL still cut off, the bubble dissolves into the zone around its player...
+    let seen = run_silent(&mut m, 101, 300, site(MTL));
+    let ended: Vec<_> = seen
+        .iter()
+        .filter_map(|(t, c)| match c {
+            Command::Delete { reason, .. } => Some((*t, *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, vec![(failover.0 + 180, horizon_mesh::DeleteReason::Dissolve)]);
+    assert!(m.bubble_of(PlayerId(1)).is_none() && m.zone_of(PlayerId(1)).is_some());
+    // ... and the player gets a bubble on MTL again once it is back.
+    m.handle_site_link(site(MTL), true);
+    let back = run(&mut m, 305, 310);
+    assert!(back.iter().any(|(_, c)| matches!(c, Command::Create { site: s, previous_site: Some(p), reason: CreateReason::ServerReady, .. } if *s == site(MTL) && *p == site(PAR))), "{back:?}");
 }
 
 #[test]
@@ -65,7 +81,8 @@ fn a_lost_bubble_restarts_on_its_own_site_when_it_has_a_spare_server_else_elsewh
 
 #[test]
 fn an_aborted_move_returns_the_bubble_to_its_source_under_a_newer_epoch_and_waits_out_hold() {
-    let mut m = mesh(th());
+    // The core at HKG: PAR holds bubbles like MTL (see `sites_cored_at`).
+    let mut m = mesh_cored_at(th(), HKG);
     m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     for id in 2..=4 {

@@ -22,7 +22,8 @@ fn players_farther_than_the_merge_distance_never_share_a_bubble() {
 /// (boxes joined that way grew into boxes overlapping more boxes, across whole star systems).
 #[test]
 fn ships_whose_margins_overlap_beyond_the_merge_distance_get_a_border_not_a_shared_bubble() {
-    let mut m = mesh(th());
+    // The core at HKG: PAR holds bubbles like MTL (see `sites_cored_at`).
+    let mut m = mesh_cored_at(th(), HKG);
     let mut a = join(1, PAR, 10.0, Role::Pilot, at(0.0));
     a.velocity = Vec3::new(0.0, 500.0, 0.0);
     let mut b = join(2, MTL, 10.0, Role::Pilot, at(25_000.0));
@@ -51,7 +52,8 @@ fn npcs_never_get_a_bubble_nor_a_site() {
 
 #[test]
 fn preventive_merge_happens_before_the_groups_meet() {
-    let mut m = mesh(th());
+    // The core at HKG: PAR holds bubbles like MTL (see `sites_cored_at`).
+    let mut m = mesh_cored_at(th(), HKG);
     let mut a = join(1, PAR, 10.0, Role::Player, at(0.0));
     a.velocity = Vec3::new(5.0, 0.0, 0.0);
     m.handle_join(a).unwrap();

@@ -1,6 +1,7 @@
 //! Bubbles cut across servers of their site by SMD's rule (`horizon_mesh::split`, the zones'
 //! rule): a large event between its groups, a dense crowd at its median, a crowd on one point
-//! not at all; and the latest cut undone when load stays low.
+//! not at all; and the latest cut undone when load stays low. The core is at HKG here, so that
+//! PAR and MTL hold bubbles (the core site's crowds are cut as zones: `tests/zones.rs`).
 
 use super::*;
 
@@ -19,7 +20,7 @@ fn event(m: &mut Mesh) {
 
 #[test]
 fn a_large_event_stays_on_one_site_and_is_cut_between_groups_across_servers() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     event(&mut m);
     let cmds = run(&mut m, 0, 60);
     assert_eq!(m.bubbles().count(), 1);
@@ -46,7 +47,7 @@ fn a_large_event_stays_on_one_site_and_is_cut_between_groups_across_servers() {
 
 #[test]
 fn the_latest_split_is_undone_when_load_stays_low() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     event(&mut m);
     run(&mut m, 0, 30);
     assert_eq!(m.bubbles().next().unwrap().servers(), 2);
@@ -85,7 +86,7 @@ fn servers_over_time(cmds: &[(Time, Command)]) -> Vec<(u64, usize)> {
 #[test]
 fn a_dense_crowd_with_no_gap_is_cut_at_the_median_until_every_part_fits() {
     for home in [PAR, MTL] {
-        let mut m = mesh(th());
+        let mut m = mesh_cored_at(th(), HKG);
         // 160 players 3 m apart, one group: no gap of 20 m anywhere.
         crowd(&mut m, 1, 160, home, 0.0);
         let cmds = run(&mut m, 0, 60);
@@ -110,7 +111,7 @@ fn a_dense_crowd_with_no_gap_is_cut_at_the_median_until_every_part_fits() {
 
 #[test]
 fn a_crowd_stacked_on_one_point_is_not_cut_but_counted_over_capacity() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     for id in 1..=100 {
         m.handle_join(join(id, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     }
@@ -130,7 +131,7 @@ fn a_crowd_stacked_on_one_point_is_not_cut_but_counted_over_capacity() {
 #[test]
 fn a_bubble_is_spread_over_64_servers_at_most() {
     // Servers of one player each: 100 players would need 100.
-    let mut m = mesh(Thresholds { players_per_server: 1, ..th() });
+    let mut m = mesh_cored_at(Thresholds { players_per_server: 1, ..th() }, HKG);
     crowd(&mut m, 1, 100, PAR, 0.0);
     run(&mut m, 0, 300);
     let b = m.bubbles().next().unwrap();

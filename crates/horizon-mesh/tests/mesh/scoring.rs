@@ -1,10 +1,12 @@
-//! The weighted majority, dwell, hold and the fairness cap.
+//! The weighted majority, dwell, hold and the fairness cap (between PAR and MTL, the core at
+//! HKG: see `sites_cored_at`); carving a bubble out of the core site's zones and dissolving it.
 
 use super::*;
+use horizon_mesh::DeleteReason;
 
 #[test]
 fn the_majority_wins_after_the_dwell_time_and_not_before() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     for id in 2..=4 {
@@ -18,7 +20,7 @@ fn the_majority_wins_after_the_dwell_time_and_not_before() {
 
 #[test]
 fn the_explanation_names_the_best_site_and_counts_dwell_then_hold_as_the_tick_does() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     for id in 2..=4 {
@@ -47,7 +49,7 @@ fn the_explanation_names_the_best_site_and_counts_dwell_then_hold_as_the_tick_do
     assert!(m.explain(horizon_mesh::BubbleId(u64::MAX), Time::from_secs(40)).is_none());
     // For every bubble at once (one pass over the players), the same figures.
     for id in 10..20 {
-        m.handle_join(join(id, HKG, 10.0, Role::Player, at(id as f64 * 10_000.0))).unwrap();
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10_000.0))).unwrap();
     }
     run(&mut m, 45, 45);
     let t = Time::from_secs(47);
@@ -58,7 +60,7 @@ fn the_explanation_names_the_best_site_and_counts_dwell_then_hold_as_the_tick_do
 
 #[test]
 fn hold_blocks_a_second_move_for_three_minutes() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     for id in 2..=4 {
@@ -79,7 +81,7 @@ fn hold_blocks_a_second_move_for_three_minutes() {
 
 #[test]
 fn a_cap_violation_moves_the_bubble_even_without_cost_gain() {
-    let mut m = mesh(th());
+    let mut m = mesh_cored_at(th(), HKG);
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     m.handle_join(join(2, MTL, 10.0, Role::Player, at(5.0))).unwrap();
     run(&mut m, 0, 0);
@@ -94,4 +96,72 @@ fn a_cap_violation_moves_the_bubble_even_without_cost_gain() {
         })
         .collect();
     assert_eq!(reasons, vec![(Time::from_secs(35), site(PAR), MoveReason::Cap)]);
+}
+
+/// The `Delete`s of `cmds` with their time and reason.
+fn deletes(cmds: &[(Time, Command)]) -> Vec<(Time, DeleteReason)> {
+    cmds.iter()
+        .filter_map(|(t, c)| match c {
+            Command::Delete { reason, .. } => Some((*t, *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_core_site_group_plays_in_a_zone_is_carved_out_for_another_site_and_dissolves_on_return() {
+    // The core at PAR, as deployed.
+    let mut m = mesh(th());
+    m.handle_join(join(1, PAR, 10.0, Role::Player, at(0.0))).unwrap();
+    let cmds = run(&mut m, 0, 20);
+    assert!(cmds.is_empty(), "a Parisian alone plays in a zone: {cmds:?}");
+    assert!(m.bubble_of(PlayerId(1)).is_none());
+    assert!(m.zone_of(PlayerId(1)).is_some());
+    // Three Montrealers join them: the group's best site is MTL from the tick at 25 s, and its
+    // bubble is carved out of the zone for MTL once MTL has been best for the dwell time, as a
+    // bubble on PAR would move.
+    for id in 2..=4 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10.0))).unwrap();
+    }
+    let cmds = run(&mut m, 25, 60);
+    let created: Vec<_> = cmds
+        .iter()
+        .filter_map(|(t, c)| match c {
+            Command::Create { site, previous_site, players, reason, .. } => {
+                Some((*t, *site, *previous_site, players.clone(), *reason))
+            }
+            _ => None,
+        })
+        .collect();
+    let all: Vec<PlayerId> = (1..=4).map(PlayerId).collect();
+    let carved = (Time::from_secs(55), site(MTL), Some(site(PAR)), all, CreateReason::Carve);
+    assert_eq!(created, vec![carved]);
+    assert!(moves(&cmds).is_empty());
+    assert_eq!(m.latency_of(PlayerId(1)), Some(95.0), "the price of the minority");
+    // The Montrealers leave and Parisians come: PAR is now best. The carve counts as a move,
+    // so the group waits out hold (180 s from 55 s), then the bubble dissolves into the zone:
+    // no handover to a bubble on PAR.
+    for id in 2..=4 {
+        m.handle_leave(PlayerId(id)).unwrap();
+    }
+    for id in 10..14 {
+        m.handle_join(join(id, PAR, 10.0, Role::Player, at(id as f64))).unwrap();
+    }
+    let cmds = run(&mut m, 65, 400);
+    assert_eq!(deletes(&cmds), vec![(Time::from_secs(55 + 180), DeleteReason::Dissolve)]);
+    assert!(moves(&cmds).is_empty(), "{:?}", moves(&cmds));
+    assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::Create { .. })), "not carved again");
+    assert!(m.bubbles().next().is_none(), "no bubble on the core site");
+    for id in [1, 10, 11, 12, 13] {
+        assert!(m.zone_of(PlayerId(id)).is_some(), "player {id} plays in a zone");
+        assert_eq!(m.site_of(PlayerId(id)), Some(site(PAR)));
+    }
+    // A group that just connected together is placed at once (no state to hand over yet).
+    for id in 20..=22 {
+        m.handle_join(join(id, MTL, 10.0, Role::Player, at(1e6 + id as f64))).unwrap();
+    }
+    m.handle_join(join(23, PAR, 10.0, Role::Player, at(1e6))).unwrap();
+    let cmds = run(&mut m, 405, 405);
+    let joined = |c: &Command| matches!(c, Command::Create { site: s, reason: CreateReason::Join, .. } if *s == site(MTL));
+    assert!(cmds.iter().any(|(_, c)| joined(c)), "{cmds:?}");
 }

@@ -5,7 +5,8 @@ use super::*;
 
 #[test]
 fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused() {
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let mut h =
+        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, epoch) = handover_at_its_freeze(&mut h);
     let reply = reply_step;
     reply(&mut h, control::Reply::Frozen { handover: HandoverId(1), tick: Tick(5) });
@@ -31,7 +32,8 @@ fn a_handover_frozen_but_never_started_is_given_up_and_its_target_lease_refused(
 
 #[test]
 fn the_status_explains_why_a_bubble_is_where_it_is_and_tells_its_handover_in_words() {
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let mut h =
+        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, epoch) = handover_at_its_freeze(&mut h);
     let public = horizon_admin::Page { after: None, limit: 100, private: false };
     // Mid-handover the brain already places it on PAR, the best site for 3 Parisians and
@@ -68,7 +70,8 @@ fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_regist
     // came back holding the old epoch: it was told to stop the bubble, while the core counted
     // it as held (a regrant "on its way") and waited for the lease to run out: its players
     // saw nothing for a minute.
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let mut h =
+        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, _) = montrealer_in_a_bubble(&mut h);
     for p in 2..5 {
         h.join("PAR", p, 1.0 + p as f64);

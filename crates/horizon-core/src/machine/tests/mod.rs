@@ -10,10 +10,17 @@ use horizon_proto::{Role, Seq, Tick, Vec3, WorldId};
 use super::*;
 
 pub(crate) fn sites() -> Sites {
+    sites_cored_at("PAR")
+}
+
+/// PAR, MTL and HKG with the core at `core`. SMD-G keeps no bubble on the core site (its
+/// players play in its zones): the tests of handovers between PAR and MTL put the core at
+/// HKG ([`Harness::cored_at`]).
+pub(crate) fn sites_cored_at(core: &str) -> Sites {
     let name = |s: &str| SiteName::new(s).expect("valid site name");
     Sites::new(
         vec![name("PAR"), name("MTL"), name("HKG")],
-        &name("PAR"),
+        &name(core),
         &[
             (name("PAR"), name("MTL"), 85.0),
             (name("PAR"), name("HKG"), 185.0),
@@ -48,10 +55,19 @@ impl Harness {
     }
 
     fn with(thresholds: Thresholds) -> Self {
+        Harness::with_core(thresholds, "PAR")
+    }
+
+    /// A harness whose core site is `core` (see [`sites_cored_at`]).
+    fn cored_at(core: &str) -> Self {
+        Harness::with_core(Thresholds::default(), core)
+    }
+
+    fn with_core(thresholds: Thresholds, core: &str) -> Self {
         let thresholds =
             Thresholds { lease_ttl_ms: TTL_MS, lease_drift_margin_ms: MARGIN_MS, ..thresholds };
         let cfg = MachineConfig {
-            sites: sites(),
+            sites: sites_cored_at(core),
             thresholds,
             zones: Vec::new(),
             stage: crate::Stage::Dynamic,
@@ -128,7 +144,7 @@ impl Harness {
     /// The core site's agent renews its zones' leases, as a running agent renews everything it
     /// holds (the tests renew their bubbles themselves, to choose who stops).
     fn renew_zones(&mut self) {
-        let par = self.site("PAR");
+        let par = self.core.cfg.sites.core();
         let zones: Vec<LeaseRef> = self
             .core
             .registry
@@ -139,7 +155,8 @@ impl Harness {
         if zones.is_empty() || !self.core.agents.has(par) {
             return;
         }
-        let _ = self.request("PAR", control::Request::Renew { leases: zones });
+        let core = self.core.cfg.sites.name(par).to_string();
+        let _ = self.request(&core, control::Request::Renew { leases: zones });
     }
 
     /// Orders sent since the log was last cleared, as (site, order id, request).
@@ -354,7 +371,8 @@ fn reply_step(h: &mut Harness, reply: control::Reply) {
 }
 
 /// A Montrealer's bubble, joined by three Parisians, moving MTL → PAR up to its `Freeze`
-/// (sent, not answered). Returns the bubble and the source's epoch (the target's is one more).
+/// (sent, not answered), in a harness whose core is at HKG ([`Harness::cored_at`]). Returns
+/// the bubble and the source's epoch (the target's is one more).
 fn handover_at_its_freeze(h: &mut Harness) -> (BubbleId, u64) {
     let (bubble, _) = montrealer_in_a_bubble(h);
     for p in 2..5 {

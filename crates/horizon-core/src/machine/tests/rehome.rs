@@ -47,7 +47,7 @@ fn only_the_holder_moves_a_region_and_not_while_it_changes() {
     let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
     assert_eq!(rehome(&mut h, "PAR", bubble, epoch), Err(ErrorCode::StaleEpoch));
     assert_eq!(rehome(&mut h, "MTL", BubbleId(77), 1), Err(ErrorCode::UnknownBubble));
-    let mut h = Harness::new();
+    let mut h = Harness::cored_at("HKG");
     let (bubble, source) = handover_at_its_freeze(&mut h);
     h.log.clear();
     assert_eq!(rehome(&mut h, "MTL", bubble, source), Err(ErrorCode::Conflict));

@@ -23,7 +23,8 @@ fn restarted_at_the_freeze(h: &Harness) -> Harness {
 fn a_core_restarted_after_a_handover_froze_finds_its_target_running_it_and_never_restores_it() {
     // Seed 9201977: the restarted core restored the bubble on its sealed source's site while
     // the target, started from the seal, still ran it (two writers).
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let mut h =
+        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, epoch) = handover_at_its_freeze(&mut h);
     let persisted = h.log.iter().position(|e| {
         matches!(e, Effect::Persist(Record::Handover { bubble: b, epoch: e, site })
@@ -61,7 +62,8 @@ fn a_core_restarted_after_a_handover_froze_finds_its_target_running_it_and_never
 /// A handover MTL → PAR at its freeze, the core restarted, and the target registered
 /// without the bubble (the seal never reached it).
 fn restarted_and_the_target_without_it() -> (Harness, BubbleId, u64) {
-    let mut h = Harness::with(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() });
+    let mut h =
+        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, epoch) = handover_at_its_freeze(&mut h);
     let mut h2 = restarted_at_the_freeze(&h);
     h2.request("PAR", register("PAR", vec![server("PAR-0", &[])], &[])).unwrap();
