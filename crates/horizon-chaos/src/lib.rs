@@ -213,6 +213,8 @@ impl Summary {
             totals.restores += s.restores;
             totals.zone_splits += s.zone_splits;
             totals.zone_merges += s.zone_merges;
+            totals.carves += s.carves;
+            totals.dissolves += s.dissolves;
             totals.region_moves += s.region_moves;
             totals.cuts_routed_round += s.cuts_routed_round;
             totals.cut_gap_max_ms = totals.cut_gap_max_ms.max(s.cut_gap_max_ms);
@@ -238,7 +240,7 @@ pub fn render_run(run: &Run, full: bool) -> String {
     }
     let s = &run.stats;
     out.push_str(&format!(
-        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} region moves, {} cuts routed round ({} relayed), generation {}{}\n",
+        "  {} events, {} ticks checked, {} inputs sent, {} updates shown, {} restores, {} zone splits, {} zone merges, {} carves, {} dissolves, {} region moves, {} cuts routed round ({} relayed), generation {}{}\n",
         s.events,
         s.ticks_checked,
         s.inputs_sent,
@@ -246,6 +248,8 @@ pub fn render_run(run: &Run, full: bool) -> String {
         s.restores,
         s.zone_splits,
         s.zone_merges,
+        s.carves,
+        s.dissolves,
         s.region_moves,
         s.cuts_routed_round,
         s.relayed,

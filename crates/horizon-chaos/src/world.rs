@@ -248,6 +248,10 @@ pub struct RunStats {
     /// Zones cut and joined again, over every core generation (relay stage).
     pub zone_splits: u64,
     pub zone_merges: u64,
+    /// Bubbles carved out of the core site's zones and dissolved back into them, over every
+    /// core generation (the default stage).
+    pub carves: u64,
+    pub dissolves: u64,
     /// Regions the agents moved whole off an overfull game server to another of their site.
     pub region_moves: u64,
     /// Transfer cuts watched to their end with their players playing on through the third

@@ -17,7 +17,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
 
 use crate::stats::{
     CoreStats, FailoverReason, HandoverOutcome, PerSite, REFUSED_REASONS, RESTORE_COPIES,
-    SERVER_STATES, Table, ZONE_CHANGES,
+    CARVE_CHANGES, SERVER_STATES, Table, ZONE_CHANGES,
 };
 
 fn unreachable_metric<T>(e: prometheus::Error) -> T {
@@ -179,6 +179,13 @@ const LABELLED: &[(&str, &str, MetricType, &[&str], Read)] = &[
         MetricType::COUNTER,
         &["change"],
         StatsCollector::zone_changes,
+    ),
+    (
+        "horizon_core_carves_total",
+        "Bubbles carved out of the core site's zones for a group the scoring placed on another site, and dissolved back into them when its best site became the core site, by the bubble's site and change.",
+        MetricType::COUNTER,
+        &["site", "change"],
+        |c, kind| c.by_site(&c.stats.carves, "change", &CARVE_CHANGES, kind),
     ),
     (
         "horizon_handovers_total",

@@ -192,6 +192,9 @@ pub(crate) const SERVER_STATES: [&str; 2] = ["ready", "busy"];
 /// Zone changes (label `change` of `horizon_core_zone_changes_total`).
 pub(crate) const ZONE_CHANGES: [&str; 2] = ["split", "merge"];
 
+/// Bubbles carved out of the core site's zones, and dissolved back into them (SMD-G).
+pub(crate) const CARVE_CHANGES: [&str; 2] = ["carve", "dissolve"];
+
 /// Handover durations, seconds: from a tenth of a second to half a minute.
 pub(crate) const HANDOVER_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
 
@@ -261,6 +264,8 @@ pub(crate) struct CoreStats {
     pub(crate) servers: Table,
     /// [`ZONE_CHANGES`].
     pub(crate) zone_changes: Table,
+    /// site × [`CARVE_CHANGES`].
+    pub(crate) carves: Table,
     /// pair × [`HandoverOutcome::ALL`].
     pub(crate) handovers: Table,
     pub(crate) handover_seconds: PairHistogram,
@@ -302,6 +307,7 @@ impl CoreStats {
             store_failures: Cell::default(),
             servers: Table::new(sites, SERVER_STATES.len()),
             zone_changes: Table::new(1, ZONE_CHANGES.len()),
+            carves: Table::new(sites, CARVE_CHANGES.len()),
             handovers: Table::new(pairs, HandoverOutcome::ALL.len()),
             handover_seconds: PairHistogram::new(pairs, HANDOVER_BUCKETS),
             failovers: Table::new(sites, FailoverReason::ALL.len()),
@@ -325,6 +331,17 @@ impl CoreStats {
     /// A zone was split (`true`) or two were merged back.
     pub(crate) fn zone_changed(&self, split: bool) {
         self.zone_changes.inc(0, usize::from(!split));
+    }
+
+    /// Bubbles carved out of the zones and dissolved back into them so far, every site.
+    pub(crate) fn carves(&self) -> (u64, u64) {
+        let total = |c| (0..self.sites).map(|s| self.carves.get(s, c)).sum();
+        (total(0), total(1))
+    }
+
+    /// A bubble on `site` was carved out of the zones (`true`) or dissolved into them.
+    pub(crate) fn carved(&self, site: usize, carved: bool) {
+        self.carves.inc(site, usize::from(!carved));
     }
 
     /// A handover from `from` to `to` ended; `seconds` from its decision, if committed.

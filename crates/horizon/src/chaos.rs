@@ -125,7 +125,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         }
         let s = Summary::of(&runs, &opts, args.first_seed);
         println!(
-            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges, {} region moves, {} cuts routed round (longest gap {:.1} s, {} relayed)",
+            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges, {} carves, {} dissolves, {} region moves, {} cuts routed round (longest gap {:.1} s, {} relayed)",
             s.runs,
             s.seconds,
             s.violations.len(),
@@ -135,6 +135,8 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
             s.totals.restores,
             s.totals.zone_splits,
             s.totals.zone_merges,
+            s.totals.carves,
+            s.totals.dissolves,
             s.totals.region_moves,
             s.totals.cuts_routed_round,
             s.totals.cut_gap_max_ms as f64 / 1000.0,

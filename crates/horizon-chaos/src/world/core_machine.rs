@@ -117,6 +117,9 @@ impl World {
             let (splits, merges) = core.zone_changes();
             self.stats.zone_splits += splits;
             self.stats.zone_merges += merges;
+            let (carves, dissolves) = core.carves();
+            self.stats.carves += carves;
+            self.stats.dissolves += dissolves;
         }
     }
 

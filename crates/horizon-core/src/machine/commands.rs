@@ -2,7 +2,7 @@
 //! merged or deleted (ended once its members have left it), resized, spread over servers; and
 //! each decision kept for `/status`.
 
-use horizon_mesh::{Command, MoveReason, Time};
+use horizon_mesh::{Command, CreateReason, DeleteReason, MoveReason, Time};
 use horizon_proto::control;
 use horizon_proto::{BubbleId, Epoch, LeaseRef, Region, WorldId};
 
@@ -18,9 +18,12 @@ impl CoreMachine {
             self.decide(&command, now);
             let told = self.told(&command);
             match command {
-                Command::Create { bubble, site, world, bounds, epoch, .. } => {
+                Command::Create { bubble, site, world, bounds, epoch, reason, .. } => {
                     self.host(bubble, site, world, bounds, epoch.0, now);
                     self.stats.bubbles_created.inc(site.index());
+                    if reason == CreateReason::Carve {
+                        self.stats.carved(site.index(), true);
+                    }
                 }
                 Command::Move { bubble, from, to, epoch, reason, .. } => {
                     if reason == MoveReason::Failover {
@@ -30,7 +33,12 @@ impl CoreMachine {
                     }
                 }
                 Command::Merge { from, .. } => revokes.push(from),
-                Command::Delete { bubble, .. } => revokes.push(bubble),
+                Command::Delete { bubble, site, reason, .. } => {
+                    if reason == DeleteReason::Dissolve {
+                        self.stats.carved(site.index(), false);
+                    }
+                    revokes.push(bubble);
+                }
                 Command::Border { bubble, bounds, .. } => self.resize(bubble, bounds),
                 Command::Enter { .. } => {}
                 Command::Servers { bubble, parts, reason, .. } => {

@@ -30,6 +30,11 @@ impl CoreMachine {
         self.stats.zone_changes()
     }
 
+    /// Bubbles carved out of the core site's zones and dissolved back into them, since start.
+    pub fn carves(&self) -> (u64, u64) {
+        self.stats.carves()
+    }
+
     /// Sets the gauges from the registry and the agents' reports (after every step of the
     /// shell's loop).
     pub fn refresh_gauges(&mut self) {
