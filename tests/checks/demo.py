@@ -34,7 +34,16 @@ elif fixed:
     assert d["max_servers_by_site"]["HKG"] == 0, "HKG hosted something"
     assert d["crossing_freeze_ms"].get("PAR-MTL", {}).get("samples", 0) >= 1, "nobody crossed into the region"
 else:
+    # SMD-G: the Parisians play in PAR's zones, and bubbles are carved out of them only for
+    # groups placed on MTL or HKG; the Paris crowd cut PAR's zone (demo-sized servers), then
+    # thinned out so that the zones were joined again. A Montrealer's bubble joined by Hong
+    # Kong players was handed over to HKG.
+    print("bubbles_by_site", d["bubbles_by_site"], "zones", d["zones"], "settings", d["settings"])
     assert d["handovers"] >= 1, "no handover happened"
+    assert d["bubbles_by_site"].get("PAR", 0) == 0, "a bubble on the core site"
+    assert d["bubbles_by_site"].get("MTL", 0) >= 1 and d["bubbles_by_site"].get("HKG", 0) >= 1
+    assert d["zones"]["splits"] >= 1, "the Paris crowd never cut PAR's zone"
+    assert d["zones"]["merges"] >= 1, "no zones joined after the Paris crowd thinned out"
 if measure:
     # Every player measured every site's beacon and found their own home nearest; the core
     # believed every table and counts the players online under their home, the relay sites'

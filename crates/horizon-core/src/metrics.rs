@@ -16,8 +16,8 @@ use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
 
 use crate::stats::{
-    CoreStats, FailoverReason, HandoverOutcome, PerSite, REFUSED_REASONS, RESTORE_COPIES,
-    CARVE_CHANGES, SERVER_STATES, Table, ZONE_CHANGES,
+    CARVE_CHANGES, CoreStats, FailoverReason, HandoverOutcome, PerSite, REFUSED_REASONS,
+    RESTORE_COPIES, SERVER_STATES, Table, ZONE_CHANGES,
 };
 
 fn unreachable_metric<T>(e: prometheus::Error) -> T {

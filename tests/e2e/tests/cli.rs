@@ -32,7 +32,8 @@ fn sim_run_prints_a_readable_timeline() {
         horizon().args(["sim", "run"]).arg(scenario("three-mtl-one-par.toml")).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("move     b1 PAR -> MTL: m1 m2 m3 p1 (gain)"), "{text}");
+    assert!(text.contains("create   b1 on MTL for m1 m2 m3 p1 (carve)"), "{text}");
+    assert!(text.contains("35.0s  PAR -> MTL  (carve)  m1 m2 m3 p1"), "{text}");
     assert!(text.contains("ticks in"), "{text}");
 }
 
@@ -46,10 +47,9 @@ fn sim_run_explain_says_why_each_bubble_is_where_it_is_when_that_changes() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let explains: Vec<&str> = text.lines().filter(|l| l.contains(" explain ")).collect();
-    // The Parisian alone; the Montrealers arrive and MTL waits out its dwell; after the move.
+    // The Parisian plays in PAR's zone (no bubble to explain) until the group's bubble is
+    // carved out for MTL.
     let expected = [
-        "[     0.0s] explain  b1 on PAR: PAR is the best site for its 1 counted player: it stays.",
-        "[     5.0s] explain  b1 on PAR: MTL is better than PAR by 42.5 ms per player; it moves once MTL has been best for 30 s (dwell 0 s so far). Per player: PAR 73.8 ms, MTL 31.2 ms, HKG 225.0 ms (over the cap).",
         "[    35.0s] explain  b1 on MTL: MTL is the best site for its 4 counted players: it stays.",
     ];
     assert_eq!(explains.len(), expected.len(), "{text}");

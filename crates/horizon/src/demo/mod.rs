@@ -18,7 +18,8 @@ mod players;
 mod report;
 
 use players::{
-    FIXED_BOX, FIXED_SITE, FIXED_WORLD, RELAY_DISPERSE, enter_at_the_core, population, zoned,
+    DYNAMIC_DISPERSE, FIXED_BOX, FIXED_SITE, FIXED_WORLD, RELAY_DISPERSE, enter_at_the_core,
+    population, zoned,
 };
 use report::{Cost, final_document, freeze_report, summary_line};
 
@@ -82,6 +83,10 @@ const STANDBY_ELECTION_TTL_S: u32 = 3;
 const RELAY_PLAYERS_PER_SERVER: u32 = 20;
 /// `merge_after_samples` of the relay stage's demo, so that zones are joined within a minute.
 const RELAY_MERGE_AFTER_SAMPLES: u32 = 10;
+/// `players_per_server` of the default stage's demo: the Paris crowd in PAR's zone (21
+/// players) cuts it, and the zones are joined again within a minute of its thinning out
+/// (`merge_after_samples` as under relay).
+const DYNAMIC_PLAYERS_PER_SERVER: u32 = 15;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum GameServer {
@@ -126,6 +131,11 @@ async fn run(args: DemoArgs) -> ExitCode {
     opts.stage = args.stage;
     if zoned(args.stage) {
         opts.thresholds.players_per_server = RELAY_PLAYERS_PER_SERVER;
+        opts.thresholds.merge_after_samples = RELAY_MERGE_AFTER_SAMPLES;
+        opts.seats_per_server = opts.thresholds.seats_per_server();
+    }
+    if args.stage == Stage::Dynamic {
+        opts.thresholds.players_per_server = DYNAMIC_PLAYERS_PER_SERVER;
         opts.thresholds.merge_after_samples = RELAY_MERGE_AFTER_SAMPLES;
         opts.seats_per_server = opts.thresholds.seats_per_server();
     }
@@ -230,6 +240,12 @@ async fn run(args: DemoArgs) -> ExitCode {
         say(format!(
             "standby: two cores on etcd ({}), election TTL {STANDBY_ELECTION_TTL_S} s: the first leads, the second stands by",
             etcd.endpoints.join(" ")
+        ));
+    }
+    if args.stage == Stage::Dynamic {
+        say(format!(
+            "stage dynamic: Parisians play in PAR's zones, bubbles are carved out of them for groups              placed on MTL or HKG; demo settings: {DYNAMIC_PLAYERS_PER_SERVER} players per server (75 by default)              so that the Paris crowd splits its zone, groups {:?} leave at {} s and zones merge after              {RELAY_MERGE_AFTER_SAMPLES} quiet samples (30 by default)",
+            DYNAMIC_DISPERSE.0, DYNAMIC_DISPERSE.1
         ));
     }
     if zoned(args.stage) {

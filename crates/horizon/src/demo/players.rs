@@ -18,7 +18,8 @@ struct Group {
 }
 
 const GROUPS: &[Group] = &[
-    // A Parisian hosting Montrealers: starts on PAR, moves to MTL after the dwell.
+    // A Parisian hosting Montrealers: the host plays in PAR's zone; the group's bubble is
+    // carved out of it for MTL once MTL has been best for the dwell time.
     Group {
         host: "PAR",
         guests: &[("MTL", 3)],
@@ -30,13 +31,16 @@ const GROUPS: &[Group] = &[
         motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
     },
     Group { host: "PAR", guests: &[("MTL", 3)], motion: Motion::Still },
-    // A Parisian with four Hong Kong players: HKG wins (no site keeps everyone under the cap).
+    // A Montrealer hosting four Hong Kong players: starts on MTL, handed over to HKG after the
+    // dwell (no site keeps everyone under the cap; HKG costs least).
     Group {
-        host: "PAR",
+        host: "MTL",
         guests: &[("HKG", 4)],
         motion: Motion::Wander { radius_m: 40.0, speed_mps: 1.5 },
     },
-    // One from each continent: Paris is in the middle, it stays.
+    // One from each continent: Paris is in the middle, they play in its zone. With groups 5 to
+    // 7, 18 and 19, the Paris crowd in the zone (21 players): cut under the default stage
+    // (demo-sized servers), and joined again once groups 5 and 6 leave (`DYNAMIC_DISPERSE`).
     Group { host: "PAR", guests: &[("MTL", 1), ("HKG", 1)], motion: Motion::Still },
     Group {
         host: "PAR",
@@ -91,6 +95,10 @@ const DASH_MPS: f64 = 200.0;
 /// Under the relay stage, the groups before this one leave after this many seconds: the crowd
 /// that cut the world's zone disperses, and the zones are joined again, the latest cut first.
 pub(super) const RELAY_DISPERSE: (usize, u64) = (12, 35);
+
+/// Under the default stage, these groups of Parisians leave after this many seconds: the
+/// Paris crowd that cut PAR's zone thins out, and the zones are joined again.
+pub(super) const DYNAMIC_DISPERSE: (&[usize], u64) = (&[5, 6], 45);
 
 /// Under the fixed stage, the demo delegates this box of its players' world to this site: the
 /// groups up to 487 km along x (groups 0 to 12) play in its one region; the others in the core
@@ -147,7 +155,11 @@ pub(crate) fn population(gateways: &BTreeMap<String, SocketAddr>, stage: Stage) 
     let mut bots = Vec::new();
     for (g, group) in GROUPS.iter().enumerate() {
         let dash = DASHERS.iter().find(|d| d.0 == g);
-        let disperse = (zoned(stage) && g < RELAY_DISPERSE.0).then_some(RELAY_DISPERSE.1);
+        let disperse = match stage {
+            _ if zoned(stage) => (g < RELAY_DISPERSE.0).then_some(RELAY_DISPERSE.1),
+            Stage::Dynamic => DYNAMIC_DISPERSE.0.contains(&g).then_some(DYNAMIC_DISPERSE.1),
+            _ => None,
+        };
         let leave = LEAVERS
             .iter()
             .find(|l| l.0 == g)
