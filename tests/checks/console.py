@@ -4,8 +4,9 @@
     python3 tests/checks/console.py --json-out target/demo.json --screenshot target/console.png \
         -- ./target/release/horizon demo --duration 90 --json
 
-Runs the demo command given after `--` with `--admin 127.0.0.1:PORT` (a free port) and an admin
-token in HORIZON_ADMIN_TOKEN, its stdout to --json-out, and drives Debian's headless `chromium`
+Runs the demo command given after `--` with `--admin 127.0.0.1:0` (the core binds a free port
+itself and its banner says which: `console http://ADDR/`) and an admin token in
+HORIZON_ADMIN_TOKEN, its stdout to --json-out, and drives Debian's headless `chromium`
 through the DevTools protocol on a pipe (`--remote-debugging-pipe`: nothing but the standard
 library, nothing downloaded). It checks, as an operator would see them:
 
@@ -23,11 +24,12 @@ own exit code if it failed). Needs `chromium` on PATH (Debian's package of that 
 import argparse
 import json
 import os
+import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,17 +37,34 @@ import urllib.request
 REFRESH_S = 2.0  # the page's refresh period (status.html, REFRESH_MS)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def admin_address(demo, deadline_s):
+    """The core's admin address from the demo's banner (`console http://ADDR/` on its stderr),
+    its lines passed on to ours; the rest of its stderr keeps being passed on after."""
+    found = []
+
+    def read():
+        for line in demo.stderr:
+            sys.stderr.write(line)
+            m = re.match(r"console http://([0-9.:]+)/", line)
+            if m and not found:
+                found.append(m.group(1))
+
+    threading.Thread(target=read, daemon=True).start()
+    end = time.monotonic() + deadline_s
+    while not found:
+        if demo.poll() is not None:
+            raise RuntimeError(f"the demo exited with {demo.returncode} before saying its console's address")
+        if time.monotonic() > end:
+            raise RuntimeError(f"the demo said no console address within {deadline_s} s")
+        time.sleep(0.2)
+    return found[0]
 
 
 class Status:
     """`/status` of the demo's core, as the test reads it (with the token)."""
 
-    def __init__(self, port, token):
-        self.url = f"http://127.0.0.1:{port}"
+    def __init__(self, addr, token):
+        self.url = f"http://{addr}"
         self.token = token
 
     def get(self, path="/status", token=True):
@@ -257,17 +276,18 @@ def main():
     args = ap.parse_args()
     if shutil.which("chromium") is None:
         sys.exit("console.py: needs `chromium` on PATH (Debian: apt-get install chromium)")
-    port = free_port()
     token = secrets.token_hex(16)
     env = dict(os.environ, HORIZON_ADMIN_TOKEN=token)
     profile = os.path.abspath(os.path.join(os.path.dirname(args.screenshot), "console-profile"))
     shutil.rmtree(profile, ignore_errors=True)
     with open(args.json_out, "wb") as out:
-        demo = subprocess.Popen(args.command + ["--admin", f"127.0.0.1:{port}"], stdout=out, env=env)
-    status = Status(port, token)
+        demo = subprocess.Popen(args.command + ["--admin", "127.0.0.1:0"], stdout=out,
+                                stderr=subprocess.PIPE, text=True, env=env)
     failure = None
     browser = None
     try:
+        status = Status(admin_address(demo, 300), token)
+
         def ready():
             if demo.poll() is not None:
                 raise RuntimeError(f"the demo exited with {demo.returncode} before its core was ready")

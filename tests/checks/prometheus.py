@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -30,10 +29,29 @@ RULES = os.path.join(ROOT, "charts", "horizon", "rules", "horizon-alerts.yaml")
 CUT_AT_S, CUT_FOR_S = 25, 90
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def listening_address(proc, log_path, deadline_s):
+    """Where Prometheus, started on port 0, listens: its log's `msg="Listening on"
+    address=ADDR` line. Its log goes on to `log_path` meanwhile and after."""
+    found = []
+
+    def read():
+        with open(log_path, "w") as log:
+            for line in proc.stderr:
+                log.write(line)
+                log.flush()
+                m = re.search(r'msg="Listening on" address=([0-9.:]+)', line)
+                if m and not found:
+                    found.append(m.group(1))
+
+    threading.Thread(target=read, daemon=True).start()
+    end = time.monotonic() + deadline_s
+    while not found:
+        if proc.poll() is not None:
+            raise SystemExit(f"FAIL: prometheus exited with {proc.returncode}: see {log_path}")
+        if time.monotonic() > end:
+            raise SystemExit(f"FAIL: prometheus said no listening address within {deadline_s} s")
+        time.sleep(0.2)
+    return found[0]
 
 
 def get(url):
@@ -93,13 +111,14 @@ def main():
                 job = "horizon-core" if name == "core" else "horizon-agent"
                 f.write(f"  - job_name: {job}-{name.lower()}\n    static_configs:\n")
                 f.write(f"      - targets: ['{addr}']\n")
-        port = free_port()
+        # Prometheus binds a free port itself and logs which.
         prometheus = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
+            ["prometheus", f"--config.file={config}", "--web.listen-address=127.0.0.1:0",
              f"--storage.tsdb.path={os.path.join(out, 'tsdb')}"],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, "prometheus.log"), "w"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
-        api = f"http://127.0.0.1:{port}/api/v1"
+        addr = listening_address(prometheus, os.path.join(out, "prometheus.log"), 30)
+        api = f"http://{addr}/api/v1"
 
         def all_up():
             try:

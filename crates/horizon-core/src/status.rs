@@ -353,4 +353,14 @@ impl CoreStatus {
         let bubble = self.players.iter().find(|p| p.player == player)?.bubble?;
         self.bubble(bubble)
     }
+
+    /// The site simulating player `player`: its bubble's, or the core site's when it plays in
+    /// a zone.
+    pub fn site_of(&self, player: u64) -> Option<&str> {
+        let region = self.players.iter().find(|p| p.player == player)?.bubble?;
+        match self.bubble(region) {
+            Some(b) => Some(b.site.as_str()),
+            None => self.zones.iter().find(|z| z.zone == region).map(|z| z.site.as_str()),
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::ReservedPort;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -17,6 +18,8 @@ pub struct EtcdServer {
     dir: PathBuf,
     /// Its clients' TLS, when it serves `https://`.
     tls: Option<EtcdTls>,
+    /// Its client and peer ports, reserved for as long as it lives (`ports.rs`).
+    _ports: Vec<ReservedPort>,
 }
 
 /// The certificates of a member serving TLS to clients that must show a certificate of the
@@ -43,15 +46,15 @@ impl Drop for EtcdServer {
     }
 }
 
-/// `n` distinct free loopback ports. Another process may still take one before etcd binds it
-/// (the sockets are closed to let etcd have them): a member that then exits is started again
-/// on fresh ports ([`START_ATTEMPTS`]).
-fn free_ports(n: usize) -> Result<Vec<u16>, String> {
-    // Every socket is held until all are chosen, so the kernel cannot hand out one port twice.
-    let sockets = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
-    sockets.iter().map(|s| Ok(s.local_addr().map_err(|e| e.to_string())?.port())).collect()
+/// `n` distinct loopback ports for etcd, which cannot report a port it picked itself:
+/// reserved below the kernel's ephemeral range ([`ReservedPort`]), so that no `bind(0)` of
+/// another process and no other reservation takes one before etcd binds it. A member that
+/// exits at start all the same (a process binding such a port by number) is started again on
+/// fresh ports ([`START_ATTEMPTS`]).
+fn free_ports(n: usize) -> Result<Vec<ReservedPort>, String> {
+    (0..n)
+        .map(|_| ReservedPort::new().map_err(|e| format!("no loopback port to reserve: {e}")))
+        .collect()
 }
 
 /// How many times a member (or a cluster) is started on fresh ports when one exits at start.
@@ -99,11 +102,12 @@ impl EtcdServer {
     async fn start_single(dir: PathBuf, tls: Option<EtcdTls>) -> Result<EtcdServer, String> {
         let mut attempt = 1;
         loop {
-            let ports = free_ports(2)?;
-            let (client, peer) = (ports[0], ports[1]);
+            let mut ports = free_ports(2)?;
+            let (client, peer) = (ports[0].addr().port(), ports[1].addr().port());
             let cluster = format!("t=http://127.0.0.1:{peer}");
             let mut etcd =
                 EtcdServer::spawn(dir.clone(), "t", client, peer, &cluster, tls.clone())?;
+            etcd._ports.append(&mut ports);
             match etcd.healthy_within(Duration::from_secs(20)).await {
                 Ok(()) => return Ok(etcd),
                 Err(Unhealthy::Exited(_)) if attempt < START_ATTEMPTS => attempt += 1,
@@ -154,7 +158,7 @@ impl EtcdServer {
                     "cannot run etcd ({e}): install it (Debian: etcd-server; tests/install does)"
                 )
             })?;
-        Ok(EtcdServer { child, endpoint: client_url, dir, tls })
+        Ok(EtcdServer { child, endpoint: client_url, dir, tls, _ports: Vec::new() })
     }
 
     /// Waits until the member's `/health` says so (through `etcdctl` over TLS), or it exits.
@@ -279,8 +283,9 @@ impl EtcdCluster {
     }
 
     async fn start_once(dir: &std::path::Path, n: usize) -> Result<EtcdCluster, Unhealthy> {
-        let ports = free_ports(2 * n).map_err(Unhealthy::Failed)?;
-        let ports: Vec<(u16, u16)> = ports.chunks(2).map(|p| (p[0], p[1])).collect();
+        let mut reserved = free_ports(2 * n).map_err(Unhealthy::Failed)?;
+        let ports: Vec<(u16, u16)> =
+            reserved.chunks(2).map(|p| (p[0].addr().port(), p[1].addr().port())).collect();
         let cluster: Vec<String> = ports
             .iter()
             .enumerate()
@@ -290,8 +295,11 @@ impl EtcdCluster {
         let mut members = Vec::new();
         for (i, &(client, peer)) in ports.iter().enumerate() {
             let name = format!("m{i}");
-            let member = EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster, None);
-            members.push(member.map_err(Unhealthy::Failed)?);
+            let mut member =
+                EtcdServer::spawn(dir.join(&name), &name, client, peer, &cluster, None)
+                    .map_err(Unhealthy::Failed)?;
+            member._ports.extend(reserved.drain(..2));
+            members.push(member);
         }
         // Dropped on failure: every member is killed and its directory removed.
         let mut cluster = EtcdCluster { members };
@@ -337,7 +345,8 @@ mod tests {
     async fn a_member_whose_port_is_taken_is_seen_exiting_with_its_log() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = taken.local_addr().unwrap().port();
-        let peer = free_ports(1).unwrap()[0];
+        let peer = free_ports(1).unwrap();
+        let peer = peer[0].addr().port();
         let dir = std::env::temp_dir().join(format!("horizon-etcd-taken-{}", std::process::id()));
         let cluster = format!("t=http://127.0.0.1:{peer}");
         let mut etcd =
@@ -355,7 +364,8 @@ mod tests {
     #[test]
     fn free_ports_are_distinct() {
         let ports = free_ports(16).unwrap();
-        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        let distinct: std::collections::BTreeSet<u16> =
+            ports.iter().map(|p| p.addr().port()).collect();
         assert_eq!(distinct.len(), 16, "{ports:?}");
     }
 }

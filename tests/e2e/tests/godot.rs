@@ -1,7 +1,8 @@
 //! The mesh with every game server a real headless Godot 3.2.3 (`godot3-server`, which tests/run
 //! installs) running the GDScript reference game (godot/reference) behind `horizon
-//! godot-server`: a group handed over from a Godot server in Paris to one in Montreal, a crowd
-//! spread over several Godot servers, and a Godot engine killed under its players — each
+//! godot-server`: a group handed over from a Godot server in Montreal to one in Hong Kong, a
+//! Paris crowd cutting PAR's zone over several Godot servers, and a Godot engine killed under
+//! its players — each
 //! checked by the simulated players exactly as with the Rust game server.
 
 use std::collections::BTreeMap;
@@ -61,13 +62,13 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     );
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).expect("CA");
 
-    // A Parisian joined by three Montrealers: the group moves to a Godot server in Montreal.
-    let mut specs = vec![bot("par-host", "PAR", &sandbox, 100_000.0, 0)];
+    // A Montrealer joined by three Hongkongers: the group moves to a Godot server in Hong Kong.
+    let mut specs = vec![bot("mtl-host", "MTL", &sandbox, 100_000.0, 0)];
     for i in 0..3 {
-        specs.push(bot(&format!("mtl-guest-{i}"), "MTL", &sandbox, 100_010.0 + i as f64, 3_000));
+        specs.push(bot(&format!("hkg-guest-{i}"), "HKG", &sandbox, 100_010.0 + i as f64, 3_000));
     }
-    // Four groups of three Parisians 600 m apart, for servers that take four players each: one
-    // bubble spread over several Godot servers, no group cut.
+    // Four groups of three Parisians 600 m apart, for servers that take four players each: they
+    // play in PAR's zones (the core site's), cut over several Godot servers, no group cut.
     for g in 0..4 {
         for k in 0..3 {
             specs.push(bot(
@@ -91,13 +92,10 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
         report.lock().expect("report").player
     };
 
-    let spread = wait_for(&sandbox, 40, |s| {
-        (s.bubbles.iter().map(|b| b.parts.len()).max().unwrap_or(0) >= 3).then_some(())
-    })
-    .await;
+    let spread = wait_for(&sandbox, 40, |s| (s.zones.len() >= 3).then_some(())).await;
     let moved = wait_for(&sandbox, 40, |s| {
-        let (_, _, site, _) = holder_of(s, id("par-host")?)?;
-        (site == "MTL").then_some(())
+        let (_, _, site, _) = holder_of(s, id("mtl-host")?)?;
+        (site == "HKG").then_some(())
     })
     .await;
     // The lone Montrealer's bubble has had a copy taken (every 10 s): its engine is killed.
@@ -140,8 +138,8 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     let _ = std::fs::remove_dir_all(&dir);
     let orphans: Vec<u32> = engines.iter().map(|(pid, _)| *pid).filter(|p| alive(*p)).collect();
 
-    spread.expect("the crowd's bubble spread over three Godot servers");
-    moved.expect("the group handed over to a Godot server in Montreal");
+    spread.expect("the Paris crowd's zone cut in three or more");
+    moved.expect("the group handed over to a Godot server in Hong Kong");
     assert!(after.handovers.committed >= 1, "{:?}", after.handovers);
     assert!(killed, "Godot engine {engine} killed");
     assert!(sidecar_gone, "its sidecar {sidecar} ended with it (the game server crashed)");
@@ -165,6 +163,6 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     );
     eprintln!(
         "godot: handover gap {:.0} ms, engine kill → restarted in {restored_after:?}, lone gap {:.0} ms",
-        reports["mtl-guest-0"].max_gap_ms, lone.max_gap_ms
+        reports["hkg-guest-0"].max_gap_ms, lone.max_gap_ms
     );
 }

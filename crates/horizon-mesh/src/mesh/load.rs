@@ -11,6 +11,12 @@ impl Mesh {
     /// hold more than a server takes, while its site has a server for it; with none due, the
     /// most recent cut is undone once its two halves have stayed quiet for
     /// `merge_after_samples` samples and are both settled.
+    ///
+    /// A cut needs a server, not a seat: an overfull part holds more players than its server
+    /// seats, so the site's seats may all be taken while some of its ready servers are idle.
+    /// A site has a server for one more part while it has more ready servers than its bubbles
+    /// have parts (sharing servers, they may use fewer: this errs on the side of waiting for
+    /// the agent's next server), or a seat free.
     pub(super) fn balance_load(
         &mut self,
         sc: &mut Scratch,
@@ -18,6 +24,10 @@ impl Mesh {
         now: Time,
         stats: &mut TickStats,
     ) {
+        let mut parts_on = vec![0u32; self.sites.len()];
+        for b in self.bubbles.iter().flatten() {
+            parts_on[b.site.index()] += b.servers();
+        }
         for slot in 0..self.bubbles.len() as u32 {
             let members = sc.members(slot);
             let Some(b) = self.bubbles[slot as usize].as_mut() else {
@@ -50,12 +60,13 @@ impl Mesh {
             // takes: a crowd of any size is on enough servers after one split's samples.
             let mut queue = due;
             while let Some(part) = queue.pop() {
-                if !self.can_host(site, 1) {
+                if !self.server_for_a_part(site, parts_on[site.index()]) {
                     break;
                 }
                 match self.cut_part(sc, slot, part, now) {
                     Ok(halves) => {
                         cut = true;
+                        parts_on[site.index()] += 1;
                         let over = halves.into_iter().filter(|h| h.1 > self.th.players_per_server);
                         queue.extend(over.map(|h| h.0));
                     }
@@ -186,5 +197,17 @@ impl Mesh {
             b.part_load(i).cloned().unwrap_or_default().counting(merge, now, &self.th)
         });
         Some(counts.collect())
+    }
+}
+
+impl Mesh {
+    /// Whether `site`, whose bubbles have `parts` parts, has a server for one more: a seat
+    /// free, or more ready servers than parts (see [`Mesh::balance_load`]). The core site's
+    /// pool always grows.
+    fn server_for_a_part(&self, site: SiteId, parts: u32) -> bool {
+        if self.down[site.index()] {
+            return false;
+        }
+        self.can_host(site, 1) || self.ready[site.index()].is_none_or(|ready| ready > parts)
     }
 }

@@ -139,3 +139,29 @@ fn a_bubble_is_spread_over_64_servers_at_most() {
     assert!(m.last_stats().uncut > 0, "counted, not cut");
     assert!(m.regions_over_capacity()[site(PAR).index()] > 0);
 }
+
+#[test]
+fn an_overfull_bubble_is_cut_onto_the_idle_servers_of_its_site_though_its_seats_are_taken() {
+    // MTL runs three servers of 4 players (3 seats each at the default fill ratio): 9 seats.
+    // One Montrealer gets a bubble; eleven more join them: 12 players on one server, every
+    // seat counted taken, two servers idle.
+    let th = Thresholds { players_per_server: 4, ..th() };
+    let mut m = mesh(th);
+    m.handle_site_capacity(site(MTL), Some(3));
+    m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
+    run(&mut m, 0, 0);
+    for g in 0..4u64 {
+        for k in 0..3u64 {
+            if g + k > 0 {
+                let pos = Vec3::new(g as f64 * 600.0 + k as f64 * 3.0, 0.0, 0.0);
+                m.handle_join(join(1 + g * 3 + k, MTL, 10.0, Role::Player, pos)).unwrap();
+            }
+        }
+    }
+    let cmds = run(&mut m, 5, 60);
+    let b = m.bubbles().next().unwrap();
+    assert_eq!((b.site, b.players), (site(MTL), 12));
+    // A server each for three parts: the site's three ready servers, no more.
+    assert_eq!(b.servers(), 3, "{:?}", servers_over_time(&cmds));
+    assert!(m.last_stats().uncut == 0);
+}

@@ -1,4 +1,5 @@
-//! Crowds over several servers: spread without cutting a group, restored from part copies;
+//! Crowds over several servers of a relay site (MTL: bubbles; the core site's players play in its
+//! zones): spread without cutting a group, restored from part copies;
 //! an overfull server giving a bubble away.
 
 use super::*;
@@ -20,13 +21,17 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
     assert!(sandbox.wait_ready(2, Duration::from_secs(30)).await, "game servers ready");
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
 
-    // Four groups of three Parisians, 600 m apart: one bubble (within the merge distance), four
-    // groups (beyond the grouping radius), twelve players for servers that take four each.
+    // Four groups of three Montrealers, 600 m apart: one bubble (within the merge distance), four
+    // groups (beyond the grouping radius), twelve players for servers that take four each. The
+    // first arrives alone and gets a bubble at once; the others join it 2 s later (twelve at
+    // once would wait in the core site's zones for twelve seats ready at MTL, which keeps two
+    // servers warm).
     let mut specs = Vec::new();
     for g in 0..4 {
         for k in 0..3 {
             let x = g as f64 * 600.0 + k as f64 * 3.0;
-            specs.push(bot(&format!("crowd-{g}-{k}"), "PAR", &sandbox, x, 0));
+            let after_ms = if g + k == 0 { 0 } else { 2_000 };
+            specs.push(bot(&format!("crowd-{g}-{k}"), "MTL", &sandbox, x, after_ms));
         }
     }
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -67,12 +72,12 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
     // parts' copies, every player's state in it.
     let bubble_now = status.bubbles.first().map(|b| (b.bubble, b.epoch));
     let victim = status
-        .site("PAR")
-        .and_then(|par| {
-            par.servers.iter().flatten().find(|s| s.players > 0 && !s.bubbles.is_empty())
+        .site("MTL")
+        .and_then(|mtl| {
+            mtl.servers.iter().flatten().find(|s| s.players > 0 && !s.bubbles.is_empty())
         })
         .map(|s| s.server.clone());
-    let killed = victim.as_ref().is_some_and(|v| sandbox.kill_server("PAR", v));
+    let killed = victim.as_ref().is_some_and(|v| sandbox.kill_server("MTL", v));
     let restored = wait_for(&sandbox, 10, |s| {
         let (bubble, epoch) = bubble_now?;
         let b = s.bubble(bubble)?;
@@ -86,12 +91,12 @@ async fn a_crowd_is_spread_over_several_servers_without_cutting_a_group_and_rest
     let spread = spread.expect("the crowd's bubble was spread over three servers");
     let bubbles = &spread.bubbles;
     assert_eq!(bubbles.len(), 1, "one bubble for the whole crowd: {bubbles:?}");
-    assert_eq!(bubbles[0].site, "PAR");
+    assert_eq!(bubbles[0].site, "MTL");
     let bubble = bubbles[0].bubble;
     // Every group whole on one server, several servers holding the bubble.
-    let par = status.site("PAR").expect("PAR");
+    let mtl = status.site("MTL").expect("MTL");
     let holding: Vec<&horizon_core::status::ServerStatus> =
-        par.servers.iter().flatten().filter(|s| s.bubbles.contains(&bubble)).collect();
+        mtl.servers.iter().flatten().filter(|s| s.bubbles.contains(&bubble)).collect();
     assert!(holding.len() >= 3, "servers holding the bubble: {holding:?}");
     for s in &holding {
         assert!(s.players > 0 && s.players % 3 == 0, "whole groups per server: {s:?}");
@@ -139,10 +144,10 @@ async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobod
     let roots = horizon_transport::tls::Roots::load(&sandbox.ca).unwrap();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let spawn = |name: &str, x: f64| {
-        let spec = bot(name, "PAR", &sandbox, x, 0);
+        let spec = bot(name, "MTL", &sandbox, x, 0);
         bots::spawn(spec, roots.clone(), sandbox.player_tokens.clone(), stop_rx.clone())
     };
-    // Two Parisians 5 km apart: two bubbles, both seated on one server.
+    // Two Montrealers 5 km apart: two bubbles, both seated on one server.
     let mut running = vec![spawn("a-0", 0.0), spawn("b-0", 5_000.0)];
     let player = |r: &(Arc<std::sync::Mutex<BotReport>>, _)| r.0.lock().expect("report").player;
     let shared = wait_for(&sandbox, 30, |s| {
@@ -165,7 +170,7 @@ async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobod
     // 10 s over its 6 players: the server gives the lighter bubble, b's, to another server.
     let moved = wait_for(&sandbox, 40, |s| {
         let b =
-            s.site("PAR")?.servers.iter().flatten().find(|x| x.bubbles.contains(&shared.1.0))?;
+            s.site("MTL")?.servers.iter().flatten().find(|x| x.bubbles.contains(&shared.1.0))?;
         (b.server != shared.1.2).then(|| b.server.clone())
     })
     .await;
@@ -181,8 +186,8 @@ async fn an_overfull_server_gives_its_lighter_bubble_to_another_server_and_nobod
     grown.expect("the two bubbles grew to 4 and 3 players");
     let to = moved.expect("bubble b moved to another server");
     assert_eq!(moves, 1, "one region moved");
-    let par = status.site("PAR").expect("PAR");
-    let holds = |b: u64| par.servers.iter().flatten().find(|x| x.bubbles.contains(&b));
+    let mtl = status.site("MTL").expect("MTL");
+    let holds = |b: u64| mtl.servers.iter().flatten().find(|x| x.bubbles.contains(&b));
     assert_eq!(holds(shared.0.0).map(|x| &x.server), Some(&shared.0.2), "the heavier stays");
     assert_eq!(holds(shared.1.0).map(|x| &x.server), Some(&to));
     assert_eq!(status.players.len(), 7, "{:?}", status.players);
