@@ -271,8 +271,28 @@ pub struct ZoneStatus {
     /// merge it counts towards.
     #[serde(default)]
     pub load: Option<horizon_mesh::split::Counting>,
+    /// Groups playing in it whose best site is another, counting the dwell before a bubble is
+    /// carved out of it for them there (SMD-G).
+    #[serde(default)]
+    pub carving: Vec<CarvingStatus>,
     #[serde(flatten)]
     pub life: RegionLife,
+}
+
+/// A group in a zone counting towards a carve (`horizon_mesh::Carving`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CarvingStatus {
+    /// The group's smallest player id.
+    pub first: u64,
+    pub players: u32,
+    /// Where it will be carved out to.
+    pub site: String,
+    /// Its gain there over the core site, per counted player (ms).
+    pub gain_ms: f64,
+    /// Seconds its best site has been `site`, of the dwell `rules.dwell_s`.
+    pub dwelt_s: f64,
+    /// The count in one sentence.
+    pub words: String,
 }
 
 /// What every region shows, zone or bubble (flattened into its object).

@@ -43,9 +43,9 @@ pub use geom::{Aabb, Vec3};
 pub use ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, SiteName, WorldId};
 pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
-    BorderReason, Candidate, Command, CreateReason, DeleteReason, EXIT_MARGIN_M, Explanation,
-    InputError, LoadReason, MIN_GAP_M, Mesh, MeshConfig, Placement, PlacementRule, RestoredBubble,
-    TickStats, ZONE_IDS_FROM, ZoneReason,
+    BorderReason, Candidate, Carving, Command, CreateReason, DeleteReason, EXIT_MARGIN_M,
+    Explanation, InputError, LoadReason, MIN_GAP_M, Mesh, MeshConfig, Placement, PlacementRule,
+    RestoredBubble, TickStats, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Standing, Tally, Verdict};

@@ -118,6 +118,9 @@ struct Run<'a> {
     options: RunOptions,
     /// Per bubble, what its last `explain` line said: (site, best, verdict, rule).
     explained: BTreeMap<horizon_mesh::BubbleId, (SiteId, SiteId, &'static str, &'static str)>,
+    /// Per group in the zones counting towards a carve (its smallest player id), the site its
+    /// last `explain` line named.
+    explained_carving: BTreeMap<PlayerId, SiteId>,
     mesh: Mesh,
     servers: Servers,
     names: Vec<String>,
@@ -148,6 +151,7 @@ pub fn run_with(sc: &Scenario, options: RunOptions) -> Result<Report, RunError> 
         sc,
         options,
         explained: BTreeMap::new(),
+        explained_carving: BTreeMap::new(),
         servers: Servers::new(sc.sites.len(), &sc.thresholds, sc.tick_ms as f64 / 1000.0),
         mesh,
         names: sc.players.iter().map(|p| p.name.clone()).collect(),
@@ -299,8 +303,19 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// An `explain` line for every bubble whose site, best site, verdict or rule changed.
+    /// An `explain` line for every bubble whose site, best site, verdict or rule changed, and
+    /// for every group in the zones that starts counting towards a carve (or to another site).
     fn explain(&mut self, now: Time) {
+        let carvings = self.mesh.carvings();
+        self.explained_carving.retain(|p, _| carvings.iter().any(|c| c.first == *p));
+        for c in carvings {
+            if self.explained_carving.insert(c.first, c.site) == Some(c.site) {
+                continue;
+            }
+            let words = c.words(self.mesh.sites(), self.mesh.thresholds(), now);
+            let text = format!("{} in the zones: {words}", self.name(c.first));
+            self.note(now, "explain", text);
+        }
         let all = self.mesh.explain_all(now);
         let live: std::collections::BTreeSet<_> = all.iter().map(|e| e.bubble).collect();
         self.explained.retain(|b, _| live.contains(b));

@@ -47,9 +47,10 @@ fn sim_run_explain_says_why_each_bubble_is_where_it_is_when_that_changes() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let explains: Vec<&str> = text.lines().filter(|l| l.contains(" explain ")).collect();
-    // The Parisian plays in PAR's zone (no bubble to explain) until the group's bubble is
-    // carved out for MTL.
+    // The Parisian plays in PAR's zone; the Montrealers join them and the group counts the
+    // dwell before its bubble is carved out for MTL; then the bubble stays.
     let expected = [
+        "[     5.0s] explain  p1 in the zones: The group of player 1 (4 players) plays better on MTL than in PAR's zones by 42.5 ms per player: a bubble is carved out for it on MTL once MTL has been best for 30 s (dwell 0 s so far).",
         "[    35.0s] explain  b1 on MTL: MTL is the best site for its 4 counted players: it stays.",
     ];
     assert_eq!(explains.len(), expected.len(), "{text}");

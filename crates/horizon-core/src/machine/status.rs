@@ -10,9 +10,9 @@ use super::CoreMachine;
 use super::registry::Hosted;
 use crate::stats::HandoverOutcome;
 use crate::status::{
-    BubbleStatus, Candidate, Change, CoreStatus, Explain, GroupStatus, HandoverCounts,
-    PlayerStatus, PoolBounds, RegionLife, Rules, ServerStatus, SiteStatus, StaleRefused,
-    ZoneChanges, ZoneStatus,
+    BubbleStatus, Candidate, CarvingStatus, Change, CoreStatus, Explain, GroupStatus,
+    HandoverCounts, PlayerStatus, PoolBounds, RegionLife, Rules, ServerStatus, SiteStatus,
+    StaleRefused, ZoneChanges, ZoneStatus,
 };
 
 /// Groups listed in the status JSON, largest first.
@@ -258,6 +258,25 @@ impl CoreMachine {
             })
             .collect();
         let ended = |o| self.stats.handovers_ended(o);
+        // Groups in the zones counting towards a carve, with the zone each plays in.
+        let (site_names, th) = (self.mesh.sites(), self.mesh.thresholds());
+        let carvings: Vec<(Option<horizon_proto::BubbleId>, CarvingStatus)> = self
+            .mesh
+            .carvings()
+            .into_iter()
+            .map(|c| {
+                let zone = self.mesh.zone_of(c.first).map(|z| z.id);
+                let status = CarvingStatus {
+                    first: c.first.0,
+                    players: c.players,
+                    site: site_names.name(c.site).to_string(),
+                    gain_ms: c.gain_ms,
+                    dwelt_s: now.since(c.since).as_secs_f64(),
+                    words: c.words(site_names, th, now),
+                };
+                (zone, status)
+            })
+            .collect();
         let per_site =
             |c: &crate::stats::PerSite| self.cfg.sites.ids().map(|s| c.get(s.index())).sum::<u64>();
         let (links, routes) = self.links_status();
@@ -292,6 +311,11 @@ impl CoreMachine {
                 .zones()
                 .map(|z| {
                     let reg = self.registry.get(&z.id);
+                    let carving = carvings
+                        .iter()
+                        .filter(|(zone, _)| *zone == Some(z.id))
+                        .map(|(_, c)| c.clone())
+                        .collect();
                     ZoneStatus {
                         zone: z.id.0,
                         epoch: z.epoch.0,
@@ -303,6 +327,7 @@ impl CoreMachine {
                         site: name(reg.map_or(self.cfg.sites.core(), |r| r.site())),
                         homes: reg.map(homes).unwrap_or_default(),
                         load: self.mesh.zone_counting(z.id, now),
+                        carving,
                         life: reg.map(|r| self.life(z.id, r, now)).unwrap_or_default(),
                     }
                 })

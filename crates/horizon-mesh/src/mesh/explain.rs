@@ -3,7 +3,7 @@
 
 use super::{Mesh, Placement};
 use crate::config::{Sites, Thresholds};
-use crate::ids::{BubbleId, SiteId};
+use crate::ids::{BubbleId, PlayerId, SiteId};
 use crate::scoring::{SiteScore, Standing, Tally, Verdict, best_site};
 use crate::time::Time;
 
@@ -52,7 +52,53 @@ pub struct Explanation {
     pub rule: PlacementRule,
 }
 
+/// SMD-G: a group playing in the core site's zones whose best site is another, by the gain a
+/// move needs, counting the dwell before a bubble is carved out of the zones for it there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Carving {
+    /// The group's smallest player id: its name while it counts.
+    pub first: PlayerId,
+    /// Its counted players at the last tick.
+    pub players: u32,
+    /// Its best site, where it will be carved out to.
+    pub site: SiteId,
+    /// Its gain there over the core site, per counted player (ms).
+    pub gain_ms: f64,
+    /// The core site breaks the fairness cap for it, and `site` does not.
+    pub fixes_cap: bool,
+    /// Since when `site` has been best.
+    pub since: Time,
+}
+
+impl Carving {
+    /// The count in one sentence, as the console and `sim run --explain` print it.
+    pub fn words(&self, sites: &Sites, th: &Thresholds, now: Time) -> String {
+        let (site, core) = (sites.name(self.site), sites.name(sites.core()));
+        let players = if self.players == 1 { "player" } else { "players" };
+        let dwell = crate::time::Span::from_ms(th.dwell_ms);
+        format!(
+            "The group of player {} ({} {players}) plays better on {site} than in {core}'s zones by \
+             {:.1} ms per player{}: a bubble is carved out for it on {site} once {site} has been \
+             best for {:.0} s (dwell {:.0} s so far).",
+            self.first.0,
+            self.players,
+            self.gain_ms,
+            if self.fixes_cap { ", and fixes the fairness cap" } else { "" },
+            dwell.as_secs_f64(),
+            now.since(self.since).as_secs_f64().min(dwell.as_secs_f64()),
+        )
+    }
+}
+
 impl Mesh {
+    /// The groups in the core site's zones counting towards a carve, by their smallest player
+    /// id (as of the last tick).
+    pub fn carvings(&self) -> Vec<Carving> {
+        let mut v: Vec<Carving> = self.carving.values().map(|(c, _)| *c).collect();
+        v.sort_unstable_by_key(|c| c.first);
+        v
+    }
+
     /// Why `bubble` is where it is at `now`: each site's cost per counted player and worst
     /// latency for the players in it now, the best site, and where hysteresis stands (gain,
     /// dwell, hold). A tick scores the bubble's whole unit (players about to enter count
@@ -174,6 +220,12 @@ impl Explanation {
             st.gain_ms,
             if st.fixes_cap { ", and fixes the fairness cap" } else { "" }
         );
+        // SMD-G keeps no bubble on the core site: a bubble whose best site it is dissolves
+        // into its zones instead of moving there.
+        let moves = match self.best == sites.core() {
+            true => format!("it dissolves into {best}'s zones"),
+            false => "it moves".to_owned(),
+        };
         match st.verdict {
             Verdict::Stay => format!(
                 "{why}: below the {:.0} ms a move needs, so it stays on {here}.",
@@ -186,10 +238,13 @@ impl Explanation {
                 secs(crate::time::Span::from_ms(th.dwell_ms))
             ),
             Verdict::Wait => format!(
-                "{why}; it moves once {best} has been best for {} (dwell {} so far).",
+                "{why}; {moves} once {best} has been best for {} (dwell {} so far).",
                 secs(crate::time::Span::from_ms(th.dwell_ms)),
                 secs(st.dwelt)
             ),
+            Verdict::Move(_) if self.best == sites.core() => {
+                format!("{why}: {moves} at the next tick.")
+            }
             Verdict::Move(reason) => {
                 format!("{why}: it moves to {best} at the next tick ({}).", reason.as_str())
             }

@@ -182,11 +182,11 @@ pub struct Mesh {
     /// When regions' load was last sampled (each sample weighs the time since the previous
     /// one, `crate::split`).
     load_sampled_at: Option<Time>,
-    /// SMD-G: groups playing in the core site's zones whose best site is another, by their
-    /// smallest player id: that site, since when, and the tick that last saw it. A group is
-    /// carved out once the same site has been best for the dwell time; entries a tick did
-    /// not see are dropped.
-    carving: FxHashMap<PlayerId, (SiteId, Time, Time)>,
+    /// SMD-G: groups playing in the core site's zones whose best site is another by the gain
+    /// a move needs, by their smallest player id, and the tick that last saw each. A group is
+    /// carved out once the same site has been best for the dwell time; entries a tick did not
+    /// see are dropped.
+    carving: FxHashMap<PlayerId, (Carving, Time)>,
     /// (zone leaf, place) of the players counted in zones at the last tick.
     zone_members: Vec<(u32, u32)>,
     /// Per site index: regions over a server's capacity at the last tick (`load.rs`).
@@ -207,7 +207,7 @@ mod restore;
 mod sweep;
 
 pub use command::{BorderReason, Command, CreateReason, DeleteReason, LoadReason, TickStats};
-pub use explain::{Candidate, Explanation, PlacementRule};
+pub use explain::{Candidate, Carving, Explanation, PlacementRule};
 pub use restore::RestoredBubble;
 mod tick;
 mod units;

@@ -15,7 +15,7 @@ impl Mesh {
         stats.clusters = sc.units.len() as u32;
         // 2. Continuity with the bubbles of the previous tick.
         self.place_units(&mut sc, now, &mut stats);
-        self.carving.retain(|_, seen| seen.2 == now);
+        self.carving.retain(|_, (_, seen)| *seen == now);
         // 3. Moving borders, and no two regions overlapping; fixed delegations' regions.
         self.settle_bounds(&mut sc, &mut stats);
         self.open_delegations(&mut sc, now, &mut stats);
@@ -541,13 +541,24 @@ impl Mesh {
             return true;
         }
         // Invariant: a unit has members.
-        let key = members.iter().map(|&i| self.members[i as usize].id).min().expect("a member");
-        let entry = self.carving.entry(key).or_insert((site, now, now));
-        if entry.0 != site {
-            *entry = (site, now, now);
+        let first = members.iter().map(|&i| self.members[i as usize].id).min().expect("a member");
+        let counting = Carving {
+            first,
+            players: members.len() as u32,
+            site,
+            gain_ms: standing.gain_ms,
+            fixes_cap: standing.fixes_cap,
+            since: now,
+        };
+        let (carving, seen) = self.carving.entry(first).or_insert((counting, now));
+        if carving.site != site {
+            *carving = counting;
         }
-        entry.2 = now;
-        now.since(entry.1).as_ms() >= self.th.dwell_ms
+        carving.players = counting.players;
+        carving.gain_ms = counting.gain_ms;
+        carving.fixes_cap = counting.fixes_cap;
+        *seen = now;
+        now.since(carving.since).as_ms() >= self.th.dwell_ms
     }
 
     /// SMD-G: whether a unit whose `members` were in bubbles on `sites` (those it owns, else

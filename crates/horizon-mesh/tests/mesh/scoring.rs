@@ -123,7 +123,17 @@ fn a_core_site_group_plays_in_a_zone_is_carved_out_for_another_site_and_dissolve
     for id in 2..=4 {
         m.handle_join(join(id, MTL, 10.0, Role::Player, at(id as f64 * 10.0))).unwrap();
     }
-    let cmds = run(&mut m, 25, 60);
+    let mut cmds = run(&mut m, 25, 30);
+    // Counting, as the console and `sim run --explain` tell it.
+    let counting = m.carvings();
+    assert_eq!(counting.len(), 1);
+    let c = counting[0];
+    assert_eq!((c.first, c.players, c.site, c.gain_ms), (PlayerId(1), 4, site(MTL), 42.5));
+    let words = c.words(m.sites(), m.thresholds(), Time::from_secs(30));
+    assert!(words.contains("plays better on MTL than in PAR's zones by 42.5 ms"), "{words}");
+    assert!(words.contains("dwell 5 s so far"), "{words}");
+    cmds.extend(run(&mut m, 35, 60));
+    assert!(m.carvings().is_empty(), "carved: no longer counting");
     let created: Vec<_> = cmds
         .iter()
         .filter_map(|(t, c)| match c {
@@ -147,7 +157,12 @@ fn a_core_site_group_plays_in_a_zone_is_carved_out_for_another_site_and_dissolve
     for id in 10..14 {
         m.handle_join(join(id, PAR, 10.0, Role::Player, at(id as f64))).unwrap();
     }
-    let cmds = run(&mut m, 65, 400);
+    let cmds = run(&mut m, 65, 100);
+    let bubble = m.bubbles().next().unwrap().id;
+    let words = m.explain(bubble, Time::from_secs(100)).unwrap().words(m.sites(), m.thresholds());
+    assert!(words.contains("PAR is better than MTL by"), "{words}");
+    assert!(words.contains("it moved recently and is held"), "{words}");
+    let cmds: Vec<_> = cmds.into_iter().chain(run(&mut m, 105, 400)).collect();
     assert_eq!(deletes(&cmds), vec![(Time::from_secs(55 + 180), DeleteReason::Dissolve)]);
     assert!(moves(&cmds).is_empty(), "{:?}", moves(&cmds));
     assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::Create { .. })), "not carved again");

@@ -244,7 +244,10 @@ async fn run(args: DemoArgs) -> ExitCode {
     }
     if args.stage == Stage::Dynamic {
         say(format!(
-            "stage dynamic: Parisians play in PAR's zones, bubbles are carved out of them for groups              placed on MTL or HKG; demo settings: {DYNAMIC_PLAYERS_PER_SERVER} players per server (75 by default)              so that the Paris crowd splits its zone, groups {:?} leave at {} s and zones merge after              {RELAY_MERGE_AFTER_SAMPLES} quiet samples (30 by default)",
+            "stage dynamic: Parisians play in PAR's zones, bubbles are carved out of them for groups \
+             placed on MTL or HKG; demo settings: {DYNAMIC_PLAYERS_PER_SERVER} players per server (75 by default) \
+             so that the Paris crowd splits its zone, groups {:?} leave at {} s and zones merge after \
+             {RELAY_MERGE_AFTER_SAMPLES} quiet samples (30 by default)",
             DYNAMIC_DISPERSE.0, DYNAMIC_DISPERSE.1
         ));
     }

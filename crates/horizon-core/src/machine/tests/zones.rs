@@ -157,3 +157,36 @@ fn configured_zones_open_at_the_first_start_and_a_restart_takes_back_the_stored_
     let ids: Vec<u64> = again.mesh.zones().map(|z| z.id.0).collect();
     assert_eq!(ids, state.leases.keys().copied().collect::<Vec<_>>());
 }
+
+#[test]
+fn a_parisian_plays_in_the_zone_and_the_status_tells_the_carve_its_group_counts_towards() {
+    let mut h = Harness::new();
+    let public = horizon_admin::Page { after: None, limit: 100, private: false };
+    h.join("PAR", 1, 0.0);
+    h.run_until(6_000);
+    let (region, site, _) = h.hosted(1);
+    assert_eq!(site, "PAR");
+    assert!(region.is_zone(), "a Parisian plays in the zone, no bubble on the core site");
+    // Three Montrealers join them: the group counts the dwell before it is carved out.
+    for p in 2..5 {
+        h.join("MTL", p, 1.0 + p as f64);
+    }
+    h.run_until(11_000);
+    let doc = h.core.status(h.now, public);
+    let zone = doc.zones.iter().find(|z| z.zone == region.0).expect("the zone");
+    let [c] = &zone.carving[..] else { panic!("one group counting: {:?}", zone.carving) };
+    assert_eq!((c.first, c.players, c.site.as_str()), (1, 4, "MTL"));
+    assert!(c.words.contains("a bubble is carved out for it on MTL"), "{}", c.words);
+    // After the dwell (30 s), carved out: its players cross into the new bubble on MTL.
+    for t in 12..=46 {
+        h.run_until(t * 1_000);
+        h.settle();
+    }
+    let (bubble, site, _) = h.hosted(1);
+    assert_eq!(site, "MTL");
+    assert!(!bubble.is_zone());
+    let text = metrics_text(&mut h.core);
+    let line = "horizon_core_carves_total{change=\"carve\",site=\"MTL\"} 1";
+    assert!(text.contains(line), "{line} in\n{text}");
+    assert!(h.core.status(h.now, public).zones.iter().all(|z| z.carving.is_empty()));
+}
