@@ -382,7 +382,11 @@ impl World {
                     players_per_server: crate::RELAY_PLAYERS_PER_SERVER,
                     ..Thresholds::default()
                 },
-                Stage::Dynamic => Thresholds { tps_min: DYNAMIC_TPS_MIN, ..Thresholds::default() },
+                Stage::Dynamic => Thresholds {
+                    players_per_server: crate::RELAY_PLAYERS_PER_SERVER,
+                    tps_min: DYNAMIC_TPS_MIN,
+                    ..Thresholds::default()
+                },
             },
             sites,
             site_ids,

@@ -12,7 +12,7 @@ use horizon_proto::control;
 use horizon_proto::{BubbleId, PlayerId, Seq};
 
 use super::{CoreMachine, Effect};
-use crate::store::{StoredBackup, StoredPart};
+use crate::store::{self, StoredPart};
 
 /// Copies being assembled from their chunks, at most this many at once (beyond, one is
 /// dropped: the first in key order, the lowest bubble id and epoch and tick).
@@ -152,37 +152,27 @@ impl CoreMachine {
         let newer = stored.is_none_or(|b| match c.part {
             // A whole copy after a spread one of the same epoch: the bubble is on one server again.
             None => epoch > b.epoch || (epoch == b.epoch && (!b.parts.is_empty() || tick > b.tick)),
+            // A part's copy newer than the one kept of its layout, whether the layout a restore
+            // reads or one being gathered (a new layout's first copy included).
             Some((part, parts)) => {
                 epoch > b.epoch
                     || (epoch == b.epoch
-                        && (b.parts.len() != parts as usize
-                            || b.parts[part as usize].is_none_or(|p| p.tick < tick)))
+                        && b.part_of((epoch, parts), part).is_none_or(|p| p.tick < tick))
             }
         });
         if !newer {
             return;
         }
         let len = bytes.len() as u64;
+        // As the store folds the record (`StoreState::apply`): what a restore would read.
         match c.part {
             None => {
-                let b = StoredBackup { epoch, tick, bytes: len, parts: Vec::new() };
-                self.stored.insert(bubble.0, b);
+                store::put_whole(&mut self.stored, bubble.0, epoch, tick, len);
                 self.assembling.stored_whole.insert(bubble, (epoch, tick));
             }
             Some((part, parts)) => {
-                let (n, i) = (parts as usize, part as usize);
-                let b = self.stored.entry(bubble.0).or_insert_with(|| StoredBackup {
-                    epoch,
-                    tick: 0,
-                    bytes: 0,
-                    parts: Vec::new(),
-                });
-                if b.epoch != epoch || b.parts.len() != n {
-                    *b = StoredBackup { epoch, tick: 0, bytes: 0, parts: vec![None; n] };
-                }
-                b.parts[i] = Some(StoredPart { tick, bytes: len });
-                b.tick = b.parts.iter().flatten().map(|p| p.tick).max().unwrap_or(0);
-                b.bytes = b.parts.iter().flatten().map(|p| p.bytes).sum();
+                let stored = StoredPart { tick, bytes: len };
+                store::put_part(&mut self.stored, bubble.0, (epoch, parts), part, stored);
                 self.assembling.stored_whole.remove(&bubble);
             }
         }

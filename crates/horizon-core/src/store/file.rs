@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use horizon_proto::{BubbleId, PlayerId, Seq};
 
 use super::{
-    CopyAt, Durable, KeptPlayers, Record, StoreError, StoreState, StoredBackup, StoredPart,
+    CopyAt, Durable, KeptPlayers, Layout, Record, StoreError, StoreState, StoredBackup, StoredPart,
 };
 
 /// Records in the log before it is folded into the snapshot.
@@ -59,11 +59,16 @@ impl Durable for Store {
     ) -> Result<(), StoreError> {
         let path = self.dir.join("backups").join(format!("{bubble}.bin"));
         write_atomic(&path, bytes)?;
-        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })
+        let before = self.layouts_of(bubble);
+        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })?;
+        self.remove_parts_dropped(bubble, &before);
+        Ok(())
     }
 
     /// Keeps `bytes` as the latest copy of part `part` of `bubble`, spread over `parts` servers
-    /// (the caller checked the epoch is current).
+    /// (the caller checked the epoch is current), in a file named by its layout: a new layout's
+    /// copies never overwrite those of the layout a restore reads until they are all here.
+    /// The files of a layout no longer kept are removed.
     fn put_backup_part(
         &mut self,
         bubble: u64,
@@ -72,10 +77,12 @@ impl Durable for Store {
         tick: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError> {
-        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
-        write_atomic(&path, bytes)?;
+        write_atomic(&self.part_path(bubble, (epoch, parts), part), bytes)?;
+        let before = self.layouts_of(bubble);
         let len = bytes.len() as u64;
-        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
+        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })?;
+        self.remove_parts_dropped(bubble, &before);
+        Ok(())
     }
 
     /// The latest copy of `bubble`, if any.
@@ -86,9 +93,9 @@ impl Durable for Store {
     }
 
     fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
-        let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
-        let path = self.dir.join("backups").join(format!("{bubble}.part{part}.bin"));
-        Some((meta, fs::read(path).ok()?))
+        let b = self.state.backups.get(&bubble)?;
+        let meta = (*b.parts.get(part as usize)?)?;
+        Some((meta, fs::read(self.part_path(bubble, b.layout()?, part)).ok()?))
     }
 
     /// A hard link to the copy's file, under `pinned/`: a newer copy replaces the file by a
@@ -152,6 +159,29 @@ impl Durable for Store {
 }
 
 impl Store {
+    /// `backups/B.E.N.partI.bin`: part `I` of bubble `B`'s copies spread over `N` servers
+    /// under epoch `E`.
+    fn part_path(&self, bubble: u64, (epoch, parts): Layout, part: u32) -> PathBuf {
+        self.dir.join("backups").join(format!("{bubble}.{epoch}.{parts}.part{part}.bin"))
+    }
+
+    fn layouts_of(&self, bubble: u64) -> Vec<Layout> {
+        self.state.backups.get(&bubble).map(StoredBackup::layouts).unwrap_or_default()
+    }
+
+    /// Removes the parts' files of the layouts of `bubble` kept `before` a record and no
+    /// longer kept (replaced by a complete newer layout or a whole copy, or a layout being
+    /// gathered that a newer one replaced). A file left behind (a crash in between) only
+    /// takes room.
+    fn remove_parts_dropped(&self, bubble: u64, before: &[Layout]) {
+        let now = self.layouts_of(bubble);
+        for &layout in before.iter().filter(|l| !now.contains(l)) {
+            for part in 0..layout.1 {
+                let _ = fs::remove_file(self.part_path(bubble, layout, part));
+            }
+        }
+    }
+
     fn pinned_path(&self, at: CopyAt, ext: &str) -> PathBuf {
         let name = format!("{}.{}.{}.{ext}", at.bubble.0, at.epoch, at.tick);
         self.dir.join("pinned").join(name)

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use horizon_proto::{PlayerId, Seq};
 
 use super::{
-    CopyAt, Durable, KeptPlayers, Record, StoreError, StoreState, StoredBackup, StoredPart,
+    CopyAt, Durable, KeptPlayers, Layout, Record, StoreError, StoreState, StoredBackup, StoredPart,
 };
 
 /// A store in memory, for simulations and tests: the same records and copies as [`Store`],
@@ -16,11 +16,19 @@ use super::{
 pub struct MemoryStore {
     state: StoreState,
     copies: BTreeMap<u64, Vec<u8>>,
-    part_copies: BTreeMap<(u64, u32), Vec<u8>>,
+    /// By bubble, layout and part.
+    part_copies: BTreeMap<(u64, Layout, u32), Vec<u8>>,
     pinned: BTreeMap<CopyAt, (Vec<u8>, KeptPlayers)>,
 }
 
 impl MemoryStore {
+    /// Forgets the parts' copies of `bubble` whose layout is no longer kept (as the disk store
+    /// removes their files).
+    fn forget_parts_dropped(&mut self, bubble: u64) {
+        let kept = self.state.backups.get(&bubble).map(StoredBackup::layouts).unwrap_or_default();
+        self.part_copies.retain(|(b, layout, _), _| *b != bubble || kept.contains(layout));
+    }
+
     /// Persists the next generation (as [`Store::next_generation`] does) and returns it.
     pub fn next_generation(&mut self) -> u32 {
         let generation = self.state.generation + 1;
@@ -47,7 +55,9 @@ impl Durable for MemoryStore {
         bytes: &[u8],
     ) -> Result<(), StoreError> {
         self.copies.insert(bubble, bytes.to_vec());
-        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })
+        self.append(Record::Backup { bubble, epoch, tick, bytes: bytes.len() as u64 })?;
+        self.forget_parts_dropped(bubble);
+        Ok(())
     }
 
     fn put_backup_part(
@@ -58,9 +68,11 @@ impl Durable for MemoryStore {
         tick: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError> {
-        self.part_copies.insert((bubble, part), bytes.to_vec());
+        self.part_copies.insert((bubble, (epoch, parts), part), bytes.to_vec());
         let len = bytes.len() as u64;
-        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })
+        self.append(Record::BackupPart { bubble, epoch, part, parts, tick, bytes: len })?;
+        self.forget_parts_dropped(bubble);
+        Ok(())
     }
 
     fn backup(&self, bubble: u64) -> Option<(StoredBackup, Vec<u8>)> {
@@ -69,8 +81,9 @@ impl Durable for MemoryStore {
     }
 
     fn backup_part(&self, bubble: u64, part: u32) -> Option<(StoredPart, Vec<u8>)> {
-        let meta = (*self.state.backups.get(&bubble)?.parts.get(part as usize)?)?;
-        Some((meta, self.part_copies.get(&(bubble, part))?.clone()))
+        let b = self.state.backups.get(&bubble)?;
+        let meta = (*b.parts.get(part as usize)?)?;
+        Some((meta, self.part_copies.get(&(bubble, b.layout()?, part))?.clone()))
     }
 
     fn pin_backup(&mut self, at: CopyAt, players: &[(PlayerId, Seq)]) -> Result<(), StoreError> {
