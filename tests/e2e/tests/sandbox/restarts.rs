@@ -109,7 +109,8 @@ async fn a_core_restarted_into_the_relay_stage_hands_the_relays_bubble_back_to_a
     // their state, as a player walking out of a bubble does.
     let zoned = wait_for(&sandbox, 30, |s| {
         let in_zone = s.zones.iter().any(|z| z.members == 1 && !z.restoring);
-        (s.bubbles.is_empty() && in_zone && site_of(s, player).is_none()).then(|| s.clone())
+        (s.bubbles.is_empty() && in_zone && site_of(s, player).as_deref() == Some("PAR"))
+            .then(|| s.clone())
     })
     .await;
     let (updates_then, updates_after, last, reports) =
