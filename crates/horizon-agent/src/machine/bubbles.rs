@@ -404,6 +404,12 @@ impl AgentMachine {
         result: Result<server::Reply, Failure>,
         now: Instant,
     ) {
+        // A state that came for a player moving between the bubble's servers meanwhile: it
+        // joins them where they are now.
+        let came = match then {
+            AfterLeave::Part { .. } => self.part_moves.remove(&(bubble, player)).flatten(),
+            _ => None,
+        };
         let Ok(server::Reply::Left { last_applied, state }) = result else {
             tracing::warn!(
                 player = player.0,
@@ -412,6 +418,12 @@ impl AgentMachine {
                 "player not let go by its server"
             );
             if let AfterLeave::Part { .. } = then {
+                if let Some((last_applied, state)) = came
+                    && let Some(local) = self.bubbles.get(&bubble)
+                {
+                    let (server, lease) = (local.server_of(player).clone(), local.lease_ref());
+                    self.join(&server, lease, player, last_applied, state);
+                }
                 self.part_moved(bubble, now);
             }
             return;
@@ -423,6 +435,10 @@ impl AgentMachine {
                 if let Some(local) = self.bubbles.get(&bubble) {
                     let lease = local.lease_ref();
                     self.join(&to, lease, player, last_applied, state);
+                    // The server keeps, of two states of a player, the one that applied more.
+                    if let Some((last_applied, state)) = came {
+                        self.join(&to, lease, player, last_applied, state);
+                    }
                     if let Some(local) = self.bubbles.get_mut(&bubble) {
                         local.held_on(player, to);
                     }
@@ -440,6 +456,15 @@ impl AgentMachine {
         last_applied: Seq,
         state: Blob,
     ) {
+        // The player is leaving its server for another of the bubble's (a part move): joined
+        // here, the state would stay behind as a second entity of theirs, and the move would
+        // carry the older one. It joins them where they go (`left`); of two, the newer.
+        if let Some(held) = self.part_moves.get_mut(&(lease.bubble, player)) {
+            if held.as_ref().is_none_or(|(seq, _)| *seq <= last_applied) {
+                *held = Some((last_applied, state));
+            }
+            return;
+        }
         if let Some(job) = self.regrants.get_mut(&lease.bubble) {
             let server = server.clone();
             job.joins.push(HeldJoin { server, player, last_applied, state });
@@ -756,6 +781,7 @@ impl AgentMachine {
         let Some(local) = self.bubbles.remove(&bubble) else { return };
         self.stop_mirror(bubble);
         self.abandon_regroup(bubble);
+        self.part_moves.retain(|(b, _), _| *b != bubble);
         self.abandon_rehome(bubble);
         self.count_bubbles();
         let lease = local.lease_ref();

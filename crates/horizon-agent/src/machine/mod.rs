@@ -293,6 +293,10 @@ pub struct AgentMachine {
     regrants: BTreeMap<BubbleId, Regrant>,
     /// Bubbles being spread or brought together.
     regroups: BTreeMap<BubbleId, parts::Regroup>,
+    /// Members leaving one server of their bubble for another (a part move), each with the
+    /// state that came for them meanwhile, if any (`parts.rs`): it joins them where they go,
+    /// not the server letting them go, which would keep it as a second entity of theirs.
+    part_moves: BTreeMap<(BubbleId, PlayerId), Option<(Seq, Blob)>>,
     /// Regions moving to another server with their state (`rehome.rs`).
     rehomes: BTreeMap<BubbleId, rehome::Rehome>,
     /// Orders waiting for a ready server, oldest first.
@@ -349,6 +353,7 @@ impl AgentMachine {
             restores: roles::Restores::default(),
             regrants: BTreeMap::new(),
             regroups: BTreeMap::new(),
+            part_moves: BTreeMap::new(),
             rehomes: BTreeMap::new(),
             waiting: VecDeque::new(),
             lane: lane::OrderLane::default(),

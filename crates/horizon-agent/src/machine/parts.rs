@@ -190,6 +190,7 @@ impl AgentMachine {
             return;
         }
         for (player, from, to) in moves {
+            self.part_moves.insert((bubble, player), None);
             let then = Then::Left { bubble, player, then: AfterLeave::Part { to } };
             self.ask_server(&from, then, server::Request::Leave { lease, player });
         }

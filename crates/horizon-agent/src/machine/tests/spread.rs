@@ -171,3 +171,74 @@ fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
     )));
     assert_eq!(h.m.stats.regions_moved.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn a_state_that_comes_for_a_player_moving_between_parts_joins_them_where_they_go() {
+    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    let lref = lref(1);
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member(1), member(2)],
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    let half = |x0: f64, x1: f64| Aabb {
+        min: Vec3 { x: x0, y: 0.0, z: 0.0 },
+        max: Vec3 { x: x1, y: 1.0, z: 1.0 },
+    };
+    let (_, out) = h.order(control::Request::Parts {
+        lease: lref,
+        parts: vec![half(0.0, 1.0), half(1.0, 2.0)],
+        players: vec![
+            control::PartMember { player: PlayerId(1), part: 0 },
+            control::PartMember { player: PlayerId(2), part: 1 },
+        ],
+    });
+    // The new part's server takes it: player 2 is asked to leave `mtl-gs-0`...
+    let mut leaves = Vec::new();
+    for e in out {
+        if let Effect::ToServer { server, pending, request } = e {
+            assert_eq!(kind(&request), "assign");
+            let result = Ok(server::Reply::Done);
+            leaves.extend(h.feed(Input::ServerReplied { server, pending, result }));
+        }
+    }
+    assert_eq!(
+        to_servers(&leaves).iter().map(|(s, r)| format!("{s}:{}", kind(r))).collect::<Vec<_>>(),
+        ["mtl-gs-0:leave"]
+    );
+    // ... and before it answers, a newer state of theirs comes (a crossing the core listed
+    // them for, late): not joined on the server they are leaving.
+    let token = h.token();
+    let request = transfer::Request::Cross {
+        player: PlayerId(2),
+        from: BubbleId(9),
+        to: BubbleId(1),
+        epoch: Epoch(1),
+        last_applied: Seq(40),
+        state: Blob(vec![4, 0]),
+    };
+    let came = h.feed(Input::PeerRequest { site: n("HKG"), token, request });
+    assert!(to_servers(&came).is_empty(), "held for the move: {came:?}");
+    // The old server lets them go with what it had: both states join them on the new server
+    // (which keeps the one that applied more), nothing on the old one.
+    let (seen, _) = h.answer_servers_seen(leaves, |r| match r {
+        server::Request::Leave { .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(3), state: Blob(vec![9]) })
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    let joins: Vec<(String, u64, u64)> = seen
+        .iter()
+        .filter_map(|(s, r)| match r {
+            server::Request::Join { player, last_applied, .. } => {
+                Some((s.clone(), player.0, last_applied.0))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joins, [("mtl-gs-1".to_owned(), 2, 3), ("mtl-gs-1".to_owned(), 2, 40)]);
+    assert_eq!(h.m.bubbles[&BubbleId(1)].server_of(PlayerId(2)), &n("mtl-gs-1"));
+    assert!(h.m.part_moves.is_empty());
+}
