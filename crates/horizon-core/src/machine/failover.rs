@@ -87,9 +87,30 @@ impl CoreMachine {
         self.restored_from.insert(bubble, (epoch, from));
         let restore = copy.restore(self.lease(bubble, epoch, now), region);
         let order = self.order(site, restore);
-        if !self.track(order, Awaiting::Restore(bubble, epoch)) {
+        if self.track(order, Awaiting::Restore(bubble, epoch)) {
+            self.restores_unsent.remove(&bubble);
+        } else if self.restores_unsent.insert(bubble) {
             // The new site's agent is gone too: the brain picks another.
             self.restore_failed(bubble, epoch, "the new site's agent is not connected", now);
+        } else {
+            // It picked a site without its agent again: no other site can host the bubble
+            // (the core site always may). Picking again would pick it again, at once, for
+            // ever: the bubble waits for that agent (its registration restores it) or for its
+            // lease's end (the brain fails it over then).
+            tracing::warn!(bubble = bubble.0, site = %self.cfg.sites.name(site), epoch, "restore waits for its site's agent: no other site can host it");
+        }
+    }
+
+    /// `site`'s agent registered: the restores that waited for it go out now.
+    pub(crate) fn send_unsent_restores(&mut self, site: SiteId) {
+        let waiting: Vec<BubbleId> = self
+            .restores_unsent
+            .iter()
+            .filter(|b| self.registry.get(b).is_some_and(|r| r.restoring() && r.site() == site))
+            .copied()
+            .collect();
+        for bubble in waiting {
+            self.effects.push_back(Effect::ReadBackup { bubble });
         }
     }
 
@@ -140,6 +161,7 @@ impl CoreMachine {
     /// `bubble` ended: which copy it was restored from no longer matters.
     pub(crate) fn forget_restore(&mut self, bubble: BubbleId) {
         self.restored_from.remove(&bubble);
+        self.restores_unsent.remove(&bubble);
     }
 
     /// Members of a bubble just restored whose best stored copy is not the one it was

@@ -205,6 +205,9 @@ pub struct CoreMachine {
     pub(crate) keep: keep::PlayerCopies,
     /// The copy each bubble being restored was restored from (`None`: empty), by epoch.
     restored_from: BTreeMap<BubbleId, (u64, Option<CopyAt>)>,
+    /// Bubbles whose restore found its site's agent gone, once already (`failover.rs`): the
+    /// second time they wait for that agent's registration, or their lease's end.
+    restores_unsent: BTreeSet<BubbleId>,
     /// When the players no agent brought back are next forgotten (`forget_absent_players`).
     next_absent_sweep: Time,
     pub(crate) handovers: BTreeMap<HandoverId, Handover>,
@@ -285,6 +288,7 @@ impl CoreMachine {
             drains: drain::Drains::default(),
             keep: keep::PlayerCopies::default(),
             restored_from: BTreeMap::new(),
+            restores_unsent: BTreeSet::new(),
             next_absent_sweep: now + horizon_mesh::Span::from_ms(ABSENT_AFTER_START_MS),
             handovers: BTreeMap::new(),
             // Handover ids carry the generation: never the id of one a previous core ran.

@@ -231,6 +231,7 @@ impl CoreMachine {
             self.lost(site, &missing, FailoverReason::NotHeld, now);
         }
         self.drain_registered(site, held, now);
+        self.send_unsent_restores(site);
         // A reconnected agent lost the orders sent while it was away: tell it again who is in
         // its bubbles and where its players are simulated.
         self.resync(site);

@@ -187,3 +187,51 @@ fn a_zone_whose_lease_runs_out_is_restored_on_another_server_of_the_core_site() 
     let z = h.core.mesh.zone_by_id(zone).unwrap();
     assert_eq!((z.epoch.0, z.stalled_since), (reg.epoch(), None));
 }
+
+#[test]
+fn a_restore_whose_only_site_has_no_agent_waits_for_it_instead_of_failing_over_for_ever() {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    // PAR's agent is away (restarting), and neither MTL nor HKG has a server to spare: the
+    // core site, always a candidate, is the only place the brain can put the bubble.
+    let par = h.site("PAR");
+    let conn = h.conn("PAR");
+    h.core.handle(Input::AgentDisconnected { site: par, conn }, h.now);
+    for site in ["MTL", "HKG"] {
+        let id = h.site(site);
+        h.core.mesh.handle_site_capacity(id, Some(0));
+    }
+    let lost = control::Request::Lost {
+        leases: vec![LeaseRef { bubble, epoch: Epoch(epoch) }],
+        reason: "server exited".into(),
+    };
+    h.request("MTL", lost).unwrap();
+    assert_eq!(h.hosted(1).1, "PAR");
+    // The restore cannot go out: the brain is asked once more, and picks PAR again...
+    h.log.clear();
+    h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
+    h.drain(|_| {});
+    assert!(h.log.contains(&Effect::ReadBackup { bubble }), "failed over again once");
+    assert_eq!(h.hosted(1).1, "PAR");
+    // ... and then the bubble waits for PAR's agent, instead of another failover at once,
+    // and another, for ever (chaos: `--overlapping --seed 0`, a core spinning at one instant).
+    h.log.clear();
+    h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
+    h.drain(|_| {});
+    assert!(!h.log.iter().any(|e| matches!(e, Effect::ReadBackup { .. })), "{:?}", h.log);
+    assert!(h.core.registry[&bubble].restoring());
+    // PAR's agent registers again: the restore goes out to it.
+    h.connect("PAR");
+    h.drain(|_| {});
+    assert!(h.log.contains(&Effect::ReadBackup { bubble }), "{:?}", h.log);
+    h.log.clear();
+    h.core.handle(Input::BackupRead { bubble, copy: None }, h.now);
+    h.drain(|_| {});
+    assert!(
+        h.sent()
+            .iter()
+            .any(|(s, _, r)| s == "PAR" && matches!(r, control::Request::Restore { .. })),
+        "{:?}",
+        h.sent()
+    );
+}
