@@ -234,16 +234,36 @@ impl AgentMachine {
         if b.phase() != Phase::Running {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble is not running here yet"));
         }
-        if !b.extra().is_empty() {
-            return Err(Fault::new(ErrorCode::NotReady, "the bubble is spread over servers"));
-        }
         tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, players = players.len(), copy_bytes = copy.0.len(), "players adopted from a stored copy");
-        let server = b.server().clone();
-        for chunk in chunked(lease.bubble, lease.epoch, Tick(0), &copy) {
-            let item = StateItem::Adopt(horizon_proto::Adopt { chunk, players: players.clone() });
-            self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
+        if self.regrouping(lease.bubble) {
+            // Its players are moving between its servers (a bubble restored from its parts'
+            // copies is spread again): each adopts where it is once the move is done.
+            if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
+                b.defer_adopt(players, copy);
+            }
+            return Ok(control::Reply::Done);
         }
+        self.send_adopt(lease.bubble, players, copy);
         Ok(control::Reply::Done)
+    }
+
+    /// Streams a stored copy to each server of `bubble` simulating some of `players`, naming
+    /// those: a server adopts only the players it simulates (it would start the others, a
+    /// second entity of theirs beside the one on their own server).
+    pub(super) fn send_adopt(&mut self, bubble: BubbleId, players: Vec<PlayerId>, copy: Blob) {
+        let Some(b) = self.bubbles.get(&bubble) else { return };
+        let epoch = b.lease().epoch;
+        let mut by_server: BTreeMap<Name, Vec<PlayerId>> = BTreeMap::new();
+        for player in players {
+            by_server.entry(b.server_of(player).clone()).or_default().push(player);
+        }
+        for (server, players) in by_server {
+            for chunk in chunked(bubble, epoch, Tick(0), &copy) {
+                let item =
+                    StateItem::Adopt(horizon_proto::Adopt { chunk, players: players.clone() });
+                self.effects.push_back(Effect::ServerStream { server: server.clone(), item });
+            }
+        }
     }
 
     pub(super) fn resize(

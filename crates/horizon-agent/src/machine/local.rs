@@ -4,12 +4,12 @@
 //! handover or a restore, and what waits for it to run. Only this file changes a bubble: each
 //! change is a named step below; the machine's files decide when.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use horizon_proto::control;
 use horizon_proto::{
-    BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick,
+    Blob, BubbleId, Epoch, HandoverId, Lease, LeaseRef, Name, PlayerId, Region, Seq, Tick,
 };
 use std::time::Instant;
 
@@ -60,7 +60,14 @@ pub(super) struct Local {
     /// The member list (and departures) that came while the bubble was being restored: its
     /// server has not taken the copy yet, so joins and leaves wait for its first update.
     deferred: Option<(Vec<control::Member>, Vec<control::Departure>)>,
+    /// Stored copies its players adopt from, that came while they moved between its servers
+    /// (at most [`MAX_ADOPTS_WAITING`], the newest kept).
+    adopts: VecDeque<(Vec<PlayerId>, Blob)>,
 }
+
+/// Adoptions kept per bubble while its parts change (the core sends one per restore and per
+/// copy showing members behind: a few at most).
+const MAX_ADOPTS_WAITING: usize = 4;
 
 impl Local {
     pub(super) fn new(
@@ -83,6 +90,7 @@ impl Local {
             extra: Vec::new(),
             holder: BTreeMap::new(),
             deferred: None,
+            adopts: VecDeque::new(),
         }
     }
 
@@ -229,6 +237,19 @@ impl Local {
         &mut self,
     ) -> Option<(Vec<control::Member>, Vec<control::Departure>)> {
         self.deferred.take()
+    }
+
+    /// Players to adopt from a stored copy once they stopped moving between servers.
+    pub(super) fn defer_adopt(&mut self, players: Vec<PlayerId>, copy: Blob) {
+        if self.adopts.len() >= MAX_ADOPTS_WAITING {
+            self.adopts.pop_front();
+        }
+        self.adopts.push_back((players, copy));
+    }
+
+    /// The adoptions deferred, taken.
+    pub(super) fn take_adopts(&mut self) -> VecDeque<(Vec<PlayerId>, Blob)> {
+        std::mem::take(&mut self.adopts)
     }
 
     /// `player` is simulated on `server` (a part other than 0).

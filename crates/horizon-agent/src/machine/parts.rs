@@ -306,9 +306,13 @@ impl AgentMachine {
         else {
             return;
         };
+        let adopts = local.take_adopts();
         if let Some((players, departed)) = local.take_deferred() {
             let lease = local.lease_ref();
             let _ = self.members(lease, players, departed, now);
+        }
+        for (players, copy) in adopts {
+            self.send_adopt(bubble, players, copy);
         }
     }
 
@@ -317,7 +321,14 @@ impl AgentMachine {
     pub(super) fn regroup_failed(&mut self, bubble: BubbleId, fault: Fault, now: Instant) {
         let token = self.abandon_regroup(bubble);
         match token {
-            Some(token) => self.answer(token, Err(fault)),
+            Some(token) => {
+                self.answer(token, Err(fault));
+                // The adoptions that waited for the parts (member lists wait for the next).
+                let adopts = self.bubbles.get_mut(&bubble).map(|b| b.take_adopts());
+                for (players, copy) in adopts.into_iter().flatten() {
+                    self.send_adopt(bubble, players, copy);
+                }
+            }
             None => {
                 tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "region not moved off its server");
                 self.apply_deferred(bubble, now);

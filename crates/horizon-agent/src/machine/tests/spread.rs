@@ -242,3 +242,59 @@ fn a_state_that_comes_for_a_player_moving_between_parts_joins_them_where_they_go
     assert_eq!(h.m.bubbles[&BubbleId(1)].server_of(PlayerId(2)), &n("mtl-gs-1"));
     assert!(h.m.part_moves.is_empty());
 }
+
+/// The servers each adopt is streamed to, with the players named: (server, [player]).
+fn adopts_fed(out: &[Effect]) -> Vec<(String, Vec<u64>)> {
+    out.iter()
+        .filter_map(|e| match e {
+            Effect::ServerStream { server, item: StateItem::Adopt(a) } => {
+                Some((server.to_string(), a.players.iter().map(|p| p.0).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn players_of_a_spread_bubble_adopt_a_kept_copy_on_their_own_servers_once_they_stopped_moving() {
+    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
+    let lref = lref(1);
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: vec![member(1), member(2), member(3)],
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    let half = |x0: f64, x1: f64| Aabb {
+        min: Vec3 { x: x0, y: 0.0, z: 0.0 },
+        max: Vec3 { x: x1, y: 1.0, z: 1.0 },
+    };
+    let part = |p: u64, part: u32| control::PartMember { player: PlayerId(p), part };
+    let (_, out) = h.order(control::Request::Parts {
+        lease: lref,
+        parts: vec![half(0.0, 1.0), half(1.0, 2.0)],
+        players: vec![part(1, 0), part(2, 1), part(3, 1)],
+    });
+    // A copy kept for players 1 and 2 comes while they move: it waits for the move.
+    let adopt = control::Request::Adopt {
+        lease: lref,
+        players: vec![PlayerId(1), PlayerId(2)],
+        copy: Blob(vec![3; 10]),
+    };
+    let (token, waiting) = h.order(adopt.clone());
+    assert_eq!(answers(&waiting), [(token, Ok(control::Reply::Done))]);
+    assert!(adopts_fed(&waiting).is_empty(), "{waiting:?}");
+    // Once every member is on their part's server, each server adopts its own players.
+    let out = h.answer_servers(out, |r| match r {
+        server::Request::Leave { .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(3), state: Blob(vec![9]) })
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    let split = [("mtl-gs-0".to_owned(), vec![1]), ("mtl-gs-1".to_owned(), vec![2])];
+    assert_eq!(adopts_fed(&out), split);
+    // And so for a copy that comes while it stays spread.
+    let (token, out) = h.order(adopt);
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+    assert_eq!(adopts_fed(&out), split);
+}
