@@ -333,15 +333,24 @@ impl CoreMachine {
     /// sites their states came through on the way in (up to [`MAX_CROSSING_HOPS`] back: the
     /// last one may have died with its copy-less bubbles) are told where it runs now
     /// (`Recover`), so a crossing still on its way from one of them, or one delivered and kept
-    /// there, comes to it.
+    /// there, comes to it. So for those who left it while its holder was away (their departure
+    /// remembered, their state only in the server that died): it goes to where they play now.
     pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
-        let Some(arrived) = self.trails.get(&bubble).map(|t| &t.arrived) else { return };
-        let Some(holder) = self.registry.get(&bubble).map(|r| r.site()) else { return };
-        let players: Vec<PlayerId> =
-            arrived.keys().filter(|p| self.placed.get(p) == Some(&bubble)).copied().collect();
+        let Some(trail) = self.trails.get(&bubble) else { return };
+        let left_meanwhile =
+            |p: &PlayerId| trail.departed.as_ref().is_some_and(|d| d.players.contains(p));
+        let mut routes: Vec<(PlayerId, control::PlayerRoute)> = Vec::new();
+        for player in trail.arrived.keys().copied() {
+            let Some(&now_in) = self.placed.get(&player) else { continue };
+            if now_in != bubble && !left_meanwhile(&player) {
+                continue;
+            }
+            let Some(site) = self.registry.get(&now_in).map(|r| r.site()) else { continue };
+            let route = control::PlayerRoute { player, bubble: now_in, site: self.site_name(site) };
+            routes.push((player, route));
+        }
         let mut per_site: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
-        for player in players {
-            let route = control::PlayerRoute { player, bubble, site: self.site_name(holder) };
+        for (player, route) in routes {
             for site in self.sources_of(player, bubble) {
                 per_site.entry(site).or_default().push(route.clone());
             }

@@ -68,6 +68,25 @@ fn a_bubble_restored_asks_every_site_its_players_crossed_from_for_what_they_kept
     assert_eq!(h.routes_to("MTL", 3), [("recover", at_hkg)]);
 }
 
+/// Chaos `--standby --overlapping` seed 88, servers of 3: a player crossed into a Paris zone,
+/// then left it for a bubble elsewhere; the zone's server died before any copy held them, so
+/// their state died with it, and the zone, restored from its last copy, has none to hand on.
+/// The site they crossed from into the zone (which keeps that crossing a while) is told where
+/// they play now.
+#[test]
+fn a_region_restored_sends_what_was_kept_for_a_player_who_left_it_meanwhile_to_where_they_play() {
+    let mut h = Harness::new();
+    let (_, at_par, at_hkg) = three_bubbles(&mut h);
+    walk_hongkonger(&mut h, 50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_par, "crossed MTL → PAR");
+    walk_hongkonger(&mut h, -50_000.0, 15_000);
+    assert_eq!(h.hosted(3).0, at_hkg, "crossed PAR → HKG");
+    h.log.clear();
+    let epoch = h.core.registry[&at_par].epoch();
+    h.lose("PAR", at_par, epoch, None);
+    assert_eq!(h.routes_to("MTL", 3), [("recover", at_hkg)]);
+}
+
 /// Seed 7340086 of the chaos simulator: a player crossed from a Paris bubble into one at HKG,
 /// then the Paris bubble was handed over to MTL, then the HKG bubble was lost before a copy
 /// held the player. The crossing is kept at PAR, the site that sent it, not at the Paris
