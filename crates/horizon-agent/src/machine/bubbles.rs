@@ -485,6 +485,11 @@ impl AgentMachine {
             }
             return;
         }
+        let Some((last_applied, state)) =
+            self.rehome_hold_join(lease.bubble, player, last_applied, state)
+        else {
+            return;
+        };
         if let Some(job) = self.regrants.get_mut(&lease.bubble) {
             let server = server.clone();
             job.joins.push(HeldJoin { server, player, last_applied, state });

@@ -43,6 +43,9 @@ enum Step {
         to: Option<Name>,
         /// `from` answered its `Freeze`: it writes nothing more, its seal is on its way.
         frozen: bool,
+        /// Players' states that came for the region meanwhile (crossings): joined where it
+        /// runs once it landed, or stays. On `from`, after its snapshot, they would be lost.
+        joins: Vec<(PlayerId, Seq, Blob)>,
     },
 }
 
@@ -151,7 +154,8 @@ impl AgentMachine {
             self.rehomes.remove(&old.bubble);
             return false;
         }
-        let step = Step::Granted { token, lease, received, to: None, frozen: false };
+        let step =
+            Step::Granted { token, lease, received, to: None, frozen: false, joins: Vec::new() };
         self.rehomes.insert(old.bubble, Rehome { from, at: now, step });
         let local = &self.bubbles[&old.bubble];
         let (region, players) = (local.region(), local.members().len().max(1) as u32);
@@ -237,14 +241,22 @@ impl AgentMachine {
         if !landed {
             return false;
         }
-        let Some(Rehome { from, step: Step::Granted { token, lease, received, to, .. }, .. }) =
-            self.rehomes.remove(&bubble)
+        let Some(Rehome {
+            from,
+            step: Step::Granted { token, lease, received, to, joins, .. },
+            ..
+        }) = self.rehomes.remove(&bubble)
         else {
             return false;
         };
         let Some(local) = self.bubbles.get_mut(&bubble) else { return false };
         let old = local.lease_ref();
         local.rehomed(lease, received, to.unwrap_or_else(|| server.clone()));
+        let new = local.lease_ref();
+        for (player, last_applied, state) in joins {
+            let server = self.bubbles[&bubble].server_of(player).clone();
+            self.join(&server, new, player, last_applied, state);
+        }
         if self.release(&from, bubble) {
             self.ask_server(
                 &from,
@@ -280,14 +292,16 @@ impl AgentMachine {
         if !self.rehome_granted(bubble) {
             return;
         }
-        let Some(Rehome { step: Step::Granted { token, lease, received, to, frozen }, .. }) =
-            self.rehomes.remove(&bubble)
+        let Some(Rehome {
+            step: Step::Granted { token, lease, received, to, frozen, joins }, ..
+        }) = self.rehomes.remove(&bubble)
         else {
             return;
         };
         self.release_standby(bubble, to, lease);
         if frozen {
             self.stats.region_moves_lost.fetch_add(1, Ordering::Relaxed);
+            self.keep_joins(bubble, joins, now);
             self.move_lost(bubble, token, lease, why);
             return;
         }
@@ -297,13 +311,49 @@ impl AgentMachine {
             self.answer(token, Err(unknown(bubble)));
             return;
         };
-        match self.regrant(token, old, lease, received, now) {
+        let result = self.regrant(token, old, lease, received, now);
+        // The states that waited join where it stays (after the regrant, if one goes out).
+        for (player, last_applied, state) in joins {
+            if let Some(local) = self.bubbles.get(&bubble) {
+                let (server, lease) = (local.server_of(player).clone(), local.lease_ref());
+                self.join(&server, lease, player, last_applied, state);
+            }
+        }
+        match result {
             // The member changes that waited for the move apply once the regrant is done.
             Ok(()) => {}
             Err(fault) => {
                 self.answer(token, Err(fault));
                 self.apply_deferred(bubble, now);
             }
+        }
+    }
+
+    /// States held for a region that stops here while moving: kept as crossings are, for a
+    /// restore of it here (the core fails it over from its copy, which may lack them).
+    fn keep_joins(&mut self, bubble: BubbleId, joins: Vec<(PlayerId, Seq, Blob)>, now: Instant) {
+        for (player, last_applied, state) in joins {
+            self.transit.stash(player, bubble, last_applied, &state, now);
+        }
+    }
+
+    /// Holds a state joining `bubble` while it moves to another server here (see
+    /// [`Step::Granted`]); `None` when it does not move, and the state is given back.
+    pub(super) fn rehome_hold_join(
+        &mut self,
+        bubble: BubbleId,
+        player: PlayerId,
+        last_applied: Seq,
+        state: Blob,
+    ) -> Option<(Seq, Blob)> {
+        match self.rehomes.get_mut(&bubble) {
+            Some(Rehome { step: Step::Granted { joins, .. }, .. })
+                if joins.len() < MAX_CROSSINGS =>
+            {
+                joins.push((player, last_applied, state));
+                None
+            }
+            _ => Some((last_applied, state)),
         }
     }
 
@@ -332,8 +382,12 @@ impl AgentMachine {
     /// core's `Regrant` is refused. Returns the lease the core holds it under now.
     pub(super) fn abandon_rehome(&mut self, bubble: BubbleId) -> Option<LeaseRef> {
         let r = self.rehomes.remove(&bubble)?;
-        let Step::Granted { token, lease, to, .. } = r.step else { return None };
+        let Step::Granted { token, lease, to, joins, .. } = r.step else { return None };
         self.release_standby(bubble, to, lease);
+        if !joins.is_empty() {
+            // Their crossings stay kept where they came from (`Recover` finds them).
+            tracing::warn!(site = %self.cfg.site, bubble = bubble.0, players = joins.len(), "states that came for a region stopped while moving: not joined");
+        }
         let fault = Fault::new(ErrorCode::NotReady, "the region stopped here while moving");
         self.answer(token, Err(fault));
         Some(LeaseRef { bubble, epoch: lease.epoch })

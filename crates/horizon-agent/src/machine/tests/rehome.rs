@@ -234,3 +234,40 @@ fn an_overfull_server_asks_the_core_to_move_its_lighter_region_with_its_state() 
     // 30 s, the server, still overfull, asks again.
     assert_eq!(asked(&h.advance(Duration::from_secs(10))).len(), 1);
 }
+
+/// Chaos `--overlapping` seed 220, servers of 3: a player's state crossed into a zone as it
+/// moved off its overfull server, and joined the old server after its snapshot: it was lost
+/// there, and the player saw no update again.
+#[test]
+fn a_state_that_comes_while_the_region_moves_joins_it_on_its_new_server() {
+    let (mut h, _, out) = granted();
+    let _ = h.answer_servers(out, done);
+    h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
+    h.m.transit.await_state(PlayerId(5), BubbleId(1), h.now);
+    let token = h.token();
+    let request = transfer::Request::Cross {
+        player: PlayerId(5),
+        from: BubbleId(9),
+        to: BubbleId(1),
+        epoch: Epoch(1),
+        last_applied: Seq(40),
+        state: Blob(vec![4, 0]),
+    };
+    let came = h.feed(Input::PeerRequest { site: n("HKG"), token, request });
+    assert!(
+        !to_servers(&came).iter().any(|(_, r)| matches!(r, server::Request::Join { .. })),
+        "not joined on the server the region leaves: {came:?}"
+    );
+    let out = h.feed(Input::ServerItem { server: n("mtl-gs-1"), item: update(1, 2, 42, &[]) });
+    let joins: Vec<(String, LeaseRef, u64)> = to_servers(&out)
+        .into_iter()
+        .filter_map(|(s, r)| match r {
+            server::Request::Join { lease, player, last_applied, .. } if player.0 == 5 => {
+                Some((s, *lease, last_applied.0))
+            }
+            _ => None,
+        })
+        .collect();
+    let lease = LeaseRef { bubble: BubbleId(1), epoch: Epoch(2) };
+    assert_eq!(joins, [("mtl-gs-1".to_owned(), lease, 40)]);
+}
