@@ -402,7 +402,7 @@ impl AgentMachine {
             let holder = self.bubbles.get_mut(&lease.bubble).and_then(|b| b.unheld(*player));
             let from = holder.unwrap_or_else(|| server.clone());
             let then = match departed.remove(player) {
-                Some(d) => AfterLeave::Cross(d),
+                Some(d) => AfterLeave::Cross { d, from: held },
                 None => AfterLeave::Nothing,
             };
             let request = server::Request::Leave { lease: held, player: *player };
@@ -437,6 +437,17 @@ impl AgentMachine {
                 ?result,
                 "player not let go by its server"
             );
+            if let (AfterLeave::Cross { from, .. }, Err(Failure::Unreachable(why))) =
+                (&then, &result)
+                && self.bubbles.get(&bubble).is_none_or(|b| b.lease_ref() != *from)
+            {
+                // The state died with its server, which this site heard of after the bubble
+                // had gone from here (the core ended it, the player's departure its last
+                // order): the core hears it as for a bubble still here, and has what the sites
+                // the player crossed in from kept sent on (an ended bubble's loss).
+                let request = control::Request::Lost { leases: vec![*from], reason: why.clone() };
+                self.ask_core(Then::Nothing("lost bubbles"), request);
+            }
             if let AfterLeave::Part { .. } = then {
                 if let Some((last_applied, state)) = came
                     && let Some(local) = self.bubbles.get(&bubble)
@@ -450,7 +461,7 @@ impl AgentMachine {
         };
         match then {
             AfterLeave::Nothing => {}
-            AfterLeave::Cross(d) => self.cross(player, bubble, d, last_applied, state, now),
+            AfterLeave::Cross { d, .. } => self.cross(player, bubble, d, last_applied, state, now),
             AfterLeave::Part { to } => {
                 if let Some(local) = self.bubbles.get(&bubble) {
                     let lease = local.lease_ref();

@@ -123,8 +123,9 @@ pub(super) struct BackupCopy {
 pub(super) enum AfterLeave {
     /// Nothing more (the core's members said so).
     Nothing,
-    /// The player crossed into another bubble: its state goes there.
-    Cross(control::Departure),
+    /// The player crossed into another bubble: its state goes there. `from`: the lease the
+    /// bubble it leaves was held under.
+    Cross { d: control::Departure, from: LeaseRef },
     /// Another part of the same bubble takes it.
     Part { to: Name },
 }

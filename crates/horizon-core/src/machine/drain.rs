@@ -189,6 +189,9 @@ impl CoreMachine {
             tracing::info!(bubble = bubble.0, holder = %self.cfg.sites.name(site), "an ended bubble's server is gone: its players' states will be handed on from its copy");
             self.want_drain(bubble, None);
         }
+        // Those who crossed in after its last copy (or before its first) are in no copy of
+        // it: what the sites they crossed from kept goes to where they play now.
+        self.redirect_arrivals(bubble);
         self.drain_due(now);
     }
 

@@ -495,3 +495,36 @@ fn a_state_kept_for_a_bubble_is_not_used_once_a_newer_state_of_its_player_came_t
         .collect();
     assert!(joins.is_empty(), "joined from the old copy: {joins:?}");
 }
+
+/// Chaos seed 101501, servers of 3: the core ended a bubble as its server died, the player's
+/// departure its last order. The server could not let them go (gone), and the bubble was no
+/// longer here to be reported lost with it: the player's state vanished unsaid, and their new
+/// bubble started them afresh. The core is told the bubble's loss, so it has the state the
+/// player crossed in with sent on (see the core's `ended_bubble_lost`).
+#[test]
+fn a_departure_from_a_bubble_ended_as_its_server_died_tells_the_core_the_bubble_was_lost() {
+    let mut h = running(10_000);
+    let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let members = vec![member(7)];
+    let (_, out) = h.order(control::Request::Members {
+        lease: lref,
+        players: members,
+        departed: Vec::new(),
+    });
+    h.answer_servers(out, done);
+    let (_, leaving) = h.order(leaves_for_par(lref));
+    assert!(to_servers(&leaving).iter().any(|(_, r)| matches!(r, server::Request::Leave { .. })));
+    let (_, _) = h.order(control::Request::Revoke { leases: vec![lref] });
+    assert!(h.m.bubbles.get(&BubbleId(1)).is_none(), "released");
+    let out = h.answer_servers(leaving, |_| Err(Failure::Unreachable("the server is gone".into())));
+    let lost: Vec<Vec<LeaseRef>> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ToCore { request: control::Request::Lost { leases, .. }, .. } => {
+                Some(leases.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lost, [vec![lref]]);
+}
