@@ -210,8 +210,11 @@ impl StoredBackup {
                 *b = StoredBackup { epoch, tick: 0, bytes: 0, parts, gathering: None };
             }
         }
-        b.tick = b.parts.iter().flatten().map(|p| p.tick).max().unwrap_or(0);
-        b.bytes = b.parts.iter().flatten().map(|p| p.bytes).sum();
+        // A whole copy kept while a spread layout is gathered stays as it is.
+        if !b.parts.is_empty() {
+            b.tick = b.parts.iter().flatten().map(|p| p.tick).max().unwrap_or(0);
+            b.bytes = b.parts.iter().flatten().map(|p| p.bytes).sum();
+        }
     }
 }
 
@@ -498,6 +501,13 @@ mod tests {
             (7, 100, &b"whole"[..], 0)
         );
         s.put_backup_part(3, 7, (1, 2), 130, b"part one").unwrap();
+        // Until every part is here, the whole copy is, with its own tick (the seal's: chaos
+        // seed 101780 restored tick 0's seal over a snapshot at tick 78, refused for ever).
+        let c = s.latest_copy(3).unwrap();
+        assert_eq!(
+            (c.epoch, c.tick, c.bytes.as_slice(), c.parts.len()),
+            (7, 100, &b"whole"[..], 0)
+        );
         s.put_backup_part(3, 7, (0, 2), 120, b"part zero").unwrap();
         let c = s.latest_copy(3).unwrap();
         assert_eq!((c.epoch, c.tick), (7, 120), "part 0's tick: the seal's");
