@@ -45,9 +45,10 @@ pub struct ChaosOptions {
     pub seconds: f64,
     /// A second fault strikes during each (see `faults::overlap`).
     pub overlapping: bool,
-    /// The core's rollout stage. Under [`Stage::Relay`] every player is in a core-site zone
-    /// and a server holds [`RELAY_PLAYERS_PER_SERVER`] players, so zones split and merge
-    /// under the faults.
+    /// The core's rollout stage. Under [`Stage::Relay`] every player is in a core-site zone;
+    /// under [`Stage::Dynamic`] the core site's players are, and the others' groups in bubbles.
+    /// A server holds [`PLAYERS_PER_SERVER`] players, so zones and bubbles' parts split and
+    /// merge under the faults.
     pub stage: Stage,
     /// Two cores on a simulated store with an election lease (`world/election.rs`): the
     /// leader may die or be cut from the store, the store may change leader (every lease's TTL
@@ -66,9 +67,10 @@ impl Default for ChaosOptions {
 /// it, though a newer state of theirs had passed through since (I4 at the run's end).
 pub const STANDBY_REGRESSION_SEEDS: &[u64] = &[900588];
 
-/// `players_per_server` under [`Stage::Relay`]: small enough that the world's groups (four to
-/// five players each) cut their zone, and a crowd gathering or leaving cuts or joins zones.
-pub const RELAY_PLAYERS_PER_SERVER: u32 = 3;
+/// `players_per_server` of the simulated servers, under every stage: small enough that the
+/// world's groups (four to five players each) cut their region — a zone of the core site, or a
+/// bubble across servers of its site — and a crowd gathering or leaving cuts or joins regions.
+pub const PLAYERS_PER_SERVER: u32 = 3;
 
 /// Seeds that once broke an invariant under [`Stage::Relay`], replayed by `--regressions`
 /// under it. 9600998: a zone's move off an overfull server was given up and the zone regranted

@@ -66,13 +66,12 @@ const REDIAL_US: u64 = 1_000_000;
 const TICK_MS: u32 = 100;
 /// `tps_min` of the dynamic stage, for simulated servers that tick at `1000 / TICK_MS` = 10 a
 /// second by design (production's 20 is a third of a Godot server's 60): a server ticking at
-/// its own rate is not overloaded there. With production's 20 every region is overloaded at
-/// every sample, and SMD's rule, which cuts a dense group at its median, cuts every bubble
-/// down to single players and joins it back, all run long: a load no site sees, which finds
-/// acknowledged inputs lost when a bubble spread over servers is restored from copies of its
-/// parts (plain seeds 63 and 239 at the time: an open defect of the parts' copies, told in
-/// docs/chaos.md). The relay stage keeps production's 20 on purpose: its zones are then cut
-/// and joined all run long, which is what that stage is for.
+/// its own rate is not overloaded there, and regions are cut when they hold more than
+/// [`crate::PLAYERS_PER_SERVER`]. With production's 20 every region is overloaded at every
+/// sample, and SMD's rule cuts every bubble down to single players and joins it back, all run
+/// long: a load no site sees (docs/chaos.md tells what it found). The relay stage keeps
+/// production's 20 on purpose: its zones are then cut and joined all run long, which is what
+/// that stage is for.
 const DYNAMIC_TPS_MIN: f64 = 1000.0 / TICK_MS as f64 / 3.0;
 const INPUT_EVERY_US: u64 = 250_000;
 const WARM_POOL: usize = 2;
@@ -379,11 +378,11 @@ impl World {
             stage: opts.stage,
             thresholds: match opts.stage {
                 Stage::Measure | Stage::Relay | Stage::Fixed => Thresholds {
-                    players_per_server: crate::RELAY_PLAYERS_PER_SERVER,
+                    players_per_server: crate::PLAYERS_PER_SERVER,
                     ..Thresholds::default()
                 },
                 Stage::Dynamic => Thresholds {
-                    players_per_server: crate::RELAY_PLAYERS_PER_SERVER,
+                    players_per_server: crate::PLAYERS_PER_SERVER,
                     tps_min: DYNAMIC_TPS_MIN,
                     ..Thresholds::default()
                 },
