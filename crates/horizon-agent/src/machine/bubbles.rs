@@ -427,7 +427,7 @@ impl AgentMachine {
         // A state that came for a player moving between the bubble's servers meanwhile: it
         // joins them where they are now.
         let came = match then {
-            AfterLeave::Part { .. } => self.part_moves.remove(&(bubble, player)).flatten(),
+            AfterLeave::Part { .. } => self.part_move_done(bubble, player),
             _ => None,
         };
         let Ok(server::Reply::Left { last_applied, state }) = result else {
@@ -490,12 +490,11 @@ impl AgentMachine {
         // The player is leaving its server for another of the bubble's (a part move): joined
         // here, the state would stay behind as a second entity of theirs, and the move would
         // carry the older one. It joins them where they go (`left`); of two, the newer.
-        if let Some(held) = self.part_moves.get_mut(&(lease.bubble, player)) {
-            if held.as_ref().is_none_or(|(seq, _)| *seq <= last_applied) {
-                *held = Some((last_applied, state));
-            }
+        let Some((last_applied, state)) =
+            self.hold_for_part_move(lease.bubble, player, last_applied, state)
+        else {
             return;
-        }
+        };
         let Some((last_applied, state)) =
             self.rehome_hold_join(lease.bubble, player, last_applied, state)
         else {
@@ -817,7 +816,7 @@ impl AgentMachine {
         let Some(local) = self.bubbles.remove(&bubble) else { return };
         self.stop_mirror(bubble);
         self.abandon_regroup(bubble);
-        self.part_moves.retain(|(b, _), _| *b != bubble);
+        self.forget_part_moves(bubble);
         self.abandon_rehome(bubble);
         self.count_bubbles();
         let lease = local.lease_ref();

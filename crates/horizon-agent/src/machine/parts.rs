@@ -196,6 +196,39 @@ impl AgentMachine {
         }
     }
 
+    /// Holds a state joining `player` while they move between `bubble`'s servers (see
+    /// `part_moves`): of two, the newer. Gives it back when they are not moving.
+    pub(super) fn hold_for_part_move(
+        &mut self,
+        bubble: BubbleId,
+        player: PlayerId,
+        last_applied: Seq,
+        state: Blob,
+    ) -> Option<(Seq, Blob)> {
+        let Some(held) = self.part_moves.get_mut(&(bubble, player)) else {
+            return Some((last_applied, state));
+        };
+        if held.as_ref().is_none_or(|(seq, _)| *seq <= last_applied) {
+            *held = Some((last_applied, state));
+        }
+        None
+    }
+
+    /// `player`'s move between `bubble`'s servers is answered: the state held for them
+    /// meanwhile, if any.
+    pub(super) fn part_move_done(
+        &mut self,
+        bubble: BubbleId,
+        player: PlayerId,
+    ) -> Option<(Seq, Blob)> {
+        self.part_moves.remove(&(bubble, player)).flatten()
+    }
+
+    /// `bubble` stopped here: its members' moves between servers are forgotten.
+    pub(super) fn forget_part_moves(&mut self, bubble: BubbleId) {
+        self.part_moves.retain(|(b, _), _| *b != bubble);
+    }
+
     /// A server took a new part of `bubble`.
     pub(super) fn part_assigned(&mut self, lease: LeaseRef, server: Name, now: Instant) {
         let bubble = lease.bubble;

@@ -432,7 +432,7 @@ impl AgentMachine {
             // Moving off this server: the core holds it under the move's newer epoch.
             let moving = self.abandon_rehome(bubble);
             self.stop_mirror(bubble);
-            self.part_moves.retain(|(b, _), _| *b != bubble);
+            self.forget_part_moves(bubble);
             if let Some(token) = self.abandon_regroup(bubble) {
                 let fault = Fault::new(ErrorCode::NotReady, "the bubble's server is gone");
                 self.answer(token, Err(fault));

@@ -506,11 +506,8 @@ fn a_departure_from_a_bubble_ended_as_its_server_died_tells_the_core_the_bubble_
     let mut h = running(10_000);
     let lref = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
     let members = vec![member(7)];
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: members,
-        departed: Vec::new(),
-    });
+    let (_, out) =
+        h.order(control::Request::Members { lease: lref, players: members, departed: Vec::new() });
     h.answer_servers(out, done);
     let (_, leaving) = h.order(leaves_for_par(lref));
     assert!(to_servers(&leaving).iter().any(|(_, r)| matches!(r, server::Request::Leave { .. })));
