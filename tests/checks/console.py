@@ -24,15 +24,15 @@ own exit code if it failed). Needs `chromium` on PATH (Debian's package of that 
 import argparse
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
+
+from procs import announced
 
 REFRESH_S = 2.0  # the page's refresh period (status.html, REFRESH_MS)
 
@@ -40,24 +40,8 @@ REFRESH_S = 2.0  # the page's refresh period (status.html, REFRESH_MS)
 def admin_address(demo, deadline_s):
     """The core's admin address from the demo's banner (`console http://ADDR/` on its stderr),
     its lines passed on to ours; the rest of its stderr keeps being passed on after."""
-    found = []
-
-    def read():
-        for line in demo.stderr:
-            sys.stderr.write(line)
-            m = re.match(r"console http://([0-9.:]+)/", line)
-            if m and not found:
-                found.append(m.group(1))
-
-    threading.Thread(target=read, daemon=True).start()
-    end = time.monotonic() + deadline_s
-    while not found:
-        if demo.poll() is not None:
-            raise RuntimeError(f"the demo exited with {demo.returncode} before saying its console's address")
-        if time.monotonic() > end:
-            raise RuntimeError(f"the demo said no console address within {deadline_s} s")
-        time.sleep(0.2)
-    return found[0]
+    return announced(demo, r"^console http://([0-9.:]+)/", deadline_s, sys.stderr.write,
+                     "the demo's console address")
 
 
 class Status:

@@ -24,6 +24,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from procs import announced
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "charts", "horizon", "rules", "horizon-alerts.yaml")
 # The cut comes once every bubble of the demo has a copy: its bubbles for MTL are carved out of
@@ -36,26 +38,17 @@ CUT_AT_S, CUT_FOR_S = 40, 90
 def listening_address(proc, log_path, deadline_s):
     """Where Prometheus, started on port 0, listens: its log's `msg="Listening on"
     address=ADDR` line. Its log goes on to `log_path` meanwhile and after."""
-    found = []
+    log = open(log_path, "w")
 
-    def read():
-        with open(log_path, "w") as log:
-            for line in proc.stderr:
-                log.write(line)
-                log.flush()
-                m = re.search(r'msg="Listening on" address=([0-9.:]+)', line)
-                if m and not found:
-                    found.append(m.group(1))
+    def sink(line):
+        log.write(line)
+        log.flush()
 
-    threading.Thread(target=read, daemon=True).start()
-    end = time.monotonic() + deadline_s
-    while not found:
-        if proc.poll() is not None:
-            raise SystemExit(f"FAIL: prometheus exited with {proc.returncode}: see {log_path}")
-        if time.monotonic() > end:
-            raise SystemExit(f"FAIL: prometheus said no listening address within {deadline_s} s")
-        time.sleep(0.2)
-    return found[0]
+    try:
+        return announced(proc, r'msg="Listening on" address=([0-9.:]+)', deadline_s, sink,
+                         f"prometheus's listening address (see {log_path})")
+    except RuntimeError as e:
+        raise SystemExit(f"FAIL: {e}")
 
 
 def get(url):

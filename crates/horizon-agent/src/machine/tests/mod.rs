@@ -272,6 +272,19 @@ fn inputs_to_servers(effects: &[Effect]) -> Vec<(String, Vec<(u64, u64)>)> {
         .collect()
 }
 
+/// Player `player`'s state crossing from bubble 9 into bubble `to` (epoch 1), having applied
+/// its inputs up to `last_applied`.
+fn crossing(player: u64, to: u64, last_applied: u64) -> transfer::Request {
+    transfer::Request::Cross {
+        player: PlayerId(player),
+        from: BubbleId(9),
+        to: BubbleId(to),
+        epoch: Epoch(1),
+        last_applied: Seq(last_applied),
+        state: Blob(vec![4, 0]),
+    }
+}
+
 /// A member of this site, at the origin, not crossing.
 fn member(p: u64) -> control::Member {
     control::Member { player: PlayerId(p), home: n(SITE), pos: Vec3::default(), crossing: false }

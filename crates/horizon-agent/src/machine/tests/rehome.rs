@@ -245,14 +245,7 @@ fn a_state_that_comes_while_the_region_moves_joins_it_on_its_new_server() {
     h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
     h.m.transit.await_state(PlayerId(5), BubbleId(1), h.now);
     let token = h.token();
-    let request = transfer::Request::Cross {
-        player: PlayerId(5),
-        from: BubbleId(9),
-        to: BubbleId(1),
-        epoch: Epoch(1),
-        last_applied: Seq(40),
-        state: Blob(vec![4, 0]),
-    };
+    let request = crossing(5, 1, 40);
     let came = h.feed(Input::PeerRequest { site: n("HKG"), token, request });
     assert!(
         !to_servers(&came).iter().any(|(_, r)| matches!(r, server::Request::Join { .. })),

@@ -18,28 +18,32 @@ fn one_bubble_two_servers(mut h: Harness, ttl_ms: u32) -> Harness {
     h
 }
 
-#[test]
-fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
-    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
+/// Bubble 1 on `h` (see [`one_bubble_two_servers`]) with members `placed` (player, part), all
+/// joined on its server, then the core's `Parts` cutting it in two halves along x with each
+/// member on its part. Returns the `Parts` order's token and effects (nothing answered yet).
+fn spread_in_two(h: &mut Harness, placed: &[(u64, u32)]) -> (Token, Vec<Effect>) {
     let lref = lref(1);
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: vec![member(1), member(2)],
-        departed: Vec::new(),
-    });
+    let players = placed.iter().map(|&(p, _)| member(p)).collect();
+    let (_, out) = h.order(control::Request::Members { lease: lref, players, departed: vec![] });
     h.answer_servers(out, done);
     let half = |x0: f64, x1: f64| Aabb {
         min: Vec3 { x: x0, y: 0.0, z: 0.0 },
         max: Vec3 { x: x1, y: 1.0, z: 1.0 },
     };
-    let (token, out) = h.order(control::Request::Parts {
+    h.order(control::Request::Parts {
         lease: lref,
         parts: vec![half(0.0, 1.0), half(1.0, 2.0)],
-        players: vec![
-            control::PartMember { player: PlayerId(1), part: 0 },
-            control::PartMember { player: PlayerId(2), part: 1 },
-        ],
-    });
+        players: placed
+            .iter()
+            .map(|&(p, part)| control::PartMember { player: PlayerId(p), part })
+            .collect(),
+    })
+}
+
+#[test]
+fn spreading_a_bubble_takes_a_server_then_moves_each_member_with_its_state() {
+    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
+    let (token, out) = spread_in_two(&mut h, &[(1, 0), (2, 1)]);
     let sent: Vec<String> =
         to_servers(&out).iter().map(|(s, r)| format!("{s}:{}", kind(r))).collect();
     assert_eq!(sent, ["mtl-gs-1:assign"]);
@@ -176,25 +180,7 @@ fn a_server_with_one_region_over_its_players_keeps_it_for_the_brain_to_cut() {
 fn a_state_that_comes_for_a_player_moving_between_parts_joins_them_where_they_go() {
     let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
     h.feed(Input::PeerUp { site: n("HKG"), conn: 98 });
-    let lref = lref(1);
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: vec![member(1), member(2)],
-        departed: Vec::new(),
-    });
-    h.answer_servers(out, done);
-    let half = |x0: f64, x1: f64| Aabb {
-        min: Vec3 { x: x0, y: 0.0, z: 0.0 },
-        max: Vec3 { x: x1, y: 1.0, z: 1.0 },
-    };
-    let (_, out) = h.order(control::Request::Parts {
-        lease: lref,
-        parts: vec![half(0.0, 1.0), half(1.0, 2.0)],
-        players: vec![
-            control::PartMember { player: PlayerId(1), part: 0 },
-            control::PartMember { player: PlayerId(2), part: 1 },
-        ],
-    });
+    let (_, out) = spread_in_two(&mut h, &[(1, 0), (2, 1)]);
     // The new part's server takes it: player 2 is asked to leave `mtl-gs-0`...
     let mut leaves = Vec::new();
     for e in out {
@@ -211,14 +197,7 @@ fn a_state_that_comes_for_a_player_moving_between_parts_joins_them_where_they_go
     // ... and before it answers, a newer state of theirs comes (a crossing the core listed
     // them for, late): not joined on the server they are leaving.
     let token = h.token();
-    let request = transfer::Request::Cross {
-        player: PlayerId(2),
-        from: BubbleId(9),
-        to: BubbleId(1),
-        epoch: Epoch(1),
-        last_applied: Seq(40),
-        state: Blob(vec![4, 0]),
-    };
+    let request = crossing(2, 1, 40);
     let came = h.feed(Input::PeerRequest { site: n("HKG"), token, request });
     assert!(to_servers(&came).is_empty(), "held for the move: {came:?}");
     // The old server lets them go with what it had: both states join them on the new server
@@ -259,22 +238,7 @@ fn adopts_fed(out: &[Effect]) -> Vec<(String, Vec<u64>)> {
 fn players_of_a_spread_bubble_adopt_a_kept_copy_on_their_own_servers_once_they_stopped_moving() {
     let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
     let lref = lref(1);
-    let (_, out) = h.order(control::Request::Members {
-        lease: lref,
-        players: vec![member(1), member(2), member(3)],
-        departed: Vec::new(),
-    });
-    h.answer_servers(out, done);
-    let half = |x0: f64, x1: f64| Aabb {
-        min: Vec3 { x: x0, y: 0.0, z: 0.0 },
-        max: Vec3 { x: x1, y: 1.0, z: 1.0 },
-    };
-    let part = |p: u64, part: u32| control::PartMember { player: PlayerId(p), part };
-    let (_, out) = h.order(control::Request::Parts {
-        lease: lref,
-        parts: vec![half(0.0, 1.0), half(1.0, 2.0)],
-        players: vec![part(1, 0), part(2, 1), part(3, 1)],
-    });
+    let (_, out) = spread_in_two(&mut h, &[(1, 0), (2, 1), (3, 1)]);
     // A copy kept for players 1 and 2 comes while they move: it waits for the move.
     let adopt = control::Request::Adopt {
         lease: lref,
