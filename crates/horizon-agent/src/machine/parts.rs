@@ -333,7 +333,7 @@ impl AgentMachine {
         }
     }
 
-    /// The member changes that waited for a region's move (see the module), now.
+    /// The member changes and adoptions that waited for a region's move (see the module), now.
     pub(super) fn apply_deferred(&mut self, bubble: BubbleId, now: Instant) {
         let Some(local) = self.bubbles.get_mut(&bubble).filter(|b| b.phase() == Phase::Running)
         else {
@@ -352,21 +352,15 @@ impl AgentMachine {
     /// A step failed: servers taken for new parts go back, and the order is refused (a move
     /// off an overfull server is given up: the member changes that waited for it apply now).
     pub(super) fn regroup_failed(&mut self, bubble: BubbleId, fault: Fault, now: Instant) {
-        let token = self.abandon_regroup(bubble);
-        match token {
-            Some(token) => {
-                self.answer(token, Err(fault));
-                // The adoptions that waited for the parts (member lists wait for the next).
-                let adopts = self.bubbles.get_mut(&bubble).map(|b| b.take_adopts());
-                for (players, copy) in adopts.into_iter().flatten() {
-                    self.send_adopt(bubble, players, copy);
-                }
-            }
+        match self.abandon_regroup(bubble) {
+            Some(token) => self.answer(token, Err(fault)),
             None => {
                 tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "region not moved off its server");
-                self.apply_deferred(bubble, now);
             }
         }
+        // What waited for the move applies where the players are (member lists wait only for
+        // a region moving whole, adoptions for any move).
+        self.apply_deferred(bubble, now);
     }
 
     /// Stops a regroup (the bubble is gone or a step failed): the servers it took for new

@@ -333,8 +333,10 @@ impl CoreMachine {
     /// sites their states came through on the way in (up to [`MAX_CROSSING_HOPS`] back: the
     /// last one may have died with its copy-less bubbles) are told where it runs now
     /// (`Recover`), so a crossing still on its way from one of them, or one delivered and kept
-    /// there, comes to it. So for those who left it while its holder was away (their departure
-    /// remembered, their state only in the server that died): it goes to where they play now.
+    /// there, comes to it. So too for those who crossed in and left it since (their departure
+    /// remembered): if the server that died still held their only state (they left while its
+    /// holder was away, or as it died), what was kept goes to where they play now; the server
+    /// there keeps, of two states of a player, the one that applied more inputs.
     pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
         let Some(trail) = self.trails.get(&bubble) else { return };
         let left_meanwhile =
