@@ -38,6 +38,7 @@ mod carve;
 mod core_link;
 mod crossings;
 mod fleet;
+mod handover;
 mod interface;
 mod lane;
 mod local;

@@ -1,8 +1,8 @@
 //! The roles a bubble of this site plays in a move, as parts of the agent machine that own
 //! their state: a handover's source (its stream being opened, then its server's snapshot,
 //! deltas and seal going on the handover's stream, directly or round through a third site) and
-//! a restore waiting for its server's first update. `bubbles.rs`, `servers.rs`, `parts.rs` and
-//! `periodic.rs` decide; these keep who plays which role.
+//! a restore waiting for its server's first update. `bubbles.rs`, `handover.rs`, `servers.rs`,
+//! `parts.rs` and `periodic.rs` decide; these keep who plays which role.
 
 use std::collections::BTreeMap;
 
