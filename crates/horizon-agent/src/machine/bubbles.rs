@@ -220,8 +220,9 @@ impl AgentMachine {
     /// holds with more of their inputs (it was restored from a copy without them, or their
     /// state went back on the way in): that copy goes to the server simulating each of them,
     /// which takes those players from it (keeping, of two states of one player, the one that
-    /// applied more inputs). While they move between servers (its parts change, or it moves to
-    /// another server), it waits for the move.
+    /// applied more inputs). While they move between its servers (its parts change), it waits
+    /// for the move. (While it moves to another server, the core's orders name the new epoch,
+    /// which this site takes only once the region runs there: refused, as stale.)
     pub(super) fn adopt(
         &mut self,
         lease: LeaseRef,
@@ -236,10 +237,10 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::NotReady, "the bubble is not running here yet"));
         }
         tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, players = players.len(), copy_bytes = copy.0.len(), "players adopted from a stored copy");
-        if self.regrouping(lease.bubble) || self.rehome_granted(lease.bubble) {
+        if self.regrouping(lease.bubble) {
             // Its players are moving between its servers (a bubble restored from its parts'
-            // copies is spread again, or it moves off an overfull server): each adopts where
-            // it is once the move is done (`apply_deferred`).
+            // copies is spread again): each adopts where it is once the move is done
+            // (`apply_deferred`).
             if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
                 b.defer_adopt(players, copy);
             }
