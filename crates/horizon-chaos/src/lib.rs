@@ -67,6 +67,13 @@ impl Default for ChaosOptions {
 /// it, though a newer state of theirs had passed through since (I4 at the run's end).
 pub const STANDBY_REGRESSION_SEEDS: &[u64] = &[900588];
 
+/// Seeds that once broke an invariant with `standby` and `overlapping`, replayed by
+/// `--regressions` in that mode. 700267: a bubble's server died while its site was cut from
+/// the core, just after a player crossed into it; the brain had ended the bubble meanwhile, and
+/// its holder registered again without it, its `Lost` never delivered: nobody asked the site
+/// for the crossing it kept, and the player started afresh in the bubble they went on to.
+pub const STANDBY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[700267];
+
 /// `players_per_server` of the simulated servers, under every stage: small enough that the
 /// world's groups (four to five players each) cut their region — a zone of the core site, or a
 /// bubble across servers of its site — and a crowd gathering or leaving cuts or joins regions.
@@ -89,9 +96,13 @@ pub const RELAY_REGRESSION_SEEDS: &[u64] = &[30002318, 9600998];
 pub const RELAY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[50000396, 50001526];
 
 /// Seeds that once broke an invariant with `overlapping`, replayed by `--regressions` in that
-/// mode.
-pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] =
-    &[7, 28, 37, 56, 5724, 6020, 6565, 6707, 7656, 8028, 8051, 8322, 8906, 8965, 9487, 9670, 30133];
+/// mode. 30382: the core restarted and a Paris zone's server died at the same second, just after
+/// a player crossed into the zone; the restarted core, with no trail of that crossing, asked
+/// nobody for the state the site had kept, and the zone restored them afresh.
+pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[
+    7, 28, 37, 56, 5724, 6020, 6565, 6707, 7656, 8028, 8051, 8322, 8906, 8965, 9487, 9670, 30133,
+    30382,
+];
 
 /// One seed's run.
 #[derive(Clone, Debug, Serialize)]

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use horizon_chaos::{
     ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS,
-    RELAY_OVERLAPPING_REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run, STANDBY_REGRESSION_SEEDS,
-    Stage, Summary,
+    RELAY_OVERLAPPING_REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run,
+    STANDBY_OVERLAPPING_REGRESSION_SEEDS, STANDBY_REGRESSION_SEEDS, Stage, Summary,
 };
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +91,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
     let mut runs = horizon_chaos::run_seeds(args.first_seed, args.seeds, &opts, threads, &progress);
     if args.regressions {
         let seeds = match (opts.stage, opts.overlapping) {
+            _ if opts.standby && opts.overlapping => STANDBY_OVERLAPPING_REGRESSION_SEEDS,
             _ if opts.standby => STANDBY_REGRESSION_SEEDS,
             (Stage::Measure | Stage::Relay | Stage::Fixed, false) => RELAY_REGRESSION_SEEDS,
             (Stage::Measure | Stage::Relay | Stage::Fixed, true) => {

@@ -197,16 +197,24 @@ impl CoreMachine {
 
     /// `site` registered holding `held`: the ended bubbles it held last and still holds are
     /// handed over by it (their drains dropped); those it no longer holds are written by nobody.
+    /// Those are as in [`CoreMachine::ended_bubble_lost`] (their server died, its `Lost`
+    /// undelivered while the site was cut from the core: seed 700267): those who crossed in
+    /// after the last copy have what the sites they crossed from kept sent where they play now.
     pub(crate) fn drain_registered(&mut self, site: SiteId, held: &[control::Held], now: Time) {
         let d = &mut self.drains;
+        let mut gone = Vec::new();
         for (bubble, e) in d.ended.iter_mut().filter(|(_, e)| e.holder == site) {
             if held.iter().any(|h| h.lease.bubble == *bubble) {
                 if d.drains.get(bubble).is_some_and(|x| x.step == DrainStep::Waiting) {
                     d.drains.remove(bubble);
                 }
-            } else {
+            } else if !e.cleared {
                 e.cleared = true;
+                gone.push(*bubble);
             }
+        }
+        for bubble in gone {
+            self.redirect_arrivals(bubble);
         }
         self.drain_due(now);
     }

@@ -34,6 +34,12 @@ pub(crate) struct Trail {
     /// Who crossed into it, from which region and the site that held that one when they left
     /// (see [`CoreMachine::redirect_arrivals`]).
     pub(crate) arrived: BTreeMap<PlayerId, Arrival>,
+    /// Taken back from the store by a restarted core: who crossed into it before is not known
+    /// (trails are not stored), so a player placed in it with no arrival here may have.
+    pub(crate) arrivals_unknown: bool,
+    /// Taken back, then restored from a copy by this core: its players the agents' resyncs
+    /// place in it afterwards may be missing from that copy too.
+    pub(crate) restored: bool,
 }
 
 /// The trail of `bubble`, made when missing: the oldest region's is forgotten first when
@@ -329,6 +335,12 @@ impl CoreMachine {
             .collect()
     }
 
+    /// `bubble` was taken back from the store at this core's start: who crossed into it under
+    /// an earlier core is not known (see [`Trail::arrivals_unknown`]).
+    pub(crate) fn arrivals_unknown(&mut self, bubble: BubbleId) {
+        trail_of(&mut self.trails, bubble).arrivals_unknown = true;
+    }
+
     /// A bubble restored from a copy may lack players that crossed into it after the copy: the
     /// sites their states came through on the way in (up to [`MAX_CROSSING_HOPS`] back: the
     /// last one may have died with its copy-less bubbles) are told where it runs now
@@ -336,8 +348,12 @@ impl CoreMachine {
     /// there, comes to it. So too for those who crossed in and left it since (their departure
     /// remembered): if the server that died still held their only state (they left while its
     /// holder was away, or as it died), what was kept goes to where they play now; the server
-    /// there keeps, of two states of a player, the one that applied more inputs.
+    /// there keeps, of two states of a player, the one that applied more inputs. In a bubble
+    /// taken back at this core's start, a player placed there with no arrival known may have
+    /// crossed in under the earlier core: every site is asked (one that kept nothing for them
+    /// does nothing).
     pub(crate) fn redirect_arrivals(&mut self, bubble: BubbleId) {
+        self.redirect_unknown_arrivals(bubble);
         let Some(trail) = self.trails.get(&bubble) else { return };
         let left_meanwhile =
             |p: &PlayerId| trail.departed.as_ref().is_some_and(|d| d.players.contains(p));
@@ -359,6 +375,54 @@ impl CoreMachine {
         }
         for (site, routes) in per_site {
             self.order(site, control::Request::Recover { routes });
+        }
+    }
+
+    /// See [`CoreMachine::redirect_arrivals`]: the players of a bubble taken back at this
+    /// core's start whose way in is not known, from every site.
+    fn redirect_unknown_arrivals(&mut self, bubble: BubbleId) {
+        let Some(trail) = self.trails.get_mut(&bubble).filter(|t| t.arrivals_unknown) else {
+            return;
+        };
+        trail.restored = true;
+        let players: Vec<PlayerId> = self
+            .placed
+            .iter()
+            .filter(|&(p, &b)| b == bubble && !trail.arrived.contains_key(p))
+            .map(|(&p, _)| p)
+            .collect();
+        self.recover_from_every_site(bubble, players);
+    }
+
+    /// `players` were just placed in `bubble` by their home agent's resync. If this core took
+    /// the bubble back at its start and has restored it from a copy since, that copy may lack
+    /// them (they crossed in under the earlier core, after it was made): every site is asked
+    /// for what it kept of them, as at the restore (see [`CoreMachine::redirect_arrivals`]).
+    pub(crate) fn placed_by_resync(&mut self, bubble: BubbleId, players: &[PlayerId]) {
+        let Some(trail) = self.trails.get(&bubble).filter(|t| t.arrivals_unknown && t.restored)
+        else {
+            return;
+        };
+        let players = players.iter().filter(|p| !trail.arrived.contains_key(p)).copied().collect();
+        self.recover_from_every_site(bubble, players);
+    }
+
+    /// Every site with an agent is told that `players` play in `bubble` (`Recover`): one that
+    /// kept a crossing of theirs sends it there; the others have nothing to do.
+    fn recover_from_every_site(&mut self, bubble: BubbleId, players: Vec<PlayerId>) {
+        let Some(site) = self.registry.get(&bubble).map(|r| r.site()) else { return };
+        if players.is_empty() {
+            return;
+        }
+        let site = self.site_name(site);
+        let routes: Vec<control::PlayerRoute> = players
+            .into_iter()
+            .map(|player| control::PlayerRoute { player, bubble, site: site.clone() })
+            .collect();
+        let sites: Vec<SiteId> =
+            self.cfg.sites.ids().filter(|&s| self.agents.get(s).is_some()).collect();
+        for s in sites {
+            self.order(s, control::Request::Recover { routes: routes.clone() });
         }
     }
 

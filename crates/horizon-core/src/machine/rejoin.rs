@@ -79,6 +79,7 @@ impl CoreMachine {
                         tracing::warn!(bubble = id, source = %self.cfg.sites.name(source), source_epoch = epoch, target = %lease.site, epoch = lease.epoch, "taken back in the middle of a handover's freeze: the target holds it unless its source never froze");
                     }
                     self.registry.insert(bubble, hosted);
+                    self.arrivals_unknown(bubble);
                     // Active again for a full lease from now (its holder may still run it).
                     self.leased_until(bubble, now);
                 }

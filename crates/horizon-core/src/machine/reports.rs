@@ -90,7 +90,7 @@ impl CoreMachine {
         for p in gone {
             let _ = self.mesh.handle_leave(p);
         }
-        let mut joined_in = std::collections::BTreeSet::new();
+        let mut joined_in: BTreeMap<BubbleId, Vec<PlayerId>> = BTreeMap::new();
         for p in players {
             let id = p.sample.player;
             if self.mesh.player(id).is_some() {
@@ -117,7 +117,7 @@ impl CoreMachine {
                     self.place(j.player, b);
                     if let Some(r) = self.registry.get_mut(&b) {
                         r.joined(j.player, site);
-                        joined_in.insert(b);
+                        joined_in.entry(b).or_default().push(j.player);
                     }
                 }
                 (Ok(_), None) => {}
@@ -126,10 +126,11 @@ impl CoreMachine {
         // Their bubble's holder is told: it may not have them as members (it restored the
         // bubble from a copy while this core was down, or before this resync came). A bubble
         // being restored or handed over gets its full list when that is done.
-        for b in joined_in {
+        for (b, players) in joined_in {
             if self.registry.get(&b).is_some_and(|r| r.settled()) {
                 self.send_full_members(b);
             }
+            self.placed_by_resync(b, &players);
         }
     }
 

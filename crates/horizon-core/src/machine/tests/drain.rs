@@ -123,3 +123,31 @@ fn an_ended_bubble_whose_server_is_lost_has_what_its_arrivals_crossed_in_with_se
     h.request("MTL", lost).unwrap();
     assert_eq!(h.routes_to("HKG", 1), [("recover", now_in)]);
 }
+
+/// Chaos `--standby --overlapping` seed 700267: as above, but the holder was cut from the core
+/// when the server died, so its `Lost` never came: it registered again without the bubble. The
+/// site the player crossed in from is told where they play now all the same.
+#[test]
+fn an_ended_bubble_its_holder_registers_without_has_what_its_arrivals_crossed_in_with_sent_on() {
+    let mut h = Harness::new();
+    let (old, _) = montrealer_in_a_bubble(&mut h);
+    for p in 2..5 {
+        h.join("PAR", p, 10_000.0 + p as f64);
+    }
+    h.run_until(h.now.as_ms() + 5_000);
+    h.settle();
+    let hkg = h.site("HKG");
+    let arrival = super::super::reconcile::Arrival { from: BubbleId(99), site: hkg };
+    h.core.trails.entry(old).or_default().arrived.insert(PlayerId(1), arrival);
+    h.moved(1, 10_000.0);
+    for _ in 0..3 {
+        h.run_until(h.now.as_ms() + 5_000);
+        h.settle();
+    }
+    assert!(!h.core.registry.contains(&old), "the brain ended the bubble");
+    let now_in = h.hosted(1).0;
+    h.log.clear();
+    // Its holder comes back, its servers holding nothing: the server running it died meanwhile.
+    h.connect("MTL");
+    assert_eq!(h.routes_to("HKG", 1), [("recover", now_in)]);
+}

@@ -166,6 +166,80 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
     );
 }
 
+/// A Montrealer in an MTL bubble, the core restarted on its store and every agent registered
+/// again, MTL's with the bubble on its one server. Returns the bubble and its epoch.
+fn restarted_with_a_montrealer() -> (Harness, BubbleId, u64) {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    let mut state = h.stored.clone();
+    state.next_player = state.next_player.max(1_000);
+    let core = CoreMachine::new(h.core.cfg.clone(), 2, &state, h.now).unwrap();
+    let mut h2 = Harness::around(core, h.now);
+    h2.drain(|_| {});
+    for site in ["PAR", "MTL", "HKG"] {
+        let id = h2.site(site);
+        h2.core.handle(Input::AgentConnected { site: id, conn: 500 + id.index() as u64 }, h2.now);
+    }
+    let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
+    h2.request("MTL", register("MTL", vec![server("MTL-0", &[bubble])], &held)).unwrap();
+    for site in ["PAR", "HKG"] {
+        h2.request(site, register(site, vec![server(&format!("{site}-0"), &[])], &[])).unwrap();
+    }
+    (h2, bubble, epoch)
+}
+
+/// The bubble's server dies before any copy holds the player: restored on PAR (MTL has no
+/// other server) from no copy.
+fn lost_and_restored(h: &mut Harness, bubble: BubbleId, epoch: u64) {
+    h.lose("MTL", bubble, epoch, None);
+    h.ack_all("PAR");
+}
+
+fn asked_everywhere(h: &Harness) {
+    let now_in = h.core.placed_in(PlayerId(1)).expect("still placed");
+    for site in ["PAR", "MTL", "HKG"] {
+        let asked = h.routes_to(site, 1);
+        assert!(asked.contains(&("recover", now_in)), "{site} is asked: {asked:?}");
+    }
+}
+
+/// Chaos `--overlapping` seed 30382: a player crossed into a Paris zone; the core restarted and
+/// the zone's server died at the same second, before a copy held them. The restarted core had
+/// no trail of that crossing (trails are not stored), so nobody was asked for the state the
+/// site they crossed from kept, and the zone, restored from an older copy, started them afresh.
+/// A region taken back at a core's start asks every site for the players placed in it whose
+/// way in it does not know: at its restore for those placed then…
+#[test]
+fn a_region_taken_back_by_a_restarted_core_and_restored_asks_every_site_for_what_its_players_left_behind()
+ {
+    let (mut h2, bubble, epoch) = restarted_with_a_montrealer();
+    let players = vec![control::PlacedPlayer { sample: sample(1, 0.0), bubble: Some(bubble) }];
+    h2.request("MTL", control::Request::Players { players }).unwrap();
+    let recover = |(_, _, r): &(String, OrderId, control::Request)| {
+        matches!(r, control::Request::Recover { .. })
+    };
+    assert!(!h2.sent().iter().any(recover), "running where it was: nothing to ask for");
+    h2.log.clear();
+    lost_and_restored(&mut h2, bubble, epoch);
+    asked_everywhere(&h2);
+}
+
+/// … and for those an agent's resync places in it after the restore (the seed's order: the
+/// player's home said where it plays only after the zone was restored).
+#[test]
+fn a_region_restored_before_its_players_resync_asks_every_site_for_them_as_they_are_placed() {
+    let (mut h2, bubble, epoch) = restarted_with_a_montrealer();
+    lost_and_restored(&mut h2, bubble, epoch);
+    h2.log.clear();
+    // Restored under its id: the player's home says it plays there.
+    let players = vec![control::PlacedPlayer { sample: sample(1, 0.0), bubble: Some(bubble) }];
+    h2.request("MTL", control::Request::Players { players }).unwrap();
+    asked_everywhere(&h2);
+    let recovers =
+        h2.sent().into_iter().filter(|(_, _, r)| matches!(r, control::Request::Recover { .. }));
+    assert_eq!(recovers.count(), 3, "one Recover per site");
+}
+
 #[test]
 fn a_bubble_taken_back_into_the_relay_stage_waits_for_its_players_then_hands_them_to_a_zone_with_their_state()
  {
