@@ -112,13 +112,20 @@ impl AgentMachine {
         };
         self.registered = true;
         tracing::info!(site = %self.cfg.site, generation, peers = peers.len(), "registered with the core");
+        // Each names the epoch this agent said it held: a bubble restored or regranted here
+        // under a newer one since (its order came before this answer) is left alone (seed
+        // 201286: a restored bubble dropped by its id).
         for lease in keep {
-            if let Some(b) = self.bubbles.get_mut(&lease.bubble) {
+            if let Some(b) = self.bubbles.get_mut(&lease.bubble)
+                && b.lease().epoch == lease.epoch
+            {
                 b.kept(lease);
             }
         }
         for lref in stop {
-            self.drop_bubble(lref.bubble);
+            if self.bubbles.get(&lref.bubble).is_some_and(|b| b.lease().epoch == lref.epoch) {
+                self.drop_bubble(lref.bubble);
+            }
         }
         self.adopt_peers(peers);
         self.ask_ids();

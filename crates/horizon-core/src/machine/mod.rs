@@ -179,6 +179,9 @@ enum Awaiting {
     Create(BubbleId),
     /// A bubble's `Parts` under its epoch then.
     Parts(BubbleId, u64),
+    /// The `Revoke` of a bubble a returning holder ran under an epoch a lost regrant replaced
+    /// (the registry's epoch then), after it handed departed players on (`rejoin.rs`).
+    HandedOn(BubbleId, u64),
 }
 
 /// The core. See the module documentation.
@@ -592,6 +595,7 @@ impl CoreMachine {
                 }
                 self.created(bubble);
             }
+            Some(Awaiting::HandedOn(bubble, epoch)) => self.handed_on(bubble, epoch, result, now),
             Some(Awaiting::Parts(bubble, epoch)) => {
                 if let Err(why) = result {
                     self.stats.order_failures.inc(0);

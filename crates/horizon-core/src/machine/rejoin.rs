@@ -172,10 +172,18 @@ impl CoreMachine {
                 stop.push(h.lease);
             }
         }
+        // Such a bubble may be this site's still, under an epoch a `Regrant` lost with the old
+        // connection replaced: it runs there, within its lease, until the `Revoke`. It fails
+        // over once that is done (`handed_on`), not now (seed 201719: two writers).
+        let mut handing_on = Vec::new();
         for lease in hand_over {
             let departed = self.remembered_departures(lease.bubble);
             self.order(site, control::Request::Members { lease, players: Vec::new(), departed });
-            self.order(site, control::Request::Revoke { leases: vec![lease] });
+            let revoke = self.order(site, control::Request::Revoke { leases: vec![lease] });
+            if let Some(r) = self.registry.get(&lease.bubble).filter(|r| r.site() == site) {
+                self.track(revoke, super::Awaiting::HandedOn(lease.bubble, r.epoch()));
+                handing_on.push(lease.bubble);
+            }
         }
         let others: Vec<SiteId> =
             self.agents.sites().filter(|&s| s != site && self.agents.registered(s)).collect();
@@ -218,6 +226,7 @@ impl CoreMachine {
                 r.site() == site
                     && r.settled()
                     && r.fallback().is_none()
+                    && !handing_on.contains(b)
                     && !held.iter().any(|h| {
                         let e = h.lease.epoch.0;
                         h.lease.bubble == **b
@@ -245,6 +254,25 @@ impl CoreMachine {
             stop,
             peers,
         }
+    }
+
+    /// A returning holder was told to stop `bubble`, run under an epoch that a lost `Regrant`
+    /// replaced (now `epoch`), once it handed the departed players' states on (`register`). Done:
+    /// it runs nowhere, and fails over now. Not answered: its holder may still run it, and it
+    /// fails over at its lease's end.
+    pub(super) fn handed_on(
+        &mut self,
+        bubble: BubbleId,
+        epoch: u64,
+        result: Result<control::Reply, horizon_proto::Failure>,
+        now: Time,
+    ) {
+        let Some(r) = self.registry.get(&bubble) else { return };
+        if result.is_err() || r.epoch() != epoch || !r.settled() || r.fallback().is_some() {
+            return;
+        }
+        let lease = LeaseRef { bubble, epoch: Epoch(epoch) };
+        self.lost(r.site(), &[lease], FailoverReason::NotHeld, now);
     }
 
     pub(super) fn update_capacity(&mut self, site: SiteId) {

@@ -256,3 +256,42 @@ fn joins_asked_for_while_a_regrant_is_under_way_go_to_the_server_under_the_new_e
         "{seen:?}"
     );
 }
+
+/// Chaos seed 201286 (I4): cut from the core, the agent registered again holding bubble 1
+/// under its old epoch; the core failed it over here under a newer one, and the `Restore`
+/// came before the registration's answer, whose `stop` named the old epoch: the restored
+/// bubble was dropped by its id, and its players, whom the core believed simulated here, were
+/// simulated nowhere until they moved on afresh. A `stop` (or a `keep`) names an epoch: a
+/// newer one running here is left alone.
+#[test]
+fn a_registration_answer_stopping_an_old_epoch_leaves_the_bubble_restored_here_since() {
+    let mut h = running(10_000);
+    h.server_ready("mtl-gs-1");
+    let mut pending_register = None;
+    for e in h.feed(Input::CoreUp) {
+        if let Effect::ToCore { pending, request: control::Request::Register { .. } } = e {
+            pending_register = Some(pending);
+        }
+    }
+    let pending = pending_register.expect("a registration");
+    let (token, out) = h.order(control::Request::Restore {
+        lease: lease(1, 2, 10_000),
+        region: region(),
+        from: Epoch(1),
+        tick: Tick(40),
+        copy: Blob::default(),
+    });
+    let out = h.answer_servers(out, done);
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+    let old = LeaseRef { bubble: BubbleId(1), epoch: Epoch(1) };
+    let reply = control::Reply::Registered {
+        keep: Vec::new(),
+        stop: vec![old],
+        peers: Vec::new(),
+        generation: 1,
+        tick_ms: 5000,
+    };
+    h.feed(Input::CoreReplied { pending, result: Ok(reply) });
+    let local = h.m.bubbles.get(&BubbleId(1)).expect("the restored bubble stays");
+    assert_eq!(local.lease().epoch, Epoch(2), "under the newer epoch");
+}

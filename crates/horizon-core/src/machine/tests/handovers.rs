@@ -102,3 +102,48 @@ fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_regist
     assert_eq!(stop, vec![old], "the old epoch stops");
     assert!(failed_over(&h, bubble), "and the bubble fails over now: {:?}", h.log);
 }
+
+/// Chaos seed 201719 (I2): as above, but a player had left the bubble while MTL was away, so
+/// MTL was told to hand their state on (`Members`, then `Revoke`) instead of stopping the
+/// bubble at once; the bubble failed over all the same at the registration, and MTL's server,
+/// its lease of the old epoch still running, ticked it beside the restored one. It fails over
+/// once MTL has stopped it.
+#[test]
+fn a_source_whose_regrant_was_lost_hands_its_departures_on_and_fails_over_only_once_it_stopped() {
+    let mut h =
+        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
+    let (bubble, _) = montrealer_in_a_bubble(&mut h);
+    for p in 2..5 {
+        h.join("PAR", p, 1.0 + p as f64);
+    }
+    let old = h.core.registry[&bubble].lease_ref(bubble);
+    let mtl = h.site("MTL");
+    let conn = h.conn("MTL");
+    h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
+    h.drain(|_| {});
+    for _ in 0..4 {
+        if h.core.registry[&bubble].regrant().is_some() {
+            break;
+        }
+        h.run_until(h.now.as_ms() + 5_000);
+    }
+    assert_eq!(h.core.registry[&bubble].site(), mtl, "regranted to MTL, not delivered");
+    // A Parisian left the bubble while MTL was away: their state is only in MTL's server.
+    let players = [PlayerId(2)].into_iter().collect();
+    let departed = super::super::reconcile::Departed { site: mtl, players };
+    h.core.trails.entry(bubble).or_default().departed = Some(departed);
+    h.log.clear();
+    h.core.handle(Input::AgentConnected { site: mtl, conn: conn + 1000 }, h.now);
+    let again = register("MTL", vec![server("MTL-0", &[bubble])], &[old]);
+    let control::Reply::Registered { keep, stop, .. } = h.request("MTL", again).unwrap() else {
+        panic!()
+    };
+    assert!(keep.is_empty() && stop.is_empty(), "handed on, not stopped at once");
+    let revoked = h.sent().into_iter().any(|(s, _, r)| {
+        s == "MTL" && matches!(&r, control::Request::Revoke { leases } if leases == &vec![old])
+    });
+    assert!(revoked, "the old epoch is revoked after the departures: {:?}", h.sent());
+    assert!(!failed_over(&h, bubble), "not restored while MTL may still run it");
+    h.ack_all("MTL");
+    assert!(failed_over(&h, bubble), "restored once MTL stopped it: {:?}", h.log);
+}
