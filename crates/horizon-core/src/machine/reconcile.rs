@@ -37,9 +37,9 @@ pub(crate) struct Trail {
     /// Taken back from the store by a restarted core: who crossed into it before is not known
     /// (trails are not stored), so a player placed in it with no arrival here may have.
     pub(crate) arrivals_unknown: bool,
-    /// Taken back, then restored from a copy by this core: its players the agents' resyncs
-    /// place in it afterwards may be missing from that copy too.
-    pub(crate) restored: bool,
+    /// Taken back, then run anew by this core from a copy or a snapshot (restored, handed
+    /// over): players the agents' resyncs place in it afterwards may be missing from it too.
+    pub(crate) rebuilt: bool,
 }
 
 /// The trail of `bubble`, made when missing: the oldest region's is forgotten first when
@@ -384,7 +384,7 @@ impl CoreMachine {
         let Some(trail) = self.trails.get_mut(&bubble).filter(|t| t.arrivals_unknown) else {
             return;
         };
-        trail.restored = true;
+        trail.rebuilt = true;
         let players: Vec<PlayerId> = self
             .placed
             .iter()
@@ -395,11 +395,11 @@ impl CoreMachine {
     }
 
     /// `players` were just placed in `bubble` by their home agent's resync. If this core took
-    /// the bubble back at its start and has restored it from a copy since, that copy may lack
+    /// the bubble back at its start and has run it anew from a copy since, that copy may lack
     /// them (they crossed in under the earlier core, after it was made): every site is asked
     /// for what it kept of them, as at the restore (see [`CoreMachine::redirect_arrivals`]).
     pub(crate) fn placed_by_resync(&mut self, bubble: BubbleId, players: &[PlayerId]) {
-        let Some(trail) = self.trails.get(&bubble).filter(|t| t.arrivals_unknown && t.restored)
+        let Some(trail) = self.trails.get(&bubble).filter(|t| t.arrivals_unknown && t.rebuilt)
         else {
             return;
         };
