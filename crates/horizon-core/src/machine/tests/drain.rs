@@ -93,13 +93,11 @@ fn an_ended_bubble_whose_server_is_lost_is_drained_at_once() {
     assert!(h.log.contains(&Effect::ReadBackup { bubble: old }), "drained at once");
 }
 
-/// Chaos seed 101501: as above, but the Montrealer had crossed into the bubble from another
-/// site's bubble after its last copy, so no copy holds their state: the site they crossed in
-/// from, which keeps that crossing a while, is told where they play now.
-#[test]
-fn an_ended_bubble_whose_server_is_lost_has_what_its_arrivals_crossed_in_with_sent_on() {
-    let mut h = Harness::new();
-    let (old, epoch) = montrealer_in_a_bubble(&mut h);
+/// A Montrealer who crossed into their MTL bubble from an HKG bubble (after its last copy)
+/// walks to the Parisians; the brain ends the bubble, its holder hearing. Returns the bubble,
+/// its epoch and where the Montrealer plays now; the log is cleared.
+fn an_ended_bubble_with_an_arrival(h: &mut Harness) -> (BubbleId, u64, BubbleId) {
+    let (old, epoch) = montrealer_in_a_bubble(h);
     for p in 2..5 {
         h.join("PAR", p, 10_000.0 + p as f64);
     }
@@ -116,6 +114,16 @@ fn an_ended_bubble_whose_server_is_lost_has_what_its_arrivals_crossed_in_with_se
     assert!(!h.core.registry.contains(&old), "the brain ended the bubble, its holder heard");
     let now_in = h.hosted(1).0;
     h.log.clear();
+    (old, epoch, now_in)
+}
+
+/// Chaos seed 101501: as above, but the Montrealer had crossed into the bubble from another
+/// site's bubble after its last copy, so no copy holds their state: the site they crossed in
+/// from, which keeps that crossing a while, is told where they play now.
+#[test]
+fn an_ended_bubble_whose_server_is_lost_has_what_its_arrivals_crossed_in_with_sent_on() {
+    let mut h = Harness::new();
+    let (old, epoch, now_in) = an_ended_bubble_with_an_arrival(&mut h);
     let lost = control::Request::Lost {
         leases: vec![LeaseRef { bubble: old, epoch: Epoch(epoch) }],
         reason: "server exited".into(),
@@ -130,23 +138,7 @@ fn an_ended_bubble_whose_server_is_lost_has_what_its_arrivals_crossed_in_with_se
 #[test]
 fn an_ended_bubble_its_holder_registers_without_has_what_its_arrivals_crossed_in_with_sent_on() {
     let mut h = Harness::new();
-    let (old, _) = montrealer_in_a_bubble(&mut h);
-    for p in 2..5 {
-        h.join("PAR", p, 10_000.0 + p as f64);
-    }
-    h.run_until(h.now.as_ms() + 5_000);
-    h.settle();
-    let hkg = h.site("HKG");
-    let arrival = super::super::reconcile::Arrival { from: BubbleId(99), site: hkg };
-    h.core.trails.entry(old).or_default().arrived.insert(PlayerId(1), arrival);
-    h.moved(1, 10_000.0);
-    for _ in 0..3 {
-        h.run_until(h.now.as_ms() + 5_000);
-        h.settle();
-    }
-    assert!(!h.core.registry.contains(&old), "the brain ended the bubble");
-    let now_in = h.hosted(1).0;
-    h.log.clear();
+    let (_, _, now_in) = an_ended_bubble_with_an_arrival(&mut h);
     // Its holder comes back, its servers holding nothing: the server running it died meanwhile.
     h.connect("MTL");
     assert_eq!(h.routes_to("HKG", 1), [("recover", now_in)]);

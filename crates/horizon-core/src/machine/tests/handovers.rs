@@ -63,13 +63,11 @@ fn the_status_explains_why_a_bubble_is_where_it_is_and_tells_its_handover_in_wor
     assert_eq!(b.site, "PAR");
 }
 
-#[test]
-fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_registers_again() {
-    // Seed 1883: a handover MTL → PAR was given up before its freeze while the core could not
-    // reach MTL, so its `Regrant` (the bubble back to MTL under a new epoch) was dropped. MTL
-    // came back holding the old epoch: it was told to stop the bubble, while the core counted
-    // it as held (a regrant "on its way") and waited for the lease to run out: its players
-    // saw nothing for a minute.
+/// A Montrealer's bubble (the core at HKG) that the brain moves to PAR as MTL's connection
+/// dies: the handover needs both agents, so it is given up at once, and the `Regrant` back to
+/// MTL under a new epoch is dropped. MTL's agent connects again (not registered yet); the log
+/// is cleared. Returns the bubble, the lease MTL still holds, and the harness.
+fn regrant_lost_with_mtls_connection() -> (Harness, BubbleId, LeaseRef) {
     let mut h =
         Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, _) = montrealer_in_a_bubble(&mut h);
@@ -78,8 +76,6 @@ fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_regist
     }
     let old = h.core.registry[&bubble].lease_ref(bubble);
     let mtl = h.site("MTL");
-    // MTL's connection dies; the brain moves the bubble to PAR at its next tick. The handover
-    // needs both agents: it is given up at once, and the regrant to MTL dropped.
     let conn = h.conn("MTL");
     h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
     h.drain(|_| {});
@@ -94,6 +90,17 @@ fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_regist
     assert_eq!(reg.regrant(), Some((old.epoch.0, reg.epoch())), "regranted to MTL, not delivered");
     h.log.clear();
     h.core.handle(Input::AgentConnected { site: mtl, conn: conn + 1000 }, h.now);
+    (h, bubble, old)
+}
+
+#[test]
+fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_registers_again() {
+    // Seed 1883: a handover MTL → PAR was given up before its freeze while the core could not
+    // reach MTL, so its `Regrant` (the bubble back to MTL under a new epoch) was dropped. MTL
+    // came back holding the old epoch: it was told to stop the bubble, while the core counted
+    // it as held (a regrant "on its way") and waited for the lease to run out: its players
+    // saw nothing for a minute.
+    let (mut h, bubble, old) = regrant_lost_with_mtls_connection();
     let again = register("MTL", vec![server("MTL-0", &[bubble])], &[old]);
     let control::Reply::Registered { keep, stop, .. } = h.request("MTL", again).unwrap() else {
         panic!()
@@ -110,30 +117,11 @@ fn a_source_whose_regrant_was_lost_with_its_connection_fails_over_when_it_regist
 /// once MTL has stopped it.
 #[test]
 fn a_source_whose_regrant_was_lost_hands_its_departures_on_and_fails_over_only_once_it_stopped() {
-    let mut h =
-        Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
-    let (bubble, _) = montrealer_in_a_bubble(&mut h);
-    for p in 2..5 {
-        h.join("PAR", p, 1.0 + p as f64);
-    }
-    let old = h.core.registry[&bubble].lease_ref(bubble);
-    let mtl = h.site("MTL");
-    let conn = h.conn("MTL");
-    h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
-    h.drain(|_| {});
-    for _ in 0..4 {
-        if h.core.registry[&bubble].regrant().is_some() {
-            break;
-        }
-        h.run_until(h.now.as_ms() + 5_000);
-    }
-    assert_eq!(h.core.registry[&bubble].site(), mtl, "regranted to MTL, not delivered");
+    let (mut h, bubble, old) = regrant_lost_with_mtls_connection();
     // A Parisian left the bubble while MTL was away: their state is only in MTL's server.
     let players = [PlayerId(2)].into_iter().collect();
-    let departed = super::super::reconcile::Departed { site: mtl, players };
+    let departed = super::super::reconcile::Departed { site: h.site("MTL"), players };
     h.core.trails.entry(bubble).or_default().departed = Some(departed);
-    h.log.clear();
-    h.core.handle(Input::AgentConnected { site: mtl, conn: conn + 1000 }, h.now);
     let again = register("MTL", vec![server("MTL-0", &[bubble])], &[old]);
     let control::Reply::Registered { keep, stop, .. } = h.request("MTL", again).unwrap() else {
         panic!()

@@ -3,9 +3,9 @@
 
 use super::*;
 
-/// The core dies with a handover's `Freeze` sent and its outcome unknown, and starts again
-/// on its store (generation 2), its agents connected again, none registered yet.
-fn restarted_at_the_freeze(h: &Harness) -> Harness {
+/// The core dies and starts again on what it stored (generation 2), its agents connected
+/// again, none registered yet.
+fn restarted(h: &Harness) -> Harness {
     let mut state = h.stored.clone();
     state.next_player = state.next_player.max(1_000);
     let core = CoreMachine::new(h.core.cfg.clone(), 2, &state, h.now).unwrap();
@@ -35,7 +35,7 @@ fn a_core_restarted_after_a_handover_froze_finds_its_target_running_it_and_never
         .iter()
         .position(|e| matches!(e, Effect::Send { request: control::Request::Freeze { .. }, .. }));
     assert!(persisted.is_some() && persisted < freeze, "the target's epoch is stored first");
-    let mut h2 = restarted_at_the_freeze(&h);
+    let mut h2 = restarted(&h);
     // The sealed source no longer holds it: nothing fails over while the target may run it.
     let servers = vec![server("MTL-0", &[])];
     h2.request("MTL", register("MTL", servers, &[])).unwrap();
@@ -65,7 +65,7 @@ fn restarted_and_the_target_without_it() -> (Harness, BubbleId, u64) {
     let mut h =
         Harness::with_core(Thresholds { dwell_ms: 0, hold_ms: 0, ..Thresholds::default() }, "HKG");
     let (bubble, epoch) = handover_at_its_freeze(&mut h);
-    let mut h2 = restarted_at_the_freeze(&h);
+    let mut h2 = restarted(&h);
     h2.request("PAR", register("PAR", vec![server("PAR-0", &[])], &[])).unwrap();
     assert!(!failed_over(&h2, bubble), "the source may still run it");
     (h2, bubble, epoch)
@@ -171,15 +171,7 @@ fn a_restarted_core_takes_back_what_its_store_held_and_the_relay_keeps_playing()
 fn restarted_with_a_montrealer() -> (Harness, BubbleId, u64) {
     let mut h = Harness::new();
     let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
-    let mut state = h.stored.clone();
-    state.next_player = state.next_player.max(1_000);
-    let core = CoreMachine::new(h.core.cfg.clone(), 2, &state, h.now).unwrap();
-    let mut h2 = Harness::around(core, h.now);
-    h2.drain(|_| {});
-    for site in ["PAR", "MTL", "HKG"] {
-        let id = h2.site(site);
-        h2.core.handle(Input::AgentConnected { site: id, conn: 500 + id.index() as u64 }, h2.now);
-    }
+    let mut h2 = restarted(&h);
     let held = [LeaseRef { bubble, epoch: Epoch(epoch) }];
     h2.request("MTL", register("MTL", vec![server("MTL-0", &[bubble])], &held)).unwrap();
     for site in ["PAR", "HKG"] {
