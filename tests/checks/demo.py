@@ -47,7 +47,8 @@ else:
 if measure:
     # Every player measured every site's beacon and found their own home nearest; the core
     # believed every table and counts the players online under their home, the relay sites'
-    # players all gaining from a relay site (85 and 185 ms of backbone), Paris's none.
+    # players all gaining from a relay site (85 and 185 ms of backbone), Paris's none. The
+    # home every figure counts a player under is that nearest site, though all entered at PAR.
     m = d["measure"]
     print("measure", m)
     assert m["players_measured"] == 60 and m["players_measured_nearest_their_home"] == 60, m
@@ -55,7 +56,11 @@ if measure:
     for home, share in m["would_gain_share_by_home"].items():
         assert share == (0.0 if home == "PAR" else 1.0), f"{home}: would gain {share}"
     par = m["by_home"].get("PAR", {"players": 0})["players"]
-    assert abs(m["home_matches_lowest_rtt_share"] - par / m["players"]) < 1e-9, m
+    assert abs(m["entered_at_lowest_rtt_share"] - par / m["players"]) < 1e-9, m
+    assert m["home_matches_lowest_rtt_share"] == 1.0, m
+    for site, players in m["players_by_home"].items():
+        assert players == m["by_home"].get(site, {"players": 0})["players"], (site, m)
+    assert m["players_by_home"]["MTL"] >= 1 and m["players_by_home"]["HKG"] >= 1, m
 assert d["inputs_applied_twice"] == 0 and d["state_chain_breaks"] == 0
 # A restarted agent ends its players' sessions: what they had sent unacknowledged is counted apart.
 ended = d.get("inputs_unacked_in_ended_sessions", 0)

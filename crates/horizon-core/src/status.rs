@@ -349,7 +349,14 @@ pub struct GroupStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PlayerStatus {
     pub player: u64,
+    /// The site they reach fastest: their gateway's, unless the measure stage found another
+    /// (`home_measured`).
     pub home: String,
+    /// The site whose gateway they entered at: the brain measures every site from it.
+    #[serde(default)]
+    pub gateway: String,
+    #[serde(default)]
+    pub home_measured: bool,
     pub world: u32,
     pub pos: [f64; 3],
     pub bubble: Option<u64>,

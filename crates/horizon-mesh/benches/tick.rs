@@ -75,7 +75,7 @@ fn population(n: usize, seed: u64) -> Vec<PlayerJoin> {
             let offset = Vec3::new(rng.range(-spread, spread), rng.range(-spread, spread), 0.0);
             out.push(PlayerJoin {
                 id: PlayerId(out.len() as u64 + 1),
-                home,
+                gateway: home,
                 access_rtt_ms: rng.range(3.0, 60.0),
                 role,
                 world,

@@ -1,7 +1,10 @@
 //! Site scoring (design.md §3) and the hysteresis state machine.
 //!
-//! `latency(p, S) = access_rtt_min(p) + backbone(home(p), S)` and
-//! `cost(S) = Σ w(p) · latency(p, S)`. Both only need, per home site, the sum of weights and the
+//! `latency(p, S) = access_rtt_min(p) + backbone(gateway(p), S)` and
+//! `cost(S) = Σ w(p) · latency(p, S)`, where `gateway(p)` is the site whose gateway the player
+//! entered at: their home from the relay stage on (they dial the site they reach fastest), the
+//! core site under the measure stage (design.md §2). Both only need, per gateway site, the sum
+//! of weights and the
 //! largest access RTT of the group's counted players: a [`Tally`]. Scoring a group is then
 //! `O(sites²)` whatever its size, which is what makes a million players cheap.
 
@@ -13,12 +16,12 @@ use crate::time::{Span, Time};
 /// Costs closer than this are equal (sums of floats).
 const EPS: f64 = 1e-6;
 
-/// Per-home-site aggregates of a set of players. NPCs are never added.
+/// Per-gateway-site aggregates of a set of players. NPCs are never added.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tally {
-    /// Σ w per home site.
+    /// Σ w per gateway site.
     pub weight: Vec<f64>,
-    /// Largest access RTT per home site; `-inf` when no counted player has that home.
+    /// Largest access RTT per gateway site; `-inf` when no counted player entered there.
     pub max_access_ms: Vec<f64>,
     /// Σ w over all counted players.
     pub sum_w: f64,
@@ -50,15 +53,15 @@ impl Tally {
 
     /// Adds a player with weight `w`; a weight of 0 (NPC) adds nothing.
     pub fn add(&mut self, p: &Player, w: f64) {
-        self.add_one(p.home, p.access_rtt_min_ms, w);
+        self.add_one(p.gateway, p.access_rtt_min_ms, w);
     }
 
-    /// Adds a player of home site `home` and access RTT `access_ms` with weight `w`.
-    pub fn add_one(&mut self, home: SiteId, access_ms: f64, w: f64) {
+    /// Adds a player who entered at `gateway`, of access RTT `access_ms`, with weight `w`.
+    pub fn add_one(&mut self, gateway: SiteId, access_ms: f64, w: f64) {
         if w <= 0.0 {
             return;
         }
-        let h = home.index();
+        let h = gateway.index();
         self.weight[h] += w;
         self.max_access_ms[h] = self.max_access_ms[h].max(access_ms);
         self.sum_w += w;
@@ -101,15 +104,15 @@ impl Tally {
         worst
     }
 
-    /// Home sites present among the counted players.
-    pub fn homes(&self) -> impl Iterator<Item = usize> + '_ {
+    /// The gateway sites the counted players entered at.
+    pub fn gateways(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.weight.len()).filter(|&h| self.weight[h] > 0.0)
     }
 }
 
 /// The latency used for decisions for player `p` simulated at `s`.
 pub fn latency_ms(sites: &Sites, p: &Player, s: SiteId) -> f64 {
-    p.access_rtt_min_ms + sites.backbone_ms(p.home, s)
+    p.access_rtt_min_ms + sites.backbone_ms(p.gateway, s)
 }
 
 /// One candidate's figures.
@@ -121,12 +124,12 @@ pub struct SiteScore {
 }
 
 impl SiteScore {
-    /// [`Tally::cost`] and [`Tally::worst_ms`] at `site`, in one pass over the home sites.
+    /// [`Tally::cost`] and [`Tally::worst_ms`] at `site`, in one pass over the gateway sites.
     pub fn of(t: &Tally, sites: &Sites, site: SiteId) -> Self {
         let backbone = sites.backbone_to(site);
         let (mut cost, mut worst) = (t.sum_w_access, 0.0f64);
         for ((&w, &access), &bb) in t.weight.iter().zip(&t.max_access_ms).zip(backbone) {
-            // A home with weight has a finite largest access RTT, and the other way round.
+            // A gateway with weight has a finite largest access RTT, and the other way round.
             if w > 0.0 {
                 cost += w * bb;
                 worst = worst.max(access + bb);

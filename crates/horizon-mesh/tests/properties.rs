@@ -292,7 +292,9 @@ fn group() -> impl Strategy<Value = Vec<Player>> {
             .enumerate()
             .map(|(i, (home, rtt, role))| Player {
                 id: PlayerId(i as u64),
+                gateway: site(home),
                 home: site(home),
+                home_measured: false,
                 access_rtt_min_ms: rtt,
                 role: [Role::Pilot, Role::Player, Role::Afk, Role::Npc][role],
                 world: WorldId(0),

@@ -292,7 +292,7 @@ impl Builder {
             };
             let join = PlayerJoin {
                 id: PlayerId(players.len() as u64 + 1),
-                home,
+                gateway: home,
                 access_rtt_ms: self.rtt(&key("access_rtt_ms"), p.access_rtt_ms),
                 role: self.role(&key("role"), p.role.as_deref()),
                 world: self.world(p.world.as_deref()),
@@ -487,7 +487,7 @@ impl Builder {
             }
             let join = PlayerJoin {
                 id: PlayerId(players.len() as u64 + 1),
-                home,
+                gateway: home,
                 access_rtt_ms: rng.range(lo, hi.max(lo + f64::EPSILON)),
                 role,
                 world,

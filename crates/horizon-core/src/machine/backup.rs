@@ -180,7 +180,7 @@ impl CoreMachine {
         self.effects.push_back(Effect::PutBackup { bubble, epoch, tick, part: c.part, bytes });
     }
 
-    /// The holder says which inputs its last whole copy includes: tell the players' homes.
+    /// The holder says which inputs its last whole copy includes: tell the players' gateways.
     fn covers(
         &mut self,
         site: SiteId,
@@ -216,14 +216,14 @@ impl CoreMachine {
                 self.effects.push_back(Effect::ReadPinned { adopt });
             }
         }
-        let mut per_home: BTreeMap<SiteId, Vec<control::CoveredInput>> = BTreeMap::new();
+        let mut per_gateway: BTreeMap<SiteId, Vec<control::CoveredInput>> = BTreeMap::new();
         for (player, seq) in acked {
-            if let Some(&home) = reg.members().get(&player) {
-                per_home.entry(home).or_default().push(control::CoveredInput { player, seq });
+            if let Some(&gateway) = reg.members().get(&player) {
+                per_gateway.entry(gateway).or_default().push(control::CoveredInput { player, seq });
             }
         }
-        for (home, players) in per_home {
-            self.order(home, control::Request::Covered { players });
+        for (gateway, players) in per_gateway {
+            self.order(gateway, control::Request::Covered { players });
         }
     }
 }

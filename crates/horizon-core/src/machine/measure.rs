@@ -4,9 +4,15 @@
 //! gateway measures itself); the core keeps one per player online and counts, per nearest site,
 //! the players who would gain at least [`WOULD_GAIN_MS`] if a relay site simulated them.
 //!
+//! A believed table also says the player's home: the site they reach fastest, whichever gateway
+//! they entered by (`horizon_mesh::Mesh::handle_measured_home`), counted under it by every
+//! figure for the rest of the session, in this stage and the later ones.
+//!
 //! Read by the metrics (`horizon_core_players_measured`, `horizon_core_players_would_gain`),
 //! `/status` (`measure`) and `/measure.csv` (the CSV `horizon sim measure` reads). Never by
-//! placement: the brain uses only the RTTs the infrastructure measures (design.md §2).
+//! placement: the brain measures every site from the player's gateway, with the RTTs the
+//! infrastructure measures (design.md §2), so no claim of a client about another site moves
+//! anyone.
 
 use std::collections::BTreeMap;
 
@@ -87,8 +93,12 @@ pub struct MeasureStatus {
     pub by_home: BTreeMap<String, HomeMeasure>,
     /// Share of `players` who would gain at least `would_gain_ms`.
     pub would_gain_share: f64,
-    /// Share of `players` whose gateway is their lowest-RTT site.
+    /// Share of `players` whose home, as every figure counts it, is their lowest-RTT site
+    /// (1 once the brain took every table in).
     pub home_matches_lowest_rtt_share: f64,
+    /// Share of `players` who entered at their lowest-RTT site's gateway (under the measure
+    /// stage, where everyone enters at the core site: the core site's players).
+    pub entered_at_lowest_rtt_share: f64,
     /// Tables refused since start: from a site not handed that player id, or over the limit.
     pub refused: u64,
 }
@@ -139,6 +149,11 @@ impl Measurements {
         true
     }
 
+    /// The site of `player`'s lowest RTT in their table, if one is kept.
+    pub(crate) fn nearest(&self, player: PlayerId) -> Option<SiteId> {
+        self.tables.get(&player).map(Table::nearest)
+    }
+
     pub(crate) fn forget(&mut self, player: PlayerId) {
         self.tables.remove(&player);
     }
@@ -149,10 +164,15 @@ impl Measurements {
         self.tables.retain(|&p, t| known(p) || now.since(t.received) < UNKNOWN_KEPT);
     }
 
-    pub(crate) fn status(&self, sites: &Sites) -> MeasureStatus {
+    /// The figures, `home_of` saying the home every other figure counts a player under.
+    pub(crate) fn status(
+        &self,
+        sites: &Sites,
+        home_of: impl Fn(PlayerId) -> Option<SiteId>,
+    ) -> MeasureStatus {
         let mut by_home: BTreeMap<String, HomeMeasure> = BTreeMap::new();
-        let (mut gaining, mut matching) = (0u64, 0u64);
-        for t in self.tables.values() {
+        let (mut gaining, mut entered, mut matching) = (0u64, 0u64, 0u64);
+        for (&player, t) in &self.tables {
             let nearest = t.nearest();
             let home = by_home.entry(sites.name(nearest).to_string()).or_default();
             home.players += 1;
@@ -162,8 +182,9 @@ impl Measurements {
             }
             if nearest == t.gateway {
                 home.entered_here += 1;
-                matching += 1;
+                entered += 1;
             }
+            matching += u64::from(home_of(player) == Some(nearest));
         }
         let players = self.tables.len() as u64;
         let share = |n: u64| if players == 0 { 0.0 } else { n as f64 / players as f64 };
@@ -173,6 +194,7 @@ impl Measurements {
             by_home,
             would_gain_share: share(gaining),
             home_matches_lowest_rtt_share: share(matching),
+            entered_at_lowest_rtt_share: share(entered),
             refused: self.refused,
         }
     }
@@ -240,7 +262,7 @@ mod tests {
             measured(3, 190.0, &[("PAR", Some(5.0)), ("HKG", Some(9.0))]),
         ];
         assert_eq!(m.record(&sites, par, &players, |_| true, now), 0);
-        let status = m.status(&sites);
+        let status = m.status(&sites, |_| None);
         assert_eq!(status.players, 3);
         assert_eq!(
             status.by_home["PAR"],
@@ -254,7 +276,8 @@ mod tests {
             status.by_home["HKG"],
             HomeMeasure { players: 1, would_gain: 1, entered_here: 0 }
         );
-        assert!((status.home_matches_lowest_rtt_share - 1.0 / 3.0).abs() < 1e-9);
+        assert!((status.entered_at_lowest_rtt_share - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(status.home_matches_lowest_rtt_share, 0.0, "no home taken in");
         assert!((status.would_gain_share - 2.0 / 3.0).abs() < 1e-9);
         let csv = m.csv(&sites);
         assert!(csv.starts_with("player,site,rtt_ms\n"));
@@ -270,7 +293,7 @@ mod tests {
         let mut m = Measurements::default();
         let players = [measured(7, 15.0, &[("PAR", Some(99.0)), ("MTL", Some(14.0))])];
         m.record(&sites, mtl, &players, |_| true, Time::ZERO);
-        let status = m.status(&sites);
+        let status = m.status(&sites, |_| None);
         assert_eq!(
             status.by_home["MTL"],
             HomeMeasure { players: 1, would_gain: 1, entered_here: 1 }
@@ -284,13 +307,16 @@ mod tests {
         let mut m = Measurements::default();
         let players = [measured(1, 12.0, &[("PAR", Some(11.0))]), measured(2, 12.0, &[])];
         assert_eq!(m.record(&sites, par, &players, |p| p.0 == 2, Time::ZERO), 1);
-        assert_eq!((m.status(&sites).players, m.status(&sites).refused), (1, 1));
+        assert_eq!(
+            (m.status(&sites, |_| None).players, m.status(&sites, |_| None).refused),
+            (1, 1)
+        );
         m.sweep(|_| false, Time::ZERO + Span::from_ms(29_000));
-        assert_eq!(m.status(&sites).players, 1, "its join may still come");
+        assert_eq!(m.status(&sites, |_| None).players, 1, "its join may still come");
         m.sweep(|_| false, Time::ZERO + Span::from_ms(31_000));
-        assert_eq!(m.status(&sites).players, 0);
+        assert_eq!(m.status(&sites, |_| None).players, 0);
         m.record(&sites, par, &players[1..], |_| true, Time::ZERO);
         m.forget(PlayerId(2));
-        assert_eq!(m.status(&sites).players, 0);
+        assert_eq!(m.status(&sites, |_| None).players, 0);
     }
 }

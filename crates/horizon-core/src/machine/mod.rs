@@ -376,12 +376,25 @@ impl CoreMachine {
         }
         let mesh = &self.mesh;
         self.measure.sweep(|p| mesh.player(p).is_some(), now);
-        let status = self.measure.status(self.mesh.sites());
+        let status = self.measure.status(self.mesh.sites(), |p| mesh.player(p).map(|p| p.home));
         for s in self.cfg.sites.ids() {
             let home =
                 status.by_home.get(self.cfg.sites.name(s).as_str()).copied().unwrap_or_default();
             self.stats.players_measured.set(s.index(), home.players);
             self.stats.players_would_gain.set(s.index(), home.would_gain);
+        }
+    }
+
+    /// `player`'s home as the table their gateway believed says, into the brain: every figure
+    /// counts them under it from now on. A player the brain does not know yet takes it at their
+    /// join (`reports.rs`).
+    pub(super) fn take_measured_home(&mut self, player: PlayerId) {
+        let Some(home) = self.measure.nearest(player) else { return };
+        match self.mesh.handle_measured_home(player, home) {
+            Ok(()) | Err(horizon_mesh::InputError::UnknownPlayer(_)) => {}
+            Err(e) => {
+                tracing::warn!(player = player.0, error = %e, "a measured home not taken");
+            }
         }
     }
 
@@ -525,6 +538,9 @@ impl CoreMachine {
                 );
                 for _ in 0..refused {
                     self.stats.refused(site, "probe_table");
+                }
+                for m in &players {
+                    self.take_measured_home(m.player);
                 }
                 Ok(control::Reply::Done)
             }

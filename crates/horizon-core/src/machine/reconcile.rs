@@ -142,7 +142,7 @@ impl CoreMachine {
             match want {
                 Some(w) => {
                     if let Some(r) = self.registry.get_mut(&w) {
-                        r.joined(player, p.home);
+                        r.joined(player, p.gateway);
                     }
                     if let Some(d) = self.trails.get_mut(&w).and_then(|t| t.departed.as_mut()) {
                         d.players.remove(&player);
@@ -446,21 +446,21 @@ impl CoreMachine {
         sites
     }
 
-    /// Tells home agents where their players are simulated now.
+    /// Tells the agents whose gateways serve players where their players are simulated now.
     pub(crate) fn send_routes(&mut self, players: Vec<PlayerId>) {
-        let mut per_home: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
+        let mut per_gateway: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();
         for player in players {
             let Some(&bubble) = self.placed.get(&player) else { continue };
             let Some(reg) = self.registry.get(&bubble) else { continue };
-            let Some(&home) = reg.members().get(&player) else { continue };
-            per_home.entry(home).or_default().push(control::PlayerRoute {
+            let Some(&gateway) = reg.members().get(&player) else { continue };
+            per_gateway.entry(gateway).or_default().push(control::PlayerRoute {
                 player,
                 bubble,
                 site: self.site_name(reg.site()),
             });
         }
-        for (home, routes) in per_home {
-            self.order(home, control::Request::Route { routes });
+        for (gateway, routes) in per_gateway {
+            self.order(gateway, control::Request::Route { routes });
         }
     }
 
@@ -501,11 +501,12 @@ impl CoreMachine {
     }
 }
 
-/// A player as the brain takes them in, from their home agent's sample.
-pub(crate) fn player_join(home: SiteId, j: &control::PlayerSample) -> horizon_mesh::PlayerJoin {
+/// A player as the brain takes them in, from the sample of the agent whose gateway they
+/// entered at.
+pub(crate) fn player_join(gateway: SiteId, j: &control::PlayerSample) -> horizon_mesh::PlayerJoin {
     horizon_mesh::PlayerJoin {
         id: j.player,
-        home,
+        gateway,
         access_rtt_ms: f64::from(j.access_rtt_ms),
         role: j.role,
         world: j.world,

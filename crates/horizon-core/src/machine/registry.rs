@@ -48,7 +48,7 @@ pub(crate) struct Hosted {
     epoch: u64,
     world: u32,
     bounds: Aabb,
-    /// Each member and their home site.
+    /// Each member and the site whose gateway they entered at (routes and covered inputs go there).
     members: BTreeMap<PlayerId, SiteId>,
     phase: Phase,
     /// Taken back after a restart during a handover's freeze, at the target under the epoch it
@@ -131,7 +131,7 @@ impl Hosted {
         self.bounds
     }
 
-    /// Each member and their home site.
+    /// Each member and the site whose gateway they entered at.
     pub(crate) fn members(&self) -> &BTreeMap<PlayerId, SiteId> {
         &self.members
     }
@@ -279,9 +279,9 @@ impl Hosted {
         *self.ending_since.get_or_insert(now)
     }
 
-    /// `player`, whose home is `home`, is a member.
-    pub(crate) fn joined(&mut self, player: PlayerId, home: SiteId) {
-        self.members.insert(player, home);
+    /// `player`, who entered at `gateway`'s gateway, is a member.
+    pub(crate) fn joined(&mut self, player: PlayerId, gateway: SiteId) {
+        self.members.insert(player, gateway);
     }
 
     /// `player` is no longer a member.

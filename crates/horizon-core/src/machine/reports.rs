@@ -51,9 +51,9 @@ impl IdBlocks {
 }
 
 impl CoreMachine {
-    /// `player` is known to the brain, and `site` is their home.
-    fn homed_at(&self, player: PlayerId, site: SiteId) -> bool {
-        self.mesh.player(player).is_some_and(|p| p.home == site)
+    /// `player` is known to the brain, and entered at `site`'s gateway.
+    fn entered_at(&self, player: PlayerId, site: SiteId) -> bool {
+        self.mesh.player(player).is_some_and(|p| p.gateway == site)
     }
 
     /// A block of fresh player ids for an agent, persisted (ahead of the reply) before use.
@@ -84,7 +84,7 @@ impl CoreMachine {
             .mesh
             .players()
             .iter()
-            .filter(|p| p.home == site && !listed.contains(&p.id.0))
+            .filter(|p| p.gateway == site && !listed.contains(&p.id.0))
             .map(|p| p.id)
             .collect();
         for p in gone {
@@ -121,6 +121,9 @@ impl CoreMachine {
                     }
                 }
                 (Ok(_), None) => {}
+            }
+            if self.mesh.player(j.player).is_some() {
+                self.take_measured_home(j.player);
             }
         }
         // Their bubble's holder is told: it may not have them as members (it restored the
@@ -184,8 +187,9 @@ impl CoreMachine {
                 tracing::warn!(site = %self.cfg.sites.name(site), player = j.player.0, "a join of a player id not handed to this site: refused");
                 continue;
             }
-            if let Err(e) = self.mesh.handle_join(reconcile::player_join(site, j)) {
-                tracing::debug!(player = j.player.0, error = %e, "join refused");
+            match self.mesh.handle_join(reconcile::player_join(site, j)) {
+                Ok(()) => self.take_measured_home(j.player),
+                Err(e) => tracing::debug!(player = j.player.0, error = %e, "join refused"),
             }
         }
         // Placed at once (design.md §4, "At connection"): into the bubble they spawn in, or a
@@ -196,7 +200,7 @@ impl CoreMachine {
         }
         self.carry_out_commands(now);
         for p in players {
-            if !self.homed_at(p.player, site) {
+            if !self.entered_at(p.player, site) {
                 self.stats.refused(site, "not_its_player");
                 continue;
             }
@@ -210,7 +214,7 @@ impl CoreMachine {
             let _ = self.mesh.handle_update(p.player, &update);
         }
         for l in leaves {
-            if !self.homed_at(*l, site) {
+            if !self.entered_at(*l, site) {
                 self.stats.refused(site, "not_its_player");
                 continue;
             }

@@ -164,9 +164,11 @@ impl CoreMachine {
         let name = |s: horizon_mesh::SiteId| self.cfg.sites.name(s).to_string();
         let bounds =
             |b: &horizon_proto::Aabb| [[b.min.x, b.min.y, b.min.z], [b.max.x, b.max.y, b.max.z]];
+        // Each member under their home (a measured one, else their gateway's site).
         let homes = |r: &Hosted| {
-            r.members().values().fold(BTreeMap::new(), |mut m, h| {
-                *m.entry(name(*h)).or_default() += 1;
+            r.members().iter().fold(BTreeMap::new(), |mut m, (p, gateway)| {
+                let home = self.mesh.player(*p).map_or(*gateway, |p| p.home);
+                *m.entry(name(home)).or_default() += 1;
                 m
             })
         };
@@ -251,6 +253,8 @@ impl CoreMachine {
             .map(|p| PlayerStatus {
                 player: p.id.0,
                 home: name(p.home),
+                gateway: name(p.gateway),
+                home_measured: p.home_measured,
                 world: p.world.0,
                 pos: [p.position.x, p.position.y, p.position.z],
                 bubble: self.placed_in(PlayerId(p.id.0)).map(|b| b.0),
@@ -285,7 +289,9 @@ impl CoreMachine {
             generation: self.generation(),
             leases_granted: self.leases_granted(),
             stage: self.cfg.stage.as_str().to_owned(),
-            measure: self.measure.status(self.mesh.sites()),
+            measure: self
+                .measure
+                .status(self.mesh.sites(), |p| self.mesh.player(p).map(|p| p.home)),
             uptime_s: now.as_secs_f64(),
             tick: self.mesh.last_stats(),
             handovers: HandoverCounts {

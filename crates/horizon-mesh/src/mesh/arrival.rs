@@ -26,7 +26,7 @@ impl Mesh {
         if self.npc[place] || self.player_bubble[place] != NONE {
             return;
         }
-        let home = self.players[i as usize].home;
+        let gateway = self.players[i as usize].gateway;
         let item = self.items[place];
         let inside = (0..self.bubbles.len() as u32).find(|&s| {
             self.bubbles[s as usize]
@@ -70,10 +70,10 @@ impl Mesh {
             // Fixed delegations: a delegation's region is a bubble of its own, entered above
             // when it runs; outside one (or before it runs), the zone around them.
             Placement::Fixed => return,
-            // SMD-G: a core-site player plays in the zone around them; a bubble is carved
-            // only for a group placed off the core site.
-            Placement::Smdg if home == self.sites.core() => return,
-            _ => home,
+            // SMD-G: a player who entered at the core site plays in the zone around them; a
+            // bubble is carved only for a group placed off the core site.
+            Placement::Smdg if gateway == self.sites.core() => return,
+            _ => gateway,
         };
         if !self.can_host(site, 1) {
             return;

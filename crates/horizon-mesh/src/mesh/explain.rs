@@ -117,7 +117,7 @@ impl Mesh {
             self.bubbles.iter().map(|b| b.as_ref().map(|_| Tally::new(self.sites.len()))).collect();
         for (&slot, m) in self.player_bubble.iter().zip(&self.members) {
             if let Some(Some(t)) = tallies.get_mut(slot as usize) {
-                t.add_one(m.home, m.access_ms, m.weight);
+                t.add_one(m.gateway, m.access_ms, m.weight);
             }
         }
         tallies

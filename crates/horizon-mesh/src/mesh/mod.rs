@@ -113,8 +113,10 @@ pub enum InputError {
     BadNumber { field: &'static str, value: f64, extra: &'static str },
     #[error("position coordinate {value} m is beyond ±{limit} m (the grouping grid's range)")]
     PositionOutOfRange { value: f64, limit: f64 },
-    #[error("home site index {0} is not configured")]
+    #[error("site index {0} is not configured")]
     UnknownSite(usize),
+    #[error("player {player:?}'s home is already measured: site index {home}")]
+    HomeFixed { player: PlayerId, home: usize },
     #[error(transparent)]
     Lease(#[from] LeaseError<SiteId>),
 }
@@ -326,13 +328,13 @@ impl Mesh {
 
     // ---- inputs -------------------------------------------------------------------------------
 
-    /// A player connected to their home agent.
+    /// A player connected to a site's gateway.
     pub fn handle_join(&mut self, join: PlayerJoin) -> Result<(), InputError> {
         if self.player_index.contains_key(&join.id) {
             return Err(InputError::DuplicatePlayer(join.id));
         }
-        if join.home.index() >= self.sites.len() {
-            return Err(InputError::UnknownSite(join.home.index()));
+        if join.gateway.index() >= self.sites.len() {
+            return Err(InputError::UnknownSite(join.gateway.index()));
         }
         check_rtt(join.access_rtt_ms)?;
         self.check_position(join.position)?;
@@ -383,6 +385,24 @@ impl Mesh {
         if !npc && (update.world.is_some() || update.role.is_some()) {
             self.open_world(self.players[i].world);
         }
+        Ok(())
+    }
+
+    /// The measure stage found `id`'s home: `home`, the site of lowest RTT in the probe table
+    /// their gateway believed (design.md §8, stage 1). Fixed for the session once measured: the
+    /// same home again (a table sent again to a core) changes nothing, another is refused.
+    /// Only figures read a home: placement keeps measuring every site from the player's
+    /// gateway, so a client's claims about other sites never move anyone.
+    pub fn handle_measured_home(&mut self, id: PlayerId, home: SiteId) -> Result<(), InputError> {
+        let &i = self.player_index.get(&id).ok_or(InputError::UnknownPlayer(id))?;
+        if home.index() >= self.sites.len() {
+            return Err(InputError::UnknownSite(home.index()));
+        }
+        let player = &mut self.players[i as usize];
+        if player.home_measured && player.home != home {
+            return Err(InputError::HomeFixed { player: id, home: player.home.index() });
+        }
+        (player.home, player.home_measured) = (home, true);
         Ok(())
     }
 
@@ -719,7 +739,7 @@ impl Mesh {
         let radius = self.th.scaled(self.th.merge_distance_m, speed);
         let member = units::Member {
             id: p.id,
-            home: p.home,
+            gateway: p.gateway,
             access_ms: p.access_rtt_min_ms,
             weight: self.weight(p),
         };

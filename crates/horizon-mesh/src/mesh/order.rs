@@ -158,7 +158,7 @@ mod tests {
                 };
                 out.push(PlayerJoin {
                     id: PlayerId(out.len() as u64 + 1),
-                    home: if rng.below(5) == 0 { homes[rng.below(3) as usize] } else { home },
+                    gateway: if rng.below(5) == 0 { homes[rng.below(3) as usize] } else { home },
                     access_rtt_ms: rng.range(3.0, 60.0),
                     role,
                     world: WorldId(rng.below(2) as u32),

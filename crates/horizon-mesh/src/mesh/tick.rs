@@ -365,7 +365,7 @@ impl Mesh {
         let mut t = Tally::new(self.sites.len());
         for (s, m) in self.player_bubble.iter().zip(&self.members) {
             if *s == slot {
-                t.add_one(m.home, m.access_ms, m.weight);
+                t.add_one(m.gateway, m.access_ms, m.weight);
             }
         }
         t
@@ -461,8 +461,8 @@ impl Mesh {
         });
         let tally = &sc.tallies[c];
         let need = (members.len() as u32).max(1);
-        let homes: Vec<usize> = tally.homes().collect();
-        let home = match homes[..] {
+        let gateways: Vec<usize> = tally.gateways().collect();
+        let gateway = match gateways[..] {
             [h] => self.sites.ids().nth(h),
             _ => None,
         };
@@ -470,7 +470,7 @@ impl Mesh {
             best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
         };
         let core = self.sites.core();
-        let site = match (self.placement, home) {
+        let site = match (self.placement, gateway) {
             // SMD: the players play in the zone around them.
             (Placement::AllCore, _) => return NONE,
             // A delegation's region on its site, once it has a server for it; until then its
@@ -480,18 +480,18 @@ impl Mesh {
                 _ => return NONE,
             },
             (Placement::Creator, _) => match self.first_arrival(members) {
-                Some(p) if self.can_host(p.home, need) => p.home,
+                Some(p) if self.can_host(p.gateway, need) => p.gateway,
                 Some(_) if travelled_from.is_none() => return NONE,
                 _ => best(self),
             },
-            // Alone, or among players of the same home: on the home site...
-            (_, Some(home)) if self.can_host(home, need) => home,
+            // Alone, or among players who entered at one site: on that site...
+            (_, Some(gateway)) if self.can_host(gateway, need) => gateway,
             // ... or wait in a core-site zone until it has a server ready.
             (_, Some(_)) if travelled_from.is_none() => return NONE,
             _ => best(self),
         };
         if self.placement == Placement::Smdg
-            && (site == core || !self.carve_due(members, tally, home, site, fresh, now))
+            && (site == core || !self.carve_due(members, tally, gateway, site, fresh, now))
         {
             // SMD-G: a group whose best site is the core site (or not better by the margin a
             // move needs, or not yet for the dwell time) plays in the zones around it.
@@ -500,9 +500,9 @@ impl Mesh {
         let (previous_site, reason) = match travelled_from {
             _ if fresh => (None, CreateReason::Join),
             Some(site) => (Some(site), CreateReason::Travel),
-            // From the zones: a group of one home waited for a server there; any other was
+            // From the zones: a group of one gateway waited for a server there; any other was
             // playing there until the scoring placed it on another site.
-            None if home.is_some() => (Some(core), CreateReason::ServerReady),
+            None if gateway.is_some() => (Some(core), CreateReason::ServerReady),
             None => (Some(core), CreateReason::Carve),
         };
         // A carve hands the group's simulation to another site, as a move does: hold counts
@@ -514,7 +514,7 @@ impl Mesh {
     }
 
     /// Whether a group in the core site's zones (or just connected) is carved out onto
-    /// `site`, its best site, now. A group of one home goes to its home site at once, as at
+    /// `site`, its best site, now. A group whose players all entered at one site goes there at once, as at
     /// connection. Any other must gain what a move needs over the core site (`gain_ms` per
     /// player, or fixing the fairness cap), as if the zones were its bubble there; and unless
     /// all its players just connected (they have no state to hand over yet), `site` must have
@@ -523,12 +523,12 @@ impl Mesh {
         &mut self,
         members: &[u32],
         tally: &Tally,
-        home: Option<SiteId>,
+        gateway: Option<SiteId>,
         site: SiteId,
         fresh: bool,
         now: Time,
     ) -> bool {
-        if home.is_some() {
+        if gateway.is_some() {
             return true;
         }
         let current = SiteScore::of(tally, &self.sites, self.sites.core());
@@ -606,7 +606,7 @@ impl Mesh {
             // The baselines never re-place a bubble, so a group walking away is a new room or a
             // new session, placed by their own rule.
             Placement::Creator => match self.first_arrival(clusters.members(c)) {
-                Some(p) if self.can_host(p.home, need) => p.home,
+                Some(p) if self.can_host(p.gateway, need) => p.gateway,
                 _ => best(self),
             },
             // A delegation's region (its players were in another delegation's): on its site,

@@ -186,7 +186,7 @@ impl Mesh {
             let (mut margin, mut moving_alert, mut any_still) = (0.0f64, None::<Aabb>, false);
             for &it in members {
                 let (item, m) = (&self.items[it as usize], &self.members[it as usize]);
-                t.add_one(m.home, m.access_ms, m.weight);
+                t.add_one(m.gateway, m.access_ms, m.weight);
                 bounds = bounds.include(item.pos);
                 if item.radius == self.th.merge_distance_m {
                     any_still = true;
@@ -232,7 +232,7 @@ impl Mesh {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Member {
     pub(super) id: PlayerId,
-    pub(super) home: SiteId,
+    pub(super) gateway: SiteId,
     pub(super) access_ms: f64,
     pub(super) weight: f64,
 }
@@ -495,7 +495,7 @@ mod tests {
         let mut mesh = Mesh::new(config, Time::ZERO).expect("valid config");
         let mut rng = Rng::new(3);
         let mut next_id = 1;
-        let home = mesh.sites().ids().next().expect("a site");
+        let gateway = mesh.sites().ids().next().expect("a site");
         for tick in 0..12u64 {
             for _ in 0..60 {
                 let n = mesh.players().len();
@@ -538,7 +538,7 @@ mod tests {
                     None if n < 20 || rng.below(3) == 0 => {
                         let join = PlayerJoin {
                             id: PlayerId(next_id),
-                            home,
+                            gateway,
                             access_rtt_ms: 20.0,
                             role: Role::Player,
                             world: WorldId(0),

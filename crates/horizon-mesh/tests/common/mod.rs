@@ -66,10 +66,10 @@ pub fn mesh_placing(th: Thresholds, placement: Placement) -> Mesh {
     .unwrap()
 }
 
-pub fn join(id: u64, home: usize, rtt: f64, role: Role, pos: Vec3) -> PlayerJoin {
+pub fn join(id: u64, gateway: usize, rtt: f64, role: Role, pos: Vec3) -> PlayerJoin {
     PlayerJoin {
         id: PlayerId(id),
-        home: site(home),
+        gateway: site(gateway),
         access_rtt_ms: rtt,
         role,
         world: WorldId(0),
@@ -166,7 +166,7 @@ pub fn population(seed: u64, n: usize) -> Vec<PlayerJoin> {
             let offset = Vec3::new(rng.range(-spread, spread), rng.range(-spread, spread), 0.0);
             out.push(PlayerJoin {
                 id: PlayerId(id),
-                home: site(home),
+                gateway: site(home),
                 access_rtt_ms: rng.range(2.0, 60.0),
                 role,
                 world,

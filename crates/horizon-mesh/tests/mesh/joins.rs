@@ -147,3 +147,50 @@ fn bubbles_share_a_server_up_to_its_seats_then_players_wait_in_a_core_zone() {
     run(&mut m, 5, 5);
     assert!((1..=3).all(|id| m.site_of(PlayerId(id)) == Some(site(MTL))));
 }
+
+#[test]
+fn a_measured_home_is_counted_as_the_home_while_every_site_is_still_measured_from_the_gateway() {
+    // A Montrealer who entered at PAR's gateway (the measure stage), 95 ms away from it.
+    let mut m = mesh(th());
+    m.handle_join(join(1, PAR, 95.0, Role::Player, at(0.0))).unwrap();
+    m.handle_join(join(2, MTL, 10.0, Role::Player, at(50_000.0))).unwrap();
+    assert_eq!(m.player(PlayerId(1)).map(|p| (p.home, p.home_measured)), Some((site(PAR), false)));
+    m.handle_measured_home(PlayerId(1), site(MTL)).unwrap();
+    let p = m.player(PlayerId(1)).unwrap();
+    assert_eq!((p.gateway, p.home, p.home_measured), (site(PAR), site(MTL), true));
+    // Placed from where they entered: simulated at MTL they would pay PAR–MTL on top of
+    // their 95 ms, so they play in PAR's zone; the Montrealer who entered at MTL gets a bubble there.
+    run(&mut m, 0, 60);
+    assert_eq!(m.bubble_of(PlayerId(1)), None, "a player who entered at PAR stays in its zone");
+    assert_eq!(m.site_of(PlayerId(1)), Some(site(PAR)));
+    assert_eq!(m.latency_of(PlayerId(1)), Some(95.0));
+    assert_eq!(m.site_of(PlayerId(2)), Some(site(MTL)));
+}
+
+#[test]
+fn a_home_is_measured_once_a_session_and_only_for_a_known_player_and_site() {
+    let mut m = mesh(th());
+    m.handle_join(join(1, PAR, 95.0, Role::Player, at(0.0))).unwrap();
+    m.handle_measured_home(PlayerId(1), site(MTL)).unwrap();
+    // The same table again (sent anew to a core) changes nothing; another home is refused.
+    m.handle_measured_home(PlayerId(1), site(MTL)).unwrap();
+    assert_eq!(
+        m.handle_measured_home(PlayerId(1), site(HKG)),
+        Err(InputError::HomeFixed { player: PlayerId(1), home: MTL })
+    );
+    assert_eq!(m.player(PlayerId(1)).map(|p| p.home), Some(site(MTL)));
+    assert_eq!(
+        m.handle_measured_home(PlayerId(9), site(MTL)),
+        Err(InputError::UnknownPlayer(PlayerId(9)))
+    );
+    // A fourth site, of another configuration.
+    let n = |s: &str| horizon_mesh::SiteName::new(s).unwrap();
+    let four = [n("PAR"), n("MTL"), n("HKG"), n("SYD")];
+    let pairs: Vec<_> = (0..4)
+        .flat_map(|a| (a + 1..4).map(move |b| (a, b)))
+        .map(|(a, b)| (four[a].clone(), four[b].clone(), 100.0))
+        .collect();
+    let elsewhere =
+        horizon_mesh::Sites::new(four.to_vec(), &four[0], &pairs).unwrap().ids().nth(3).unwrap();
+    assert_eq!(m.handle_measured_home(PlayerId(1), elsewhere), Err(InputError::UnknownSite(3)));
+}

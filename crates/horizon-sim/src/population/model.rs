@@ -316,7 +316,7 @@ impl<'a> Population<'a> {
         step.joins.push(PlayerJoin {
             id: a.id,
             // `Sites` hands out ids in index order; `h` came from one.
-            home: self.site(a.home),
+            gateway: self.site(a.home),
             access_rtt_ms: self.access_rtt(a.home),
             role,
             world: WorldId(a.world),
@@ -437,7 +437,7 @@ impl<'a> Population<'a> {
                 let pos = self.around(c, r);
                 step.joins.push(PlayerJoin {
                     id,
-                    home: self.site(self.pois[i].community),
+                    gateway: self.site(self.pois[i].community),
                     access_rtt_ms: 0.0,
                     role: Role::Npc,
                     world: WorldId(self.pois[i].world),

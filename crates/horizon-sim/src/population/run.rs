@@ -467,7 +467,7 @@ fn run_nearest(cfg: &PopulationConfig, steps: Receiver<Arc<Step>>) -> Tracker {
             if players.len() <= i {
                 players.resize(i + 1, None);
             }
-            players[i] = Some((j.home, j.access_rtt_ms, j.role));
+            players[i] = Some((j.gateway, j.access_rtt_ms, j.role));
             if j.role != Role::Npc {
                 online.push(i as u32);
             }

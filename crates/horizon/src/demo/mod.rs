@@ -550,6 +550,9 @@ async fn run(args: DemoArgs) -> ExitCode {
             "by_home": m.by_home,
             "would_gain_share_by_home": m.by_home.iter().map(|(s, h)| (s.clone(), share(h))).collect::<BTreeMap<_, _>>(),
             "home_matches_lowest_rtt_share": m.home_matches_lowest_rtt_share,
+            "entered_at_lowest_rtt_share": m.entered_at_lowest_rtt_share,
+            // Players online under their home, as the core counts them in every figure.
+            "players_by_home": status.sites.iter().map(|s| (s.site.clone(), s.players)).collect::<BTreeMap<_, _>>(),
             "players_measured_nearest_their_home": nearest.iter().filter(|(home, near)| home == near).count(),
             "players_measured": nearest.len(),
         });

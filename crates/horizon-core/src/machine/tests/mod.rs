@@ -418,6 +418,7 @@ mod crossings;
 mod drain;
 mod failover;
 mod handovers;
+mod homes;
 mod positions;
 mod rehome;
 mod restart;
