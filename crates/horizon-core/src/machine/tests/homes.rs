@@ -77,3 +77,27 @@ fn without_a_believed_table_the_home_is_the_gateway() {
     let doc = private(&h);
     assert_eq!((doc.site("PAR").unwrap().players, doc.site("MTL").unwrap().players), (1, 1));
 }
+
+#[test]
+fn a_restarted_core_takes_the_home_again_from_the_resync_and_the_tables_sent_again() {
+    // The agent's registration sends every player (`Players`), then every believed table
+    // again: the home outlives a core restart (a restage), in either order.
+    for table_first in [false, true] {
+        let mut h = Harness::new();
+        let placed = |id| control::PlacedPlayer { sample: sample(id, 0.0), bubble: None };
+        let players = || control::Request::Players { players: vec![placed(1)] };
+        if table_first {
+            h.request("PAR", montreal_table(1, 100.0)).unwrap();
+            h.request("PAR", players()).unwrap();
+        } else {
+            h.request("PAR", players()).unwrap();
+            h.request("PAR", montreal_table(1, 100.0)).unwrap();
+        }
+        let p = h.core.mesh.player(horizon_mesh::PlayerId(1)).expect("resynced");
+        assert_eq!(
+            (p.gateway, p.home),
+            (h.site("PAR"), h.site("MTL")),
+            "table first: {table_first}"
+        );
+    }
+}
