@@ -9,6 +9,7 @@
 //! - [`scoring`]: `cost(S) = Σ w · latency`, the fairness cap, tie-breaks and hysteresis.
 //! - [`mesh`]: bubbles — creation, moving borders, preventive merge, splits — and placement.
 //! - [`split`]: SMD's split and merge rule, one for every region (zones and bubbles' parts).
+//! - [`regions`]: the one table of every region, zones and bubbles, under one id space.
 //! - [`zones`]: the core site's zones, split and merged as today's SMD does.
 //! - [`packing`]: which game server of a site takes a new region (several per server).
 //! - [`routes`]: first hops over the backbone's live links (a cut heals through a third site).
@@ -29,6 +30,7 @@ pub mod mesh;
 pub mod packing;
 pub mod player;
 pub mod region;
+pub mod regions;
 pub mod rng;
 pub mod routes;
 pub mod scoring;
@@ -45,9 +47,10 @@ pub use lease::{EpochFence, Lease, LeaseError, LeaseTable};
 pub use mesh::{
     BorderReason, Candidate, Carving, Command, CreateReason, DeleteReason, EXIT_MARGIN_M,
     Explanation, InputError, LoadReason, MIN_GAP_M, Mesh, MeshConfig, Placement, PlacementRule,
-    RestoredBubble, TickStats, ZONE_IDS_FROM, ZoneReason,
+    RestoredRegion, TickStats, ZONE_IDS_FROM, ZoneReason,
 };
 pub use player::{Player, PlayerJoin, PlayerUpdate, Role};
+pub use regions::{Entry, RegionKind, Regions};
 pub use scoring::{Hysteresis, MoveReason, SiteScore, Standing, Tally, Verdict};
 pub use time::{Span, Time};
 pub use zones::{Zone, ZoneSpec, ZoneState};

@@ -10,8 +10,10 @@
 //! zone of a position is a walk down the tree, so a world cut into hundreds of zones costs a
 //! few comparisons per player.
 //!
-//! The rule that decides *when* and *where* (`crate::split`, the same for a bubble's parts) is
-//! applied in `mesh/zones.rs`; this module is only the layout.
+//! The zones themselves are regions like the bubbles, stored with them in the brain's one table
+//! (`crate::regions`); the tree's leaves name their slots there. The rule that decides *when*
+//! and *where* (`crate::split`, the same for a bubble's parts) is applied in `mesh/zones.rs`;
+//! this module is only the layout.
 
 use rustc_hash::FxHashMap;
 
@@ -75,7 +77,7 @@ pub struct ZoneState {
 }
 
 /// A zone of the core site `site`, empty, under `epoch`.
-fn new_zone(
+pub(crate) fn new_zone(
     id: BubbleId,
     site: SiteId,
     world: WorldId,
@@ -97,7 +99,8 @@ fn new_zone(
 
 #[derive(Clone, Debug)]
 enum Node {
-    Leaf(Zone),
+    /// A zone: its slot in the brain's table of regions (`crate::regions`).
+    Leaf(u32),
     Cut {
         axis: u8,
         at: f64,
@@ -116,15 +119,17 @@ struct Slot {
     node: Node,
 }
 
-/// Every world's zones.
+/// How every world is cut into zones: a tree of cuts under each root box, whose leaves name
+/// the zones' slots in the brain's one table of regions (the zones themselves live there, with
+/// the bubbles). Nodes are numbered apart from region slots: a *leaf* is a node.
 #[derive(Clone, Debug, Default)]
 pub struct ZoneLayout {
-    slots: Vec<Option<Slot>>,
+    nodes: Vec<Option<Slot>>,
     free: Vec<u32>,
     /// Per world: the root of each configured box (or the one whole-world root).
     roots: FxHashMap<WorldId, Vec<u32>>,
-    /// Zone id → its leaf.
-    leaf_of: FxHashMap<BubbleId, u32>,
+    /// A zone's region slot → its leaf.
+    leaf_of: FxHashMap<u32, u32>,
     seq: u64,
 }
 
@@ -134,7 +139,7 @@ enum Plan {
     Cut { axis: usize, at: f64, bounds: Aabb, low: Box<Plan>, high: Box<Plan> },
 }
 
-/// A split made: the zone that kept its id and the new one.
+/// A split made: the leaf of the zone that kept its id and the new zone's.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Split {
     pub(crate) kept: u32,
@@ -145,39 +150,31 @@ impl ZoneLayout {
     fn alloc(&mut self, slot: Slot) -> u32 {
         match self.free.pop() {
             Some(i) => {
-                self.slots[i as usize] = Some(slot);
+                self.nodes[i as usize] = Some(slot);
                 i
             }
             None => {
-                self.slots.push(Some(slot));
-                self.slots.len() as u32 - 1
+                self.nodes.push(Some(slot));
+                self.nodes.len() as u32 - 1
             }
         }
     }
 
     fn slot(&self, node: u32) -> &Slot {
-        // Invariant: node indices handed out point at live slots.
-        self.slots[node as usize].as_ref().expect("live zone node")
+        // Invariant: node indices handed out point at live nodes.
+        self.nodes[node as usize].as_ref().expect("live zone node")
     }
 
     fn slot_mut(&mut self, node: u32) -> &mut Slot {
-        self.slots[node as usize].as_mut().expect("live zone node")
+        self.nodes[node as usize].as_mut().expect("live zone node")
     }
 
-    /// Adds a root zone (a configured box, or a whole world). Returns its leaf.
-    pub(crate) fn add_root(
-        &mut self,
-        id: BubbleId,
-        site: SiteId,
-        world: WorldId,
-        bounds: Aabb,
-        epoch: Epoch,
-        now: Option<Time>,
-    ) -> u32 {
-        let zone = new_zone(id, site, world, bounds, epoch, now);
-        let leaf = self.alloc(Slot { bounds, node: Node::Leaf(zone) });
+    /// Adds a root zone (a configured box, or a whole world) stored at region slot `region`.
+    /// Returns its leaf.
+    pub(crate) fn add_root(&mut self, region: u32, world: WorldId, bounds: Aabb) -> u32 {
+        let leaf = self.alloc(Slot { bounds, node: Node::Leaf(region) });
         self.roots.entry(world).or_default().push(leaf);
-        self.leaf_of.insert(id, leaf);
+        self.leaf_of.insert(region, leaf);
         leaf
     }
 
@@ -207,83 +204,44 @@ impl ZoneLayout {
         }
     }
 
-    pub(crate) fn zone(&self, leaf: u32) -> &Zone {
-        match &self.slot(leaf).node {
-            Node::Leaf(z) => z,
-            // Invariant: callers pass leaves (from `locate`, `leaves`, `leaf_of`).
+    /// The region slot of the zone at `leaf`.
+    pub(crate) fn region(&self, leaf: u32) -> u32 {
+        match self.slot(leaf).node {
+            Node::Leaf(region) => region,
+            // Invariant: callers pass leaves (from `locate`, `leaves`, `leaf`).
             Node::Cut { .. } => panic!("zone node {leaf} is a cut, not a zone"),
         }
     }
 
-    pub(crate) fn zone_mut(&mut self, leaf: u32) -> &mut Zone {
-        match &mut self.slot_mut(leaf).node {
-            Node::Leaf(z) => z,
-            Node::Cut { .. } => panic!("zone node {leaf} is a cut, not a zone"),
-        }
+    /// The box of node `node`.
+    pub(crate) fn bounds(&self, node: u32) -> Aabb {
+        self.slot(node).bounds
     }
 
-    /// The leaf of a zone id.
-    pub(crate) fn leaf(&self, id: BubbleId) -> Option<u32> {
-        self.leaf_of.get(&id).copied()
+    /// The leaf of the zone at region slot `region`.
+    pub(crate) fn leaf(&self, region: u32) -> Option<u32> {
+        self.leaf_of.get(&region).copied()
     }
 
     /// Every zone's leaf, in node order (stable between ticks).
     pub(crate) fn leaves(&self) -> Vec<u32> {
-        (0..self.slots.len() as u32)
-            .filter(|&i| matches!(self.slots[i as usize], Some(Slot { node: Node::Leaf(_), .. })))
+        (0..self.nodes.len() as u32)
+            .filter(|&i| matches!(self.nodes[i as usize], Some(Slot { node: Node::Leaf(_), .. })))
             .collect()
     }
 
-    /// Every zone.
-    pub fn zones(&self) -> impl Iterator<Item = &Zone> {
-        self.slots.iter().flatten().filter_map(|s| match &s.node {
-            Node::Leaf(z) => Some(z),
-            Node::Cut { .. } => None,
-        })
-    }
-
-    pub fn len(&self) -> usize {
-        self.leaf_of.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.leaf_of.is_empty()
-    }
-
-    /// Cuts zone `leaf` at `at` across `axis`: the low half keeps the zone (and its id), the
-    /// high half is a new zone `new_id`. Both start their settle window at `now`.
-    pub(crate) fn split(
-        &mut self,
-        leaf: u32,
-        axis: usize,
-        at: f64,
-        new_id: BubbleId,
-        new_epoch: Epoch,
-        now: Time,
-    ) -> Split {
-        let slot = self.slot(leaf).clone();
-        let Node::Leaf(zone) = slot.node else { panic!("zone node {leaf} is a cut") };
-        let (low_box, high_box) = slot.bounds.cut(axis, at);
-        let mut kept = zone;
-        kept.bounds = low_box;
-        kept.kind.load = Load::changed(now, 0);
-        let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept.clone()) });
-        let high = self.alloc(Slot {
-            bounds: high_box,
-            node: Node::Leaf(new_zone(
-                new_id,
-                kept.site,
-                kept.world,
-                high_box,
-                new_epoch,
-                Some(now),
-            )),
-        });
+    /// Cuts zone `leaf` at `at` across `axis`: the low half keeps the zone (its region slot),
+    /// the high half is the zone at region slot `new`. Returns the two halves' leaves.
+    pub(crate) fn split(&mut self, leaf: u32, axis: usize, at: f64, new: u32) -> Split {
+        let kept = self.region(leaf);
+        let (low_box, high_box) = self.slot(leaf).bounds.cut(axis, at);
+        let low = self.alloc(Slot { bounds: low_box, node: Node::Leaf(kept) });
+        let high = self.alloc(Slot { bounds: high_box, node: Node::Leaf(new) });
         self.seq += 1;
         self.slot_mut(leaf).node =
             Node::Cut { axis: axis as u8, at, low, high, seq: self.seq, quiet: Quiet::default() };
-        self.leaf_of.insert(kept.id, low);
-        self.leaf_of.insert(new_id, high);
+        self.leaf_of.insert(kept, low);
+        self.leaf_of.insert(new, high);
         Split { kept: low, new: high }
     }
 
@@ -370,7 +328,7 @@ impl ZoneLayout {
     /// Cuts whose two halves are both zones, most recent split first: `(cut, low, high)`.
     pub(crate) fn mergeable(&self) -> Vec<(u32, u32, u32)> {
         let mut cuts: Vec<(u64, u32, u32, u32)> = Vec::new();
-        for (i, s) in self.slots.iter().enumerate() {
+        for (i, s) in self.nodes.iter().enumerate() {
             let Some(Slot { node: Node::Cut { low, high, seq, .. }, .. }) = s else { continue };
             let leaf = |n: u32| matches!(self.slot(n).node, Node::Leaf(_));
             if leaf(*low) && leaf(*high) {
@@ -384,7 +342,7 @@ impl ZoneLayout {
     /// The other half of the most recent cut zone `leaf` is a half of, if both halves are
     /// zones, with the samples they have stayed quiet for together.
     pub(crate) fn merge_partner(&self, leaf: u32) -> Option<(u32, Quiet)> {
-        self.slots.iter().flatten().find_map(|s| match s.node {
+        self.nodes.iter().flatten().find_map(|s| match s.node {
             Node::Cut { low, high, quiet, .. } if low == leaf || high == leaf => {
                 let other = if low == leaf { high } else { low };
                 matches!(self.slot(other).node, Node::Leaf(_)).then_some((other, quiet))
@@ -401,25 +359,32 @@ impl ZoneLayout {
         }
     }
 
-    /// Folds cut `cut` (both halves zones) back into one zone with the low half's id. Returns
-    /// the new leaf and the id of the zone that ended.
-    pub(crate) fn merge(&mut self, cut: u32, now: Time) -> (u32, BubbleId) {
+    /// Folds cut `cut` (both halves zones) back into one leaf, the low half's zone. Returns
+    /// the region slots of the zone kept and of the zone that ends.
+    pub(crate) fn merge(&mut self, cut: u32) -> (u32, u32) {
         let Node::Cut { low, high, .. } = self.slot(cut).node else {
             panic!("zone node {cut} is not a cut")
         };
-        let mut kept = self.zone(low).clone();
-        let ended = self.zone(high).id;
-        kept.players += self.zone(high).players;
-        kept.bounds = self.slot(cut).bounds;
-        kept.kind.load = Load::changed(now, kept.players);
+        let (kept, ended) = (self.region(low), self.region(high));
         for n in [low, high] {
-            self.slots[n as usize] = None;
+            self.nodes[n as usize] = None;
             self.free.push(n);
         }
         self.leaf_of.remove(&ended);
-        self.leaf_of.insert(kept.id, cut);
+        self.leaf_of.insert(kept, cut);
         self.slot_mut(cut).node = Node::Leaf(kept);
-        (cut, ended)
+        (kept, ended)
+    }
+
+    /// The regions were stored again (`crate::regions::Regions::renumber`): each leaf names
+    /// its zone's new slot.
+    pub(crate) fn renumber(&mut self, new_of_old: &[u32]) {
+        for node in self.nodes.iter_mut().flatten() {
+            if let Node::Leaf(region) = &mut node.node {
+                *region = new_of_old[*region as usize];
+            }
+        }
+        self.leaf_of = self.leaf_of.iter().map(|(&r, &l)| (new_of_old[r as usize], l)).collect();
     }
 }
 
@@ -433,36 +398,41 @@ mod tests {
 
     #[test]
     fn splits_cut_a_leaf_in_two_and_merges_undo_the_latest_first() {
+        // Region slots 10, 11, 12 (the tree only names them).
         let mut l = ZoneLayout::default();
         let w = WorldId(0);
-        let root = l.add_root(BubbleId(1), SiteId(0), w, cube(-100.0, 100.0), Epoch(1), None);
+        let root = l.add_root(10, w, cube(-100.0, 100.0));
         assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(root));
-        let s = l.split(root, 0, 0.0, BubbleId(2), Epoch(2), Time::ZERO);
-        assert_eq!(l.zone(s.kept).id, BubbleId(1));
-        assert_eq!(l.zone(s.new).bounds, cube(0.0, 100.0));
+        let s = l.split(root, 0, 0.0, 11);
+        assert_eq!((l.region(s.kept), l.region(s.new)), (10, 11));
+        assert_eq!(l.bounds(s.new), cube(0.0, 100.0));
         assert_eq!(l.locate(w, Vec3::new(50.0, 0.0, 0.0)), Some(s.new));
         assert_eq!(l.locate(w, Vec3::new(-50.0, 0.0, 0.0)), Some(s.kept));
-        let s2 = l.split(s.new, 0, 50.0, BubbleId(3), Epoch(3), Time::ZERO);
-        assert_eq!(l.len(), 3);
+        let s2 = l.split(s.new, 0, 50.0, 12);
+        assert_eq!(l.leaves().len(), 3);
         // Only the latest cut has two zones under it.
         let m = l.mergeable();
         assert_eq!(m.len(), 1);
         assert_eq!((m[0].1, m[0].2), (s2.kept, s2.new));
-        let (leaf, ended) = l.merge(m[0].0, Time::ZERO);
-        assert_eq!((l.zone(leaf).id, ended), (BubbleId(2), BubbleId(3)));
-        assert_eq!(l.zone(leaf).bounds, cube(0.0, 100.0));
-        let (leaf, ended) = l.merge(l.mergeable()[0].0, Time::ZERO);
-        assert_eq!((l.zone(leaf).id, ended, l.len()), (BubbleId(1), BubbleId(2), 1));
-        assert_eq!(l.zone(leaf).bounds, cube(-100.0, 100.0));
-        assert_eq!(l.locate(w, Vec3::new(99.0, 0.0, 0.0)), Some(leaf));
+        let cut = m[0].0;
+        assert_eq!(l.merge(cut), (11, 12));
+        assert_eq!((l.leaf(11), l.leaf(12)), (Some(cut), None));
+        assert_eq!(l.bounds(cut), cube(0.0, 100.0));
+        let cut = l.mergeable()[0].0;
+        assert_eq!(l.merge(cut), (10, 11));
+        assert_eq!(l.leaves(), vec![cut]);
+        assert_eq!(l.bounds(cut), cube(-100.0, 100.0));
+        assert_eq!(l.locate(w, Vec3::new(99.0, 0.0, 0.0)), Some(cut));
+        l.renumber(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
+        assert_eq!((l.region(cut), l.leaf(3)), (3, Some(cut)));
     }
 
     #[test]
     fn a_position_outside_every_configured_box_belongs_to_the_nearest() {
         let mut l = ZoneLayout::default();
         let w = WorldId(3);
-        let a = l.add_root(BubbleId(1), SiteId(0), w, cube(-100.0, 0.0), Epoch(1), None);
-        let b = l.add_root(BubbleId(2), SiteId(0), w, cube(500.0, 600.0), Epoch(2), None);
+        let a = l.add_root(0, w, cube(-100.0, 0.0));
+        let b = l.add_root(1, w, cube(500.0, 600.0));
         assert_eq!(l.locate(w, Vec3::new(100.0, 0.0, 0.0)), Some(a));
         assert_eq!(l.locate(w, Vec3::new(400.0, 0.0, 0.0)), Some(b));
         assert_eq!(l.locate(WorldId(4), Vec3::ZERO), None);

@@ -48,9 +48,10 @@ fn restarted_smd() -> Mesh {
 }
 
 /// A bubble as a restarted core takes it back from its store.
-fn restored(b: &horizon_mesh::Bubble) -> horizon_mesh::RestoredBubble {
-    horizon_mesh::RestoredBubble {
+fn restored(b: &horizon_mesh::Bubble) -> horizon_mesh::RestoredRegion {
+    horizon_mesh::RestoredRegion {
         id: b.id,
+        kind: horizon_mesh::RegionKind::Bubble,
         site: b.site,
         world: b.world,
         bounds: b.bounds,
@@ -64,8 +65,15 @@ type KeptZone = (BubbleId, WorldId, Aabb, Epoch);
 /// Takes back `kept` zones on the core site, as a restarted core does from its store.
 fn take_back_zones(m: &mut Mesh, kept: &[KeptZone]) {
     for &(id, world, bounds, epoch) in kept {
-        let z = horizon_mesh::RestoredBubble { id, site: site(PAR), world, bounds, epoch };
-        m.handle_restore_zone(z, Time::ZERO).unwrap();
+        let z = horizon_mesh::RestoredRegion {
+            id,
+            kind: horizon_mesh::RegionKind::Zone,
+            site: site(PAR),
+            world,
+            bounds,
+            epoch,
+        };
+        m.handle_restore(z, Time::ZERO).unwrap();
     }
 }
 
@@ -316,9 +324,21 @@ fn after_a_restart_zones_are_taken_back_with_their_ids_and_epochs_and_none_is_op
     take_back_zones(&mut after, &kept);
     // A zone restored elsewhere than the core site is refused.
     let (id, world, bounds, epoch) = kept[0];
-    let elsewhere = horizon_mesh::RestoredBubble { id, site: site(MTL), world, bounds, epoch };
-    assert!(after.handle_restore_zone(elsewhere, Time::ZERO).is_err());
-    crowd(&mut after, 1..=100, |id| if id <= 50 { id as f64 } else { 5_000.0 + id as f64 });
+    let elsewhere = horizon_mesh::RestoredRegion {
+        id,
+        kind: horizon_mesh::RegionKind::Zone,
+        site: site(MTL),
+        world,
+        bounds,
+        epoch,
+    };
+    assert!(after.handle_restore(elsewhere, Time::ZERO).is_err());
+    // A player an agent says played in a zone rejoins in it (zones and bubbles share one
+    // table and one id space: the id names a zone, not a bubble to be put in).
+    let j = join(1, PAR, 10.0, Role::Player, at(1.0));
+    after.handle_join_in(j, kept[0].0).unwrap();
+    assert!(after.bubble_of(PlayerId(1)).is_none());
+    crowd(&mut after, 2..=100, |id| if id <= 50 { id as f64 } else { 5_000.0 + id as f64 });
     let cmds = ticks(&mut after, 0, 0);
     assert!(!cmds.iter().any(|(_, c)| matches!(c, Command::ZoneCreate { .. })), "{cmds:?}");
     let zones: Vec<_> = after.zones().map(|z| (z.id, z.epoch, z.players)).collect();
@@ -362,7 +382,7 @@ fn a_core_restarted_into_the_relay_stage_ends_the_bubbles_it_takes_back_and_zone
     // The core restarts with `[placement] stage = "relay"`: it takes the bubble back, and the
     // agents report its players in it.
     let mut after = restarted_smd();
-    after.handle_restore_bubble(restored(&b), Time::ZERO).unwrap();
+    after.handle_restore(restored(&b), Time::ZERO).unwrap();
     for id in [1, 2] {
         after.handle_join_in(join(id, MTL, 10.0, Role::Player, at(id as f64)), b.id).unwrap();
     }
@@ -463,19 +483,20 @@ fn zones_that_do_not_tile_a_box_are_left_as_they_were() {
     let b =
         |x0: f64, x1: f64| Aabb { min: Vec3::new(x0, -1e3, -1e3), max: Vec3::new(x1, 1e3, 1e3) };
     let mut m = restarted_smd();
-    let zone = |id: u64, bounds: Aabb| horizon_mesh::RestoredBubble {
+    let zone = |id: u64, bounds: Aabb| horizon_mesh::RestoredRegion {
         id: horizon_mesh::BubbleId(horizon_mesh::ZONE_IDS_FROM + id),
+        kind: horizon_mesh::RegionKind::Zone,
         site: site(PAR),
         world: WorldId(0),
         bounds,
         epoch: horizon_mesh::Epoch(1 << 32),
     };
-    m.handle_restore_zone(zone(0, b(0.0, 1e3)), Time::ZERO).unwrap();
-    m.handle_restore_zone(zone(1, b(2e3, 3e3)), Time::ZERO).unwrap();
+    m.handle_restore(zone(0, b(0.0, 1e3)), Time::ZERO).unwrap();
+    m.handle_restore(zone(1, b(2e3, 3e3)), Time::ZERO).unwrap();
     let spec = |x0, x1| ZoneSpec { world: WorldId(0), bounds: b(x0, x1) };
     assert_eq!(m.regroup_restored_zones(&[spec(0.0, 3e3)]), 0);
     // Inside a configured box they tile, they are joined.
-    m.handle_restore_zone(zone(2, b(1e3, 2e3)), Time::ZERO).unwrap();
+    m.handle_restore(zone(2, b(1e3, 2e3)), Time::ZERO).unwrap();
     assert_eq!(m.regroup_restored_zones(&[spec(0.0, 3e3)]), 1);
     assert_eq!(m.zones().count(), 3);
 }
@@ -486,7 +507,7 @@ fn a_zone_lost_between_ticks_is_restored_with_the_players_it_holds_then() {
     // Players 1 and 2 leave after the tick counted the zone: the last places are gone.
     m.handle_leave(PlayerId(1)).unwrap();
     m.handle_leave(PlayerId(2)).unwrap();
-    m.handle_bubble_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
+    m.handle_region_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
     let Some(Command::Move { players, .. }) = m.poll_command() else { panic!("a failover") };
     assert_eq!(players, [PlayerId(3)]);
 }
@@ -495,7 +516,7 @@ fn a_zone_lost_between_ticks_is_restored_with_the_players_it_holds_then() {
 fn a_zone_its_holder_lost_is_granted_again_at_once_not_at_its_leases_end() {
     let (mut m, zone, epoch) = three_players_in_their_zone();
     // Its server crashed at 2 s (or its agent registered without it).
-    m.handle_bubble_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
+    m.handle_region_lost(zone, epoch, true, Time::from_secs(2)).unwrap();
     let Some(Command::Move { bubble, from, to, epoch: new, players, reason }) = m.poll_command()
     else {
         panic!("a failover at once")
@@ -505,7 +526,7 @@ fn a_zone_its_holder_lost_is_granted_again_at_once_not_at_its_leases_end() {
     assert_eq!(players, [PlayerId(1), PlayerId(2), PlayerId(3)]);
     assert_eq!(m.zone_by_id(zone).unwrap().epoch, new);
     // A stale epoch is refused: only the holder's current one fails it over.
-    assert!(m.handle_bubble_lost(zone, epoch, true, Time::from_secs(3)).is_err());
+    assert!(m.handle_region_lost(zone, epoch, true, Time::from_secs(3)).is_err());
 }
 
 #[test]
@@ -541,7 +562,7 @@ fn a_core_restarted_into_the_fixed_stage_sends_a_delegated_bubble_to_its_site_an
         horizon_mesh::Delegation { world: WorldId(0), bounds: Some(bounds), site: site(HKG) };
     after.set_delegations(vec![delegation]).unwrap();
     for b in [&near, &far] {
-        after.handle_restore_bubble(restored(b), Time::ZERO).unwrap();
+        after.handle_restore(restored(b), Time::ZERO).unwrap();
     }
     // A tick before the agents report their players: the bubble taken back lies inside the
     // delegation's box, so no region is created over it.

@@ -217,7 +217,7 @@ impl CoreMachine {
         tracing::error!(bubble = bubble.0, epoch, %why, "restore failed: failing over again");
         self.restored_from.remove(&bubble);
         self.loss.insert(bubble, FailoverReason::RestoreFailed);
-        let lost = self.mesh.handle_bubble_lost(bubble, horizon_mesh::Epoch(epoch), false, now);
+        let lost = self.mesh.handle_region_lost(bubble, horizon_mesh::Epoch(epoch), false, now);
         if let Err(e) = lost {
             tracing::warn!(bubble = bubble.0, error = %e, "restore failed and the brain has moved on");
         }
@@ -243,7 +243,7 @@ impl CoreMachine {
             }
             tracing::warn!(bubble = l.bubble.0, site = %self.cfg.sites.name(site), reason = reason.as_str(), "bubble lost by its holder");
             self.loss.insert(l.bubble, reason);
-            let lost = self.mesh.handle_bubble_lost(l.bubble, l.epoch, true, now);
+            let lost = self.mesh.handle_region_lost(l.bubble, l.epoch, true, now);
             if let Err(e) = lost {
                 tracing::warn!(bubble = l.bubble.0, error = %e, "lost bubble not failed over");
             }

@@ -57,20 +57,20 @@ impl CoreMachine {
             };
             let v = |p: [f64; 3]| horizon_proto::Vec3 { x: p[0], y: p[1], z: p[2] };
             let bounds = horizon_proto::Aabb { min: v(region.min), max: v(region.max) };
-            let restored = horizon_mesh::RestoredBubble {
+            // Zones come back as zones (the layout persists), bubbles as bubbles.
+            let kind = match bubble.is_zone() {
+                true => horizon_mesh::RegionKind::Zone,
+                false => horizon_mesh::RegionKind::Bubble,
+            };
+            let restored = horizon_mesh::RestoredRegion {
                 id: horizon_mesh::BubbleId(id),
+                kind,
                 site,
                 world: horizon_mesh::WorldId(region.world),
                 bounds,
                 epoch: horizon_mesh::Epoch(lease.epoch),
             };
-            // Zones come back as zones (the layout persists), bubbles as bubbles.
-            let taken = if bubble.is_zone() {
-                self.mesh.handle_restore_zone(restored, now)
-            } else {
-                self.mesh.handle_restore_bubble(restored, now)
-            };
-            match taken {
+            match self.mesh.handle_restore(restored, now) {
                 Ok(()) => {
                     let ttl = horizon_mesh::Span::from_ms(self.cfg.thresholds.lease_ttl_ms);
                     let hosted = Hosted::new(site, lease.epoch, region.world, bounds, now)

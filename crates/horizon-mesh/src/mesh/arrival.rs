@@ -28,9 +28,9 @@ impl Mesh {
         }
         let gateway = self.players[i as usize].gateway;
         let item = self.items[place];
-        let inside = (0..self.bubbles.len() as u32).find(|&s| {
-            self.bubbles[s as usize]
-                .as_ref()
+        let inside = (0..self.regions.slots() as u32).find(|&s| {
+            self.regions
+                .bubble(s)
                 .is_some_and(|b| b.world == item.world && b.bounds.contains(item.pos))
         });
         if let Some(slot) = inside {

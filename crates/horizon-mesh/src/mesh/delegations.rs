@@ -29,7 +29,7 @@ impl Mesh {
         if self.placement != Placement::Fixed {
             return None;
         }
-        let b = self.bubbles.get(slot as usize)?.as_ref()?;
+        let b = self.regions.bubble(slot)?;
         let limit = self.th.position_limit_m();
         self.delegations.iter().position(|d| d.world == b.world && d.region(limit) == b.bounds)
     }
@@ -37,14 +37,14 @@ impl Mesh {
     /// The fixed delegation whose region `bubble` is, if it is one (under
     /// [`Placement::Fixed`]): its box is the delegation's, not one grown around players.
     pub fn delegation_of(&self, bubble: BubbleId) -> Option<&crate::Delegation> {
-        let slot = *self.bubble_index.get(&bubble)?;
+        let slot = self.regions.slot(bubble)?;
         self.delegation_of_slot(slot).map(|d| &self.delegations[d])
     }
 
     /// Per delegation, the slot of its bubble (`NONE`: it has none now).
     pub(super) fn delegation_slots(&self) -> Vec<u32> {
         let mut slots = vec![NONE; self.delegations.len()];
-        for slot in 0..self.bubbles.len() as u32 {
+        for slot in 0..self.regions.slots() as u32 {
             if let Some(d) = self.delegation_of_slot(slot) {
                 slots[d] = slot;
             }

@@ -106,15 +106,16 @@ impl Mesh {
     ///
     /// One pass over the players: for every bubble at once, use [`Mesh::explain_all`].
     pub fn explain(&self, bubble: BubbleId, now: Time) -> Option<Explanation> {
-        let &slot = self.bubble_index.get(&bubble)?;
+        let slot = self.regions.slot(bubble).filter(|&s| self.regions.bubble(s).is_some())?;
         self.explain_slot(slot, self.tally_of_slot(slot), now)
     }
 
     /// [`Mesh::explain`] for every bubble, in slot order, with one pass over the players (a
     /// status page asks every 2 s, whatever the population).
     pub fn explain_all(&self, now: Time) -> Vec<Explanation> {
-        let mut tallies: Vec<Option<Tally>> =
-            self.bubbles.iter().map(|b| b.as_ref().map(|_| Tally::new(self.sites.len()))).collect();
+        let mut tallies: Vec<Option<Tally>> = (0..self.regions.slots() as u32)
+            .map(|s| self.regions.bubble(s).map(|_| Tally::new(self.sites.len())))
+            .collect();
         for (&slot, m) in self.player_bubble.iter().zip(&self.members) {
             if let Some(Some(t)) = tallies.get_mut(slot as usize) {
                 t.add_one(m.gateway, m.access_ms, m.weight);
@@ -128,7 +129,7 @@ impl Mesh {
     }
 
     fn explain_slot(&self, slot: u32, tally: Tally, now: Time) -> Option<Explanation> {
-        let b = self.bubbles[slot as usize].as_ref()?;
+        let b = self.regions.bubble(slot)?;
         let (bubble, site, seats) = (b.id, b.site, b.seats());
         let hosts = |s: SiteId| s == site || s == self.sites.core() || self.can_host(s, seats);
         let candidates = self

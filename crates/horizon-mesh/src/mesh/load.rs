@@ -25,12 +25,12 @@ impl Mesh {
         stats: &mut TickStats,
     ) {
         let mut parts_on = vec![0u32; self.sites.len()];
-        for b in self.bubbles.iter().flatten() {
+        for b in self.regions.bubbles() {
             parts_on[b.site.index()] += b.servers();
         }
-        for slot in 0..self.bubbles.len() as u32 {
+        for slot in 0..self.regions.slots() as u32 {
             let members = sc.members(slot);
-            let Some(b) = self.bubbles[slot as usize].as_mut() else {
+            let Some(b) = self.regions.bubble_mut(slot) else {
                 continue;
             };
             let seats = b.seats();
@@ -80,7 +80,7 @@ impl Mesh {
                 continue;
             }
             let th = &self.th;
-            let Some(b) = self.bubbles[slot as usize].as_mut() else { continue };
+            let Some(b) = self.regions.bubble_mut(slot) else { continue };
             let Some(last) = b.kind.cuts.last().copied() else { continue };
             let (low, high) = (last.part as usize, b.kind.cuts.len());
             let quiet = b.kind.load.quiet.sample(counts[low] + counts[high], weight, th);
@@ -143,10 +143,14 @@ impl Mesh {
         let mut over = std::mem::take(&mut self.over_capacity);
         over.clear();
         over.resize(self.sites.len(), 0);
-        over[self.sites.core().index()] = self.zones().filter(|z| z.players > cap).count() as u32;
-        for b in self.bubbles() {
-            let parts = b.kind.load.parts.iter().take(b.servers() as usize);
-            over[b.site.index()] += parts.filter(|l| l.players > cap).count() as u32;
+        for (_, region) in self.regions.iter() {
+            match region {
+                Entry::Zone(z) => over[z.site.index()] += u32::from(z.players > cap),
+                Entry::Bubble(b) => {
+                    let parts = b.kind.load.parts.iter().take(b.servers() as usize);
+                    over[b.site.index()] += parts.filter(|l| l.players > cap).count() as u32;
+                }
+            }
         }
         self.over_capacity = over;
     }
@@ -162,10 +166,10 @@ impl Mesh {
 
     /// What SMD's rule counts for zone `id` at `now` (`None`: no such zone).
     pub fn zone_counting(&self, id: BubbleId, now: Time) -> Option<crate::split::Counting> {
-        let leaf = self.zones.leaf(id)?;
-        let z = self.zones.zone(leaf);
+        let leaf = self.zones.leaf(self.regions.slot(id)?)?;
+        let z = self.zone(leaf);
         let merge = self.zones.merge_partner(leaf).map(|(other, quiet)| MergeCounting {
-            with: self.zones.zone(other).id.0,
+            with: self.zone(other).id.0,
             quiet_samples: quiet.samples(),
             merge_after_samples: self.th.merge_after_samples,
         });

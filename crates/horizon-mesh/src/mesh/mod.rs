@@ -36,9 +36,10 @@ use crate::grouping::{Grouper, Groups, Item};
 use crate::ids::{BubbleId, Epoch, Generation, PlayerId, SiteId, WorldId};
 use crate::lease::{LeaseError, LeaseTable};
 use crate::player::{Player, PlayerJoin, PlayerUpdate};
+use crate::regions::{Entry, RegionKind, Regions};
 use crate::scoring::{Hysteresis, MoveReason, SiteScore, Tally, best_site, latency_ms};
 use crate::time::{Span, Time};
-use crate::zones::{ZoneLayout, ZoneSpec};
+use crate::zones::{Zone, ZoneLayout, ZoneSpec};
 
 const NONE: u32 = u32::MAX;
 
@@ -144,7 +145,7 @@ pub struct Mesh {
     /// An NPC, left out of grouping; and how many are.
     npc: Vec<bool>,
     npcs: usize,
-    /// Slot of its bubble, or `NONE` (core zone, or NPC).
+    /// Region slot of its bubble, or `NONE` (core zone, or NPC).
     player_bubble: Vec<u32>,
     /// Joined since the last tick.
     fresh: Vec<bool>,
@@ -154,9 +155,8 @@ pub struct Mesh {
     /// updates its grid for them alone.
     changed: Vec<u32>,
     changed_flag: Vec<bool>,
-    bubbles: Vec<Option<Bubble>>,
-    free_slots: Vec<u32>,
-    bubble_index: FxHashMap<BubbleId, u32>,
+    /// Every region, zones and bubbles, in one table under one id space (`crate::regions`).
+    regions: Regions,
     /// Every bubble's box, for finding the bubble that holds a position (`npcs.rs`).
     boxes: boxes::BubbleBoxes,
     next_bubble: u64,
@@ -168,15 +168,14 @@ pub struct Mesh {
     /// Seats taken per site: the sum of [`Bubble::seats`] of the bubbles there.
     used: Vec<u32>,
     down: Vec<bool>,
-    /// Slots freed during a tick, reusable only from the next one (slots name bubbles within a tick).
-    retired_slots: Vec<u32>,
     next_tick: Time,
     commands: VecDeque<Command>,
     last_stats: TickStats,
     scratch: Scratch,
     /// Players are renumbered in unit order only from this many on (`order.rs`).
     renumber_min_players: usize,
-    /// The core site's zones (`mesh/zones.rs`).
+    /// How the core site's zones cut each world (`mesh/zones.rs`): its leaves name zones' slots
+    /// in `regions`.
     zones: ZoneLayout,
     /// Under [`Placement::Fixed`]: the configured delegations.
     delegations: Vec<crate::Delegation>,
@@ -210,7 +209,7 @@ mod sweep;
 
 pub use command::{BorderReason, Command, CreateReason, DeleteReason, LoadReason, TickStats};
 pub use explain::{Candidate, Carving, Explanation, PlacementRule};
-pub use restore::RestoredBubble;
+pub use restore::RestoredRegion;
 mod tick;
 mod units;
 mod zones;
@@ -299,15 +298,12 @@ impl Mesh {
             npcs: 0,
             changed: Vec::new(),
             changed_flag: Vec::new(),
-            bubbles: Vec::new(),
-            free_slots: Vec::new(),
-            bubble_index: FxHashMap::default(),
+            regions: Regions::default(),
             boxes: boxes::BubbleBoxes::default(),
             next_bubble: 1,
             ready: vec![None; n],
             used: vec![0; n],
             down: vec![false; n],
-            retired_slots: Vec::new(),
             next_tick: now,
             commands: VecDeque::new(),
             last_stats: TickStats::default(),
@@ -474,13 +470,16 @@ impl Mesh {
         if !tps.is_finite() || tps < 0.0 {
             return Err(InputError::BadNumber { field: "tps", value: tps, extra: " and >= 0" });
         }
-        if let Some(leaf) = self.zones.leaf(bubble) {
+        let slot = self.regions.slot(bubble).ok_or(InputError::UnknownBubble(bubble))?;
+        let b = match self.regions.get_mut(slot) {
             // A zone runs on one server: its rate is part 0's.
-            self.zones.zone_mut(leaf).kind.load.tps = Some(tps);
-            return Ok(());
-        }
-        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
-        let b = self.bubbles[slot as usize].as_mut().ok_or(InputError::UnknownBubble(bubble))?;
+            Some(Entry::Zone(z)) => {
+                z.kind.load.tps = Some(tps);
+                return Ok(());
+            }
+            Some(Entry::Bubble(b)) => b,
+            None => return Err(InputError::UnknownBubble(bubble)),
+        };
         let n = b.servers() as usize;
         b.kind.load.parts.resize(n, crate::split::Load::default());
         if let Some(load) = b.kind.load.parts.get_mut(part) {
@@ -489,22 +488,23 @@ impl Mesh {
         Ok(())
     }
 
-    /// The holder of `bubble` under `epoch` cannot simulate it any more — its server crashed, or
-    /// a restore on its site failed. Failover at once, ignoring hold and dwell: with
-    /// `same_site`, to the same site when it has a spare server (design.md §6: "restart on
-    /// another server of the same site"), else to the best other site. The new epoch fences the
-    /// lost holder off; a [`Command::Move`] with reason `Failover` says where.
-    pub fn handle_bubble_lost(
+    /// The holder of region `bubble` under `epoch` cannot simulate it any more — its server
+    /// crashed, or a restore on its site failed. Failover at once, ignoring hold and dwell: a
+    /// zone to the core site (another of its servers); a bubble with `same_site` to the same
+    /// site when it has a spare server (design.md §6: "restart on another server of the same
+    /// site"), else to the best other site. The new epoch fences the lost holder off; a
+    /// [`Command::Move`] with reason `Failover` says where.
+    pub fn handle_region_lost(
         &mut self,
         bubble: BubbleId,
         epoch: Epoch,
         same_site: bool,
         now: Time,
     ) -> Result<(), InputError> {
-        if self.zones.leaf(bubble).is_some() {
-            return self.zone_lost(bubble, epoch, now);
+        let slot = self.regions.slot(bubble).ok_or(InputError::UnknownBubble(bubble))?;
+        if let Some(leaf) = self.zones.leaf(slot) {
+            return self.zone_lost(leaf, epoch, now);
         }
-        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
         let (site, seats) = {
             let b = self.bubble(slot);
             (b.site, b.seats())
@@ -535,21 +535,15 @@ impl Mesh {
         epoch: Epoch,
         now: Time,
     ) -> Result<Epoch, InputError> {
-        if let Some(leaf) = self.zones.leaf(id) {
-            if self.zones.zone(leaf).stalled_since.is_some() {
-                return Err(InputError::Lease(LeaseError::NoLease));
-            }
-            let lease = self.leases.transfer(id, epoch, self.sites.core(), now)?;
-            self.zones.zone_mut(leaf).epoch = lease.epoch;
-            return Ok(lease.epoch);
-        }
-        let slot = *self.bubble_index.get(&id).ok_or(InputError::UnknownBubble(id))?;
-        let b = self.bubble(slot);
-        if b.stalled_since.is_some() {
+        let slot = self.regions.slot(id).ok_or(InputError::UnknownBubble(id))?;
+        let region = self.regions.get(slot).ok_or(InputError::UnknownBubble(id))?;
+        if region.stalled_since().is_some() {
             return Err(InputError::Lease(LeaseError::NoLease));
         }
-        let lease = self.leases.transfer(id, epoch, b.site, now)?;
-        self.bubble_mut(slot).epoch = lease.epoch;
+        let lease = self.leases.transfer(id, epoch, region.site(), now)?;
+        if let Some(r) = self.regions.get_mut(slot) {
+            r.granted(lease.epoch);
+        }
         Ok(lease.epoch)
     }
 
@@ -575,7 +569,10 @@ impl Mesh {
         if source.index() >= self.sites.len() {
             return Err(InputError::UnknownSite(source.index()));
         }
-        let slot = *self.bubble_index.get(&bubble).ok_or(InputError::UnknownBubble(bubble))?;
+        let slot = self.regions.slot(bubble).ok_or(InputError::UnknownBubble(bubble))?;
+        if self.regions.bubble(slot).is_none() {
+            return Err(InputError::UnknownBubble(bubble));
+        }
         let lease = self.leases.transfer(bubble, epoch, source, now)?;
         let b = self.bubble_mut(slot);
         let (from, seats) = (b.site, b.seats());
@@ -652,12 +649,17 @@ impl Mesh {
             .collect()
     }
 
+    /// Every region, zones and bubbles, by slot and by id.
+    pub fn regions(&self) -> &Regions {
+        &self.regions
+    }
+
     pub fn bubbles(&self) -> impl Iterator<Item = &Bubble> {
-        self.bubbles.iter().flatten()
+        self.regions.bubbles()
     }
 
     pub fn bubble_by_id(&self, id: BubbleId) -> Option<&Bubble> {
-        self.bubble_index.get(&id).and_then(|&s| self.bubbles[s as usize].as_ref())
+        self.regions.bubble(self.regions.slot(id)?)
     }
 
     /// Counted players (not NPCs) in no bubble: those the core site's zones hold
@@ -676,7 +678,7 @@ impl Mesh {
         let &i = self.player_index.get(&id)?;
         match self.player_bubble[self.place_of[i as usize] as usize] {
             NONE => None,
-            s => self.bubbles[s as usize].as_ref(),
+            s => self.regions.bubble(s),
         }
     }
 
@@ -699,11 +701,21 @@ impl Mesh {
 
     fn bubble(&self, slot: u32) -> &Bubble {
         // Invariant: slots handed around within a tick refer to live bubbles.
-        self.bubbles[slot as usize].as_ref().expect("live bubble slot")
+        self.regions.bubble(slot).expect("live bubble slot")
     }
 
     fn bubble_mut(&mut self, slot: u32) -> &mut Bubble {
-        self.bubbles[slot as usize].as_mut().expect("live bubble slot")
+        self.regions.bubble_mut(slot).expect("live bubble slot")
+    }
+
+    /// The zone at leaf `leaf` of the zone tree.
+    fn zone(&self, leaf: u32) -> &Zone {
+        // Invariant: a leaf names a live zone's slot.
+        self.regions.zone(self.zones.region(leaf)).expect("a leaf names a live zone")
+    }
+
+    fn zone_mut(&mut self, leaf: u32) -> &mut Zone {
+        zone_at(&mut self.regions, &self.zones, leaf)
     }
 
     /// Seats left on a site's servers.
@@ -756,22 +768,27 @@ impl Mesh {
         }
     }
 
-    /// Marks expired leases (their bubbles stall); returns how many just became re-grantable.
+    /// Marks the regions whose leases expired stalled, whatever their kind: each waits to be
+    /// granted again (a bubble's failover, a zone on another server of the core site). Returns
+    /// how many leases just became re-grantable.
     fn expire_leases(&mut self, now: Time) -> usize {
         let (expired, regrantable) = self.leases.expire(now);
         for (id, lease) in expired {
-            if self.stall_zone(id, lease.expires_at) {
+            let Some(region) = self.regions.slot(id).and_then(|s| self.regions.get_mut(s)) else {
                 continue;
-            }
-            if let Some(&slot) = self.bubble_index.get(&id) {
-                let b = self.bubble_mut(slot);
-                b.stalled_since = Some(lease.expires_at);
-                let cmd = Command::Stalled { bubble: id, site: b.site, since: lease.expires_at };
-                self.commands.push_back(cmd);
-            }
+            };
+            region.stall(lease.expires_at);
+            let cmd = Command::Stalled { bubble: id, site: region.site(), since: lease.expires_at };
+            self.commands.push_back(cmd);
         }
         regrantable
     }
+}
+
+/// The zone at leaf `leaf`, borrowing only the table and the tree (so that the thresholds and
+/// the rest of the mesh stay readable beside it).
+fn zone_at<'a>(regions: &'a mut Regions, zones: &ZoneLayout, leaf: u32) -> &'a mut Zone {
+    regions.zone_mut(zones.region(leaf)).expect("a leaf names a live zone")
 }
 
 fn check_rtt(ms: f64) -> Result<(), InputError> {

@@ -53,7 +53,7 @@ impl Mesh {
     /// listed as changed, none fresh, no slot retired).
     pub(super) fn renumber(&mut self, sc: &mut Scratch) {
         debug_assert!(self.changed.is_empty() && self.fresh_count == 0, "between ticks only");
-        debug_assert!(self.retired_slots.is_empty(), "between ticks only");
+        debug_assert!(!self.regions.has_retired(), "between ticks only");
         let (units, n) = (&sc.units, self.items.len());
         let mut old_of_new: Vec<u32> = Vec::with_capacity(n);
         for u in 0..units.len() {
@@ -73,21 +73,11 @@ impl Mesh {
         }
         sc.grouper.renumber(&old_of_new);
 
-        // Every live bubble holds a unit (the others were deleted this tick).
-        let mut slot_of_old = vec![NONE; self.bubbles.len()];
-        let mut bubbles: Vec<Option<Bubble>> = Vec::with_capacity(self.bubble_index.len());
+        // Every live bubble holds a unit (the others were deleted this tick): the units'
+        // bubbles first, then the zones, in slot order.
         let held = sc.cluster_bubble.iter().copied().filter(|&s| s != NONE);
-        for slot in held.chain(0..self.bubbles.len() as u32) {
-            if let Some(b) = self.bubbles[slot as usize].take() {
-                slot_of_old[slot as usize] = bubbles.len() as u32;
-                bubbles.push(Some(b));
-            }
-        }
-        self.bubbles = bubbles;
-        self.free_slots.clear();
-        for slot in self.bubble_index.values_mut() {
-            *slot = slot_of_old[*slot as usize];
-        }
+        let slot_of_old = self.regions.renumber(held);
+        self.zones.renumber(&slot_of_old);
         for slot in self.player_bubble.iter_mut().filter(|s| **s != NONE) {
             *slot = slot_of_old[*slot as usize];
         }
@@ -181,11 +171,12 @@ mod tests {
     /// Every place holds its player: the two maps are inverse, and what the tick reads at a
     /// place is that player's. Every bubble id names the slot holding that bubble.
     fn assert_places_hold_their_players(mesh: &Mesh) {
-        for (id, &slot) in &mesh.bubble_index {
-            assert_eq!(mesh.bubbles[slot as usize].as_ref().map(|b| b.id), Some(*id));
+        for (slot, region) in mesh.regions.iter() {
+            assert_eq!(mesh.regions.slot(region.id()), Some(slot));
         }
-        let live = mesh.bubbles.iter().flatten().count();
-        assert_eq!(live, mesh.bubble_index.len());
+        for leaf in mesh.zones.leaves() {
+            assert!(mesh.regions.zone(mesh.zones.region(leaf)).is_some(), "a leaf names a zone");
+        }
         assert_eq!(mesh.npcs, mesh.npc.iter().filter(|&&npc| npc).count(), "NPCs counted");
         assert_eq!(mesh.place_of.len(), mesh.players.len());
         assert_eq!(mesh.player_at.len(), mesh.players.len());
@@ -300,8 +291,11 @@ mod tests {
                 if stats.renumbered {
                     renumbered += 1;
                     // Slots too: in unit order, none free.
-                    assert!(stored.free_slots.is_empty(), "seed {seed}, tick {tick}");
-                    assert_eq!(stored.bubbles.len(), stored.bubble_index.len());
+                    assert_eq!(
+                        stored.regions.slots(),
+                        stored.regions.len(),
+                        "seed {seed}, tick {tick}"
+                    );
                 }
                 drain(&mut plain);
                 drain(&mut stored);

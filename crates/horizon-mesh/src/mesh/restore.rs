@@ -1,12 +1,14 @@
-//! After a core restart: the bubbles its store held are taken back under their ids and epochs,
-//! and their players rejoin where they played (design.md §6).
+//! After a core restart: the regions its store held — zones and bubbles — are taken back under
+//! their ids and epochs, and their players rejoin where they played (design.md §6).
 
 use super::*;
+use crate::zones::new_zone;
 
-/// A bubble taken back after a core restart ([`Mesh::handle_restore_bubble`]).
+/// A region taken back after a core restart ([`Mesh::handle_restore`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RestoredBubble {
+pub struct RestoredRegion {
     pub id: BubbleId,
+    pub kind: RegionKind,
     pub site: SiteId,
     pub world: WorldId,
     pub bounds: Aabb,
@@ -14,21 +16,34 @@ pub struct RestoredBubble {
 }
 
 impl Mesh {
-    /// After a core restart: a bubble the store says was granted (its holder may still run it,
-    /// design.md §6). It keeps its id and epoch, its lease runs from `now`, it is kept while
-    /// empty for one lease (its players' agents re-register meanwhile), and bubble ids up to
-    /// its own are never handed out again. Call before its players rejoin
-    /// ([`Mesh::handle_join_in`]).
-    pub fn handle_restore_bubble(
+    /// After a core restart: a region the store says was granted (its holder may still run
+    /// it, design.md §6), taken back under its id and epoch, its lease running from `now`; ids
+    /// of its kind up to its own are never handed out again. A zone must be the core site's,
+    /// and comes back as a zone of its own ([`Mesh::regroup_restored_zones`] joins them under
+    /// their cuts again); a bubble is kept while empty for one lease (its players' agents
+    /// re-register meanwhile). Call before players join ([`Mesh::handle_join_in`]): a world
+    /// with zones taken back opens no other.
+    pub fn handle_restore(
         &mut self,
-        restored: RestoredBubble,
+        restored: RestoredRegion,
         now: Time,
     ) -> Result<(), InputError> {
-        let RestoredBubble { id, site, world, bounds, epoch } = restored;
-        if site.index() >= self.sites.len() {
+        let RestoredRegion { id, kind, site, world, bounds, epoch } = restored;
+        let here = match kind {
+            RegionKind::Zone => site == self.sites.core(),
+            RegionKind::Bubble => site.index() < self.sites.len(),
+        };
+        if !here {
             return Err(InputError::UnknownSite(site.index()));
         }
         self.leases.restore(id, site, epoch, now)?;
+        if kind == RegionKind::Zone {
+            self.next_zone = self.next_zone.max(id.0 + 1);
+            let zone = new_zone(id, site, world, bounds, epoch, None);
+            let slot = self.regions.insert(Entry::Zone(zone));
+            self.zones.add_root(slot, world, bounds);
+            return Ok(());
+        }
         self.next_bubble = self.next_bubble.max(id.0 + 1);
         let bubble = Bubble {
             id,
@@ -57,8 +72,8 @@ impl Mesh {
     pub fn handle_join_in(&mut self, join: PlayerJoin, bubble: BubbleId) -> Result<(), InputError> {
         let world = join.world;
         self.handle_join(join)?;
-        if let Some(&slot) = self.bubble_index.get(&bubble)
-            && self.bubble(slot).world == world
+        if let Some(slot) = self.regions.slot(bubble)
+            && self.regions.bubble(slot).is_some_and(|b| b.world == world)
             && let Some(place) = self.place_of.last().copied()
         {
             self.player_bubble[place as usize] = slot;

@@ -30,7 +30,7 @@ impl Mesh {
         self.balance_zones(&sc, weight, now, &mut stats);
         self.count_over_capacity();
 
-        self.free_slots.append(&mut self.retired_slots);
+        self.regions.release_retired();
         if self.fresh_count > 0 {
             self.fresh.fill(false);
             self.fresh_count = 0;
@@ -39,7 +39,7 @@ impl Mesh {
             self.renumber(&mut sc);
             stats.renumbered = true;
         }
-        stats.bubbles = self.bubble_index.len() as u32;
+        stats.bubbles = self.regions.bubble_count() as u32;
         stats.in_zone = (0..sc.units.len())
             .filter(|&u| sc.cluster_bubble[u] == NONE)
             .map(|u| sc.units.members(u).len() as u32)
@@ -58,10 +58,11 @@ impl Mesh {
             (std::mem::take(&mut sc.claims), std::mem::take(&mut sc.claim_start));
         let claims_of = |c: usize| &claims[claim_start[c] as usize..claim_start[c + 1] as usize];
         let nc = units.len();
-        let nslots = self.bubbles.len();
+        let nslots = self.regions.slots();
         sc.prior.clear();
-        sc.prior
-            .extend(self.bubbles.iter().map(|b| b.as_ref().map(|b| (b.site, b.kind.hysteresis))));
+        sc.prior.extend(
+            (0..nslots as u32).map(|s| self.regions.bubble(s).map(|b| (b.site, b.kind.hysteresis))),
+        );
         sc.absorbed_into.clear();
         sc.absorbed_into.resize(nslots, NONE);
 
@@ -114,9 +115,8 @@ impl Mesh {
                     .filter(|e| owned.is_empty() || owned.contains(&e.slot))
                     .map(|e| e.slot)
                     .collect();
-                let stalled = |&s: &u32| {
-                    self.bubbles[s as usize].as_ref().is_some_and(|b| b.stalled_since.is_some())
-                };
+                let stalled =
+                    |&s: &u32| self.regions.bubble(s).is_some_and(|b| b.stalled_since.is_some());
                 let sites: Vec<SiteId> =
                     claimed.iter().filter_map(|&s| sc.prior[s as usize].map(|p| p.0)).collect();
                 !claimed.iter().any(stalled)
@@ -164,7 +164,7 @@ impl Mesh {
             };
             sc.cluster_bubble[c] = slot;
             if slot != NONE {
-                sc.slot_unit.resize(self.bubbles.len(), NONE);
+                sc.slot_unit.resize(self.regions.slots(), NONE);
                 sc.slot_unit[slot as usize] = c as u32;
             }
         }
@@ -173,14 +173,15 @@ impl Mesh {
         // earlier may hold a bubble created just now), except a delegation's region.
         for slot in 0..nslots as u32 {
             let was_live = sc.prior[slot as usize].is_some();
-            let kept = self.bubbles[slot as usize]
-                .as_ref()
+            let kept = self
+                .regions
+                .bubble(slot)
                 .and_then(|b| b.kind.kept_empty_until)
                 .is_some_and(|until| now < until);
             if was_live
                 && (!kept || zones_only)
                 && sc.owner[slot as usize].is_none()
-                && self.bubbles[slot as usize].is_some()
+                && self.regions.bubble(slot).is_some()
                 && self.delegation_of_slot(slot).is_none()
             {
                 let reason = if zones_only { DeleteReason::Stage } else { DeleteReason::Empty };
@@ -213,10 +214,10 @@ impl Mesh {
     /// Scores every bubble not placed this tick and applies hysteresis; stalled bubbles (expired
     /// lease) fail over as soon as the lease and its drift margin allow.
     fn score_bubbles(&mut self, sc: &mut Scratch, now: Time, stats: &mut TickStats) {
-        sc.touched.resize(self.bubbles.len(), false);
-        sc.slot_unit.resize(self.bubbles.len(), NONE);
-        for slot in 0..self.bubbles.len() as u32 {
-            if self.bubbles[slot as usize].is_none() || sc.touched[slot as usize] {
+        sc.touched.resize(self.regions.slots(), false);
+        sc.slot_unit.resize(self.regions.slots(), NONE);
+        for slot in 0..self.regions.slots() as u32 {
+            if self.regions.bubble(slot).is_none() || sc.touched[slot as usize] {
                 continue;
             }
             // A bubble holds one unit; only a delegation's region may hold nobody.
@@ -268,7 +269,7 @@ impl Mesh {
                 s == site || self.can_host(s, seats)
             });
             let (sum_w, th) = (tally.sum_w, &self.th);
-            let Some(b) = self.bubbles[slot as usize].as_mut() else {
+            let Some(b) = self.regions.bubble_mut(slot) else {
                 continue;
             };
             let core = self.sites.core();
@@ -417,21 +418,11 @@ impl Mesh {
         Some((self.place_bubble(bubble), lease.epoch))
     }
 
-    /// Puts `bubble` in a free slot (or a new one), indexes it and accounts its server.
+    /// Stores `bubble` in the table of regions, indexes its box and accounts its seats.
     pub(super) fn place_bubble(&mut self, bubble: Bubble) -> u32 {
-        let (id, site) = (bubble.id, bubble.site);
-        let slot = match self.free_slots.pop() {
-            Some(s) => {
-                self.bubbles[s as usize] = Some(bubble);
-                s
-            }
-            None => {
-                self.bubbles.push(Some(bubble));
-                self.bubbles.len() as u32 - 1
-            }
-        };
-        self.bubble_index.insert(id, slot);
-        self.boxes.insert(self.bubbles[slot as usize].as_ref().expect("just placed"));
+        let site = bubble.site;
+        let slot = self.regions.insert(Entry::Bubble(bubble));
+        self.boxes.insert(self.regions.bubble(slot).expect("just placed"));
         self.used[site.index()] += self.bubble(slot).seats();
         slot
     }
@@ -742,12 +733,13 @@ impl Mesh {
     /// Frees a slot (its lease revoked, its servers released) without reporting. Its players are
     /// reassigned by the caller; the slot is reused from the next tick on.
     pub(super) fn remove(&mut self, slot: u32) {
-        if let Some(b) = self.bubbles[slot as usize].take() {
+        if self.regions.bubble(slot).is_none() {
+            return;
+        }
+        if let Some(Entry::Bubble(b)) = self.regions.remove(slot) {
             let _ = self.leases.revoke(b.id, b.epoch);
-            self.bubble_index.remove(&b.id);
             self.boxes.remove(&b);
             self.used[b.site.index()] = self.used[b.site.index()].saturating_sub(b.seats());
-            self.retired_slots.push(slot);
         }
     }
 
@@ -800,7 +792,7 @@ impl Mesh {
         sc.slots_order.clear();
         sc.slots_order.extend(sc.sweep.sorted_ids().filter(|&slot| slot != NONE));
         let mut reset: Vec<u32> = Vec::new();
-        let mut was_reset = vec![false; self.bubbles.len()];
+        let mut was_reset = vec![false; self.regions.slots()];
         while !stale.is_empty() {
             reset.clear();
             for &slot in &stale {
@@ -831,7 +823,7 @@ impl Mesh {
 
     /// Gives a bubble a new box, indexed again.
     fn rebound(&mut self, slot: u32, bounds: Aabb) {
-        let b = self.bubbles[slot as usize].as_mut().expect("a live slot");
+        let b = self.regions.bubble_mut(slot).expect("a live slot");
         self.boxes.remove(b);
         b.bounds = bounds;
         self.boxes.insert(b);

@@ -13,7 +13,8 @@ impl Mesh {
     /// one's tally, extent and claims on bubbles in `sc`.
     pub(super) fn form_units(&mut self, sc: &mut Scratch) {
         sc.slot_world.clear();
-        sc.slot_world.extend(self.bubbles.iter().map(|b| b.as_ref().map_or(NONE, |b| b.world.0)));
+        let slots = 0..self.regions.slots() as u32;
+        sc.slot_world.extend(slots.map(|s| self.regions.bubble(s).map_or(NONE, |b| b.world.0)));
         // Last tick's units lend their buffers.
         let mut clusters = std::mem::take(&mut sc.units);
         self.group_counted(sc, &mut clusters);
@@ -50,7 +51,7 @@ impl Mesh {
     /// ([`Sweep::push_guessed`] pushes them after).
     fn guess_claims_order(&self, nc: usize, sc: &mut Scratch) {
         // The clusters claiming each slot, as compressed rows.
-        let nslots = self.bubbles.len();
+        let nslots = self.regions.slots();
         let (start, claimants) = (&mut sc.slot_start, &mut sc.slot_claimants);
         start.clear();
         start.resize(nslots + 1, 0);

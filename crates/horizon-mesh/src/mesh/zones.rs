@@ -12,7 +12,7 @@
 
 use super::*;
 use crate::split::{EXIT_MARGIN_M, Uncut};
-use crate::zones::{Zone, ZoneSpec, validate_specs};
+use crate::zones::{Zone, ZoneSpec, new_zone, validate_specs};
 
 pub use crate::ids::ZONE_IDS_FROM;
 
@@ -62,36 +62,19 @@ impl Mesh {
         let site = self.sites.core();
         // Invariant: a new id has no lease yet, so the grant cannot be refused.
         let epoch = self.leases.grant(id, site, now).map_or(Epoch(0), |l| l.epoch);
-        self.zones.add_root(id, site, world, bounds, epoch, None);
+        let slot = self.regions.insert(Entry::Zone(new_zone(id, site, world, bounds, epoch, None)));
+        self.zones.add_root(slot, world, bounds);
         let cmd = Command::ZoneCreate { zone: id, site, world, bounds, epoch, reason };
         self.commands.push_back(cmd);
     }
 
-    /// After a core restart: a zone the store says was granted, taken back under its id and
-    /// epoch (its server may still run it) as a zone of its own; zone ids up to its own are never
-    /// handed out again. Call before players join: a world with zones taken back opens no other.
-    pub fn handle_restore_zone(
-        &mut self,
-        restored: RestoredBubble,
-        now: Time,
-    ) -> Result<(), InputError> {
-        let RestoredBubble { id, site, world, bounds, epoch } = restored;
-        if site != self.sites.core() {
-            return Err(InputError::UnknownSite(site.index()));
-        }
-        self.leases.restore(id, site, epoch, now)?;
-        self.next_zone = self.next_zone.max(id.0 + 1);
-        self.zones.add_root(id, site, world, bounds, epoch, None);
-        Ok(())
-    }
-
-    /// After the zones of a restart are taken back ([`Mesh::handle_restore_zone`]): each
+    /// After the zones of a restart are taken back ([`Mesh::handle_restore`]): each
     /// world's zones inside one of its configured boxes (`configured`, the core's `[[zones]]`),
     /// or inside the whole world when it has none, are joined again under a tree of cuts, so
     /// that two neighbours that go quiet merge again. Returns how many trees were rebuilt.
     pub fn regroup_restored_zones(&mut self, configured: &[ZoneSpec]) -> usize {
         let whole = Aabb::point(Vec3::ZERO).expand(self.th.position_limit_m());
-        let mut worlds: Vec<WorldId> = self.zones.zones().map(|z| z.world).collect();
+        let mut worlds: Vec<WorldId> = self.regions.zones().map(|z| z.world).collect();
         worlds.sort_unstable();
         worlds.dedup();
         let mut rebuilt = 0;
@@ -110,11 +93,11 @@ impl Mesh {
     /// is — not at its lease's end.
     pub(super) fn zone_lost(
         &mut self,
-        id: BubbleId,
+        leaf: u32,
         epoch: Epoch,
         now: Time,
     ) -> Result<(), InputError> {
-        let leaf = self.zones.leaf(id).ok_or(InputError::UnknownBubble(id))?;
+        let id = self.zone(leaf).id;
         let core = self.sites.core();
         let lease = self.leases.transfer(id, epoch, core, now)?;
         // Counted now: the places of the last tick's count are stale between ticks (players
@@ -128,21 +111,13 @@ impl Mesh {
     /// Zone `leaf`, granted again on the core site under `epoch`, is restored there from its
     /// copy with `players` (a failover from the core site to itself).
     fn restore_zone(&mut self, leaf: u32, epoch: Epoch, players: Vec<PlayerId>) {
-        let z = self.zones.zone_mut(leaf);
-        (z.epoch, z.stalled_since) = (epoch, None);
-        let (bubble, core) = (z.id, self.sites.core());
+        let slot = self.zones.region(leaf);
+        let Some(zone) = self.regions.get_mut(slot) else { return };
+        zone.granted(epoch);
+        let (bubble, core) = (zone.id(), self.sites.core());
         let reason = MoveReason::Failover;
         let cmd = Command::Move { bubble, from: core, to: core, epoch, players, reason };
         self.commands.push_back(cmd);
-    }
-
-    /// A zone's lease expired: it waits to be granted again on the core site.
-    pub(super) fn stall_zone(&mut self, id: BubbleId, since: Time) -> bool {
-        let Some(leaf) = self.zones.leaf(id) else { return false };
-        self.zones.zone_mut(leaf).stalled_since = Some(since);
-        let site = self.sites.core();
-        self.commands.push_back(Command::Stalled { bubble: id, site, since });
-        true
     }
 
     fn mint_zone_id(&mut self) -> BubbleId {
@@ -161,13 +136,10 @@ impl Mesh {
         stats: &mut TickStats,
     ) {
         let leaves = self.zones.leaves();
-        let stalled: Vec<u32> = leaves
-            .iter()
-            .copied()
-            .filter(|&l| self.zones.zone(l).stalled_since.is_some())
-            .collect();
+        let stalled: Vec<u32> =
+            leaves.iter().copied().filter(|&l| self.zone(l).stalled_since.is_some()).collect();
         for &leaf in &leaves {
-            self.zones.zone_mut(leaf).players = 0;
+            self.zone_mut(leaf).players = 0;
         }
         // (leaf, place) of every counted player in no bubble: the members of the units that
         // got none this tick (far fewer units than players to visit).
@@ -177,7 +149,7 @@ impl Mesh {
             for &place in sc.units.members(u) {
                 let item = &self.items[place as usize];
                 if let Some(leaf) = self.zones.locate(item.world, item.pos) {
-                    self.zones.zone_mut(leaf).players += 1;
+                    self.zone_mut(leaf).players += 1;
                     members.push((leaf, place));
                 }
             }
@@ -187,7 +159,7 @@ impl Mesh {
         // Stalled zones are granted again on the core site once the drift margin allows.
         let core = self.sites.core();
         for leaf in stalled {
-            let id = self.zones.zone(leaf).id;
+            let id = self.zone(leaf).id;
             let Ok(lease) = self.leases.grant(id, core, now) else { continue };
             let players = self.zone_players(&members, leaf);
             self.restore_zone(leaf, lease.epoch, players);
@@ -196,7 +168,7 @@ impl Mesh {
 
         let mut due = Vec::new();
         for &leaf in &leaves {
-            let z = self.zones.zone_mut(leaf);
+            let z = zone_at(&mut self.regions, &self.zones, leaf);
             if z.kind.load.sample(z.players, weight, now, &self.th) {
                 due.push(leaf);
             }
@@ -225,7 +197,7 @@ impl Mesh {
         }
 
         for (cut, low, high) in self.zones.mergeable() {
-            let (a, b) = (self.zones.zone(low), self.zones.zone(high));
+            let (a, b) = (self.zone(low), self.zone(high));
             let ready = a.kind.load.settled(now, &self.th)
                 && b.kind.load.settled(now, &self.th)
                 && a.stalled_since.is_none()
@@ -233,11 +205,20 @@ impl Mesh {
             let together = a.players + b.players;
             let quiet = self.zones.quiet_mut(cut).sample(together, weight, &self.th);
             if quiet && ready {
-                let (ended, ended_epoch) = (self.zones.zone(high).id, self.zones.zone(high).epoch);
+                let (ended, ended_epoch) = (self.zone(high).id, self.zone(high).epoch);
                 let moving = self.zone_players(&members, high);
                 let _ = self.leases.revoke(ended, ended_epoch);
-                let (leaf, _) = self.zones.merge(cut, now);
-                let into = self.zones.zone(leaf);
+                let (kept, ended_slot) = self.zones.merge(cut);
+                let ended_players = self.regions.remove(ended_slot).map_or(0, |e| match e {
+                    Entry::Zone(z) => z.players,
+                    Entry::Bubble(_) => 0,
+                });
+                let bounds = self.zones.bounds(cut);
+                let into = self.regions.zone_mut(kept).expect("the zone kept by a merge");
+                into.players += ended_players;
+                into.bounds = bounds;
+                into.kind.load = crate::split::Load::changed(now, into.players);
+                let into = &*into;
                 self.commands.push_back(Command::ZoneMerge {
                     into: into.id,
                     from: ended,
@@ -261,10 +242,10 @@ impl Mesh {
         places: &[u32],
         now: Time,
     ) -> Result<Option<[Half; 2]>, Uncut> {
-        if self.zones.zone(leaf).stalled_since.is_some() {
+        if self.zone(leaf).stalled_since.is_some() {
             return Ok(None);
         }
-        let bounds = self.zones.zone(leaf).bounds;
+        let bounds = self.zone(leaf).bounds;
         let positions: Vec<Vec3> = places.iter().map(|&p| self.items[p as usize].pos).collect();
         let (axis, at) = crate::split::cut(bounds, &positions)?;
         let new_id = self.mint_zone_id();
@@ -272,13 +253,20 @@ impl Mesh {
             // Invariant: a new id has no lease yet, so the grant cannot be refused.
             return Ok(None);
         };
-        let split = self.zones.split(leaf, axis, at, new_id, lease.epoch, now);
+        let (low_box, high_box) = bounds.cut(axis, at);
         let (high, low): (Vec<u32>, Vec<u32>) =
             places.iter().partition(|&&p| self.items[p as usize].pos.axis(axis) >= at);
         let moving: Vec<PlayerId> = high.iter().map(|&p| self.members[p as usize].id).collect();
-        self.zones.zone_mut(split.kept).players = low.len() as u32;
-        self.zones.zone_mut(split.new).players = high.len() as u32;
-        let (kept, new) = (self.zones.zone(split.kept), self.zones.zone(split.new));
+        let (core, world) = (self.sites.core(), self.zone(leaf).world);
+        let mut new = new_zone(new_id, core, world, high_box, lease.epoch, Some(now));
+        new.players = high.len() as u32;
+        let new_slot = self.regions.insert(Entry::Zone(new));
+        let kept = self.zone_mut(leaf);
+        kept.bounds = low_box;
+        kept.kind.load = crate::split::Load::changed(now, 0);
+        kept.players = low.len() as u32;
+        let split = self.zones.split(leaf, axis, at, new_slot);
+        let (kept, new) = (self.zone(split.kept), self.zone(split.new));
         self.commands.push_back(Command::ZoneSplit {
             zone: kept.id,
             new_zone: new.id,
@@ -327,7 +315,7 @@ impl Mesh {
         }
         match self.player_bubble[place] {
             NONE => self.zone_around(place, current),
-            slot => self.bubbles[slot as usize].as_ref().map(|b| b.id),
+            slot => self.regions.bubble(slot).map(|b| b.id),
         }
     }
 
@@ -339,20 +327,22 @@ impl Mesh {
         if let Some(c) = current.and_then(|c| self.zone_by_id(c)).filter(near) {
             return Some(c.id);
         }
-        self.zones.locate(item.world, item.pos).map(|leaf| self.zones.zone(leaf).id)
+        self.zones.locate(item.world, item.pos).map(|leaf| self.zone(leaf).id)
     }
 
-    /// The leases a site's agent holds and renews: its running bubbles and (the core site) its
-    /// running zones, with their epochs.
+    /// The leases a site's agent holds and renews: the regions running there (on the core
+    /// site, its zones too), with their epochs.
     pub fn leases_held(&self, site: SiteId) -> Vec<(BubbleId, Epoch)> {
-        let bubbles = self.bubbles().filter(|b| b.runs_at(site)).map(|b| (b.id, b.epoch));
-        let zones = self.zones().filter(|z| z.runs_at(site)).map(|z| (z.id, z.epoch));
-        bubbles.chain(zones).collect()
+        self.regions
+            .iter()
+            .filter(|(_, r)| r.runs_at(site))
+            .map(|(_, r)| (r.id(), r.epoch()))
+            .collect()
     }
 
     /// Every zone, with its players as of the last tick.
     pub fn zones(&self) -> impl Iterator<Item = &Zone> {
-        self.zones.zones()
+        self.regions.zones()
     }
 
     /// The zone simulating a counted player who is in no bubble (`None`: in a bubble, an NPC,
@@ -364,12 +354,12 @@ impl Mesh {
             return None;
         }
         let item = &self.items[place];
-        self.zones.locate(item.world, item.pos).map(|leaf| self.zones.zone(leaf))
+        self.zones.locate(item.world, item.pos).map(|leaf| self.zone(leaf))
     }
 
     /// A zone by id.
     pub fn zone_by_id(&self, id: BubbleId) -> Option<&Zone> {
-        self.zones.leaf(id).map(|leaf| self.zones.zone(leaf))
+        self.regions.zone(self.regions.slot(id)?)
     }
 }
 

@@ -49,12 +49,12 @@ fn a_lost_bubble_fails_over_at_once_ignoring_hold() {
     m.handle_join(join(1, MTL, 10.0, Role::Player, at(0.0))).unwrap();
     run(&mut m, 0, 0);
     let b = m.bubble_of(PlayerId(1)).unwrap().clone();
-    m.handle_bubble_lost(b.id, b.epoch, false, Time::from_secs(1)).unwrap();
+    m.handle_region_lost(b.id, b.epoch, false, Time::from_secs(1)).unwrap();
     let cmd = poll(&mut m).unwrap();
     assert!(
         matches!(cmd, Command::Move { reason: MoveReason::Failover, to, .. } if to == site(PAR))
     );
-    let stale = m.handle_bubble_lost(b.id, b.epoch, false, Time::from_secs(2));
+    let stale = m.handle_region_lost(b.id, b.epoch, false, Time::from_secs(2));
     assert!(stale.is_err(), "stale epoch");
 }
 
@@ -69,7 +69,7 @@ fn a_lost_bubble_restarts_on_its_own_site_when_it_has_a_spare_server_else_elsewh
         run(&mut m, 0, 0);
         let b = m.bubble_of(PlayerId(1)).unwrap().clone();
         assert_eq!(b.site, site(MTL));
-        m.handle_bubble_lost(b.id, b.epoch, true, Time::from_secs(1)).unwrap();
+        m.handle_region_lost(b.id, b.epoch, true, Time::from_secs(1)).unwrap();
         let cmd = poll(&mut m).unwrap();
         let Command::Move { reason: MoveReason::Failover, to, epoch, .. } = cmd else {
             panic!("{cmd:?}")

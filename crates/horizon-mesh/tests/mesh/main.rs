@@ -16,8 +16,8 @@ mod scoring;
 use common::*;
 use horizon_mesh::{
     Bubble, Command, CreateReason, Generation, InputError, LoadReason, Mesh, MeshConfig,
-    MoveReason, Placement, PlacementRule, PlayerId, PlayerUpdate, RestoredBubble, Role, Span,
-    Thresholds, Time, Vec3, Verdict, WorldId,
+    MoveReason, Placement, PlacementRule, PlayerId, PlayerUpdate, RegionKind, RestoredRegion, Role,
+    Span, Thresholds, Time, Vec3, Verdict, WorldId,
 };
 
 fn th() -> Thresholds {
@@ -138,23 +138,25 @@ fn after_a_core_restart_restored_bubbles_keep_their_ids_epochs_and_players_and_i
     };
     let mut m2 = Mesh::new(cfg, Time::from_secs(100)).unwrap();
     for b in &before {
-        let restored = RestoredBubble {
+        let restored = RestoredRegion {
             id: b.id,
+            kind: RegionKind::Bubble,
             site: b.site,
             world: b.world,
             bounds: b.bounds,
             epoch: b.epoch,
         };
-        m2.handle_restore_bubble(restored, Time::from_secs(100)).unwrap();
+        m2.handle_restore(restored, Time::from_secs(100)).unwrap();
     }
-    let again = RestoredBubble {
+    let again = RestoredRegion {
         id: before[0].id,
+        kind: RegionKind::Bubble,
         site: before[0].site,
         world: before[0].world,
         bounds: before[0].bounds,
         epoch: before[0].epoch,
     };
-    assert!(m2.handle_restore_bubble(again, Time::from_secs(100)).is_err(), "restored once");
+    assert!(m2.handle_restore(again, Time::from_secs(100)).is_err(), "restored once");
     // Their players rejoin where they were; a newcomer far away gets a new bubble.
     for (player, home, x) in [(1, MTL, 0.0), (2, HKG, 900_000.0)] {
         let b = m1.bubble_of(PlayerId(player)).unwrap().id;
