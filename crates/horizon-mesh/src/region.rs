@@ -1,9 +1,8 @@
 //! The region: what one lease covers (design.md §1). Zones and bubbles are its two kinds:
 //! everything a lease, a failover, a crossing or a copy needs is the same for both and lives
-//! here; what only one kind has is its `kind`. The brain keeps each kind where its own rules
-//! find it fast — zones in a tree of cuts under each world (`zones.rs`: a position's zone is a
-//! walk down it), bubbles in slots stored in unit order (`mesh/order.rs`) — under one lease
-//! table and one id space.
+//! here; what only one kind has is its `kind`. The brain keeps both in one table under one id
+//! space and one lease table (`regions.rs`); a tree of cuts under each world finds a position's
+//! zone (`zones.rs`), and bubbles' slots follow unit order (`mesh/order.rs`).
 
 use crate::geom::{Aabb, Vec3};
 use crate::ids::{BubbleId, Epoch, SiteId, WorldId};

@@ -1,4 +1,4 @@
-//! Players' places and bubbles' slots in unit order.
+//! Players' places and bubbles' slots (in the table of regions) in unit order.
 //!
 //! Every pass of the tick reads players unit by unit, at their *places* (their index in the
 //! arrays the tick reads: grouping items, scoring figures, bubble, flags), and each unit's
@@ -73,8 +73,8 @@ impl Mesh {
         }
         sc.grouper.renumber(&old_of_new);
 
-        // Every live bubble holds a unit (the others were deleted this tick): the units'
-        // bubbles first, then the zones, in slot order.
+        // The units' bubbles first, in unit order; then every other region (the zones, a
+        // bubble kept while empty) in slot order.
         let held = sc.cluster_bubble.iter().copied().filter(|&s| s != NONE);
         let slot_of_old = self.regions.renumber(held);
         self.zones.renumber(&slot_of_old);
