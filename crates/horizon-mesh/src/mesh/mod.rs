@@ -201,9 +201,11 @@ mod boxes;
 mod command;
 mod delegations;
 mod explain;
+mod lifecycle;
 mod load;
 mod npcs;
 mod order;
+mod players;
 mod restore;
 mod sweep;
 
@@ -322,113 +324,7 @@ impl Mesh {
         Ok(mesh)
     }
 
-    // ---- inputs -------------------------------------------------------------------------------
-
-    /// A player connected to a site's gateway.
-    pub fn handle_join(&mut self, join: PlayerJoin) -> Result<(), InputError> {
-        if self.player_index.contains_key(&join.id) {
-            return Err(InputError::DuplicatePlayer(join.id));
-        }
-        if join.gateway.index() >= self.sites.len() {
-            return Err(InputError::UnknownSite(join.gateway.index()));
-        }
-        check_rtt(join.access_rtt_ms)?;
-        self.check_position(join.position)?;
-        check_vec("velocity", join.velocity)?;
-        let (i, place) = (self.players.len() as u32, self.items.len() as u32);
-        self.player_index.insert(join.id, i);
-        let player = Player::from_join(&join);
-        let (item, member) = self.describe_player(&player);
-        self.place_of.push(place);
-        self.player_at.push(i);
-        self.items.push(item);
-        self.members.push(member);
-        self.npc.push(!player.role.is_counted());
-        self.npcs += usize::from(!player.role.is_counted());
-        self.players.push(player);
-        self.player_bubble.push(NONE);
-        self.changed_flag.push(false);
-        self.mark_changed(place as usize);
-        self.fresh.push(true);
-        self.fresh_count += 1;
-        // A counted player's world gets its zone; an NPC's does not (NPCs never change an
-        // outcome: not even which world's zone opens first).
-        if self.players[i as usize].role.is_counted() {
-            self.open_world(join.world);
-        }
-        Ok(())
-    }
-
-    /// A player changed (position, velocity, role, world, or a new access RTT sample).
-    pub fn handle_update(&mut self, id: PlayerId, update: &PlayerUpdate) -> Result<(), InputError> {
-        let &i = self.player_index.get(&id).ok_or(InputError::UnknownPlayer(id))?;
-        if let Some(r) = update.access_rtt_ms {
-            check_rtt(r)?;
-        }
-        if let Some(p) = update.position {
-            self.check_position(p)?;
-        }
-        if let Some(v) = update.velocity {
-            check_vec("velocity", v)?;
-        }
-        let (i, place) = (i as usize, self.place_of[i as usize] as usize);
-        self.players[i].apply(update);
-        (self.items[place], self.members[place]) = self.describe_player(&self.players[i]);
-        let npc = !self.players[i].role.is_counted();
-        self.npcs = self.npcs + usize::from(npc) - usize::from(self.npc[place]);
-        self.npc[place] = npc;
-        self.mark_changed(place);
-        if !npc && (update.world.is_some() || update.role.is_some()) {
-            self.open_world(self.players[i].world);
-        }
-        Ok(())
-    }
-
-    /// The measure stage found `id`'s home: `home`, the site of lowest RTT in the probe table
-    /// their gateway believed (design.md §8, stage 1). Fixed for the session once measured: the
-    /// same home again (a table sent again to a core) changes nothing, another is refused.
-    /// Only figures read a home: placement keeps measuring every site from the player's
-    /// gateway, so a client's claims about other sites never move anyone.
-    pub fn handle_measured_home(&mut self, id: PlayerId, home: SiteId) -> Result<(), InputError> {
-        let &i = self.player_index.get(&id).ok_or(InputError::UnknownPlayer(id))?;
-        if home.index() >= self.sites.len() {
-            return Err(InputError::UnknownSite(home.index()));
-        }
-        let player = &mut self.players[i as usize];
-        if player.home_measured && player.home != home {
-            return Err(InputError::HomeFixed { player: id, home: player.home.index() });
-        }
-        (player.home, player.home_measured) = (home, true);
-        Ok(())
-    }
-
-    /// A player disconnected.
-    pub fn handle_leave(&mut self, id: PlayerId) -> Result<(), InputError> {
-        let i = self.player_index.remove(&id).ok_or(InputError::UnknownPlayer(id))? as usize;
-        let place = self.place_of[i] as usize;
-        // The last player record takes its index...
-        self.players.swap_remove(i);
-        self.place_of.swap_remove(i);
-        if let Some(moved) = self.players.get(i) {
-            self.player_index.insert(moved.id, i as u32);
-            self.player_at[self.place_of[i] as usize] = i as u32;
-        }
-        // ... and the player at the last place takes its place.
-        self.player_at.swap_remove(place);
-        self.items.swap_remove(place);
-        self.members.swap_remove(place);
-        self.npcs -= usize::from(self.npc.swap_remove(place));
-        self.player_bubble.swap_remove(place);
-        self.changed_flag.swap_remove(place);
-        self.fresh.swap_remove(place);
-        if place < self.player_at.len() {
-            self.place_of[self.player_at[place] as usize] = place as u32;
-            // Always listed, even if its flag says it is: that was for its old place.
-            self.changed_flag[place] = true;
-            self.changed.push(place as u32);
-        }
-        Ok(())
-    }
+    // ---- inputs: sites (players in `players.rs`, regions in `lifecycle.rs`) -----------------
 
     /// How many servers are ready on a site, or hosting bubbles (`None`: unlimited). Each seats
     /// [`Thresholds::seats_per_server`] players, whatever the bubbles they hold.
@@ -446,142 +342,6 @@ impl Mesh {
     /// not used: `Err(floor)`.
     pub fn handle_backbone_rtt(&mut self, a: SiteId, b: SiteId, rtt_ms: f64) -> Result<(), f64> {
         self.sites.set_backbone_ms(a, b, rtt_ms)
-    }
-
-    /// A batched lease renewal from one site's agent, sent at `sent_at` by its clock and received
-    /// at `now`. Returns the outcome for each bubble in order.
-    pub fn handle_renewal(
-        &mut self,
-        site: SiteId,
-        bubbles: &[(BubbleId, Epoch)],
-        now: Time,
-    ) -> Vec<Result<Time, LeaseError<SiteId>>> {
-        self.now_hint = self.now_hint.max(now);
-        bubbles.iter().map(|&(b, e)| self.leases.renew(b, site, e, now)).collect()
-    }
-
-    /// A game server reported its tick rate for part `part` of a bubble.
-    pub fn handle_server_load(
-        &mut self,
-        bubble: BubbleId,
-        part: usize,
-        tps: f64,
-    ) -> Result<(), InputError> {
-        if !tps.is_finite() || tps < 0.0 {
-            return Err(InputError::BadNumber { field: "tps", value: tps, extra: " and >= 0" });
-        }
-        let slot = self.regions.slot(bubble).ok_or(InputError::UnknownBubble(bubble))?;
-        let b = match self.regions.get_mut(slot) {
-            // A zone runs on one server: its rate is part 0's.
-            Some(Entry::Zone(z)) => {
-                z.kind.load.tps = Some(tps);
-                return Ok(());
-            }
-            Some(Entry::Bubble(b)) => b,
-            None => return Err(InputError::UnknownBubble(bubble)),
-        };
-        let n = b.servers() as usize;
-        b.kind.load.parts.resize(n, crate::split::Load::default());
-        if let Some(load) = b.kind.load.parts.get_mut(part) {
-            load.tps = Some(tps);
-        }
-        Ok(())
-    }
-
-    /// The holder of region `bubble` under `epoch` cannot simulate it any more — its server
-    /// crashed, or a restore on its site failed. Failover at once, ignoring hold and dwell: a
-    /// zone to the core site (another of its servers); a bubble with `same_site` to the same
-    /// site when it has a spare server (design.md §6: "restart on another server of the same
-    /// site"), else to the best other site. The new epoch fences the lost holder off; a
-    /// [`Command::Move`] with reason `Failover` says where.
-    pub fn handle_region_lost(
-        &mut self,
-        bubble: BubbleId,
-        epoch: Epoch,
-        same_site: bool,
-        now: Time,
-    ) -> Result<(), InputError> {
-        let slot = self.regions.slot(bubble).ok_or(InputError::UnknownBubble(bubble))?;
-        if let Some(leaf) = self.zones.leaf(slot) {
-            return self.zone_lost(leaf, epoch, now);
-        }
-        let (site, seats) = {
-            let b = self.bubble(slot);
-            (b.site, b.seats())
-        };
-        let tally = self.tally_of_slot(slot);
-        // The lost seats still count as taken at `site`, and the seats of the lost server still
-        // count as offered until the agent's next report: the site needs room for the bubble
-        // without that server.
-        let spare = seats.saturating_add(self.th.seats_per_server());
-        let target = if same_site && self.can_host(site, spare) {
-            site
-        } else {
-            self.failover_target(&tally, site, seats)
-        };
-        let lease = self.leases.transfer(bubble, epoch, target, now)?;
-        let players = self.slot_players(slot);
-        self.relocate(slot, target, lease.epoch, MoveReason::Failover, now, players);
-        Ok(())
-    }
-
-    /// The site holding region `id` (a bubble or a zone) under `epoch` moves it, with its
-    /// whole state, to another of its game servers: the region stays where it is, under a new
-    /// epoch that fences the old server off. Refused for a region not held under `epoch`, or
-    /// stalled (its lease ran out: a failover comes instead). Returns the new epoch.
-    pub fn handle_rehome(
-        &mut self,
-        id: BubbleId,
-        epoch: Epoch,
-        now: Time,
-    ) -> Result<Epoch, InputError> {
-        let slot = self.regions.slot(id).ok_or(InputError::UnknownBubble(id))?;
-        let region = self.regions.get(slot).ok_or(InputError::UnknownBubble(id))?;
-        if region.stalled_since().is_some() {
-            return Err(InputError::Lease(LeaseError::NoLease));
-        }
-        let lease = self.leases.transfer(id, epoch, region.site(), now)?;
-        if let Some(r) = self.regions.get_mut(slot) {
-            r.granted(lease.epoch);
-        }
-        Ok(lease.epoch)
-    }
-
-    /// An epoch for a bubble the brain has ended, to restore it briefly from its copy (see
-    /// [`LeaseTable::mint`]); epochs stay strictly increasing per bubble. Refused for a bubble
-    /// still leased (the brain runs it).
-    pub fn mint_epoch(&mut self, bubble: BubbleId) -> Result<Epoch, InputError> {
-        Ok(self.leases.mint(bubble)?)
-    }
-
-    /// A handover of `bubble` to its current site under `epoch` was abandoned before the source
-    /// froze (design.md §5: "the source simply continues"). The bubble goes back to `source`
-    /// under a new epoch, so the abandoned one is fenced off for good. The hold time counts from
-    /// the attempt: the move is tried again, if still best, once hold and dwell have passed.
-    /// Returns the source's new epoch.
-    pub fn handle_move_aborted(
-        &mut self,
-        bubble: BubbleId,
-        epoch: Epoch,
-        source: SiteId,
-        now: Time,
-    ) -> Result<Epoch, InputError> {
-        if source.index() >= self.sites.len() {
-            return Err(InputError::UnknownSite(source.index()));
-        }
-        let slot = self.regions.slot(bubble).ok_or(InputError::UnknownBubble(bubble))?;
-        if self.regions.bubble(slot).is_none() {
-            return Err(InputError::UnknownBubble(bubble));
-        }
-        let lease = self.leases.transfer(bubble, epoch, source, now)?;
-        let b = self.bubble_mut(slot);
-        let (from, seats) = (b.site, b.seats());
-        b.site = source;
-        b.epoch = lease.epoch;
-        b.kind.hysteresis.best_since = None;
-        self.used[from.index()] = self.used[from.index()].saturating_sub(seats);
-        self.used[source.index()] += seats;
-        Ok(lease.epoch)
     }
 
     // ---- poll ---------------------------------------------------------------------------------
@@ -732,78 +492,10 @@ impl Mesh {
     fn can_host(&self, s: SiteId, seats: u32) -> bool {
         !self.down[s.index()] && self.free(s) >= seats
     }
-
-    fn weight(&self, p: &Player) -> f64 {
-        self.th.weights.of(p.role)
-    }
-
-    /// Lists the player at `place` as changed since the last tick (once).
-    fn mark_changed(&mut self, place: usize) {
-        if !self.changed_flag[place] {
-            self.changed_flag[place] = true;
-            self.changed.push(place as u32);
-        }
-    }
-
-    /// A player as grouping and scoring read it.
-    fn describe_player(&self, p: &Player) -> (Item, units::Member) {
-        let speed = if p.velocity == Vec3::ZERO { 0.0 } else { p.speed() };
-        let radius = self.th.scaled(self.th.merge_distance_m, speed);
-        let member = units::Member {
-            id: p.id,
-            gateway: p.gateway,
-            access_ms: p.access_rtt_min_ms,
-            weight: self.weight(p),
-        };
-        (Item { world: p.world, pos: p.position, radius }, member)
-    }
-
-    /// Finite, and within the grouping grid's range for the smallest grouping distance.
-    fn check_position(&self, p: Vec3) -> Result<(), InputError> {
-        check_vec("position", p)?;
-        let limit = self.th.position_limit_m();
-        match [p.x, p.y, p.z].into_iter().find(|c| c.abs() > limit) {
-            Some(value) => Err(InputError::PositionOutOfRange { value, limit }),
-            None => Ok(()),
-        }
-    }
-
-    /// Marks the regions whose leases expired stalled, whatever their kind: each waits to be
-    /// granted again (a bubble's failover, a zone on another server of the core site). Returns
-    /// how many leases just became re-grantable.
-    fn expire_leases(&mut self, now: Time) -> usize {
-        let (expired, regrantable) = self.leases.expire(now);
-        for (id, lease) in expired {
-            let Some(region) = self.regions.slot(id).and_then(|s| self.regions.get_mut(s)) else {
-                continue;
-            };
-            region.stall(lease.expires_at);
-            let cmd = Command::Stalled { bubble: id, site: region.site(), since: lease.expires_at };
-            self.commands.push_back(cmd);
-        }
-        regrantable
-    }
 }
 
 /// The zone at leaf `leaf`, borrowing only the table and the tree (so that the thresholds and
 /// the rest of the mesh stay readable beside it).
 fn zone_at<'a>(regions: &'a mut Regions, zones: &ZoneLayout, leaf: u32) -> &'a mut Zone {
     regions.zone_mut(zones.region(leaf)).expect("a leaf names a live zone")
-}
-
-fn check_rtt(ms: f64) -> Result<(), InputError> {
-    if ms.is_finite() && ms >= 0.0 {
-        Ok(())
-    } else {
-        Err(InputError::BadNumber { field: "access_rtt_ms", value: ms, extra: " and >= 0" })
-    }
-}
-
-fn check_vec(field: &'static str, v: Vec3) -> Result<(), InputError> {
-    if v.is_finite() {
-        Ok(())
-    } else {
-        let bad = [v.x, v.y, v.z].into_iter().find(|c| !c.is_finite()).unwrap_or(f64::NAN);
-        Err(InputError::BadNumber { field, value: bad, extra: "" })
-    }
 }
