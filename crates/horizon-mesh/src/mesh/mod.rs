@@ -197,8 +197,10 @@ pub struct Mesh {
 }
 
 mod arrival;
+mod borders;
 mod boxes;
 mod command;
+mod create;
 mod delegations;
 mod explain;
 mod lifecycle;

@@ -1,4 +1,5 @@
-//! The tick: units of placement, continuity with existing bubbles, borders and scoring.
+//! The tick: units of placement, continuity with existing bubbles (new ones in `create.rs`,
+//! borders in `borders.rs`), merges, scoring and moves.
 
 use super::*;
 use crate::scoring::Verdict;
@@ -385,271 +386,11 @@ impl Mesh {
         .site
     }
 
-    /// Puts a new bubble in `slot` and accounts its server.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn insert_bubble(
-        &mut self,
-        site: SiteId,
-        world: WorldId,
-        bounds: Aabb,
-        players: u32,
-        now: Time,
-        hysteresis: Hysteresis,
-    ) -> Option<(u32, Epoch)> {
-        let id = BubbleId(self.next_bubble);
-        let lease = self.leases.grant(id, site, now).ok()?;
-        self.next_bubble += 1;
-        let bubble = Bubble {
-            id,
-            site,
-            world,
-            bounds,
-            epoch: lease.epoch,
-            players,
-            stalled_since: None,
-            kind: BubbleState {
-                hysteresis: Hysteresis { best_since: None, last_move: hysteresis.last_move },
-                created_at: now,
-                cuts: Vec::new(),
-                kept_empty_until: None,
-                load: LoadState::default(),
-            },
-        };
-        Some((self.place_bubble(bubble), lease.epoch))
-    }
-
-    /// Stores `bubble` in the table of regions, indexes its box and accounts its seats.
-    pub(super) fn place_bubble(&mut self, bubble: Bubble) -> u32 {
-        let site = bubble.site;
-        let slot = self.regions.insert(Entry::Bubble(bubble));
-        self.boxes.insert(self.regions.bubble(slot).expect("just placed"));
-        self.used[site.index()] += self.bubble(slot).seats();
-        slot
-    }
-
     pub(super) fn mark_touched(sc: &mut Scratch, slot: u32) {
         if sc.touched.len() <= slot as usize {
             sc.touched.resize(slot as usize + 1, false);
         }
         sc.touched[slot as usize] = true;
-    }
-
-    /// A cluster that was nowhere (fresh players) or waiting in a core-site zone.
-    pub(super) fn create_new(
-        &mut self,
-        c: usize,
-        clusters: &Groups,
-        sc: &mut Scratch,
-        now: Time,
-        stats: &mut TickStats,
-    ) -> u32 {
-        let members = clusters.members(c);
-        let fresh = members.iter().all(|&i| self.fresh[i as usize]);
-        // Where were they? Nowhere (fresh), in a bubble of another world, or in a core-site zone.
-        let travelled_from = members.iter().find_map(|&it| {
-            let slot = self.player_bubble[it as usize];
-            sc.prior.get(slot as usize).copied().flatten().map(|(site, _)| site)
-        });
-        let tally = &sc.tallies[c];
-        let need = (members.len() as u32).max(1);
-        let gateways: Vec<usize> = tally.gateways().collect();
-        let gateway = match gateways[..] {
-            [h] => self.sites.ids().nth(h),
-            _ => None,
-        };
-        let best = |mesh: &Self| {
-            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
-        };
-        let core = self.sites.core();
-        let site = match (self.placement, gateway) {
-            // SMD: the players play in the zone around them.
-            (Placement::AllCore, _) => return NONE,
-            // A delegation's region on its site, once it has a server for it; until then its
-            // players play in the zone around them (`open_delegations` counts it waiting).
-            (Placement::Fixed, _) => match self.unit_site(sc, c) {
-                Some(site) if self.can_host(site, need) => site,
-                _ => return NONE,
-            },
-            (Placement::Creator, _) => match self.first_arrival(members) {
-                Some(p) if self.can_host(p.gateway, need) => p.gateway,
-                Some(_) if travelled_from.is_none() => return NONE,
-                _ => best(self),
-            },
-            // Alone, or among players who entered at one site: on that site...
-            (_, Some(gateway)) if self.can_host(gateway, need) => gateway,
-            // ... or wait in a core-site zone until it has a server ready.
-            (_, Some(_)) if travelled_from.is_none() => return NONE,
-            _ => best(self),
-        };
-        if self.placement == Placement::Smdg
-            && (site == core || !self.carve_due(members, tally, gateway, site, fresh, now))
-        {
-            // SMD-G: a group whose best site is the core site (or not better by the margin a
-            // move needs, or not yet for the dwell time) plays in the zones around it.
-            return NONE;
-        }
-        let (previous_site, reason) = match travelled_from {
-            _ if fresh => (None, CreateReason::Join),
-            Some(site) => (Some(site), CreateReason::Travel),
-            // From the zones: a group of one gateway waited for a server there; any other was
-            // playing there until the scoring placed it on another site.
-            None if gateway.is_some() => (Some(core), CreateReason::ServerReady),
-            None => (Some(core), CreateReason::Carve),
-        };
-        // A carve hands the group's simulation to another site, as a move does: hold counts
-        // from it, so the bubble does not dissolve back into the zones straight away.
-        let last_move = (reason == CreateReason::Carve).then_some(now);
-        let hysteresis = Hysteresis { best_since: None, last_move };
-        let origin = Origin { previous_site, reason, hysteresis };
-        self.create_bubble(c, clusters, sc, site, origin, now, stats)
-    }
-
-    /// Whether a group in the core site's zones (or just connected) is carved out onto
-    /// `site`, its best site, now. A group whose players all entered at one site goes there at once, as at
-    /// connection. Any other must gain what a move needs over the core site (`gain_ms` per
-    /// player, or fixing the fairness cap), as if the zones were its bubble there; and unless
-    /// all its players just connected (they have no state to hand over yet), `site` must have
-    /// been best for the dwell time, as for a move.
-    fn carve_due(
-        &mut self,
-        members: &[u32],
-        tally: &Tally,
-        gateway: Option<SiteId>,
-        site: SiteId,
-        fresh: bool,
-        now: Time,
-    ) -> bool {
-        if gateway.is_some() {
-            return true;
-        }
-        let current = SiteScore::of(tally, &self.sites, self.sites.core());
-        let best = SiteScore::of(tally, &self.sites, site);
-        let standing = Hysteresis::default().standing(now, &current, &best, tally.sum_w, &self.th);
-        if standing.verdict == Verdict::Stay {
-            return false;
-        }
-        if fresh {
-            return true;
-        }
-        // Invariant: a unit has members.
-        let first = members.iter().map(|&i| self.members[i as usize].id).min().expect("a member");
-        let counting = Carving {
-            first,
-            players: members.len() as u32,
-            site,
-            gain_ms: standing.gain_ms,
-            fixes_cap: standing.fixes_cap,
-            since: now,
-        };
-        let (carving, seen) = self.carving.entry(first).or_insert((counting, now));
-        if carving.site != site {
-            *carving = counting;
-        }
-        carving.players = counting.players;
-        carving.gain_ms = counting.gain_ms;
-        carving.fixes_cap = counting.fixes_cap;
-        *seen = now;
-        now.since(carving.since).as_ms() >= self.th.dwell_ms
-    }
-
-    /// SMD-G: whether a unit whose `members` were in bubbles on `sites` (those it owns, else
-    /// those it walked out of) plays in the core site's zones instead: some of them played
-    /// there (not only just connected), and the core site scores best among those sites.
-    fn zones_win(&self, members: &[u32], tally: &Tally, sites: &[SiteId]) -> bool {
-        let in_zone = |&i: &u32| self.player_bubble[i as usize] == NONE && !self.fresh[i as usize];
-        if self.placement != Placement::Smdg || !members.iter().any(in_zone) {
-            return false;
-        }
-        let core = self.sites.core();
-        let best =
-            best_site(tally, &self.sites, self.th.cap_ms, Some(core), |s| sites.contains(&s));
-        best.site == core
-    }
-
-    /// The member who arrived first (ids are handed out in arrival order).
-    fn first_arrival(&self, members: &[u32]) -> Option<units::Member> {
-        members.iter().map(|&i| self.members[i as usize]).min_by_key(|m| m.id)
-    }
-
-    /// A cluster that walked away from its bubble: a new bubble, on the same site if it can host
-    /// it (no handover), keeping the parent's last move so hold still applies.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn create_split(
-        &mut self,
-        c: usize,
-        clusters: &Groups,
-        sc: &mut Scratch,
-        parent_site: SiteId,
-        parent: Hysteresis,
-        now: Time,
-        stats: &mut TickStats,
-    ) -> u32 {
-        let tally = &sc.tallies[c];
-        let need = (clusters.members(c).len() as u32).max(1);
-        let best = |mesh: &Self| {
-            best_site(tally, &mesh.sites, mesh.th.cap_ms, None, |s| mesh.can_host(s, need)).site
-        };
-        let site = match self.placement {
-            // SMD-G keeps no bubble on the core site: they walk into the zones around them.
-            Placement::Smdg if parent_site == self.sites.core() => return NONE,
-            // Its players are on the parent's site already: no seat more (only the site up).
-            Placement::Smdg | Placement::AllCore if self.can_host(parent_site, 0) => parent_site,
-            // The baselines never re-place a bubble, so a group walking away is a new room or a
-            // new session, placed by their own rule.
-            Placement::Creator => match self.first_arrival(clusters.members(c)) {
-                Some(p) if self.can_host(p.gateway, need) => p.gateway,
-                _ => best(self),
-            },
-            // A delegation's region (its players were in another delegation's): on its site,
-            // once it has a server for it.
-            Placement::Fixed => match self.unit_site(sc, c) {
-                Some(site) if self.can_host(site, need) => site,
-                _ => return NONE,
-            },
-            _ => best(self),
-        };
-        let origin = Origin {
-            previous_site: Some(parent_site),
-            reason: CreateReason::Split,
-            hysteresis: parent,
-        };
-        self.create_bubble(c, clusters, sc, site, origin, now, stats)
-    }
-
-    /// Creates cluster `c`'s bubble on `site` and announces it. `NONE` if the lease is refused.
-    #[allow(clippy::too_many_arguments)]
-    fn create_bubble(
-        &mut self,
-        c: usize,
-        clusters: &Groups,
-        sc: &mut Scratch,
-        site: SiteId,
-        origin: Origin,
-        now: Time,
-        stats: &mut TickStats,
-    ) -> u32 {
-        let (world, bounds) = (sc.extents[c].world, sc.extents[c].claim);
-        let players = member_ids(&self.members, clusters.members(c));
-        let count = players.len() as u32;
-        let Some((slot, epoch)) =
-            self.insert_bubble(site, world, bounds, count, now, origin.hysteresis)
-        else {
-            return NONE;
-        };
-        let id = self.bubble(slot).id;
-        self.commands.push_back(Command::Create {
-            bubble: id,
-            site,
-            previous_site: origin.previous_site,
-            world,
-            bounds,
-            epoch,
-            players,
-            reason: origin.reason,
-        });
-        Self::mark_touched(sc, slot);
-        stats.created += 1;
-        slot
     }
 
     /// Preventive merge of `slots` (heaviest first) whose union is described by `tally`, at once
@@ -750,97 +491,18 @@ impl Mesh {
         self.remove(slot);
     }
 
-    /// Moving border: a bubble keeps its box while every member stays farther than half its
-    /// margin from the edge; otherwise the box is reset to the one its players claim (their box
-    /// grown by the margin), so the border moves with them, a margin at a time. Claims of
-    /// different bubbles (and of players waiting in zones) never overlap, so resetting any stale
-    /// box that overlaps another region ends with no overlap at all.
-    pub(super) fn settle_bounds(&mut self, sc: &mut Scratch, stats: &mut TickStats) {
-        for c in 0..sc.units.len() {
-            let slot = sc.cluster_bubble[c];
-            let e = &sc.extents[c];
-            if slot == NONE {
-                continue; // waiting in a zone
-            }
-            let bounds = self.bubble(slot).bounds;
-            // A member within half its margin of the edge is in the alert box, outside `bounds`.
-            let near_edge = bounds != e.claim
-                && !(bounds.contains(e.alert.min) && bounds.contains(e.alert.max));
-            if near_edge {
-                self.set_bounds(slot, e.claim, BorderReason::NearEdge, stats);
-            }
+    /// SMD-G: whether a unit whose `members` were in bubbles on `sites` (those it owns, else
+    /// those it walked out of) plays in the core site's zones instead: some of them played
+    /// there (not only just connected), and the core site scores best among those sites.
+    fn zones_win(&self, members: &[u32], tally: &Tally, sites: &[SiteId]) -> bool {
+        let in_zone = |&i: &u32| self.player_bubble[i as usize] == NONE && !self.fresh[i as usize];
+        if self.placement != Placement::Smdg || !members.iter().any(in_zone) {
+            return false;
         }
-        // One sweep of every region (players waiting in zones have their claims); then, round
-        // after round, only what the boxes reset in the round before overlap: a box that kept
-        // its place overlaps nothing new. Claims never overlap, so a box found overlapping is
-        // stale and is reset, once: at most as many rounds as bubbles.
-        // Regions are pushed in the order the units' claims were sorted in (a bubble's box is
-        // near its claim), so sorting them takes little.
-        sc.claims_order.clear();
-        sc.claims_order.extend(sc.sweep.sorted_ids());
-        sc.sweep.clear();
-        for &u in &sc.claims_order {
-            let (slot, e) = (sc.cluster_bubble[u as usize], &sc.extents[u as usize]);
-            match slot {
-                NONE => sc.sweep.push(e.world, e.claim, NONE),
-                _ => sc.sweep.push(e.world, self.bubble(slot).bounds, slot),
-            }
-        }
-        let mut stale: Vec<u32> =
-            sc.sweep.overlapping_nearly_sorted().iter().flat_map(|&(a, b)| [a, b]).collect();
-        // The next tick's guess at the order of its claims.
-        sc.slots_order.clear();
-        sc.slots_order.extend(sc.sweep.sorted_ids().filter(|&slot| slot != NONE));
-        let mut reset: Vec<u32> = Vec::new();
-        let mut was_reset = vec![false; self.regions.slots()];
-        while !stale.is_empty() {
-            reset.clear();
-            for &slot in &stale {
-                if slot == NONE {
-                    continue;
-                }
-                // Invariant: every live bubble holds one unit, so it has a claim.
-                let claimed = sc.extents[sc.slot_unit[slot as usize] as usize].claim;
-                if self.bubble(slot).bounds != claimed {
-                    self.set_bounds(slot, claimed, BorderReason::Overlap, stats);
-                    reset.push(slot);
-                    was_reset[slot as usize] = true;
-                }
-            }
-            // What a reset box overlaps now: boxes still as the sweep holds them (those reset
-            // in this loop are claims, like it, so they cannot overlap it).
-            stale.clear();
-            for &slot in &reset {
-                let b = self.bubble(slot);
-                for other in sc.sweep.overlapping_with(b.world, b.bounds) {
-                    if other != NONE && !was_reset[other as usize] {
-                        stale.push(other);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Gives a bubble a new box, indexed again.
-    fn rebound(&mut self, slot: u32, bounds: Aabb) {
-        let b = self.regions.bubble_mut(slot).expect("a live slot");
-        self.boxes.remove(b);
-        b.bounds = bounds;
-        self.boxes.insert(b);
-    }
-
-    pub(super) fn set_bounds(
-        &mut self,
-        slot: u32,
-        bounds: Aabb,
-        reason: BorderReason,
-        stats: &mut TickStats,
-    ) {
-        self.rebound(slot, bounds);
-        let b = self.bubble(slot);
-        let cmd = Command::Border { bubble: b.id, bounds, reason };
-        self.commands.push_back(cmd);
-        stats.borders += 1;
+        let core = self.sites.core();
+        let best =
+            best_site(tally, &self.sites, self.th.cap_ms, Some(core), |s| sites.contains(&s));
+        best.site == core
     }
 }
 
@@ -849,12 +511,4 @@ pub(super) fn member_ids(members: &[units::Member], places: &[u32]) -> Vec<Playe
     let mut v: Vec<PlayerId> = places.iter().map(|&p| members[p as usize].id).collect();
     v.sort_unstable();
     v
-}
-
-/// Where a new bubble's players come from, and the hysteresis it starts with.
-#[derive(Clone, Copy, Debug)]
-struct Origin {
-    previous_site: Option<SiteId>,
-    reason: CreateReason,
-    hysteresis: Hysteresis,
 }
