@@ -78,13 +78,6 @@ impl Entry {
         either!(self, r => r.stalled_since = Some(since));
     }
 
-    pub fn kind(&self) -> RegionKind {
-        match self {
-            Entry::Zone(_) => RegionKind::Zone,
-            Entry::Bubble(_) => RegionKind::Bubble,
-        }
-    }
-
     pub fn is_zone(&self) -> bool {
         matches!(self, Entry::Zone(_))
     }
@@ -152,11 +145,6 @@ impl Regions {
 
     pub(crate) fn get_mut(&mut self, slot: u32) -> Option<&mut Entry> {
         self.slots.get_mut(slot as usize)?.as_mut()
-    }
-
-    /// Region `id`, whatever its kind.
-    pub fn by_id(&self, id: BubbleId) -> Option<&Entry> {
-        self.get(self.slot(id)?)
     }
 
     /// The bubble at `slot` (`None`: a zone, or a free slot).

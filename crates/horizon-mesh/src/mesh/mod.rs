@@ -411,11 +411,6 @@ impl Mesh {
             .collect()
     }
 
-    /// Every region, zones and bubbles, by slot and by id.
-    pub fn regions(&self) -> &Regions {
-        &self.regions
-    }
-
     pub fn bubbles(&self) -> impl Iterator<Item = &Bubble> {
         self.regions.bubbles()
     }
