@@ -83,20 +83,25 @@ assert sum(v["samples"] for v in d["crossing_freeze_ms"].values()) >= 1, "no cha
 #   pair's p99 ranged 0-31 ms over the demos). It now runs that tick as the seal lands: the
 #   handover bench's worst of 720 handovers was 2.3 ms over the floor (p99 per direction at
 #   most 0.8), the demos' 0.
-# - Crossings, 120 ms per pair and 150 ms each: the floor counts the target server's tick; a
-#   crossing within a site also waits for the source server's tick to let the player go (up to
-#   33.5 ms more), and a zone's split or merge moves a crowd at once. The relay and measure
-#   demos' 46 such crossings measured 18-87 ms over the floor at their worst in seven runs
-#   beside CI's other lanes (a guard of 75 ms per pair failed one; 102-137 ms with the chaos
-#   sets running beside them too, which CI does not do). A crossing from a zone into a bubble just created on another site once froze 184 ms over its
-#   floor (it waited for the bubble's server, and for orders queued one round trip each):
+# - Crossings, 400 ms per pair and 450 ms each: three times the worst seen beside CI's other
+#   lanes, as every wall-clock bound on real processes here. The floor counts the target
+#   server's tick; a crossing within a site also waits for the source server's tick to let the
+#   player go (up to 33.5 ms more), and a zone's split or merge moves a crowd at once, so a run's
+#   46 samples are 4 events, not 46 draws. The relay demo's crossings measured 8-17 ms over the
+#   floor alone under `stress-ng --cpu 2`, 18-87 ms beside CI's other lanes in seven runs, and
+#   100-133 ms in one CI run (p50 100.6: the four lanes' servers, Chromium among them, late to
+#   their ticks), which failed the former guard of 120. What the agents add themselves is held
+#   in virtual time instead: a crossing is forwarded in the step that lets it go
+#   (horizon-agent `machine/tests/crossings.rs`, the gap is exactly the time the clock moved).
+#   A crossing from a zone into a bubble just created on another site once froze 184 ms over
+#   its floor (it waited for the bubble's server, and for orders queued one round trip each):
 #   players now wait in the zone until the bubble runs, and the site's orders travel together.
 print("excess by pair", d["freeze_excess_ms_by_pair"], d["crossing_freeze_excess_ms_by_pair"])
-for kind, guard in (("freeze_excess_ms_by_pair", 25), ("crossing_freeze_excess_ms_by_pair", 120)):
+for kind, guard in (("freeze_excess_ms_by_pair", 25), ("crossing_freeze_excess_ms_by_pair", 400)):
     for pair, v in d[kind].items():
         assert v["samples"] < 5 or v["p99"] <= guard, f"{kind} {pair}: p99 {v['p99']} ms over {guard}"
 for pair, v in d["crossing_freeze_excess_ms_by_pair"].items():
-    assert v["max"] <= 150, f"a crossing {pair} froze {v['max']} ms beyond its floor"
+    assert v["max"] <= 450, f"a crossing {pair} froze {v['max']} ms beyond its floor"
 # SMD-G simulates each group near its players; the relay stage simulates everyone at the core,
 # so a relay site's players see their input a backbone round trip later than Paris does.
 # Under fixed, most play at MTL: Paris's players are 85 ms behind, Hong Kong's 225.
