@@ -179,6 +179,18 @@ const COUNTERS: &[(&str, &str, Field)] = &[
     ),
 ];
 
+/// What a drain counts by: its outcome.
+const DRAINS_HELP: &str = "Game servers that stopped after draining (SIGTERM: a pod deleted, a node drained, a scale-in), by outcome: moved (every region went to another server of the site with its whole state first), failed_over (the server went before some could move: they fail over from their copies).";
+
+/// Counters of one name told apart by one more constant label: (name, help, (label, value),
+/// field).
+const LABELLED_COUNTERS: &[(&str, &str, (&str, &str), Field)] = &[
+    ("horizon_agent_drains_total", DRAINS_HELP, ("outcome", "moved"), |s| &s.drains_moved),
+    ("horizon_agent_drains_total", DRAINS_HELP, ("outcome", "failed_over"), |s| {
+        &s.drains_failed_over
+    }),
+];
+
 /// Gauges: (name, help, field).
 const GAUGES: &[(&str, &str, Field)] = &[
     ("horizon_agent_players", "Players connected to this site's gateway (homed here).", |s| {
@@ -258,10 +270,15 @@ impl AgentMetrics {
         let registry = horizon_admin::registry("agent");
         horizon_admin::register(&registry, transport.collector());
         let opts = |name: &str, help: &str| Opts::new(name, help).const_label("site", site);
+        let labelled = LABELLED_COUNTERS.iter().map(|&(name, help, (label, value), field)| {
+            (opts(name, help).const_label(label, value), field)
+        });
         let counters = COUNTERS
             .iter()
-            .map(|&(name, help, field)| {
-                let c = valid(IntCounter::with_opts(opts(name, help)));
+            .map(|&(name, help, field)| (opts(name, help), field))
+            .chain(labelled)
+            .map(|(opts, field)| {
+                let c = valid(IntCounter::with_opts(opts));
                 horizon_admin::register(&registry, Box::new(c.clone()));
                 (c, field)
             })

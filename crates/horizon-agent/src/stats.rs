@@ -24,6 +24,10 @@ pub struct AgentStats {
     /// there), and after (the region is lost here and fails over).
     pub region_moves_given_up: AtomicU64,
     pub region_moves_lost: AtomicU64,
+    /// Game servers that stopped after draining (`Drain`): every region moved off first, or
+    /// some left behind to fail over from their copies.
+    pub drains_moved: AtomicU64,
+    pub drains_failed_over: AtomicU64,
     /// Probe beacon: pings answered, packets that were no ping, pings over a source's rate.
     pub beacon_pongs: AtomicU64,
     pub beacon_malformed: AtomicU64,

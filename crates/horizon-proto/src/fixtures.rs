@@ -464,6 +464,7 @@ pub fn all() -> Vec<Fixture> {
             server::Request::Positions { lease: lref, players: vec![position] },
             server::Request::Continue { lease, region, tick: Tick(100_123) },
             server::Request::Carve { lease: lref, holes: region.bounds.into_iter().collect() },
+            server::Request::Drain,
         ],
         vec![
             server::Reply::Done,

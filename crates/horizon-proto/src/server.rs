@@ -72,6 +72,13 @@ pub enum Request {
     /// write inside them (design.md §4). The whole list each time it changes, and again under
     /// each new epoch; none at first.
     Carve { lease: LeaseRef, holes: Vec<Aabb> },
+    /// server → agent: it is stopping (SIGTERM: a pod deleted, a node drained, a scale-in).
+    /// The agent takes no region to it from now on and moves every region it holds to another
+    /// ready server of the site with its whole state (the fenced path an overfull server gives
+    /// regions away by: snapshot, deltas, seal), releasing each from it as it lands. Answered
+    /// at once; the server simulates what it still holds until each is released, then exits.
+    /// What it still holds when it goes is lost, and restored from its copy as after a crash.
+    Drain,
 }
 
 /// The most holes one `Carve` may list (a zone holding more bubbles is told these).
@@ -106,6 +113,7 @@ kinds!(Request {
     Positions => "positions",
     Continue => "continue",
     Carve => "carve",
+    Drain => "drain",
 });
 
 /// A reply between an agent and a game server.

@@ -42,11 +42,18 @@ pub struct ServerOptions {
     /// When players see their own inputs' effect: at once (a game implementing
     /// [`Game::own`](crate::Game::own)) or with the tick's update.
     pub own_state: crate::OwnState,
+    /// Told to stop while it holds regions, the server asks its agent to move them to other
+    /// servers of the site (`Drain`) and simulates them until each is released, for at most
+    /// this long; then it stops, and what it still holds fails over from its copy. Zero: stop
+    /// at once.
+    pub drain_grace: Duration,
 }
 
-/// Runs a game server until `stop` turns true. Reconnects to the agent on its own; regions are
-/// dropped on a reconnection (the agent re-assigns them from its copies). Ends with
-/// [`Error::Lost`] when the agent stayed unreachable for [`ServerOptions::orphan_after`].
+/// Runs a game server until `stop` turns true, then drains: while it holds regions and its
+/// agent is connected, it asks the agent to move them elsewhere (`Drain`) and runs on until it
+/// holds none, for at most [`ServerOptions::drain_grace`]. Reconnects to the agent on its own;
+/// regions are dropped on a reconnection (the agent re-assigns them from its copies). Ends
+/// with [`Error::Lost`] when the agent stayed unreachable for [`ServerOptions::orphan_after`].
 pub async fn run<G: Game>(
     opts: ServerOptions,
     roots: Roots,
@@ -94,7 +101,20 @@ pub async fn run<G: Game>(
     let mut second = tokio::time::interval(Duration::from_secs(1));
     // Since when the agent has been unreachable (from the start until the first connection).
     let mut alone_since = Some(Instant::now());
+    // Told to stop: until when it drains.
+    let mut draining: Option<Instant> = None;
     loop {
+        if let Some(until) = draining
+            && (server.machine.regions() == 0
+                || server.link.current().is_none()
+                || Instant::now() >= until)
+        {
+            let left = server.machine.regions();
+            if left > 0 {
+                tracing::warn!(server = %server.opts.name, regions = left, "stopping before every region moved: they fail over from their copies");
+            }
+            break;
+        }
         if let (Some(since), Some(limit)) = (alone_since, server.opts.orphan_after)
             && since.elapsed() >= limit
         {
@@ -107,7 +127,16 @@ pub async fn run<G: Game>(
             return Err(Error::Lost(why));
         }
         tokio::select! {
-            _ = stop.changed() => break,
+            _ = stop.changed(), if draining.is_none() => {
+                if server.opts.drain_grace.is_zero()
+                    || server.machine.regions() == 0
+                    || server.link.current().is_none()
+                {
+                    break;
+                }
+                draining = Some(Instant::now() + server.opts.drain_grace);
+                server.drain();
+            }
             event = events.recv() => match event {
                 Some(LinkEvent::Up(conn)) => {
                     alone_since = None;
@@ -198,6 +227,17 @@ impl<G: Game> GameServer<G> {
     async fn tick(&mut self) {
         self.machine.tick(Instant::now());
         self.flush().await;
+    }
+
+    /// Asks the agent to move every region this server holds elsewhere.
+    fn drain(&self) {
+        let (link, regions) = (self.link.clone(), self.machine.regions());
+        tracing::info!(server = %self.opts.name, regions, grace_s = self.opts.drain_grace.as_secs(), "stopping: draining its regions to other servers of the site");
+        tokio::spawn(async move {
+            if let Err(e) = link.request(&Request::Drain).await {
+                tracing::warn!(error = %e, "drain not acknowledged: the regions fail over");
+            }
+        });
     }
 
     fn second(&mut self) {

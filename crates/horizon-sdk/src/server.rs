@@ -242,7 +242,8 @@ impl<G: Game> ServerMachine<G> {
             Request::Register { .. }
             | Request::Ready
             | Request::Load { .. }
-            | Request::Positions { .. } => {
+            | Request::Positions { .. }
+            | Request::Drain => {
                 Err(Fault::new(ErrorCode::Unexpected, "a server request, sent by the agent"))
             }
         }

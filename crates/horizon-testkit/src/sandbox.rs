@@ -711,12 +711,23 @@ impl Sandbox {
     /// sandbox (sandboxes running side by side use the same names), as a crash would. False
     /// if no such process runs.
     pub fn kill_server(&self, site: &str, server: &str) -> bool {
+        self.signal_server(site, server, "-KILL")
+    }
+
+    /// Tells the game-server process named `server` of `site`'s agent to stop (SIGTERM), as a
+    /// pod's deletion or a node's drain does: it drains its regions first. False if no such
+    /// process runs.
+    pub fn stop_server(&self, site: &str, server: &str) -> bool {
+        self.signal_server(site, server, "-TERM")
+    }
+
+    fn signal_server(&self, site: &str, server: &str, signal: &str) -> bool {
         let Some((pid, _)) = self.server_processes(site).into_iter().find(|(_, n)| n == server)
         else {
             return false;
         };
         std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
+            .args([signal, &pid.to_string()])
             .status()
             .is_ok_and(|s| s.success())
     }

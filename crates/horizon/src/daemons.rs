@@ -41,6 +41,12 @@ pub(crate) struct GameServerArgs {
     /// never outlives its agent unsupervised.
     #[arg(long, default_value_t = 60)]
     orphan_exit_s: u64,
+    /// Told to stop (SIGTERM, SIGINT) while holding regions: ask the agent to move them to
+    /// other servers of the site with their state, and run until they are gone, for at most
+    /// this many seconds (keep it under the pod's terminationGracePeriodSeconds); what is left
+    /// then fails over from its copy. 0: stop at once.
+    #[arg(long, env = "HORIZON_DRAIN_GRACE_S", default_value_t = 20)]
+    drain_grace_s: u64,
     /// Exit (SIGTERM) when the process that started this one dies, however it dies: the
     /// process driver's game servers never outlive their agent.
     #[arg(long)]
@@ -338,6 +344,7 @@ pub(crate) fn prepare_server(
         orphan_after: (args.orphan_exit_s > 0)
             .then(|| std::time::Duration::from_secs(args.orphan_exit_s)),
         own_state: args.own_state,
+        drain_grace: std::time::Duration::from_secs(args.drain_grace_s),
     };
     Ok((opts, roots))
 }
@@ -352,8 +359,9 @@ pub(crate) fn tie_to_parent(signal: rustix::process::Signal) -> Result<(), Strin
     Ok(())
 }
 
-/// Runs a game server until SIGTERM or SIGINT (exit 0), or until its agent stayed unreachable
-/// too long (exit 1).
+/// Runs a game server until SIGTERM or SIGINT (exit 0, once its regions moved to other servers
+/// of the site or `--drain-grace-s` passed), or until its agent stayed unreachable too long
+/// (exit 1).
 pub(crate) fn serve<G: horizon_sdk::Game>(
     opts: horizon_sdk::ServerOptions,
     roots: horizon_transport::tls::Roots,

@@ -29,7 +29,13 @@ impl Shell {
             self.carry_out();
         }
         tracing::info!(site = %self.site, "agent stopping");
-        // Game servers get SIGTERM and a grace period to finish, then SIGKILL.
+        // Game servers find their agent gone first, so that SIGTERM stops them at once: a
+        // server told to stop while its agent is there drains its regions to other servers
+        // (`Drain`), and none is left to take them. Then SIGTERM and a grace period, then
+        // SIGKILL.
+        for s in self.servers.values() {
+            s.conn.close(ErrorCode::ShuttingDown, "agent stopping");
+        }
         self.driver.terminate_all();
         let grace = Instant::now() + SERVER_STOP_GRACE;
         while self.driver.running() > 0 && Instant::now() < grace {

@@ -32,6 +32,8 @@ pub(super) struct GameServer {
     over_since: Option<Instant>,
     /// It gave regions away at this time.
     relieved_at: Option<Instant>,
+    /// It said it is stopping (`Drain`): it takes no region, and gives away those it holds.
+    draining: bool,
 }
 
 impl GameServer {
@@ -53,6 +55,11 @@ impl GameServer {
 
     pub(super) fn holds(&self, bubble: BubbleId) -> bool {
         self.regions.contains(&bubble)
+    }
+
+    /// It is stopping: its regions move to other servers of the site.
+    pub(super) fn draining(&self) -> bool {
+        self.draining
     }
 
     /// Its last `Load`: ticks per second and players it simulates.
@@ -155,6 +162,7 @@ impl Fleet {
             idle_since: None,
             over_since: None,
             relieved_at: None,
+            draining: false,
         };
         self.servers.insert(server, srv);
     }
@@ -179,11 +187,25 @@ impl Fleet {
         self.servers.get_mut(server).and_then(|s| s.platform_wait.take())
     }
 
-    /// `server` takes regions from now on.
+    /// `server` takes regions from now on (unless it is draining).
     pub(super) fn set_ready(&mut self, server: &Name) {
         if let Some(srv) = self.servers.get_mut(server) {
-            srv.ready = true;
+            srv.ready = !srv.draining;
         }
+    }
+
+    /// `server` is stopping: it takes no region from now on. `true` the first time.
+    pub(super) fn drain(&mut self, server: &Name) -> bool {
+        let Some(srv) = self.servers.get_mut(server) else { return false };
+        let first = !srv.draining;
+        (srv.draining, srv.ready) = (true, false);
+        first
+    }
+
+    /// Servers draining that still hold regions.
+    pub(super) fn draining_with_regions(&self) -> Vec<Name> {
+        let draining = self.servers.iter().filter(|(_, s)| s.draining && !s.regions.is_empty());
+        draining.map(|(n, _)| n.clone()).collect()
     }
 
     /// Servers whose `Ready` waits for their platform.
@@ -292,6 +314,23 @@ mod tests {
     fn ready(fleet: &mut Fleet, server: &str, conn: ConnId) {
         fleet.connected(n(server), conn);
         fleet.set_ready(&n(server));
+    }
+
+    #[test]
+    fn a_draining_server_takes_nothing_and_its_platform_cannot_make_it_ready_again() {
+        let mut fleet = Fleet::default();
+        ready(&mut fleet, "gs-0", 1);
+        fleet.give(&n("gs-0"), BubbleId(1));
+        assert!(fleet.drain(&n("gs-0")));
+        assert!(!fleet.drain(&n("gs-0")), "once");
+        let gs = fleet.get(&n("gs-0")).unwrap();
+        assert!(gs.draining() && !gs.ready());
+        fleet.set_ready(&n("gs-0"));
+        assert!(!fleet.get(&n("gs-0")).unwrap().ready());
+        assert_eq!(fleet.draining_with_regions(), [n("gs-0")]);
+        fleet.release(&n("gs-0"), BubbleId(1));
+        assert!(fleet.draining_with_regions().is_empty());
+        assert!(!fleet.drain(&n("gs-9")), "an unknown server");
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod bubbles;
 mod carve;
 mod core_link;
 mod crossings;
+mod drain;
 mod fleet;
 mod handover;
 mod interface;
@@ -429,7 +430,7 @@ impl AgentMachine {
             Input::CoreReplied { pending, result } => self.core_replied(pending.0, result, now),
             Input::ServerUp { server, conn } => self.server_up(server, conn),
             Input::ServerRequest { server, conn, token, request } => {
-                self.server_request(server, conn, token, request)
+                self.server_request(server, conn, token, request, now)
             }
             Input::PlatformReady { server } => self.platform_ready(server, now),
             Input::ServerItem { server, item } => self.server_item(&server, item, now),

@@ -434,7 +434,7 @@ impl AgentMachine {
 
     /// Whether `bubble` may move whole off `server` now: it runs there alone (not spread), and
     /// nothing else is changing it.
-    fn movable(&self, bubble: BubbleId, server: &Name) -> bool {
+    pub(super) fn movable(&self, bubble: BubbleId, server: &Name) -> bool {
         let busy = self.regroups.contains_key(&bubble)
             || self.rehoming(bubble)
             || self.regranting(bubble)

@@ -71,6 +71,7 @@ impl AgentMachine {
         self.ask_platforms();
         self.stop_idle_servers(now);
         self.relieve_servers(now);
+        self.drain_servers(now);
         let ready = self.fleet.ready_count() as u64;
         self.stats.servers_ready.store(ready, Ordering::Relaxed);
         self.stats.registered.store(u64::from(self.is_registered()), Ordering::Relaxed);

@@ -109,6 +109,7 @@ impl AgentMachine {
         conn: ConnId,
         token: Token,
         request: server::Request,
+        now: Instant,
     ) {
         if !self.fleet.on(&server, conn) {
             let fault = Fault::new(ErrorCode::Unexpected, "not this agent's server");
@@ -129,6 +130,10 @@ impl AgentMachine {
             }
             server::Request::Positions { lease, players } => {
                 self.server_positions(server, lease, players)
+            }
+            server::Request::Drain => {
+                self.drain(&server, now);
+                Ok(server::Reply::Done)
             }
             _ => Err(Fault::new(ErrorCode::Unexpected, "an agent request, sent by a server")),
         };
@@ -418,7 +423,11 @@ impl AgentMachine {
     /// here and the core is told at once, so it restores them from their latest copy on a
     /// spare server of this site, or on another site (design.md §6).
     pub(super) fn server_lost(&mut self, name: &Name, why: &str, now: Instant) {
+        let draining = self.fleet.get(name).is_some_and(|s| s.draining());
         let Some(regions) = self.fleet.remove(name) else { return };
+        if draining {
+            self.drained(name, regions.len());
+        }
         self.stats.servers.store(self.fleet.len() as u64, Ordering::Relaxed);
         self.effects.push_back(Effect::StopServer { server: name.as_str().to_owned() });
         let mut lost = Vec::new();

@@ -26,6 +26,39 @@ async fn a_crashed_game_server_s_bubble_restarts_from_its_copy_on_the_same_site_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_game_server_told_to_stop_hands_its_bubble_to_another_server_with_its_state_first() {
+    let m = lone_montrealer("drain", |_| {}).await;
+    let (sandbox, player, bubble, server) = (&m.sandbox, m.player, m.bubble, m.server.clone());
+    let epoch = epoch_of(&sandbox.core.status().await.unwrap(), player);
+    // SIGTERM, as a pod's deletion or a node's drain sends it.
+    assert!(sandbox.stop_server("MTL", &server), "{server} told to stop");
+    let moved = wait_for(sandbox, 15, |s| {
+        let (b, site, now) = holder_of(s, player)?;
+        (b == bubble && now != server && epoch_of(s, player) > epoch).then_some((site, s.clone()))
+    })
+    .await;
+    let gone = wait_for(sandbox, 15, |_| {
+        let running = sandbox.server_processes("MTL").into_iter().any(|(_, n)| n == server);
+        (!running).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = sandbox.core.status().await.unwrap();
+    let reports = finish(m.sandbox, &m.dir, m.stop, m.running).await;
+    let (site, _) = moved.expect("the bubble moved to another server");
+    assert_eq!(site, "MTL", "on another server of the same site");
+    gone.expect("the stopping server exited once it held nothing");
+    assert_eq!(status.failovers.get("MTL").copied().unwrap_or(0), 0, "no failover");
+    let r = &reports[0];
+    assert_eq!(r.restores_seen, 0, "the player's simulation never went back to a copy: {r:?}");
+    // What a failover must keep (every input once, the chain whole), and a freeze of a move
+    // within the site: a few ticks (the bound, 3x over the worst measured loaded: see the
+    // closing comment of `played_through_a_failover`'s callers).
+    played_through_a_failover(r, 3_000.0);
+    eprintln!("server drain: longest update gap {:.0} ms", r.max_gap_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_cut_from_the_core_stops_at_its_lease_and_its_players_resume_on_the_core_site() {
     let m = lone_montrealer("cut", |opts| {
         opts.thresholds.lease_ttl_ms = 10_000;

@@ -338,6 +338,7 @@ fn overfull_server() -> Harness {
 
 mod carve;
 mod crossings;
+mod drain;
 mod fences;
 mod joins;
 mod lane;

@@ -1,0 +1,55 @@
+//! A game server that is stopping (`Drain`: SIGTERM, a pod deleted, a node drained, a
+//! scale-in) gives every region it holds to another ready server of this site, each with its
+//! whole state, by the path an overfull server gives regions away by (`rehome.rs`: the core's
+//! newer epoch fences it off first). It takes no region from then on, and the pool starts a
+//! server to replace it. A region busy at the time (handed over, regrouped, spread over
+//! several servers) is tried again at each housekeeping; what the server still holds when it
+//! goes is lost and fails over from its copy, as after a crash. Either way the drain is
+//! counted when the server goes (`horizon_agent_drains_total{outcome}`).
+
+use super::*;
+
+impl AgentMachine {
+    /// `server` said it is stopping.
+    pub(super) fn drain(&mut self, server: &Name, now: Instant) {
+        if !self.fleet.drain(server) {
+            return;
+        }
+        let regions = self.fleet.get(server).map_or(0, |s| s.regions().len());
+        tracing::info!(site = %self.cfg.site, %server, regions, "game server stopping: its regions move to other servers of the site");
+        self.drain_regions(server, now);
+        // It counts as ready no more: the pool starts its replacement.
+        self.top_up_pool(now);
+    }
+
+    /// At each housekeeping: the regions of draining servers that could not move yet.
+    pub(super) fn drain_servers(&mut self, now: Instant) {
+        for server in self.fleet.draining_with_regions() {
+            self.drain_regions(&server, now);
+        }
+    }
+
+    /// Moves every region of `server` that may move now (with the core: without it, a region
+    /// cannot be fenced off, and waits).
+    fn drain_regions(&mut self, server: &Name, now: Instant) {
+        if !self.is_registered() {
+            return;
+        }
+        let regions = self.fleet.get(server).map(|s| s.regions().to_vec()).unwrap_or_default();
+        for bubble in regions {
+            if self.movable(bubble, server) {
+                self.rehome(bubble, server, now);
+            }
+        }
+    }
+
+    /// `server`, draining, is gone holding `left` regions: counted.
+    pub(super) fn drained(&mut self, server: &Name, left: usize) {
+        let outcome =
+            if left == 0 { &self.stats.drains_moved } else { &self.stats.drains_failed_over };
+        outcome.fetch_add(1, Ordering::Relaxed);
+        if left > 0 {
+            tracing::warn!(site = %self.cfg.site, %server, regions = left, "game server stopped before its regions could move: they fail over from their copies");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! A game server that is stopping (`Drain`) gives its regions away with their whole state,
+//! takes none, and is counted when it goes (`drain.rs`).
+
+use super::*;
+use horizon_proto::{Seal, Snapshot};
+
+const OLD: &str = "mtl-gs-0";
+
+/// Registered, two ready servers, region 1 running on the first (connection 1) under epoch 1.
+fn running_on_old() -> Harness {
+    let mut h = Harness::new(1);
+    h.register();
+    h.effects();
+    h.server_ready(OLD);
+    h.server_ready("mtl-gs-1");
+    let (_, out) = h.order(create(1));
+    h.answer_servers(out, done);
+    h
+}
+
+/// The old server says it is stopping: the answer and what it set off.
+fn drain(h: &mut Harness) -> Vec<Effect> {
+    let token = h.token();
+    let request = server::Request::Drain;
+    h.feed(Input::ServerRequest { server: n(OLD), conn: 1, token, request })
+}
+
+fn drains(h: &Harness) -> (u64, u64) {
+    let s = &h.m.stats;
+    (s.drains_moved.load(Ordering::Relaxed), s.drains_failed_over.load(Ordering::Relaxed))
+}
+
+#[test]
+fn a_stopping_server_gives_its_region_away_with_its_state_and_takes_no_other() {
+    let mut h = running_on_old();
+    let out = drain(&mut h);
+    let answered =
+        |e: &Effect| matches!(e, Effect::AnswerServer { result: Ok(server::Reply::Done), .. });
+    assert!(out.iter().any(answered), "{out:?}");
+    // The core is asked to fence the old server off first, as for an overfull server.
+    let (pending, asked) = out
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::ToCore { pending, request: control::Request::Rehome { lease } } => {
+                Some((pending, lease))
+            }
+            _ => None,
+        })
+        .expect("the region moves");
+    assert_eq!(asked, lref(1));
+    assert!(h.feed(Input::CoreReplied { pending, result: Ok(control::Reply::Done) }).is_empty());
+    // A new region goes to the other server, never to the one stopping.
+    let (_, out) = h.order(create(2));
+    let assigned: Vec<String> = to_servers(&out).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(assigned, ["mtl-gs-1"]);
+    h.answer_servers(out, done);
+    // The move: the core's newer epoch, the new server standing by, the old one's copy and seal.
+    let old = lref(1);
+    let (token, out) = h.order(control::Request::Regrant { old, lease: lease(1, 2, 10_000) });
+    h.answer_servers(out, done);
+    let snapshot = Snapshot {
+        bubble: BubbleId(1),
+        epoch: Epoch(1),
+        tick: Tick(40),
+        index: 0,
+        total: 1,
+        bytes: Blob(vec![7; 16]),
+    };
+    h.feed(Input::ServerItem { server: n(OLD), item: StateItem::Snapshot(snapshot) });
+    let seal = Seal {
+        bubble: BubbleId(1),
+        epoch: Epoch(1),
+        tick: Tick(40),
+        final_delta: Blob::default(),
+        last_applied: Vec::new(),
+    };
+    h.feed(Input::ServerItem { server: n(OLD), item: StateItem::Seal(seal) });
+    let out = h.feed(Input::ServerItem { server: n("mtl-gs-1"), item: update(1, 2, 41, &[]) });
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+    let released = to_servers(&out);
+    assert_eq!(released, [(OLD.to_owned(), &server::Request::Release { lease: old })]);
+    // Holding nothing, it exits: counted as a drain whose regions all moved, none lost.
+    h.answer_servers(out, done);
+    let out = h.feed(Input::ServerGone { server: n(OLD), conn: 1 });
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, Effect::ToCore { request: control::Request::Lost { .. }, .. })),
+        "{out:?}"
+    );
+    assert_eq!(drains(&h), (1, 0));
+}
+
+#[test]
+fn a_stopping_server_that_goes_before_its_region_moved_is_counted_and_the_region_fails_over() {
+    let mut h = running_on_old();
+    drain(&mut h);
+    drain(&mut h);
+    let out = h.feed(Input::ServerGone { server: n(OLD), conn: 1 });
+    let lost = out.iter().find_map(|e| match e {
+        Effect::ToCore { request: control::Request::Lost { leases, .. }, .. } => Some(leases),
+        _ => None,
+    });
+    assert_eq!(lost, Some(&vec![lref(1)]), "restored from its copy, as after a crash");
+    assert_eq!(drains(&h), (0, 1), "one drain, counted once");
+    // A server that went without draining is no drain.
+    h.server_ready("mtl-gs-2");
+    h.feed(Input::ServerGone { server: n("mtl-gs-2"), conn: 3 });
+    assert_eq!(drains(&h), (0, 1));
+}
+
+#[test]
+fn without_the_core_a_stopping_servers_region_waits_and_moves_once_registered() {
+    let mut h = running_on_old();
+    h.feed(Input::CoreDown { error: "cut".into() });
+    let out = drain(&mut h);
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, Effect::ToCore { request: control::Request::Rehome { .. }, .. })),
+        "no fencing without the core: {out:?}"
+    );
+    // Registered again: the next housekeeping moves it.
+    h.register();
+    let out = h.advance(Duration::from_secs(2));
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, Effect::ToCore { request: control::Request::Rehome { .. }, .. })),
+        "{out:?}"
+    );
+}
