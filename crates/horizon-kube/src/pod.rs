@@ -52,6 +52,10 @@ pub const AGENT_ENV: &str = "HORIZON_AGENT";
 pub const SITE_ENV: &str = "HORIZON_SITE";
 pub const NAME_ENV: &str = "HORIZON_SERVER_NAME";
 pub const TICK_ENV: &str = "HORIZON_TICK_MS";
+/// How long a stopping game server drains its regions (`--drain-grace-s`): unless the
+/// template sets it, 2 s under the pod's `terminationGracePeriodSeconds`, so that the server
+/// is done before the kubelet's SIGKILL.
+pub const DRAIN_ENV: &str = "HORIZON_DRAIN_GRACE_S";
 
 /// The pod for `server` of run `run`, which dials the agent at `agent`.
 pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str, token: &str) -> Pod {
@@ -86,7 +90,7 @@ pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str, token: 
     });
     let mut spec = template.spec.unwrap_or_default();
     spec.restart_policy = Some("Never".into());
-    spec.termination_grace_period_seconds.get_or_insert(i64::from(o.grace_s));
+    let grace = *spec.termination_grace_period_seconds.get_or_insert(i64::from(o.grace_s));
     let index = spec.containers.iter().position(|c| c.name == GAMESERVER_CONTAINER).unwrap_or(0);
     if let Some(container) = spec.containers.get_mut(index) {
         let ours = [AGENT_ENV, SITE_ENV, NAME_ENV, TICK_ENV, horizon_agent::SERVER_TOKEN_ENV];
@@ -100,6 +104,10 @@ pub fn server_pod(o: &KubeOptions, run: &str, server: &str, agent: &str, token: 
             (horizon_agent::SERVER_TOKEN_ENV, token.to_owned()),
         ] {
             env.push(EnvVar { name: name.into(), value: Some(value), value_from: None });
+        }
+        if !env.iter().any(|e| e.name == DRAIN_ENV) {
+            let drain = (grace - 2).max(0).to_string();
+            env.push(EnvVar { name: DRAIN_ENV.into(), value: Some(drain), value_from: None });
         }
     }
     Pod { metadata: meta, spec: Some(spec), status: None }
@@ -172,6 +180,7 @@ mod tests {
         assert_eq!(get("KEEP").value.as_deref(), Some("1"));
         assert_eq!(get(AGENT_ENV).value.as_deref(), Some("agent.mtl:7411"));
         assert_eq!(get(NAME_ENV).value.as_deref(), Some("mtl-gs-3"));
+        assert_eq!(get(DRAIN_ENV).value.as_deref(), Some("5"), "done before the SIGKILL");
         let token = get(horizon_agent::SERVER_TOKEN_ENV);
         assert_eq!(
             token.value.as_deref(),
