@@ -1,8 +1,9 @@
 //! A game server that is stopping (`Drain`: SIGTERM, a pod deleted, a node drained, a
 //! scale-in) gives every region it holds to another ready server of this site, each with its
 //! whole state, by the path an overfull server gives regions away by (`rehome.rs`: the core's
-//! newer epoch fences it off first). It takes no region from then on, and the pool starts a
-//! server to replace it. A region busy at the time (handed over, regrouped, spread over
+//! newer epoch fences it off first). It takes no region from then on, and the pool keeps a
+//! spare server while it holds any (the last ready server of a site keeps its regions until
+//! that one is ready). A region busy at the time (handed over, regrouped, spread over
 //! several servers) is tried again at each housekeeping; what the server still holds when it
 //! goes is lost and fails over from its copy, as after a crash. Either way the drain is
 //! counted when the server goes (`horizon_agent_drains_total{outcome}`).
@@ -29,17 +30,25 @@ impl AgentMachine {
         }
     }
 
-    /// Moves every region of `server` that may move now (with the core: without it, a region
-    /// cannot be fenced off, and waits).
+    /// Moves every region of `server` that may move now: with the core (without it, a region
+    /// cannot be fenced off), and to a ready server (the last one of a site keeps its regions
+    /// until the pool's next server is ready, rather than ask the core for a move that has
+    /// nowhere to go).
     fn drain_regions(&mut self, server: &Name, now: Instant) {
         if !self.is_registered() {
             return;
         }
         let regions = self.fleet.get(server).map(|s| s.regions().to_vec()).unwrap_or_default();
         for bubble in regions {
-            if self.movable(bubble, server) {
-                self.rehome(bubble, server, now);
+            let players = self.members_on(server, bubble).max(1);
+            if !self.movable(bubble, server) {
+                continue;
             }
+            if self.server_for(bubble, players).is_none() {
+                tracing::debug!(site = %self.cfg.site, %server, bubble = bubble.0, "a stopping game server keeps its region: no other server is ready yet");
+                continue;
+            }
+            self.rehome(bubble, server, now);
         }
     }
 

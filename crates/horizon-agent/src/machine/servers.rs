@@ -44,9 +44,11 @@ impl AgentMachine {
 
     pub(super) fn top_up_pool(&mut self, now: Instant) {
         let spare = self.fleet.spare();
-        // The warm pool, or more while orders wait for several servers at once.
+        // The warm pool, or more while orders wait for several servers at once; and one at
+        // least while a stopping server still holds regions, for them to move to.
         let demand = self.waiting.iter().map(|w| self.servers_needed(&w.order)).max();
-        let want = self.cfg.warm_pool.max(demand.unwrap_or(0));
+        let draining = usize::from(!self.fleet.draining_with_regions().is_empty());
+        let want = self.cfg.warm_pool.max(demand.unwrap_or(0)).max(draining);
         for _ in spare..want {
             let server = self.fleet.start(&self.cfg.site, now);
             self.effects.push_back(Effect::StartServer { server });

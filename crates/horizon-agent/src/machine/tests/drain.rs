@@ -127,3 +127,27 @@ fn without_the_core_a_stopping_servers_region_waits_and_moves_once_registered() 
         "{out:?}"
     );
 }
+
+#[test]
+fn the_last_ready_server_keeps_its_region_until_another_is_ready_then_gives_it_away() {
+    let mut h = Harness::new(0);
+    h.register();
+    h.effects();
+    h.server_ready(OLD);
+    let (_, out) = h.order(create(1));
+    h.answer_servers(out, done);
+    let out = drain(&mut h);
+    let rehome =
+        |e: &Effect| matches!(e, Effect::ToCore { request: control::Request::Rehome { .. }, .. });
+    assert!(!out.iter().any(rehome), "nowhere to go: no move asked of the core: {out:?}");
+    assert!(
+        out.iter().any(|e| matches!(e, Effect::StartServer { .. })),
+        "its replacement is started: {out:?}"
+    );
+    let out = h.advance(Duration::from_secs(2));
+    assert!(!out.iter().any(rehome), "still nowhere to go: {out:?}");
+    // The replacement is ready: the next housekeeping moves the region there.
+    h.server_ready("mtl-gs-1");
+    let out = h.advance(Duration::from_secs(2));
+    assert!(out.iter().any(rehome), "{out:?}");
+}
