@@ -175,9 +175,16 @@ pub async fn start(
     ];
     crate::credentials::forward_reloads(&cfg, events_tx.clone());
     pump_link(core.events, core.inbound, events_tx.clone());
-    // The loop's end (a shutdown, or a crash in a drill) ends the listeners at once.
+    // The loop's end (a shutdown, or a crash in a drill) ends the listeners at once. The game
+    // servers' ends sooner, as the shutdown begins: a server that lost its agent must find no
+    // agent to register with while the shell stops its processes (its SIGTERM is then handled
+    // at once, with nothing to drain to).
     let never = std::future::pending::<()>;
-    accept_loop(servers, events_tx.clone(), Event::ServerUp, never(), "agent stopping");
+    let mut stopping = stop_rx.clone();
+    let shutdown = async move {
+        let _ = stopping.changed().await;
+    };
+    accept_loop(servers, events_tx.clone(), Event::ServerUp, shutdown, "agent stopping");
     accept_loop(players, events_tx.clone(), Event::PlayerUp, never(), "agent stopping");
     let peer = |p: Peer<Transfer>| Event::PeerUp(p.conn, Some(p.inbound));
     accept_loop(transfers, events_tx.clone(), peer, never(), "agent stopping");

@@ -140,7 +140,12 @@ pub async fn run<G: Game>(
             event = events.recv() => match event {
                 Some(LinkEvent::Up(conn)) => {
                     alone_since = None;
-                    server.connected(conn).await
+                    // Registering waits on the agent; a stop meanwhile ends the server at once
+                    // (a reconnected server holds no region, so there is nothing to drain).
+                    tokio::select! {
+                        () = server.connected(conn) => {}
+                        _ = stop.changed() => break,
+                    }
                 }
                 Some(LinkEvent::Down(e)) => {
                     tracing::warn!(server = %server.opts.name, error = %e, "lost the agent");
