@@ -256,3 +256,69 @@ async fn a_container_that_cannot_start_ends_its_server() {
     let seen = ended(&mut driver, Duration::from_secs(5)).await;
     assert!(seen[0].1.starts_with("cannot start: CreateContainerConfigError"), "{seen:?}");
 }
+
+#[tokio::test]
+async fn an_eviction_through_the_api_stops_a_pod_gracefully_and_honours_its_disruption_budget() {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Api, EvictParams, PostParams};
+
+    let api = fake().await;
+    // Told to stop, the container takes a second to leave, as a game server draining does.
+    let script = "trap 'sleep 1; exit 0' TERM; while true; do sleep 0.05; done";
+    let mut driver = KubernetesDriver::connect(options(&api, script, None)).await.unwrap();
+    for server in ["mtl-gs-0", "mtl-gs-1"] {
+        driver.start(server, agent(), "s3cret").unwrap();
+    }
+    until("both pods ready", Duration::from_secs(5), || {
+        driver.ready("mtl-gs-0") && driver.ready("mtl-gs-1")
+    })
+    .await;
+    // kube's own client, as `kubectl drain` and the cluster autoscaler call the API; one that
+    // does not retry a 429 on its own, to see it.
+    let config = kube::Config::new(api.url().parse().unwrap());
+    let retrying = kube::Client::try_from(config.clone()).unwrap();
+    let mut once = config;
+    once.default_retry = false;
+    let client = kube::Client::try_from(once).unwrap();
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "game-servers"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"team": "infra"}}}}))
+    .unwrap();
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    budgets.create(&PostParams::default(), &budget).await.expect("a budget");
+    let pod_of = |server: &str| {
+        let pods = api.pods(NS);
+        let pod = pods.iter().find(|p| p["metadata"]["labels"]["horizon.dev/server"] == server);
+        pod.and_then(|p| p["metadata"]["name"].as_str()).unwrap().to_owned()
+    };
+    let (first, second) = (pod_of("mtl-gs-0"), pod_of("mtl-gs-1"));
+    let pods: Api<Pod> = Api::namespaced(client, NS);
+    pods.evict(&first, &EvictParams::default()).await.expect("one pod may go");
+    let refused = pods.evict(&second, &EvictParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 429 && s.reason == "TooManyRequests"),
+        "the second waits while the first is still going: {refused:?}"
+    );
+    let second_pod =
+        |api: &FakeApi| api.pods(NS).into_iter().find(|p| p["metadata"]["name"] == second.as_str());
+    assert!(
+        second_pod(&api).is_some_and(|p| p["metadata"]["deletionTimestamp"].is_null()),
+        "a refused eviction changes nothing"
+    );
+    // Retried as kube's client does by default (and `kubectl drain`): it goes through once
+    // the first pod has left, after its second of draining.
+    let pods: Api<Pod> = Api::namespaced(retrying, NS);
+    pods.evict(&second, &EvictParams::default()).await.expect("once the first is gone");
+    assert!(
+        api.pods(NS).iter().all(|p| p["metadata"]["name"] != first.as_str()),
+        "the second went only after the first"
+    );
+    assert!(second_pod(&api).is_some_and(|p| !p["metadata"]["deletionTimestamp"].is_null()));
+    let mut gone = Vec::new();
+    until("both servers ended", Duration::from_secs(10), || {
+        gone.extend(driver.poll_ended().into_iter().map(|(s, _)| s));
+        gone.len() == 2
+    })
+    .await;
+}

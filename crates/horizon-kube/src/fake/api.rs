@@ -11,9 +11,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -24,14 +24,20 @@ use super::store::{Key, Refusal, Selector};
 const BOOKMARK_EVERY: Duration = Duration::from_secs(2);
 /// A watch without `timeoutSeconds` ends after this long, as the real server's does.
 const DEFAULT_WATCH_S: u64 = 1800;
-/// The resources served.
-const RESOURCES: [&str; 2] = ["pods", "secrets"];
+/// The resources served, by API group: core/v1's at `/api/v1`, policy/v1's at
+/// `/apis/policy/v1` (the disruption budgets that evictions honour).
+const CORE: [&str; 2] = ["pods", "secrets"];
+const POLICY: [&str; 1] = ["poddisruptionbudgets"];
+const POLICY_PREFIX: &str = "/apis/policy/v1/";
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/version", get(version))
         .route("/api/v1/namespaces/{ns}/{resource}", get(list_or_watch).post(create))
         .route("/api/v1/namespaces/{ns}/{resource}/{name}", get(read).delete(delete).patch(patch))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/eviction", post(evict))
+        .route("/apis/policy/v1/namespaces/{ns}/{resource}", get(list_or_watch).post(create))
+        .route("/apis/policy/v1/namespaces/{ns}/{resource}/{name}", get(read).delete(delete))
         .with_state(shared)
 }
 
@@ -48,12 +54,14 @@ fn object(code: StatusCode, value: Value) -> Response {
     (code, axum::Json(value)).into_response()
 }
 
-/// Refuses what the fake does not serve, and everything while it is told to fail.
-fn admit(shared: &Shared, resource: &str) -> Result<(), Refusal> {
+/// Refuses what the fake does not serve (a resource of another group at this path), and
+/// everything while it is told to fail.
+fn admit(shared: &Shared, path: &Uri, resource: &str) -> Result<(), Refusal> {
     if let Some(code) = shared.failing() {
         return Err(Refusal::new(code, "InternalError", "the fake API server was told to fail"));
     }
-    if !RESOURCES.contains(&resource) {
+    let served: &[&str] = if path.path().starts_with(POLICY_PREFIX) { &POLICY } else { &CORE };
+    if !served.contains(&resource) {
         return Err(Refusal::new(
             404,
             "NotFound",
@@ -72,10 +80,11 @@ async fn version() -> Response {
 
 async fn list_or_watch(
     State(shared): State<Arc<Shared>>,
+    path: Uri,
     Path((ns, resource)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Answer {
-    admit(&shared, &resource)?;
+    admit(&shared, &path, &resource)?;
     let selector = Selector::parse(query.get("labelSelector").map_or("", String::as_str))?;
     let rv = match query.get("resourceVersion").filter(|v| !v.is_empty()) {
         Some(v) => Some(v.parse::<u64>().map_err(|_| {
@@ -111,19 +120,24 @@ async fn list_or_watch(
     if more {
         metadata["continue"] = json!((offset + page.len()).to_string());
     }
-    let kind = if resource == "pods" { "PodList" } else { "SecretList" };
+    let (kind, version) = match resource.as_str() {
+        "pods" => ("PodList", "v1"),
+        "secrets" => ("SecretList", "v1"),
+        _ => ("PodDisruptionBudgetList", "policy/v1"),
+    };
     Ok(object(
         StatusCode::OK,
-        json!({"kind": kind, "apiVersion": "v1", "metadata": metadata, "items": page}),
+        json!({"kind": kind, "apiVersion": version, "metadata": metadata, "items": page}),
     ))
 }
 
 async fn create(
     State(shared): State<Arc<Shared>>,
+    path: Uri,
     Path((ns, resource)): Path<(String, String)>,
     body: Bytes,
 ) -> Answer {
-    admit(&shared, &resource)?;
+    admit(&shared, &path, &resource)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| Refusal::new(400, "BadRequest", format!("the body is not JSON: {e}")))?;
     let created = shared.mutate(|o, now| o.create(&resource, &ns, value, now))?;
@@ -132,9 +146,10 @@ async fn create(
 
 async fn read(
     State(shared): State<Arc<Shared>>,
+    path: Uri,
     Path((ns, resource, name)): Path<(String, String, String)>,
 ) -> Answer {
-    admit(&shared, &resource)?;
+    admit(&shared, &path, &resource)?;
     let found = shared.objects().get(&(resource.clone(), ns, name.clone())).cloned();
     let found = found
         .ok_or_else(|| Refusal::new(404, "NotFound", format!("{resource} \"{name}\" not found")))?;
@@ -143,11 +158,12 @@ async fn read(
 
 async fn delete(
     State(shared): State<Arc<Shared>>,
+    path: Uri,
     Path((ns, resource, name)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Answer {
-    admit(&shared, &resource)?;
+    admit(&shared, &path, &resource)?;
     let options: Value = if body.is_empty() {
         json!({})
     } else {
@@ -162,14 +178,47 @@ async fn delete(
     Ok(object(StatusCode::OK, deleted))
 }
 
+/// `POST pods/{name}/eviction` with an `Eviction` (policy/v1): the pod deleted gracefully
+/// unless a disruption budget forbids it now (429; the client tries again later, as
+/// `kubectl drain` does).
+async fn evict(
+    State(shared): State<Arc<Shared>>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Answer {
+    if let Some(code) = shared.failing() {
+        return Err(Refusal::new(code, "InternalError", "the fake API server was told to fail"));
+    }
+    let eviction: Value = serde_json::from_slice(&body)
+        .map_err(|e| Refusal::new(400, "BadRequest", format!("the body is not JSON: {e}")))?;
+    // The kind may be left out (kube's client does, and spells its options `delete_options`,
+    // which the real server ignores as an unknown field, as this one does).
+    if eviction["kind"].as_str().is_some_and(|k| k != "Eviction") {
+        return Err(Refusal::new(400, "BadRequest", "the body is not an Eviction"));
+    }
+    if eviction["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+        return Err(Refusal::new(
+            400,
+            "BadRequest",
+            format!("name in URL does not match name in Eviction object ({name})"),
+        ));
+    }
+    let grace = eviction["deleteOptions"]["gracePeriodSeconds"].as_i64();
+    let key: Key = ("pods".into(), ns, name);
+    shared.mutate(|o, now| o.evict(&key, grace, now))?;
+    let done = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+    Ok(object(StatusCode::CREATED, done))
+}
+
 /// A JSON merge patch (`application/merge-patch+json`), the only kind modelled.
 async fn patch(
     State(shared): State<Arc<Shared>>,
+    path: Uri,
     Path((ns, resource, name)): Path<(String, String, String)>,
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Answer {
-    admit(&shared, &resource)?;
+    admit(&shared, &path, &resource)?;
     let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if kind != "application/merge-patch+json" {
         return Err(Refusal::new(

@@ -8,7 +8,11 @@
 //! `limit` / `continue`; `?watch=true` from a resourceVersion, with bookmarks, and an `ERROR`
 //! event with code 410 (Expired) for a resourceVersion compacted away ([`FakeApi::compact`],
 //! or past the last 4096 changes); equality-based label selectors; ownerReference garbage
-//! collection (background). The kubelet runs each pod's game-server container `command` +
+//! collection (background). policy/v1 `poddisruptionbudgets` (create, get, list, delete) and
+//! the pods' `eviction` subresource (what `kubectl drain` and the cluster autoscaler call):
+//! the pod deleted with its grace, or 429 `TooManyRequests` while a budget selecting it by
+//! `matchLabels` allows no disruption (counted from its pods, Ready and not being deleted;
+//! `minAvailable` or `maxUnavailable`, counts or percentages). The kubelet runs each pod's game-server container `command` +
 //! `args` as a local process with its `env` (`value`, `secretKeyRef` from a Secret of the
 //! fake, `fieldRef` to the pod's name, namespace, uid and IP), reports `Running` with
 //! `Ready=True`, and on exit `terminated` with the exit code (`Completed`, `Error`, or the
@@ -20,7 +24,8 @@
 //! is ready), restart policies (containers never restart), init containers and sidecars
 //! (only one container runs), scheduling (every pod goes to one node, unless its
 //! `spec.nodeName` names another: then nothing runs it), authentication and RBAC, admission,
-//! set-based selectors, field selectors, server-side apply and strategic merge patches, a
+//! set-based selectors, field selectors, a budget's status and its
+//! `unhealthyPodEvictionPolicy` (an unhealthy pod is always evicted), server-side apply and strategic merge patches, a
 //! consistent snapshot across list pages, DELETED events for objects that stop matching a
 //! watch's selector, the `status` subresource, and every other resource.
 

@@ -231,6 +231,50 @@ impl Objects {
         Ok(self.remove(key, now).unwrap_or_default())
     }
 
+    /// The eviction subresource (`kubectl drain`, a cluster autoscaler): the pod is deleted
+    /// with its grace as by `delete`, unless that would take a PodDisruptionBudget of its
+    /// namespace that selects it below what it allows (429 `TooManyRequests`, nothing
+    /// changes). Healthy pods are those Ready and not being deleted; a pod already being
+    /// deleted is evicted again without a check (nothing more is disrupted). Not modelled:
+    /// `unhealthyPodEvictionPolicy` (an unhealthy pod is always evicted), `matchExpressions`
+    /// (refused, 422) and the budget's status (the check counts the pods each time, under the
+    /// store's lock, so two evictions cannot both pass a budget of one).
+    pub(crate) fn evict(
+        &mut self,
+        key: &Key,
+        grace_s: Option<i64>,
+        now: &str,
+    ) -> Result<Value, Refusal> {
+        let Some(pod) = self.objects.get(key) else {
+            return Err(Refusal::new(404, "NotFound", format!("pods \"{}\" not found", key.2)));
+        };
+        if pod["metadata"]["deletionTimestamp"].is_null() && healthy(pod) {
+            for ((resource, ns, name), budget) in &self.objects {
+                if resource != "poddisruptionbudgets" || *ns != key.1 {
+                    continue;
+                }
+                let selector = budget_selector(budget, name)?;
+                if !selector.matches(pod) {
+                    continue;
+                }
+                let pods = self.list("pods", ns, &selector);
+                let well = pods.iter().filter(|p| healthy(p)).count();
+                let allowed = disruptions_allowed(budget, name, pods.len(), well)?;
+                if allowed < 1 {
+                    return Err(Refusal::new(
+                        429,
+                        "TooManyRequests",
+                        format!(
+                            "Cannot evict pod as it would violate the pod's disruption budget (poddisruptionbudgets \"{name}\": {well} of {} pods healthy).",
+                            pods.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        self.delete(key, grace_s, now)
+    }
+
     /// Removes an object at once (a DELETED event), then collects its dependents.
     pub(crate) fn remove(&mut self, key: &Key, now: &str) -> Option<Value> {
         let mut object = self.objects.remove(key)?;
@@ -251,6 +295,82 @@ impl Objects {
             let _ = self.delete(&dependent, None, now);
         }
         Some(object)
+    }
+}
+
+/// Ready, and not being deleted: what a disruption budget counts as available.
+fn healthy(pod: &Value) -> bool {
+    let ready = pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    ready && pod["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// A budget's `spec.selector.matchLabels` as a selector (the only form modelled).
+fn budget_selector(budget: &Value, name: &str) -> Result<Selector, Refusal> {
+    let selector = &budget["spec"]["selector"];
+    if selector.get("matchExpressions").is_some() {
+        return Err(Refusal::new(
+            422,
+            "Invalid",
+            format!(
+                "poddisruptionbudgets \"{name}\": matchExpressions are not modelled by the fake API server"
+            ),
+        ));
+    }
+    let labels = selector["matchLabels"].as_object().into_iter().flatten();
+    let pairs =
+        labels.map(|(k, v)| Requirement::Equals(k.clone(), v.as_str().unwrap_or("").into()));
+    Ok(Selector(pairs.collect()))
+}
+
+/// How many more of a budget's `pods` (`well` of them healthy) may go now: `maxUnavailable`
+/// less those already unavailable, or the healthy beyond `minAvailable`. Either may be a count
+/// or a percentage of the pods (rounded up, as the disruption controller does).
+fn disruptions_allowed(
+    budget: &Value,
+    name: &str,
+    pods: usize,
+    well: usize,
+) -> Result<i64, Refusal> {
+    let spec = &budget["spec"];
+    let bad = |field: &str| {
+        Refusal::new(
+            422,
+            "Invalid",
+            format!("poddisruptionbudgets \"{name}\": spec.{field}: an integer or a percentage"),
+        )
+    };
+    let amount = |field: &str| -> Result<Option<i64>, Refusal> {
+        match &spec[field] {
+            Value::Null => Ok(None),
+            Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| bad(field)),
+            Value::String(s) => {
+                let percent: i64 =
+                    s.strip_suffix('%').and_then(|p| p.parse().ok()).ok_or_else(|| bad(field))?;
+                Ok(Some((percent * pods as i64 + 99) / 100))
+            }
+            _ => Err(bad(field)),
+        }
+    };
+    let (pods, well) = (pods as i64, well as i64);
+    match (amount("maxUnavailable")?, amount("minAvailable")?) {
+        (Some(max), None) => Ok(max - (pods - well)),
+        (None, Some(min)) => Ok(well - min),
+        (None, None) => Err(Refusal::new(
+            422,
+            "Invalid",
+            format!(
+                "poddisruptionbudgets \"{name}\": set minAvailable or maxUnavailable (the fake API server models no default)"
+            ),
+        )),
+        (Some(_), Some(_)) => Err(Refusal::new(
+            422,
+            "Invalid",
+            format!(
+                "poddisruptionbudgets \"{name}\": minAvailable and maxUnavailable cannot be both set"
+            ),
+        )),
     }
 }
 
@@ -378,6 +498,76 @@ mod tests {
         o.delete(&("pods".into(), "ns".into(), "agent".into()), None, "t").unwrap();
         let left: Vec<_> = o.pods().into_iter().map(|(k, _)| k.2).collect();
         assert_eq!(left, ["other"]);
+    }
+
+    fn running(o: &mut Objects, name: &str, labels: Value) -> Key {
+        let key: Key = ("pods".into(), "ns".into(), name.into());
+        let created = o.create("pods", "ns", pod(name, labels), "t").unwrap();
+        o.running.insert(created["metadata"]["uid"].as_str().unwrap().to_owned());
+        o.modify(&key, |p| {
+            p["status"] =
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        });
+        key
+    }
+
+    fn budget(o: &mut Objects, spec: Value) {
+        let spec = json!({"selector": {"matchLabels": {"app": "gs"}}})
+            .as_object()
+            .unwrap()
+            .clone()
+            .into_iter()
+            .chain(spec.as_object().unwrap().clone())
+            .collect::<serde_json::Map<_, _>>();
+        o.create(
+            "poddisruptionbudgets",
+            "ns",
+            json!({"metadata": {"name": "gs"}, "spec": spec}),
+            "t",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_eviction_deletes_gracefully_within_the_budget_and_is_refused_beyond_it() {
+        let mut o = Objects::default();
+        let (a, b) = (
+            running(&mut o, "a", json!({"app": "gs"})),
+            running(&mut o, "b", json!({"app": "gs"})),
+        );
+        let other = running(&mut o, "other", json!({"app": "web"}));
+        budget(&mut o, json!({"maxUnavailable": 1}));
+        let evicted = o.evict(&a, Some(20), "t").unwrap();
+        assert_eq!(evicted["metadata"]["deletionGracePeriodSeconds"], 20, "graceful: {evicted}");
+        let refused = o.evict(&b, None, "t").unwrap_err();
+        assert_eq!((refused.code, refused.reason), (429, "TooManyRequests"), "{}", refused.message);
+        assert!(o.get(&b).unwrap()["metadata"]["deletionTimestamp"].is_null(), "nothing changed");
+        o.evict(&a, None, "t").expect("a pod already going is evicted again");
+        o.evict(&other, None, "t").expect("a pod no budget selects");
+        let gone = o.evict(&("pods".into(), "ns".into(), "nope".into()), None, "t").unwrap_err();
+        assert_eq!(gone.code, 404);
+    }
+
+    #[test]
+    fn a_budgets_counts_and_percentages_are_read_as_the_disruption_controller_does() {
+        for (spec, pods, evictable) in [
+            (json!({"minAvailable": 2}), 3, 1),
+            (json!({"minAvailable": "50%"}), 4, 2),
+            (json!({"maxUnavailable": "25%"}), 4, 1),
+            (json!({"maxUnavailable": 0}), 2, 0),
+        ] {
+            let mut o = Objects::default();
+            let keys: Vec<Key> = (0..pods)
+                .map(|i| running(&mut o, &format!("p{i}"), json!({"app": "gs"})))
+                .collect();
+            budget(&mut o, spec.clone());
+            let evicted = keys.iter().take_while(|k| o.evict(k, None, "t").is_ok()).count();
+            assert_eq!(evicted, evictable, "{spec} over {pods} pods");
+        }
+        let mut o = Objects::default();
+        let key = running(&mut o, "p", json!({"app": "gs"}));
+        budget(&mut o, json!({"maxUnavailable": "one"}));
+        assert_eq!(o.evict(&key, None, "t").unwrap_err().code, 422);
     }
 
     #[test]
