@@ -687,8 +687,9 @@ fn ms_between(from: Instant, to: Instant) -> f64 {
     to.duration_since(from).as_secs_f64() * 1000.0
 }
 
-/// Silences between updates longer than this are recorded in [`BotReport::gaps`].
-pub const GAP_RECORDED_MS: f64 = 500.0;
+/// Silences between updates longer than this are recorded in [`BotReport::gaps`]: three
+/// updates missed (a drain's move, a crossing under load) and longer.
+pub const GAP_RECORDED_MS: f64 = 100.0;
 /// At most this many gaps are recorded per player.
 const MAX_GAPS: usize = 256;
 

@@ -32,6 +32,41 @@ pub(crate) struct Running {
     pub(super) lapsed: (u64, u64),
     /// A leader's fault: how its standby took over ([`take_over`]).
     pub(crate) takeover: Option<Takeover>,
+    /// What moved regions when it began: see [`Moves`].
+    pub(super) moves: Moves,
+}
+
+/// How regions moved, counted so far: restored from a copy (the core's restores, the
+/// affected players' views that went back to a copy's tick) or drained with their state
+/// (every agent's drains, by outcome).
+#[derive(Debug, Default)]
+pub(super) struct Moves {
+    pub(super) core_restores: u64,
+    /// By bot index, for the affected players.
+    pub(super) restores_seen: BTreeMap<usize, u64>,
+    pub(super) drains_moved: u64,
+    pub(super) drains_failed_over: u64,
+}
+
+impl Moves {
+    fn now(
+        status: &CoreStatus,
+        bots: &[BotReport],
+        affected: &[(usize, u64, u64)],
+        sandbox: &Sandbox,
+    ) -> Moves {
+        use std::sync::atomic::Ordering::Relaxed;
+        let seen = affected.iter().filter_map(|&(i, ..)| Some((i, bots.get(i)?.restores_seen)));
+        Moves {
+            core_restores: status.restores.values().sum(),
+            restores_seen: seen.collect(),
+            drains_moved: sandbox.every_agent_stats().map(|s| s.drains_moved.load(Relaxed)).sum(),
+            drains_failed_over: sandbox
+                .every_agent_stats()
+                .map(|s| s.drains_failed_over.load(Relaxed))
+                .sum(),
+        }
+    }
 }
 
 /// How a standby took over from a leader that died or was cut from etcd, in seconds from the
@@ -61,6 +96,8 @@ pub(super) struct Observed {
     pub(super) relayed: (u64, u64),
     /// Regions stopped at their lease's end since the fault began: (relay sites, core site).
     pub(super) lapsed: (u64, u64),
+    /// What moved regions, counted then.
+    pub(super) moves: Moves,
 }
 
 /// Every agent's relayed traffic so far: (sent round, passed on).
@@ -179,18 +216,24 @@ pub(crate) fn start(
         FaultKind::RestartAgent { site } => {
             pick(&|r| r.site == *site || player_site(r).as_deref() == Some(site))
         }
-        FaultKind::KillServer { site } => {
+        FaultKind::KillServer { site } | FaultKind::DrainServer { site } => {
             let servers = status.site(site).and_then(|s| s.servers.clone()).unwrap_or_default();
             let busiest =
                 servers.iter().filter(|s| !s.bubbles.is_empty()).max_by_key(|s| s.players);
+            let drain = matches!(fault.kind, FaultKind::DrainServer { .. });
             match busiest.map(|s| (s.server.as_str(), s.bubbles.clone())) {
                 Some((name, bubbles)) => {
-                    if !sandbox.kill_server(site, name) {
-                        problem = Some(format!("server {name} not found to kill"));
+                    let done = if drain {
+                        sandbox.stop_server(site, name)
+                    } else {
+                        sandbox.kill_server(site, name)
+                    };
+                    if !done {
+                        problem = Some(format!("server {name} not found to signal"));
                     }
                     affected_bubbles = Some(bubbles);
                 }
-                None => problem = Some(format!("no game server at {site} holds a bubble")),
+                None => problem = Some(format!("no game server at {site} holds a region")),
             }
             let bubbles = affected_bubbles.clone().unwrap_or_default();
             pick(&|r| r.player.and_then(|p| bubble_of.get(&p)).is_some_and(|b| bubbles.contains(b)))
@@ -198,7 +241,9 @@ pub(crate) fn start(
     };
     let generation = Some(u64::from(status.generation));
     let bubbles = bubble_ids(status);
+    let moves = Moves::now(status, bots, &affected, sandbox);
     Running {
+        moves,
         fault: fault.clone(),
         started_at: now_s(),
         affected,
@@ -235,7 +280,9 @@ pub(crate) fn observe(r: &mut Running, status: &CoreStatus, bots: &[BotReport], 
     let (relay, core) = lapsed(sandbox);
     let lapsed = (relay - r.lapsed.0, core - r.lapsed.1);
     let bubbles = bubble_ids(status);
-    r.observed = Some(Observed { placed: at, sessions, generation, bubbles, relayed, lapsed });
+    let moves = Moves::now(status, bots, &r.affected, sandbox);
+    r.observed =
+        Some(Observed { placed: at, sessions, generation, bubbles, relayed, lapsed, moves });
 }
 
 /// Ends a lasting fault: the link heals.
@@ -255,6 +302,7 @@ pub(crate) fn end(fault: &Fault, sandbox: &Sandbox) {
         FaultKind::RestartCore
         | FaultKind::RestartAgent { .. }
         | FaultKind::KillServer { .. }
+        | FaultKind::DrainServer { .. }
         | FaultKind::KillCore => {}
     }
 }

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Kinds: `partition` (site, for_s), `kill_server` (site: SIGKILL of the game server holding
-//! that site's most players), `restart_core` (for_s: down that long, then back on its store),
+//! that site's most players), `drain_server` (site: SIGTERM to that server instead, as a pod's
+//! deletion or a node's drain sends: it moves its regions to other servers of the site, then
+//! exits), `restart_core` (for_s: down that long, then back on its store),
 //! `restart_agent` (site, for_s: killed as a crash would, its game servers with it, started
 //! again with nothing after for_s; its players join again as new players), `cut_transfer`
 //! (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core link). With
@@ -40,6 +42,7 @@ pub(crate) struct Fault {
 pub(crate) enum FaultKind {
     Partition { site: String },
     KillServer { site: String },
+    DrainServer { site: String },
     RestartCore,
     RestartAgent { site: String },
     CutTransfer { a: String, b: String },
@@ -55,6 +58,7 @@ impl std::fmt::Display for FaultKind {
         match self {
             FaultKind::Partition { site } => write!(f, "{site} cut from the core"),
             FaultKind::KillServer { site } => write!(f, "a game server of {site} killed"),
+            FaultKind::DrainServer { site } => write!(f, "a game server of {site} told to stop"),
             FaultKind::RestartCore => write!(f, "the core restarted"),
             FaultKind::RestartAgent { site } => write!(f, "{site}'s agent restarted"),
             FaultKind::CutTransfer { a, b } => write!(f, "the {a}-{b} transfer link cut"),
@@ -72,6 +76,7 @@ impl FaultKind {
         match self {
             FaultKind::Partition { .. } => "partition",
             FaultKind::KillServer { .. } => "kill_server",
+            FaultKind::DrainServer { .. } => "drain_server",
             FaultKind::RestartCore => "restart_core",
             FaultKind::RestartAgent { .. } => "restart_agent",
             FaultKind::CutTransfer { .. } => "cut_transfer",
@@ -96,6 +101,7 @@ impl FaultKind {
         match self {
             FaultKind::Partition { site }
             | FaultKind::KillServer { site }
+            | FaultKind::DrainServer { site }
             | FaultKind::RestartAgent { site }
             | FaultKind::Loss { site, .. } => vec![site.clone()],
             FaultKind::CutTransfer { a, b } => vec![a.clone(), b.clone()],

@@ -108,6 +108,9 @@ pub(crate) fn parse(text: &str, mesh: &Mesh) -> Result<Vec<Fault>, Vec<String>> 
                 relay(&f.site, &mut bad).map(|site| FaultKind::Loss { site, rate })
             }
             "kill_server" => any_site(&f.site, &mut bad).map(|site| FaultKind::KillServer { site }),
+            "drain_server" => {
+                any_site(&f.site, &mut bad).map(|site| FaultKind::DrainServer { site })
+            }
             "restart_agent" => {
                 any_site(&f.site, &mut bad).map(|site| FaultKind::RestartAgent { site })
             }
@@ -147,8 +150,8 @@ pub(crate) fn parse(text: &str, mesh: &Mesh) -> Result<Vec<Fault>, Vec<String>> 
             },
             other => {
                 bad(format!(
-                    "unknown kind {other:?}: partition, kill_server, restart_agent, \
-                     restart_core, cut_transfer, loss, kill_core, partition_core_store"
+                    "unknown kind {other:?}: partition, kill_server, drain_server, \
+                     restart_agent, restart_core, cut_transfer, loss, kill_core, partition_core_store"
                 ));
                 None
             }

@@ -25,6 +25,9 @@ pub(crate) fn describe(
             FaultKind::RestartCore => format!("core restarted {since:.0} s ago"),
             FaultKind::RestartAgent { site } => format!("{site} agent restarted {since:.0} s ago"),
             FaultKind::KillServer { site } => format!("{site} server killed {since:.0} s ago"),
+            FaultKind::DrainServer { site } => {
+                format!("{site} server told to stop {since:.0} s ago")
+            }
             FaultKind::KillCore => format!("leader killed {since:.0} s ago"),
             FaultKind::PartitionCoreStore => format!("leader cut from etcd {since:.0} s"),
         };
@@ -46,6 +49,10 @@ pub(crate) fn describe(
     parts.join(" · ")
 }
 
+/// A silence this long or longer stopped a player (a shorter one is a move or a crossing):
+/// when it began and ended say when the fault stopped them and when they played again.
+const STOPPED_MS: f64 = 500.0;
+
 /// The `faults[]` entry of the final document for one fault.
 pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_json::Value {
     let empty = Observed::default();
@@ -56,6 +63,7 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         bubbles: bubbles_after,
         relayed,
         lapsed,
+        moves,
     } = r.observed.as_ref().unwrap_or(&empty);
     let mut resumed = Vec::new();
     let mut stopped = Vec::new();
@@ -68,6 +76,10 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
     let mut twice = 0;
     let mut new_sessions = 0;
     let mut left_game = 0;
+    // The longest silence of a player who played on through it, and those whose view went
+    // back to a copy's tick (their region restored, not moved with its state).
+    let mut longest_gap: Option<f64> = None;
+    let mut restored_players = 0;
     // A silence this fault caused begins before it is over (and a little after, for a kill).
     let window_end = r.started_at + r.fault.for_s + OBSERVE_AFTER_S;
     for &(i, _, sessions) in &r.affected {
@@ -87,11 +99,19 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
             continue;
         }
         new_sessions += u64::from(session_ended);
-        // The silence the fault caused: the first gap ending after the fault began.
-        let gap = b
-            .gaps
-            .iter()
-            .find(|(began, len)| began + len / 1000.0 > r.started_at - 0.5 && *began < window_end);
+        let restores_then = moves.restores_seen.get(&i).copied().unwrap_or(b.restores_seen);
+        let restores_before = r.moves.restores_seen.get(&i).copied().unwrap_or(restores_then);
+        restored_players += u64::from(restores_then > restores_before);
+        let in_fault = |(began, len): &&(f64, f64)| {
+            began + len / 1000.0 > r.started_at - 0.5 && *began < window_end
+        };
+        if !session_ended {
+            for (_, len) in b.gaps.iter().filter(in_fault) {
+                longest_gap = Some(longest_gap.map_or(*len, |l: f64| l.max(*len)));
+            }
+        }
+        // The silence the fault stopped them for: the first long gap ending after it began.
+        let gap = b.gaps.iter().filter(|(_, len)| *len > STOPPED_MS).find(in_fault);
         match gap {
             Some((began, len)) => {
                 resumed.push((began + len / 1000.0 - r.started_at).max(0.0));
@@ -125,6 +145,18 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
         "inputs_applied_twice": twice,
         "problem": r.problem,
     });
+    if let FaultKind::KillServer { .. } | FaultKind::DrainServer { .. } = r.fault.kind {
+        // A killed server's regions are restored from their copies; a drained one's move
+        // with their whole state, none restored (docs/running.md, "Drills").
+        let round = |ms: f64| (ms * 10.0).round() / 10.0;
+        doc["restores"] = moves.core_restores.saturating_sub(r.moves.core_restores).into();
+        doc["players_restored"] = restored_players.into();
+        doc["longest_gap_ms"] = longest_gap.map(round).into();
+        doc["drains"] = serde_json::json!({
+            "moved": moves.drains_moved.saturating_sub(r.moves.drains_moved),
+            "failed_over": moves.drains_failed_over.saturating_sub(r.moves.drains_failed_over),
+        });
+    }
     if let FaultKind::CutTransfer { .. } = r.fault.kind {
         // Routed round through the third site (docs/running.md, "Routing round a cut").
         doc["relayed"] = serde_json::json!({ "sent_round": relayed.0, "passed_on": relayed.1 });
@@ -195,9 +227,11 @@ mod tests {
                 bubbles: Vec::new(),
                 relayed: (0, 0),
                 lapsed: (0, 0),
+                moves: Default::default(),
             }),
             relayed: (0, 0),
             lapsed: (0, 0),
+            moves: Default::default(),
             takeover: None,
         };
         let doc = report(&r, &bots, 1_201.0);
