@@ -31,6 +31,10 @@ pub enum Fault {
     CutTransfer { sites: [&'static str; 2], for_s: f64 },
     /// The game server holding the site's largest bubble is killed (SIGKILL).
     KillServer { site: &'static str },
+    /// That server is told to stop instead (SIGTERM, `--drains`): it asks its agent to move
+    /// its regions to other servers of the site, and exits once it holds none (or after its
+    /// grace).
+    DrainServer { site: &'static str },
     /// The agent is killed, with its game servers and its players' connections, and started
     /// again (without any state: agents keep nothing on disk) after `for_s`.
     RestartAgent { site: &'static str, for_s: f64 },
@@ -58,7 +62,7 @@ impl Fault {
             | Fault::Loss { for_s, .. }
             | Fault::SlowDisk { for_s, .. }
             | Fault::StoreCut { for_s } => *for_s,
-            Fault::KillServer { .. } | Fault::StoreLeaderChange => 0.0,
+            Fault::KillServer { .. } | Fault::DrainServer { .. } | Fault::StoreLeaderChange => 0.0,
         }
     }
 
@@ -140,6 +144,16 @@ pub(crate) fn schedule(rng: &mut Rng, seconds: f64, standby: bool) -> Vec<Timed>
     out
 }
 
+/// `--drains`: every server killed becomes a server told to stop, the rest of the run as
+/// without (a seed's other faults, and their times, are those of the same seed without it).
+pub(crate) fn drains(faults: &mut [Timed]) {
+    for timed in faults {
+        if let Fault::KillServer { site } = timed.fault {
+            timed.fault = Fault::DrainServer { site };
+        }
+    }
+}
+
 /// Adds to each fault of `faults` a second one that strikes while it lasts (or right after a
 /// kill), at the same site where it has one: a transfer link cut during a partition from the
 /// core, a server killed on a site cut off or restarting elsewhere, a partition during a
@@ -183,17 +197,19 @@ pub(crate) fn overlap(rng: &mut Rng, seconds: f64, faults: &mut Vec<Timed>) {
                     _ => Fault::KillServer { site: pick(rng, &sites) },
                 }
             }
-            Fault::KillServer { site } => match relays.contains(&site) {
-                true => Fault::Partition {
-                    site,
-                    direction: Direction::Both,
-                    for_s: rng.range(5.0, 40.0).round(),
-                },
-                false => Fault::RestartAgent {
-                    site: other(rng, site),
-                    for_s: rng.range(1.0, 10.0).round(),
-                },
-            },
+            Fault::KillServer { site } | Fault::DrainServer { site } => {
+                match relays.contains(&site) {
+                    true => Fault::Partition {
+                        site,
+                        direction: Direction::Both,
+                        for_s: rng.range(5.0, 40.0).round(),
+                    },
+                    false => Fault::RestartAgent {
+                        site: other(rng, site),
+                        for_s: rng.range(1.0, 10.0).round(),
+                    },
+                }
+            }
             Fault::RestartAgent { site, .. } => match rng.below(2) {
                 0 => Fault::KillServer { site: other(rng, site) },
                 _ => {

@@ -54,11 +54,20 @@ pub struct ChaosOptions {
     /// leader may die or be cut from the store, the store may change leader (every lease's TTL
     /// reset), and the standby takes over; I7 is checked too.
     pub standby: bool,
+    /// Servers are told to stop (SIGTERM) where they would be killed: they drain their
+    /// regions to other servers of their site (`faults::drains`).
+    pub drains: bool,
 }
 
 impl Default for ChaosOptions {
     fn default() -> Self {
-        ChaosOptions { seconds: 300.0, overlapping: false, stage: Stage::Dynamic, standby: false }
+        ChaosOptions {
+            seconds: 300.0,
+            overlapping: false,
+            stage: Stage::Dynamic,
+            standby: false,
+            drains: false,
+        }
     }
 }
 
@@ -122,6 +131,9 @@ fn draw(seed: u64, opts: &ChaosOptions) -> (Vec<Timed>, Rng) {
     let mut faults = faults::schedule(&mut rng, opts.seconds, opts.standby);
     if opts.overlapping {
         faults::overlap(&mut Rng::new(seed ^ 0x04e4_1a95_0000_0000), opts.seconds, &mut faults);
+    }
+    if opts.drains {
+        faults::drains(&mut faults);
     }
     (faults, rng)
 }
@@ -229,6 +241,8 @@ impl Summary {
             totals.carves += s.carves;
             totals.dissolves += s.dissolves;
             totals.region_moves += s.region_moves;
+            totals.drains += s.drains;
+            totals.drains_failed_over += s.drains_failed_over;
             totals.cuts_routed_round += s.cuts_routed_round;
             totals.cut_gap_max_ms = totals.cut_gap_max_ms.max(s.cut_gap_max_ms);
             totals.relayed += s.relayed;

@@ -81,6 +81,9 @@ const TRAVEL_EVERY_US: u64 = 30_000_000;
 const SERVER_START_US: u64 = 400_000;
 /// How long after its death a game server's exit is noticed (the driver's poll).
 const EXIT_NOTICED_US: u64 = 200_000;
+/// A server told to stop drains for at most this long (`horizon gameserver --drain-grace-s`'s
+/// default).
+const DRAIN_GRACE_US: u64 = 20_000_000;
 
 /// Every µs of the run, in order.
 #[derive(Debug)]
@@ -208,6 +211,8 @@ struct Server {
     /// The agent's request lane to it: queued requests, one out at a time.
     lane: VecDeque<(Pending, server::Request)>,
     lane_busy: bool,
+    /// Told to stop: it exits once it holds no region, or at this time (global µs).
+    draining_until: Option<u64>,
 }
 
 struct Player {
@@ -253,6 +258,12 @@ pub struct RunStats {
     pub dissolves: u64,
     /// Regions the agents moved whole off an overfull game server to another of their site.
     pub region_moves: u64,
+    /// Servers told to stop (`--drains`) that went holding nothing, and those that went before
+    /// every region could move (restored from their copies).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub drains: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub drains_failed_over: u64,
     /// Transfer cuts watched to their end with their players playing on through the third
     /// site (`checks::ROUTE_ROUND_S`), the longest gap in those players' updates during one,
     /// and the transfer items and requests the agents sent round.
@@ -575,6 +586,10 @@ impl World {
             self.agent_stats.regions_moved.load(std::sync::atomic::Ordering::Relaxed);
         self.stats.relayed =
             self.agent_stats.relayed_sent.load(std::sync::atomic::Ordering::Relaxed);
+        self.stats.drains =
+            self.agent_stats.drains_moved.load(std::sync::atomic::Ordering::Relaxed);
+        self.stats.drains_failed_over =
+            self.agent_stats.drains_failed_over.load(std::sync::atomic::Ordering::Relaxed);
         self.final_checks();
         self.stats.ticks_checked = self.checker.ticks_checked;
     }

@@ -43,6 +43,10 @@ pub(crate) struct Args {
     /// fenced leader's standby takes over, and I7 (at most one core grants) is checked too.
     #[arg(long)]
     standby: bool,
+    /// Game servers are told to stop (SIGTERM) where they would be killed: each drains its
+    /// regions to another server of its site before it exits (docs/chaos.md).
+    #[arg(long)]
+    drains: bool,
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
@@ -67,6 +71,7 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
         overlapping: args.overlapping,
         stage: args.stage,
         standby: args.standby,
+        drains: args.drains,
     };
     if let Some(seed) = args.seed {
         // The daemons' own logs, to stderr, when asked for (`RUST_LOG=horizon_agent=debug`).
@@ -119,14 +124,22 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
             if args.standby {
                 mode.push_str(" --standby");
             }
+            if args.drains {
+                mode.push_str(" --drains");
+            }
             println!(
                 "  replay: horizon sim chaos --seed {} --seconds {}{mode}",
                 run.seed, args.seconds
             );
         }
         let s = Summary::of(&runs, &opts, args.first_seed);
+        let drains = if opts.drains {
+            format!(", {} drains ({} failed over)", s.totals.drains, s.totals.drains_failed_over)
+        } else {
+            String::new()
+        };
         println!(
-            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges, {} carves, {} dissolves, {} region moves, {} cuts routed round (longest gap {:.1} s, {} relayed)",
+            "{} seeds × {} s: {} violation(s) in {} seed(s); {} ticks checked, {} inputs, {} restores, {} zone splits, {} zone merges, {} carves, {} dissolves, {} region moves, {} cuts routed round (longest gap {:.1} s, {} relayed){drains}",
             s.runs,
             s.seconds,
             s.violations.len(),

@@ -3,8 +3,10 @@
 //! whole state, by the path an overfull server gives regions away by (`rehome.rs`: the core's
 //! newer epoch fences it off first). It takes no region from then on, and the pool keeps a
 //! spare server while it holds any (the last ready server of a site keeps its regions until
-//! that one is ready). A region busy at the time (handed over, regrouped, spread over
-//! several servers) is tried again at each housekeeping; what the server still holds when it
+//! that one is ready). The part of a bubble spread over several servers moves alone, by a
+//! regroup that takes another server for it (`parts.rs`: its members leave with their state
+//! and join there; the other parts stay). A region busy at the time (handed over, regrouped,
+//! regranted) is tried again at each housekeeping; what the server still holds when it
 //! goes is lost and fails over from its copy, as after a crash. Either way the drain is
 //! counted when the server goes (`horizon_agent_drains_total{outcome}`).
 
@@ -41,6 +43,12 @@ impl AgentMachine {
         let regions = self.fleet.get(server).map(|s| s.regions().to_vec()).unwrap_or_default();
         for bubble in regions {
             let players = self.members_on(server, bubble).max(1);
+            // Part of a bubble spread over several servers: that part moves, by a regroup.
+            let spread = self.bubbles.get(&bubble).is_some_and(|l| !l.extra().is_empty());
+            if spread {
+                self.drain_part(bubble, server, now);
+                continue;
+            }
             if !self.movable(bubble, server) {
                 continue;
             }

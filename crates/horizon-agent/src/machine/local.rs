@@ -57,6 +57,8 @@ pub(super) struct Local {
     extra: Vec<Name>,
     /// Where each member is simulated while the bubble is spread; absent: `server`.
     holder: BTreeMap<PlayerId, Name>,
+    /// Each part's box while spread, part 0 first (empty on one server).
+    part_regions: Vec<Region>,
     /// The member list (and departures) that came while the bubble was being restored: its
     /// server has not taken the copy yet, so joins and leaves wait for its first update.
     deferred: Option<(Vec<control::Member>, Vec<control::Departure>)>,
@@ -89,6 +91,7 @@ impl Local {
             phase,
             extra: Vec::new(),
             holder: BTreeMap::new(),
+            part_regions: Vec::new(),
             deferred: None,
             adopts: VecDeque::new(),
         }
@@ -262,13 +265,19 @@ impl Local {
         self.holder.remove(&player)
     }
 
-    /// It runs on `servers` from now on, part 0 first: members on a server it left are on
-    /// part 0.
-    pub(super) fn spread_over(&mut self, servers: &[Name]) {
+    /// It runs on `servers` from now on, each simulating its box of `regions`, part 0 first:
+    /// members on a server it left are on part 0.
+    pub(super) fn spread_over(&mut self, servers: &[Name], regions: &[Region]) {
         let Some((main, extra)) = servers.split_first() else { return };
         self.server = main.clone();
         self.extra = extra.to_vec();
         self.holder.retain(|_, s| s != main && extra.contains(s));
+        self.part_regions = if extra.is_empty() { Vec::new() } else { regions.to_vec() };
+    }
+
+    /// Each part's box while spread, part 0 first (empty on one server).
+    pub(super) fn part_regions(&self) -> &[Region] {
+        &self.part_regions
     }
 
     /// Regranted under `lease` (received at `received`): it runs here under the new epoch.
@@ -425,18 +434,18 @@ mod tests {
     #[test]
     fn spread_over_fewer_servers_brings_their_members_back_to_part_zero() {
         let mut b = local(tokio::time::Instant::now().into_std());
-        b.spread_over(&[n("gs-0"), n("gs-1"), n("gs-2")]);
+        b.spread_over(&[n("gs-0"), n("gs-1"), n("gs-2")], &[]);
         b.held_on(PlayerId(1), n("gs-1"));
         b.held_on(PlayerId(2), n("gs-2"));
         assert_eq!(b.servers().count(), 3);
-        b.spread_over(&[n("gs-0"), n("gs-1")]);
+        b.spread_over(&[n("gs-0"), n("gs-1")], &[]);
         assert_eq!(b.server_of(PlayerId(1)), &n("gs-1"));
         assert_eq!(b.server_of(PlayerId(2)), &n("gs-0"), "gs-2 left the bubble");
         assert_eq!(b.unheld(PlayerId(1)), Some(n("gs-1")));
         assert_eq!(b.server_of(PlayerId(1)), &n("gs-0"));
         // Part 0 moving to a server that held a part: nobody is held apart on it.
         b.held_on(PlayerId(3), n("gs-1"));
-        b.spread_over(&[n("gs-1")]);
+        b.spread_over(&[n("gs-1")], &[]);
         assert!(b.holder().is_empty() && b.extra().is_empty());
         assert!(b.written_by(&n("gs-1"), Epoch(1)) && !b.written_by(&n("gs-0"), Epoch(1)));
     }

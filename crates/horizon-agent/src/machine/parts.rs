@@ -40,6 +40,8 @@ pub(super) enum AfterRegroup {
     PrepareSource { token: Token, handover: HandoverId, target: Name, lease: Lease },
     /// The whole region moves off `from`, an overfull server; `rounds` of moves so far.
     Relieve { from: Name, rounds: u32 },
+    /// The part on `from`, a server that is stopping, moves to another server (`drain.rs`).
+    Drain { from: Name },
 }
 
 impl AfterRegroup {
@@ -48,7 +50,7 @@ impl AfterRegroup {
             AfterRegroup::Answer { token } | AfterRegroup::PrepareSource { token, .. } => {
                 Some(*token)
             }
-            AfterRegroup::Relieve { .. } => None,
+            AfterRegroup::Relieve { .. } | AfterRegroup::Drain { .. } => None,
         }
     }
 }
@@ -134,9 +136,13 @@ impl AgentMachine {
             return Err(Fault::new(ErrorCode::Conflict, "the bubble's parts are changing already"));
         }
         let local = self.bubbles.get(&bubble).ok_or_else(|| unknown(bubble))?;
-        let servers = match then {
+        let servers = match &then {
             // Every part on a server taken now.
             AfterRegroup::Relieve { .. } => Vec::new(),
+            // The parts that stay, in order: the last part's server is taken now.
+            AfterRegroup::Drain { from } => {
+                local.servers().filter(|s| *s != from).cloned().collect()
+            }
             _ => local.servers().cloned().collect(),
         };
         let lease = local.lease_ref();
@@ -310,7 +316,7 @@ impl AgentMachine {
             self.ask_server(name, Then::Nothing("resize"), request);
         }
         if let Some(local) = self.bubbles.get_mut(&bubble) {
-            local.spread_over(&keep);
+            local.spread_over(&keep, &regroup.regions);
             let main = local.server();
             tracing::debug!(site = %self.cfg.site, bubble = bubble.0, parts, server = %main, "bubble parts changed");
         }
@@ -324,6 +330,10 @@ impl AgentMachine {
             AfterRegroup::Answer { token } => self.answer(token, Ok(control::Reply::Done)),
             AfterRegroup::PrepareSource { token, handover, target, lease } => {
                 self.prepare_source(token, handover, lease.bubble, target, lease)
+            }
+            AfterRegroup::Drain { from } => {
+                self.stats.regions_moved.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(site = %self.cfg.site, bubble = bubble.0, %from, "part of a spread bubble moved off a stopping server");
             }
             AfterRegroup::Relieve { from, rounds } => {
                 self.stats.regions_moved.fetch_add(1, Ordering::Relaxed);
@@ -435,6 +445,16 @@ impl AgentMachine {
     /// Whether `bubble` may move whole off `server` now: it runs there alone (not spread), and
     /// nothing else is changing it.
     pub(super) fn movable(&self, bubble: BubbleId, server: &Name) -> bool {
+        self.steady(bubble)
+            && self
+                .bubbles
+                .get(&bubble)
+                .is_some_and(|l| l.extra().is_empty() && l.server() == server)
+    }
+
+    /// Running here under a lease the core renews, and nothing is changing it (a regroup, a
+    /// move, a regrant, a handover's stream, a restore).
+    fn steady(&self, bubble: BubbleId) -> bool {
         let busy = self.regroups.contains_key(&bubble)
             || self.rehoming(bubble)
             || self.regranting(bubble)
@@ -442,11 +462,39 @@ impl AgentMachine {
             || self.restores.is_waiting(bubble);
         !busy
             && self.bubbles.get(&bubble).is_some_and(|l| {
-                l.phase() == Phase::Running
-                    && l.extra().is_empty()
-                    && l.server() == server
-                    && l.refused_at().is_none()
-                    && !l.told_reconnecting()
+                l.phase() == Phase::Running && l.refused_at().is_none() && !l.told_reconnecting()
             })
+    }
+
+    /// Moves the part of spread `bubble` that `from` (stopping) simulates to another ready
+    /// server, with its members' states; the other parts stay where they are. `false` when it
+    /// cannot start now (not spread over `from`, or busy): tried again at the next
+    /// housekeeping.
+    pub(super) fn drain_part(&mut self, bubble: BubbleId, from: &Name, now: Instant) -> bool {
+        if !self.steady(bubble) {
+            return false;
+        }
+        let Some(local) = self.bubbles.get(&bubble) else { return false };
+        let servers: Vec<&Name> = local.servers().collect();
+        let Some(at) = servers.iter().position(|s| *s == from) else { return false };
+        if servers.len() < 2 || local.part_regions().len() != servers.len() {
+            return false;
+        }
+        // The stopping server's part last, the new server it is taken for: the others keep
+        // their places (their index among the servers that stay).
+        let mut regions = local.part_regions().to_vec();
+        let moving = regions.remove(at);
+        regions.push(moving);
+        let staying: Vec<&Name> = servers.iter().copied().filter(|s| *s != from).collect();
+        let place = local
+            .members()
+            .keys()
+            .map(|&p| {
+                let on = local.server_of(p);
+                (p, staying.iter().position(|s| *s == on).unwrap_or(staying.len()))
+            })
+            .collect();
+        let then = AfterRegroup::Drain { from: from.clone() };
+        self.start_regroup(bubble, regions, place, then, now).is_ok()
     }
 }

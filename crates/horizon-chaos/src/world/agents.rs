@@ -79,7 +79,7 @@ impl World {
                 let inc = self.ids.conn();
                 self.schedule(SERVER_START_US, Event::ServerStarts(site, server, inc));
             }
-            E::StopServer { server } => self.kill_server(site, &server, false),
+            E::StopServer { server } => self.kill_server(site, &server, None),
             // The simulated platform counts a server ready as soon as it says so, and has no
             // pool labels.
             E::AskPlatformReady { server } => {

@@ -46,7 +46,13 @@ impl World {
             Fault::KillServer { site } => {
                 let s = index(site);
                 if let Some(server) = self.busiest_server(s) {
-                    self.kill_server(s, &server, true);
+                    self.kill_server(s, &server, Some("signal: 9 (SIGKILL)"));
+                }
+            }
+            Fault::DrainServer { site } => {
+                let s = index(site);
+                if let Some(server) = self.busiest_server(s) {
+                    self.drain_server(s, &server);
                 }
             }
             Fault::RestartAgent { site, .. } => self.kill_agent(index(site)),
@@ -91,7 +97,7 @@ impl World {
                     self.schedule_at(at, Event::Deliver(Box::new(d)));
                 }
             }
-            Fault::KillServer { .. } => {}
+            Fault::KillServer { .. } | Fault::DrainServer { .. } => {}
             Fault::RestartAgent { site, .. } => self.schedule(0, Event::AgentBack(index(site))),
             // With a standby, it has taken over already (`election.rs`).
             Fault::RestartCore { .. } if self.has_standby() => {}

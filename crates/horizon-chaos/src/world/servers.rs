@@ -17,7 +17,7 @@ impl World {
             .with_own_state(OwnState::Batched);
         self.servers[site].insert(
             server.clone(),
-            Server { machine, inc, lane: VecDeque::new(), lane_busy: false },
+            Server { machine, inc, lane: VecDeque::new(), lane_busy: false, draining_until: None },
         );
         let n = name(&server);
         self.agent_input(site, agent::Input::ServerUp { server: n.clone(), conn: inc });
@@ -121,7 +121,13 @@ impl World {
         let now = self.server_instant(site);
         let Some(s) = self.servers[site].get_mut(server).filter(|s| s.inc == inc) else { return };
         s.machine.tick(now);
+        let done =
+            s.draining_until.map(|until| s.machine.regions() == 0 || self.time.now() >= until);
         self.server_items(site, server, inc);
+        if done == Some(true) {
+            self.kill_server(site, server, Some("exit status: 0"));
+            return;
+        }
         // The server's tick timer runs on its site's clock.
         let tick_local = u64::from(TICK_MS) * 1000;
         let next = self.time.global(site, self.local_us(site) + tick_local);
@@ -156,19 +162,44 @@ impl World {
         }
     }
 
-    /// SIGKILL: the server is gone at once; its agent's driver notices the exit shortly, its
-    /// connection ends at the idle timeout.
-    /// With `noticed`, the driver reports the exit (a crash); without, the agent stopped it.
-    pub(super) fn kill_server(&mut self, site: usize, server: &str, noticed: bool) {
+    /// SIGTERM (a pod deleted, a node drained): the server asks its agent to move its regions
+    /// (`Drain`) and simulates on until it holds none, then exits, as `horizon_sdk::run`
+    /// does (at its next tick here); after [`DRAIN_GRACE_US`] it exits all the same. Holding
+    /// nothing, it exits at once.
+    pub(super) fn drain_server(&mut self, site: usize, server: &str) {
+        let until = self.time.now() + DRAIN_GRACE_US;
+        let Some(s) = self.servers[site].get_mut(server) else { return };
+        if s.draining_until.is_some() {
+            return;
+        }
+        s.draining_until = Some(until);
+        let (inc, regions) = (s.inc, s.machine.regions());
+        self.note(format!("{}: server {server} told to stop ({regions} regions)", SITES[site]));
+        if regions == 0 {
+            self.kill_server(site, server, Some("exit status: 0"));
+            return;
+        }
+        self.server_requests(site, server, inc, vec![server::Request::Drain]);
+    }
+
+    /// The server is gone at once (SIGKILL, or its own exit); its agent's driver notices the
+    /// exit shortly, its connection ends at the idle timeout.
+    /// With `ended`, the driver reports the exit and why (a crash, a drained server's exit);
+    /// without, the agent stopped it.
+    pub(super) fn kill_server(&mut self, site: usize, server: &str, ended: Option<&str>) {
         let Some(s) = self.servers[site].remove(server) else { return };
-        let how = if noticed { "killed" } else { "stopped" };
+        let how = match ended {
+            Some(why) if why.starts_with("signal") => "killed",
+            Some(_) => "exited",
+            None => "stopped",
+        };
         self.note(format!(
             "{}: server {server} {how} ({} regions)",
             SITES[site],
             s.machine.regions()
         ));
-        if noticed {
-            let why = "signal: 9 (SIGKILL)".to_owned();
+        if let Some(why) = ended {
+            let why = why.to_owned();
             let ended = agent::Input::ServerEnded { server: server.to_owned(), why };
             let d =
                 Delivery::ServerToAgent { site, server: server.to_owned(), inc: 0, input: ended };

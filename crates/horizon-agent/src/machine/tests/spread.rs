@@ -262,3 +262,47 @@ fn players_of_a_spread_bubble_adopt_a_kept_copy_on_their_own_servers_once_they_s
     assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
     assert_eq!(adopts_fed(&out), split);
 }
+
+#[test]
+fn a_stopping_server_hands_its_part_of_a_spread_bubble_to_another_and_the_other_part_stays() {
+    let mut h = one_bubble_two_servers(Harness::new(2), 10_000);
+    let (_, out) = spread_in_two(&mut h, &[(1, 0), (2, 1)]);
+    h.answer_servers(out, |r| match r {
+        server::Request::Leave { .. } => {
+            Ok(server::Reply::Left { last_applied: Seq(3), state: Blob(vec![9]) })
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    h.server_ready("mtl-gs-2");
+    h.effects();
+    let parts = h.m.bubbles[&BubbleId(1)].part_regions().to_vec();
+    // Part 0's server (connection 1) is stopping: its part goes to the ready one.
+    let token = h.token();
+    let request = server::Request::Drain;
+    let out = h.feed(Input::ServerRequest { server: n("mtl-gs-0"), conn: 1, token, request });
+    let sent: Vec<String> =
+        to_servers(&out).iter().map(|(s, r)| format!("{s}:{}", kind(r))).collect();
+    assert_eq!(sent, ["mtl-gs-2:assign"], "no core order: the lease stays as it is");
+    let left = std::cell::RefCell::new(Vec::new());
+    let joined = std::cell::RefCell::new(Vec::new());
+    h.answer_servers(out, |r| match r {
+        server::Request::Leave { player, .. } => {
+            left.borrow_mut().push(player.0);
+            Ok(server::Reply::Left { last_applied: Seq(5), state: Blob(vec![4]) })
+        }
+        server::Request::Join { player, state, .. } => {
+            joined.borrow_mut().push((player.0, state.0.clone()));
+            Ok(server::Reply::Done)
+        }
+        _ => Ok(server::Reply::Done),
+    });
+    assert_eq!(left.into_inner(), [1], "only the stopping server's player moves");
+    assert_eq!(joined.into_inner(), [(1, vec![4])], "with the state it left with");
+    let local = &h.m.bubbles[&BubbleId(1)];
+    let servers: Vec<&Name> = local.servers().collect();
+    assert_eq!(servers, [&n("mtl-gs-1"), &n("mtl-gs-2")]);
+    assert_eq!(local.part_regions(), [parts[1], parts[0]], "each part keeps its box");
+    assert_eq!(local.server_of(PlayerId(1)), &n("mtl-gs-2"));
+    assert_eq!(local.server_of(PlayerId(2)), &n("mtl-gs-1"));
+    assert!(h.m.fleet.get(&n("mtl-gs-0")).is_some_and(|s| s.regions().is_empty()), "released");
+}
