@@ -88,6 +88,22 @@ impl AgentMachine {
         Ok(())
     }
 
+    /// The core revoked `lease`, not held here: if it is being given to a server, that server
+    /// lets it go when it has taken it (see [`AgentMachine::assigned`]).
+    pub(super) fn revoked_early(&mut self, lease: LeaseRef) {
+        let newest = self.revoked.entry(lease.bubble).or_insert(lease.epoch);
+        *newest = (*newest).max(lease.epoch);
+        while self.revoked.len() > REVOKED_KEPT {
+            self.revoked.pop_first();
+        }
+    }
+
+    /// `lease` was revoked before it was held, or a newer epoch of its bubble is held here.
+    pub(super) fn superseded(&self, lease: LeaseRef) -> bool {
+        self.revoked.get(&lease.bubble).is_some_and(|e| *e >= lease.epoch)
+            || self.bubbles.get(&lease.bubble).is_some_and(|b| b.lease().epoch > lease.epoch)
+    }
+
     /// A server's answer to an `Assign`.
     pub(super) fn assigned(
         &mut self,
@@ -121,6 +137,25 @@ impl AgentMachine {
                 AssignJob::Rehome { lease } => {
                     self.rehome_assigned(lease, server, Some(fault), now)
                 }
+            }
+            return;
+        }
+        if let Some(lease) = job.held_lease()
+            && self.superseded(lease)
+        {
+            // Revoked (or a newer epoch held here) while the server took it: it lets it go.
+            tracing::info!(site = %self.cfg.site, bubble = lease.bubble.0, epoch = lease.epoch.0, %server, "a lease revoked while its server took it: released");
+            self.revoked.remove(&lease.bubble);
+            if self.release(&server, lease.bubble) {
+                self.ask_server(
+                    &server,
+                    Then::Nothing("release"),
+                    server::Request::Release { lease },
+                );
+            }
+            let fault = Fault::new(ErrorCode::StaleEpoch, "revoked while its server took it");
+            if let Some(token) = job.token() {
+                self.answer(token, Err(fault));
             }
             return;
         }
@@ -615,19 +650,47 @@ impl AgentMachine {
     /// Stops simulating a bubble here (revoked, committed away, refused): its servers release
     /// it and go back to the pool.
     pub(super) fn drop_bubble(&mut self, bubble: BubbleId) {
-        let Some(local) = self.bubbles.remove(&bubble) else { return };
+        self.drop_bubble_answering(bubble, None);
+    }
+
+    /// [`drop_bubble`](Self::drop_bubble); with `revoke`, each server's release answers into
+    /// that `Revoke` order ([`Then::Released`]). Returns how many servers were asked.
+    pub(super) fn drop_bubble_answering(
+        &mut self,
+        bubble: BubbleId,
+        revoke: Option<Token>,
+    ) -> usize {
+        let Some(local) = self.bubbles.remove(&bubble) else { return 0 };
         self.stop_mirror(bubble);
         self.abandon_regroup(bubble);
         self.forget_part_moves(bubble);
         self.abandon_rehome(bubble);
         self.count_bubbles();
         let lease = local.lease_ref();
+        let mut asked = 0;
         for name in local.servers() {
             if self.release(name, bubble) {
-                self.ask_server(name, Then::Nothing("release"), server::Request::Release { lease });
+                let then = match revoke {
+                    Some(token) => Then::Released { token },
+                    None => Then::Nothing("release"),
+                };
+                self.ask_server(name, then, server::Request::Release { lease });
+                asked += 1;
             }
         }
         tracing::info!(site = %self.cfg.site, bubble = bubble.0, "bubble released");
+        asked
+    }
+
+    /// A server asked to let a revoked bubble go answered (or is gone): the `Revoke` is
+    /// answered after the last.
+    pub(super) fn released(&mut self, token: Token) {
+        let Some(left) = self.revoking.get_mut(&token) else { return };
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.revoking.remove(&token);
+            self.answer(token, Ok(control::Reply::Done));
+        }
     }
 }
 

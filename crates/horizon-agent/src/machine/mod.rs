@@ -125,6 +125,9 @@ const RESYNC_GRACE: Duration = Duration::from_secs(10);
 const RESTORE_CHUNK: usize = 64 * 1024;
 /// The most servers one bubble is spread over (the brain cuts no further).
 const MAX_PARTS: usize = horizon_mesh::split::MAX_PARTS;
+/// Revoked leases remembered while their assignment may still be under way (one per bubble;
+/// the lowest bubble ids go first beyond this).
+const REVOKED_KEPT: usize = 1024;
 /// How long a ready server beyond the warm pool stays idle (holding nothing) before it is
 /// stopped: regions share servers, so servers empty out as players leave.
 const IDLE_STOP_AFTER: Duration = Duration::from_secs(30);
@@ -295,6 +298,12 @@ pub struct AgentMachine {
     regrants: BTreeMap<BubbleId, Regrant>,
     /// Bubbles being spread or brought together.
     regroups: BTreeMap<BubbleId, parts::Regroup>,
+    /// Leases the core revoked before they were held here (a `Create`, `Restore` or handover
+    /// target still being given to a server): the newest epoch per bubble, at most
+    /// [`REVOKED_KEPT`]. A server that takes one of them afterwards lets it go at once.
+    revoked: BTreeMap<BubbleId, Epoch>,
+    /// `Revoke` orders waiting for their servers' releases: how many are still to answer.
+    revoking: BTreeMap<Token, usize>,
     /// Members leaving one server of their bubble for another (a part move), each with the
     /// state that came for them meanwhile, if any (`parts.rs`): it joins them where they go,
     /// not the server letting them go, which would keep it as a second entity of theirs.
@@ -355,6 +364,8 @@ impl AgentMachine {
             restores: roles::Restores::default(),
             regrants: BTreeMap::new(),
             regroups: BTreeMap::new(),
+            revoked: BTreeMap::new(),
+            revoking: BTreeMap::new(),
             part_moves: BTreeMap::new(),
             rehomes: BTreeMap::new(),
             waiting: VecDeque::new(),

@@ -28,6 +28,12 @@ pub(super) enum Then {
         player: PlayerId,
         then: AfterLeave,
     },
+    /// A server let a bubble the core revoked go: the `Revoke` (`token`) is answered once
+    /// every server it asked has (or is gone), so that an order after it on the core's lane
+    /// (a new epoch of that bubble here) never finds the old one still ticking.
+    Released {
+        token: Token,
+    },
     /// One of the servers of a bubble being re-granted answered.
     Regranted {
         bubble: BubbleId,
@@ -96,6 +102,30 @@ pub(super) enum AssignJob {
     Rehome {
         lease: LeaseRef,
     },
+}
+
+impl AssignJob {
+    /// The lease a server takes to hold a bubble of its own (a creation, a restore, a
+    /// handover target); `None` for a part or a move within the site, under a lease held here.
+    pub(super) fn held_lease(&self) -> Option<LeaseRef> {
+        let lease = match self {
+            AssignJob::Create { lease, .. }
+            | AssignJob::Restore(RestoreJob { lease, .. })
+            | AssignJob::Standby { lease, .. } => lease,
+            AssignJob::Part { .. } | AssignJob::Rehome { .. } => return None,
+        };
+        Some(LeaseRef { bubble: lease.bubble, epoch: lease.epoch })
+    }
+
+    /// The core's order it answers, if any.
+    pub(super) fn token(&self) -> Option<Token> {
+        match self {
+            AssignJob::Create { token, .. }
+            | AssignJob::Restore(RestoreJob { token, .. })
+            | AssignJob::Standby { token, .. } => Some(*token),
+            AssignJob::Part { .. } | AssignJob::Rehome { .. } => None,
+        }
+    }
 }
 
 /// A failover's restore: the copy to feed the server once it took the bubble.

@@ -183,6 +183,12 @@ impl AgentMachine {
             Then::Assigned { server, job } => self.assigned(server, job, result, now),
             Then::Left { bubble, player, then } => self.left(bubble, player, then, result, now),
             Then::Regranted { bubble } => self.regranted(bubble, result, now),
+            Then::Released { token } => {
+                if let Err(e) = &result {
+                    tracing::debug!(%server, error = %e, "release of a revoked bubble failed: its lease ends it");
+                }
+                self.released(token);
+            }
             Then::Frozen { token, handover, bubble } => {
                 self.frozen(token, handover, bubble, result)
             }
