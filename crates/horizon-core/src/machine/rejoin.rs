@@ -137,6 +137,7 @@ impl CoreMachine {
                 r.held_at(site, h.lease.epoch.0);
             }
         }
+        let regranted_now: Vec<BubbleId> = taken_back.iter().map(|(b, _)| *b).collect();
         // The other end of such a handover registered: a target holding it is its holder; a
         // source without it never writes it again (a target registered without it too: the
         // bubble fails over now).
@@ -175,7 +176,33 @@ impl CoreMachine {
         // Such a bubble may be this site's still, under an epoch a `Regrant` lost with the old
         // connection replaced: it runs there, within its lease, until the `Revoke`. It fails
         // over once that is done (`handed_on`), not now (seed 201719: two writers).
+        // Held here under an epoch the core has moved on from, by a `Regrant` lost with the
+        // old connection (a region moving to another server of the site, `rehome.rs`): its
+        // server may still run it. Revoked on the ordered lane, it fails over once the agent
+        // answered, its servers having let it go (`handed_on`), not now: a restore elsewhere
+        // meanwhile would be a second writer (I2, chaos seed 1411 with `--drains`).
+        let superseded: Vec<LeaseRef> = stop
+            .iter()
+            .filter(|l| {
+                self.registry.get(&l.bubble).is_some_and(|r| {
+                    r.site() == site
+                        && r.settled()
+                        && r.fallback().is_none()
+                        && r.epoch() != l.epoch.0
+                        && !regranted_now.contains(&l.bubble)
+                })
+            })
+            .copied()
+            .collect();
+        stop.retain(|l| !superseded.contains(l));
         let mut handing_on = Vec::new();
+        for lease in superseded {
+            let revoke = self.order(site, control::Request::Revoke { leases: vec![lease] });
+            if let Some(r) = self.registry.get(&lease.bubble) {
+                self.track(revoke, super::Awaiting::HandedOn(lease.bubble, r.epoch()));
+                handing_on.push(lease.bubble);
+            }
+        }
         for lease in hand_over {
             let departed = self.remembered_departures(lease.bubble);
             self.order(site, control::Request::Members { lease, players: Vec::new(), departed });
@@ -208,7 +235,6 @@ impl CoreMachine {
         for bubble in confirmed {
             self.persist_lease(bubble);
         }
-        let regranted_now: Vec<BubbleId> = taken_back.iter().map(|(b, _)| *b).collect();
         for (bubble, epoch) in taken_back {
             self.abandon_move(bubble, site, epoch, now);
         }
