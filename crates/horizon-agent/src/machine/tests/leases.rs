@@ -295,3 +295,41 @@ fn a_registration_answer_stopping_an_old_epoch_leaves_the_bubble_restored_here_s
     let local = h.m.bubbles.get(&BubbleId(1)).expect("the restored bubble stays");
     assert_eq!(local.lease().epoch, Epoch(2), "under the newer epoch");
 }
+
+/// Chaos seed 1170 (I2): the core drained an ended bubble twice in a row on one site, its
+/// `Revoke` answered at once; the next order of its lane (the bubble again, under a newer
+/// epoch) ran on another server while the old one, its request lane busy, still ticked.
+#[test]
+fn a_revoke_is_answered_once_the_bubbles_server_has_let_it_go() {
+    let mut h = Harness::new(1);
+    h.register();
+    h.server_ready("mtl-gs-0");
+    let (_, out) = h.order(create(1));
+    h.answer_servers(out, done);
+    let (token, out) = h.order(control::Request::Revoke { leases: vec![lref(1)] });
+    assert!(answers(&out).is_empty(), "not before the server let go: {out:?}");
+    let (seen, out) = h.answer_servers_seen(out, done);
+    assert!(
+        seen.iter().any(|(s, r)| s == "mtl-gs-0" && matches!(r, server::Request::Release { .. }))
+    );
+    assert_eq!(answers(&out), [(token, Ok(control::Reply::Done))]);
+}
+
+#[test]
+fn a_lease_revoked_while_its_server_takes_it_is_let_go_and_never_held() {
+    let mut h = Harness::new(1);
+    h.register();
+    h.server_ready("mtl-gs-0");
+    h.effects();
+    // The server has not answered the assignment when the core revokes the lease.
+    let (token, assigning) = h.order(create(1));
+    let (_, out) = h.order(control::Request::Revoke { leases: vec![lref(1)] });
+    assert_eq!(answers(&out).len(), 1, "nothing held: answered at once");
+    let (seen, out) = h.answer_servers_seen(assigning, done);
+    assert!(
+        seen.iter().any(|(_, r)| matches!(r, server::Request::Release { .. })),
+        "the server lets it go: {seen:?}"
+    );
+    assert_eq!(answers(&out), [(token, Err(ErrorCode::StaleEpoch))]);
+    assert!(!h.m.bubbles.contains(&BubbleId(1)));
+}
