@@ -40,8 +40,10 @@ pub(super) enum AfterRegroup {
     PrepareSource { token: Token, handover: HandoverId, target: Name, lease: Lease },
     /// The whole region moves off `from`, an overfull server; `rounds` of moves so far.
     Relieve { from: Name, rounds: u32 },
-    /// The part on `from`, a server that is stopping, moves to another server (`drain.rs`).
-    Drain { from: Name },
+    /// The part on `from`, a server that is stopping, moves to another server (`drain.rs`):
+    /// taken last, it goes back to index `at` once there, so that every part keeps the index
+    /// (and the box) the core knows it by, its copies included.
+    Drain { from: Name, at: usize },
 }
 
 impl AfterRegroup {
@@ -140,7 +142,7 @@ impl AgentMachine {
             // Every part on a server taken now.
             AfterRegroup::Relieve { .. } => Vec::new(),
             // The parts that stay, in order: the last part's server is taken now.
-            AfterRegroup::Drain { from } => {
+            AfterRegroup::Drain { from, .. } => {
                 local.servers().filter(|s| *s != from).cloned().collect()
             }
             _ => local.servers().cloned().collect(),
@@ -271,7 +273,14 @@ impl AgentMachine {
             return;
         };
         let parts = regroup.regions.len();
-        let keep: Vec<Name> = regroup.servers[..parts].to_vec();
+        let mut keep: Vec<Name> = regroup.servers[..parts].to_vec();
+        if let AfterRegroup::Drain { at, .. } = regroup.then
+            && at < parts
+        {
+            // The stopping server's part, taken last, back at its index.
+            keep[at..].rotate_right(1);
+            regroup.regions[at..].rotate_right(1);
+        }
         // A region moving whole: players who joined its old server meanwhile (a crossing that
         // came, a fresh start) move too, in another round.
         if let AfterRegroup::Relieve { rounds, .. } = &mut regroup.then {
@@ -331,7 +340,7 @@ impl AgentMachine {
             AfterRegroup::PrepareSource { token, handover, target, lease } => {
                 self.prepare_source(token, handover, lease.bubble, target, lease)
             }
-            AfterRegroup::Drain { from } => {
+            AfterRegroup::Drain { from, .. } => {
                 self.stats.regions_moved.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(site = %self.cfg.site, bubble = bubble.0, %from, "part of a spread bubble moved off a stopping server");
             }
@@ -494,7 +503,7 @@ impl AgentMachine {
                 (p, staying.iter().position(|s| *s == on).unwrap_or(staying.len()))
             })
             .collect();
-        let then = AfterRegroup::Drain { from: from.clone() };
+        let then = AfterRegroup::Drain { from: from.clone(), at };
         self.start_regroup(bubble, regions, place, then, now).is_ok()
     }
 }

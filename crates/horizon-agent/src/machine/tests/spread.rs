@@ -300,8 +300,8 @@ fn a_stopping_server_hands_its_part_of_a_spread_bubble_to_another_and_the_other_
     assert_eq!(joined.into_inner(), [(1, vec![4])], "with the state it left with");
     let local = &h.m.bubbles[&BubbleId(1)];
     let servers: Vec<&Name> = local.servers().collect();
-    assert_eq!(servers, [&n("mtl-gs-1"), &n("mtl-gs-2")]);
-    assert_eq!(local.part_regions(), [parts[1], parts[0]], "each part keeps its box");
+    assert_eq!(servers, [&n("mtl-gs-2"), &n("mtl-gs-1")], "the new server in the old one's place");
+    assert_eq!(local.part_regions(), parts, "each part keeps its index and its box");
     assert_eq!(local.server_of(PlayerId(1)), &n("mtl-gs-2"));
     assert_eq!(local.server_of(PlayerId(2)), &n("mtl-gs-1"));
     assert!(h.m.fleet.get(&n("mtl-gs-0")).is_some_and(|s| s.regions().is_empty()), "released");
