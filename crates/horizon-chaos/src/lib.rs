@@ -36,8 +36,20 @@ pub const REGRESSION_SEEDS: &[u64] = &[
     9004673, 9010789, 9011017, 9012505, 9013548, 9013801, 9014480, 9015372, 9016462, 9016699,
     9017558, 9100483, 9106018, 9201977, 9410322, 9413471, 9500520, 9500642, 9502119, 9503306,
     9504646, 9505303, 9506328, 9506520, 9508320, 9509257, 100159, 101501, 101780, 201286, 201719,
-    9216820,
+    9216820, 1170,
 ];
+
+/// Seeds that once broke an invariant with `drains` and `overlapping`, replayed by
+/// `--regressions` in that mode (besides the mode's list without `drains`). 1411, 2627: a
+/// drained server's region moving within its site under a newer epoch, the regrant lost with
+/// the core's connection; at the registration the bubble failed over at once while the old
+/// server still ran it (I2).
+pub const DRAINS_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[1411, 2627];
+
+/// Seeds that once broke an invariant with `drains`, `standby` and `overlapping`, replayed by
+/// `--regressions` in that mode. 1196: a drained part moved to the end of its bubble's parts,
+/// shifting the others: copies labelled by part mixed two layouts (I4).
+pub const DRAINS_STANDBY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[1196];
 
 /// What to run.
 #[derive(Clone, Debug)]

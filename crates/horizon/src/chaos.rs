@@ -6,9 +6,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use horizon_chaos::{
-    ChaosOptions, OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS,
-    RELAY_OVERLAPPING_REGRESSION_SEEDS, RELAY_REGRESSION_SEEDS, Run,
-    STANDBY_OVERLAPPING_REGRESSION_SEEDS, STANDBY_REGRESSION_SEEDS, Stage, Summary,
+    ChaosOptions, DRAINS_OVERLAPPING_REGRESSION_SEEDS, DRAINS_STANDBY_OVERLAPPING_REGRESSION_SEEDS,
+    OVERLAPPING_REGRESSION_SEEDS, REGRESSION_SEEDS, RELAY_OVERLAPPING_REGRESSION_SEEDS,
+    RELAY_REGRESSION_SEEDS, Run, STANDBY_OVERLAPPING_REGRESSION_SEEDS, STANDBY_REGRESSION_SEEDS,
+    Stage, Summary,
 };
 
 #[derive(Debug, clap::Args)]
@@ -105,7 +106,12 @@ pub(crate) fn chaos(args: Args, logs: crate::daemons::LogFormat) -> ExitCode {
             (Stage::Dynamic, true) => OVERLAPPING_REGRESSION_SEEDS,
             (Stage::Dynamic, false) => REGRESSION_SEEDS,
         };
-        for &seed in seeds {
+        let drained: &[u64] = match (opts.drains, opts.standby, opts.overlapping) {
+            (true, true, true) => DRAINS_STANDBY_OVERLAPPING_REGRESSION_SEEDS,
+            (true, false, true) => DRAINS_OVERLAPPING_REGRESSION_SEEDS,
+            _ => &[],
+        };
+        for &seed in seeds.iter().chain(drained) {
             if !(args.first_seed..args.first_seed + args.seeds).contains(&seed) {
                 runs.push(horizon_chaos::run_seed(seed, &opts));
             }

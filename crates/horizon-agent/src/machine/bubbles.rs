@@ -88,9 +88,28 @@ impl AgentMachine {
         Ok(())
     }
 
+    /// The core's `Revoke` (`token`) of `leases`: each held here is dropped, its servers asked
+    /// to let it go; `true` when the order is answered after them ([`Then::Released`]), so that
+    /// the next order of the core's lane (a newer epoch of the bubble here) never finds the old
+    /// one ticking. A lease not held is perhaps still being given to a server: remembered.
+    pub(super) fn revoke(&mut self, token: Token, leases: Vec<LeaseRef>) -> bool {
+        let mut asked = 0;
+        for l in leases {
+            if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease().epoch == l.epoch) {
+                asked += self.drop_bubble_answering(l.bubble, Some(token));
+            } else {
+                self.revoked_early(l);
+            }
+        }
+        if asked > 0 {
+            self.revoking.insert(token, asked);
+        }
+        asked > 0
+    }
+
     /// The core revoked `lease`, not held here: if it is being given to a server, that server
     /// lets it go when it has taken it (see [`AgentMachine::assigned`]).
-    pub(super) fn revoked_early(&mut self, lease: LeaseRef) {
+    fn revoked_early(&mut self, lease: LeaseRef) {
         let newest = self.revoked.entry(lease.bubble).or_insert(lease.epoch);
         *newest = (*newest).max(lease.epoch);
         while self.revoked.len() > REVOKED_KEPT {
@@ -655,7 +674,7 @@ impl AgentMachine {
 
     /// [`drop_bubble`](Self::drop_bubble); with `revoke`, each server's release answers into
     /// that `Revoke` order ([`Then::Released`]). Returns how many servers were asked.
-    pub(super) fn drop_bubble_answering(
+    fn drop_bubble_answering(
         &mut self,
         bubble: BubbleId,
         revoke: Option<Token>,

@@ -421,18 +421,8 @@ impl AgentMachine {
                 }
             }
             R::Revoke { leases } => {
-                let mut asked = 0;
-                for l in leases {
-                    if self.bubbles.get(&l.bubble).is_some_and(|b| b.lease().epoch == l.epoch) {
-                        asked += self.drop_bubble_answering(l.bubble, Some(token));
-                    } else {
-                        // Perhaps still being given to a server: it must not run once taken.
-                        self.revoked_early(l);
-                    }
-                }
-                if asked > 0 {
+                if self.revoke(token, leases) {
                     // Answered once its servers have let go (`bubbles.rs::released`).
-                    self.revoking.insert(token, asked);
                     return;
                 }
                 Ok(control::Reply::Done)
