@@ -674,11 +674,7 @@ impl AgentMachine {
 
     /// [`drop_bubble`](Self::drop_bubble); with `revoke`, each server's release answers into
     /// that `Revoke` order ([`Then::Released`]). Returns how many servers were asked.
-    fn drop_bubble_answering(
-        &mut self,
-        bubble: BubbleId,
-        revoke: Option<Token>,
-    ) -> usize {
+    fn drop_bubble_answering(&mut self, bubble: BubbleId, revoke: Option<Token>) -> usize {
         let Some(local) = self.bubbles.remove(&bubble) else { return 0 };
         self.stop_mirror(bubble);
         self.abandon_regroup(bubble);
