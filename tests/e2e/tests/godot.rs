@@ -1,9 +1,9 @@
 //! The mesh with every game server a real headless Godot 3.2.3 (`godot3-server`, which tests/run
 //! installs) running the GDScript reference game (godot/reference) behind `horizon
 //! godot-server`: a group handed over from a Godot server in Montreal to one in Hong Kong, a
-//! Paris crowd cutting PAR's zone over several Godot servers, and a Godot engine killed under
-//! its players — each
-//! checked by the simulated players exactly as with the Rust game server.
+//! Paris crowd cutting PAR's zone over several Godot servers, a Godot engine killed under its
+//! players, and the group's Godot server told to stop (it drains the group to another one) —
+//! each checked by the simulated players exactly as with the Rust game server.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,7 +36,7 @@ fn alive(pid: u32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_killed_one() {
+async fn godot_servers_hand_over_spread_a_crowd_restart_a_killed_one_and_drain_a_stopped_one() {
     let dir = std::env::temp_dir().join(format!("horizon-godot-{}", std::process::id()));
     let project = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../godot/reference");
     let mut opts = SandboxOptions::three_sites(
@@ -124,6 +124,24 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     })
     .await;
     let restored_after = at.elapsed();
+    // The group's Godot server in Hong Kong is told to stop (SIGTERM, as a pod's deletion
+    // sends): its sidecar drains the bubble to another Godot server of HKG, state and all.
+    let host = id("mtl-host").expect("the host joined");
+    let before = sandbox.core.status().await.expect("status");
+    let (group, group_epoch, group_site, group_server) = holder_of(&before, host).expect("held");
+    let (group_sidecar, _) = sandbox
+        .server_processes(&group_site)
+        .into_iter()
+        .find(|(_, name)| *name == group_server)
+        .expect("the group's game server");
+    assert!(sandbox.stop_server(&group_site, &group_server), "{group_server} told to stop");
+    let drained = wait_for(&sandbox, 15, |s| {
+        let (b, e, site, now) = holder_of(s, host)?;
+        (b == group && e > group_epoch && now != group_server).then_some(site)
+    })
+    .await;
+    let drained_sidecar_gone =
+        wait_for(&sandbox, 15, |_| (!alive(group_sidecar)).then_some(())).await.is_some();
     tokio::time::sleep(Duration::from_secs(4)).await;
     let after = sandbox.core.status().await.expect("status");
     let sidecar_gone = !alive(sidecar);
@@ -147,6 +165,14 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
     assert!(restored_after < Duration::from_secs(3), "restarted after {restored_after:?}");
     assert_eq!(after.failovers.get("MTL"), Some(&1), "{:?}", after.failovers);
     assert!(orphans.is_empty(), "Godot engines outlived their servers: {orphans:?}");
+    assert_eq!(drained.as_deref(), Some(group_site.as_str()), "drained within its site");
+    assert!(drained_sidecar_gone, "the stopping sidecar exited once it held nothing");
+    let failed_over = after.failovers.get(&group_site).copied().unwrap_or(0);
+    assert_eq!(failed_over, 0, "a drain, no failover");
+    for guest in ["mtl-host", "hkg-guest-0", "hkg-guest-1", "hkg-guest-2"] {
+        let r = &reports[guest];
+        assert_eq!(r.restores_seen, 0, "{guest} never went back to a copy: {r:?}");
+    }
     for r in reports.values() {
         assert_eq!(r.error, None, "{}", r.name);
         assert!(r.inputs_sent > 50 && r.chain_checked > 50, "{} played: {r:?}", r.name);
@@ -162,7 +188,7 @@ async fn godot_servers_hand_over_across_sites_spread_a_crowd_and_restart_a_kille
         "the lone player's simulation went back to the copy: {lone:?}"
     );
     eprintln!(
-        "godot: handover gap {:.0} ms, engine kill → restarted in {restored_after:?}, lone gap {:.0} ms",
+        "godot: handover and drain gap {:.0} ms, engine kill → restarted in {restored_after:?}, lone gap {:.0} ms",
         reports["hkg-guest-0"].max_gap_ms, lone.max_gap_ms
     );
 }
