@@ -489,8 +489,9 @@ impl AgentMachine {
         if servers.len() < 2 || local.part_regions().len() != servers.len() {
             return false;
         }
-        // The stopping server's part last, the new server it is taken for: the others keep
-        // their places (their index among the servers that stay).
+        // A regroup takes new servers at the end: the stopping server's part goes last while
+        // it moves (each member placed by the index of the server it stays on, or the new
+        // one), and back to index `at` when done (`finish_regroup`).
         let mut regions = local.part_regions().to_vec();
         let moving = regions.remove(at);
         regions.push(moving);

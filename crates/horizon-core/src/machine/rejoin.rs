@@ -173,9 +173,6 @@ impl CoreMachine {
                 stop.push(h.lease);
             }
         }
-        // Such a bubble may be this site's still, under an epoch a `Regrant` lost with the old
-        // connection replaced: it runs there, within its lease, until the `Revoke`. It fails
-        // over once that is done (`handed_on`), not now (seed 201719: two writers).
         // Held here under an epoch the core has moved on from, by a `Regrant` lost with the
         // old connection (a region moving to another server of the site, `rehome.rs`): its
         // server may still run it. Revoked on the ordered lane, it fails over once the agent
@@ -203,6 +200,9 @@ impl CoreMachine {
                 handing_on.push(lease.bubble);
             }
         }
+        // Such a bubble may be this site's still, under an epoch a `Regrant` lost with the old
+        // connection replaced: it runs there, within its lease, until the `Revoke`. It fails
+        // over once that is done (`handed_on`), not now (seed 201719: two writers).
         for lease in hand_over {
             let departed = self.remembered_departures(lease.bubble);
             self.order(site, control::Request::Members { lease, players: Vec::new(), departed });
@@ -244,7 +244,8 @@ impl CoreMachine {
         // What this site ran and no longer holds (its agent restarted, or a server died while
         // it was away) fails over now, not at its lease's end. Held under the epoch a `Regrant`
         // replaces counts only when that regrant goes out now, on this connection: one sent on
-        // the connection that died is lost, and the bubble is in `stop` above.
+        // the connection that died is lost: the older epoch is revoked above (`superseded`),
+        // and the bubble fails over once that is done.
         let missing: Vec<LeaseRef> = self
             .registry
             .iter()

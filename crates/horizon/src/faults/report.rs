@@ -192,6 +192,31 @@ pub(crate) fn report(r: &Running, bots: &[BotReport], run_end: f64) -> serde_jso
 mod tests {
     use super::*;
     use crate::faults::Fault;
+    use crate::faults::carry::Moves;
+
+    /// `fault`, begun at `started_at` with `players` affected (bots 0..), `moves` counted then,
+    /// looked at as `observed`.
+    fn running(
+        fault: Fault,
+        started_at: f64,
+        players: usize,
+        observed: Observed,
+        moves: Moves,
+    ) -> Running {
+        Running {
+            fault,
+            started_at,
+            affected: (0..players).map(|i| (i, 0, 0)).collect(),
+            problem: None,
+            generation: None,
+            bubbles: Vec::new(),
+            observed: Some(observed),
+            relayed: (0, 0),
+            lapsed: (0, 0),
+            moves,
+            takeover: None,
+        }
+    }
 
     /// Six players touched by a partition: one resumed on PAR, one resumed but in no bubble
     /// when the mesh was looked at, one never heard of again, one whose session it ended and
@@ -212,28 +237,12 @@ mod tests {
             // Its session ended later, by another fault (an agent restarted): resumed here.
             BotReport { sessions_ended: 1, ..played.clone() },
         ];
-        let r = Running {
-            fault,
-            started_at,
-            affected: (0..bots.len()).map(|i| (i, 0, 0)).collect(),
-            problem: None,
-            generation: None,
-            bubbles: Vec::new(),
-            observed: Some(Observed {
-                placed: [(0, "PAR".to_string()), (3, "PAR".to_string()), (5, "MTL".to_string())]
-                    .into(),
-                sessions: [(0, 0), (1, 0), (2, 0), (3, 1), (4, 0), (5, 0)].into(),
-                generation: None,
-                bubbles: Vec::new(),
-                relayed: (0, 0),
-                lapsed: (0, 0),
-                moves: Default::default(),
-            }),
-            relayed: (0, 0),
-            lapsed: (0, 0),
-            moves: Default::default(),
-            takeover: None,
+        let observed = Observed {
+            placed: [(0, "PAR".to_string()), (3, "PAR".to_string()), (5, "MTL".to_string())].into(),
+            sessions: [(0, 0), (1, 0), (2, 0), (3, 1), (4, 0), (5, 0)].into(),
+            ..Default::default()
         };
+        let r = running(fault, started_at, bots.len(), observed, Moves::default());
         let doc = report(&r, &bots, 1_201.0);
         assert_eq!(doc["players_affected"], 6);
         assert_eq!(doc["resumed_on"], serde_json::json!({ "PAR": 1, "MTL": 1 }));
@@ -241,5 +250,36 @@ mod tests {
         assert_eq!(doc["never_resumed"], 1);
         assert_eq!(doc["sessions_ended"], 1);
         assert_eq!(doc["left_game"], 1);
+    }
+
+    /// A server told to stop: three players, one who saw a 150 ms move, one whose view went
+    /// back to a copy (restored), one untouched; the core restored one region meanwhile and
+    /// the agents counted one drain that failed over. A silence under 500 ms is a move, not a
+    /// stop: nobody "resumed" late.
+    #[test]
+    fn a_drain_reports_its_restores_moves_and_longest_silence() {
+        let started_at = 1_000.0;
+        let fault =
+            Fault { kind: FaultKind::DrainServer { site: "MTL".into() }, at_s: 30.0, for_s: 0.0 };
+        let played = BotReport { joined: true, last_update_at: 1_200.0, ..Default::default() };
+        let bots = vec![
+            BotReport { gaps: vec![(1_000.2, 150.0)], ..played.clone() },
+            BotReport { restores_seen: 1, gaps: vec![(1_000.1, 420.0)], ..played.clone() },
+            played.clone(),
+        ];
+        let moves = |restores: u64, seen: &[u64], failed_over: u64| Moves {
+            core_restores: restores,
+            restores_seen: seen.iter().copied().enumerate().collect(),
+            drains_moved: 0,
+            drains_failed_over: failed_over,
+        };
+        let observed = Observed { moves: moves(3, &[0, 1, 0], 1), ..Default::default() };
+        let r = running(fault, started_at, bots.len(), observed, moves(2, &[0, 0, 0], 0));
+        let doc = report(&r, &bots, 1_201.0);
+        assert_eq!(doc["restores"], 1);
+        assert_eq!(doc["players_restored"], 1);
+        assert_eq!(doc["drains"], serde_json::json!({"moved": 0, "failed_over": 1}));
+        assert_eq!(doc["longest_gap_ms"], 420.0);
+        assert_eq!(doc["resumed_after_s"]["max"], 0.0, "moves, not stops");
     }
 }
