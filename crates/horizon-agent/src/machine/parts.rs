@@ -476,18 +476,17 @@ impl AgentMachine {
     }
 
     /// Moves the part of spread `bubble` that `from` (stopping) simulates to another ready
-    /// server, with its members' states; the other parts stay where they are. `false` when it
-    /// cannot start now (not spread over `from`, or busy): tried again at the next
-    /// housekeeping.
-    pub(super) fn drain_part(&mut self, bubble: BubbleId, from: &Name, now: Instant) -> bool {
+    /// server, with its members' states; the other parts stay where they are. When it cannot
+    /// start now (not spread over `from`, or busy), it is tried again at the next housekeeping.
+    pub(super) fn drain_part(&mut self, bubble: BubbleId, from: &Name, now: Instant) {
         if !self.steady(bubble) {
-            return false;
+            return;
         }
-        let Some(local) = self.bubbles.get(&bubble) else { return false };
+        let Some(local) = self.bubbles.get(&bubble) else { return };
         let servers: Vec<&Name> = local.servers().collect();
-        let Some(at) = servers.iter().position(|s| *s == from) else { return false };
+        let Some(at) = servers.iter().position(|s| *s == from) else { return };
         if servers.len() < 2 || local.part_regions().len() != servers.len() {
-            return false;
+            return;
         }
         // A regroup takes new servers at the end: the stopping server's part goes last while
         // it moves (each member placed by the index of the server it stays on, or the new
@@ -505,6 +504,8 @@ impl AgentMachine {
             })
             .collect();
         let then = AfterRegroup::Drain { from: from.clone(), at };
-        self.start_regroup(bubble, regions, place, then, now).is_ok()
+        if let Err(fault) = self.start_regroup(bubble, regions, place, then, now) {
+            tracing::debug!(site = %self.cfg.site, bubble = bubble.0, error = %fault.message, "a stopping server's part not moved yet");
+        }
     }
 }
