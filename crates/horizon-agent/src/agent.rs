@@ -290,6 +290,9 @@ struct ServerIo {
 
 struct PlayerIo {
     conn: Conn<Gateway>,
+    /// The account its signed token named: what the resumption credentials this gateway
+    /// signs for the connection's player are bound to.
+    account: Name,
     /// Opened at the first item for the player.
     out: Option<Outbound<gateway::Item>>,
 }
@@ -322,7 +325,8 @@ struct Shell {
     next_token: Token,
     core_orders: HashMap<Token, InboundRequest<Control>>,
     server_requests: HashMap<Token, InboundRequest<Server>>,
-    player_requests: HashMap<Token, InboundRequest<Gateway>>,
+    /// Each with the connection it came on.
+    player_requests: HashMap<Token, (ConnId, InboundRequest<Gateway>)>,
     peer_requests: HashMap<Token, InboundRequest<Transfer>>,
     servers: HashMap<Name, ServerIo>,
     players: HashMap<ConnId, PlayerIo>,

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use horizon_proto::ChannelId;
-use horizon_transport::credential::{Keyring, Kind, SharedKeyring};
+use horizon_proto::{ChannelId, Name, PlayerId};
+use horizon_transport::credential::{Keyring, Kind, Resumption, SharedKeyring};
 use horizon_transport::reload::{self, ReloadCause};
 use horizon_transport::tls::{self, Identity, Roots};
 use horizon_transport::{Limits, ServerTls};
@@ -14,10 +14,15 @@ use tokio::sync::mpsc;
 
 use crate::config::AgentConfig;
 use crate::events::{AgentError, Event};
+use crate::machine;
 
 /// How long a token the agent mints for one of its game servers is valid. The key that
 /// signs it lives only in this agent's memory, so the token dies with the agent anyway.
 const SERVER_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How long a resumption credential is valid: a client asks its gateway for a fresh one
+/// (`gateway::Request::Credential`) well within it (docs/protocol.md).
+pub(crate) const RESUME_TTL: Duration = Duration::from_secs(3600);
 
 /// What a reload touches: the files (from the config), the listeners, the keyrings.
 pub(crate) struct Credentials {
@@ -56,6 +61,34 @@ impl Credentials {
     pub(crate) fn server_token(&self, name: &str) -> Result<String, String> {
         let until = SystemTime::now() + SERVER_TOKEN_TTL;
         self.server_keys.current().mint(Kind::Server, name, until).map_err(|e| e.to_string())
+    }
+
+    /// A resumption credential for `player` of `account`, homed at this site, signed with the
+    /// site's player keys (any gateway of the site verifies it, a restarted one too).
+    pub(crate) fn resume_credential(&self, player: PlayerId, account: &Name) -> Result<String, String> {
+        let r = Resumption {
+            site: self.cfg.site.to_string(),
+            player: player.0,
+            account: account.to_string(),
+        };
+        let until = SystemTime::now() + RESUME_TTL;
+        self.player_keys.current().mint_resume(&r, until).map_err(|e| e.to_string())
+    }
+
+    /// What a resumption credential claims, if it is signed with the site's player keys and
+    /// current; why not otherwise.
+    pub(crate) fn check_resume(&self, token: &str) -> Result<machine::Resumption, String> {
+        let r = self
+            .player_keys
+            .current()
+            .verify_resume(token, SystemTime::now())
+            .map_err(|e| e.to_string())?;
+        let name = |s: String| Name::new(s).map_err(|e| e.to_string());
+        Ok(machine::Resumption {
+            site: name(r.site)?,
+            player: PlayerId(r.player),
+            account: name(r.account)?,
+        })
     }
 
     /// Reads every file again and builds the TLS settings from them; why not, naming the file.

@@ -113,6 +113,13 @@ impl PlayerSession {
         }
     }
 
+    /// The session of a player whose gateway restarted, kept until its client resumes it:
+    /// its inputs up to `covered` are in a stored copy, so its client sends again from the
+    /// next one (nothing of the old gateway's kept inputs survived).
+    pub(crate) fn resumed(now: Instant, covered: Seq) -> Self {
+        PlayerSession { acked: covered, covered, ..PlayerSession::new(now) }
+    }
+
     pub(crate) fn route(&self) -> Option<&(BubbleId, Name)> {
         self.route.as_ref()
     }

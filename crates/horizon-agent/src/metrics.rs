@@ -128,7 +128,7 @@ const COUNTERS: &[(&str, &str, Field)] = &[
     ),
     (
         "horizon_agent_resumes_total",
-        "Players who reconnected from the same client and resumed as themselves.",
+        "Players who reconnected and resumed as themselves (the same client, or a resumption credential after their gateway restarted).",
         |s| &s.resumes,
     ),
     ("horizon_agent_updates_total", "World updates delivered to this site's players.", |s| {
@@ -189,7 +189,25 @@ const LABELLED_COUNTERS: &[(&str, &str, (&str, &str), Field)] = &[
     ("horizon_agent_drains_total", DRAINS_HELP, ("outcome", "failed_over"), |s| {
         &s.drains_failed_over
     }),
+    ("horizon_agent_resumes_refused_total", RESUMES_REFUSED_HELP, ("reason", "invalid"), |s| {
+        &s.resumes_refused_invalid
+    }),
+    ("horizon_agent_resumes_refused_total", RESUMES_REFUSED_HELP, ("reason", "other_site"), |s| {
+        &s.resumes_refused_other_site
+    }),
+    (
+        "horizon_agent_resumes_refused_total",
+        RESUMES_REFUSED_HELP,
+        ("reason", "other_account"),
+        |s| &s.resumes_refused_other_account,
+    ),
+    ("horizon_agent_resumes_refused_total", RESUMES_REFUSED_HELP, ("reason", "unknown"), |s| {
+        &s.resumes_refused_unknown
+    }),
 ];
+
+/// What a refused resumption counts by: why.
+const RESUMES_REFUSED_HELP: &str = "Resumption credentials refused, by reason: invalid (forged, expired, malformed, or signed by a key this site lacks), other_site (another site's session), other_account (the connection's account is not the credential's), unknown (the player left or its session ended).";
 
 /// Gauges: (name, help, field).
 const GAUGES: &[(&str, &str, Field)] = &[

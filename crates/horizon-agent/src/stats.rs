@@ -69,8 +69,15 @@ pub struct AgentStats {
     /// unreachable for a whole lease, or a renewal refused): each one's players waited for a
     /// failover. 0 through a core's restart or a standby's takeover.
     pub leases_lapsed: AtomicU64,
-    /// Players who reconnected from the same client and resumed as themselves.
+    /// Players who reconnected and resumed as themselves (the same client, or a resumption
+    /// credential).
     pub resumes: AtomicU64,
+    /// `Resume`s refused, by reason: a credential forged, expired or malformed; another
+    /// site's; another account's; for a player no longer in the game here.
+    pub resumes_refused_invalid: AtomicU64,
+    pub resumes_refused_other_site: AtomicU64,
+    pub resumes_refused_other_account: AtomicU64,
+    pub resumes_refused_unknown: AtomicU64,
     pub updates_delivered: AtomicU64,
     /// Players' own states delivered to this site's players ahead of their tick's update.
     pub own_delivered: AtomicU64,

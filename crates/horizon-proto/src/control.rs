@@ -281,6 +281,11 @@ pub enum Reply {
         stop: Vec<LeaseRef>,
         /// The other sites' agents, for probes and transfers.
         peers: Vec<Peer>,
+        /// The players who entered the game at this site's gateway and have not left, as the
+        /// core knows them (at most [`MAX_HOMED`]). An agent that just started (it knows
+        /// nobody) keeps them for their clients to resume (`gateway::Request::Resume`); one
+        /// that knew its players already ignores the list.
+        homed: Vec<HomedPlayer>,
     },
     /// To `Renew`: `granted` run for `ttl_ms` from the renewal's send time; the others must stop.
     Renewed { ttl_ms: u32, granted: Vec<LeaseRef>, refused: Vec<LeaseRef> },
@@ -326,6 +331,21 @@ pub struct Member {
     /// The player comes from another bubble, whose holder sends their state (a `Cross`);
     /// `false` for a fresh connection (empty state, no input applied yet).
     pub crossing: bool,
+}
+
+/// Players in one `Registered` list at most: a site with more (far beyond its pool's
+/// capacity) has the rest join again as new players after a restart of its agent.
+pub const MAX_HOMED: usize = 6144;
+
+/// A player of the registering site, as the core knows them (see `Reply::Registered`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HomedPlayer {
+    pub sample: PlayerSample,
+    /// The bubble simulating them, and the site holding it.
+    pub route: Option<(BubbleId, Name)>,
+    /// The highest of their inputs a stored copy holds (0: none): a restore brings back no
+    /// input after it, so their client sends again from the next one.
+    pub covered: Seq,
 }
 
 /// A player connected at this site, and the bubble simulating them (if routed).
@@ -433,3 +453,40 @@ kinds!(Backup {
     Part => "backup_part",
     Covers => "backup_covers",
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{MAX_FRAME_BYTES, MAX_NAME_BYTES, PROTOCOL_VERSION, to_frame};
+    use crate::types::RequestId;
+
+    #[test]
+    fn a_registration_answer_with_the_most_homed_players_of_the_longest_fields_fits_a_frame() {
+        let far = Vec3 { x: f64::MAX, y: f64::MIN, z: 1e300 };
+        let site = Name::new("s".repeat(MAX_NAME_BYTES)).unwrap();
+        let worst = HomedPlayer {
+            sample: PlayerSample {
+                player: PlayerId(u64::MAX),
+                access_rtt_ms: f32::MAX,
+                role: Role::Pilot,
+                world: crate::types::WorldId(u32::MAX),
+                pos: far,
+                vel: far,
+            },
+            route: Some((BubbleId(u64::MAX), site)),
+            covered: Seq(u64::MAX),
+        };
+        let reply = Reply::Registered {
+            generation: u32::MAX,
+            tick_ms: u32::MAX,
+            keep: Vec::new(),
+            stop: Vec::new(),
+            peers: Vec::new(),
+            homed: vec![worst; MAX_HOMED],
+        };
+        let frame = crate::channel::ReplyFrame { id: RequestId(u64::MAX), result: Ok(reply) };
+        let frame = to_frame(&frame, PROTOCOL_VERSION, ChannelId::Control, MAX_FRAME_BYTES);
+        let len = frame.map(|f| f.len()).unwrap_or(usize::MAX);
+        assert!(len < MAX_FRAME_BYTES - 64 * 1024, "{len} bytes");
+    }
+}

@@ -14,6 +14,9 @@ use crate::types::{
 };
 use crate::{control, gateway, server, transfer};
 
+/// A resumption credential as a gateway signs one (docs/security.md).
+const RESUME: &str = "hz1.resume.MTL:5:alice.1893456000.k1.bWFjLW9mLXRoZS1ib2R5LXNpZ25lZC13aXRoLWsx";
+
 /// A named frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fixture {
@@ -358,6 +361,18 @@ pub fn all() -> Vec<Fixture> {
                     site: name("HKG"),
                     transfer_addr: "10.0.2.2:7401".to_owned(),
                 }],
+                homed: vec![control::HomedPlayer {
+                    sample: control::PlayerSample {
+                        player: PlayerId(5),
+                        access_rtt_ms: 21.5,
+                        role: Role::Pilot,
+                        world: WorldId(1),
+                        pos,
+                        vel,
+                    },
+                    route: Some((BubbleId(41), name("MTL"))),
+                    covered: Seq(77),
+                }],
             },
             control::Reply::Renewed { ttl_ms: 30_000, granted: vec![lref], refused: vec![] },
             control::Reply::Prepared { handover },
@@ -500,10 +515,18 @@ pub fn all() -> Vec<Fixture> {
             gateway::Request::SetRole { role: Role::Pilot },
             gateway::Request::Leave,
             gateway::Request::JoinMeasured { role: Role::Player, world: WorldId(1), pos, probes },
+            gateway::Request::Resume { credential: RESUME.to_owned() },
+            gateway::Request::Credential,
         ],
         vec![
             gateway::Reply::Done,
-            gateway::Reply::Joined { player: PlayerId(5), home: name("MTL"), resume_after: Seq(1) },
+            gateway::Reply::Joined {
+                player: PlayerId(5),
+                home: name("MTL"),
+                resume_after: Seq(1),
+                resume: RESUME.to_owned(),
+            },
+            gateway::Reply::Credential { player: PlayerId(5), resume: RESUME.to_owned() },
         ],
         vec![
             gateway::Item::Input { seq: Seq(78), bytes: blob.clone() },

@@ -33,6 +33,15 @@ pub enum Request {
     /// chose this gateway (section 7.6), at most [`MAX_PROBED_SITES`]. The gateway checks the
     /// table against the RTT it measures itself; placement never reads it (design.md §2).
     JoinMeasured { role: Role, world: WorldId, pos: Vec3, probes: Vec<SiteProbe> },
+    /// Resume the session `credential` names (the `resume` of an earlier `Joined` or
+    /// `Credential` of this site), on a new connection: after the gateway or its agent
+    /// restarted, or from another gateway of the same site. Answered with `Joined` (the same
+    /// player, the seq to send from) or refused (`unauthorized`: forged, expired, another
+    /// site's, another account's, or the player left; `not_ready`: the site is starting).
+    Resume { credential: String },
+    /// A fresh resumption credential for this session (the one a `Joined` gave expires: ask
+    /// again within its lifetime, docs/protocol.md).
+    Credential,
 }
 
 kinds!(Request {
@@ -40,6 +49,8 @@ kinds!(Request {
     SetRole => "set_role",
     Leave => "leave",
     JoinMeasured => "join_measured",
+    Resume => "resume",
+    Credential => "credential",
 });
 
 /// Sites in one probe table, at most: a longer table is refused as malformed.
@@ -60,18 +71,24 @@ pub struct SiteProbe {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Done,
-    /// To `Join`: this site is the player's home for the session. `resume_after` is the next
-    /// input seq the player should send (1 for a new session).
+    /// To `Join` and `Resume`: this site is the player's home for the session. `resume_after`
+    /// is the next input seq the player should send (1 for a new session): every input from
+    /// it that the client still has goes again, and each is applied once. `resume` is the
+    /// session's resumption credential (empty if this gateway cannot sign one).
     Joined {
         player: PlayerId,
         home: Name,
         resume_after: Seq,
+        resume: String,
     },
+    /// To `Credential`: a fresh resumption credential for the session of `player`.
+    Credential { player: PlayerId, resume: String },
 }
 
 kinds!(Reply {
     Done => "done",
     Joined => "joined",
+    Credential => "credential",
 });
 
 /// Items of the gateway's streams.

@@ -6,7 +6,8 @@
 //! hz1.<kind>.<subject>.<not_after>.<key_id>.<mac>
 //! ```
 //!
-//! `kind` is `player` or `server`; `subject` is 1 to 64 of `A–Z a–z 0–9 _ - @ :`; `not_after`
+//! `kind` is `player`, `server` or `resume`; `subject` is 1 to 64 of `A–Z a–z 0–9 _ - @ :`
+//! (for `resume`, `<site>:<player id>:<account>`, up to 160: see [`Resumption`]); `not_after`
 //! is a Unix time in seconds (the token is refused after it); `key_id` names the key that
 //! signed; `mac` is the unpadded base64url of HMAC-SHA256(key, everything before the last
 //! dot). The first key of a ring signs, every key of it verifies: rotating is adding a key at
@@ -29,8 +30,10 @@ const PREFIX: &str = "hz1";
 pub const MIN_SECRET_BYTES: usize = 32;
 /// The longest subject.
 pub const MAX_SUBJECT_BYTES: usize = 64;
+/// The longest subject of a resumption credential (site, player id and account).
+pub const MAX_RESUME_SUBJECT_BYTES: usize = 160;
 /// The longest token read (longer is refused before any work).
-pub const MAX_TOKEN_BYTES: usize = 256;
+pub const MAX_TOKEN_BYTES: usize = 320;
 /// The most keys in one ring.
 pub const MAX_KEYS: usize = 16;
 
@@ -41,6 +44,9 @@ pub enum Kind {
     Player,
     /// A game server's name, at an agent's server port.
     Server,
+    /// A player's session at one site, which a gateway of that site resumes (a
+    /// [`Resumption`]).
+    Resume,
 }
 
 impl Kind {
@@ -48,7 +54,43 @@ impl Kind {
         match self {
             Kind::Player => "player",
             Kind::Server => "server",
+            Kind::Resume => "resume",
         }
+    }
+
+    /// The longest subject a token of this kind may name.
+    fn max_subject(self) -> usize {
+        match self {
+            Kind::Player | Kind::Server => MAX_SUBJECT_BYTES,
+            Kind::Resume => MAX_RESUME_SUBJECT_BYTES,
+        }
+    }
+}
+
+/// What a resumption credential says: player `player` of account `account` plays a session
+/// homed at `site`. A gateway gives one with every `Joined`, signed with the site's player
+/// keys (so any gateway of the site, or the same one restarted, verifies it without having
+/// seen it); it checks the rest (the site is its own, the hello's account is `account`, the
+/// player is still in the game) itself. Its subject is `<site>:<player>:<account>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumption {
+    pub site: String,
+    pub player: u64,
+    pub account: String,
+}
+
+impl Resumption {
+    fn subject(&self) -> String {
+        format!("{}:{}:{}", self.site, self.player, self.account)
+    }
+
+    fn parse(subject: &str) -> Option<Resumption> {
+        let (site, rest) = subject.split_once(':')?;
+        let (player, account) = rest.split_once(':')?;
+        let digits = player.bytes().all(|b| b.is_ascii_digit());
+        let player = player.parse().ok().filter(|_| digits)?;
+        let ok = valid_subject(account) && valid_subject(site);
+        ok.then(|| Resumption { site: site.to_owned(), player, account: account.to_owned() })
     }
 }
 
@@ -85,8 +127,12 @@ fn valid_id(id: &str) -> bool {
 
 /// Checks a subject: 1 to [`MAX_SUBJECT_BYTES`] of `A–Z a–z 0–9 _ - @ :`.
 pub fn valid_subject(subject: &str) -> bool {
+    valid_subject_of(subject, Kind::Player)
+}
+
+fn valid_subject_of(subject: &str, kind: Kind) -> bool {
     !subject.is_empty()
-        && subject.len() <= MAX_SUBJECT_BYTES
+        && subject.len() <= kind.max_subject()
         && subject.chars().all(is_subject_char)
 }
 
@@ -167,7 +213,7 @@ impl Keyring {
         subject: &str,
         not_after: SystemTime,
     ) -> Result<String, CredentialError> {
-        if !valid_subject(subject) {
+        if !valid_subject_of(subject, kind) {
             return Err(CredentialError::Token("a subject is 1 to 64 of A-Z a-z 0-9 _ - @ :"));
         }
         let secs = not_after.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
@@ -209,10 +255,30 @@ impl Keyring {
         if now > UNIX_EPOCH + Duration::from_secs(secs) {
             return Err(bad("token expired"));
         }
-        if !valid_subject(subject) {
+        if !valid_subject_of(subject, kind) {
             return Err(bad("bad subject"));
         }
         Ok(subject.to_owned())
+    }
+
+    /// A resumption credential for `r`, valid until `not_after`.
+    pub fn mint_resume(
+        &self,
+        r: &Resumption,
+        not_after: SystemTime,
+    ) -> Result<String, CredentialError> {
+        if Resumption::parse(&r.subject()).as_ref() != Some(r) {
+            return Err(CredentialError::Token(
+                "a site and an account are each 1 to 64 of A-Z a-z 0-9 _ - @, the site without :",
+            ));
+        }
+        self.mint(Kind::Resume, &r.subject(), not_after)
+    }
+
+    /// What a valid resumption credential says at `now`; why not otherwise.
+    pub fn verify_resume(&self, token: &str, now: SystemTime) -> Result<Resumption, CredentialError> {
+        let subject = self.verify(token, Kind::Resume, now)?;
+        Resumption::parse(&subject).ok_or(CredentialError::Token("bad subject"))
     }
 }
 
@@ -341,5 +407,48 @@ mod tests {
         }
         assert!(keys.mint(Kind::Player, "a.b", later()).is_err());
         assert!(keys.mint(Kind::Player, "", later()).is_err());
+    }
+
+    fn alice_at_mtl() -> Resumption {
+        Resumption { site: "MTL".into(), player: 4097, account: "alice@studio".into() }
+    }
+
+    #[test]
+    fn a_resumption_credential_names_its_site_player_and_account_and_nothing_else_verifies_it() {
+        let keys = ring(A);
+        let token = keys.mint_resume(&alice_at_mtl(), later()).unwrap();
+        assert!(token.starts_with("hz1.resume.MTL:4097:alice@studio."), "{token}");
+        assert_eq!(keys.verify_resume(&token, SystemTime::now()).unwrap(), alice_at_mtl());
+        // Not a player's token, nor a server's; a player's token is not one either.
+        assert!(keys.verify(&token, Kind::Player, SystemTime::now()).is_err());
+        let player = keys.mint(Kind::Player, "alice", later()).unwrap();
+        assert!(keys.verify_resume(&player, SystemTime::now()).is_err());
+        // Another player id under the same signature: forged.
+        let forged = token.replace(":4097:", ":4098:");
+        assert!(matches!(
+            keys.verify_resume(&forged, SystemTime::now()),
+            Err(CredentialError::Token("bad signature"))
+        ));
+        // Another site's keys: refused.
+        assert!(ring(B).verify_resume(&token, SystemTime::now()).is_err());
+        // Expired.
+        let after = SystemTime::now() + Duration::from_secs(120);
+        assert!(matches!(
+            keys.verify_resume(&token, after),
+            Err(CredentialError::Token("token expired"))
+        ));
+    }
+
+    #[test]
+    fn a_resumption_of_the_longest_names_fits_and_a_site_with_a_colon_is_refused() {
+        let keys = ring(A);
+        let long = Resumption { site: "s".repeat(64), player: u64::MAX, account: "a".repeat(64) };
+        let token = keys.mint_resume(&long, later()).unwrap();
+        assert!(token.len() <= MAX_TOKEN_BYTES, "{}", token.len());
+        assert_eq!(keys.verify_resume(&token, SystemTime::now()).unwrap(), long);
+        let colon = Resumption { site: "a:b".into(), ..alice_at_mtl() };
+        assert!(keys.mint_resume(&colon, later()).is_err());
+        let dotted = Resumption { account: "a.b".into(), ..alice_at_mtl() };
+        assert!(keys.mint_resume(&dotted, later()).is_err());
     }
 }

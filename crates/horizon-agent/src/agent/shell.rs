@@ -109,7 +109,8 @@ impl Shell {
                     move |i| Event::PlayerInbound(conn, i),
                     Event::PlayerGone(conn),
                 );
-                self.players.insert(conn, PlayerIo { conn: peer.conn, out: None });
+                let account = client.clone();
+                self.players.insert(conn, PlayerIo { conn: peer.conn, account, out: None });
                 self.feed(Input::PlayerUp { conn, client });
             }
             Event::PlayerInbound(conn, inbound) => {
@@ -118,8 +119,14 @@ impl Shell {
                     Inbound::Request(req) => {
                         let token = self.token();
                         let request = req.body.clone();
-                        self.player_requests.insert(token, req);
-                        self.feed(Input::PlayerRequest { conn, token, request, rtt_ms });
+                        self.player_requests.insert(token, (conn, req));
+                        if let gateway::Request::Resume { credential } = &request {
+                            // Signature and expiry here; the rest is the machine's to judge.
+                            let claim = self.credentials.check_resume(credential);
+                            self.feed(Input::PlayerResume { conn, token, claim, rtt_ms });
+                        } else {
+                            self.feed(Input::PlayerRequest { conn, token, request, rtt_ms });
+                        }
                     }
                     Inbound::Datagram(datagram) => {
                         self.feed(Input::PlayerDatagram { conn, datagram, rtt_ms })
@@ -184,6 +191,26 @@ impl Shell {
                 tracing::error!(site = %self.site, cause = cause.as_str(), %why, "reload failed: what was loaded before stays in use");
             }
         }
+    }
+
+    /// The machine's answer with the session's resumption credential signed in, for `Joined`
+    /// and `Credential` (the machine decides who resumes; only the shell holds the keys and
+    /// the wall clock). A credential that cannot be signed (an account or site name outside
+    /// a credential's characters) stays empty, said once per answer.
+    fn sign_resumption(&self, conn: ConnId, mut reply: gateway::Reply) -> gateway::Reply {
+        let (gateway::Reply::Joined { player, resume, .. }
+        | gateway::Reply::Credential { player, resume }) = &mut reply
+        else {
+            return reply;
+        };
+        let Some(io) = self.players.get(&conn) else { return reply };
+        match self.credentials.resume_credential(*player, &io.account) {
+            Ok(credential) => *resume = credential,
+            Err(why) => {
+                tracing::warn!(site = %self.site, player = player.0, %why, "no resumption credential: this player cannot resume after a restart")
+            }
+        }
+        reply
     }
 
     fn server_up(&mut self, peer: Peer<Server>) {
@@ -316,7 +343,8 @@ impl Shell {
                 }
             }
             Effect::AnswerPlayer { token, result } => {
-                if let Some(req) = self.player_requests.remove(&token) {
+                if let Some((conn, req)) = self.player_requests.remove(&token) {
+                    let result = result.map(|reply| self.sign_resumption(conn, reply));
                     tokio::spawn(req.reply(result));
                 }
             }

@@ -88,7 +88,7 @@ impl AgentMachine {
         now: Instant,
     ) {
         match (then, result) {
-            (Then::Registered, Ok(reply)) => self.registered(reply),
+            (Then::Registered, Ok(reply)) => self.registered(reply, now),
             (Then::Registered, Err(e)) => {
                 tracing::warn!(error = %e, "registration failed; retried at reconnection")
             }
@@ -105,8 +105,8 @@ impl AgentMachine {
         }
     }
 
-    fn registered(&mut self, reply: control::Reply) {
-        let control::Reply::Registered { keep, stop, peers, generation, .. } = reply else {
+    fn registered(&mut self, reply: control::Reply, now: Instant) {
+        let control::Reply::Registered { keep, stop, peers, generation, homed, .. } = reply else {
             tracing::warn!(?reply, "unexpected reply to register");
             return;
         };
@@ -129,6 +129,9 @@ impl AgentMachine {
         }
         self.adopt_peers(peers);
         self.ask_ids();
+        // Players this agent knew nothing of (it just started) are kept for their clients to
+        // resume; they are in the resync below, so the core keeps them too.
+        self.adopt_homed(homed, now);
         // Full resync of this site's players: a restarted core puts them back where they play.
         let players = self.placed_players();
         // A restarted core has no probe table: each is sent again with the next report.

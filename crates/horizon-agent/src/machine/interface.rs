@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// What a valid resumption credential claims (`horizon_transport::credential::Resumption`):
+/// the machine checks it against what it knows (its site, the connection's account, the
+/// player still in the game here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumption {
+    pub site: Name,
+    pub player: PlayerId,
+    pub account: Client,
+}
+
 /// What happened, as the shell saw it.
 #[derive(Debug)]
 pub enum Input {
@@ -69,6 +79,15 @@ pub enum Input {
         conn: ConnId,
         token: Token,
         request: gateway::Request,
+        rtt_ms: f32,
+    },
+    /// A player's `Resume` on `conn`, its credential checked by the shell (signature and
+    /// expiry, against the site's player keys): what it claims, or why it is refused.
+    /// Answered with [`Effect::AnswerPlayer`] carrying `token`.
+    PlayerResume {
+        conn: ConnId,
+        token: Token,
+        claim: Result<Resumption, String>,
         rtt_ms: f32,
     },
     PlayerDatagram {

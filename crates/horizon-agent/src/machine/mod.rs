@@ -61,7 +61,7 @@ mod transit;
 
 use crate::AgentStats;
 use crate::gateway::{InputVerdict, PlayerSession, UpdateVerdict};
-pub use interface::{Effect, Input};
+pub use interface::{Effect, Input, Resumption};
 use local::{Local, Phase};
 pub use pending::Pending;
 use pending::{AfterLeave, AssignJob, BackupCopy, RestoreJob, Then};
@@ -152,6 +152,10 @@ const RELOCATE_TICK_GAP: u64 = 100_000;
 /// Identifies one connection (the transport's connection id).
 pub type ConnId = u64;
 
+/// No connection: a player kept for its client to resume after this agent started (its
+/// connection ended with the agent before).
+const NO_CONN: ConnId = 0;
+
 /// Identifies a request waiting for the machine's answer (chosen by the shell): a core order
 /// ([`Effect::AnswerCore`]), or a server's, player's or peer's request.
 pub type Token = u64;
@@ -200,7 +204,8 @@ struct Player {
     /// acknowledging fewer of the player's inputs is an older state arriving late (it was held
     /// on a cut link, or came round through a third site while the route changed): dropped.
     last_acked: Option<(BubbleId, Epoch, Seq)>,
-    /// The client it joined from, which may resume it.
+    /// The client it joined from, which may resume it (none yet for a player this agent took
+    /// from the core's list after it started: its credential names the account).
     client: Option<Client>,
     /// Its connection ended at this time; the player is kept [`RESUME_GRACE`] for the same
     /// client to reconnect.
@@ -471,6 +476,10 @@ impl AgentMachine {
             }
             Input::PlayerRequest { conn, token, request, rtt_ms } => {
                 let result = self.player_request(conn, &request, rtt_ms, now);
+                self.effects.push_back(Effect::AnswerPlayer { token, result });
+            }
+            Input::PlayerResume { conn, token, claim, rtt_ms } => {
+                let result = self.player_resume(conn, claim, rtt_ms, now);
                 self.effects.push_back(Effect::AnswerPlayer { token, result });
             }
             Input::PlayerDatagram { conn, datagram, rtt_ms } => {

@@ -31,6 +31,123 @@ impl AgentMachine {
                 }
                 Ok(gateway::Reply::Done)
             }
+            gateway::Request::Credential => {
+                // The shell signs it (`resume` is filled in on the way out).
+                let player = self.sessions.player(conn).ok_or_else(|| {
+                    Fault::new(ErrorCode::Unexpected, "join first: a credential names a player")
+                })?;
+                Ok(gateway::Reply::Credential { player, resume: String::new() })
+            }
+            gateway::Request::Resume { .. } => Err(Fault::new(
+                ErrorCode::Internal,
+                "a resumption credential is checked by the shell (Input::PlayerResume)",
+            )),
+        }
+    }
+
+    /// A `Resume` whose credential the shell found signed and current: the same player goes
+    /// on, on this connection, when the credential is this site's, names this connection's
+    /// account, and its player is still in the game here (connected elsewhere, gone for less
+    /// than [`RESUME_GRACE`], or kept from the core's list since this agent started).
+    /// Anything else is refused (`unauthorized`) and counted by reason; nothing changes.
+    pub(super) fn player_resume(
+        &mut self,
+        conn: ConnId,
+        claim: Result<Resumption, String>,
+        rtt_ms: f32,
+        now: Instant,
+    ) -> Result<gateway::Reply, Fault> {
+        let claim = claim.map_err(|why| {
+            self.refuse_resume(ResumeRefused::Invalid, format!("resumption credential: {why}"))
+        })?;
+        let home = self.cfg.site.clone();
+        if claim.site != home {
+            let why = format!("this credential resumes a session at {}, not {home}", claim.site);
+            return Err(self.refuse_resume(ResumeRefused::OtherSite, why));
+        }
+        let account = self.sessions.client(conn);
+        if account.as_ref() != Some(&claim.account) {
+            let why = "this credential is another account's";
+            return Err(self.refuse_resume(ResumeRefused::OtherAccount, why.to_owned()));
+        }
+        if !self.sessions.homed_known() {
+            let why = "this gateway just started and has not heard from the core yet: try again";
+            return Err(Fault::new(ErrorCode::NotReady, why));
+        }
+        let player = claim.player;
+        let Some(p) = self.players.get_mut(&player) else {
+            let why = format!("player {} is not in the game at {home} (it left)", player.0);
+            return Err(self.refuse_resume(ResumeRefused::Unknown, why));
+        };
+        if p.client.as_ref().is_some_and(|c| *c != claim.account) {
+            let why = "this credential is another account's";
+            return Err(self.refuse_resume(ResumeRefused::OtherAccount, why.to_owned()));
+        }
+        p.conn = conn;
+        p.gone_since = None;
+        p.client = Some(claim.account.clone());
+        if rtt_ms > 0.0 {
+            p.min_rtt_ms = p.min_rtt_ms.min(rtt_ms);
+        }
+        let resume_after = Seq(p.session.acked().0 + 1);
+        self.sessions.joined(conn, player, Some(claim.account));
+        self.stats.resumes.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, ?now, "player resumed by credential");
+        Ok(gateway::Reply::Joined { player, home, resume_after, resume: String::new() })
+    }
+
+    /// Counts a refused `Resume` and says why.
+    fn refuse_resume(&mut self, reason: ResumeRefused, why: String) -> Fault {
+        let counter = match reason {
+            ResumeRefused::Invalid => &self.stats.resumes_refused_invalid,
+            ResumeRefused::OtherSite => &self.stats.resumes_refused_other_site,
+            ResumeRefused::OtherAccount => &self.stats.resumes_refused_other_account,
+            ResumeRefused::Unknown => &self.stats.resumes_refused_unknown,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(site = %self.cfg.site, ?reason, %why, "resume refused");
+        Fault::new(ErrorCode::Unauthorized, why)
+    }
+
+    /// The core's list of the players who entered at this site (`Registered`). An agent that
+    /// just started knows none of them: each is kept as a player gone a moment ago, routed
+    /// where the core says it plays, its inputs acknowledged as far as a stored copy holds
+    /// them; its client resumes it within [`RESUME_GRACE`] or it leaves. Later lists are
+    /// ignored: this agent knows its players itself.
+    pub(super) fn adopt_homed(&mut self, homed: Vec<control::HomedPlayer>, now: Instant) {
+        if !self.sessions.learn_homed() {
+            return;
+        }
+        let mut kept = 0;
+        for h in homed {
+            let id = h.sample.player;
+            if self.players.contains_key(&id) {
+                continue;
+            }
+            let mut session = PlayerSession::resumed(now, h.covered);
+            if let Some((bubble, site)) = h.route {
+                session.set_route(bubble, site);
+            }
+            let p = Player {
+                conn: NO_CONN,
+                role: h.sample.role,
+                world: h.sample.world,
+                pos: h.sample.pos,
+                vel: h.sample.vel,
+                position_seq: 0,
+                min_rtt_ms: h.sample.access_rtt_ms,
+                session,
+                last_acked: None,
+                client: None,
+                gone_since: Some(now),
+                probes: None,
+            };
+            self.players.insert(id, p);
+            kept += 1;
+        }
+        self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
+        if kept > 0 {
+            tracing::info!(site = %self.cfg.site, players = kept, "players kept for their clients to resume");
         }
     }
 
@@ -53,7 +170,8 @@ impl AgentMachine {
         }
         if let Some(player) = self.sessions.player(conn) {
             let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
-            return Ok(gateway::Reply::Joined { player, home, resume_after: Seq(acked.0 + 1) });
+            let resume_after = Seq(acked.0 + 1);
+            return Ok(gateway::Reply::Joined { player, home, resume_after, resume: String::new() });
         }
         let client = self.sessions.client(conn);
         let known = client.as_ref().and_then(|c| self.sessions.player_of(c));
@@ -68,7 +186,7 @@ impl AgentMachine {
             self.sessions.joined(conn, player, None);
             self.stats.resumes.fetch_add(1, Ordering::Relaxed);
             tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");
-            return Ok(gateway::Reply::Joined { player, home, resume_after });
+            return Ok(gateway::Reply::Joined { player, home, resume_after, resume: String::new() });
         }
         let player = self.next_player_id().ok_or_else(|| {
             Fault::new(ErrorCode::NotReady, "no player id to give yet: the core is unreachable")
@@ -96,7 +214,7 @@ impl AgentMachine {
         if let Some(probes) = probes {
             self.probe_table(player, probes, rtt_ms);
         }
-        Ok(gateway::Reply::Joined { player, home, resume_after: Seq(1) })
+        Ok(gateway::Reply::Joined { player, home, resume_after: Seq(1), resume: String::new() })
     }
 
     /// A new player's probe table: believed (kept for stage 1's figures, sent to the core with
@@ -513,6 +631,19 @@ impl AgentMachine {
         self.sessions.forget(player);
         self.stats.players.store(self.players.len() as u64, Ordering::Relaxed);
     }
+}
+
+/// Why a `Resume` was refused (`horizon_agent_resumes_refused_total{reason}`).
+#[derive(Clone, Copy, Debug)]
+enum ResumeRefused {
+    /// Forged, expired, malformed, or signed by a key this site does not have.
+    Invalid,
+    /// Another site's session.
+    OtherSite,
+    /// The connection's account is not the credential's.
+    OtherAccount,
+    /// The player left, or its session ended (no client resumed it in time).
+    Unknown,
 }
 
 /// Input bytes in one `Inputs` item at most (with their headers, far under the 1 MiB frame).

@@ -16,9 +16,23 @@ pub(super) struct Sessions {
     player_of_conn: BTreeMap<ConnId, PlayerId>,
     player_of_client: BTreeMap<Client, PlayerId>,
     client_of_conn: BTreeMap<ConnId, Client>,
+    /// The core told this agent (at its first registration since it started) which players
+    /// entered at this site: until then, a `Resume` cannot be judged.
+    homed_known: bool,
 }
 
 impl Sessions {
+    /// Whether this agent learnt its site's players from the core since it started.
+    pub(super) fn homed_known(&self) -> bool {
+        self.homed_known
+    }
+
+    /// The core's list of this site's players arrived: `true` the first time (the agent takes
+    /// them), `false` after (it knew its players already).
+    pub(super) fn learn_homed(&mut self) -> bool {
+        !std::mem::replace(&mut self.homed_known, true)
+    }
+
     /// A connection said hello as `client`.
     pub(super) fn connected(&mut self, conn: ConnId, client: Client) {
         self.client_of_conn.insert(conn, client);

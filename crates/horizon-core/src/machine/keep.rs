@@ -85,6 +85,11 @@ impl PlayerCopies {
         pins
     }
 
+    /// The most of `player`'s inputs a stored copy holds (none known: 0).
+    pub(crate) fn covered_seq(&self, player: PlayerId) -> Seq {
+        self.best.get(&player).map_or(Seq(0), |&(_, seq)| seq)
+    }
+
     /// `player` left the game: its copy is no longer needed for it.
     pub(crate) fn forget(&mut self, player: PlayerId) -> Option<Pin> {
         let (c, _) = self.best.remove(&player)?;

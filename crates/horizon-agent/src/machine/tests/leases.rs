@@ -290,6 +290,7 @@ fn a_registration_answer_stopping_an_old_epoch_leaves_the_bubble_restored_here_s
         peers: Vec::new(),
         generation: 1,
         tick_ms: 5000,
+        homed: Vec::new(),
     };
     h.feed(Input::CoreReplied { pending, result: Ok(reply) });
     let local = h.m.bubbles.get(&BubbleId(1)).expect("the restored bubble stays");

@@ -118,6 +118,11 @@ impl Harness {
 
     /// Registers with the core (which keeps nothing and names no peer).
     fn register(&mut self) -> Vec<Effect> {
+        self.register_homed(Vec::new())
+    }
+
+    /// Registers with the core, which lists `homed` as this site's players.
+    fn register_homed(&mut self, homed: Vec<control::HomedPlayer>) -> Vec<Effect> {
         let mut out = Vec::new();
         for e in self.feed(Input::CoreUp) {
             match e {
@@ -128,6 +133,7 @@ impl Harness {
                         peers: Vec::new(),
                         generation: 1,
                         tick_ms: 5000,
+                        homed: homed.clone(),
                     };
                     out.extend(self.feed(Input::CoreReplied { pending, result: Ok(reply) }));
                 }
@@ -345,5 +351,6 @@ mod lane;
 mod leases;
 mod pool;
 mod rehome;
+mod resume;
 mod routes;
 mod spread;
