@@ -212,8 +212,15 @@ class Player(QuicConnectionProtocol):
         if r.varint() == 1:
             return {"fault": r.fault()}
         kind = r.varint()
-        if kind == 1:  # Joined { player, home, resume_after }
-            return {"joined": {"player": r.varint(), "home": r.string(), "resume_after": r.varint()}}
+        if kind == 1:  # Joined { player, home, resume_after, resume }
+            joined = {"player": r.varint(), "home": r.string(), "resume_after": r.varint(),
+                      "resume": r.string()}
+            assert r.done(), "trailing bytes in Joined"
+            return {"joined": joined}
+        if kind == 2:  # Credential { player, resume }
+            credential = {"player": r.varint(), "resume": r.string()}
+            assert r.done(), "trailing bytes in Credential"
+            return {"credential": credential}
         return {"done": kind == 0}
 
 
@@ -319,6 +326,24 @@ async def play(args, report):
             report["oversized"] = p.closed
 
 
+async def resume(args, report):
+    """Section 5.1: a new connection of the same account resumes the session with its
+    credential (the same player, from the seq after the last acknowledged); `Credential` gives
+    a fresh one; a credential naming another player is refused with unauthorized."""
+    credential = ((report.get("join") or {}).get("joined") or {}).get("resume")
+    if not credential:
+        return
+    host, port = args.gateway.rsplit(":", 1)
+    async with connect(host, int(port), configuration=configuration(args), create_protocol=Player) as p:
+        await p.hello(args.token)
+        request_id = int.from_bytes(os.urandom(4), "little")
+        me = report["join"]["joined"]["player"]
+        forged = credential.replace(f":{me}:", f":{me + 1}:", 1)
+        report["resume_forged"] = await p.request(request_id, varint(4) + string(forged))
+        report["resume"] = await p.request(request_id + 1, varint(4) + string(credential))
+        report["credential"] = await p.request(request_id + 2, varint(5))
+
+
 async def bad_token(args, report):
     host, port = args.gateway.rsplit(":", 1)
     async with connect(host, int(port), configuration=configuration(args), create_protocol=Player) as p:
@@ -387,6 +412,15 @@ def checks(report):
     need(report.get("own_states", 0) >= 1, "own states arrive ahead of updates, showing the input they name")
     need(report.get("pong"), "a Ping datagram is answered by a Pong echoing it")
     need((report.get("oversized") or {}).get("code") == TOO_LARGE, "an input over 16 KiB closes with too_large (3)")
+    me = ((report.get("join") or {}).get("joined") or {}).get("player")
+    resumed = (report.get("resume") or {}).get("joined") or {}
+    need(resumed.get("player") == me and resumed.get("resume_after") == (report.get("acked") or 0) + 1,
+         "Resume with the session's credential: the same player, from the seq after the last acknowledged")
+    need(((report.get("resume_forged") or {}).get("fault") or {}).get("code") == UNAUTHORIZED,
+         "a credential naming another player is refused with unauthorized (4)")
+    fresh = (report.get("credential") or {}).get("credential") or {}
+    need(fresh.get("player") == me and fresh.get("resume", "").startswith("hz1.resume."),
+         "Credential answers a fresh resumption credential for the session's player")
     bad = report.get("bad_token", {})
     need(not bad.get("accepted") and bad.get("fault", {}).get("code") == UNAUTHORIZED,
          "a forged token is refused with unauthorized (4)")
@@ -431,6 +465,7 @@ def main():
             parser.error("give --gateway and --site, or --gateway-of with --beacon")
         report["joined_site"] = args.site
         asyncio.run(play(args, report))
+        asyncio.run(resume(args, report))
         asyncio.run(bad_token(args, report))
     except Exception as e:  # noqa: BLE001 - reported, then a failure
         report["error"] = f"{type(e).__name__}: {e}"

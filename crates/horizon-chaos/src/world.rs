@@ -237,7 +237,15 @@ struct Player {
     moves: u32,
     /// Its next input is a move to `pos` (entering the world, or a travel), not a velocity.
     move_next: bool,
+    /// Its latest inputs (at most [`KEPT_INPUTS`]), sent again after a resume from the seq
+    /// its gateway says.
+    sent: std::collections::VecDeque<(u64, Vec<u8>)>,
 }
+
+/// Inputs a simulated client keeps, as many as its gateway keeps (`MAX_KEPT`): a resume after
+/// its agent restarted sends again those after its last stored copy, which may be minutes old
+/// (a bubble spread over several servers stores no whole copy).
+const KEPT_INPUTS: usize = 1024;
 
 /// Counts of one run, for the report.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -483,6 +491,7 @@ impl World {
                     reported: false,
                     moves: 0,
                     move_next: true,
+                    sent: Default::default(),
                 });
                 let at = 2_000_000 + self.rng.below(6_000_000);
                 self.schedule_at(at, Event::PlayerJoin(idx));

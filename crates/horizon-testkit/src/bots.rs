@@ -14,7 +14,7 @@
 //! - **input delivery**: from sending input `seq` to the end of the server tick that applied it
 //!   (the view's wall clock; meaningful when players and servers share a machine's clock).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -223,16 +223,21 @@ impl BotReport {
 /// How long a bot waits for its gateway after losing its connection.
 const REJOIN_WITHIN: Duration = Duration::from_secs(60);
 
-/// Waits for the link's next connection (not `old`) and joins on it, again and again while
-/// the agent cannot take the player yet (a restarted agent without player ids), until
-/// `within` has passed.
+/// Waits for the link's next connection (not `old`) and resumes the session `credential`
+/// names on it (if any), or joins as a new player once the gateway refused the credential
+/// (`unauthorized`: the session is over). Again and again while the agent cannot take the
+/// player yet (a restarted agent that has not heard from the core), until `within` has
+/// passed. Returns the connection, the player, the seq to send from, and the new credential.
 async fn rejoin(
     link: &Link<Gateway>,
     old: u64,
+    credential: &str,
     join: &gateway::Request,
     within: Duration,
-) -> Result<(horizon_transport::Conn<Gateway>, PlayerId, Seq), String> {
+) -> Result<(horizon_transport::Conn<Gateway>, PlayerId, Seq, String), String> {
     let until = Instant::now() + within;
+    let mut resume = (!credential.is_empty())
+        .then(|| gateway::Request::Resume { credential: credential.to_owned() });
     loop {
         let fresh = async {
             loop {
@@ -245,11 +250,17 @@ async fn rejoin(
         let conn = tokio::time::timeout_at(until, fresh)
             .await
             .map_err(|_| format!("reconnect: no new connection in {} s", within.as_secs()))?;
-        match conn.request(join).await {
-            Ok(gateway::Reply::Joined { player, resume_after, .. }) => {
-                return Ok((conn, player, resume_after));
+        match conn.request(resume.as_ref().unwrap_or(join)).await {
+            Ok(gateway::Reply::Joined { player, resume_after, resume: credential, .. }) => {
+                return Ok((conn, player, resume_after, credential));
             }
             Ok(other) => return Err(format!("rejoin: unexpected reply {other:?}")),
+            Err(horizon_transport::Error::Fault(f))
+                if f.code == horizon_proto::ErrorCode::Unauthorized && resume.is_some() =>
+            {
+                tracing::info!(reason = %f.message, "resume refused; joining as a new player");
+                resume = None;
+            }
             Err(e) if Instant::now() < until => {
                 tracing::debug!(error = %e, "rejoin refused; trying again");
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -370,7 +381,7 @@ async fn run(
             joined => break joined.map_err(|e| format!("join: {e}"))?,
         }
     };
-    let gateway::Reply::Joined { mut player, .. } = joined else {
+    let gateway::Reply::Joined { mut player, resume: mut credential, .. } = joined else {
         return Err(format!("join: unexpected reply {joined:?}"));
     };
     {
@@ -434,8 +445,9 @@ async fn run(
                 let old = conn.id();
                 conn.close(horizon_proto::ErrorCode::ShuttingDown, "connection lost");
                 let join = gateway::Request::Join { role: spec.role, world, pos };
-                let (c, again, resume_after) = rejoin(&parts.link, old, &join, Duration::from_secs(15)).await?;
+                let (c, again, resume_after, fresh) = rejoin(&parts.link, old, "", &join, Duration::from_secs(15)).await?;
                 conn = c;
+                credential = fresh;
                 if again != player {
                     return Err(format!("rejoined as player {} instead of {}", again.0, player.0));
                 }
@@ -444,19 +456,23 @@ async fn run(
                 sent.resend(&mut inputs, resume_after).await?;
             }
             why = conn.closed() => {
-                // Lost without the client wanting it (the agent died): dial again, join again.
+                // Lost without the client wanting it (the agent died): dial again and resume
+                // the session with its credential (or join as a new player if it is over).
                 tracing::debug!(bot = %spec.name, reason = %why, "gateway connection lost");
                 lock(&report).connections_lost += 1;
                 let join = gateway::Request::Join { role: spec.role, world, pos };
-                let (c, again, resume_after) = rejoin(&parts.link, conn.id(), &join, REJOIN_WITHIN).await?;
+                let (c, again, resume_after, fresh) =
+                    rejoin(&parts.link, conn.id(), &credential, &join, REJOIN_WITHIN).await?;
                 conn = c;
+                credential = fresh;
                 inputs = conn.open_stream().await.map_err(|e| format!("input stream: {e}"))?;
                 if again == player {
                     lock(&report).resumed += 1;
                     sent.resend(&mut inputs, resume_after).await?;
                 } else {
-                    // A new session (the restarted agent knew nobody): a new player, its
-                    // inputs counted from 1; the world is on screen again with its first update.
+                    // A new session (its credential was refused: the session had ended): a new
+                    // player, its inputs counted from 1; the world is on screen again with its
+                    // first update.
                     let mut r = lock(&report);
                     r.sessions_ended += 1;
                     r.earlier.inputs_sent += r.inputs_sent;
@@ -621,6 +637,9 @@ async fn run(
 struct Sent {
     /// Per seq: when it was sent (monotonic, and wall µs) and its bytes, for a re-send.
     pending: BTreeMap<u64, (Instant, u64, Blob)>,
+    /// The latest acknowledged inputs (at most [`KEPT_ACKED`]): a gateway that restarted
+    /// asks for those after its player's last stored copy again.
+    acked: VecDeque<(u64, Blob)>,
     /// The highest seq on screen already, by an own state or an update.
     shown: u64,
 }
@@ -638,14 +657,16 @@ struct Acknowledged {
 
 impl Sent {
     /// As a client does after its session resumed: sends again, on the new connection's input
-    /// stream, every input from `resume_after` (what the gateway says it has not applied) not
-    /// acknowledged yet, in order.
+    /// stream, every input it still has from `resume_after` (what the gateway says it may not
+    /// have applied: after a restart, everything after the last stored copy), in order.
     async fn resend(
         &self,
         inputs: &mut horizon_transport::StreamSender<Gateway>,
         resume_after: Seq,
     ) -> Result<(), String> {
-        for (&s, (_, _, bytes)) in self.pending.range(resume_after.0..) {
+        let acked = self.acked.iter().filter(|(s, _)| *s >= resume_after.0).map(|(s, b)| (*s, b));
+        let pending = self.pending.range(resume_after.0..).map(|(s, (_, _, b))| (*s, b));
+        for (s, bytes) in acked.chain(pending) {
             let item = gateway::Item::Input { seq: Seq(s), bytes: bytes.clone() };
             inputs.send(&item).await.map_err(|e| format!("resend: {e}"))?;
         }
@@ -670,7 +691,11 @@ impl Sent {
         let later = self.pending.split_off(&(acked + 1));
         let done = std::mem::replace(&mut self.pending, later);
         let mut out = Acknowledged::default();
-        for (seq, (sent, wall, _)) in done {
+        for (seq, (sent, wall, bytes)) in done {
+            if self.acked.len() >= KEPT_ACKED {
+                self.acked.pop_front();
+            }
+            self.acked.push_back((seq, bytes));
             let ms = ms_between(sent, at);
             out.update_ms.push(ms);
             if seq > self.shown {
@@ -682,6 +707,10 @@ impl Sent {
         out
     }
 }
+
+/// Acknowledged inputs a bot keeps: a minute of them at 10 a second, far more than stored
+/// copies lag behind (docs/protocol.md, "Resuming a session").
+const KEPT_ACKED: usize = 600;
 
 fn ms_between(from: Instant, to: Instant) -> f64 {
     to.duration_since(from).as_secs_f64() * 1000.0

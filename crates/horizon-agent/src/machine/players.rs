@@ -89,7 +89,7 @@ impl AgentMachine {
         if rtt_ms > 0.0 {
             p.min_rtt_ms = p.min_rtt_ms.min(rtt_ms);
         }
-        let resume_after = Seq(p.session.acked().0 + 1);
+        let resume_after = p.session.resume_after();
         self.sessions.joined(conn, player, Some(claim.account));
         self.stats.resumes.fetch_add(1, Ordering::Relaxed);
         tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, ?now, "player resumed by credential");
@@ -182,7 +182,7 @@ impl AgentMachine {
             // its kept inputs and place untouched.
             p.conn = conn;
             p.gone_since = None;
-            let resume_after = Seq(p.session.acked().0 + 1);
+            let resume_after = p.session.resume_after();
             self.sessions.joined(conn, player, None);
             self.stats.resumes.fetch_add(1, Ordering::Relaxed);
             tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");

@@ -7,29 +7,44 @@
 use super::*;
 
 impl World {
+    /// Player `p` connects to its home agent: with a session from before (its agent died),
+    /// it resumes it with its credential; otherwise it joins as a new player.
     pub(super) fn player_join(&mut self, p: usize) {
         let home = self.players[p].home;
         if !self.agent_alive(home) {
             return;
         }
         let conn = self.ids.conn();
+        let now = self.time.now();
         let player = &mut self.players[p];
         player.conn = conn;
-        player.id = None;
-        player.seq = 0;
-        player.move_next = true;
-        player.told = 0;
-        player.entity = None;
         player.playing = false;
-        player.live_from = self.time.now();
-        player.last_update = self.time.now();
-        let (pos, role) = (player.pos, player.role);
-        let client = name(&format!("bot-{p}-{conn}"));
-        self.agent_input(home, agent::Input::PlayerUp { conn, client });
+        player.live_from = now;
+        player.last_update = now;
+        let request = match player.id {
+            // The shell checked the credential's signature and expiry: the claim is what
+            // the agent judges.
+            Some(id) => Err(agent::Resumption {
+                site: name(SITES[home]),
+                player: id,
+                account: name(&format!("bot-{p}")),
+            }),
+            None => {
+                player.seq = 0;
+                player.sent.clear();
+                player.move_next = true;
+                player.told = 0;
+                player.entity = None;
+                Ok(gateway::Request::Join { role: player.role, world: WorldId(0), pos: player.pos })
+            }
+        };
+        self.agent_input(home, agent::Input::PlayerUp { conn, client: name(&format!("bot-{p}")) });
         let token = self.ids.token();
         self.player_calls.insert(token, p);
-        let request = gateway::Request::Join { role, world: WorldId(0), pos };
-        let input = agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 };
+        let input = match request {
+            Ok(request) => agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 },
+            Err(claim) => agent::Input::PlayerResume { conn, token, claim: Ok(claim), rtt_ms: 20.0 },
+        };
         let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
         self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
     }
@@ -39,13 +54,28 @@ impl World {
             return;
         }
         match what {
-            ToPlayer::Answer(Ok(gateway::Reply::Joined { player, .. })) => {
+            ToPlayer::Answer(Ok(gateway::Reply::Joined { player, resume_after, .. })) => {
                 self.checker.player_id(self.time.now(), player, p);
-                self.players[p].id = Some(player);
-                self.note(format!("player {} joined at {}", player.0, SITES[self.players[p].home]));
+                let site = SITES[self.players[p].home];
+                if self.players[p].id == Some(player) {
+                    self.note(format!("player {} resumed at {site} from seq {}", player.0, resume_after.0));
+                    self.resend_inputs(p, resume_after.0);
+                } else {
+                    self.players[p].id = Some(player);
+                    self.note(format!("player {} joined at {site}", player.0));
+                }
+            }
+            ToPlayer::Answer(Err(f)) if f.code == ErrorCode::Unauthorized => {
+                // Its session is over (the player left the game while nobody resumed it): a
+                // new player, at once.
+                let id = self.players[p].id.take().map_or(0, |i| i.0);
+                self.note(format!("player {id} could not resume ({}): joins as a new player", f.message));
+                self.players[p].conn = 0;
+                self.player_join(p);
             }
             ToPlayer::Answer(_) => {
-                // Refused (no player id yet: the core is unreachable): try again.
+                // Refused for now (no player id yet, or the agent has not heard from the core
+                // who plays here): try again.
                 self.players[p].conn = 0;
                 self.schedule(2_000_000, Event::PlayerJoin(p));
             }
@@ -83,6 +113,11 @@ impl World {
         } else {
             reference::encode_input([(seq % 7) as i32 * 100 - 300, 0, 0])
         };
+        let player = &mut self.players[p];
+        if player.sent.len() >= KEPT_INPUTS {
+            player.sent.pop_front();
+        }
+        player.sent.push_back((seq, bytes.clone()));
         let item = gateway::Item::Input { seq: Seq(seq), bytes: horizon_proto::Blob(bytes) };
         self.stats.inputs_sent += 1;
         let input = agent::Input::PlayerItem { conn, item };
@@ -97,6 +132,22 @@ impl World {
             })),
         );
         self.schedule(INPUT_EVERY_US, Event::PlayerTick(p));
+    }
+
+    /// After a resume, as a client does: every input from `from` it still has goes again, in
+    /// order (the game applies each once).
+    fn resend_inputs(&mut self, p: usize, from: u64) {
+        let player = &self.players[p];
+        let (conn, home) = (player.conn, player.home);
+        let again: Vec<(u64, Vec<u8>)> =
+            player.sent.iter().filter(|(s, _)| *s >= from).cloned().collect();
+        for (seq, bytes) in again {
+            let item = gateway::Item::Input { seq: Seq(seq), bytes: horizon_proto::Blob(bytes) };
+            let input = agent::Input::PlayerItem { conn, item };
+            let at = self.in_order((7, home, 0, conn), self.time.now() + ACCESS_US);
+            let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
+            self.schedule_at(at, Event::Deliver(Box::new(d)));
+        }
     }
 
     /// A traveler moves to another group's place: its next input takes it there.
@@ -221,12 +272,12 @@ impl World {
             .collect()
     }
 
-    /// `site`'s agent died: its players' connections and sessions with it.
+    /// `site`'s agent died: its players' connections with it. Their sessions live on at the
+    /// core: each resumes when its agent is back.
     pub(super) fn players_disconnected(&mut self, site: usize) {
         for player in &mut self.players {
             if player.home == site && player.conn != 0 {
                 player.conn = 0;
-                player.id = None;
             }
         }
     }

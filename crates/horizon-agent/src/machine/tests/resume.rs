@@ -93,6 +93,9 @@ fn a_restarted_agent_keeps_its_sites_players_and_the_client_resumes_the_same_pla
     // Kept, and said to the core as still here (the core keeps it in its bubble).
     assert_eq!(players_in_resync(&out), Some(vec![(7, Some(1))]));
     let mut h = restarted(vec![alice_homed()]);
+    // Its bubble runs on meanwhile: its server has applied up to 60, which a failover could
+    // still lose (chaos seed 5118, `--overlapping`).
+    h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 2, &[(7, 60)]) });
     let (conn, answer) = resume(&mut h, "alice", claim(SITE, 7, "alice"));
     // The same player, from the input after those its copy holds.
     assert_eq!(
@@ -105,19 +108,35 @@ fn a_restarted_agent_keeps_its_sites_players_and_the_client_resumes_the_same_pla
         })
     );
     assert_eq!(h.m.stats.resumes.load(Ordering::Relaxed), 1);
-    // Inputs the copy holds are duplicates; the next ones reach the bubble's server.
+    // Inputs the copy holds are duplicates; the next ones are kept again (until a copy covers
+    // them), acknowledged or not, and reach the bubble's server (which applies each once).
     let input = |seq| gateway::Item::Input { seq: Seq(seq), bytes: Blob(vec![1]) };
     let out = h.feed(Input::PlayerItem { conn, item: input(40) });
     assert!(inputs_to_servers(&out).is_empty(), "{out:?}");
-    let out = h.feed(Input::PlayerItem { conn, item: input(41) });
-    assert_eq!(inputs_to_servers(&out), [("mtl-gs-0".to_owned(), vec![(7, 41)])]);
+    for seq in 41..=61 {
+        let out = h.feed(Input::PlayerItem { conn, item: input(seq) });
+        assert_eq!(inputs_to_servers(&out), [("mtl-gs-0".to_owned(), vec![(7, seq)])]);
+    }
+    let out = h.feed(Input::PlayerItem { conn, item: input(45) });
+    assert!(inputs_to_servers(&out).is_empty(), "kept already: {out:?}");
     // Updates reach the new connection.
     let out = h.feed(Input::ServerItem {
         server: n("mtl-gs-0"),
-        item: update(1, 1, 3, &[(7, 41)]),
+        item: update(1, 1, 3, &[(7, 61)]),
     });
     assert_eq!(player_items(&out).len(), 1);
     assert_eq!(player_items(&out)[0].0, conn);
+    // A restore from the copy (a newer epoch, back at 40): every kept input goes again.
+    let (_, out) = h.order(control::Request::Regrant { old: lref(1), lease: lease(1, 2, 60_000) });
+    let mut out = h.answer_servers(out, done);
+    let restored = update(1, 2, 4, &[(7, 40)]);
+    out.extend(h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: restored }));
+    let again: Vec<u64> =
+        inputs_to_servers(&out).into_iter().flat_map(|(_, b)| b).map(|(_, s)| s).collect();
+    assert_eq!(again, (41..=61).collect::<Vec<_>>());
+    // A later blip of the same session resumes after the last acknowledged.
+    let (_, answer) = resume(&mut h, "alice", claim(SITE, 7, "alice"));
+    assert!(matches!(answer, Ok(gateway::Reply::Joined { resume_after: Seq(41), .. })), "{answer:?}");
     // Resumed, it stays past the grace.
     h.advance(RESUME_GRACE + Duration::from_secs(1));
     assert!(h.m.players.contains_key(&PlayerId(7)));

@@ -235,3 +235,29 @@ fn a_restore_whose_only_site_has_no_agent_waits_for_it_instead_of_failing_over_f
         h.sent()
     );
 }
+
+/// An agent that restarted (holding nothing, knowing nobody) is told, in its registration's
+/// answer, the players who entered at its gateway: where each plays and how far a stored
+/// copy holds their inputs, so their clients resume them there. Another site hears of none.
+#[test]
+fn a_restarted_agent_is_told_its_players_where_they_play_and_what_their_copy_holds() {
+    let mut h = Harness::new();
+    let (bubble, epoch) = montrealer_in_a_bubble(&mut h);
+    copy(&mut h, "MTL", bubble, epoch, 40, 7);
+    let mtl = h.site("MTL");
+    let conn = h.conn("MTL");
+    h.core.handle(Input::AgentDisconnected { site: mtl, conn }, h.now);
+    h.core.handle(Input::AgentConnected { site: mtl, conn: 999 }, h.now);
+    let again = register("MTL", Vec::new(), &[]);
+    let control::Reply::Registered { homed, .. } = h.request("MTL", again).unwrap() else {
+        panic!()
+    };
+    let listed: Vec<_> =
+        homed.iter().map(|p| (p.sample.player, p.route.as_ref().map(|r| r.0), p.covered)).collect();
+    assert_eq!(listed, [(PlayerId(1), Some(bubble), Seq(7))]);
+    let par = register("PAR", Vec::new(), &[]);
+    let control::Reply::Registered { homed, .. } = h.request("PAR", par).unwrap() else {
+        panic!()
+    };
+    assert!(homed.is_empty(), "{homed:?}");
+}
