@@ -28,5 +28,8 @@ assert c["relayed"]["sent_round"] > 0 and c["relayed"]["passed_on"] > 0, c
 l = faults["loss"]
 assert l["resumed_after_s"]["max"] <= 3, l
 a = faults["restart_agent"]
-assert a["sessions_ended"] >= 1, a
+# Its players resume as themselves (their credential, checked by the restarted agent against
+# the core's list): no session ends, no new player; nothing lost (drills.load's count).
+assert a["sessions_ended"] == 0, a
+assert sum(a["resumed_on"].values()) + a["resumed_unplaced"] == a["players_affected"] - a["left_game"], a
 assert a["resumed_after_s"]["max"] <= a["for_s"] + 15, a
