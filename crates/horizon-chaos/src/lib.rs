@@ -123,7 +123,7 @@ pub const RELAY_OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[50000396, 50001526];
 /// nobody for the state the site had kept, and the zone restored them afresh.
 pub const OVERLAPPING_REGRESSION_SEEDS: &[u64] = &[
     7, 28, 37, 56, 5724, 6020, 6565, 6707, 7656, 8028, 8051, 8322, 8906, 8965, 9487, 9670, 30133,
-    30382, 9232,
+    30382, 9232, 5004, 5118,
 ];
 
 /// One seed's run.

@@ -590,3 +590,120 @@ async fn a_flood_at_the_core_locks_out_no_agent_reconnecting() {
         "core flood: HKG registered {registered_after:?} after its restart; {refused} refused per source"
     );
 }
+
+/// Resumes `credential` on a new connection of `hello`'s account at `addr`: the answer.
+async fn resume_as(
+    roots: &Roots,
+    addr: std::net::SocketAddr,
+    hello: HelloParams,
+    credential: &str,
+) -> Result<gateway::Reply, horizon_proto::ErrorCode> {
+    let parts = dial::<Gateway>(roots, addr, hello);
+    let conn = parts.link.connected(Duration::from_secs(10)).await.expect("connected");
+    let resume = gateway::Request::Resume { credential: credential.to_owned() };
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match conn.request(&resume).await {
+            // The agent just started: it has not heard from the core who plays here.
+            Err(Error::Fault(f))
+                if f.code == horizon_proto::ErrorCode::NotReady
+                    && tokio::time::Instant::now() < until =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(Error::Fault(f)) => return Err(f.code),
+            Err(e) => panic!("resume: {e}"),
+            Ok(reply) => return Ok(reply),
+        }
+    }
+}
+
+/// Issue 45: an agent that crashes and starts again knows nobody, yet its players play on as
+/// themselves: the core lists them at its registration, and each client resumes with the
+/// credential its gateway gave (signed with the site's player keys, which the new process
+/// reads again). The bot's inputs are all applied once across it (its entity's count of
+/// inputs catches up with what its updates acknowledge). A credential replayed from another
+/// account, or naming another player, resumes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn players_resume_as_themselves_after_their_agent_restarts_and_nobody_else_can() {
+    let (mut sandbox, roots, dir, _one_at_a_time) = mesh("resume", |_| {}).await;
+    let gateway_addr = sandbox.gateways["MTL"];
+    let tokens = sandbox.player_tokens.clone();
+    let hello = |account: &str| {
+        HelloParams::new(Name::new(account).expect("name")).with_token(tokens.mint(account))
+    };
+    let (report, task, stop) = playing(&sandbox, &roots, "alice").await;
+    let (alice, acked_before) = {
+        let r = report.lock().expect("report");
+        (r.player.expect("alice joined"), r.acked)
+    };
+    // Carol joins by hand and keeps her credential.
+    let parts = dial::<Gateway>(&roots, gateway_addr, hello("carol"));
+    let conn = parts.link.connected(Duration::from_secs(10)).await.expect("connected");
+    let join =
+        gateway::Request::Join { role: Role::Player, world: WorldId(1), pos: Vec3::default() };
+    let gateway::Reply::Joined { player: carol, resume: credential, .. } =
+        conn.request(&join).await.expect("carol joins")
+    else {
+        panic!("carol: not joined")
+    };
+    assert!(credential.starts_with("hz1.resume.MTL:"), "{credential}");
+    // Her join reaches the core with the agent's next report (within 50 ms of it): a session
+    // younger than that dies with its agent. Two seconds is forty times that.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(conn);
+    drop(parts);
+
+    sandbox.restart_agent("MTL", Duration::ZERO).await.expect("MTL restarts");
+
+    let mallory = resume_as(&roots, gateway_addr, hello("mallory"), &credential).await;
+    let forged = credential.replacen(&format!(":{}:", carol.0), &format!(":{}:", carol.0 + 1), 1);
+    let forged = resume_as(&roots, gateway_addr, hello("carol"), &forged).await;
+    let carol_back = resume_as(&roots, gateway_addr, hello("carol"), &credential).await;
+    // Alice's client resumes by itself; she plays on until her entity holds every input her
+    // updates acknowledge, well past where she was.
+    let until = tokio::time::Instant::now() + Duration::from_secs(40);
+    let caught_up = loop {
+        let (resumed, acked, applied) = {
+            let r = report.lock().expect("report");
+            (r.resumed, r.acked, r.applied)
+        };
+        if resumed >= 1 && acked >= acked_before + 50 && applied == acked {
+            break true;
+        }
+        if tokio::time::Instant::now() > until {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = stop.send(true);
+    let _ = task.await;
+    let r = report.lock().expect("report").clone();
+    use std::sync::atomic::Ordering::Relaxed;
+    let refused = |reason: &str| {
+        sandbox.agent_stats("MTL").map_or(0, |s| match reason {
+            "other_account" => s.resumes_refused_other_account.load(Relaxed),
+            _ => s.resumes_refused_invalid.load(Relaxed),
+        })
+    };
+    let (other_account, invalid) = (refused("other_account"), refused("invalid"));
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(mallory, Err(horizon_proto::ErrorCode::Unauthorized), "another account's");
+    assert_eq!(forged, Err(horizon_proto::ErrorCode::Unauthorized), "forged");
+    assert_eq!((other_account, invalid), (1, 1), "each refusal counted by reason");
+    match carol_back {
+        Ok(gateway::Reply::Joined { player, resume, .. }) => {
+            assert_eq!(player, carol, "the same player");
+            assert!(resume.starts_with("hz1.resume.MTL:"), "a fresh credential: {resume}");
+        }
+        other => panic!("carol did not resume: {other:?}"),
+    }
+    assert_eq!(r.player, Some(alice), "alice is still alice: {r:?}");
+    assert_eq!(r.sessions_ended, 0, "no session ended: {r:?}");
+    assert!(r.resumed >= 1 && r.connections_lost >= 1, "{r:?}");
+    assert!(caught_up, "alice's entity never held every acknowledged input: {r:?}");
+    assert_eq!(r.applied_twice, 0, "{r:?}");
+    assert!(r.error.is_none(), "{r:?}");
+}
