@@ -65,7 +65,11 @@ impl Credentials {
 
     /// A resumption credential for `player` of `account`, homed at this site, signed with the
     /// site's player keys (any gateway of the site verifies it, a restarted one too).
-    pub(crate) fn resume_credential(&self, player: PlayerId, account: &Name) -> Result<String, String> {
+    pub(crate) fn resume_credential(
+        &self,
+        player: PlayerId,
+        account: &Name,
+    ) -> Result<String, String> {
         let r = Resumption {
             site: self.cfg.site.to_string(),
             player: player.0,

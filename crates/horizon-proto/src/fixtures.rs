@@ -15,7 +15,8 @@ use crate::types::{
 use crate::{control, gateway, server, transfer};
 
 /// A resumption credential as a gateway signs one (docs/security.md).
-const RESUME: &str = "hz1.resume.MTL:5:alice.1893456000.k1.bWFjLW9mLXRoZS1ib2R5LXNpZ25lZC13aXRoLWsx";
+const RESUME: &str =
+    "hz1.resume.MTL:5:alice.1893456000.k1.bWFjLW9mLXRoZS1ib2R5LXNpZ25lZC13aXRoLWsx";
 
 /// A named frame.
 #[derive(Clone, Debug, PartialEq, Eq)]

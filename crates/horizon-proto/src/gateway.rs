@@ -82,7 +82,10 @@ pub enum Reply {
         resume: String,
     },
     /// To `Credential`: a fresh resumption credential for the session of `player`.
-    Credential { player: PlayerId, resume: String },
+    Credential {
+        player: PlayerId,
+        resume: String,
+    },
 }
 
 kinds!(Reply {

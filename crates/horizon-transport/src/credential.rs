@@ -276,7 +276,11 @@ impl Keyring {
     }
 
     /// What a valid resumption credential says at `now`; why not otherwise.
-    pub fn verify_resume(&self, token: &str, now: SystemTime) -> Result<Resumption, CredentialError> {
+    pub fn verify_resume(
+        &self,
+        token: &str,
+        now: SystemTime,
+    ) -> Result<Resumption, CredentialError> {
         let subject = self.verify(token, Kind::Resume, now)?;
         Resumption::parse(&subject).ok_or(CredentialError::Token("bad subject"))
     }

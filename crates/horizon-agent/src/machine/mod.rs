@@ -479,7 +479,7 @@ impl AgentMachine {
                 self.effects.push_back(Effect::AnswerPlayer { token, result });
             }
             Input::PlayerResume { conn, token, claim, rtt_ms } => {
-                let result = self.player_resume(conn, claim, rtt_ms, now);
+                let result = self.player_resume(conn, claim, rtt_ms);
                 self.effects.push_back(Effect::AnswerPlayer { token, result });
             }
             Input::PlayerDatagram { conn, datagram, rtt_ms } => {

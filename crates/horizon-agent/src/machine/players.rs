@@ -55,7 +55,6 @@ impl AgentMachine {
         conn: ConnId,
         claim: Result<Resumption, String>,
         rtt_ms: f32,
-        now: Instant,
     ) -> Result<gateway::Reply, Fault> {
         let claim = claim.map_err(|why| {
             self.refuse_resume(ResumeRefused::Invalid, format!("resumption credential: {why}"))
@@ -92,7 +91,7 @@ impl AgentMachine {
         let resume_after = p.session.resume_after();
         self.sessions.joined(conn, player, Some(claim.account));
         self.stats.resumes.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, ?now, "player resumed by credential");
+        tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed by credential");
         Ok(gateway::Reply::Joined { player, home, resume_after, resume: String::new() })
     }
 
@@ -171,7 +170,12 @@ impl AgentMachine {
         if let Some(player) = self.sessions.player(conn) {
             let acked = self.players.get(&player).map_or(Seq(0), |p| p.session.acked());
             let resume_after = Seq(acked.0 + 1);
-            return Ok(gateway::Reply::Joined { player, home, resume_after, resume: String::new() });
+            return Ok(gateway::Reply::Joined {
+                player,
+                home,
+                resume_after,
+                resume: String::new(),
+            });
         }
         let client = self.sessions.client(conn);
         let known = client.as_ref().and_then(|c| self.sessions.player_of(c));
@@ -186,7 +190,12 @@ impl AgentMachine {
             self.sessions.joined(conn, player, None);
             self.stats.resumes.fetch_add(1, Ordering::Relaxed);
             tracing::info!(site = %home, player = player.0, resume_after = resume_after.0, "player resumed");
-            return Ok(gateway::Reply::Joined { player, home, resume_after, resume: String::new() });
+            return Ok(gateway::Reply::Joined {
+                player,
+                home,
+                resume_after,
+                resume: String::new(),
+            });
         }
         let player = self.next_player_id().ok_or_else(|| {
             Fault::new(ErrorCode::NotReady, "no player id to give yet: the core is unreachable")

@@ -43,7 +43,9 @@ impl World {
         self.player_calls.insert(token, p);
         let input = match request {
             Ok(request) => agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 },
-            Err(claim) => agent::Input::PlayerResume { conn, token, claim: Ok(claim), rtt_ms: 20.0 },
+            Err(claim) => {
+                agent::Input::PlayerResume { conn, token, claim: Ok(claim), rtt_ms: 20.0 }
+            }
         };
         let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
         self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
@@ -58,7 +60,10 @@ impl World {
                 self.checker.player_id(self.time.now(), player, p);
                 let site = SITES[self.players[p].home];
                 if self.players[p].id == Some(player) {
-                    self.note(format!("player {} resumed at {site} from seq {}", player.0, resume_after.0));
+                    self.note(format!(
+                        "player {} resumed at {site} from seq {}",
+                        player.0, resume_after.0
+                    ));
                     self.resend_inputs(p, resume_after.0);
                 } else {
                     self.players[p].id = Some(player);
@@ -69,7 +74,10 @@ impl World {
                 // Its session is over (the player left the game while nobody resumed it): a
                 // new player, at once.
                 let id = self.players[p].id.take().map_or(0, |i| i.0);
-                self.note(format!("player {id} could not resume ({}): joins as a new player", f.message));
+                self.note(format!(
+                    "player {id} could not resume ({}): joins as a new player",
+                    f.message
+                ));
                 self.players[p].conn = 0;
                 self.player_join(p);
             }

@@ -199,7 +199,13 @@ impl CoreMachine {
             return;
         }
         let at = super::CopyAt { bubble, epoch: lease.epoch.0, tick };
-        tracing::debug!(bubble = bubble.0, epoch = lease.epoch.0, tick, ?acked, "a whole copy covers");
+        tracing::debug!(
+            bubble = bubble.0,
+            epoch = lease.epoch.0,
+            tick,
+            ?acked,
+            "a whole copy covers"
+        );
         for pin in self.keep.covered(at, &acked) {
             self.effects.push_back(match pin {
                 super::keep::Pin::Keep(at) => Effect::PinBackup { at, players: acked.clone() },

@@ -446,6 +446,36 @@ impl CoreMachine {
         sites
     }
 
+    /// The players who entered at `site`'s gateway, as this core knows them, for an agent
+    /// that starts afresh to keep until their clients resume them: where each is simulated,
+    /// and how far a stored copy holds their inputs.
+    pub(super) fn homed(&self, site: SiteId) -> Vec<control::HomedPlayer> {
+        let players = self.mesh.players().iter().filter(|p| p.gateway == site);
+        let mut homed: Vec<control::HomedPlayer> = players
+            .take(control::MAX_HOMED)
+            .map(|p| {
+                let route = self.placed.get(&p.id).and_then(|b| {
+                    let r = self.registry.get(b)?;
+                    Some((*b, self.site_name(r.site())))
+                });
+                control::HomedPlayer {
+                    sample: control::PlayerSample {
+                        player: p.id,
+                        access_rtt_ms: p.access_rtt_min_ms as f32,
+                        role: p.role,
+                        world: p.world,
+                        pos: p.position,
+                        vel: p.velocity,
+                    },
+                    route,
+                    covered: self.keep.covered_seq(p.id),
+                }
+            })
+            .collect();
+        homed.sort_by_key(|h| h.sample.player);
+        homed
+    }
+
     /// Tells the agents whose gateways serve players where their players are simulated now.
     pub(crate) fn send_routes(&mut self, players: Vec<PlayerId>) {
         let mut per_gateway: BTreeMap<SiteId, Vec<control::PlayerRoute>> = BTreeMap::new();

@@ -120,10 +120,8 @@ fn a_restarted_agent_keeps_its_sites_players_and_the_client_resumes_the_same_pla
     let out = h.feed(Input::PlayerItem { conn, item: input(45) });
     assert!(inputs_to_servers(&out).is_empty(), "kept already: {out:?}");
     // Updates reach the new connection.
-    let out = h.feed(Input::ServerItem {
-        server: n("mtl-gs-0"),
-        item: update(1, 1, 3, &[(7, 61)]),
-    });
+    let out =
+        h.feed(Input::ServerItem { server: n("mtl-gs-0"), item: update(1, 1, 3, &[(7, 61)]) });
     assert_eq!(player_items(&out).len(), 1);
     assert_eq!(player_items(&out)[0].0, conn);
     // A restore from the copy (a newer epoch, back at 40): every kept input goes again.
@@ -136,7 +134,10 @@ fn a_restarted_agent_keeps_its_sites_players_and_the_client_resumes_the_same_pla
     assert_eq!(again, (41..=61).collect::<Vec<_>>());
     // A later blip of the same session resumes after the last acknowledged.
     let (_, answer) = resume(&mut h, "alice", claim(SITE, 7, "alice"));
-    assert!(matches!(answer, Ok(gateway::Reply::Joined { resume_after: Seq(41), .. })), "{answer:?}");
+    assert!(
+        matches!(answer, Ok(gateway::Reply::Joined { resume_after: Seq(41), .. })),
+        "{answer:?}"
+    );
     // Resumed, it stays past the grace.
     h.advance(RESUME_GRACE + Duration::from_secs(1));
     assert!(h.m.players.contains_key(&PlayerId(7)));

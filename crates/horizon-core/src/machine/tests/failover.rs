@@ -256,8 +256,6 @@ fn a_restarted_agent_is_told_its_players_where_they_play_and_what_their_copy_hol
         homed.iter().map(|p| (p.sample.player, p.route.as_ref().map(|r| r.0), p.covered)).collect();
     assert_eq!(listed, [(PlayerId(1), Some(bubble), Seq(7))]);
     let par = register("PAR", Vec::new(), &[]);
-    let control::Reply::Registered { homed, .. } = h.request("PAR", par).unwrap() else {
-        panic!()
-    };
+    let control::Reply::Registered { homed, .. } = h.request("PAR", par).unwrap() else { panic!() };
     assert!(homed.is_empty(), "{homed:?}");
 }
