@@ -1,7 +1,7 @@
 //! # horizon-admin — the daemons' admin HTTP API
 //!
-//! The core and every agent serve the same small read-only API on their admin port (axum,
-//! HTTP/1.1). Bind it to an operator network:
+//! The core and every agent serve the same small API on their admin port (axum, HTTP/1.1):
+//! read-only but for one action, a game server's drain. Bind it to an operator network:
 //!
 //! | path | answers |
 //! |---|---|
@@ -11,6 +11,7 @@
 //! | `GET /status` | the daemon's status document (JSON); `?players=N&after=ID` pages its player list |
 //! | `GET /measure.csv` | core only: the probe tables of the players online, `player,site,rtt_ms` (stage 1; `horizon sim measure --csv` reads it). Authenticated readers only: `403` without the token |
 //! | `GET /` | the daemon's page, if it has one (the core's console) |
+//! | `POST /servers/{name}/drain` | agent only: game server `name` is told to stop (SIGTERM; a pod's deletion) and moves its regions to other servers of the site first. `202` with what was done; `404` unknown server; `409` already stopping, or nowhere to go; authenticated callers only (`403` without the token, `401` with a wrong one) |
 //!
 //! **Who reads what** ([`Access`]): probes and metrics are open (they name no player: metric
 //! labels are bounded). Player ids and positions in `/status` are for authenticated readers
@@ -35,10 +36,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Path;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
 use serde::Deserialize;
 
@@ -156,6 +158,22 @@ pub trait Source: Send + Sync + 'static {
     fn measure_csv(&self) -> BoxFuture<Result<Option<String>, String>> {
         Box::pin(async { Ok(None) })
     }
+    /// `POST /servers/{name}/drain`, for a daemon that runs game servers: `Ok` says what was
+    /// done; a refusal says why, with its status.
+    fn drain(&self, _server: String) -> BoxFuture<Result<String, Refused>> {
+        Box::pin(async { Err(Refused::NotFound("this daemon runs no game server".into())) })
+    }
+}
+
+/// Why an action was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `404`: nothing of that name.
+    NotFound(String),
+    /// `409`: not in this state (already stopping, nowhere to go).
+    Conflict(String),
+    /// `503`: the daemon cannot act now (its loop is gone).
+    Unavailable(String),
 }
 
 /// A daemon's registry: every metric name starts with `horizon_`; `horizon_build_info` and
@@ -227,6 +245,7 @@ pub fn router(
         .route("/metrics", get(metrics))
         .route("/status", get(status))
         .route("/measure.csv", get(measure_csv))
+        .route("/servers/{server}/drain", post(drain))
         .route("/", get(index))
         .fallback(|| async {
             (
@@ -288,14 +307,22 @@ async fn status(
     }
 }
 
-async fn measure_csv(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Response {
-    match app.access.private(&headers) {
-        Err(()) => return (StatusCode::UNAUTHORIZED, "wrong admin token\n").into_response(),
+/// `Ok` for a caller with the admin token (or any on an open API); else the answer: `401` for
+/// a wrong token, `403` saying `needs` without one.
+fn authenticated(app: &App, headers: &axum::http::HeaderMap, needs: &str) -> Result<(), Response> {
+    match app.access.private(headers) {
+        Err(()) => Err((StatusCode::UNAUTHORIZED, "wrong admin token\n").into_response()),
         Ok(false) => {
-            let why = "player ids: send the admin token (Authorization: Bearer)\n";
-            return (StatusCode::FORBIDDEN, why).into_response();
+            let why = format!("{needs}: send the admin token (Authorization: Bearer)\n");
+            Err((StatusCode::FORBIDDEN, why).into_response())
         }
-        Ok(true) => {}
+        Ok(true) => Ok(()),
+    }
+}
+
+async fn measure_csv(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Response {
+    if let Err(refused) = authenticated(&app, &headers, "player ids") {
+        return refused;
     }
     match tokio::time::timeout(LOOP_TIMEOUT, app.source.measure_csv()).await {
         Ok(Ok(Some(csv))) => (
@@ -310,6 +337,29 @@ async fn measure_csv(State(app): State<Arc<App>>, headers: axum::http::HeaderMap
             (StatusCode::NOT_FOUND, "this daemon keeps no probe tables\n").into_response()
         }
         Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the loop does not answer\n").into_response(),
+    }
+}
+
+async fn drain(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+    Path(server): Path<String>,
+) -> Response {
+    if let Err(refused) = authenticated(&app, &headers, "a drain") {
+        return refused;
+    }
+    match tokio::time::timeout(LOOP_TIMEOUT, app.source.drain(server)).await {
+        Ok(Ok(done)) => (StatusCode::ACCEPTED, format!("{done}\n")).into_response(),
+        Ok(Err(Refused::NotFound(why))) => {
+            (StatusCode::NOT_FOUND, format!("{why}\n")).into_response()
+        }
+        Ok(Err(Refused::Conflict(why))) => {
+            (StatusCode::CONFLICT, format!("{why}\n")).into_response()
+        }
+        Ok(Err(Refused::Unavailable(why))) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+        }
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the loop does not answer\n").into_response(),
     }
 }
@@ -342,6 +392,51 @@ mod tests {
                 }))
             })
         }
+        fn drain(&self, server: String) -> BoxFuture<Result<String, Refused>> {
+            Box::pin(async move {
+                match server.as_str() {
+                    "gs-0" => Ok("gs-0 told to stop".into()),
+                    "gs-1" => Err(Refused::Conflict("gs-1 is stopping already".into())),
+                    _ => Err(Refused::NotFound(format!("no game server {server}"))),
+                }
+            })
+        }
+    }
+
+    async fn post(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connects");
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\n{headers}content-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.expect("sends");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("reads");
+        let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+        (code, body)
+    }
+
+    #[tokio::test]
+    async fn a_drain_is_for_the_token_s_holder_and_says_what_happened() {
+        let addr = start_with(true, Access::Token("s3cret".into())).await;
+        let token = "authorization: Bearer s3cret\r\n";
+        assert_eq!(post(addr, "/servers/gs-0/drain", "").await.0, 403, "no token");
+        let wrong = post(addr, "/servers/gs-0/drain", "authorization: Bearer nope\r\n").await;
+        assert_eq!(wrong.0, 401);
+        assert_eq!(
+            post(addr, "/servers/gs-0/drain", token).await,
+            (202, "gs-0 told to stop\n".into())
+        );
+        assert_eq!(post(addr, "/servers/gs-1/drain", token).await.0, 409);
+        assert_eq!(post(addr, "/servers/gs-9/drain", token).await.0, 404);
+        assert_eq!(
+            get_with(addr, "/servers/gs-0/drain", token).await.0,
+            405,
+            "a GET drains nothing"
+        );
+        // Beyond loopback without a token: nobody may drain.
+        let addr = start_with(true, Access::Anonymous).await;
+        assert_eq!(post(addr, "/servers/gs-0/drain", token).await.0, 403);
     }
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {

@@ -156,7 +156,10 @@ pub async fn start(
     let metrics =
         crate::metrics::AgentMetrics::new(&cfg.site, &cfg.core_site, stats.clone(), &transport);
     let admin_addr = match cfg.listen_admin {
-        Some(addr) => Some(serve_admin(addr, &cfg.site, metrics.clone(), stop_rx.clone()).await?),
+        Some(addr) => Some(
+            serve_admin(addr, &cfg.site, metrics.clone(), events_tx.clone(), stop_rx.clone())
+                .await?,
+        ),
         None => None,
     };
     let beacon_addr = match cfg.listen_beacon {
@@ -231,6 +234,7 @@ pub async fn start(
         server_requests: HashMap::new(),
         player_requests: HashMap::new(),
         peer_requests: HashMap::new(),
+        drain_requests: HashMap::new(),
         servers: HashMap::new(),
         players: HashMap::new(),
         peers: HashMap::new(),
@@ -257,13 +261,14 @@ async fn serve_admin(
     addr: SocketAddr,
     site: &str,
     metrics: crate::metrics::AgentMetrics,
+    events: mpsc::Sender<Event>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<SocketAddr, AgentError> {
     let listener =
         tokio::net::TcpListener::bind(addr).await.map_err(|e| AgentError::Admin(addr, e))?;
     let bound = listener.local_addr().map_err(|e| AgentError::Admin(addr, e))?;
     let registry = metrics.registry.clone();
-    let source = Arc::new(crate::metrics::AgentSource { site: site.to_owned(), metrics });
+    let source = Arc::new(crate::metrics::AgentSource { site: site.to_owned(), metrics, events });
     let stopped = async move {
         let _ = stop.changed().await;
     };
@@ -328,6 +333,9 @@ struct Shell {
     /// Each with the connection it came on.
     player_requests: HashMap<Token, (ConnId, InboundRequest<Gateway>)>,
     peer_requests: HashMap<Token, InboundRequest<Transfer>>,
+    /// Operators' drains waiting for the machine's answer.
+    drain_requests:
+        HashMap<Token, tokio::sync::oneshot::Sender<Result<String, horizon_admin::Refused>>>,
     servers: HashMap<Name, ServerIo>,
     players: HashMap<ConnId, PlayerIo>,
     peers: HashMap<Name, PeerIo>,

@@ -33,6 +33,12 @@ pub trait ServerDriver: Send + 'static {
     /// Stops everything (agent shutdown).
     fn stop_all(&mut self);
 
+    /// Asks `name` to stop gracefully (SIGTERM; a pod's deletion with its grace period): it
+    /// drains its regions to other servers of the site, then exits (an operator's drain).
+    fn terminate(&mut self, name: &str) {
+        self.stop(name);
+    }
+
     /// Asks every server to stop (SIGTERM, a pod deletion with its grace period); the caller
     /// waits for [`ServerDriver::poll_ended`] to see them go, then calls `stop_all`.
     fn terminate_all(&mut self) {
@@ -136,6 +142,18 @@ impl ServerDriver for ProcessDriver {
     fn stop_all(&mut self) {
         for (_, mut child) in self.children.drain() {
             let _ = child.start_kill();
+        }
+    }
+
+    fn terminate(&mut self, name: &str) {
+        let pid = self.children.get(name).and_then(|c| c.id());
+        match pid.and_then(|id| rustix::process::Pid::from_raw(id as i32)) {
+            Some(pid) => {
+                if let Err(e) = rustix::process::kill_process(pid, rustix::process::Signal::TERM) {
+                    tracing::warn!(server = %name, error = %e, "SIGTERM not sent");
+                }
+            }
+            None => tracing::warn!(server = %name, "no such game server process to stop"),
         }
     }
 

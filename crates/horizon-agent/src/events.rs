@@ -15,7 +15,7 @@ use horizon_transport::credential;
 use horizon_transport::reload::ReloadCause;
 use horizon_transport::tls;
 use horizon_transport::{Conn, Inbound, LinkEvent, Peer};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::machine::{ConnId, Input};
 
@@ -69,6 +69,8 @@ pub(crate) enum Event {
     Machine(Input),
     /// Certificates or keys to read again.
     Reload(ReloadCause),
+    /// An operator asked to drain a game server (the admin API): the answer goes back.
+    DrainAsked(String, oneshot::Sender<Result<String, horizon_admin::Refused>>),
 }
 
 /// The queue of an outbound stream, bounded in items ([`STREAM_QUEUE`]) and in bytes

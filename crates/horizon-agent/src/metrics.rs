@@ -490,6 +490,8 @@ impl AgentStatus {
 pub(crate) struct AgentSource {
     pub(crate) site: String,
     pub(crate) metrics: AgentMetrics,
+    /// The shell's loop, for the actions (a drain).
+    pub(crate) events: tokio::sync::mpsc::Sender<crate::events::Event>,
 }
 
 impl Source for AgentSource {
@@ -505,6 +507,19 @@ impl Source for AgentSource {
 
     fn refresh(&self) {
         self.metrics.refresh();
+    }
+
+    fn drain(&self, server: String) -> BoxFuture<Result<String, horizon_admin::Refused>> {
+        let events = self.events.clone();
+        Box::pin(async move {
+            let gone = || horizon_admin::Refused::Unavailable("the agent is stopping".into());
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            events
+                .send(crate::events::Event::DrainAsked(server, reply))
+                .await
+                .map_err(|_| gone())?;
+            answer.await.map_err(|_| gone())?
+        })
     }
 }
 

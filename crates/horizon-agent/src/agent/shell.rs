@@ -169,6 +169,11 @@ impl Shell {
             }
             Event::Machine(input) => self.feed(input),
             Event::Reload(cause) => self.reload(cause),
+            Event::DrainAsked(server, reply) => {
+                let token = self.token();
+                self.drain_requests.insert(token, reply);
+                self.feed(Input::DrainAsked { token, server });
+            }
         }
     }
 
@@ -291,6 +296,12 @@ impl Shell {
                 }
             }
             Effect::StopServer { server } => self.driver.stop(&server),
+            Effect::TerminateServer { server } => self.driver.terminate(&server),
+            Effect::AnswerDrain { token, result } => {
+                if let Some(reply) = self.drain_requests.remove(&token) {
+                    let _ = reply.send(result);
+                }
+            }
             Effect::AskPlatformReady { server } => {
                 if self.driver.ready(server.as_str()) {
                     self.feed(Input::PlatformReady { server });

@@ -13,6 +13,41 @@
 use super::*;
 
 impl AgentMachine {
+    /// An operator asked to drain `server` (`POST /servers/{name}/drain` on the admin API):
+    /// its regions start moving now, and it is told to stop (SIGTERM; a pod's deletion), as a
+    /// node drain would, so that it exits once they have. Refused for a server this agent does
+    /// not know, one stopping already, and one holding regions with nowhere for them to go (no
+    /// other ready server, and no room to start one under `servers.max`).
+    pub(super) fn drain_asked(
+        &mut self,
+        server: &str,
+        now: Instant,
+    ) -> Result<String, horizon_admin::Refused> {
+        use horizon_admin::Refused;
+        let site = self.cfg.site.clone();
+        let unknown = || Refused::NotFound(format!("no game server {server} at {site}"));
+        let name = Name::new(server).map_err(|_| unknown())?;
+        let s = self.fleet.get(&name).ok_or_else(unknown)?;
+        if s.draining() {
+            return Err(Refused::Conflict(format!("{server} is stopping already")));
+        }
+        let regions = s.regions().len();
+        let elsewhere = self.fleet.iter().any(|(n, o)| *n != name && self.takes_regions(n, o));
+        let room = self.fleet.len() < self.cfg.max_servers;
+        if regions > 0 && !elsewhere && !room {
+            return Err(Refused::Conflict(format!(
+                "nowhere to go: {server} holds {regions} region(s), no other server of {site} takes regions, and servers.max ({}) is reached",
+                self.cfg.max_servers
+            )));
+        }
+        tracing::info!(site = %site, %server, regions, "drain asked by an operator");
+        self.drain(&name, now);
+        self.effects.push_back(Effect::TerminateServer { server: server.to_owned() });
+        Ok(format!(
+            "{server} told to stop: its {regions} region(s) move to other servers of {site} first (horizon_agent_drains_total)"
+        ))
+    }
+
     /// `server` said it is stopping.
     pub(super) fn drain(&mut self, server: &Name, now: Instant) {
         if !self.fleet.drain(server) {

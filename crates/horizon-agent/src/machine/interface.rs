@@ -81,6 +81,12 @@ pub enum Input {
         request: gateway::Request,
         rtt_ms: f32,
     },
+    /// An operator asked to drain game server `server` (the admin API), answered with
+    /// [`Effect::AnswerDrain`] carrying `token`.
+    DrainAsked {
+        token: Token,
+        server: String,
+    },
     /// A player's `Resume` on `conn`, its credential checked by the shell (signature and
     /// expiry, against the site's player keys): what it claims, or why it is refused.
     /// Answered with [`Effect::AnswerPlayer`] carrying `token`.
@@ -154,6 +160,15 @@ pub enum Effect {
     },
     StopServer {
         server: String,
+    },
+    /// Ask `server` to stop gracefully (SIGTERM; a pod's deletion): it drains first.
+    TerminateServer {
+        server: String,
+    },
+    /// The answer to [`Input::DrainAsked`].
+    AnswerDrain {
+        token: Token,
+        result: Result<String, horizon_admin::Refused>,
     },
     /// Whether the platform counts `server` ready: answered with [`Input::PlatformReady`] if
     /// so, else not at all (the machine asks again every housekeeping period while it holds

@@ -478,6 +478,10 @@ impl AgentMachine {
                 let result = self.player_request(conn, &request, rtt_ms, now);
                 self.effects.push_back(Effect::AnswerPlayer { token, result });
             }
+            Input::DrainAsked { token, server } => {
+                let result = self.drain_asked(&server, now);
+                self.effects.push_back(Effect::AnswerDrain { token, result });
+            }
             Input::PlayerResume { conn, token, claim, rtt_ms } => {
                 let result = self.player_resume(conn, claim, rtt_ms);
                 self.effects.push_back(Effect::AnswerPlayer { token, result });

@@ -80,6 +80,9 @@ impl World {
                 self.schedule(SERVER_START_US, Event::ServerStarts(site, server, inc));
             }
             E::StopServer { server } => self.kill_server(site, &server, None),
+            // Nobody asks the simulated agents for a drain (no operator here).
+            E::TerminateServer { server } => self.drain_server(site, &server),
+            E::AnswerDrain { .. } => {}
             // The simulated platform counts a server ready as soon as it says so, and has no
             // pool labels.
             E::AskPlatformReady { server } => {

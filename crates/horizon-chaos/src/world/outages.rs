@@ -121,7 +121,8 @@ impl World {
         self.forget_player_calls(site);
     }
 
-    /// The agent starts again, knowing nothing; its players join again as new players.
+    /// The agent starts again, knowing nothing; its players resume with their credentials (the
+    /// core lists them at its registration).
     pub(super) fn agent_back(&mut self, site: usize) {
         let machine = self.new_agent(site);
         self.agent_started(site, machine);

@@ -14,7 +14,7 @@
 //! deletion or a node's drain sends: it moves its regions to other servers of the site, then
 //! exits), `restart_core` (for_s: down that long, then back on its store),
 //! `restart_agent` (site, for_s: killed as a crash would, its game servers with it, started
-//! again with nothing after for_s; its players join again as new players), `cut_transfer`
+//! again with nothing after for_s; its players resume as themselves), `cut_transfer`
 //! (sites = [A, B], for_s), `loss` (site, rate 0–1, for_s: on the agent–core link). With
 //! `--standby` (two cores on etcd): `kill_core` (the leader dies as its machine would, never
 //! restarted: the standby takes over) and `partition_core_store` (for_s: the leader cut from

@@ -151,3 +151,74 @@ fn the_last_ready_server_keeps_its_region_until_another_is_ready_then_gives_it_a
     let out = h.advance(Duration::from_secs(2));
     assert!(out.iter().any(rehome), "{out:?}");
 }
+
+/// An operator's drain (the admin API) of `server`: the answer, and what it set off.
+fn drain_asked(
+    h: &mut Harness,
+    server: &str,
+) -> (Result<String, horizon_admin::Refused>, Vec<Effect>) {
+    let token = h.token();
+    let out = h.feed(Input::DrainAsked { token, server: server.to_owned() });
+    let answer = out
+        .iter()
+        .find_map(|e| match e {
+            Effect::AnswerDrain { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+        .expect("answered");
+    (answer, out)
+}
+
+#[test]
+fn an_operator_s_drain_moves_the_regions_and_tells_the_server_to_stop_once() {
+    use horizon_admin::Refused;
+    let mut h = running_on_old();
+    let (answer, out) = drain_asked(&mut h, OLD);
+    assert!(answer.is_ok_and(|a| a.contains("1 region")), "{out:?}");
+    let told = |out: &[Effect]| {
+        out.iter().any(|e| matches!(e, Effect::TerminateServer { server } if server == OLD))
+    };
+    assert!(told(&out), "SIGTERM, as a node drain would: {out:?}");
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, Effect::ToCore { request: control::Request::Rehome { .. }, .. })),
+        "its region starts moving at once: {out:?}"
+    );
+    // Asked again: it is stopping already. The server's own `Drain` (its SIGTERM) changes
+    // nothing more.
+    let (again, out) = drain_asked(&mut h, OLD);
+    assert!(matches!(again, Err(Refused::Conflict(_))), "{again:?}");
+    assert!(!told(&out));
+    let out = drain(&mut h);
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, Effect::ToCore { request: control::Request::Rehome { .. }, .. }))
+    );
+    // A server this agent does not know.
+    let (unknown, _) = drain_asked(&mut h, "mtl-gs-9");
+    assert!(matches!(unknown, Err(Refused::NotFound(_))), "{unknown:?}");
+}
+
+#[test]
+fn a_drain_with_nowhere_to_go_is_refused_and_changes_nothing() {
+    use horizon_admin::Refused;
+    // One server, holding the region, and the site at its `servers.max`.
+    let mut h = Harness::new(0);
+    h.m.cfg.max_servers = 1;
+    h.register();
+    h.effects();
+    h.server_ready(OLD);
+    let (_, out) = h.order(create(1));
+    h.answer_servers(out, done);
+    let (answer, out) = drain_asked(&mut h, OLD);
+    assert!(
+        matches!(&answer, Err(Refused::Conflict(why)) if why.contains("nowhere to go")),
+        "{answer:?}"
+    );
+    assert!(!out.iter().any(|e| matches!(e, Effect::TerminateServer { .. })), "{out:?}");
+    // With room for another server, the pool starts one for the region to go to.
+    h.m.cfg.max_servers = 2;
+    let (answer, out) = drain_asked(&mut h, OLD);
+    assert!(answer.is_ok(), "{answer:?}");
+    assert!(out.iter().any(|e| matches!(e, Effect::StartServer { .. })), "{out:?}");
+}
