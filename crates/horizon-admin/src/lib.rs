@@ -307,21 +307,21 @@ async fn status(
     }
 }
 
-/// `Ok` for a caller with the admin token (or any on an open API); else the answer: `401` for
-/// a wrong token, `403` saying `needs` without one.
-fn authenticated(app: &App, headers: &axum::http::HeaderMap, needs: &str) -> Result<(), Response> {
+/// `None` for a caller with the admin token (or any on an open API); else the answer: `401`
+/// for a wrong token, `403` saying `needs` without one.
+fn refused(app: &App, headers: &axum::http::HeaderMap, needs: &str) -> Option<Response> {
     match app.access.private(headers) {
-        Err(()) => Err((StatusCode::UNAUTHORIZED, "wrong admin token\n").into_response()),
+        Err(()) => Some((StatusCode::UNAUTHORIZED, "wrong admin token\n").into_response()),
         Ok(false) => {
             let why = format!("{needs}: send the admin token (Authorization: Bearer)\n");
-            Err((StatusCode::FORBIDDEN, why).into_response())
+            Some((StatusCode::FORBIDDEN, why).into_response())
         }
-        Ok(true) => Ok(()),
+        Ok(true) => None,
     }
 }
 
 async fn measure_csv(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Response {
-    if let Err(refused) = authenticated(&app, &headers, "player ids") {
+    if let Some(refused) = refused(&app, &headers, "player ids") {
         return refused;
     }
     match tokio::time::timeout(LOOP_TIMEOUT, app.source.measure_csv()).await {
@@ -346,7 +346,7 @@ async fn drain(
     headers: axum::http::HeaderMap,
     Path(server): Path<String>,
 ) -> Response {
-    if let Err(refused) = authenticated(&app, &headers, "a drain") {
+    if let Some(refused) = refused(&app, &headers, "a drain") {
         return refused;
     }
     match tokio::time::timeout(LOOP_TIMEOUT, app.source.drain(server)).await {
