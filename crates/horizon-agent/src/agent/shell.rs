@@ -201,7 +201,7 @@ impl Shell {
     /// The machine's answer with the session's resumption credential signed in, for `Joined`
     /// and `Credential` (the machine decides who resumes; only the shell holds the keys and
     /// the wall clock). A credential that cannot be signed (an account or site name outside
-    /// a credential's characters) stays empty, said once per answer.
+    /// a credential's characters) stays empty, and the log says why at each answer.
     fn sign_resumption(&self, conn: ConnId, mut reply: gateway::Reply) -> gateway::Reply {
         let (gateway::Reply::Joined { player, resume, .. }
         | gateway::Reply::Credential { player, resume }) = &mut reply
