@@ -708,9 +708,10 @@ impl Sent {
     }
 }
 
-/// Acknowledged inputs a bot keeps: a minute of them at 10 a second, far more than stored
-/// copies lag behind (docs/protocol.md, "Resuming a session").
-const KEPT_ACKED: usize = 600;
+/// Acknowledged inputs a bot keeps, as many as its gateway keeps (`MAX_KEPT`): stored copies
+/// lag seconds behind, but a bubble spread over several servers stores no whole copy
+/// (docs/protocol.md §8, "Resuming after the gateway restarted").
+const KEPT_ACKED: usize = 1024;
 
 fn ms_between(from: Instant, to: Instant) -> f64 {
     to.duration_since(from).as_secs_f64() * 1000.0
