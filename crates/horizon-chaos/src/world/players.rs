@@ -15,38 +15,35 @@ impl World {
             return;
         }
         let conn = self.ids.conn();
+        let token = self.ids.token();
         let now = self.time.now();
+        let account = name(&format!("bot-{p}"));
         let player = &mut self.players[p];
         player.conn = conn;
         player.playing = false;
         player.live_from = now;
         player.last_update = now;
-        let request = match player.id {
+        let input = match player.id {
             // The shell checked the credential's signature and expiry: the claim is what
             // the agent judges.
-            Some(id) => Err(agent::Resumption {
-                site: name(SITES[home]),
-                player: id,
-                account: name(&format!("bot-{p}")),
-            }),
+            Some(id) => {
+                let claim = agent::Resumption { site: name(SITES[home]), player: id, account };
+                agent::Input::PlayerResume { conn, token, claim: Ok(claim), rtt_ms: 20.0 }
+            }
             None => {
                 player.seq = 0;
                 player.sent.clear();
                 player.move_next = true;
                 player.told = 0;
                 player.entity = None;
-                Ok(gateway::Request::Join { role: player.role, world: WorldId(0), pos: player.pos })
+                let (role, pos) = (player.role, player.pos);
+                let request = gateway::Request::Join { role, world: WorldId(0), pos };
+                agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 }
             }
         };
-        self.agent_input(home, agent::Input::PlayerUp { conn, client: name(&format!("bot-{p}")) });
-        let token = self.ids.token();
+        let client = name(&format!("bot-{p}"));
+        self.agent_input(home, agent::Input::PlayerUp { conn, client });
         self.player_calls.insert(token, p);
-        let input = match request {
-            Ok(request) => agent::Input::PlayerRequest { conn, token, request, rtt_ms: 20.0 },
-            Err(claim) => {
-                agent::Input::PlayerResume { conn, token, claim: Ok(claim), rtt_ms: 20.0 }
-            }
-        };
         let d = Delivery::PlayerToAgent { site: home, player: p, conn, input };
         self.schedule(ACCESS_US, Event::Deliver(Box::new(d)));
     }
