@@ -404,16 +404,7 @@ mod tests {
     }
 
     async fn post(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, String) {
-        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connects");
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\n{headers}content-length: 0\r\nconnection: close\r\n\r\n"
-        );
-        s.write_all(req.as_bytes()).await.expect("sends");
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.expect("reads");
-        let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-        (code, body)
+        call(addr, "POST", path, &format!("{headers}content-length: 0\r\n")).await
     }
 
     #[tokio::test]
@@ -444,8 +435,19 @@ mod tests {
     }
 
     async fn get_with(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, String) {
+        call(addr, "GET", path, headers).await
+    }
+
+    /// One HTTP/1.1 request: the status and the body.
+    async fn call(
+        addr: std::net::SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &str,
+    ) -> (u16, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connects");
-        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n");
+        let req =
+            format!("{method} {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.expect("sends");
         let mut out = String::new();
         s.read_to_string(&mut out).await.expect("reads");
